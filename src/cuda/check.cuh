@@ -1,0 +1,30 @@
+// CUDA error handling: launchers turn CUDA errors into a Status naming the call; NIB_CUDA_CHECK is
+// for programmer errors only (it aborts with file:line).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "core/status.h"
+
+namespace nibble::cuda {
+
+inline Status cuda_status(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::ok();
+  return Status::error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+}  // namespace nibble::cuda
+
+#define NIB_CUDA_CHECK(call)                                                           \
+  do {                                                                                 \
+    cudaError_t nib_err_ = (call);                                                     \
+    if (nib_err_ != cudaSuccess) {                                                     \
+      std::fprintf(stderr, "%s:%d: CUDA error %s in %s\n", __FILE__, __LINE__,         \
+                   cudaGetErrorString(nib_err_), #call);                               \
+      std::abort();                                                                    \
+    }                                                                                  \
+  } while (0)

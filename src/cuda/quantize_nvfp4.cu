@@ -1,0 +1,81 @@
+// NVFP4 activation quantization kernel: one CTA per row; per-token mode first reduces the row amax.
+// The block math is formats/nvfp4_block.h with rcp.approx.ftz, as TensorRT-LLM's
+// cvt_warp_fp16_to_fp4 computes it on Blackwell.
+#include "cuda/check.cuh"
+#include "cuda/quantize_nvfp4.cuh"
+#include "formats/nvfp4_block.h"
+
+namespace nibble::cuda {
+namespace {
+
+constexpr int THREADS = 128;
+
+struct ApproxReciprocal {
+  __device__ float operator()(float x) const {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+  }
+};
+
+__device__ float block_reduce_max(float v) {
+  __shared__ float partial[THREADS / 32];
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = partial[0];
+  for (int w = 1; w < THREADS / 32; ++w) v = fmaxf(v, partial[w]);
+  return v;
+}
+
+__global__ void quantize_activation_nvfp4_kernel(const float* __restrict__ x, int64_t cols,
+                                                 float static_global, uint8_t* __restrict__ packed,
+                                                 uint8_t* __restrict__ block_scales,
+                                                 float* __restrict__ row_scales) {
+  const int64_t row = blockIdx.x;
+  const float* x_row = x + row * cols;
+  float global = static_global;
+  if (static_global == 0.0f) {  // per-token: G = 1/(amax(row)/2688), exact division as on the CPU
+    float amax = 0.0f;
+    for (int64_t c = threadIdx.x; c < cols; c += THREADS) amax = fmaxf(amax, fabsf(x_row[c]));
+    amax = block_reduce_max(amax);
+    const float token_scale = formats::per_token_scale(amax);
+    global = formats::per_token_global(token_scale);
+    if (threadIdx.x == 0) row_scales[row] = token_scale;
+  }
+  const int64_t n_blocks = cols / formats::NVFP4_BLOCK;
+  for (int64_t b = threadIdx.x; b < n_blocks; b += THREADS) {
+    float values[formats::NVFP4_BLOCK];
+    for (int i = 0; i < formats::NVFP4_BLOCK; ++i) values[i] = x_row[b * formats::NVFP4_BLOCK + i];
+    uint8_t codes[formats::NVFP4_BLOCK];
+    block_scales[row * n_blocks + b] =
+        formats::quantize_activation_block(values, global, codes, ApproxReciprocal());
+    uint8_t* out = packed + row * (cols / 2) + b * (formats::NVFP4_BLOCK / 2);
+    for (int j = 0; j < formats::NVFP4_BLOCK / 2; ++j)
+      out[j] = formats::e2m1_pack(codes[2 * j], codes[2 * j + 1]);
+  }
+}
+
+}  // namespace
+
+Status quantize_activation_nvfp4(const float* x, int64_t rows, int64_t cols, float input_scale,
+                                 uint8_t* packed, uint8_t* block_scales, float* row_scales,
+                                 cudaStream_t stream) {
+  if (cols <= 0 || cols % formats::NVFP4_BLOCK != 0) {
+    return Status::error("quantize_activation_nvfp4: cols = " + std::to_string(cols) +
+                         " is not a positive multiple of 16");
+  }
+  if (input_scale < 0.0f || !(input_scale == input_scale)) {
+    return Status::error("quantize_activation_nvfp4: input_scale must be > 0 (static) or 0 (per-token)");
+  }
+  if (input_scale == 0.0f && row_scales == nullptr) {
+    return Status::error("quantize_activation_nvfp4: per-token mode needs row_scales");
+  }
+  if (rows == 0) return Status::ok();
+  const float static_global = input_scale > 0.0f ? 1.0f / input_scale : 0.0f;
+  quantize_activation_nvfp4_kernel<<<static_cast<unsigned>(rows), THREADS, 0, stream>>>(
+      x, cols, static_global, packed, block_scales, row_scales);
+  return cuda_status(cudaGetLastError(), "quantize_activation_nvfp4_kernel launch");
+}
+
+}  // namespace nibble::cuda

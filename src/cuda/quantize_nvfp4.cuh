@@ -1,0 +1,21 @@
+// Device NVFP4 activation quantization (static and per-token) as Blackwell kernels do it, with the
+// same approximate reciprocal (rcp.approx.ftz). Twin of formats::quantize_activation_{static,per_token}.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace nibble::cuda {
+
+// x: [rows, cols] fp32 on the device, cols a multiple of 16. Outputs (device):
+// packed [rows, cols/2] (element 2j in the low nibble), block_scales [rows, cols/16] E4M3,
+// row_scales [rows] (per-token scales; unused and may be null in static mode).
+// Static mode when input_scale > 0 (G = 1/input_scale); per-token mode when input_scale == 0.
+Status quantize_activation_nvfp4(const float* x, int64_t rows, int64_t cols, float input_scale,
+                                 uint8_t* packed, uint8_t* block_scales, float* row_scales,
+                                 cudaStream_t stream);
+
+}  // namespace nibble::cuda

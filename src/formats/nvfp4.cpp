@@ -1,0 +1,198 @@
+// Host NVFP4 quantizers. Weights follow nvidia-modelopt 0.47 qtensor/nvfp4_tensor.py line by line
+// (same fp32 operations in the same order, so results are bit-identical); activations use the
+// shared block routine of nvfp4_block.h with exact reciprocals.
+#include "formats/nvfp4.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "formats/bf16.h"
+#include "formats/e2m1.h"
+#include "formats/e4m3.h"
+#include "formats/nvfp4_block.h"
+
+namespace nibble::formats {
+namespace {
+
+Nvfp4Matrix empty_matrix(int64_t rows, int64_t cols) {
+  Nvfp4Matrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.packed.assign(static_cast<size_t>(rows * cols / 2), 0);
+  m.block_scales.assign(static_cast<size_t>(rows * cols / NVFP4_BLOCK), 0);
+  return m;
+}
+
+void store_codes(Nvfp4Matrix& m, int64_t row, int64_t block, const uint8_t* codes) {
+  uint8_t* out = m.packed.data() + row * (m.cols / 2) + block * (NVFP4_BLOCK / 2);
+  for (int j = 0; j < NVFP4_BLOCK / 2; ++j) out[j] = e2m1_pack(codes[2 * j], codes[2 * j + 1]);
+}
+
+float block_amax(const float* x) {
+  float amax = 0.0f;
+  for (int i = 0; i < NVFP4_BLOCK; ++i) amax = std::max(amax, std::fabs(x[i]));
+  return amax;
+}
+
+// Blackwell activation quantization of every row with per-row global scales G[r].
+Nvfp4Matrix quantize_rows(std::span<const float> x, int64_t rows, int64_t cols,
+                          const std::vector<float>& global_per_row) {
+  Nvfp4Matrix m = empty_matrix(rows, cols);
+  const int64_t n_blocks = cols / NVFP4_BLOCK;
+  uint8_t codes[NVFP4_BLOCK];
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const float* block = x.data() + r * cols + b * NVFP4_BLOCK;
+      m.block_scales[r * n_blocks + b] = quantize_activation_block(block, global_per_row[r], codes);
+      store_codes(m, r, b, codes);
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
+uint8_t Nvfp4Matrix::code(int64_t r, int64_t c) const {
+  return e2m1_unpack(packed[r * (cols / 2) + c / 2], static_cast<int>(c % 2));
+}
+
+Status check_quantizable(std::span<const float> x, int64_t rows, int64_t cols,
+                         std::string_view name) {
+  const std::string tensor(name);
+  if (rows < 0 || cols <= 0) {
+    return Status::error(tensor + ": invalid shape [" + std::to_string(rows) + ", " +
+                         std::to_string(cols) + "]");
+  }
+  if (cols % NVFP4_BLOCK != 0) {
+    return Status::error(tensor + ": K = " + std::to_string(cols) +
+                         " is not a multiple of the NVFP4 block size 16");
+  }
+  if (static_cast<int64_t>(x.size()) != rows * cols) {
+    return Status::error(tensor + ": has " + std::to_string(x.size()) + " values, shape [" +
+                         std::to_string(rows) + ", " + std::to_string(cols) + "] needs " +
+                         std::to_string(rows * cols));
+  }
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i])) {
+      return Status::error(tensor + ": non-finite value " + std::to_string(x[i]) + " at [" +
+                           std::to_string(static_cast<int64_t>(i) / cols) + ", " +
+                           std::to_string(static_cast<int64_t>(i) % cols) + "]");
+    }
+  }
+  return Status::ok();
+}
+
+float weight_scale_2(std::span<const float> w) {
+  float amax = 0.0f;
+  for (float v : w) amax = std::max(amax, std::fabs(v));
+  return amax / NVFP4_SCALE_RANGE;  // get_weights_scaling_factor_2: amax / (E2M1_MAX · E4M3_MAX)
+}
+
+Result<Nvfp4Matrix> quantize_weight(std::span<const float> w, int64_t rows, int64_t cols,
+                                    std::string_view name,
+                                    std::optional<float> shared_weight_scale_2) {
+  NIB_RETURN_IF_ERROR(check_quantizable(w, rows, cols, name));
+  const float scale_2 = shared_weight_scale_2.value_or(weight_scale_2(w));
+  if (!(scale_2 > 0.0f) || !std::isfinite(scale_2)) {
+    // ModelOpt divides 0 by 0 here and exports NaN scales; nibble refuses instead.
+    return Status::error(std::string(name) + ": weight_scale_2 is " + std::to_string(scale_2) +
+                         " (an all-zero weight or a non-positive shared scale) - cannot quantize");
+  }
+  Nvfp4Matrix m = empty_matrix(rows, cols);
+  m.scale = scale_2;
+  const int64_t n_blocks = cols / NVFP4_BLOCK;
+  const float block_denominator = E2M1_MAX * scale_2;  // E2M1_MAX * weights_scaling_factor_2
+  uint8_t codes[NVFP4_BLOCK];
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const float* block = w.data() + r * cols + b * NVFP4_BLOCK;
+      float s = block_amax(block) / block_denominator;
+      if (s == 0.0f) s = 1.0f;                                   // all-zero block → scale 1
+      s = std::clamp(s, E4M3_MIN_SUBNORMAL, E4M3_MAX);           // _cast_per_block_scale_to_fp8
+      const uint8_t sf = e4m3_encode(s);
+      const float divisor = e4m3_decode(sf) * scale_2;           // scale.to(float32) * scale_2
+      for (int i = 0; i < NVFP4_BLOCK; ++i) {
+        float scaled = block[i] / divisor;
+        // _cast_fp4 takes the sign from `weight < 0`, so -0.0 becomes code 0, not 8.
+        if (scaled == 0.0f) scaled = 0.0f;
+        codes[i] = e2m1_encode(scaled);
+      }
+      m.block_scales[r * n_blocks + b] = sf;
+      store_codes(m, r, b, codes);
+    }
+  }
+  return m;
+}
+
+Result<Nvfp4Matrix> quantize_activation_static(std::span<const float> x, int64_t rows,
+                                               int64_t cols, float input_scale,
+                                               std::string_view name) {
+  NIB_RETURN_IF_ERROR(check_quantizable(x, rows, cols, name));
+  if (!(input_scale > 0.0f) || !std::isfinite(input_scale)) {
+    return Status::error(std::string(name) + ": input_scale must be a positive finite number, got " +
+                         std::to_string(input_scale));
+  }
+  Nvfp4Matrix m = quantize_rows(x, rows, cols, std::vector<float>(rows, 1.0f / input_scale));
+  m.scale = input_scale;
+  return m;
+}
+
+Result<Nvfp4Matrix> quantize_activation_per_token(std::span<const float> x, int64_t rows,
+                                                  int64_t cols, std::string_view name) {
+  NIB_RETURN_IF_ERROR(check_quantizable(x, rows, cols, name));
+  std::vector<float> token_scales(rows), globals(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    float amax = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
+    token_scales[r] = per_token_scale(amax);
+    globals[r] = per_token_global(token_scales[r]);
+  }
+  Nvfp4Matrix m = quantize_rows(x, rows, cols, globals);
+  m.row_scales = std::move(token_scales);
+  return m;
+}
+
+std::vector<float> dequantize(const Nvfp4Matrix& m) {
+  std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
+  const int64_t n_blocks = m.cols / NVFP4_BLOCK;
+  for (int64_t r = 0; r < m.rows; ++r) {
+    for (int64_t c = 0; c < m.cols; ++c) {
+      const float block_scale = e4m3_decode(m.block_scales[r * n_blocks + c / NVFP4_BLOCK]);
+      out[r * m.cols + c] = e2m1_decode(m.code(r, c)) * (block_scale * m.row_scale(r));
+    }
+  }
+  return out;
+}
+
+std::vector<uint16_t> dequantize_bf16(const Nvfp4Matrix& m) {
+  const std::vector<float> values = dequantize(m);
+  std::vector<uint16_t> out(values.size());
+  std::transform(values.begin(), values.end(), out.begin(), bf16_encode);
+  return out;
+}
+
+std::vector<uint16_t> dequantize_unscaled_bf16(const Nvfp4Matrix& m) {
+  std::vector<uint16_t> out(static_cast<size_t>(m.rows * m.cols));
+  const int64_t n_blocks = m.cols / NVFP4_BLOCK;
+  for (int64_t r = 0; r < m.rows; ++r) {
+    for (int64_t c = 0; c < m.cols; ++c) {
+      const float block_scale = e4m3_decode(m.block_scales[r * n_blocks + c / NVFP4_BLOCK]);
+      out[r * m.cols + c] = bf16_encode(e2m1_decode(m.code(r, c)) * block_scale);
+    }
+  }
+  return out;
+}
+
+Result<std::vector<float>> fake_quantize_activation(std::span<const float> x, int64_t rows,
+                                                    int64_t cols, ActQuant mode,
+                                                    float input_scale, std::string_view name) {
+  if (mode == ActQuant::NONE) return std::vector<float>(x.begin(), x.end());
+  Result<Nvfp4Matrix> q = mode == ActQuant::STATIC
+                              ? quantize_activation_static(x, rows, cols, input_scale, name)
+                              : quantize_activation_per_token(x, rows, cols, name);
+  if (!q) return q.status();
+  return dequantize(*q);
+}
+
+}  // namespace nibble::formats

@@ -1,0 +1,42 @@
+// GPU test helpers: skip visibly where there is no CUDA device; device buffers that free themselves.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "cuda/check.cuh"
+
+#define NIB_SKIP_WITHOUT_GPU()                                                   \
+  do {                                                                           \
+    int nib_n_devices_ = 0;                                                      \
+    if (cudaGetDeviceCount(&nib_n_devices_) != cudaSuccess || nib_n_devices_ == 0) \
+      GTEST_SKIP() << "no CUDA device: GPU test skipped";                         \
+  } while (0)
+
+namespace nibble::test {
+
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) { NIB_CUDA_CHECK(cudaMalloc(&ptr_, n * sizeof(T) + 1)); }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
+    NIB_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() { return ptr_; }
+  std::vector<T> to_host() const {
+    std::vector<T> out(n_);
+    NIB_CUDA_CHECK(cudaMemcpy(out.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return out;
+  }
+
+ private:
+  size_t n_;
+  T* ptr_ = nullptr;
+};
+
+}  // namespace nibble::test

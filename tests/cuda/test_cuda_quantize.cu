@@ -1,0 +1,96 @@
+// cuda::quantize_activation_nvfp4 (rcp.approx, as Blackwell) against the host quantizer (exact
+// division) on Qwen3-30B-A3B activation shapes: block scales and codes agree except within a few
+// ulps of a rounding midpoint (tests/cpp/nvfp4_boundaries.h), and such cases stay rare.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "cuda/quantize_nvfp4.cuh"
+#include "cuda_test_util.cuh"
+#include "formats/e4m3.h"
+#include "formats/nvfp4.h"
+#include "formats/nvfp4_block.h"
+#include "nvfp4_boundaries.h"
+#include "test_seed.h"
+
+using namespace nibble;
+
+namespace {
+
+struct Case {
+  int64_t rows, cols;
+  float input_scale;  // 0 = per-token
+};
+
+void check_against_host(const Case& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(c.rows * c.cols));
+  for (float& v : x) v = normal(rng) * (1 + (rng() % 64 == 0 ? 30.0f : 0.0f));
+
+  test::DeviceBuffer<float> d_x(x);
+  test::DeviceBuffer<uint8_t> d_packed(x.size() / 2), d_scales(x.size() / 16);
+  test::DeviceBuffer<float> d_rows(static_cast<size_t>(c.rows));
+  ASSERT_TRUE(cuda::quantize_activation_nvfp4(d_x.get(), c.rows, c.cols, c.input_scale,
+                                              d_packed.get(), d_scales.get(), d_rows.get(), 0)
+                  .is_ok());
+  NIB_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto packed = d_packed.to_host(), scales = d_scales.to_host();
+
+  auto host = c.input_scale > 0
+                  ? formats::quantize_activation_static(x, c.rows, c.cols, c.input_scale, "x")
+                  : formats::quantize_activation_per_token(x, c.rows, c.cols, "x");
+  ASSERT_TRUE(host.is_ok());
+  if (c.input_scale == 0) EXPECT_EQ(d_rows.to_host(), host->row_scales);
+
+  size_t scale_diffs = 0, code_diffs = 0;
+  const int64_t n_blocks = c.cols / 16;
+  for (int64_t r = 0; r < c.rows; ++r) {
+    const float global = c.input_scale > 0 ? 1.0f / c.input_scale
+                                           : formats::per_token_global(host->row_scales[r]);
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const float* block = x.data() + r * c.cols + b * 16;
+      const size_t s = static_cast<size_t>(r * n_blocks + b);
+      if (scales[s] != host->block_scales[s]) {
+        float amax = 0;
+        for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(block[i]));
+        ASSERT_TRUE(test::near_e4m3_midpoint(global * (amax * (1.0f / 6.0f))))
+            << "block scale differs away from a boundary at row " << r << " block " << b;
+        ++scale_diffs;
+        continue;
+      }
+      const float out_scale = 1.0f / (formats::e4m3_decode(scales[s]) * (1.0f / global));
+      for (int i = 0; i < 16; ++i) {
+        const int64_t col = b * 16 + i;
+        const uint8_t gpu = formats::e2m1_unpack(packed[(r * c.cols + col) / 2], col % 2);
+        if (gpu == host->code(r, col)) continue;
+        ASSERT_TRUE(test::near_e2m1_midpoint(block[i] * out_scale))
+            << "code differs away from a boundary at [" << r << ", " << col << "]";
+        ++code_diffs;
+      }
+    }
+  }
+  std::printf("rows %lld cols %lld %s: %zu block scales and %zu codes differ (all at boundaries)\n",
+              static_cast<long long>(c.rows), static_cast<long long>(c.cols),
+              c.input_scale > 0 ? "static" : "per-token", scale_diffs, code_diffs);
+  EXPECT_LE(code_diffs, x.size() / 1000);
+}
+
+}  // namespace
+
+TEST(CudaQuantizeActivation, MatchesHostOnModelShapes) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaQuantizeActivation");
+  // Qwen3-30B-A3B: hidden 2048 (q/k/v, gate/up inputs), 4096 (o_proj input), 768 (down input).
+  const Case cases[] = {{1, 2048, 0}, {3, 2048, 0.002f}, {17, 4096, 0}, {255, 768, 0.0005f},
+                        {4099, 2048, 0}, {4099, 768, 0.001f}};
+  for (const Case& c : cases) check_against_host(c, seed + c.rows);
+}
+
+TEST(CudaQuantizeActivation, RejectsBadShapes) {  // host-side checks: runs without a GPU too
+  EXPECT_FALSE(cuda::quantize_activation_nvfp4(nullptr, 4, 24, 0.1f, nullptr, nullptr, nullptr, 0)
+                   .is_ok());
+  EXPECT_FALSE(cuda::quantize_activation_nvfp4(nullptr, 4, 32, 0.0f, nullptr, nullptr, nullptr, 0)
+                   .is_ok());
+}

@@ -1,0 +1,18 @@
+// How a nibble subcommand plugs into the CLI: it adds its options to a CLI11 subcommand and returns
+// the function that runs it once parsed (exit status: 0 ok, 1 failure, 2 usage error).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace nibble::tools {
+
+using CommandRunner = std::function<int()>;
+
+// Each subcommand's registration, defined in its own cmd_<name>.cpp.
+using Registration = CommandRunner (*)(CLI::App& root);
+
+// Every subcommand, in the order `nibble --help` lists them.
+inline constexpr Registration ALL_COMMANDS[] = {};
+
+}  // namespace nibble::tools
