@@ -1,0 +1,14 @@
+// parallel_for: runs fn(i) for i in [0, n) on all cores, each index once, in no particular order.
+// Plain threads per call; enough for load-time and reference work (no per-token use).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+namespace nibble {
+
+// Number of worker threads used: NIBBLE_THREADS, else the hardware concurrency.
+size_t worker_count();
+void parallel_for(size_t n, const std::function<void(size_t)>& fn);
+
+}  // namespace nibble
