@@ -10,5 +10,7 @@ if [ ! -f build-fuzz/build.ninja ]; then
 fi
 cmake --build build-fuzz --target fuzz_safetensors
 mkdir -p build-fuzz/corpus/safetensors
-build-fuzz/tests/fuzz_safetensors build-fuzz/corpus/safetensors -max_total_time="$SECONDS_PER_TARGET" \
+# Work corpus in build-fuzz/, seeded from the committed tests/fuzz/corpus.
+build-fuzz/tests/fuzz_safetensors build-fuzz/corpus/safetensors tests/fuzz/corpus/safetensors \
+  -max_total_time="$SECONDS_PER_TARGET" \
   -max_len=4096 2>&1 | tail -n 5

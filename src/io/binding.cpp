@@ -1,0 +1,149 @@
+// Checkpoint binding. Problems are collected, not returned one by one, so a user fixing a broken
+// export sees everything wrong at once (capped at 50 lines, with the total count).
+#include "io/binding.h"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "core/log.h"
+
+namespace nibble::io {
+namespace {
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// A 0-d scalar, also accepted as shape [1] (some exporters write it so).
+bool is_scalar_shape(const std::vector<int64_t>& shape) {
+  return shape.empty() || (shape.size() == 1 && shape[0] == 1);
+}
+
+float read_f32(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+Result<BoundCheckpoint> bind_checkpoint(const SafetensorsReader& reader, const ModelConfig& config,
+                                        const QuantConfig& quant) {
+  BoundCheckpoint out;
+  out.config = config;
+  out.quant = quant;
+  out.modules = plan_modules(config, quant);
+  std::vector<std::string> problems;
+  std::set<std::string> expected_names;
+
+  auto lookup = [&](const TensorSpec& spec, TensorRef& ref) {
+    expected_names.insert(spec.name);
+    const auto* entry = reader.find(spec.name);
+    if (!entry) {
+      // A BF16 tensor where NVFP4 was expected (or the reverse) is the likeliest cause; say so.
+      const std::string stem = spec.name.substr(0, spec.name.rfind('.'));
+      const bool has_scale = reader.find(stem + ".weight_scale") != nullptr;
+      problems.push_back("missing tensor " + spec.name +
+                         (spec.name.ends_with(".weight_scale") && !has_scale
+                              ? " (module is NVFP4 per the quant config but the file has no scales: is it excluded?)"
+                              : ""));
+      return false;
+    }
+    const TensorInfo& info = *entry->info;
+    const bool shape_ok = spec.shape.empty() ? is_scalar_shape(info.shape) : info.shape == spec.shape;
+    if (info.dtype != spec.dtype || !shape_ok) {
+      problems.push_back(spec.name + ": expected " + std::string(dtype_name(spec.dtype)) + " " +
+                         shape_string(spec.shape) + ", file has " + std::string(dtype_name(info.dtype)) +
+                         " " + shape_string(info.shape) + " (" + entry->file->path() + ")");
+      return false;
+    }
+    ref = {reader.data(*entry).data(), info.dtype, info.shape};
+    return true;
+  };
+
+  for (const ModuleSpec& m : out.modules) {
+    const std::vector<TensorSpec> specs = m.tensors();
+    if (m.kind != ModuleKind::LINEAR) {
+      TensorRef ref;
+      if (lookup(specs[0], ref)) out.tensors[specs[0].name] = ref;
+      continue;
+    }
+    LinearWeights lw;
+    lw.module = m;
+    bool ok = lookup(specs[0], lw.weight);
+    if (m.quantized) {
+      TensorRef scale_2, input_scale;
+      ok &= lookup(specs[1], lw.weight_scale);
+      ok &= lookup(specs[2], scale_2);
+      ok &= lookup(specs[3], input_scale);
+      if (ok) {
+        lw.weight_scale_2 = read_f32(scale_2.data);
+        lw.input_scale = read_f32(input_scale.data);
+        for (const auto& [label, v] : {std::pair{"weight_scale_2", lw.weight_scale_2},
+                                       std::pair{"input_scale", lw.input_scale}}) {
+          if (!std::isfinite(v) || v <= 0.0f)
+            problems.push_back(m.name + "." + label + " is " + std::to_string(v) + ", must be finite and > 0");
+        }
+      }
+    } else if (reader.find(m.name + ".weight_scale")) {
+      expected_names.insert(m.name + ".weight_scale");
+      problems.push_back(m.name + " is NVFP4 in the file but unquantized per the quant config (" +
+                         (quant.nvfp4 ? "excluded by " + quant.source : std::string("no quant config")) + ")");
+    }
+    if (ok) out.linears[m.name] = lw;
+  }
+  for (const auto& [name, entry] : reader.tensors()) {
+    if (!expected_names.count(name)) problems.push_back("unexpected tensor " + name + " (" + entry.file->path() + ")");
+  }
+
+  // Gate and up of one expert usually share weight_scale_2 (ModelOpt export); third-party exports
+  // may not, and nibble keeps each half's own scale rather than re-rounding.
+  for (const ModuleSpec& m : out.modules) {
+    if (m.expert < 0 || !m.quantized || !m.name.ends_with(".gate_proj")) continue;
+    const std::string up = m.name.substr(0, m.name.size() - 9) + "up_proj";
+    auto g = out.linears.find(m.name), u = out.linears.find(up);
+    if (g != out.linears.end() && u != out.linears.end() && g->second.weight_scale_2 != u->second.weight_scale_2)
+      ++out.experts_with_split_gate_up_scale;
+  }
+
+  if (!problems.empty()) {
+    std::string message = "checkpoint does not match " + config.architecture + " (" +
+                          std::to_string(problems.size()) + " problem" + (problems.size() > 1 ? "s" : "") + "):";
+    for (size_t i = 0; i < problems.size() && i < 50; ++i) message += "\n  " + problems[i];
+    if (problems.size() > 50) message += "\n  ... and " + std::to_string(problems.size() - 50) + " more";
+    return Status::error(message);
+  }
+  if (out.experts_with_split_gate_up_scale > 0) {
+    log_info(std::to_string(out.experts_with_split_gate_up_scale) +
+             " experts have different gate/up weight_scale_2; each half keeps its own scale (exact)");
+  }
+  return out;
+}
+
+Result<std::unique_ptr<LoadedCheckpoint>> load_checkpoint(const std::string& model_dir) {
+  auto loaded = std::make_unique<LoadedCheckpoint>();
+  loaded->path = model_dir;
+  std::ifstream in(model_dir + "/config.json");
+  if (!in) return Status::error(model_dir + "/config.json: cannot open (is this a Hugging Face model folder?)");
+  std::stringstream text;
+  text << in.rdbuf();
+  Result<ModelConfig> config = parse_model_config(text.str(), model_dir + "/config.json");
+  if (!config) return config.status();
+  Result<QuantConfig> quant = load_quant_config(model_dir, text.str());
+  if (!quant) return quant.status();
+  Result<SafetensorsReader> reader = SafetensorsReader::open(model_dir);
+  if (!reader) return reader.status();
+  loaded->reader = std::move(reader.value());
+  Result<BoundCheckpoint> bound = bind_checkpoint(loaded->reader, *config, *quant);
+  if (!bound) return bound.status();
+  loaded->bound = std::move(bound.value());
+  return loaded;
+}
+
+}  // namespace nibble::io

@@ -1,0 +1,57 @@
+// Binds a checkpoint's tensors to its module plan: every expected tensor present with the right
+// dtype and shape, nothing unexpected, scales finite and positive; all problems in one error.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+#include "io/quant_config.h"
+#include "io/safetensors.h"
+#include "io/weight_plan.h"
+
+namespace nibble::io {
+
+// A tensor inside a mapped checkpoint file (valid while the SafetensorsReader lives).
+struct TensorRef {
+  const uint8_t* data = nullptr;
+  DType dtype = DType::U8;
+  std::vector<int64_t> shape;
+};
+
+// One Linear. BF16: weight is [out, in] BF16. NVFP4: weight is U8 [out, in/2] codes, weight_scale
+// F8_E4M3 [out, in/16], and the two fp32 scalars of the checkpoint.
+struct LinearWeights {
+  ModuleSpec module;
+  TensorRef weight;
+  TensorRef weight_scale;
+  float weight_scale_2 = 1.0f;
+  float input_scale = 0.0f;
+};
+
+struct BoundCheckpoint {
+  ModelConfig config;
+  QuantConfig quant;
+  std::vector<ModuleSpec> modules;
+  std::map<std::string, LinearWeights> linears;  // by module name
+  std::map<std::string, TensorRef> tensors;      // embedding and norm weights, by tensor name
+  // MoE experts whose gate_proj and up_proj weight_scale_2 differ: kept exact (each half keeps its
+  // own global scale), counted here and logged once.
+  int64_t experts_with_split_gate_up_scale = 0;
+};
+
+// Checks the reader's tensors against plan_modules(config, quant).
+Result<BoundCheckpoint> bind_checkpoint(const SafetensorsReader& reader, const ModelConfig& config,
+                                        const QuantConfig& quant);
+
+// A whole model folder: config.json, quant config, safetensors, bound and validated.
+struct LoadedCheckpoint {
+  std::string path;
+  SafetensorsReader reader;
+  BoundCheckpoint bound;
+};
+Result<std::unique_ptr<LoadedCheckpoint>> load_checkpoint(const std::string& model_dir);
+
+}  // namespace nibble::io

@@ -1,0 +1,88 @@
+// Module plan of Qwen3 / Qwen3-MoE checkpoints, names as in transformers' modeling_qwen3(_moe).py.
+#include "io/weight_plan.h"
+
+namespace nibble::io {
+namespace {
+
+void add_linear(std::vector<ModuleSpec>& out, const QuantConfig& quant, std::string name,
+                int64_t out_features, int64_t in_features, int64_t layer, int64_t expert = -1) {
+  const bool quantized = quant.is_quantized(name);
+  out.push_back({std::move(name), ModuleKind::LINEAR, {out_features, in_features}, quantized, layer, expert});
+}
+
+}  // namespace
+
+std::vector<TensorSpec> ModuleSpec::tensors() const {
+  if (kind != ModuleKind::LINEAR || !quantized) return {{name + ".weight", DType::BF16, shape}};
+  const int64_t out = shape[0], in = shape[1];
+  return {{name + ".weight", DType::U8, {out, in / 2}},
+          {name + ".weight_scale", DType::F8_E4M3, {out, in / 16}},
+          {name + ".weight_scale_2", DType::F32, {}},
+          {name + ".input_scale", DType::F32, {}}};
+}
+
+uint64_t ModuleSpec::nbytes() const {
+  uint64_t total = 0;
+  for (const TensorSpec& t : tensors()) total += t.nbytes();
+  return total;
+}
+
+std::vector<ModuleSpec> plan_modules(const ModelConfig& c, const QuantConfig& quant) {
+  std::vector<ModuleSpec> m;
+  const int64_t H = c.hidden_size, D = c.head_dim;
+  m.push_back({"model.embed_tokens", ModuleKind::EMBEDDING, {c.vocab_size, H}});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    m.push_back({p + "input_layernorm", ModuleKind::NORM, {H}, false, l});
+    add_linear(m, quant, p + "self_attn.q_proj", c.num_attention_heads * D, H, l);
+    add_linear(m, quant, p + "self_attn.k_proj", c.num_key_value_heads * D, H, l);
+    add_linear(m, quant, p + "self_attn.v_proj", c.num_key_value_heads * D, H, l);
+    add_linear(m, quant, p + "self_attn.o_proj", H, c.num_attention_heads * D, l);
+    m.push_back({p + "self_attn.q_norm", ModuleKind::NORM, {D}, false, l});
+    m.push_back({p + "self_attn.k_norm", ModuleKind::NORM, {D}, false, l});
+    m.push_back({p + "post_attention_layernorm", ModuleKind::NORM, {H}, false, l});
+    if (c.is_moe_layer(l)) {
+      add_linear(m, quant, p + "mlp.gate", c.num_experts, H, l);  // the router
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        add_linear(m, quant, x + "gate_proj", c.moe_intermediate_size, H, l, e);
+        add_linear(m, quant, x + "up_proj", c.moe_intermediate_size, H, l, e);
+        add_linear(m, quant, x + "down_proj", H, c.moe_intermediate_size, l, e);
+      }
+    } else {
+      add_linear(m, quant, p + "mlp.gate_proj", c.intermediate_size, H, l);
+      add_linear(m, quant, p + "mlp.up_proj", c.intermediate_size, H, l);
+      add_linear(m, quant, p + "mlp.down_proj", H, c.intermediate_size, l);
+    }
+  }
+  m.push_back({"model.norm", ModuleKind::NORM, {H}});
+  if (!c.tie_word_embeddings) add_linear(m, quant, "lm_head", c.vocab_size, H, -1);
+  return m;
+}
+
+uint64_t bytes_per_decoded_token(const ModelConfig& c, const std::vector<ModuleSpec>& modules) {
+  double total = 0;
+  for (const ModuleSpec& m : modules) {
+    if (m.kind == ModuleKind::EMBEDDING) {
+      total += static_cast<double>(m.nbytes()) / static_cast<double>(m.shape[0]);  // one row
+      if (c.tie_word_embeddings) total += static_cast<double>(m.nbytes());        // it is the lm_head too
+    } else if (m.expert >= 0) {
+      total += static_cast<double>(m.nbytes()) * c.num_experts_per_tok / c.num_experts;
+    } else {
+      total += static_cast<double>(m.nbytes());
+    }
+  }
+  return static_cast<uint64_t>(total);
+}
+
+uint64_t parameter_count(const std::vector<ModuleSpec>& modules) {
+  uint64_t n = 0;
+  for (const ModuleSpec& m : modules) {
+    uint64_t p = 1;
+    for (int64_t d : m.shape) p *= static_cast<uint64_t>(d);
+    n += p;
+  }
+  return n;
+}
+
+}  // namespace nibble::io

@@ -1,0 +1,39 @@
+// The tensors a checkpoint must hold for a ModelConfig + QuantConfig, module by module, with
+// Hugging Face names 1:1. Used to bind a checkpoint (binding.h), to write one (synth) and to
+// describe one (inspect). No model math here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+#include "io/quant_config.h"
+#include "io/safetensors.h"
+
+namespace nibble::io {
+
+enum class ModuleKind { EMBEDDING, NORM, LINEAR };
+
+struct ModuleSpec {
+  std::string name;             // e.g. "model.layers.0.mlp.experts.3.up_proj"
+  ModuleKind kind = ModuleKind::LINEAR;
+  std::vector<int64_t> shape;   // LINEAR [out, in]; NORM [n]; EMBEDDING [vocab, hidden]
+  bool quantized = false;       // LINEAR only: NVFP4 as the quant config says
+  int64_t layer = -1;           // decoder layer, -1 outside the layers
+  int64_t expert = -1;          // expert index for MoE expert linears, else -1
+
+  // The checkpoint tensors of this module: weight, and for NVFP4 linears weight_scale,
+  // weight_scale_2 and input_scale (DESIGN.md §1).
+  std::vector<TensorSpec> tensors() const;
+  uint64_t nbytes() const;
+};
+
+std::vector<ModuleSpec> plan_modules(const ModelConfig& config, const QuantConfig& quant);
+
+// Bytes a decode step reads per token: every non-expert module, experts scaled by k/E (each token
+// visits k of E experts per layer), one embedding row, and the lm_head.
+uint64_t bytes_per_decoded_token(const ModelConfig& config, const std::vector<ModuleSpec>& modules);
+uint64_t parameter_count(const std::vector<ModuleSpec>& modules);
+
+}  // namespace nibble::io

@@ -1,0 +1,170 @@
+// Checkpoint binding on synthetic checkpoints: a good one binds; broken ones report every problem
+// (missing, extra, mis-shaped, wrong format, bad scales) in one error.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "io/binding.h"
+#include "tools/synth.h"
+
+using namespace nibble;
+using namespace nibble::io;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path synth_tiny(const std::string& name, bool quantize_attention = true) {
+  fs::path dir = fs::temp_directory_path() / ("nibble_bind_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  tools::SynthOptions o;
+  o.preset = "tiny-moe";
+  o.out_dir = dir.string();
+  o.seed = 3;
+  o.quantize_attention = quantize_attention;
+  auto r = tools::synth_checkpoint(o);
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  return dir;
+}
+
+// Rewrites the checkpoint's tensors through `edit`, which may drop, add or change specs; tensor
+// bytes are copied from the original where the name and size still match, else filled with 0x11.
+void rewrite(const fs::path& dir, const std::function<void(std::vector<TensorSpec>&)>& edit) {
+  std::vector<uint8_t> copy_bytes;
+  std::map<std::string, std::vector<uint8_t>> old_data;
+  std::vector<TensorSpec> specs;
+  {
+    auto reader = SafetensorsReader::open(dir.string());
+    ASSERT_TRUE(reader.is_ok());
+    for (const auto& [name, e] : reader->tensors()) {
+      specs.push_back({name, e.info->dtype, e.info->shape});
+      auto d = reader->data(e);
+      old_data[name] = {d.begin(), d.end()};
+    }
+  }
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().extension() == ".safetensors" || entry.path().filename() == "model.safetensors.index.json")
+      fs::remove(entry.path());
+  edit(specs);
+  auto writer = ShardedWriter::create(dir.string(), specs, 1ull << 40, {});
+  ASSERT_TRUE(writer.is_ok());
+  for (const TensorSpec& t : specs) {
+    auto buf = (*writer)->buffer(t.name);
+    auto it = old_data.find(t.name);
+    if (it != old_data.end() && it->second.size() == buf.size()) std::memcpy(buf.data(), it->second.data(), buf.size());
+    else std::memset(buf.data(), 0x11, buf.size());
+  }
+  ASSERT_TRUE((*writer)->finish().is_ok());
+}
+
+}  // namespace
+
+TEST(Binding, SynthCheckpointBinds) {
+  const fs::path dir = synth_tiny("good");
+  auto loaded = load_checkpoint(dir.string());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  const BoundCheckpoint& b = (*loaded)->bound;
+  EXPECT_TRUE(b.quant.nvfp4);
+  const LinearWeights& up = b.linears.at("model.layers.1.mlp.experts.5.up_proj");
+  EXPECT_TRUE(up.module.quantized);
+  EXPECT_EQ(up.weight.dtype, DType::U8);
+  EXPECT_EQ(up.weight.shape, (std::vector<int64_t>{32, 16}));
+  EXPECT_GT(up.weight_scale_2, 0.0f);
+  EXPECT_GT(up.input_scale, 0.0f);
+  EXPECT_EQ(up.weight_scale_2, b.linears.at("model.layers.1.mlp.experts.5.gate_proj").weight_scale_2);
+  EXPECT_FALSE(b.linears.at("model.layers.0.mlp.gate").module.quantized);  // router excluded
+  EXPECT_EQ(b.linears.count("lm_head"), 0u);                               // tied embeddings
+  EXPECT_EQ(b.experts_with_split_gate_up_scale, 0);
+  EXPECT_EQ(b.tensors.at("model.norm.weight").shape, std::vector<int64_t>{32});
+  fs::remove_all(dir);
+}
+
+TEST(Binding, AttentionInBf16WhenExcluded) {
+  const fs::path dir = synth_tiny("bf16attn", false);
+  auto loaded = load_checkpoint(dir.string());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  const LinearWeights& q = (*loaded)->bound.linears.at("model.layers.0.self_attn.q_proj");
+  EXPECT_FALSE(q.module.quantized);
+  EXPECT_EQ(q.weight.dtype, DType::BF16);
+  fs::remove_all(dir);
+}
+
+TEST(Binding, EveryProblemReportedAtOnce) {
+  const fs::path dir = synth_tiny("broken");
+  rewrite(dir, [](std::vector<TensorSpec>& specs) {
+    std::erase_if(specs, [](const TensorSpec& t) {
+      return t.name == "model.layers.0.self_attn.k_norm.weight" ||
+             t.name == "model.layers.1.mlp.experts.2.down_proj.weight_scale";
+    });
+    for (TensorSpec& t : specs) {
+      if (t.name == "model.layers.0.mlp.experts.0.up_proj.weight") t.shape = {32, 32};
+      if (t.name == "model.norm.weight") t.dtype = DType::F32;
+    }
+    specs.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", DType::F32, {8}});
+  });
+  auto loaded = load_checkpoint(dir.string());
+  ASSERT_FALSE(loaded.is_ok());
+  const std::string& e = loaded.status().message();
+  EXPECT_NE(e.find("(5 problems)"), std::string::npos) << e;
+  EXPECT_NE(e.find("missing tensor model.layers.0.self_attn.k_norm.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("missing tensor model.layers.1.mlp.experts.2.down_proj.weight_scale"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.layers.0.mlp.experts.0.up_proj.weight: expected U8 [32, 16], file has U8 [32, 32]"),
+            std::string::npos) << e;
+  EXPECT_NE(e.find("model.norm.weight: expected BF16 [32], file has F32 [32]"), std::string::npos) << e;
+  EXPECT_NE(e.find("unexpected tensor model.layers.0.self_attn.rotary_emb.inv_freq"), std::string::npos) << e;
+  fs::remove_all(dir);
+}
+
+TEST(Binding, QuantizedModuleThatConfigExcludes) {
+  const fs::path dir = synth_tiny("excluded");
+  // Declare attention excluded in hf_quant_config.json while the file holds NVFP4 attention.
+  std::ifstream in(dir / "hf_quant_config.json");
+  nlohmann::json hf = nlohmann::json::parse(in);
+  hf["quantization"]["exclude_modules"].push_back("model.layers.0.self_attn.o_proj");
+  std::ofstream(dir / "hf_quant_config.json") << hf.dump();
+  auto loaded = load_checkpoint(dir.string());
+  ASSERT_FALSE(loaded.is_ok());
+  EXPECT_NE(loaded.status().message().find("model.layers.0.self_attn.o_proj is NVFP4 in the file but unquantized"),
+            std::string::npos) << loaded.status().message();
+  fs::remove_all(dir);
+}
+
+TEST(Binding, SplitGateUpScalesCountedAndBadScalesRejected) {
+  const fs::path dir = synth_tiny("scales");
+  rewrite(dir, [](std::vector<TensorSpec>&) {});  // unchanged layout, original bytes
+  {
+    // Overwrite two scalars in place: a split gate/up scale, and a zero input_scale.
+    auto reader = SafetensorsReader::open(dir.string());
+    ASSERT_TRUE(reader.is_ok());
+    auto patch = [&](const std::string& name, float v) {
+      const auto* e = reader->find(name);
+      ASSERT_NE(e, nullptr) << name;
+      std::fstream f(e->file->path(), std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(static_cast<std::streamoff>(e->info->data_begin));
+      f.write(reinterpret_cast<const char*>(&v), sizeof v);
+    };
+    patch("model.layers.0.mlp.experts.1.up_proj.weight_scale_2", 1.5e-4f);
+    patch("model.layers.0.mlp.experts.4.up_proj.weight_scale_2", 2.5e-4f);
+  }
+  auto loaded = load_checkpoint(dir.string());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  EXPECT_EQ((*loaded)->bound.experts_with_split_gate_up_scale, 2);
+  loaded = Status::error("reset");
+  {
+    auto reader = SafetensorsReader::open(dir.string());
+    const auto* e = reader->find("model.layers.1.self_attn.q_proj.input_scale");
+    std::fstream f(e->file->path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(e->info->data_begin));
+    const float zero = 0.0f;
+    f.write(reinterpret_cast<const char*>(&zero), sizeof zero);
+  }
+  auto bad = load_checkpoint(dir.string());
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("model.layers.1.self_attn.q_proj.input_scale is 0.000000, must be finite and > 0"),
+            std::string::npos) << bad.status().message();
+  fs::remove_all(dir);
+}

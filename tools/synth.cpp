@@ -1,0 +1,316 @@
+// Synthetic checkpoint writer. Weights: normal(0, 0.02) before NVFP4 quantization (ModelOpt-exact,
+// formats::quantize_weight); q/k/v and each gate/up pair share weight_scale_2 and input_scale, as
+// ModelOpt's export fuses them; norms near 1; router rows with varied scales so routing is uneven;
+// input_scales from plausible activation ranges.
+#include "tools/synth.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "core/parallel.h"
+#include "formats/bf16.h"
+#include "formats/nvfp4.h"
+#include "formats/nvfp4_block.h"
+#include "io/quant_config.h"
+#include "io/safetensors.h"
+#include "io/weight_plan.h"
+#include "tools/fast_random.h"
+
+namespace nibble::tools {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+struct Preset {
+  io::ModelConfig config;
+  uint64_t shard_bytes;
+};
+
+// Qwen3-30B-A3B: config.json of Qwen/Qwen3-30B-A3B (and nvidia/Qwen3-30B-A3B-NVFP4).
+Preset qwen3_30b_a3b() {
+  io::ModelConfig c;
+  c.architecture = "Qwen3MoeForCausalLM";
+  c.vocab_size = 151936;
+  c.hidden_size = 2048;
+  c.num_hidden_layers = 48;
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 4;
+  c.head_dim = 128;
+  c.intermediate_size = 6144;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1e6;
+  c.max_position_embeddings = 40960;
+  c.num_experts = 128;
+  c.num_experts_per_tok = 8;
+  c.moe_intermediate_size = 768;
+  c.eos_token_ids = {151645};
+  return {c, 5'000'000'000ull};
+}
+
+// A few MB: tiny dimensions, the real vocabulary (so the real tokenizer works), tied embeddings.
+Preset tiny_moe() {
+  Preset p = qwen3_30b_a3b();
+  io::ModelConfig& c = p.config;
+  c.hidden_size = 32;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.intermediate_size = 64;
+  c.num_experts = 8;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 32;
+  c.tie_word_embeddings = true;
+  p.shard_bytes = 4'000'000;
+  return p;
+}
+
+Result<Preset> find_preset(const SynthOptions& o) {
+  Preset p;
+  if (o.preset == "tiny-moe") p = tiny_moe();
+  else if (o.preset == "qwen3-30b-a3b") p = qwen3_30b_a3b();
+  else return Status::error("unknown preset '" + o.preset + "' (presets: tiny-moe, qwen3-30b-a3b)");
+  if (o.layers < 0 || o.experts < 0) return Status::error("--layers and --experts must be positive");
+  if (o.layers > 0) p.config.num_hidden_layers = o.layers;
+  if (o.experts > 0) {
+    p.config.num_experts = o.experts;
+    p.config.num_experts_per_tok = std::min(p.config.num_experts_per_tok, o.experts);
+  }
+  if (o.shard_bytes > 0) p.shard_bytes = o.shard_bytes;
+  return p;
+}
+
+json config_json(const io::ModelConfig& c, const json& quantization_config) {
+  json j = {
+      {"architectures", {c.architecture}},
+      {"model_type", c.is_moe() ? "qwen3_moe" : "qwen3"},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"bos_token_id", 151643},
+      {"eos_token_id", c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids)},
+      {"head_dim", c.head_dim},
+      {"hidden_act", "silu"},
+      {"hidden_size", c.hidden_size},
+      {"initializer_range", 0.02},
+      {"intermediate_size", c.intermediate_size},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"max_window_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_scaling", nullptr},
+      {"rope_theta", c.rope_theta},
+      {"sliding_window", nullptr},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"torch_dtype", "bfloat16"},
+      {"use_cache", true},
+      {"use_sliding_window", false},
+      {"vocab_size", c.vocab_size},
+      {"quantization_config", quantization_config},
+  };
+  if (c.is_moe()) {
+    j["decoder_sparse_step"] = c.decoder_sparse_step;
+    j["mlp_only_layers"] = c.mlp_only_layers;
+    j["moe_intermediate_size"] = c.moe_intermediate_size;
+    j["norm_topk_prob"] = c.norm_topk_prob;
+    j["num_experts"] = c.num_experts;
+    j["num_experts_per_tok"] = c.num_experts_per_tok;
+    j["output_router_logits"] = false;
+    j["router_aux_loss_coef"] = 0.001;
+  }
+  return j;
+}
+
+Status write_json(const fs::path& path, const json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  return out ? Status::ok() : Status::error(path.string() + ": cannot write");
+}
+
+// Modules generated together because they share weight_scale_2 and input_scale in a ModelOpt
+// export (q/k/v; gate/up of one MLP or expert); everything else alone.
+std::vector<std::vector<const io::ModuleSpec*>> generation_groups(const std::vector<io::ModuleSpec>& modules) {
+  std::vector<std::vector<const io::ModuleSpec*>> groups;
+  std::map<std::string, size_t> fused;  // fusion key → group index
+  for (const io::ModuleSpec& m : modules) {
+    std::string key;
+    const std::string stem = m.name.substr(0, m.name.rfind('.') + 1);
+    if (m.name.ends_with("q_proj") || m.name.ends_with("k_proj") || m.name.ends_with("v_proj")) key = stem + "qkv";
+    else if (m.name.ends_with("gate_proj") || m.name.ends_with("up_proj")) key = stem + "gate_up";
+    if (key.empty()) {
+      groups.push_back({&m});
+    } else if (auto it = fused.find(key); it != fused.end()) {
+      groups[it->second].push_back(&m);
+    } else {
+      fused[key] = groups.size();
+      groups.push_back({&m});
+    }
+  }
+  return groups;
+}
+
+void write_f32(std::span<uint8_t> out, float v) { std::memcpy(out.data(), &v, sizeof v); }
+
+void fill_bf16(std::span<uint8_t> out, FastRandom& rng, float mean, float stddev) {
+  auto* p = reinterpret_cast<uint16_t*>(out.data());
+  for (size_t i = 0; i < out.size() / 2; ++i) p[i] = formats::bf16_encode(mean + stddev * rng.normal());
+}
+
+Status generate_group(const std::vector<const io::ModuleSpec*>& group, uint64_t seed, io::ShardedWriter& writer) {
+  const io::ModuleSpec& first = *group[0];
+  FastRandom rng(seed, first.name);
+  if (first.kind == io::ModuleKind::NORM) {
+    fill_bf16(writer.buffer(first.name + ".weight"), rng, 1.0f, 0.05f);
+    return Status::ok();
+  }
+  if (first.kind == io::ModuleKind::EMBEDDING || !first.quantized) {
+    auto out = writer.buffer(first.name + ".weight");
+    if (first.name.ends_with("mlp.gate")) {
+      // Router: each expert's row gets its own scale (log-normal), so some experts win more often.
+      const size_t cols = static_cast<size_t>(first.shape[1]);
+      for (int64_t e = 0; e < first.shape[0]; ++e)
+        fill_bf16(out.subspan(e * cols * 2, cols * 2), rng, 0.0f, 0.02f * std::exp(0.5f * rng.normal()));
+      return Status::ok();
+    }
+    for (const io::ModuleSpec* m : group) fill_bf16(writer.buffer(m->name + ".weight"), rng, 0.0f, 0.02f);
+    return Status::ok();
+  }
+  // NVFP4 linears: draw all weights of the group, then quantize with the shared scales.
+  std::vector<std::vector<float>> weights;
+  float shared_scale_2 = 0.0f;
+  for (const io::ModuleSpec* m : group) {
+    std::vector<float> w(static_cast<size_t>(m->shape[0] * m->shape[1]));
+    for (float& v : w) v = 0.02f * rng.normal();
+    shared_scale_2 = std::max(shared_scale_2, formats::weight_scale_2(w));
+    weights.push_back(std::move(w));
+  }
+  // Calibrated activation amax: inputs after RMSNorm reach ~2..20; SwiGLU outputs and attention
+  // outputs are smaller.
+  const bool small_input = first.name.ends_with("down_proj") || first.name.ends_with("o_proj");
+  const float amax = (small_input ? 0.5f : 2.0f) * (1.0f + 9.0f * rng.uniform());
+  const float input_scale = amax / formats::NVFP4_SCALE_RANGE;
+  for (size_t i = 0; i < group.size(); ++i) {
+    const io::ModuleSpec& m = *group[i];
+    auto q = formats::quantize_weight(weights[i], m.shape[0], m.shape[1], m.name + ".weight", shared_scale_2);
+    if (!q) return q.status();
+    std::memcpy(writer.buffer(m.name + ".weight").data(), q->packed.data(), q->packed.size());
+    std::memcpy(writer.buffer(m.name + ".weight_scale").data(), q->block_scales.data(), q->block_scales.size());
+    write_f32(writer.buffer(m.name + ".weight_scale_2"), q->scale);
+    write_f32(writer.buffer(m.name + ".input_scale"), input_scale);
+  }
+  return Status::ok();
+}
+
+io::QuantConfig synth_quant_config(const io::ModelConfig& c, bool quantize_attention) {
+  io::QuantConfig q;
+  q.nvfp4 = true;
+  q.exclude_modules.push_back("lm_head");
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l);
+    if (c.is_moe_layer(l)) q.exclude_modules.push_back(p + ".mlp.gate");
+    if (!quantize_attention) q.exclude_modules.push_back(p + ".self_attn*");
+  }
+  return q;
+}
+
+}  // namespace
+
+const std::vector<std::string>& synth_presets() {
+  static const std::vector<std::string> presets = {"tiny-moe", "qwen3-30b-a3b"};
+  return presets;
+}
+
+Result<io::ModelConfig> synth_config(const SynthOptions& options) {
+  Result<Preset> preset = find_preset(options);
+  if (!preset) return preset.status();
+  // Round-trip through config.json parsing so the preset is validated like any checkpoint.
+  const json j = config_json(preset->config, nullptr);
+  return io::parse_model_config(j.dump(), "preset " + options.preset);
+}
+
+Result<uint64_t> synth_total_bytes(const SynthOptions& options) {
+  Result<io::ModelConfig> config = synth_config(options);
+  if (!config) return config.status();
+  uint64_t total = 0;
+  for (const auto& m : io::plan_modules(*config, synth_quant_config(*config, options.quantize_attention)))
+    total += m.nbytes();
+  return total;
+}
+
+Result<SynthReport> synth_checkpoint(const SynthOptions& options) {
+  Result<Preset> preset = find_preset(options);
+  if (!preset) return preset.status();
+  Result<io::ModelConfig> config = synth_config(options);
+  if (!config) return config.status();
+  const io::QuantConfig quant = synth_quant_config(*config, options.quantize_attention);
+  const std::vector<io::ModuleSpec> modules = io::plan_modules(*config, quant);
+
+  std::vector<io::TensorSpec> tensors;
+  for (const io::ModuleSpec& m : modules)
+    for (io::TensorSpec& t : m.tensors()) tensors.push_back(std::move(t));
+  auto writer = io::ShardedWriter::create(options.out_dir, tensors, preset->shard_bytes, {{"format", "pt"}});
+  if (!writer) return writer.status();
+
+  const auto groups = generation_groups(modules);
+  std::vector<Status> statuses(groups.size());
+  parallel_for(groups.size(), [&](size_t g) {
+    statuses[g] = generate_group(groups[g], options.seed, **writer);
+    if (options.bytes_done) {
+      uint64_t bytes = 0;
+      for (const io::ModuleSpec* m : groups[g]) bytes += m->nbytes();
+      *options.bytes_done += bytes;
+    }
+  });
+  for (const Status& s : statuses) NIB_RETURN_IF_ERROR(s);
+  NIB_RETURN_IF_ERROR((*writer)->finish());
+
+  // Configs: hf_quant_config.json and the embedded form ModelOpt also writes into config.json.
+  const json producer = {{"name", "modelopt"}, {"version", "0.47.0"}};
+  const json hf_quant = {{"producer", producer},
+                         {"quantization", {{"quant_algo", "NVFP4"}, {"kv_cache_quant_algo", nullptr},
+                                           {"group_size", 16}, {"exclude_modules", quant.exclude_modules}}}};
+  const json group = {{"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", 16}};
+  const json embedded = {{"config_groups", {{"group_0", {{"input_activations", group}, {"weights", group},
+                                                         {"targets", {"Linear"}}}}}},
+                         {"ignore", quant.exclude_modules},
+                         {"quant_algo", "NVFP4"},
+                         {"producer", producer},
+                         {"quant_method", "modelopt"}};
+  const fs::path dir(options.out_dir);
+  NIB_RETURN_IF_ERROR(write_json(dir / "config.json", config_json(*config, embedded)));
+  NIB_RETURN_IF_ERROR(write_json(dir / "hf_quant_config.json", hf_quant));
+  // Qwen3's generation_config.json (Qwen/Qwen3-30B-A3B).
+  NIB_RETURN_IF_ERROR(write_json(dir / "generation_config.json",
+                                 {{"bos_token_id", 151643}, {"do_sample", true}, {"eos_token_id", {151645, 151643}},
+                                  {"pad_token_id", 151643}, {"temperature", 0.6}, {"top_k", 20}, {"top_p", 0.95},
+                                  {"transformers_version", "4.51.0"}}));
+  const fs::path tokenizer = fs::path(data_dir()) / "qwen3-tokenizer";
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::error_code ec;
+    fs::copy_file(tokenizer / file, dir / file, fs::copy_options::overwrite_existing, ec);
+    if (ec) return Status::error((tokenizer / file).string() + ": cannot copy tokenizer file: " + ec.message());
+  }
+  SynthReport report;
+  report.config = *config;
+  for (const auto& t : tensors) report.total_bytes += t.nbytes();
+  report.n_shards = (*writer)->shard_files().size();
+  return report;
+}
+
+std::string data_dir() {
+  if (const char* env = std::getenv("NIBBLE_DATA_DIR")) return env;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && fs::exists(exe.parent_path().parent_path() / "data" / "qwen3-tokenizer")) {
+    return (exe.parent_path().parent_path() / "data").string();
+  }
+  return NIBBLE_SOURCE_DATA_DIR;
+}
+
+}  // namespace nibble::tools

@@ -1,0 +1,43 @@
+// Synthetic checkpoints in the exact ModelOpt NVFP4 layout (both config forms, sharded safetensors
+// with index, generation_config.json, the Qwen3 tokenizer files), with random weights.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "io/model_config.h"
+
+namespace nibble::tools {
+
+struct SynthOptions {
+  std::string preset;                 // tiny-moe | qwen3-30b-a3b
+  std::string out_dir;
+  uint64_t seed = 0;
+  int64_t layers = 0;                 // 0: the preset's
+  int64_t experts = 0;                // 0: the preset's
+  bool quantize_attention = true;     // false: q/k/v/o stay BF16 (listed in exclude_modules)
+  uint64_t shard_bytes = 0;           // 0: the preset's
+  std::atomic<uint64_t>* bytes_done = nullptr;  // progress, updated as tensors are written
+};
+
+struct SynthReport {
+  io::ModelConfig config;
+  uint64_t total_bytes = 0;  // tensor bytes written
+  size_t n_shards = 0;
+};
+
+const std::vector<std::string>& synth_presets();
+// The preset's ModelConfig with the overrides of `options` applied and validated.
+Result<io::ModelConfig> synth_config(const SynthOptions& options);
+// Total tensor bytes the checkpoint will hold (for progress bars).
+Result<uint64_t> synth_total_bytes(const SynthOptions& options);
+Result<SynthReport> synth_checkpoint(const SynthOptions& options);
+
+// Where nibble's data files (data/qwen3-tokenizer) are: $NIBBLE_DATA_DIR, else <exe>/../data,
+// else the source tree's data/.
+std::string data_dir();
+
+}  // namespace nibble::tools
