@@ -13,4 +13,4 @@ mkdir -p build-fuzz/corpus/safetensors
 # Work corpus in build-fuzz/, seeded from the committed tests/fuzz/corpus.
 build-fuzz/tests/fuzz_safetensors build-fuzz/corpus/safetensors tests/fuzz/corpus/safetensors \
   -max_total_time="$SECONDS_PER_TARGET" \
-  -max_len=4096 2>&1 | tail -n 5
+  -max_len=4096 2>&1 | grep -E "INITED|DONE|ERROR|SUMMARY|Done"

@@ -39,9 +39,10 @@ CommandRunner register_synth(CLI::App& root) {
       return 1;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("wrote %s: %s, %.3f GB in %zu shard(s), %.1f s (%.2f GB/s)\n", options->out_dir.c_str(),
-                report->config.architecture.c_str(), report->total_bytes / 1e9, report->n_shards, seconds,
-                report->total_bytes / 1e9 / seconds);
+    std::printf("wrote %s: %s, %.3f GB in %zu shard(s), %.1f s (%.2f GB/s; generating %.1f s, flushing to disk %.1f s)\n",
+                options->out_dir.c_str(), report->config.architecture.c_str(), report->total_bytes / 1e9,
+                report->n_shards, seconds, report->total_bytes / 1e9 / seconds, report->generate_seconds,
+                report->flush_seconds);
     return 0;
   };
 }

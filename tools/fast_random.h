@@ -1,5 +1,5 @@
 // Fast deterministic random numbers for synthetic checkpoints: xoshiro256** seeded by SplitMix64,
-// normals by Box-Muller. Each module gets its own stream (seed, module name), so the output does not
+// normals by Marsaglia's polar method. Each module gets its own stream (seed, module name), so the output does not
 // depend on how work is spread over threads. Not for anything statistical beyond test weights.
 #pragma once
 
@@ -35,11 +35,16 @@ class FastRandom {
       has_spare_ = false;
       return spare_;
     }
-    const float r = std::sqrt(-2.0f * std::log(uniform()));
-    const float theta = 6.283185307f * uniform();
-    spare_ = r * std::sin(theta);
+    float u, v, s;
+    do {  // a uniform point in the unit disc (accepted with probability π/4)
+      u = 2.0f * uniform() - 1.0f;
+      v = 2.0f * uniform() - 1.0f;
+      s = u * u + v * v;
+    } while (s >= 1.0f || s == 0.0f);
+    const float factor = std::sqrt(-2.0f * std::log(s) / s);
+    spare_ = v * factor;
     has_spare_ = true;
-    return r * std::cos(theta);
+    return u * factor;
   }
 
  private:

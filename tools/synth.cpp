@@ -5,6 +5,7 @@
 #include "tools/synth.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -155,37 +156,53 @@ std::vector<std::vector<const io::ModuleSpec*>> generation_groups(const std::vec
   return groups;
 }
 
-void write_f32(std::span<uint8_t> out, float v) { std::memcpy(out.data(), &v, sizeof v); }
+Status write_f32(io::ShardedWriter& writer, const std::string& name, float v) {
+  uint8_t bytes[sizeof v];
+  std::memcpy(bytes, &v, sizeof v);
+  return writer.write(name, bytes);
+}
 
-void fill_bf16(std::span<uint8_t> out, FastRandom& rng, float mean, float stddev) {
-  auto* p = reinterpret_cast<uint16_t*>(out.data());
-  for (size_t i = 0; i < out.size() / 2; ++i) p[i] = formats::bf16_encode(mean + stddev * rng.normal());
+std::vector<uint8_t> normal_bf16(size_t n, FastRandom& rng, float mean, float stddev) {
+  std::vector<uint8_t> out(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t b = formats::bf16_encode(mean + stddev * rng.normal());
+    std::memcpy(out.data() + 2 * i, &b, 2);
+  }
+  return out;
+}
+
+size_t numel(const io::ModuleSpec& m) {
+  size_t n = 1;
+  for (int64_t d : m.shape) n *= static_cast<size_t>(d);
+  return n;
 }
 
 Status generate_group(const std::vector<const io::ModuleSpec*>& group, uint64_t seed, io::ShardedWriter& writer) {
   const io::ModuleSpec& first = *group[0];
   FastRandom rng(seed, first.name);
   if (first.kind == io::ModuleKind::NORM) {
-    fill_bf16(writer.buffer(first.name + ".weight"), rng, 1.0f, 0.05f);
-    return Status::ok();
+    return writer.write(first.name + ".weight", normal_bf16(numel(first), rng, 1.0f, 0.05f));
   }
   if (first.kind == io::ModuleKind::EMBEDDING || !first.quantized) {
-    auto out = writer.buffer(first.name + ".weight");
     if (first.name.ends_with("mlp.gate")) {
       // Router: each expert's row gets its own scale (log-normal), so some experts win more often.
       const size_t cols = static_cast<size_t>(first.shape[1]);
-      for (int64_t e = 0; e < first.shape[0]; ++e)
-        fill_bf16(out.subspan(e * cols * 2, cols * 2), rng, 0.0f, 0.02f * std::exp(0.5f * rng.normal()));
-      return Status::ok();
+      std::vector<uint8_t> rows;
+      for (int64_t e = 0; e < first.shape[0]; ++e) {
+        const auto row = normal_bf16(cols, rng, 0.0f, 0.02f * std::exp(0.5f * rng.normal()));
+        rows.insert(rows.end(), row.begin(), row.end());
+      }
+      return writer.write(first.name + ".weight", rows);
     }
-    for (const io::ModuleSpec* m : group) fill_bf16(writer.buffer(m->name + ".weight"), rng, 0.0f, 0.02f);
+    for (const io::ModuleSpec* m : group)
+      NIB_RETURN_IF_ERROR(writer.write(m->name + ".weight", normal_bf16(numel(*m), rng, 0.0f, 0.02f)));
     return Status::ok();
   }
   // NVFP4 linears: draw all weights of the group, then quantize with the shared scales.
   std::vector<std::vector<float>> weights;
   float shared_scale_2 = 0.0f;
   for (const io::ModuleSpec* m : group) {
-    std::vector<float> w(static_cast<size_t>(m->shape[0] * m->shape[1]));
+    std::vector<float> w(numel(*m));
     for (float& v : w) v = 0.02f * rng.normal();
     shared_scale_2 = std::max(shared_scale_2, formats::weight_scale_2(w));
     weights.push_back(std::move(w));
@@ -199,10 +216,10 @@ Status generate_group(const std::vector<const io::ModuleSpec*>& group, uint64_t 
     const io::ModuleSpec& m = *group[i];
     auto q = formats::quantize_weight(weights[i], m.shape[0], m.shape[1], m.name + ".weight", shared_scale_2);
     if (!q) return q.status();
-    std::memcpy(writer.buffer(m.name + ".weight").data(), q->packed.data(), q->packed.size());
-    std::memcpy(writer.buffer(m.name + ".weight_scale").data(), q->block_scales.data(), q->block_scales.size());
-    write_f32(writer.buffer(m.name + ".weight_scale_2"), q->scale);
-    write_f32(writer.buffer(m.name + ".input_scale"), input_scale);
+    NIB_RETURN_IF_ERROR(writer.write(m.name + ".weight", q->packed));
+    NIB_RETURN_IF_ERROR(writer.write(m.name + ".weight_scale", q->block_scales));
+    NIB_RETURN_IF_ERROR(write_f32(writer, m.name + ".weight_scale_2", q->scale));
+    NIB_RETURN_IF_ERROR(write_f32(writer, m.name + ".input_scale", input_scale));
   }
   return Status::ok();
 }
@@ -257,6 +274,7 @@ Result<SynthReport> synth_checkpoint(const SynthOptions& options) {
   auto writer = io::ShardedWriter::create(options.out_dir, tensors, preset->shard_bytes, {{"format", "pt"}});
   if (!writer) return writer.status();
 
+  const auto start = std::chrono::steady_clock::now();
   const auto groups = generation_groups(modules);
   std::vector<Status> statuses(groups.size());
   parallel_for(groups.size(), [&](size_t g) {
@@ -268,7 +286,9 @@ Result<SynthReport> synth_checkpoint(const SynthOptions& options) {
     }
   });
   for (const Status& s : statuses) NIB_RETURN_IF_ERROR(s);
+  const auto generated = std::chrono::steady_clock::now();
   NIB_RETURN_IF_ERROR((*writer)->finish());
+  const auto flushed = std::chrono::steady_clock::now();
 
   // Configs: hf_quant_config.json and the embedded form ModelOpt also writes into config.json.
   const json producer = {{"name", "modelopt"}, {"version", "0.47.0"}};
@@ -300,6 +320,8 @@ Result<SynthReport> synth_checkpoint(const SynthOptions& options) {
   report.config = *config;
   for (const auto& t : tensors) report.total_bytes += t.nbytes();
   report.n_shards = (*writer)->shard_files().size();
+  report.generate_seconds = std::chrono::duration<double>(generated - start).count();
+  report.flush_seconds = std::chrono::duration<double>(flushed - generated).count();
   return report;
 }
 

@@ -27,6 +27,8 @@ struct SynthReport {
   io::ModelConfig config;
   uint64_t total_bytes = 0;  // tensor bytes written
   size_t n_shards = 0;
+  double generate_seconds = 0;  // drawing, quantizing and storing into the mapped files
+  double flush_seconds = 0;     // msync: waiting for the disk
 };
 
 const std::vector<std::string>& synth_presets();

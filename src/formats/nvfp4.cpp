@@ -113,10 +113,9 @@ Result<Nvfp4Matrix> quantize_weight(std::span<const float> w, int64_t rows, int6
       const uint8_t sf = e4m3_encode(s);
       const float divisor = e4m3_decode(sf) * scale_2;           // scale.to(float32) * scale_2
       for (int i = 0; i < NVFP4_BLOCK; ++i) {
-        float scaled = block[i] / divisor;
-        // _cast_fp4 takes the sign from `weight < 0`, so -0.0 becomes code 0, not 8.
-        if (scaled == 0.0f) scaled = 0.0f;
-        codes[i] = e2m1_encode(scaled);
+        // _cast_fp4: sign from `weight < 0` (so -0.0 gives code 0, not 8), then the magnitude.
+        const float scaled = block[i] / divisor;
+        codes[i] = static_cast<uint8_t>((scaled < 0.0f ? E2M1_SIGN : 0) | e2m1_round_magnitude(std::fabs(scaled)));
       }
       m.block_scales[r * n_blocks + b] = sf;
       store_codes(m, r, b, codes);

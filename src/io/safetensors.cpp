@@ -316,48 +316,54 @@ Result<std::unique_ptr<ShardedWriter>> ShardedWriter::create(const std::string& 
     const std::string name = n_shards == 1 ? "model.safetensors" : shard_name;
     Shard shard;
     shard.path = (fs::path(dir) / name).string();
-    shard.size = 8 + header_text.size() + offset;
-    const int fd = ::open(shard.path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return file_error(shard.path, std::string("cannot create: ") + std::strerror(errno));
-    if (ftruncate(fd, static_cast<off_t>(shard.size)) != 0) {
-      ::close(fd);
-      return file_error(shard.path, std::string("cannot size file: ") + std::strerror(errno));
+    shard.fd = ::open(shard.path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (shard.fd < 0) return file_error(shard.path, std::string("cannot create: ") + std::strerror(errno));
+    writer->shards_.push_back(shard);  // closed by the destructor from here on
+    std::string head(8, '\0');
+    for (int i = 0; i < 8; ++i) head[i] = static_cast<char>(header_text.size() >> (8 * i));
+    head += header_text;
+    const uint64_t file_size = head.size() + offset;
+    if (pwrite(shard.fd, head.data(), head.size(), 0) != static_cast<ssize_t>(head.size()) ||
+        ftruncate(shard.fd, static_cast<off_t>(file_size)) != 0) {
+      return file_error(shard.path, std::string("cannot write: ") + std::strerror(errno));
     }
-    void* map = mmap(nullptr, shard.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (map == MAP_FAILED) return file_error(shard.path, std::string("cannot mmap: ") + std::strerror(errno));
-    shard.map = static_cast<uint8_t*>(map);
-    const uint64_t len = header_text.size();
-    for (int i = 0; i < 8; ++i) shard.map[i] = static_cast<uint8_t>(len >> (8 * i));
-    std::memcpy(shard.map + 8, header_text.data(), header_text.size());
     uint64_t data_offset = 8 + header_text.size();
     for (const TensorSpec& t : group) {
       TensorInfo info{t.name, t.dtype, t.shape, data_offset, t.nbytes()};
-      writer->placement_[t.name] = {writer->shards_.size(), std::move(info)};
+      writer->placement_[t.name] = {writer->shards_.size() - 1, std::move(info)};
       data_offset += t.nbytes();
     }
-    writer->shards_.push_back(shard);
     writer->shard_names_.push_back(name);
   }
   return writer;
 }
 
-std::span<uint8_t> ShardedWriter::buffer(std::string_view name) {
+Status ShardedWriter::write(std::string_view name, std::span<const uint8_t> bytes) {
   auto it = placement_.find(name);
-  if (it == placement_.end()) return {};
+  if (it == placement_.end()) return Status::error(dir_ + ": no tensor '" + std::string(name) + "' in the layout");
   const auto& [shard, info] = it->second;
-  return {shards_[shard].map + info.data_begin, info.nbytes};
+  if (bytes.size() != info.nbytes) {
+    return Status::error(dir_ + ": tensor '" + std::string(name) + "' has " + std::to_string(info.nbytes) +
+                         " bytes, got " + std::to_string(bytes.size()));
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = pwrite(shards_[shard].fd, bytes.data() + done, bytes.size() - done,
+                             static_cast<off_t>(info.data_begin + done));
+    if (n <= 0) return file_error(shards_[shard].path, std::string("cannot write: ") + std::strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+  return Status::ok();
 }
 
 Status ShardedWriter::finish() {
   Status status;
   for (Shard& shard : shards_) {
-    if (shard.map && msync(shard.map, shard.size, MS_SYNC) != 0 && status.is_ok())
+    if (shard.fd >= 0 && fdatasync(shard.fd) != 0 && status.is_ok())
       status = file_error(shard.path, std::string("cannot write: ") + std::strerror(errno));
-    if (shard.map) munmap(shard.map, shard.size);
-    shard.map = nullptr;
+    if (shard.fd >= 0) ::close(shard.fd);
+    shard.fd = -1;
   }
-  finished_ = true;
   NIB_RETURN_IF_ERROR(status);
   if (shards_.size() == 1) return Status::ok();
   json index;
@@ -378,7 +384,7 @@ Status ShardedWriter::finish() {
 
 ShardedWriter::~ShardedWriter() {
   for (Shard& shard : shards_)
-    if (shard.map) munmap(shard.map, shard.size);
+    if (shard.fd >= 0) ::close(shard.fd);
 }
 
 }  // namespace nibble::io

@@ -91,8 +91,10 @@ struct TensorSpec {
 };
 
 // Lays out tensors into shards of at most max_shard_bytes (a larger tensor gets a shard of its
-// own), creates and maps the files, and hands out each tensor's writable bytes. finish() flushes,
-// closes and writes model.safetensors.index.json (or a single model.safetensors when one shard).
+// own) and creates the files; write() then stores each tensor's bytes (pwrite, so several threads
+// may write different tensors at once without contending on page faults of a shared mapping).
+// finish() syncs, closes and writes model.safetensors.index.json (a single shard is named
+// model.safetensors and needs no index).
 class ShardedWriter {
  public:
   static Result<std::unique_ptr<ShardedWriter>> create(const std::string& dir,
@@ -103,8 +105,8 @@ class ShardedWriter {
   ShardedWriter(const ShardedWriter&) = delete;
   ShardedWriter& operator=(const ShardedWriter&) = delete;
 
-  // The writable bytes of a tensor; safe to fill from several threads (disjoint ranges).
-  std::span<uint8_t> buffer(std::string_view name);
+  // Stores all bytes of one tensor; `bytes` must have exactly the tensor's size.
+  Status write(std::string_view name, std::span<const uint8_t> bytes);
   Status finish();
   const std::vector<std::string>& shard_files() const { return shard_names_; }
 
@@ -112,14 +114,12 @@ class ShardedWriter {
   ShardedWriter() = default;
   struct Shard {
     std::string path;
-    uint8_t* map = nullptr;
-    uint64_t size = 0;
+    int fd = -1;
   };
   std::string dir_;
   std::vector<Shard> shards_;
   std::vector<std::string> shard_names_;
   std::map<std::string, std::pair<size_t, TensorInfo>, std::less<>> placement_;  // name → shard, info
-  bool finished_ = false;
 };
 
 }  // namespace nibble::io

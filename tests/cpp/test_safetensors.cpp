@@ -52,9 +52,9 @@ void write_checkpoint(const fs::path& dir, uint64_t shard_bytes) {
   auto writer = ShardedWriter::create(dir.string(), all_dtype_specs(), shard_bytes, {{"format", "pt"}});
   ASSERT_TRUE(writer.is_ok()) << writer.status().message();
   for (const TensorSpec& t : all_dtype_specs()) {
-    auto buf = (*writer)->buffer(t.name);
-    ASSERT_EQ(buf.size(), t.nbytes());
-    for (size_t i = 0; i < buf.size(); ++i) buf[i] = pattern(t.name, i);
+    std::vector<uint8_t> bytes(t.nbytes());
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = pattern(t.name, i);
+    ASSERT_TRUE((*writer)->write(t.name, bytes).is_ok());
   }
   ASSERT_TRUE((*writer)->finish().is_ok());
 }
@@ -97,6 +97,16 @@ TEST(Safetensors, RoundTripSharded) {
   ASSERT_TRUE(reader.is_ok()) << reader.status().message();
   EXPECT_GT(reader->files().size(), 3u);
   expect_checkpoint(dir.string());
+  fs::remove_all(dir);
+}
+
+TEST(Safetensors, WriterRejectsWrongSizesAndNames) {
+  const fs::path dir = temp_dir("writer");
+  auto writer = ShardedWriter::create(dir.string(), {{"a", DType::F32, {2}}}, 1 << 20, {});
+  ASSERT_TRUE(writer.is_ok());
+  const std::vector<uint8_t> three(3);
+  EXPECT_NE((*writer)->write("a", three).message().find("has 8 bytes, got 3"), std::string::npos);
+  EXPECT_NE((*writer)->write("b", three).message().find("no tensor 'b'"), std::string::npos);
   fs::remove_all(dir);
 }
 

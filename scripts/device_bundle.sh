@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Collects the binaries a device run needs into build-device/ (stripped, well under the 64 MiB
+# carry limit); send it with carry: ["build-device"] and run scripts/device_run.sh there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh >/dev/null
+rm -rf build-device && mkdir -p build-device/tests
+cp build/nibble build-device/
+find build/tests -maxdepth 1 -name "test_cuda_*" -type f -executable -exec cp {} build-device/tests/ \;
+strip build-device/nibble build-device/tests/*
+du -sh build-device
