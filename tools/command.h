@@ -12,10 +12,11 @@ using CommandRunner = std::function<int()>;
 // Each subcommand's registration, defined in its own cmd_<name>.cpp.
 using Registration = CommandRunner (*)(CLI::App& root);
 
+CommandRunner register_generate(CLI::App& root);
 CommandRunner register_inspect(CLI::App& root);
 CommandRunner register_synth(CLI::App& root);
 
 // Every subcommand, in the order `nibble --help` lists them.
-inline constexpr Registration ALL_COMMANDS[] = {&register_synth, &register_inspect};
+inline constexpr Registration ALL_COMMANDS[] = {&register_generate, &register_synth, &register_inspect};
 
 }  // namespace nibble::tools

@@ -21,8 +21,12 @@ size_t worker_count() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+namespace {
+thread_local bool inside_parallel_for = false;  // nested calls run serially: no oversubscription
+}  // namespace
+
 void parallel_for(size_t n, const std::function<void(size_t)>& fn) {
-  const size_t n_threads = std::min(worker_count(), n);
+  const size_t n_threads = inside_parallel_for ? 1 : std::min(worker_count(), n);
   if (n_threads <= 1) {
     for (size_t i = 0; i < n; ++i) fn(i);
     return;
@@ -31,6 +35,7 @@ void parallel_for(size_t n, const std::function<void(size_t)>& fn) {
   std::exception_ptr error;
   std::mutex error_mutex;
   auto worker = [&] {
+    inside_parallel_for = true;
     for (size_t i = next++; i < n; i = next++) {
       try {
         fn(i);
@@ -43,6 +48,7 @@ void parallel_for(size_t n, const std::function<void(size_t)>& fn) {
   std::vector<std::thread> threads;
   for (size_t t = 1; t < n_threads; ++t) threads.emplace_back(worker);
   worker();
+  inside_parallel_for = false;
   for (std::thread& t : threads) t.join();
   if (error) std::rethrow_exception(error);
 }

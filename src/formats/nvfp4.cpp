@@ -57,6 +57,19 @@ uint8_t Nvfp4Matrix::code(int64_t r, int64_t c) const {
   return e2m1_unpack(packed[r * (cols / 2) + c / 2], static_cast<int>(c % 2));
 }
 
+void decode_row_unscaled(const Nvfp4WeightView& w, int64_t r, float* out) {
+  const uint8_t* packed = w.packed + r * (w.cols / 2);
+  const uint8_t* scales = w.block_scales + r * (w.cols / NVFP4_BLOCK);
+  for (int64_t b = 0; b < w.cols / NVFP4_BLOCK; ++b) {
+    const float sf = e4m3_decode(scales[b]);
+    for (int j = 0; j < NVFP4_BLOCK / 2; ++j) {
+      const uint8_t byte = packed[b * (NVFP4_BLOCK / 2) + j];
+      out[b * NVFP4_BLOCK + 2 * j] = e2m1_decode(byte & 0xF) * sf;
+      out[b * NVFP4_BLOCK + 2 * j + 1] = e2m1_decode(byte >> 4) * sf;
+    }
+  }
+}
+
 Status check_quantizable(std::span<const float> x, int64_t rows, int64_t cols,
                          std::string_view name) {
   const std::string tensor(name);

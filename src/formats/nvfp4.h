@@ -29,6 +29,19 @@ struct Nvfp4Matrix {
   float row_scale(int64_t r) const { return row_scales.empty() ? scale : row_scales[r]; }
 };
 
+// A non-owning view of an NVFP4 weight [rows = out features, cols = in features] as a checkpoint
+// stores it: packed codes [rows, cols/2], E4M3 block scales [rows, cols/16], weight_scale_2.
+struct Nvfp4WeightView {
+  const uint8_t* packed = nullptr;
+  const uint8_t* block_scales = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  float weight_scale_2 = 1.0f;
+};
+
+// Row r of a view decoded to e2m1 · e4m3 values (unscaled: weight_scale_2 not applied), exact.
+void decode_row_unscaled(const Nvfp4WeightView& w, int64_t r, float* out);
+
 // How activations entering a quantized linear are treated (DESIGN.md §2).
 enum class ActQuant { NONE, STATIC, PER_TOKEN };
 

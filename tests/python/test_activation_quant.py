@@ -4,32 +4,11 @@ cvt_warp_fp16_to_fp4 with exact reciprocals)."""
 import pytest
 import torch
 
+import nvfp4_ref
 import nvfp4_tool
 
-E2M1_MIDPOINTS = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
-ODD_MIDPOINTS = torch.tensor([0.75, 1.75, 3.5])  # ties here round up to the even code
-
-
-def e2m1_rne(v: torch.Tensor) -> torch.Tensor:
-    """Round to E2M1 codes, ties to even, saturating, keeping the sign bit (also of -0.0)."""
-    sign = torch.signbit(v).to(torch.uint8)
-    a = v.abs()
-    code = torch.searchsorted(E2M1_MIDPOINTS, a.contiguous()).to(torch.uint8)
-    code += (a.unsqueeze(-1) == ODD_MIDPOINTS).any(-1).to(torch.uint8)
-    return (sign << 3) | code
-
-
 def reference(x: torch.Tensor, global_per_row: torch.Tensor):
-    rows, cols = x.shape
-    blocks = x.view(rows, cols // 16, 16)
-    g = global_per_row.view(rows, 1)
-    amax = blocks.abs().amax(-1)
-    rcp6 = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(6.0, dtype=torch.float32)
-    sf = (g * (amax * rcp6)).clamp(max=448.0).to(torch.float8_e4m3fn)  # satfinite
-    sf_f = sf.float()
-    rcp_g = torch.tensor(1.0, dtype=torch.float32) / g
-    out_scale = torch.where(sf_f != 0, 1.0 / (sf_f * rcp_g), torch.zeros_like(sf_f))
-    codes = e2m1_rne(blocks * out_scale.unsqueeze(-1)).view(rows, cols)
+    codes, sf = nvfp4_ref.quantize(x, global_per_row)
     packed = (codes[:, 1::2] << 4) | codes[:, 0::2]
     return packed, sf.view(torch.uint8)
 
@@ -53,8 +32,7 @@ SHAPES = [(1, 16), (7, 2048), (64, 768), (129, 4096)]
 @pytest.mark.parametrize("kind", ["normal", "outliers", "mixed_rows", "bf16"])
 def test_per_token_bit_exact(build_dir, seed, shape, kind):
     x = make_activations(kind, *shape, torch.Generator().manual_seed(seed))
-    token_scale = x.abs().amax(1) / 2688.0
-    g = torch.where(token_scale > 0, 1.0 / token_scale, torch.zeros_like(token_scale))
+    token_scale, g = nvfp4_ref.per_token_scales(x)
     packed, sf = reference(x, g)
     ours = nvfp4_tool.run(build_dir, "per-token", x)
     assert torch.equal(ours["row_scales"], token_scale)
@@ -76,7 +54,9 @@ def test_static_bit_exact(build_dir, seed, shape, kind, calibration):
     assert torch.equal(ours["block_scales"], sf), "E4M3 block scales differ"
     assert torch.equal(ours["packed"], packed), f"{(ours['packed'] != packed).sum()} bytes differ"
     # Dequantized value = e2m1 · (e4m3 · input_scale); saturated where data exceeds calibration.
-    e2m1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
+    e2m1 = nvfp4_ref.E2M1_VALUES
     codes = torch.stack([ours["packed"] & 0xF, ours["packed"] >> 4], -1).view(shape).long()
     sf_f = ours["block_scales"].view(torch.float8_e4m3fn).float().repeat_interleave(16, 1)
     assert torch.equal(ours["dequant"], e2m1[codes] * (sf_f * input_scale))
+    fake = nvfp4_ref.fake_quantize(x, "static", input_scale)
+    assert torch.allclose(ours["dequant"], fake, rtol=1e-6, atol=0)  # same values, other rounding order

@@ -1,0 +1,43 @@
+// The Model interface: one forward step over a mixed batch, returning the logits asked for.
+// Implementations are registered by Hugging Face architecture name (registry.cpp).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "formats/nvfp4.h"
+#include "io/binding.h"
+#include "models/batch.h"
+#include "models/kv_cache.h"
+
+namespace nibble::models {
+
+// Called with the input of every Linear (module name as in the checkpoint, rows × width) before
+// it is used; `nibble quantize` calibrates input_scale with it.
+using LinearInputObserver =
+    std::function<void(const std::string& module, const float* x, int64_t rows, int64_t width)>;
+
+struct ModelOptions {
+  formats::ActQuant act_quant_moe = formats::ActQuant::NONE;
+  formats::ActQuant act_quant_dense = formats::ActQuant::NONE;
+  LinearInputObserver input_observer;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const io::ModelConfig& config() const = 0;
+  // Runs one step: stores the batch's K/V into `cache`, writes the logits of batch.logits_rows
+  // ([rows, vocab], fp32) to `logits`. Bad batches (token ids out of range, too few KV blocks)
+  // are errors, not crashes.
+  virtual Status forward(const Batch& batch, KvCache& cache, std::vector<float>& logits) = 0;
+};
+
+// Builds the model for a loaded checkpoint's architecture; the checkpoint must outlive the model.
+Result<std::unique_ptr<Model>> create_model(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
+                                            const ModelOptions& options);
+
+}  // namespace nibble::models

@@ -1,0 +1,22 @@
+// Model registry: Hugging Face architecture name → factory.
+#include <map>
+
+#include "models/model.h"
+#include "models/qwen3_moe.h"
+
+namespace nibble::models {
+
+Result<std::unique_ptr<Model>> create_model(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
+                                            const ModelOptions& options) {
+  using Factory = Result<std::unique_ptr<Model>> (*)(std::shared_ptr<const io::LoadedCheckpoint>, const ModelOptions&);
+  static const std::map<std::string, Factory> factories = {
+      {"Qwen3MoeForCausalLM", &create_qwen3_cpu},
+      {"Qwen3ForCausalLM", &create_qwen3_cpu},
+  };
+  const std::string& arch = checkpoint->bound.config.architecture;
+  auto it = factories.find(arch);
+  if (it == factories.end()) return Status::error("no model implementation for architecture '" + arch + "'");
+  return it->second(std::move(checkpoint), options);
+}
+
+}  // namespace nibble::models

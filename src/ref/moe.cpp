@@ -1,0 +1,79 @@
+// Reference MoE: tokens grouped by expert, each expert's projections run on its tokens, results
+// summed per token in top-k order, so a token's output does not depend on the other tokens.
+#include "ref/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/parallel.h"
+
+namespace nibble::ref {
+
+void route(const float* x, int64_t n_tokens, const MoeWeights& w, int32_t* expert_ids, float* weights) {
+  std::vector<float> logits(static_cast<size_t>(n_tokens * w.n_experts));
+  linear_bf16(x, n_tokens, w.router, w.n_experts, w.hidden, logits.data());
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* l = logits.data() + t * w.n_experts;
+    const float m = *std::max_element(l, l + w.n_experts);
+    float sum = 0.0f;
+    for (int64_t e = 0; e < w.n_experts; ++e) sum += (l[e] = std::exp(l[e] - m));
+    for (int64_t e = 0; e < w.n_experts; ++e) l[e] /= sum;
+    // torch.topk order: descending probability; equal probabilities keep the lower expert first.
+    std::vector<int32_t> order(static_cast<size_t>(w.n_experts));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+    float top_sum = 0.0f;
+    for (int64_t k = 0; k < w.top_k; ++k) top_sum += l[order[k]];
+    for (int64_t k = 0; k < w.top_k; ++k) {
+      expert_ids[t * w.top_k + k] = order[k];
+      weights[t * w.top_k + k] = w.norm_topk_prob ? l[order[k]] / top_sum : l[order[k]];
+    }
+  }
+}
+
+Status moe(const float* x, int64_t n_tokens, const MoeWeights& w, formats::ActQuant mode, float* out,
+           const MoeInputObserver& observer) {
+  const int64_t H = w.hidden, I = w.intermediate, K = w.top_k;
+  std::vector<int32_t> ids(static_cast<size_t>(n_tokens * K));
+  std::vector<float> route_weights(ids.size());
+  route(x, n_tokens, w, ids.data(), route_weights.data());
+
+  // (token, slot) pairs of each expert, in token order.
+  std::vector<std::vector<int64_t>> assigned(static_cast<size_t>(w.n_experts));
+  for (int64_t i = 0; i < n_tokens * K; ++i) assigned[ids[i]].push_back(i);
+
+  std::vector<float> expert_out(static_cast<size_t>(n_tokens * K * H), 0.0f);  // [token, slot, H]
+  std::vector<Status> statuses(static_cast<size_t>(w.n_experts));
+  parallel_for(static_cast<size_t>(w.n_experts), [&](size_t e) {
+    const auto& pairs = assigned[e];
+    if (pairs.empty()) return;
+    const int64_t rows = static_cast<int64_t>(pairs.size());
+    const ExpertWeights& ew = w.experts[e];
+    std::vector<float> xs(static_cast<size_t>(rows * H)), gate(static_cast<size_t>(rows * I)),
+        up(gate.size()), act(gate.size()), y(static_cast<size_t>(rows * H));
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(x + (pairs[r] / K) * H, H, xs.data() + r * H);
+    if (observer) observer(static_cast<int64_t>(e), "gate_up", xs.data(), rows, H);
+    Status s = linear(xs.data(), rows, ew.gate, mode, w.gate_up_input_scale, gate.data());
+    if (s) s = linear(xs.data(), rows, ew.up, mode, w.gate_up_input_scale, up.data());
+    if (!s) {
+      statuses[e] = s;
+      return;
+    }
+    silu_mul(gate.data(), up.data(), rows * I, act.data());
+    if (observer) observer(static_cast<int64_t>(e), "down", act.data(), rows, I);
+    statuses[e] = linear(act.data(), rows, ew.down, mode, w.down_input_scale, y.data());
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(y.data() + r * H, H, expert_out.data() + pairs[r] * H);
+  });
+  for (const Status& s : statuses) NIB_RETURN_IF_ERROR(s);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc += route_weights[t * K + k] * expert_out[(t * K + k) * H + h];
+      out[t * H + h] = acc;
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace nibble::ref

@@ -1,0 +1,47 @@
+// CPU reference Mixture-of-Experts block (transformers Qwen3MoeSparseMoeBlock): fp32 softmax router
+// → top-k → renormalize (norm_topk_prob) → per expert SwiGLU MLP → routing-weighted sum.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "formats/nvfp4.h"
+#include "ref/ops.h"
+
+namespace nibble::ref {
+
+struct ExpertWeights {
+  LinearWeight gate, up, down;  // gate/up [I, H], down [H, I]
+};
+
+struct MoeWeights {
+  const uint16_t* router = nullptr;  // BF16 [n_experts, hidden] (ModelOpt leaves it unquantized)
+  int64_t n_experts = 0;
+  int64_t top_k = 0;
+  int64_t hidden = 0;
+  int64_t intermediate = 0;
+  bool norm_topk_prob = true;
+  std::vector<ExpertWeights> experts;
+  // Static mode: one input scale for all experts' gate/up inputs and one for all down inputs,
+  // the maximum over experts (as the Blackwell MoE kernels and vLLM/SGLang do).
+  float gate_up_input_scale = 0.0f;
+  float down_input_scale = 0.0f;
+};
+
+// Called with every expert projection's input (rows = that expert's tokens) before it is used;
+// calibration records amax here. Stage is "gate_up" or "down".
+using MoeInputObserver = std::function<void(int64_t expert, const char* stage, const float* x, int64_t rows,
+                                            int64_t width)>;
+
+// Router probabilities after top-k selection: expert ids and weights per token, in top-k order.
+void route(const float* x, int64_t n_tokens, const MoeWeights& w, int32_t* expert_ids, float* weights);
+
+// out = MoE(x), [n_tokens, hidden]. Modes as in linear_nvfp4; per-token quantizes gate/up inputs
+// per token and down inputs per (token, expert) row.
+Status moe(const float* x, int64_t n_tokens, const MoeWeights& w, formats::ActQuant mode, float* out,
+           const MoeInputObserver& observer = {});
+
+}  // namespace nibble::ref
