@@ -1,6 +1,6 @@
 // parallel_for: runs fn(i) for i in [0, n) on all cores, each index once, in no particular order.
-// Plain threads per call; enough for load-time and reference work. A parallel_for inside another
-// runs serially on its caller's thread.
+// One process-wide thread pool serves all calls (one at a time; concurrent callers queue). A
+// parallel_for inside another runs serially on its caller's thread.
 #pragma once
 
 #include <cstddef>
