@@ -14,9 +14,10 @@ using Registration = CommandRunner (*)(CLI::App& root);
 
 CommandRunner register_generate(CLI::App& root);
 CommandRunner register_inspect(CLI::App& root);
+CommandRunner register_quantize(CLI::App& root);
 CommandRunner register_synth(CLI::App& root);
 
 // Every subcommand, in the order `nibble --help` lists them.
-inline constexpr Registration ALL_COMMANDS[] = {&register_generate, &register_synth, &register_inspect};
+inline constexpr Registration ALL_COMMANDS[] = {&register_generate, &register_quantize, &register_synth, &register_inspect};
 
 }  // namespace nibble::tools
