@@ -20,11 +20,15 @@ done
 SYNTH_DIR=${SYNTH_DIR:-/tmp/qwen3-30b-a3b-synth}
 rm -rf "$SYNTH_DIR"
 df -h "$(dirname "$SYNTH_DIR")" | tail -1 > "$OUT/disk.txt"
+# The disk's own sequential write speed, for comparison (8 GB, synced).
+dd if=/dev/zero of="$SYNTH_DIR.dd" bs=16M count=512 conv=fdatasync 2>&1 | tail -1 > "$OUT/dd.txt"
+rm -f "$SYNTH_DIR.dd"
 build-device/nibble synth --preset qwen3-30b-a3b --out "$SYNTH_DIR" --seed 0 > "$OUT/synth.log" 2>&1
 synth_rc=$?
 build-device/nibble inspect "$SYNTH_DIR" > "$OUT/inspect.log" 2>&1
 inspect_rc=$?
 results+=("$(printf '%-28s rc=%d  %s' "synth qwen3-30b-a3b" "$synth_rc" "$(grep '^wrote' "$OUT/synth.log")")")
+results+=("$(printf '%-28s       %s' "disk (dd, 8 GB)" "$(cat "$OUT/dd.txt")")")
 results+=("$(printf '%-28s rc=%d  %s' "inspect qwen3-30b-a3b" "$inspect_rc" "$(grep -E '^(problems|per token)' "$OUT/inspect.log" | tr '\n' ' ')")")
 
 echo "== device run ($(nproc) cores, disk: $(cat "$OUT/disk.txt")) =="
