@@ -3,13 +3,13 @@
 #include <cstdio>
 #include <random>
 #include <set>
-#include <sstream>
 
 #include "formats/nvfp4.h"
 #include "models/model.h"
 #include "sampling/sampler.h"
 #include "tools/command.h"
 #include "tools/npy.h"
+#include "tools/token_ids.h"
 
 namespace nibble::tools {
 namespace {
@@ -29,24 +29,6 @@ struct GenerateOptions {
   bool ignore_eos = false;
 };
 
-Result<std::vector<int32_t>> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    try {
-      size_t used = 0;
-      const long long v = std::stoll(item, &used);
-      if (used != item.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(item);
-      ids.push_back(static_cast<int32_t>(v));
-    } catch (const std::exception&) {
-      return Status::error("--prompt-ids: '" + item + "' is not a token id");
-    }
-  }
-  if (ids.empty()) return Status::error("--prompt-ids: no token ids given");
-  return ids;
-}
-
 formats::ActQuant parse_mode(const std::string& m) {
   return m == "static" ? formats::ActQuant::STATIC : m == "per-token" ? formats::ActQuant::PER_TOKEN
                                                                       : formats::ActQuant::NONE;
@@ -57,7 +39,7 @@ int run_generate(const GenerateOptions& o) {
     std::fprintf(stderr, "nibble generate: %s\n", message.c_str());
     return 1;
   };
-  Result<std::vector<int32_t>> prompt = parse_ids(o.prompt_ids);
+  Result<std::vector<int32_t>> prompt = parse_token_ids(o.prompt_ids, "--prompt-ids");
   if (!prompt) return fail(prompt.status().message());
   Result<std::unique_ptr<io::LoadedCheckpoint>> loaded = io::load_checkpoint(o.model_dir);
   if (!loaded) return fail(loaded.status().message());

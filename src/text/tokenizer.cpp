@@ -1,0 +1,482 @@
+// Tokenizer implementation, following huggingface/tokenizers (tokenizers/src): added-token
+// extraction (leftmost-longest), normalizers, pre-tokenizers, BPE merges by rank, ByteLevel decoder.
+#include "text/tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_map>
+
+#include "text/utf8.h"
+
+namespace nibble::text {
+namespace {
+
+using json = nlohmann::json;
+
+// GPT-2's bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 onwards.
+std::array<uint32_t, 256> byte_to_code_point() {
+  std::array<uint32_t, 256> map{};
+  uint32_t next = 256;
+  for (uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    map[b] = printable ? b : next++;
+  }
+  return map;
+}
+
+class Regex {
+ public:
+  static Result<std::shared_ptr<Regex>> compile(const std::string& pattern, bool literal) {
+    int error = 0;
+    PCRE2_SIZE offset = 0;
+    const uint32_t flags = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), flags, &error,
+                                     &offset, nullptr);
+    if (!code) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(error, message, sizeof message);
+      return Status::error("regex '" + pattern + "' does not compile at offset " + std::to_string(offset) + ": " +
+                           reinterpret_cast<char*>(message));
+    }
+    pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is absent
+    return std::shared_ptr<Regex>(new Regex(code));
+  }
+  ~Regex() { pcre2_code_free(code_); }
+
+  // Calls on_match(begin, end) for every non-empty match, left to right.
+  template <class F>
+  void for_each_match(std::string_view s, F on_match) const {
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
+    size_t start = 0;
+    while (start <= s.size()) {
+      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start,
+                                 PCRE2_NO_UTF_CHECK, md, nullptr);
+      if (rc < 0) break;
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      if (ov[1] > ov[0]) {
+        on_match(ov[0], ov[1]);
+        start = ov[1];
+      } else {  // empty match: step one character
+        if (ov[0] >= s.size()) break;
+        size_t i = ov[0];
+        next_code_point(s, i);
+        start = i;
+      }
+    }
+    pcre2_match_data_free(md);
+  }
+
+ private:
+  explicit Regex(pcre2_code* code) : code_(code) {}
+  pcre2_code* code_;
+};
+
+enum class SplitBehavior { ISOLATED, REMOVED, MERGED_WITH_PREVIOUS, MERGED_WITH_NEXT };
+
+struct PreTokenizerStep {
+  std::shared_ptr<Regex> regex;  // a Split, or ByteLevel's GPT-2 regex when use_regex
+  SplitBehavior behavior = SplitBehavior::ISOLATED;
+  bool add_prefix_space = false;  // ByteLevel only
+};
+
+// GPT-2's pre-tokenization regex, used by ByteLevel when use_regex is true.
+constexpr const char* GPT2_PATTERN = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+std::vector<std::string> split_piece(const std::string& piece, const PreTokenizerStep& step) {
+  std::vector<std::string> out;
+  size_t last = 0;
+  std::string pending_merge;  // MERGED_WITH_NEXT: a match waiting for the following text
+  step.regex->for_each_match(piece, [&](size_t b, size_t e) {
+    std::string gap = piece.substr(last, b - last), match = piece.substr(b, e - b);
+    switch (step.behavior) {
+      case SplitBehavior::ISOLATED:
+        if (!gap.empty()) out.push_back(gap);
+        out.push_back(match);
+        break;
+      case SplitBehavior::REMOVED:
+        if (!gap.empty()) out.push_back(gap);
+        break;
+      case SplitBehavior::MERGED_WITH_PREVIOUS:
+        if (!gap.empty()) out.push_back(gap + match);
+        else if (!out.empty()) out.back() += match;
+        else out.push_back(match);
+        break;
+      case SplitBehavior::MERGED_WITH_NEXT:
+        if (!gap.empty()) out.push_back(pending_merge + gap), pending_merge.clear();
+        pending_merge += match;
+        break;
+    }
+    last = e;
+  });
+  std::string tail = piece.substr(last);
+  if (step.behavior == SplitBehavior::MERGED_WITH_NEXT) tail = pending_merge + tail;
+  if (!tail.empty()) out.push_back(tail);
+  return out;
+}
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  std::unordered_map<std::string, int32_t> vocab;  // byte-level token strings
+  std::vector<std::string> id_to_token;
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (a, b) → (rank, merged id)
+  bool ignore_merges = false;
+  int32_t unk_id = -1;
+  std::array<int32_t, 256> byte_token{};  // id of each byte's one-character token
+  std::array<uint32_t, 256> byte_cp = byte_to_code_point();
+  std::unordered_map<uint32_t, uint8_t> cp_byte;
+  std::vector<AddedToken> added;
+  std::unordered_map<int32_t, size_t> added_by_id;
+  std::vector<std::string> normalizers;  // "NFC", "NFKC", "NFD", "NFKD"
+  std::vector<PreTokenizerStep> pre;
+  std::vector<int32_t> post_prefix, post_suffix;  // TemplateProcessing around sequence A
+  mutable std::mutex cache_mutex;
+  mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
+
+  std::string normalize(const std::string& s) const {
+    std::string out = s;
+    for (const std::string& form : normalizers) {
+      utf8proc_uint8_t* r = nullptr;
+      const auto* in = reinterpret_cast<const utf8proc_uint8_t*>(out.c_str());
+      if (form == "NFC") r = utf8proc_NFC(in);
+      else if (form == "NFD") r = utf8proc_NFD(in);
+      else if (form == "NFKC") r = utf8proc_NFKC(in);
+      else r = utf8proc_NFKD(in);
+      if (!r) continue;  // invalid UTF-8 cannot reach here (input is validated) but stay safe
+      out = reinterpret_cast<char*>(r);
+      free(r);
+    }
+    return out;
+  }
+
+  // BPE over one pre-token's bytes.
+  void bpe(const std::string& word, std::vector<int32_t>& out) const {
+    {
+      std::lock_guard<std::mutex> lock(cache_mutex);
+      auto it = cache.find(word);
+      if (it != cache.end()) {
+        out.insert(out.end(), it->second.begin(), it->second.end());
+        return;
+      }
+    }
+    std::vector<int32_t> ids;
+    std::string mapped;
+    for (unsigned char c : word) append_utf8(mapped, byte_cp[c]);
+    auto whole = ignore_merges ? vocab.find(mapped) : vocab.end();
+    if (whole != vocab.end()) {
+      ids.push_back(whole->second);
+    } else {
+      for (unsigned char c : word) ids.push_back(byte_token[c] >= 0 ? byte_token[c] : unk_id);
+      std::erase(ids, -1);
+      while (ids.size() > 1) {
+        int32_t best_rank = INT32_MAX, merged = -1;
+        size_t best = 0;
+        for (size_t i = 0; i + 1 < ids.size(); ++i) {
+          auto it = merges.find(static_cast<uint64_t>(static_cast<uint32_t>(ids[i])) << 32 | static_cast<uint32_t>(ids[i + 1]));
+          if (it != merges.end() && it->second.first < best_rank) {
+            best_rank = it->second.first;
+            merged = it->second.second;
+            best = i;
+          }
+        }
+        if (merged < 0) break;
+        ids[best] = merged;
+        ids.erase(ids.begin() + static_cast<long>(best) + 1);
+      }
+    }
+    out.insert(out.end(), ids.begin(), ids.end());
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    if (cache.size() > 200000) cache.clear();
+    cache.emplace(word, std::move(ids));
+  }
+
+  // Splits text into (segment, added token id or -1) around added-token matches, leftmost-longest.
+  void split_added(const std::string& text, bool parse_special, bool normalized_phase,
+                   std::vector<std::pair<std::string, int32_t>>& out) const {
+    size_t start = 0, i = 0;
+    while (i < text.size()) {
+      const AddedToken* best = nullptr;
+      for (const AddedToken& t : added) {
+        if (t.normalized != normalized_phase || (t.special && !parse_special)) continue;
+        if (t.content.empty() || text.compare(i, t.content.size(), t.content) != 0) continue;
+        if (t.single_word) {
+          auto word_char = [](unsigned char c) { return std::isalnum(c) || c == '_' || c >= 0x80; };
+          if ((i > 0 && word_char(text[i - 1])) ||
+              (i + t.content.size() < text.size() && word_char(text[i + t.content.size()])))
+            continue;
+        }
+        if (!best || t.content.size() > best->content.size()) best = &t;
+      }
+      if (!best) {
+        ++i;
+        continue;
+      }
+      size_t match_begin = i, match_end = i + best->content.size();
+      if (best->lstrip) while (match_begin > start && std::isspace(static_cast<unsigned char>(text[match_begin - 1]))) --match_begin;
+      if (best->rstrip) while (match_end < text.size() && std::isspace(static_cast<unsigned char>(text[match_end]))) ++match_end;
+      if (match_begin > start) out.emplace_back(text.substr(start, match_begin - start), -1);
+      out.emplace_back(std::string(), best->id);
+      start = i = match_end;
+    }
+    if (start < text.size()) out.emplace_back(text.substr(start), -1);
+  }
+
+  void encode_segment(const std::string& segment, std::vector<int32_t>& out) const {
+    std::vector<std::string> pieces = {segment};
+    for (const PreTokenizerStep& step : pre) {
+      if (step.add_prefix_space && !pieces.empty() && !pieces[0].empty() && pieces[0][0] != ' ')
+        pieces[0].insert(pieces[0].begin(), ' ');
+      if (!step.regex) continue;
+      std::vector<std::string> next;
+      for (const std::string& p : pieces) {
+        auto parts = split_piece(p, step);
+        next.insert(next.end(), std::make_move_iterator(parts.begin()), std::make_move_iterator(parts.end()));
+      }
+      pieces = std::move(next);
+    }
+    for (const std::string& p : pieces) bpe(p, out);
+  }
+};
+
+namespace {
+
+Status load_normalizer(const json& n, std::vector<std::string>& out) {
+  if (n.is_null()) return Status::ok();
+  const std::string type = n.value("type", "");
+  if (type == "Sequence") {
+    for (const json& child : n.value("normalizers", json::array())) NIB_RETURN_IF_ERROR(load_normalizer(child, out));
+    return Status::ok();
+  }
+  if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+    out.push_back(type);
+    return Status::ok();
+  }
+  return Status::error("normalizer '" + type + "' is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence)");
+}
+
+Status load_pre_tokenizer(const json& p, std::vector<PreTokenizerStep>& out) {
+  if (p.is_null()) return Status::ok();
+  const std::string type = p.value("type", "");
+  if (type == "Sequence") {
+    for (const json& child : p.value("pretokenizers", json::array())) NIB_RETURN_IF_ERROR(load_pre_tokenizer(child, out));
+    return Status::ok();
+  }
+  PreTokenizerStep step;
+  if (type == "ByteLevel") {
+    step.add_prefix_space = p.value("add_prefix_space", false);
+    if (p.value("use_regex", true)) {
+      auto regex = Regex::compile(GPT2_PATTERN, false);
+      if (!regex) return regex.status();
+      step.regex = *regex;
+    }
+    out.push_back(step);
+    return Status::ok();
+  }
+  if (type != "Split") {
+    return Status::error("pre-tokenizer '" + type + "' is not supported (supported: Split, ByteLevel, Sequence)");
+  }
+  if (p.value("invert", false)) return Status::error("Split with invert = true is not supported");
+  const json& pattern = p.value("pattern", json::object());
+  const bool literal = pattern.contains("String");
+  if (!literal && !pattern.contains("Regex")) return Status::error("Split pattern needs 'Regex' or 'String'");
+  auto regex = Regex::compile(pattern.value(literal ? "String" : "Regex", ""), literal);
+  if (!regex) return regex.status();
+  step.regex = *regex;
+  const std::string behavior = p.value("behavior", "Isolated");
+  if (behavior == "Isolated") step.behavior = SplitBehavior::ISOLATED;
+  else if (behavior == "Removed") step.behavior = SplitBehavior::REMOVED;
+  else if (behavior == "MergedWithPrevious") step.behavior = SplitBehavior::MERGED_WITH_PREVIOUS;
+  else if (behavior == "MergedWithNext") step.behavior = SplitBehavior::MERGED_WITH_NEXT;
+  else return Status::error("Split behavior '" + behavior + "' is not supported");
+  out.push_back(step);
+  return Status::ok();
+}
+
+Status load_post_processor(const json& p, std::vector<int32_t>& prefix, std::vector<int32_t>& suffix) {
+  if (p.is_null()) return Status::ok();
+  const std::string type = p.value("type", "");
+  if (type == "ByteLevel") return Status::ok();  // offsets only
+  if (type == "Sequence") {
+    for (const json& child : p.value("processors", json::array()))
+      NIB_RETURN_IF_ERROR(load_post_processor(child, prefix, suffix));
+    return Status::ok();
+  }
+  if (type != "TemplateProcessing") {
+    return Status::error("post-processor '" + type + "' is not supported (supported: ByteLevel, TemplateProcessing, Sequence)");
+  }
+  const json& special = p.value("special_tokens", json::object());
+  bool after_sequence = false;
+  for (const json& item : p.value("single", json::array())) {
+    if (item.contains("Sequence")) {
+      after_sequence = true;
+      continue;
+    }
+    const std::string name = item["SpecialToken"].value("id", "");
+    if (!special.contains(name)) return Status::error("TemplateProcessing names unknown special token '" + name + "'");
+    for (const json& id : special[name].value("ids", json::array()))
+      (after_sequence ? suffix : prefix).push_back(id.get<int32_t>());
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer() : impl_(std::make_unique<Impl>()) {}
+Tokenizer::~Tokenizer() = default;
+
+Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& path) {
+  std::string file = path;
+  if (std::filesystem::is_directory(path)) file = path + "/tokenizer.json";
+  std::ifstream in(file);
+  if (!in) return Status::error(file + ": cannot open");
+  const json root = json::parse(in, nullptr, false);
+  if (root.is_discarded() || !root.is_object()) return Status::error(file + ": not valid JSON");
+  auto fail = [&](const std::string& what) { return Status::error(file + ": " + what); };
+
+  std::unique_ptr<Tokenizer> tok(new Tokenizer());
+  Impl& m = *tok->impl_;
+  const json& model = root.value("model", json::object());
+  if (model.value("type", "") != "BPE") return fail("model type '" + model.value("type", "") + "' is not supported (BPE only)");
+  if (model.value("byte_fallback", false)) return fail("BPE byte_fallback is not supported (byte-level BPE only)");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    const json& v = model.value(key, json());
+    if (!v.is_null() && !(v.is_string() && v.get<std::string>().empty()))
+      return fail(std::string("BPE ") + key + " is not supported (byte-level BPE has none)");
+  }
+  m.ignore_merges = model.value("ignore_merges", false);
+  const json vocab = model.value("vocab", json::object());
+  for (const auto& [token, id] : vocab.items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) return fail("vocab id of '" + token + "' is not a non-negative integer");
+    m.vocab[token] = id.get<int32_t>();
+  }
+  for (const json& t : root.value("added_tokens", json::array())) {
+    AddedToken a{t.value("id", -1), t.value("content", ""), t.value("special", false), t.value("lstrip", false),
+                 t.value("rstrip", false), t.value("single_word", false), t.value("normalized", false)};
+    if (a.id < 0 || a.content.empty()) return fail("added token without id or content");
+    m.added_by_id[a.id] = m.added.size();
+    m.added.push_back(a);
+  }
+  int32_t max_id = -1;
+  for (const auto& [s, id] : m.vocab) max_id = std::max(max_id, id);
+  for (const AddedToken& a : m.added) max_id = std::max(max_id, a.id);
+  m.id_to_token.assign(static_cast<size_t>(max_id + 1), std::string());
+  for (const auto& [s, id] : m.vocab) m.id_to_token[id] = s;
+  for (const AddedToken& a : m.added) m.id_to_token[a.id] = a.content;
+
+  for (int b = 0; b < 256; ++b) {
+    m.cp_byte[m.byte_cp[b]] = static_cast<uint8_t>(b);
+    std::string ch;
+    append_utf8(ch, m.byte_cp[b]);
+    auto it = m.vocab.find(ch);
+    m.byte_token[b] = it == m.vocab.end() ? -1 : it->second;
+  }
+  if (model.contains("unk_token") && model["unk_token"].is_string()) m.unk_id = tok->token_to_id(model["unk_token"].get<std::string>());
+
+  int32_t rank = 0;
+  for (const json& merge : model.value("merges", json::array())) {
+    std::string a, b;
+    if (merge.is_string()) {  // "a b"
+      const std::string s = merge.get<std::string>();
+      const size_t space = s.find(' ', 1);
+      if (space == std::string::npos) return fail("merge '" + s + "' is not two tokens");
+      a = s.substr(0, space);
+      b = s.substr(space + 1);
+    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+      a = merge[0].get<std::string>();
+      b = merge[1].get<std::string>();
+    } else {
+      return fail("merge #" + std::to_string(rank) + " is neither \"a b\" nor [a, b]");
+    }
+    auto ia = m.vocab.find(a), ib = m.vocab.find(b), im = m.vocab.find(a + b);
+    if (ia == m.vocab.end() || ib == m.vocab.end() || im == m.vocab.end())
+      return fail("merge '" + a + " " + b + "' uses a token missing from the vocab");
+    const uint64_t key = static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32 | static_cast<uint32_t>(ib->second);
+    m.merges.emplace(key, std::make_pair(rank++, im->second));
+  }
+
+  NIB_RETURN_IF_ERROR([&]() -> Status {
+    Status s = load_normalizer(root.value("normalizer", json()), m.normalizers);
+    if (s) s = load_pre_tokenizer(root.value("pre_tokenizer", json()), m.pre);
+    if (s) s = load_post_processor(root.value("post_processor", json()), m.post_prefix, m.post_suffix);
+    const json& decoder = root.value("decoder", json());
+    if (s && !decoder.is_null() && decoder.value("type", "") != "ByteLevel")
+      s = Status::error("decoder '" + decoder.value("type", "") + "' is not supported (ByteLevel only)");
+    return s ? s : fail(s.message());
+  }());
+  return tok;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special, bool add_special_tokens) const {
+  const Impl& m = *impl_;
+  const std::string input = utf8_lossy(text);  // invalid bytes become U+FFFD, as a Python str would hold
+  std::vector<int32_t> ids;
+  if (add_special_tokens) ids = m.post_prefix;
+  std::vector<std::pair<std::string, int32_t>> raw_parts;
+  m.split_added(input, parse_special, /*normalized_phase=*/false, raw_parts);
+  for (auto& [segment, id] : raw_parts) {
+    if (id >= 0) {
+      ids.push_back(id);
+      continue;
+    }
+    std::vector<std::pair<std::string, int32_t>> parts;
+    m.split_added(m.normalize(segment), parse_special, /*normalized_phase=*/true, parts);
+    for (auto& [piece, piece_id] : parts) {
+      if (piece_id >= 0) ids.push_back(piece_id);
+      else m.encode_segment(piece, ids);
+    }
+  }
+  if (add_special_tokens) ids.insert(ids.end(), m.post_suffix.begin(), m.post_suffix.end());
+  return ids;
+}
+
+std::string Tokenizer::token_bytes(int32_t id, bool skip_special_tokens) const {
+  const Impl& m = *impl_;
+  if (id < 0 || static_cast<size_t>(id) >= m.id_to_token.size()) return {};
+  if (skip_special_tokens && is_special(id)) return {};
+  const std::string& token = m.id_to_token[id];
+  // ByteLevel decoder: map each character back to its byte; a token with a character outside the
+  // byte alphabet (an added token such as "<think>\n") contributes its UTF-8 bytes unchanged.
+  std::string bytes;
+  for (size_t i = 0; i < token.size();) {
+    auto it = m.cp_byte.find(next_code_point(token, i));
+    if (it == m.cp_byte.end()) return token;
+    bytes += static_cast<char>(it->second);
+  }
+  return bytes;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  std::string bytes;
+  for (int32_t id : ids) bytes += token_bytes(id, skip_special_tokens);
+  return utf8_lossy(bytes);
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+  auto it = impl_->added_by_id.find(id);
+  return it != impl_->added_by_id.end() && impl_->added[it->second].special;
+}
+
+std::string Tokenizer::id_to_token(int32_t id) const {
+  return id >= 0 && static_cast<size_t>(id) < impl_->id_to_token.size() ? impl_->id_to_token[id] : std::string();
+}
+
+int32_t Tokenizer::token_to_id(std::string_view token) const {
+  for (const AddedToken& a : impl_->added)
+    if (a.content == token) return a.id;
+  auto it = impl_->vocab.find(std::string(token));
+  return it == impl_->vocab.end() ? -1 : it->second;
+}
+
+size_t Tokenizer::vocab_size() const { return impl_->id_to_token.size(); }
+const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
+
+}  // namespace nibble::text

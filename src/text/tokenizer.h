@@ -1,0 +1,54 @@
+// Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (Qwen2/Qwen3, Llama-3,
+// DeepSeek-V3 style): added tokens, NFC normalizer, Split/ByteLevel pre-tokenizers, BPE with
+// string or pair merges, ByteLevel decoder, TemplateProcessing post-processor. Unsupported
+// components are load errors that name them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace nibble::text {
+
+struct AddedToken {
+  int32_t id = 0;
+  std::string content;
+  bool special = false;
+  bool lstrip = false;
+  bool rstrip = false;
+  bool single_word = false;
+  bool normalized = false;
+};
+
+class Tokenizer {
+ public:
+  // `path`: a tokenizer.json file or a folder holding one.
+  static Result<std::unique_ptr<Tokenizer>> load(const std::string& path);
+  ~Tokenizer();
+
+  // parse_special: special tokens written in the text become their ids (false: they are encoded
+  // as plain text). add_special_tokens: the post-processor's additions (e.g. Llama-3's BOS).
+  std::vector<int32_t> encode(std::string_view text, bool parse_special = true,
+                              bool add_special_tokens = false) const;
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
+
+  // The bytes one token contributes to decode() (before UTF-8 repair); empty for skipped tokens.
+  std::string token_bytes(int32_t id, bool skip_special_tokens = false) const;
+  bool is_special(int32_t id) const;
+  // The token's string in the vocabulary (byte-level form), or "" for an unknown id.
+  std::string id_to_token(int32_t id) const;
+  // -1 when absent.
+  int32_t token_to_id(std::string_view token) const;
+  size_t vocab_size() const;  // one past the largest id
+  const std::vector<AddedToken>& added_tokens() const;
+
+ private:
+  Tokenizer();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nibble::text
