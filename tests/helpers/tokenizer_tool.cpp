@@ -1,7 +1,8 @@
 // Test helper for the tokenizer differential tests: one JSON value per input line, one per output
 // line, so thousands of cases run in one process.
-// Usage: tokenizer_tool TOKENIZER encode|encode-nospecial|decode|decode-skip|stream < in > out
-//   encode*: line = JSON string → JSON id list;  decode*: JSON id list → JSON string;
+// Usage: tokenizer_tool TOKENIZER encode|encode-nospecial|encode-add-special|decode|decode-skip|stream
+//   < in > out
+//   encode*: line = JSON string → JSON id list (add-special: with the post-processor's tokens);  decode*: JSON id list → JSON string;
 //   stream: JSON id list → JSON list of the pieces the incremental detokenizer emits (finish() last).
 #include <cstdio>
 #include <iostream>
@@ -13,7 +14,7 @@
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s TOKENIZER encode|encode-nospecial|decode|decode-skip|stream\n", argv[0]);
+    std::fprintf(stderr, "usage: %s TOKENIZER encode|encode-nospecial|encode-add-special|decode|decode-skip|stream\n", argv[0]);
     return 2;
   }
   auto tok = nibble::text::Tokenizer::load(argv[1]);
@@ -26,8 +27,8 @@ int main(int argc, char** argv) {
   while (std::getline(std::cin, line)) {
     const nlohmann::json in = nlohmann::json::parse(line);
     nlohmann::json out;
-    if (mode == "encode" || mode == "encode-nospecial") {
-      out = (*tok)->encode(in.get<std::string>(), mode == "encode");
+    if (mode == "encode" || mode == "encode-nospecial" || mode == "encode-add-special") {
+      out = (*tok)->encode(in.get<std::string>(), mode != "encode-nospecial", mode == "encode-add-special");
     } else if (mode == "stream") {
       nibble::text::IncrementalDetokenizer detok(**tok, /*skip_special_tokens=*/false);
       out = nlohmann::json::array();

@@ -98,3 +98,51 @@ def test_cli_tokenize_detokenize(build_dir, hf):
     bad = subprocess.run([str(build_dir / "nibble"), "detokenize", "--model", str(TOKENIZER.parent), "--ids", "1,x"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "'x' is not a token id" in bad.stderr
+
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train_tokenizer(kind: str, texts: list[str], path):
+    """A small byte-level BPE trained with `tokenizers` in another family's configuration:
+    'llama3' (Split with Llama-3's regex, ignore_merges, BOS template, merges written as "a b"
+    strings) or 'gpt2' (NFKC normalizer, ByteLevel with its own regex and a prefix space)."""
+    from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    special = ["<|begin_of_text|>", "<|eot_id|>"]
+    tok = Tokenizer(models.BPE(ignore_merges=(kind == "llama3")))
+    if kind == "llama3":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        tok.normalizer = normalizers.Sequence([normalizers.NFKC()])
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=special,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    if kind == "llama3":
+        tok.post_processor = processors.TemplateProcessing(
+            single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", tok.token_to_id("<|begin_of_text|>"))])
+    tok.save(str(path))
+    if kind == "llama3":  # the older "a b" string form of merges
+        data = json.loads(path.read_text())
+        data["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m for m in data["model"]["merges"]]
+        path.write_text(json.dumps(data))
+    return Tokenizer.from_file(str(path))
+
+
+@pytest.mark.parametrize("kind", ["llama3", "gpt2"])
+def test_other_tokenizer_families(build_dir, strings, tmp_path, kind):
+    path = tmp_path / "tokenizer.json"
+    hf = train_tokenizer(kind, strings[:4000], path)
+    sample = strings[4000:7000] + ["<|begin_of_text|>hi<|eot_id|>", "x <|eot_id|> y"]
+    ours = run_tool(build_dir, "encode", sample, tokenizer=path)
+    theirs = [e.ids for e in hf.encode_batch(sample, add_special_tokens=False)]
+    bad = [(s, o, t) for s, o, t in zip(sample, ours, theirs) if o != t]
+    assert not bad, f"{len(bad)} differ; first: {bad[0]!r}"
+    decoded = run_tool(build_dir, "decode", ours, tokenizer=path)
+    assert decoded == hf.decode_batch(ours, skip_special_tokens=False)
+    with_special = run_tool(build_dir, "encode-add-special", sample[:200], tokenizer=path)
+    assert with_special == [e.ids for e in hf.encode_batch(sample[:200], add_special_tokens=True)]
