@@ -18,9 +18,10 @@ CommandRunner register_quantize(CLI::App& root);
 CommandRunner register_synth(CLI::App& root);
 CommandRunner register_tokenize(CLI::App& root);
 CommandRunner register_detokenize(CLI::App& root);
+CommandRunner register_render_chat(CLI::App& root);
 
 // Every subcommand, in the order `nibble --help` lists them.
 inline constexpr Registration ALL_COMMANDS[] = {&register_generate, &register_quantize, &register_synth, &register_inspect,
-                                              &register_tokenize, &register_detokenize};
+                                              &register_tokenize, &register_detokenize, &register_render_chat};
 
 }  // namespace nibble::tools

@@ -1,0 +1,835 @@
+// Jinja parsing: the template is cut into text / {{ expression }} / {% statement %} pieces with
+// whitespace control applied (jinja2.lexer semantics with trim_blocks and lstrip_blocks on), each
+// tag's inside is tokenized, and a recursive-descent parser with jinja2's operator precedence
+// builds the tree.
+#include "text/jinja/parser.h"
+
+#include <cctype>
+#include <map>
+
+namespace nibble::text::jinja {
+namespace {
+
+struct Piece {
+  enum Kind { TEXT, EXPRESSION, STATEMENT } kind;
+  std::string content;
+  int line;
+};
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+Result<std::vector<Piece>> split_pieces(const std::string& src) {
+  std::vector<Piece> pieces;
+  size_t pos = 0;
+  int line = 1;
+  bool strip_next = false, trim_next_newline = false;
+  while (pos <= src.size()) {
+    size_t open = src.find('{', pos);
+    while (open != std::string::npos && open + 1 < src.size() && src[open + 1] != '{' && src[open + 1] != '%' &&
+           src[open + 1] != '#')
+      open = src.find('{', open + 1);
+    if (open != std::string::npos && open + 1 >= src.size()) open = std::string::npos;
+    std::string text = src.substr(pos, (open == std::string::npos ? src.size() : open) - pos);
+    if (strip_next) {
+      size_t k = 0;
+      while (k < text.size() && is_space(text[k])) ++k;
+      text.erase(0, k);
+    } else if (trim_next_newline && !text.empty() && text[0] == '\n') {
+      text.erase(0, 1);
+    } else if (trim_next_newline && text.size() > 1 && text[0] == '\r' && text[1] == '\n') {
+      text.erase(0, 2);
+    }
+    strip_next = trim_next_newline = false;
+    if (open == std::string::npos) {
+      if (!text.empty()) pieces.push_back({Piece::TEXT, text, line});
+      break;
+    }
+    const char type = src[open + 1];
+    size_t inner = open + 2;
+    const bool strip_before = inner < src.size() && src[inner] == '-';
+    const bool keep_before = inner < src.size() && src[inner] == '+';
+    if (strip_before || keep_before) ++inner;
+    if (strip_before) {
+      while (!text.empty() && is_space(text.back())) text.pop_back();
+    } else if (!keep_before && type != '{') {
+      // lstrip_blocks: spaces and tabs between the line start and a block or comment tag go.
+      size_t k = text.size();
+      while (k > 0 && (text[k - 1] == ' ' || text[k - 1] == '\t')) --k;
+      const size_t run_start = open - (text.size() - k);  // where the spaces before the tag begin in src
+      const bool at_line_start = run_start == 0 || src[run_start - 1] == '\n';
+      if (at_line_start) text.erase(k);
+    }
+    for (char c : text) line += c == '\n';
+    if (!text.empty()) pieces.push_back({Piece::TEXT, text, line});
+    const std::string closing = type == '{' ? "}}" : type == '%' ? "%}" : "#}";
+    size_t close = src.find(closing, inner);
+    // A string inside an expression may contain the closing delimiter: skip quoted runs.
+    if (type != '#') {
+      size_t k = inner;
+      char quote = 0;
+      for (; k + 1 < src.size(); ++k) {
+        if (quote) {
+          if (src[k] == '\\') ++k;
+          else if (src[k] == quote) quote = 0;
+        } else if (src[k] == '"' || src[k] == '\'') {
+          quote = src[k];
+        } else if (src.compare(k, 2, closing) == 0) {
+          break;
+        }
+      }
+      close = k + 1 < src.size() ? k : std::string::npos;
+    }
+    if (close == std::string::npos) return Status::error("line " + std::to_string(line) + ": unclosed '{" + type + "' tag");
+    size_t content_end = close;
+    if (content_end > inner && (src[content_end - 1] == '-' || src[content_end - 1] == '+')) {
+      strip_next = src[content_end - 1] == '-';
+      const bool keep_after = src[content_end - 1] == '+';
+      --content_end;
+      trim_next_newline = type != '{' && !keep_after && !strip_next;
+    } else {
+      trim_next_newline = type != '{';  // trim_blocks: the newline after a block or comment tag goes
+    }
+    const std::string content = src.substr(inner, content_end - inner);
+    if (type == '{') pieces.push_back({Piece::EXPRESSION, content, line});
+    else if (type == '%') pieces.push_back({Piece::STATEMENT, content, line});
+    for (char c : src.substr(open, close + 2 - open)) line += c == '\n';
+    pos = close + 2;
+  }
+  return pieces;
+}
+
+// ---- expression tokens ----------------------------------------------------------------------
+
+struct Token {
+  enum Kind { NAME, INT, FLOAT, STRING, OP, END } kind;
+  std::string text;
+  Value value;
+};
+
+Result<std::vector<Token>> tokenize(const std::string& s, int line) {
+  std::vector<Token> out;
+  size_t i = 0;
+  auto err = [&](const std::string& what) { return Status::error("line " + std::to_string(line) + ": " + what); };
+  while (i < s.size()) {
+    const char c = s[i];
+    if (is_space(c)) {
+      ++i;
+    } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      size_t j = i;
+      while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
+      out.push_back({Token::NAME, s.substr(i, j - i), {}});
+      i = j;
+    } else if (std::isdigit(static_cast<unsigned char>(c))) {
+      size_t j = i;
+      bool is_float = false;
+      while (j < s.size() && (std::isdigit(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
+      if (j + 1 < s.size() && s[j] == '.' && std::isdigit(static_cast<unsigned char>(s[j + 1]))) {
+        is_float = true;
+        ++j;
+        while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+      }
+      if (j < s.size() && (s[j] == 'e' || s[j] == 'E')) {
+        is_float = true;
+        ++j;
+        if (j < s.size() && (s[j] == '+' || s[j] == '-')) ++j;
+        while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+      }
+      std::string num;
+      for (size_t k = i; k < j; ++k)
+        if (s[k] != '_') num += s[k];
+      out.push_back({is_float ? Token::FLOAT : Token::INT, num,
+                     is_float ? Value(std::stod(num)) : Value(static_cast<int64_t>(std::stoll(num)))});
+      i = j;
+    } else if (c == '\'' || c == '"') {
+      std::string v;
+      size_t j = i + 1;
+      for (; j < s.size() && s[j] != c; ++j) {
+        if (s[j] == '\\' && j + 1 < s.size()) {
+          const char e = s[++j];
+          switch (e) {
+            case 'n': v += '\n'; break;
+            case 't': v += '\t'; break;
+            case 'r': v += '\r'; break;
+            case '\\': v += '\\'; break;
+            case '\'': v += '\''; break;
+            case '"': v += '"'; break;
+            default: v += '\\', v += e;
+          }
+        } else {
+          v += s[j];
+        }
+      }
+      if (j >= s.size()) return err("unterminated string");
+      out.push_back({Token::STRING, v, Value(v)});
+      i = j + 1;
+    } else {
+      static const char* OPS[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "<", ">", "=",
+                                  "(", ")", "[", "]", "{", "}", ",", ".", ":", "|", "~"};
+      bool found = false;
+      for (const char* op : OPS) {
+        if (s.compare(i, std::char_traits<char>::length(op), op) == 0) {
+          out.push_back({Token::OP, op, {}});
+          i += std::char_traits<char>::length(op);
+          found = true;
+          break;
+        }
+      }
+      if (!found) return err(std::string("unexpected character '") + c + "'");
+    }
+  }
+  out.push_back({Token::END, "", {}});
+  return out;
+}
+
+// ---- expression parser ----------------------------------------------------------------------
+
+class ExprParser {
+ public:
+  ExprParser(std::vector<Token> tokens, int line) : t_(std::move(tokens)), line_(line) {}
+
+  Result<ExprPtr> parse_expression() { return parse_conditional(); }
+  bool at_end() const { return t_[p_].kind == Token::END; }
+  bool peek_name(const char* n) const { return t_[p_].kind == Token::NAME && t_[p_].text == n; }
+  bool peek_op(const char* o) const { return t_[p_].kind == Token::OP && t_[p_].text == o; }
+  bool accept_name(const char* n) { return peek_name(n) ? (++p_, true) : false; }
+  bool accept_op(const char* o) { return peek_op(o) ? (++p_, true) : false; }
+  Result<std::string> expect_name() {
+    if (t_[p_].kind != Token::NAME) return error("expected a name");
+    return t_[p_++].text;
+  }
+  Status expect_op(const char* o) { return accept_op(o) ? Status::ok() : error(std::string("expected '") + o + "'"); }
+  Status error(const std::string& what) const {
+    return Status::error("line " + std::to_string(line_) + ": " + what +
+                         (t_[p_].kind == Token::END ? " at the end of the tag" : " near '" + t_[p_].text + "'"));
+  }
+
+  // Comma-separated names, as for-loop and set targets: "a" or "a, b".
+  Result<std::vector<std::string>> parse_targets() {
+    std::vector<std::string> names;
+    const bool paren = accept_op("(");
+    do {
+      auto n = expect_name();
+      if (!n) return n.status();
+      std::string name = *n;
+      if (accept_op(".")) {  // namespace attribute: ns.attr
+        auto attr = expect_name();
+        if (!attr) return attr.status();
+        name += "." + *attr;
+      }
+      names.push_back(name);
+    } while (accept_op(","));
+    if (paren) NIB_RETURN_IF_ERROR(expect_op(")"));
+    return names;
+  }
+
+  Result<ExprPtr> parse_or() {
+    auto left = parse_and();
+    if (!left) return left;
+    while (accept_name("or")) {
+      auto right = parse_and();
+      if (!right) return right;
+      left = binary("or", std::move(*left), std::move(*right));
+    }
+    return left;
+  }
+
+ private:
+  ExprPtr make(Expr::Kind kind) {
+    auto e = std::make_unique<Expr>();
+    e->kind = kind;
+    e->line = line_;
+    return e;
+  }
+  ExprPtr binary(const std::string& op, ExprPtr a, ExprPtr b) {
+    auto e = make(Expr::Kind::BINARY);
+    e->name = op;
+    e->children.push_back(std::move(a));
+    e->children.push_back(std::move(b));
+    return e;
+  }
+
+  Result<ExprPtr> parse_conditional() {
+    auto value = parse_or();
+    if (!value) return value;
+    while (accept_name("if")) {
+      auto cond = parse_or();
+      if (!cond) return cond;
+      ExprPtr otherwise;
+      if (accept_name("else")) {
+        auto o = parse_conditional();
+        if (!o) return o;
+        otherwise = std::move(*o);
+      }
+      auto e = make(Expr::Kind::CONDITIONAL);
+      e->children.push_back(std::move(*value));
+      e->children.push_back(std::move(*cond));
+      e->children.push_back(std::move(otherwise));  // may be null: undefined
+      value = std::move(e);
+    }
+    return value;
+  }
+
+  Result<ExprPtr> parse_and() {
+    auto left = parse_not();
+    if (!left) return left;
+    while (accept_name("and")) {
+      auto right = parse_not();
+      if (!right) return right;
+      left = binary("and", std::move(*left), std::move(*right));
+    }
+    return left;
+  }
+
+  Result<ExprPtr> parse_not() {
+    if (accept_name("not")) {
+      auto operand = parse_not();
+      if (!operand) return operand;
+      auto e = make(Expr::Kind::UNARY);
+      e->name = "not";
+      e->children.push_back(std::move(*operand));
+      return e;
+    }
+    return parse_compare();
+  }
+
+  Result<ExprPtr> parse_compare() {
+    auto left = parse_math1();
+    if (!left) return left;
+    while (true) {
+      std::string op;
+      if (peek_op("==") || peek_op("!=") || peek_op("<") || peek_op(">") || peek_op("<=") || peek_op(">=")) {
+        op = t_[p_++].text;
+      } else if (accept_name("in")) {
+        op = "in";
+      } else if (peek_name("not") && t_[p_ + 1].kind == Token::NAME && t_[p_ + 1].text == "in") {
+        p_ += 2;
+        op = "not in";
+      } else {
+        return left;
+      }
+      auto right = parse_math1();
+      if (!right) return right;
+      left = binary(op, std::move(*left), std::move(*right));
+    }
+  }
+
+  Result<ExprPtr> parse_math1() {
+    auto left = parse_concat();
+    if (!left) return left;
+    while (peek_op("+") || peek_op("-")) {
+      const std::string op = t_[p_++].text;
+      auto right = parse_concat();
+      if (!right) return right;
+      left = binary(op, std::move(*left), std::move(*right));
+    }
+    return left;
+  }
+
+  Result<ExprPtr> parse_concat() {
+    auto left = parse_math2();
+    if (!left) return left;
+    while (accept_op("~")) {
+      auto right = parse_math2();
+      if (!right) return right;
+      left = binary("~", std::move(*left), std::move(*right));
+    }
+    return left;
+  }
+
+  Result<ExprPtr> parse_math2() {
+    auto left = parse_pow();
+    if (!left) return left;
+    while (peek_op("*") || peek_op("/") || peek_op("//") || peek_op("%")) {
+      const std::string op = t_[p_++].text;
+      auto right = parse_pow();
+      if (!right) return right;
+      left = binary(op, std::move(*left), std::move(*right));
+    }
+    return left;
+  }
+
+  Result<ExprPtr> parse_pow() {
+    auto left = parse_unary(true);
+    if (!left) return left;
+    while (accept_op("**")) {
+      auto right = parse_unary(true);
+      if (!right) return right;
+      left = binary("**", std::move(*left), std::move(*right));
+    }
+    return left;
+  }
+
+  Result<ExprPtr> parse_unary(bool with_filter) {
+    Result<ExprPtr> node = Status::error("");
+    if (peek_op("-") || peek_op("+")) {
+      const std::string op = t_[p_++].text;
+      auto operand = parse_unary(false);
+      if (!operand) return operand;
+      auto e = make(Expr::Kind::UNARY);
+      e->name = op;
+      e->children.push_back(std::move(*operand));
+      node = std::move(e);
+    } else {
+      node = parse_primary();
+      if (!node) return node;
+      node = parse_postfix(std::move(*node));
+    }
+    if (!node || !with_filter) return node;
+    return parse_filters_and_tests(std::move(*node));
+  }
+
+  Status parse_call_args(Expr& e) {
+    if (accept_op(")")) return Status::ok();
+    do {
+      if (peek_op(")")) break;  // trailing comma
+      if (t_[p_].kind == Token::NAME && t_[p_ + 1].kind == Token::OP && t_[p_ + 1].text == "=") {
+        const std::string key = t_[p_].text;
+        p_ += 2;
+        auto v = parse_expression();
+        if (!v) return v.status();
+        e.kwargs.emplace_back(key, std::move(*v));
+      } else {
+        auto v = parse_expression();
+        if (!v) return v.status();
+        e.children.push_back(std::move(*v));
+      }
+    } while (accept_op(","));
+    return expect_op(")");
+  }
+
+  Result<ExprPtr> parse_postfix(ExprPtr node) {
+    while (true) {
+      if (accept_op(".")) {
+        if (t_[p_].kind == Token::INT) {  // x.0 is x[0]
+          auto e = make(Expr::Kind::ITEM);
+          e->children.push_back(std::move(node));
+          auto lit = make(Expr::Kind::LITERAL);
+          lit->literal = t_[p_++].value;
+          e->children.push_back(std::move(lit));
+          node = std::move(e);
+          continue;
+        }
+        auto name = expect_name();
+        if (!name) return name.status();
+        auto e = make(Expr::Kind::ATTR);
+        e->name = *name;
+        e->children.push_back(std::move(node));
+        node = std::move(e);
+      } else if (accept_op("[")) {
+        ExprPtr parts[3];
+        bool is_slice = false;
+        for (int k = 0; k < 3; ++k) {
+          if (!peek_op(":") && !peek_op("]")) {
+            auto v = parse_expression();
+            if (!v) return v;
+            parts[k] = std::move(*v);
+          }
+          if (k < 2 && accept_op(":")) {
+            is_slice = true;
+            continue;
+          }
+          break;
+        }
+        NIB_RETURN_IF_ERROR(expect_op("]"));
+        auto e = make(is_slice ? Expr::Kind::SLICE : Expr::Kind::ITEM);
+        e->children.push_back(std::move(node));
+        for (auto& part : parts)
+          if (is_slice || part) e->children.push_back(std::move(part));
+        node = std::move(e);
+      } else if (accept_op("(")) {
+        auto e = make(Expr::Kind::CALL);
+        e->children.push_back(std::move(node));
+        NIB_RETURN_IF_ERROR(parse_call_args(*e));
+        node = std::move(e);
+      } else {
+        return node;
+      }
+    }
+  }
+
+  Result<ExprPtr> parse_filters_and_tests(ExprPtr node) {
+    while (true) {
+      if (accept_op("|")) {
+        auto name = expect_name();
+        if (!name) return name.status();
+        std::string full = *name;
+        while (accept_op(".")) {
+          auto part = expect_name();
+          if (!part) return part.status();
+          full += "." + *part;
+        }
+        auto e = make(Expr::Kind::FILTER);
+        e->name = full;
+        e->children.push_back(std::move(node));
+        if (accept_op("(")) NIB_RETURN_IF_ERROR(parse_call_args(*e));
+        node = std::move(e);
+      } else if (accept_name("is")) {
+        auto e = make(Expr::Kind::TEST);
+        e->negated = accept_name("not");
+        auto name = expect_name();
+        if (!name) return name.status();
+        e->name = *name;
+        e->children.push_back(std::move(node));
+        if (accept_op("(")) {
+          NIB_RETURN_IF_ERROR(parse_call_args(*e));
+        } else if (t_[p_].kind == Token::STRING || t_[p_].kind == Token::INT || t_[p_].kind == Token::FLOAT ||
+                   (t_[p_].kind == Token::NAME && t_[p_].text != "and" && t_[p_].text != "or" &&
+                    t_[p_].text != "else" && t_[p_].text != "if" && t_[p_].text != "is")) {
+          auto arg = parse_primary();  // "x is divisibleby 3", "x is sameas none"
+          if (!arg) return arg;
+          e->children.push_back(std::move(*arg));
+        }
+        node = std::move(e);
+      } else {
+        return node;
+      }
+    }
+  }
+
+  Result<ExprPtr> parse_primary() {
+    const Token& tok = t_[p_];
+    if (tok.kind == Token::STRING) {
+      std::string s = tok.text;
+      ++p_;
+      while (t_[p_].kind == Token::STRING) s += t_[p_++].text;  // adjacent literals concatenate
+      auto e = make(Expr::Kind::LITERAL);
+      e->literal = Value(s);
+      return e;
+    }
+    if (tok.kind == Token::INT || tok.kind == Token::FLOAT) {
+      auto e = make(Expr::Kind::LITERAL);
+      e->literal = tok.value;
+      ++p_;
+      return e;
+    }
+    if (tok.kind == Token::NAME) {
+      ++p_;
+      auto e = make(Expr::Kind::LITERAL);
+      if (tok.text == "true" || tok.text == "True") e->literal = Value(true);
+      else if (tok.text == "false" || tok.text == "False") e->literal = Value(false);
+      else if (tok.text == "none" || tok.text == "None") e->literal = Value::none();
+      else {
+        e->kind = Expr::Kind::NAME;
+        e->name = tok.text;
+      }
+      return e;
+    }
+    if (accept_op("(")) {
+      auto first = parse_expression();
+      if (!first) return first;
+      if (accept_op(")")) return first;
+      auto tuple = make(Expr::Kind::TUPLE);
+      tuple->children.push_back(std::move(*first));
+      while (accept_op(",")) {
+        if (peek_op(")")) break;
+        auto next = parse_expression();
+        if (!next) return next;
+        tuple->children.push_back(std::move(*next));
+      }
+      NIB_RETURN_IF_ERROR(expect_op(")"));
+      return tuple;
+    }
+    if (accept_op("[")) {
+      auto list = make(Expr::Kind::LIST);
+      while (!accept_op("]")) {
+        auto item = parse_expression();
+        if (!item) return item;
+        list->children.push_back(std::move(*item));
+        if (!accept_op(",")) {
+          NIB_RETURN_IF_ERROR(expect_op("]"));
+          break;
+        }
+      }
+      return list;
+    }
+    if (accept_op("{")) {
+      auto dict = make(Expr::Kind::DICT);
+      while (!accept_op("}")) {
+        auto key = parse_expression();
+        if (!key) return key;
+        NIB_RETURN_IF_ERROR(expect_op(":"));
+        auto value = parse_expression();
+        if (!value) return value;
+        dict->children.push_back(std::move(*key));
+        dict->children.push_back(std::move(*value));
+        if (!accept_op(",")) {
+          NIB_RETURN_IF_ERROR(expect_op("}"));
+          break;
+        }
+      }
+      return dict;
+    }
+    return error("expected an expression");
+  }
+
+  std::vector<Token> t_;
+  size_t p_ = 0;
+  int line_;
+};
+
+// ---- statement parser -----------------------------------------------------------------------
+
+class TemplateParser {
+ public:
+  explicit TemplateParser(std::vector<Piece> pieces) : pieces_(std::move(pieces)) {}
+
+  // Parses nodes until a statement whose first word is in `stop` (left unconsumed) or the end.
+  Result<NodeList> parse_body(const std::vector<std::string>& stop, std::string* stopped_at) {
+    NodeList nodes;
+    while (i_ < pieces_.size()) {
+      const Piece& piece = pieces_[i_];
+      if (piece.kind == Piece::TEXT) {
+        auto n = node(Node::Kind::TEXT, piece.line);
+        n->text = piece.content;
+        nodes.push_back(std::move(n));
+        ++i_;
+        continue;
+      }
+      auto tokens = tokenize(piece.content, piece.line);
+      if (!tokens) return tokens.status();
+      ExprParser ep(std::move(*tokens), piece.line);
+      if (piece.kind == Piece::EXPRESSION) {
+        auto e = ep.parse_expression();
+        if (!e) return e.status();
+        if (!ep.at_end()) return ep.error("unexpected token");
+        auto n = node(Node::Kind::OUTPUT, piece.line);
+        n->expr = std::move(*e);
+        nodes.push_back(std::move(n));
+        ++i_;
+        continue;
+      }
+      auto keyword = ep.expect_name();
+      if (!keyword) return keyword.status();
+      for (const std::string& s : stop) {
+        if (*keyword == s) {
+          if (stopped_at) *stopped_at = s;
+          return nodes;
+        }
+      }
+      ++i_;
+      auto n = parse_statement(*keyword, ep, piece.line);
+      if (!n) return n.status();
+      if (*n) nodes.push_back(std::move(*n));
+    }
+    if (!stop.empty()) return Status::error("unexpected end of template: missing {% " + stop.back() + " %}");
+    return nodes;
+  }
+
+ private:
+  std::unique_ptr<Node> node(Node::Kind kind, int line) {
+    auto n = std::make_unique<Node>();
+    n->kind = kind;
+    n->line = line;
+    return n;
+  }
+
+  // Consumes the statement tag that ended a body (e.g. "endif").
+  Status end_tag(ExprParser* rest = nullptr) {
+    (void)rest;
+    ++i_;
+    return Status::ok();
+  }
+
+  Result<NodeList> body_until(std::vector<std::string> stop, std::string& stopped_at) {
+    return parse_body(stop, &stopped_at);
+  }
+
+  // The ExprParser positioned after the keyword of the current (stopping) statement.
+  Result<ExprParser> current_statement() {
+    const Piece& piece = pieces_[i_];
+    auto tokens = tokenize(piece.content, piece.line);
+    if (!tokens) return tokens.status();
+    ExprParser ep(std::move(*tokens), piece.line);
+    auto kw = ep.expect_name();
+    if (!kw) return kw.status();
+    return ep;
+  }
+
+  Result<std::unique_ptr<Node>> parse_statement(const std::string& keyword, ExprParser& ep, int line) {
+    if (keyword == "if") {
+      auto n = node(Node::Kind::IF, line);
+      auto cond = ep.parse_expression();
+      if (!cond) return cond.status();
+      ExprPtr condition = std::move(*cond);
+      while (true) {
+        std::string stopped;
+        auto body = body_until({"elif", "else", "endif"}, stopped);
+        if (!body) return body.status();
+        n->branches.emplace_back(std::move(condition), std::move(*body));
+        if (stopped == "elif") {
+          auto sp = current_statement();
+          if (!sp) return sp.status();
+          auto c = sp->parse_expression();
+          if (!c) return c.status();
+          condition = std::move(*c);
+          ++i_;
+          continue;
+        }
+        ++i_;
+        if (stopped == "else") {
+          std::string end;
+          auto else_body = body_until({"endif"}, end);
+          if (!else_body) return else_body.status();
+          n->else_body = std::move(*else_body);
+          ++i_;
+        }
+        return n;
+      }
+    }
+    if (keyword == "for") {
+      auto n = node(Node::Kind::FOR, line);
+      auto targets = ep.parse_targets();
+      if (!targets) return targets.status();
+      n->targets = *targets;
+      if (!ep.accept_name("in")) return ep.error("expected 'in'");
+      auto iter = ep.parse_or();  // not a full expression: "if" here filters the loop
+      if (!iter) return iter.status();
+      n->expr = std::move(*iter);
+      ExprPtr filter;
+      if (ep.accept_name("if")) {
+        auto f = ep.parse_expression();
+        if (!f) return f.status();
+        filter = std::move(*f);
+      }
+      ep.accept_name("recursive");
+      std::string stopped;
+      auto body = body_until({"else", "endfor"}, stopped);
+      if (!body) return body.status();
+      n->branches.emplace_back(std::move(filter), std::move(*body));
+      ++i_;
+      if (stopped == "else") {
+        std::string end;
+        auto else_body = body_until({"endfor"}, end);
+        if (!else_body) return else_body.status();
+        n->else_body = std::move(*else_body);
+        ++i_;
+      }
+      return n;
+    }
+    if (keyword == "set") {
+      auto targets = ep.parse_targets();
+      if (!targets) return targets.status();
+      if (ep.accept_op("=")) {
+        auto n = node(Node::Kind::SET, line);
+        n->targets = *targets;
+        auto value = ep.parse_expression();
+        if (!value) return value.status();
+        n->expr = std::move(*value);
+        // "set a = 1, 2" makes a tuple
+        if (ep.accept_op(",")) {
+          auto tuple = std::make_unique<Expr>();
+          tuple->kind = Expr::Kind::TUPLE;
+          tuple->children.push_back(std::move(n->expr));
+          do {
+            auto v = ep.parse_expression();
+            if (!v) return v.status();
+            tuple->children.push_back(std::move(*v));
+          } while (ep.accept_op(","));
+          n->expr = std::move(tuple);
+        }
+        return n;
+      }
+      auto n = node(Node::Kind::SET_BLOCK, line);
+      n->targets = *targets;
+      if (ep.accept_op("|")) {  // {% set x | filter %}
+        return Status::error("line " + std::to_string(line) + ": filtered block set is not supported");
+      }
+      std::string end;
+      auto body = body_until({"endset"}, end);
+      if (!body) return body.status();
+      n->body = std::move(*body);
+      ++i_;
+      return n;
+    }
+    if (keyword == "macro" || keyword == "call") {
+      auto n = node(keyword == "macro" ? Node::Kind::MACRO : Node::Kind::CALL_BLOCK, line);
+      if (keyword == "call" && ep.accept_op("(")) {  // {% call(args) macro(...) %}
+        NIB_RETURN_IF_ERROR(parse_params(ep, n->params));
+      }
+      if (keyword == "macro") {
+        auto name = ep.expect_name();
+        if (!name) return name.status();
+        n->text = *name;
+        NIB_RETURN_IF_ERROR(ep.expect_op("("));
+        NIB_RETURN_IF_ERROR(parse_params(ep, n->params));
+      } else {
+        auto call = ep.parse_expression();
+        if (!call) return call.status();
+        n->expr = std::move(*call);
+      }
+      std::string end;
+      auto body = body_until({keyword == "macro" ? "endmacro" : "endcall"}, end);
+      if (!body) return body.status();
+      n->body = std::move(*body);
+      ++i_;
+      return n;
+    }
+    if (keyword == "filter") {
+      auto n = node(Node::Kind::FILTER_BLOCK, line);
+      // Parse "name(args)" as a filter applied to a placeholder.
+      auto name = ep.expect_name();
+      if (!name) return name.status();
+      auto f = std::make_unique<Expr>();
+      f->kind = Expr::Kind::FILTER;
+      f->name = *name;
+      f->children.push_back(nullptr);  // the block's output goes here
+      if (ep.accept_op("(")) {
+        auto call = ep.parse_expression();  // not used: parse args by hand below
+        (void)call;
+        return Status::error("line " + std::to_string(line) + ": filter blocks with arguments are not supported");
+      }
+      n->expr = std::move(f);
+      std::string end;
+      auto body = body_until({"endfilter"}, end);
+      if (!body) return body.status();
+      n->body = std::move(*body);
+      ++i_;
+      return n;
+    }
+    if (keyword == "generation") {  // transformers' AssistantTracker: marks text, renders it as is
+      std::string end;
+      auto body = body_until({"endgeneration"}, end);
+      if (!body) return body.status();
+      ++i_;
+      auto n = node(Node::Kind::IF, line);  // an always-true if holding the body
+      auto t = std::make_unique<Expr>();
+      t->kind = Expr::Kind::LITERAL;
+      t->literal = Value(true);
+      n->branches.emplace_back(std::move(t), std::move(*body));
+      return n;
+    }
+    if (keyword == "break") return node(Node::Kind::BREAK, line);
+    if (keyword == "continue") return node(Node::Kind::CONTINUE, line);
+    return Status::error("line " + std::to_string(line) + ": unknown statement '" + keyword + "'");
+  }
+
+  Status parse_params(ExprParser& ep, std::vector<std::pair<std::string, ExprPtr>>& params) {
+    if (ep.accept_op(")")) return Status::ok();
+    do {
+      auto name = ep.expect_name();
+      if (!name) return name.status();
+      ExprPtr def;
+      if (ep.accept_op("=")) {
+        auto d = ep.parse_expression();
+        if (!d) return d.status();
+        def = std::move(*d);
+      }
+      params.emplace_back(*name, std::move(def));
+    } while (ep.accept_op(","));
+    return ep.expect_op(")");
+  }
+
+  std::vector<Piece> pieces_;
+  size_t i_ = 0;
+};
+
+}  // namespace
+
+Result<NodeList> parse_template(const std::string& source) {
+  auto pieces = split_pieces(source);
+  if (!pieces) return pieces.status();
+  TemplateParser parser(std::move(*pieces));
+  return parser.parse_body({}, nullptr);
+}
+
+}  // namespace nibble::text::jinja
