@@ -272,7 +272,7 @@ Result<Value> Interpreter::eval(const Expr& e) {
         if (!v) return v;
         l.push_back(std::move(*v));
       }
-      return Value(std::move(l));
+      return e.kind == Expr::Kind::TUPLE ? Value::tuple(std::move(l)) : Value(std::move(l));
     }
     case Expr::Kind::DICT: {
       Value d{Dict{}};

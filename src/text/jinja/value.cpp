@@ -22,6 +22,12 @@ Value::Value(std::string s) : kind_(Kind::STRING), s_(std::make_shared<std::stri
 Value::Value(List l) : kind_(Kind::LIST), list_(std::make_shared<List>(std::move(l))) {}
 Value::Value(Dict d) : kind_(Kind::DICT), dict_(std::make_shared<Dict>(std::move(d))) {}
 
+Value Value::tuple(List l) {
+  Value v(std::move(l));
+  v.b_ = true;
+  return v;
+}
+
 Value Value::function(Function f) {
   Value v;
   v.kind_ = Kind::FUNCTION;
@@ -234,9 +240,9 @@ std::string Value::str() const {
     case Kind::FLOAT: return python_float_repr(d_);
     case Kind::STRING: return *s_;
     case Kind::LIST: {
-      std::string out = "[";
+      std::string out = b_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) out += (i ? ", " : "") + (*list_)[i].repr();
-      return out + "]";
+      return out + (b_ ? (list_->size() == 1 ? ",)" : ")") : "]");
     }
     case Kind::DICT: {
       std::string out = "{";

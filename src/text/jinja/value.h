@@ -35,6 +35,7 @@ class Value {
   Value(const char* s) : Value(std::string(s)) {}
   Value(List l);
   Value(Dict d);
+  static Value tuple(List l);  // a list that prints as a Python tuple
   static Value function(Function f);
   static Value namespace_object(Dict attributes);
   static Value from_json(const nlohmann::ordered_json& j);
@@ -75,7 +76,7 @@ class Value {
 
  private:
   Kind kind_ = Kind::UNDEFINED;
-  bool b_ = false;
+  bool b_ = false;  // BOOL value; for LIST: printed as a tuple
   int64_t i_ = 0;
   double d_ = 0;
   std::shared_ptr<std::string> s_;
