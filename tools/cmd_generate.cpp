@@ -1,5 +1,6 @@
-// `nibble generate`: runs a checkpoint on a prompt of token ids and prints the generated ids
-// (greedy at temperature 0). --dump-logits writes the logits of every generated position (.npy).
+// `nibble generate`: runs a checkpoint on a prompt (text or token ids) and prints the generated
+// text or ids (greedy at temperature 0). --dump-logits writes the logits of every generated
+// position (.npy).
 #include <cstdio>
 #include <random>
 #include <set>
@@ -7,6 +8,7 @@
 #include "formats/nvfp4.h"
 #include "models/model.h"
 #include "sampling/sampler.h"
+#include "text/tokenizer.h"
 #include "tools/command.h"
 #include "tools/npy.h"
 #include "tools/token_ids.h"
@@ -17,6 +19,7 @@ namespace {
 struct GenerateOptions {
   std::string model_dir;
   std::string prompt_ids;
+  std::string prompt;
   int64_t max_tokens = 16;
   float temperature = 0.0f;
   uint64_t seed = 0;
@@ -39,8 +42,18 @@ int run_generate(const GenerateOptions& o) {
     std::fprintf(stderr, "nibble generate: %s\n", message.c_str());
     return 1;
   };
-  Result<std::vector<int32_t>> prompt = parse_token_ids(o.prompt_ids, "--prompt-ids");
+  if (o.prompt.empty() && o.prompt_ids.empty()) return fail("give --prompt TEXT or --prompt-ids 1,2,3");
+  // The prompt: ids as given, or text encoded with the model's tokenizer.
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  if (!o.prompt.empty()) {
+    auto loaded_tokenizer = text::Tokenizer::load(o.model_dir);
+    if (!loaded_tokenizer) return fail(loaded_tokenizer.status().message());
+    tokenizer = std::move(loaded_tokenizer.value());
+  }
+  Result<std::vector<int32_t>> prompt = o.prompt_ids.empty() ? Result<std::vector<int32_t>>(tokenizer->encode(o.prompt))
+                                                             : parse_token_ids(o.prompt_ids, "--prompt-ids");
   if (!prompt) return fail(prompt.status().message());
+  if (prompt->empty()) return fail("the prompt encodes to no tokens");
   Result<std::unique_ptr<io::LoadedCheckpoint>> loaded = io::load_checkpoint(o.model_dir);
   if (!loaded) return fail(loaded.status().message());
   std::shared_ptr<const io::LoadedCheckpoint> checkpoint = std::move(loaded.value());
@@ -87,6 +100,12 @@ int run_generate(const GenerateOptions& o) {
     Status s = write_npy_f32(o.dump_logits, dumped, static_cast<int64_t>(generated.size()), config.vocab_size);
     if (!s) return fail(s.message());
   }
+  if (tokenizer) {  // text in, text out
+    const std::string text = tokenizer->decode(generated, /*skip_special_tokens=*/true);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::printf("\n");
+    return 0;
+  }
   std::printf("[");
   for (size_t i = 0; i < generated.size(); ++i) std::printf("%s%d", i ? ", " : "", generated[i]);
   std::printf("]\n");
@@ -100,7 +119,9 @@ CommandRunner register_generate(CLI::App& root) {
   auto o = std::make_shared<GenerateOptions>();
   const std::vector<std::string> modes = {"none", "static", "per-token"};
   cmd->add_option("--model", o->model_dir, "Model folder")->required();
-  cmd->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids")->required();
+  auto* text_prompt = cmd->add_option("--prompt", o->prompt, "Prompt text (encoded with the model's tokenizer; prints text)");
+  auto* id_prompt = cmd->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids (prints ids)");
+  text_prompt->excludes(id_prompt);
   cmd->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->default_val(16)->check(CLI::PositiveNumber);
   cmd->add_option("--temperature", o->temperature, "0 = greedy")->default_val(0.0f)->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", o->seed, "Sampling seed")->default_val(0);

@@ -12,13 +12,15 @@ CommandRunner register_quantize(CLI::App& root) {
   auto o = std::make_shared<QuantizeOptions>();
   cmd->add_option("--in", o->in_dir, "BF16 model folder")->required();
   cmd->add_option("--out", o->out_dir, "Output folder")->required();
-  cmd->add_option("--calib-ids", o->calib_ids_file,
-                  "Calibration token ids: a JSON list of lists (default: built-in random sequences)");
-  cmd->add_option("--calib-sequences", o->calib_sequences, "Built-in calibration: number of sequences")
-      ->default_val(8)->check(CLI::PositiveNumber);
-  cmd->add_option("--calib-length", o->calib_length, "Built-in calibration: tokens per sequence")
-      ->default_val(64)->check(CLI::PositiveNumber);
-  cmd->add_option("--calib-seed", o->calib_seed, "Built-in calibration: seed")->default_val(0);
+  auto* calib = cmd->add_option("--calib", o->calib_file, "Calibration text file (default: built-in text)");
+  cmd->add_option("--calib-ids", o->calib_ids_file, "Calibration token ids instead: a JSON list of lists")
+      ->excludes(calib);
+  cmd->add_option("--calib-sequences", o->calib_sequences, "At most this many calibration sequences")
+      ->default_val(32)->check(CLI::PositiveNumber);
+  cmd->add_option("--calib-length", o->calib_length, "At most this many tokens per sequence")
+      ->default_val(256)->check(CLI::PositiveNumber);
+  cmd->add_option("--calib-seed", o->calib_seed, "Seed of random calibration ids (folders without a tokenizer)")
+      ->default_val(0);
   cmd->add_option("--exclude", o->exclude,
                   "Module patterns to keep in BF16 (fnmatch; default: lm_head, embeddings and MoE routers)");
   return [o] {
@@ -29,9 +31,10 @@ CommandRunner register_quantize(CLI::App& root) {
       return 1;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("wrote %s: %zu NVFP4 modules, %zu left in BF16, calibrated on %lld tokens, %.3f GB, %.1f s\n",
+    std::printf("wrote %s: %zu NVFP4 modules, %zu left in BF16, calibrated on %lld tokens of %s, %.3f GB, %.1f s\n",
                 o->out_dir.c_str(), r->quantized_modules, r->excluded_modules,
-                static_cast<long long>(r->calibration_tokens), r->total_bytes / 1e9, seconds);
+                static_cast<long long>(r->calibration_tokens), r->calibration_source.c_str(), r->total_bytes / 1e9,
+                seconds);
     return 0;
   };
 }

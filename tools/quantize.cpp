@@ -22,6 +22,8 @@
 #include "io/binding.h"
 #include "io/safetensors.h"
 #include "models/model.h"
+#include "text/tokenizer.h"
+#include "tools/calibration_text.h"
 
 namespace nibble::tools {
 namespace {
@@ -48,31 +50,66 @@ std::string weight_group(const io::ModuleSpec& m) {
   return m.name;
 }
 
-Result<std::vector<std::vector<int32_t>>> calibration_ids(const QuantizeOptions& o, int64_t vocab) {
+// Calibration sequences: token ids from --calib-ids; else text (--calib FILE, or the built-in
+// text) encoded with the model's tokenizer, split at blank lines and cut into sequences of at most
+// calib_length tokens; random ids only when the folder has no tokenizer.
+Result<std::vector<std::vector<int32_t>>> calibration_ids(const QuantizeOptions& o, int64_t vocab,
+                                                          std::string& source) {
   std::vector<std::vector<int32_t>> seqs;
-  if (o.calib_ids_file.empty()) {
+  if (!o.calib_ids_file.empty()) {
+    std::ifstream in(o.calib_ids_file);
+    const json j = json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_array() || j.empty())
+      return Status::error(o.calib_ids_file + ": expected a JSON list of token-id lists");
+    for (const json& seq : j) {
+      if (!seq.is_array() || seq.empty()) return Status::error(o.calib_ids_file + ": every entry must be a non-empty list");
+      std::vector<int32_t> ids;
+      for (const json& id : seq) {
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab)
+          return Status::error(o.calib_ids_file + ": token id " + id.dump() + " is not in [0, " + std::to_string(vocab) + ")");
+        ids.push_back(id.get<int32_t>());
+      }
+      seqs.push_back(std::move(ids));
+    }
+    source = o.calib_ids_file;
+    return seqs;
+  }
+  auto tokenizer = text::Tokenizer::load(o.in_dir);
+  if (!tokenizer && !o.calib_file.empty()) return Status::error("--calib needs the model's tokenizer: " + tokenizer.status().message());
+  if (!tokenizer) {
     std::mt19937_64 rng(o.calib_seed);
     for (int64_t s = 0; s < o.calib_sequences; ++s) {
       std::vector<int32_t> ids(static_cast<size_t>(o.calib_length));
       for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
       seqs.push_back(std::move(ids));
     }
+    source = "random token ids (no tokenizer.json in " + o.in_dir + ")";
     return seqs;
   }
-  std::ifstream in(o.calib_ids_file);
-  const json j = json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_array() || j.empty())
-    return Status::error(o.calib_ids_file + ": expected a JSON list of token-id lists");
-  for (const json& seq : j) {
-    if (!seq.is_array() || seq.empty()) return Status::error(o.calib_ids_file + ": every entry must be a non-empty list");
-    std::vector<int32_t> ids;
-    for (const json& id : seq) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab)
-        return Status::error(o.calib_ids_file + ": token id " + id.dump() + " is not in [0, " + std::to_string(vocab) + ")");
-      ids.push_back(id.get<int32_t>());
-    }
-    seqs.push_back(std::move(ids));
+  std::string text = BUILTIN_CALIBRATION_TEXT;
+  source = "built-in text";
+  if (!o.calib_file.empty()) {
+    std::ifstream in(o.calib_file, std::ios::binary);
+    if (!in) return Status::error(o.calib_file + ": cannot open");
+    std::stringstream buf;
+    buf << in.rdbuf();
+    text = buf.str();
+    source = o.calib_file;
   }
+  size_t pos = 0;
+  while (pos < text.size() && static_cast<int64_t>(seqs.size()) < o.calib_sequences) {
+    size_t end = text.find("\n\n", pos);
+    if (end == std::string::npos) end = text.size();
+    const std::vector<int32_t> ids = (*tokenizer)->encode(text.substr(pos, end - pos), /*parse_special=*/false);
+    for (size_t b = 0; b < ids.size() && static_cast<int64_t>(seqs.size()) < o.calib_sequences; b += o.calib_length) {
+      std::vector<int32_t> chunk(ids.begin() + static_cast<long>(b),
+                                 ids.begin() + static_cast<long>(std::min(ids.size(), b + o.calib_length)));
+      std::erase_if(chunk, [&](int32_t id) { return id >= vocab; });
+      if (!chunk.empty()) seqs.push_back(std::move(chunk));
+    }
+    pos = end + 2;
+  }
+  if (seqs.empty()) return Status::error(source + ": no calibration text");
   return seqs;
 }
 
@@ -145,9 +182,9 @@ Result<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o) {
   }
   const std::vector<io::ModuleSpec> modules = io::plan_modules(config, quant);
 
-  Result<std::vector<std::vector<int32_t>>> seqs = calibration_ids(o, config.vocab_size);
-  if (!seqs) return seqs.status();
   QuantizeReport report;
+  Result<std::vector<std::vector<int32_t>>> seqs = calibration_ids(o, config.vocab_size, report.calibration_source);
+  if (!seqs) return seqs.status();
   Result<std::map<std::string, float>> amax = calibrate(input, *seqs, report.calibration_tokens);
   if (!amax) return amax.status();
   std::map<std::string, float> group_amax;

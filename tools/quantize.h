@@ -13,10 +13,11 @@ namespace nibble::tools {
 struct QuantizeOptions {
   std::string in_dir;
   std::string out_dir;
-  std::string calib_ids_file;          // JSON [[ids...], ...]; empty: built-in random sequences
-  int64_t calib_sequences = 8;         // built-in calibration: this many sequences ...
-  int64_t calib_length = 64;           // ... of this many tokens, drawn with calib_seed
-  uint64_t calib_seed = 0;
+  std::string calib_file;              // calibration text; empty: the built-in text
+  std::string calib_ids_file;          // or token ids: JSON [[ids...], ...]
+  int64_t calib_sequences = 32;        // at most this many sequences ...
+  int64_t calib_length = 256;          // ... of at most this many tokens
+  uint64_t calib_seed = 0;             // random ids, only for a folder without a tokenizer
   std::vector<std::string> exclude;    // module patterns left in BF16; empty: ModelOpt's default
   uint64_t shard_bytes = 5'000'000'000ull;
 };
@@ -25,6 +26,7 @@ struct QuantizeReport {
   size_t quantized_modules = 0;
   size_t excluded_modules = 0;
   int64_t calibration_tokens = 0;
+  std::string calibration_source;  // what the calibration ran on
   uint64_t total_bytes = 0;
 };
 

@@ -159,3 +159,17 @@ def test_broken_folders_are_reported(build_dir, tiny, tmp_path):
     assert proc.returncode == 1 and "config.json: not a JSON object" in proc.stdout
     proc = nibble(build_dir, "inspect", tmp_path / "does-not-exist", check=False)
     assert proc.returncode == 1 and "cannot open" in proc.stdout
+
+
+def test_generate_with_text_prompt(build_dir, tiny):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(tiny / "tokenizer.json"))
+    ids = tok.encode("Hello, world", add_special_tokens=False).ids
+    as_ids = nibble(build_dir, "generate", "--model", tiny, "--prompt-ids", ",".join(map(str, ids)),
+                    "--max-tokens", "6", "--ignore-eos").stdout
+    generated = json.loads(as_ids)
+    as_text = nibble(build_dir, "generate", "--model", tiny, "--prompt", "Hello, world", "--max-tokens", "6",
+                     "--ignore-eos").stdout
+    assert as_text == tok.decode(generated, skip_special_tokens=True) + "\n"
+    proc = nibble(build_dir, "generate", "--model", tiny, check=False)
+    assert proc.returncode == 1 and "give --prompt TEXT or --prompt-ids" in proc.stderr

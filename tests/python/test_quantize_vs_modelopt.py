@@ -4,6 +4,7 @@ token ids. Every weight, weight_scale and weight_scale_2 bit for bit; input_scal
 calibration computes them, up to activation precision (ModelOpt runs the model in BF16, nibble's
 calibration in fp32: amax values differ by BF16 rounding and its propagation; 0.6% seen, 2% allowed)."""
 import json
+import shutil
 import subprocess
 import sys
 
@@ -61,3 +62,20 @@ def test_quantize_errors(build_dir, exported, tmp_path):
     proc = nibble(build_dir, "quantize", "--in", exported / "bf16", "--out", tmp_path / "y", "--calib-ids", bad,
                   check=False)
     assert proc.returncode == 1 and "token id 99999" in proc.stderr
+
+
+def test_quantize_calibrates_on_text(build_dir, exported, tmp_path):
+    bf16 = tmp_path / "bf16"
+    shutil.copytree(exported / "bf16", bf16)
+    text = tmp_path / "calib.txt"
+    text.write_text("a b c d e f\n\n" * 50)  # single letters are ids < 512, inside the tiny model's vocab
+    proc = nibble(build_dir, "quantize", "--in", bf16, "--out", tmp_path / "q", "--calib", text, check=False)
+    assert proc.returncode == 1 and "--calib needs the model's tokenizer" in proc.stderr
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(REPO / "data/qwen3-tokenizer" / name, bf16 / name)
+    out = nibble(build_dir, "quantize", "--in", bf16, "--out", tmp_path / "q", "--calib", text).stdout
+    assert f"of {text}" in out
+    assert json.loads(nibble(build_dir, "inspect", tmp_path / "q", "--json").stdout)["problems"] == []
+    assert (tmp_path / "q" / "tokenizer.json").exists()
+    out = nibble(build_dir, "quantize", "--in", bf16, "--out", tmp_path / "q2").stdout
+    assert "of built-in text" in out
