@@ -125,11 +125,12 @@ Result<Nvfp4Matrix> quantize_weight(std::span<const float> w, int64_t rows, int6
       s = std::clamp(s, E4M3_MIN_SUBNORMAL, E4M3_MAX);           // _cast_per_block_scale_to_fp8
       const uint8_t sf = e4m3_encode(s);
       const float divisor = e4m3_decode(sf) * scale_2;           // scale.to(float32) * scale_2
-      for (int i = 0; i < NVFP4_BLOCK; ++i) {
-        // _cast_fp4: sign from `weight < 0` (so -0.0 gives code 0, not 8), then the magnitude.
-        const float scaled = block[i] / divisor;
-        codes[i] = static_cast<uint8_t>((scaled < 0.0f ? E2M1_SIGN : 0) | e2m1_round_magnitude(std::fabs(scaled)));
-      }
+      // Two simple loops so both vectorize: the IEEE division (as torch divides), then _cast_fp4's
+      // rounding with the sign from `weight < 0` (so -0.0 gives code 0, not 8).
+      float scaled[NVFP4_BLOCK];
+      for (int i = 0; i < NVFP4_BLOCK; ++i) scaled[i] = block[i] / divisor;
+      for (int i = 0; i < NVFP4_BLOCK; ++i)
+        codes[i] = static_cast<uint8_t>((scaled[i] < 0.0f ? E2M1_SIGN : 0) | e2m1_round_magnitude(std::fabs(scaled[i])));
       m.block_scales[r * n_blocks + b] = sf;
       store_codes(m, r, b, codes);
     }

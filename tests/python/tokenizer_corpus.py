@@ -30,10 +30,15 @@ def same_in_all_unicode_versions(cp: int) -> bool:
     """tokenizers (Rust: unicode-normalization, Oniguruma) and nibble (utf8proc, PCRE2) were built
     with different Unicode versions, so a character assigned in a recent version is a letter to one
     and unassigned to the other, or has a combining class only one knows. Random text keeps to
-    characters assigned by Unicode 3.2, and emoji (no normalization, symbol class everywhere)."""
+    characters assigned by Unicode 3.2 whose category has not changed since, and emoji (no
+    normalization, symbol class everywhere). U+180E is left out: PCRE2 keeps it in its fixed list
+    of white space (backslash-s), Oniguruma does not (a known difference, docs/text.md)."""
+    if cp == 0x180E:
+        return False
     if 0x1F300 <= cp <= 0x1FAFF:
         return unicodedata.category(chr(cp)) == "So"
-    return unicodedata.ucd_3_2_0.category(chr(cp)) != "Cn"
+    old = unicodedata.ucd_3_2_0.category(chr(cp))
+    return old != "Cn" and old == unicodedata.category(chr(cp))
 
 
 def random_unicode(rng: random.Random) -> str:
