@@ -8,4 +8,9 @@ rm -rf build-device && mkdir -p build-device/tests
 cp build/nibble build-device/
 find build/tests -maxdepth 1 -name "test_cuda_*" -type f -executable -exec cp {} build-device/tests/ \;
 strip build-device/nibble build-device/tests/*
+# Debian libraries the device machine does not have (it is not set up by scripts/setup.sh).
+mkdir -p build-device/lib
+for lib in libutf8proc.so.2 libpcre2-8.so.0; do
+  cp "$(ldd build/nibble | awk -v l="$lib" '$1 == l {print $3}')" build-device/lib/
+done
 du -sh build-device

@@ -5,6 +5,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/nibble-device}
 mkdir -p "$OUT"
 export NIBBLE_DATA_DIR="$PWD/data"
+export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 results=()
 for t in build-device/tests/test_cuda_*; do

@@ -199,13 +199,16 @@ Status generate_group(const std::vector<const io::ModuleSpec*>& group, uint64_t 
     return Status::ok();
   }
   // NVFP4 linears: draw all weights of the group, then quantize with the shared scales.
-  std::vector<std::vector<float>> weights;
+  // Per-thread buffers, reused across groups: fresh multi-MB allocations would page-fault on every
+  // group, and page faults from 16 threads contend on the process's memory map.
+  thread_local std::vector<std::vector<float>> weights;
+  weights.resize(std::max(weights.size(), group.size()));
   float shared_scale_2 = 0.0f;
-  for (const io::ModuleSpec* m : group) {
-    std::vector<float> w(numel(*m));
+  for (size_t i = 0; i < group.size(); ++i) {
+    std::vector<float>& w = weights[i];
+    w.resize(numel(*group[i]));
     for (float& v : w) v = 0.02f * rng.normal();
     shared_scale_2 = std::max(shared_scale_2, formats::weight_scale_2(w));
-    weights.push_back(std::move(w));
   }
   // Calibrated activation amax: inputs after RMSNorm reach ~2..20; SwiGLU outputs and attention
   // outputs are smaller.
