@@ -166,36 +166,33 @@ Result<Nvfp4Matrix> quantize_activation_per_token(std::span<const float> x, int6
   return m;
 }
 
-std::vector<float> dequantize(const Nvfp4Matrix& m) {
+namespace {
+
+// e2m1 · (e4m3 · scale) for every element, scale being the row's scale or 1 (unscaled).
+std::vector<float> element_values(const Nvfp4Matrix& m, bool with_scale) {
   std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
   const int64_t n_blocks = m.cols / NVFP4_BLOCK;
   for (int64_t r = 0; r < m.rows; ++r) {
+    const float scale = with_scale ? m.row_scale(r) : 1.0f;
     for (int64_t c = 0; c < m.cols; ++c) {
       const float block_scale = e4m3_decode(m.block_scales[r * n_blocks + c / NVFP4_BLOCK]);
-      out[r * m.cols + c] = e2m1_decode(m.code(r, c)) * (block_scale * m.row_scale(r));
+      out[r * m.cols + c] = e2m1_decode(m.code(r, c)) * (block_scale * scale);
     }
   }
   return out;
 }
 
-std::vector<uint16_t> dequantize_bf16(const Nvfp4Matrix& m) {
-  const std::vector<float> values = dequantize(m);
+std::vector<uint16_t> to_bf16(const std::vector<float>& values) {
   std::vector<uint16_t> out(values.size());
   std::transform(values.begin(), values.end(), out.begin(), bf16_encode);
   return out;
 }
 
-std::vector<uint16_t> dequantize_unscaled_bf16(const Nvfp4Matrix& m) {
-  std::vector<uint16_t> out(static_cast<size_t>(m.rows * m.cols));
-  const int64_t n_blocks = m.cols / NVFP4_BLOCK;
-  for (int64_t r = 0; r < m.rows; ++r) {
-    for (int64_t c = 0; c < m.cols; ++c) {
-      const float block_scale = e4m3_decode(m.block_scales[r * n_blocks + c / NVFP4_BLOCK]);
-      out[r * m.cols + c] = bf16_encode(e2m1_decode(m.code(r, c)) * block_scale);
-    }
-  }
-  return out;
-}
+}  // namespace
+
+std::vector<float> dequantize(const Nvfp4Matrix& m) { return element_values(m, true); }
+std::vector<uint16_t> dequantize_bf16(const Nvfp4Matrix& m) { return to_bf16(element_values(m, true)); }
+std::vector<uint16_t> dequantize_unscaled_bf16(const Nvfp4Matrix& m) { return to_bf16(element_values(m, false)); }
 
 Result<std::vector<float>> fake_quantize_activation(std::span<const float> x, int64_t rows,
                                                     int64_t cols, ActQuant mode,

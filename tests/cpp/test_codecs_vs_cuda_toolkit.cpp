@@ -64,6 +64,16 @@ std::vector<float> random_floats(uint64_t seed, size_t n, float range) {
   return out;
 }
 
+// Our encoder against the toolkit's on every value; reports the first few mismatches.
+template <class Ours, class Theirs>
+void expect_all_agree(const std::vector<float>& xs, Ours ours, Theirs theirs) {
+  size_t mismatches = 0;
+  for (float x : xs) {
+    if (ours(x) != theirs(x) && ++mismatches < 10) ADD_FAILURE() << x;
+  }
+  EXPECT_EQ(mismatches, 0u);
+}
+
 }  // namespace
 
 TEST(CudaToolkit, E2M1Boundaries) {
@@ -76,12 +86,8 @@ TEST(CudaToolkit, E2M1Boundaries) {
 }
 
 TEST(CudaToolkit, E2M1Random) {
-  const auto xs = random_floats(nibble::test::test_seed("E2M1Random"), 4'000'000, 8.0f);
-  size_t mismatches = 0;
-  for (float x : xs) {
-    if (e2m1_encode(x) != toolkit_e2m1(x) && ++mismatches < 10) ADD_FAILURE() << x;
-  }
-  EXPECT_EQ(mismatches, 0u);
+  expect_all_agree(random_floats(nibble::test::test_seed("E2M1Random"), 4'000'000, 8.0f),
+                   [](float x) { return e2m1_encode(x); }, toolkit_e2m1);
 }
 
 TEST(CudaToolkit, E4M3Boundaries) {
@@ -99,19 +105,11 @@ TEST(CudaToolkit, E4M3Boundaries) {
 }
 
 TEST(CudaToolkit, E4M3Random) {
-  const auto xs = random_floats(nibble::test::test_seed("E4M3Random"), 4'000'000, 500.0f);
-  size_t mismatches = 0;
-  for (float x : xs) {
-    if (e4m3_encode(x) != toolkit_e4m3(x) && ++mismatches < 10) ADD_FAILURE() << x;
-  }
-  EXPECT_EQ(mismatches, 0u);
+  expect_all_agree(random_floats(nibble::test::test_seed("E4M3Random"), 4'000'000, 500.0f),
+                   [](float x) { return e4m3_encode(x); }, toolkit_e4m3);
 }
 
 TEST(CudaToolkit, BF16Random) {
-  const auto xs = random_floats(nibble::test::test_seed("BF16Random"), 4'000'000, 1e4f);
-  size_t mismatches = 0;
-  for (float x : xs) {
-    if (bf16_encode(x) != toolkit_bf16(x) && ++mismatches < 10) ADD_FAILURE() << x;
-  }
-  EXPECT_EQ(mismatches, 0u);
+  expect_all_agree(random_floats(nibble::test::test_seed("BF16Random"), 4'000'000, 1e4f),
+                   [](float x) { return bf16_encode(x); }, toolkit_bf16);
 }
