@@ -215,13 +215,14 @@ Status generate_group(const std::vector<const io::ModuleSpec*>& group, uint64_t 
   const bool small_input = first.name.ends_with("down_proj") || first.name.ends_with("o_proj");
   const float amax = (small_input ? 0.5f : 2.0f) * (1.0f + 9.0f * rng.uniform());
   const float input_scale = amax / formats::NVFP4_SCALE_RANGE;
+  thread_local formats::Nvfp4Matrix q;
   for (size_t i = 0; i < group.size(); ++i) {
     const io::ModuleSpec& m = *group[i];
-    auto q = formats::quantize_weight(weights[i], m.shape[0], m.shape[1], m.name + ".weight", shared_scale_2);
-    if (!q) return q.status();
-    NIB_RETURN_IF_ERROR(writer.write(m.name + ".weight", q->packed));
-    NIB_RETURN_IF_ERROR(writer.write(m.name + ".weight_scale", q->block_scales));
-    NIB_RETURN_IF_ERROR(write_f32(writer, m.name + ".weight_scale_2", q->scale));
+    NIB_RETURN_IF_ERROR(
+        formats::quantize_weight_into(weights[i], m.shape[0], m.shape[1], m.name + ".weight", shared_scale_2, q));
+    NIB_RETURN_IF_ERROR(writer.write(m.name + ".weight", q.packed));
+    NIB_RETURN_IF_ERROR(writer.write(m.name + ".weight_scale", q.block_scales));
+    NIB_RETURN_IF_ERROR(write_f32(writer, m.name + ".weight_scale_2", q.scale));
     NIB_RETURN_IF_ERROR(write_f32(writer, m.name + ".input_scale", input_scale));
   }
   return Status::ok();

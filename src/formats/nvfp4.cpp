@@ -15,12 +15,18 @@
 namespace nibble::formats {
 namespace {
 
-Nvfp4Matrix empty_matrix(int64_t rows, int64_t cols) {
-  Nvfp4Matrix m;
+void reset_matrix(Nvfp4Matrix& m, int64_t rows, int64_t cols) {
   m.rows = rows;
   m.cols = cols;
-  m.packed.assign(static_cast<size_t>(rows * cols / 2), 0);
-  m.block_scales.assign(static_cast<size_t>(rows * cols / NVFP4_BLOCK), 0);
+  m.packed.resize(static_cast<size_t>(rows * cols / 2));  // every byte is written by the quantizer
+  m.block_scales.resize(static_cast<size_t>(rows * cols / NVFP4_BLOCK));
+  m.scale = 0.0f;
+  m.row_scales.clear();
+}
+
+Nvfp4Matrix empty_matrix(int64_t rows, int64_t cols) {
+  Nvfp4Matrix m;
+  reset_matrix(m, rows, cols);
   return m;
 }
 
@@ -105,6 +111,13 @@ float weight_scale_2(std::span<const float> w) {
 Result<Nvfp4Matrix> quantize_weight(std::span<const float> w, int64_t rows, int64_t cols,
                                     std::string_view name,
                                     std::optional<float> shared_weight_scale_2) {
+  Nvfp4Matrix m;
+  NIB_RETURN_IF_ERROR(quantize_weight_into(w, rows, cols, name, shared_weight_scale_2, m));
+  return m;
+}
+
+Status quantize_weight_into(std::span<const float> w, int64_t rows, int64_t cols, std::string_view name,
+                            std::optional<float> shared_weight_scale_2, Nvfp4Matrix& m) {
   NIB_RETURN_IF_ERROR(check_quantizable(w, rows, cols, name));
   const float scale_2 = shared_weight_scale_2.value_or(weight_scale_2(w));
   if (!(scale_2 > 0.0f) || !std::isfinite(scale_2)) {
@@ -112,7 +125,7 @@ Result<Nvfp4Matrix> quantize_weight(std::span<const float> w, int64_t rows, int6
     return Status::error(std::string(name) + ": weight_scale_2 is " + std::to_string(scale_2) +
                          " (an all-zero weight or a non-positive shared scale) - cannot quantize");
   }
-  Nvfp4Matrix m = empty_matrix(rows, cols);
+  reset_matrix(m, rows, cols);
   m.scale = scale_2;
   const int64_t n_blocks = cols / NVFP4_BLOCK;
   const float block_denominator = E2M1_MAX * scale_2;  // E2M1_MAX * weights_scaling_factor_2
@@ -135,7 +148,7 @@ Result<Nvfp4Matrix> quantize_weight(std::span<const float> w, int64_t rows, int6
       store_codes(m, r, b, codes);
     }
   }
-  return m;
+  return Status::ok();
 }
 
 Result<Nvfp4Matrix> quantize_activation_static(std::span<const float> x, int64_t rows,

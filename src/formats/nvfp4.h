@@ -59,6 +59,9 @@ float weight_scale_2(std::span<const float> w);
 Result<Nvfp4Matrix> quantize_weight(std::span<const float> w, int64_t rows, int64_t cols,
                                     std::string_view name,
                                     std::optional<float> shared_weight_scale_2 = std::nullopt);
+// The same into `out`, reusing its buffers (no allocation once they are large enough).
+Status quantize_weight_into(std::span<const float> w, int64_t rows, int64_t cols, std::string_view name,
+                            std::optional<float> shared_weight_scale_2, Nvfp4Matrix& out);
 
 // Blackwell activation quantization with the checkpoint's input_scale (G = 1/input_scale).
 Result<Nvfp4Matrix> quantize_activation_static(std::span<const float> x, int64_t rows,
