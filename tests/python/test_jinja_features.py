@@ -28,6 +28,8 @@ CASES = [
     ("{% macro m(a, b='d') %}<{{ a }}|{{ b }}>{% endmacro %}{{ m(1) }}{{ m(2, b='e') }}{{ m('x', 'y') }}", {}),
     ("{% macro wrap() %}[{{ caller() }}]{% endmacro %}{% call wrap() %}inside{% endcall %}", {}),
     ("{% filter upper %}shout {{ 'me' }}{% endfilter %}", {}),
+    ("{% filter replace('a', 'o') | upper %}banana{% endfilter %}|{% filter indent(2) %}x\ny{% endfilter %}", {}),
+    ("{% set x | trim | upper %}  spaced  {% endset %}[{{ x }}]", {}),
     ("{{ x is defined }} {{ y is defined }} {{ y is undefined }} {{ none is none }} {{ 'a' is string }} {{ d is mapping }}"
      " {{ xs is iterable }} {{ 3 is number }} {{ 4 is even }} {{ 3 is odd }} {{ 9 is divisibleby 3 }} {{ x is not none }}",
      {"x": 1, "d": {}, "xs": []}),

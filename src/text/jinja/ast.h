@@ -34,7 +34,7 @@ struct Node {
   Kind kind;
   int line = 0;
   std::string text;                      // TEXT; SET_BLOCK/MACRO name
-  ExprPtr expr;                          // OUTPUT, FOR iterable, SET value, CALL_BLOCK call, FILTER_BLOCK filter
+  ExprPtr expr;  // OUTPUT, FOR iterable, SET value, CALL_BLOCK call, FILTER_BLOCK/SET_BLOCK filters
   std::vector<std::string> targets;      // FOR loop variables, SET names ("ns.attr" for attribute sets)
   std::vector<std::pair<ExprPtr, NodeList>> branches;  // IF: (condition, body)...; FOR: ({filter}, body)
   NodeList body;                         // FOR/SET_BLOCK/MACRO/CALL_BLOCK/FILTER_BLOCK body

@@ -623,13 +623,6 @@ class TemplateParser {
     return n;
   }
 
-  // Consumes the statement tag that ended a body (e.g. "endif").
-  Status end_tag(ExprParser* rest = nullptr) {
-    (void)rest;
-    ++i_;
-    return Status::ok();
-  }
-
   Result<NodeList> body_until(std::vector<std::string> stop, std::string& stopped_at) {
     return parse_body(stop, &stopped_at);
   }
@@ -731,8 +724,10 @@ class TemplateParser {
       }
       auto n = node(Node::Kind::SET_BLOCK, line);
       n->targets = *targets;
-      if (ep.accept_op("|")) {  // {% set x | filter %}
-        return Status::error("line " + std::to_string(line) + ": filtered block set is not supported");
+      if (ep.peek_op("|")) {  // {% set x | filter %}: the captured body goes through the filters
+        auto filters = block_filters(line);
+        if (!filters) return filters.status();
+        n->expr = std::move(*filters);
       }
       std::string end;
       auto body = body_until({"endset"}, end);
@@ -766,19 +761,9 @@ class TemplateParser {
     }
     if (keyword == "filter") {
       auto n = node(Node::Kind::FILTER_BLOCK, line);
-      // Parse "name(args)" as a filter applied to a placeholder.
-      auto name = ep.expect_name();
-      if (!name) return name.status();
-      auto f = std::make_unique<Expr>();
-      f->kind = Expr::Kind::FILTER;
-      f->name = *name;
-      f->children.push_back(nullptr);  // the block's output goes here
-      if (ep.accept_op("(")) {
-        auto call = ep.parse_expression();  // not used: parse args by hand below
-        (void)call;
-        return Status::error("line " + std::to_string(line) + ": filter blocks with arguments are not supported");
-      }
-      n->expr = std::move(f);
+      auto filters = block_filters(line);
+      if (!filters) return filters.status();
+      n->expr = std::move(*filters);
       std::string end;
       auto body = body_until({"endfilter"}, end);
       if (!body) return body.status();
@@ -801,6 +786,24 @@ class TemplateParser {
     if (keyword == "break") return node(Node::Kind::BREAK, line);
     if (keyword == "continue") return node(Node::Kind::CONTINUE, line);
     return Status::error("line " + std::to_string(line) + ": unknown statement '" + keyword + "'");
+  }
+
+  // The filters of a block tag ("{% filter upper | trim %}", "{% set x | indent(2) %}") as an
+  // expression applied to the name BLOCK_INPUT, which the interpreter binds to the block's output.
+  Result<ExprPtr> block_filters(int line) {
+    const Piece& piece = pieces_[i_ - 1];
+    std::string rest = piece.content;
+    const size_t start = rest.find_first_not_of(" \t\n");
+    rest = rest.substr(start);                       // "filter upper(...)" or "set x | f"
+    const bool is_filter = rest.compare(0, 6, "filter") == 0;
+    const size_t at = is_filter ? 6 : rest.find('|') + 1;
+    auto tokens = tokenize(std::string(BLOCK_INPUT) + " | " + rest.substr(at), line);
+    if (!tokens) return tokens.status();
+    ExprParser fp(std::move(*tokens), line);
+    auto e = fp.parse_expression();
+    if (!e) return e.status();
+    if (!fp.at_end()) return fp.error("unexpected token");
+    return e;
   }
 
   Status parse_params(ExprParser& ep, std::vector<std::pair<std::string, ExprPtr>>& params) {

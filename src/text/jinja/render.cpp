@@ -3,13 +3,10 @@
 // json.dumps(ensure_ascii=False)). Values behave as Python's: truthiness, ==, repr, slicing.
 #include "text/jinja/render.h"
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <ctime>
 #include <map>
 
 #include "text/jinja/builtins.h"
+#include "text/jinja/parser.h"
 
 namespace nibble::text::jinja {
 namespace {
@@ -53,6 +50,14 @@ class Interpreter {
   Result<Flow> exec_for(const Node& n, std::string& out);
   Result<Value> call_macro(const Node& macro, CallArgs& args, const Value* caller);
   Result<Value> apply_filter(const Expr& e, Value input);
+  // Evaluates a block's filter expression with BLOCK_INPUT bound to the block's output.
+  Result<Value> filter_block_output(const Expr& filters, const std::string& captured) {
+    scopes_.emplace_back();
+    assign(BLOCK_INPUT, Value(captured));
+    auto v = eval(filters);
+    scopes_.pop_back();
+    return v;
+  }
 
   std::vector<std::map<std::string, Value>> scopes_;
 };
@@ -99,7 +104,9 @@ Result<Flow> Interpreter::exec(const Node& n, std::string& out) {
       std::string captured;
       auto f = run(n.body, captured);
       if (!f) return f;
-      assign(n.targets[0], Value(captured));
+      auto v = n.expr ? filter_block_output(*n.expr, captured) : Result<Value>(Value(captured));
+      if (!v) return v.status();
+      assign(n.targets[0], *v);
       return Flow::NORMAL;
     }
     case Node::Kind::MACRO: {
@@ -141,7 +148,7 @@ Result<Flow> Interpreter::exec(const Node& n, std::string& out) {
       std::string captured;
       auto f = run(n.body, captured);
       if (!f) return f;
-      auto v = apply_filter(*n.expr, Value(captured));
+      auto v = filter_block_output(*n.expr, captured);
       if (!v) return v.status();
       out += v->str();
       return Flow::NORMAL;
