@@ -115,7 +115,7 @@ int run_generate(const GenerateOptions& o) {
 }  // namespace
 
 CommandRunner register_generate(CLI::App& root) {
-  auto* cmd = root.add_subcommand("generate", "Generate tokens from a prompt of token ids (offline, one sequence)");
+  auto* cmd = root.add_subcommand("generate", "Generate from a prompt (text or token ids) on the CPU reference backend");
   auto o = std::make_shared<GenerateOptions>();
   const std::vector<std::string> modes = {"none", "static", "per-token"};
   cmd->add_option("--model", o->model_dir, "Model folder")->required();
