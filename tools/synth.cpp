@@ -207,8 +207,12 @@ Status generate_group(const std::vector<const io::ModuleSpec*>& group, uint64_t 
   for (size_t i = 0; i < group.size(); ++i) {
     std::vector<float>& w = weights[i];
     w.resize(numel(*group[i]));
-    for (float& v : w) v = 0.02f * rng.normal();
-    shared_scale_2 = std::max(shared_scale_2, formats::weight_scale_2(w));
+    float amax = 0.0f;  // formats::weight_scale_2 is amax / 2688; computed here in the same pass
+    for (float& v : w) {
+      v = 0.02f * rng.normal();
+      amax = std::max(amax, std::fabs(v));
+    }
+    shared_scale_2 = std::max(shared_scale_2, amax / formats::NVFP4_SCALE_RANGE);
   }
   // Calibrated activation amax: inputs after RMSNorm reach ~2..20; SwiGLU outputs and attention
   // outputs are smaller.

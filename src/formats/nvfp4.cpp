@@ -76,8 +76,9 @@ void decode_row_unscaled(const Nvfp4WeightView& w, int64_t r, float* out) {
   }
 }
 
-Status check_quantizable(std::span<const float> x, int64_t rows, int64_t cols,
-                         std::string_view name) {
+namespace {
+
+Status check_shape(std::span<const float> x, int64_t rows, int64_t cols, std::string_view name) {
   const std::string tensor(name);
   if (rows < 0 || cols <= 0) {
     return Status::error(tensor + ": invalid shape [" + std::to_string(rows) + ", " +
@@ -92,9 +93,17 @@ Status check_quantizable(std::span<const float> x, int64_t rows, int64_t cols,
                          std::to_string(rows) + ", " + std::to_string(cols) + "] needs " +
                          std::to_string(rows * cols));
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status check_quantizable(std::span<const float> x, int64_t rows, int64_t cols,
+                         std::string_view name) {
+  NIB_RETURN_IF_ERROR(check_shape(x, rows, cols, name));
   for (size_t i = 0; i < x.size(); ++i) {
     if (!std::isfinite(x[i])) {
-      return Status::error(tensor + ": non-finite value " + std::to_string(x[i]) + " at [" +
+      return Status::error(std::string(name) + ": non-finite value " + std::to_string(x[i]) + " at [" +
                            std::to_string(static_cast<int64_t>(i) / cols) + ", " +
                            std::to_string(static_cast<int64_t>(i) % cols) + "]");
     }
@@ -118,8 +127,11 @@ Result<Nvfp4Matrix> quantize_weight(std::span<const float> w, int64_t rows, int6
 
 Status quantize_weight_into(std::span<const float> w, int64_t rows, int64_t cols, std::string_view name,
                             std::optional<float> shared_weight_scale_2, Nvfp4Matrix& m) {
-  NIB_RETURN_IF_ERROR(check_quantizable(w, rows, cols, name));
+  // Non-finite values are caught inside the block loop (one pass over the data, not two); only
+  // then does check_quantizable scan again to name the first bad position.
+  NIB_RETURN_IF_ERROR(check_shape(w, rows, cols, name));
   const float scale_2 = shared_weight_scale_2.value_or(weight_scale_2(w));
+  if (!std::isfinite(scale_2)) NIB_RETURN_IF_ERROR(check_quantizable(w, rows, cols, name));
   if (!(scale_2 > 0.0f) || !std::isfinite(scale_2)) {
     // ModelOpt divides 0 by 0 here and exports NaN scales; nibble refuses instead.
     return Status::error(std::string(name) + ": weight_scale_2 is " + std::to_string(scale_2) +
@@ -133,6 +145,9 @@ Status quantize_weight_into(std::span<const float> w, int64_t rows, int64_t cols
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < n_blocks; ++b) {
       const float* block = w.data() + r * cols + b * NVFP4_BLOCK;
+      bool finite = true;
+      for (int i = 0; i < NVFP4_BLOCK; ++i) finite &= block[i] - block[i] == 0.0f;  // false for NaN, ±inf
+      if (!finite) return check_quantizable(w, rows, cols, name);
       float s = block_amax(block) / block_denominator;
       if (s == 0.0f) s = 1.0f;                                   // all-zero block → scale 1
       s = std::clamp(s, E4M3_MIN_SUBNORMAL, E4M3_MAX);           // _cast_per_block_scale_to_fp8
