@@ -8,9 +8,11 @@ if [ ! -f build-fuzz/build.ninja ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DNIBBLE_CUDA=off -DNIBBLE_FUZZ=ON \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
-cmake --build build-fuzz --target fuzz_safetensors
-mkdir -p build-fuzz/corpus/safetensors
-# Work corpus in build-fuzz/, seeded from the committed tests/fuzz/corpus.
-build-fuzz/tests/fuzz_safetensors build-fuzz/corpus/safetensors tests/fuzz/corpus/safetensors \
-  -max_total_time="$SECONDS_PER_TARGET" \
-  -max_len=4096 2>&1 | grep -E "INITED|DONE|ERROR|SUMMARY|Done"
+for target in safetensors jinja; do
+  cmake --build build-fuzz --target "fuzz_$target"
+  mkdir -p "build-fuzz/corpus/$target"
+  # Work corpus in build-fuzz/, seeded from the committed tests/fuzz/corpus.
+  echo "fuzz_$target:"
+  "build-fuzz/tests/fuzz_$target" "build-fuzz/corpus/$target" "tests/fuzz/corpus/$target" \
+    -max_total_time="$SECONDS_PER_TARGET" -max_len=8192 -timeout=10 2>&1 | grep -E "INITED|DONE|ERROR|SUMMARY|Done"
+done

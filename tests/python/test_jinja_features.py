@@ -109,3 +109,20 @@ def test_feature_matches_jinja2(build_dir, tmp_path, source, variables):
         assert "error" in got, f"jinja2 raised {expected['error']!r}; nibble gave {got!r}"
     else:
         assert got == expected
+
+
+HOSTILE = [
+    ("{{ " + "(" * 500 + "1" + ")" * 500 + " }}", "nested too deeply"),
+    ("{% if true %}" * 300 + "x" + "{% endif %}" * 300, "nested too deeply"),
+    ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "recurses too deeply"),
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "too many steps"),
+    ("{{ 'x' * 100000000 }}", "too large"),
+    ("{{ xs[] }}", "empty subscript"),
+]
+
+
+@pytest.mark.parametrize("source,message", HOSTILE, ids=[str(i) for i in range(len(HOSTILE))])
+def test_hostile_templates_fail_cleanly(build_dir, tmp_path, source, message):
+    """Bounds jinja2 leaves to Python's recursion limit (or to the user's patience) are errors here."""
+    got = nibble_render(build_dir, tmp_path, source, {"xs": [1]})
+    assert "error" in got and message in got["error"], got

@@ -465,6 +465,9 @@ Result<Value> binary_op(const std::string& op, const Value& a, const Value& b) {
     }
   }
   if (op == "*" && ((a.is_string() || a.is_list()) && b.kind() == Value::Kind::INT)) {
+    const size_t unit = a.is_string() ? a.as_string().size() : a.as_list().size();
+    if (b.as_int() > 0 && unit * static_cast<uint64_t>(b.as_int()) > 10'000'000)
+      return type_error("repetition result too large");
     if (a.is_string()) {
       std::string s;
       for (int64_t i = 0; i < b.as_int(); ++i) s += a.as_string();

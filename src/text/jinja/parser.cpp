@@ -98,6 +98,9 @@ Result<std::vector<Piece>> split_pieces(const std::string& src) {
   return pieces;
 }
 
+// How deeply expressions and statements may nest (jinja2 would hit Python's recursion limit).
+constexpr int MAX_NESTING = 100;
+
 // ---- expression tokens ----------------------------------------------------------------------
 
 struct Token {
@@ -187,7 +190,13 @@ class ExprParser {
  public:
   ExprParser(std::vector<Token> tokens, int line) : t_(std::move(tokens)), line_(line) {}
 
-  Result<ExprPtr> parse_expression() { return parse_conditional(); }
+  Result<ExprPtr> parse_expression() {
+    // Nesting limit: a hostile or broken template must not exhaust the stack.
+    if (++depth_ > MAX_NESTING) return error("expression nested too deeply");
+    auto e = parse_conditional();
+    --depth_;
+    return e;
+  }
   bool at_end() const { return t_[p_].kind == Token::END; }
   bool peek_name(const char* n) const { return t_[p_].kind == Token::NAME && t_[p_].text == n; }
   bool peek_op(const char* o) const { return t_[p_].kind == Token::OP && t_[p_].text == o; }
@@ -282,7 +291,9 @@ class ExprParser {
 
   Result<ExprPtr> parse_not() {
     if (accept_name("not")) {
+      if (++depth_ > MAX_NESTING) return error("expression nested too deeply");
       auto operand = parse_not();
+      --depth_;
       if (!operand) return operand;
       auto e = make(Expr::Kind::UNARY);
       e->name = "not";
@@ -363,7 +374,9 @@ class ExprParser {
     Result<ExprPtr> node = Status::error("");
     if (peek_op("-") || peek_op("+")) {
       const std::string op = t_[p_++].text;
+      if (++depth_ > MAX_NESTING) return error("expression nested too deeply");
       auto operand = parse_unary(false);
+      --depth_;
       if (!operand) return operand;
       auto e = make(Expr::Kind::UNARY);
       e->name = op;
@@ -431,6 +444,7 @@ class ExprParser {
           break;
         }
         NIB_RETURN_IF_ERROR(expect_op("]"));
+        if (!is_slice && !parts[0]) return error("empty subscript");
         auto e = make(is_slice ? Expr::Kind::SLICE : Expr::Kind::ITEM);
         e->children.push_back(std::move(node));
         for (auto& part : parts)
@@ -565,6 +579,7 @@ class ExprParser {
   std::vector<Token> t_;
   size_t p_ = 0;
   int line_;
+  int depth_ = 0;
 };
 
 // ---- statement parser -----------------------------------------------------------------------
@@ -575,6 +590,11 @@ class TemplateParser {
 
   // Parses nodes until a statement whose first word is in `stop` (left unconsumed) or the end.
   Result<NodeList> parse_body(const std::vector<std::string>& stop, std::string* stopped_at) {
+    if (++depth_ > MAX_NESTING) return Status::error("statements nested too deeply");
+    struct Leave {
+      int& d;
+      ~Leave() { --d; }
+    } leave{depth_};
     NodeList nodes;
     while (i_ < pieces_.size()) {
       const Piece& piece = pieces_[i_];
@@ -824,6 +844,7 @@ class TemplateParser {
 
   std::vector<Piece> pieces_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -13,6 +13,11 @@ namespace {
 
 enum class Flow { NORMAL, BREAK, CONTINUE };
 
+// Bounds on one render, so a template cannot hang or exhaust the stack: macro calls nested this
+// deep (jinja2 stops at Python's recursion limit) and this many executed statements in all.
+constexpr int MAX_CALL_DEPTH = 100;
+constexpr int64_t MAX_STEPS = 10'000'000;
+
 class Interpreter {
  public:
   explicit Interpreter(const Dict& variables) {
@@ -60,9 +65,12 @@ class Interpreter {
   }
 
   std::vector<std::map<std::string, Value>> scopes_;
+  int call_depth_ = 0;
+  int64_t steps_ = 0;
 };
 
 Result<Flow> Interpreter::exec(const Node& n, std::string& out) {
+  if (++steps_ > MAX_STEPS) return error(n.line, "template takes too many steps (a runaway loop?)");
   switch (n.kind) {
     case Node::Kind::TEXT: out += n.text; return Flow::NORMAL;
     case Node::Kind::OUTPUT: {
@@ -194,6 +202,10 @@ Result<Flow> Interpreter::exec_for(const Node& n, std::string& out) {
   }
   const int64_t length = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < length; ++i) {
+    if (++steps_ > MAX_STEPS) {
+      scopes_.pop_back();
+      return error(n.line, "template takes too many steps (a runaway loop?)");
+    }
     NIB_RETURN_IF_ERROR(bind(items[i]));
     Dict loop = {{"index", Value(i + 1)},           {"index0", Value(i)},
                  {"revindex", Value(length - i)},   {"revindex0", Value(length - i - 1)},
@@ -221,6 +233,12 @@ Result<Flow> Interpreter::exec_for(const Node& n, std::string& out) {
 }
 
 Result<Value> Interpreter::call_macro(const Node& macro, CallArgs& args, const Value* caller) {
+  if (call_depth_ >= MAX_CALL_DEPTH) return error(macro.line, "macro '" + macro.text + "' recurses too deeply");
+  ++call_depth_;
+  struct Leave {
+    int& d;
+    ~Leave() { --d; }
+  } leave{call_depth_};
   scopes_.emplace_back();
   for (size_t i = 0; i < macro.params.size(); ++i) {
     const auto& [name, def] = macro.params[i];
