@@ -28,7 +28,8 @@ function(nibble_add_library name)
   target_include_directories(nibble_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
   # -Wno-restrict: GCC 12 at -O3 reports false overlaps inside std::string (GCC bug 105329).
   target_compile_options(nibble_${name} PRIVATE
-      $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-restrict>)
+      $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic>
+      $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wno-restrict>)
   list(TRANSFORM ARG_DEPS PREPEND nibble_)
   target_link_libraries(nibble_${name} PUBLIC ${ARG_DEPS} ${ARG_EXTERNAL})
 endfunction()

@@ -74,9 +74,10 @@ Result<std::string> ChatTemplate::render(const json& request) const {
   if (request.contains("chat_template_kwargs") && !request["chat_template_kwargs"].is_null()) {
     if (!request["chat_template_kwargs"].is_object()) return Status::error("'chat_template_kwargs' must be an object");
     for (const auto& [k, v] : request["chat_template_kwargs"].items()) {
-      auto it = std::find_if(vars.begin(), vars.end(), [&](const auto& kv) { return kv.first == k; });
+      const std::string key = k;  // structured bindings cannot be captured by lambdas in clang 14
+      auto it = std::find_if(vars.begin(), vars.end(), [&](const auto& kv) { return kv.first == key; });
       if (it != vars.end()) it->second = jinja::Value::from_json(v);
-      else vars.emplace_back(k, jinja::Value::from_json(v));
+      else vars.emplace_back(key, jinja::Value::from_json(v));
     }
   }
   return jinja::render(nodes_, vars);
