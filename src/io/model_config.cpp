@@ -24,7 +24,9 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
   return (layer + 1) % decoder_sparse_step == 0;
 }
 
-Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& path) {
+namespace {
+
+Result<ModelConfig> parse_model_config_unchecked(const std::string& json_text, const std::string& path) {
   const json root = json::parse(json_text, nullptr, false);
   if (root.is_discarded() || !root.is_object()) return Status::error(path + ": not a JSON object");
   JsonFields f(root, path);
@@ -111,6 +113,8 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   return c;
 }
 
+}  // namespace
+
 Result<ModelConfig> load_model_config(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
   std::ifstream in(path);
@@ -118,6 +122,14 @@ Result<ModelConfig> load_model_config(const std::string& model_dir) {
   std::stringstream text;
   text << in.rdbuf();
   return parse_model_config(text.str(), path);
+}
+
+Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& path) {
+  try {  // a field of an unexpected JSON type inside nested objects throws in nlohmann's accessors
+    return parse_model_config_unchecked(json_text, path);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::error(path + ": " + e.what());
+  }
 }
 
 }  // namespace nibble::io

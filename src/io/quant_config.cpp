@@ -105,7 +105,9 @@ bool QuantConfig::is_excluded(std::string_view module) const {
   return false;
 }
 
-Result<QuantConfig> load_quant_config(const std::string& model_dir, const std::string& config_json_text) {
+namespace {
+
+Result<QuantConfig> load_quant_config_unchecked(const std::string& model_dir, const std::string& config_json_text) {
   QuantConfig q;
   const std::string hf_path = model_dir + "/hf_quant_config.json";
   if (std::filesystem::exists(hf_path)) {
@@ -165,6 +167,16 @@ Result<QuantConfig> load_quant_config(const std::string& model_dir, const std::s
   }
   q.nvfp4 = true;
   return q;
+}
+
+}  // namespace
+
+Result<QuantConfig> load_quant_config(const std::string& model_dir, const std::string& config_json_text) {
+  try {  // fields of unexpected JSON types throw in nlohmann's accessors
+    return load_quant_config_unchecked(model_dir, config_json_text);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::error(model_dir + ": quantization config: " + e.what());
+  }
 }
 
 }  // namespace nibble::io

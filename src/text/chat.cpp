@@ -23,7 +23,9 @@ Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::from_source(const std:
   return std::shared_ptr<const ChatTemplate>(t);
 }
 
-Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::load(const std::string& model_dir) {
+namespace {
+
+Result<std::shared_ptr<const ChatTemplate>> load_unchecked(const std::string& model_dir) {
   const std::string config_path = model_dir + "/tokenizer_config.json";
   std::ifstream in(config_path);
   json config = json::object();
@@ -51,8 +53,10 @@ Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::load(const std::string
     const json& v = config[key];
     special[key] = v.is_object() ? json(v.value("content", "")) : v;  // AddedToken dicts carry "content"
   }
-  return from_source(source, special);
+  return ChatTemplate::from_source(source, special);
 }
+
+}  // namespace
 
 Result<std::string> ChatTemplate::render(const json& request) const {
   if (!request.is_object()) return Status::error("the request must be a JSON object");
@@ -81,6 +85,14 @@ Result<std::string> ChatTemplate::render(const json& request) const {
     }
   }
   return jinja::render(nodes_, vars);
+}
+
+Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::load(const std::string& model_dir) {
+  try {  // fields of unexpected JSON types throw in nlohmann's accessors
+    return load_unchecked(model_dir);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::error(model_dir + ": chat template config: " + e.what());
+  }
 }
 
 }  // namespace nibble::text

@@ -333,7 +333,7 @@ Status load_post_processor(const json& p, std::vector<int32_t>& prefix, std::vec
 Tokenizer::Tokenizer() : impl_(std::make_unique<Impl>()) {}
 Tokenizer::~Tokenizer() = default;
 
-Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& path) {
+Result<std::unique_ptr<Tokenizer>> Tokenizer::load_unchecked(const std::string& path) {
   std::string file = path;
   if (std::filesystem::is_directory(path)) file = path + "/tokenizer.json";
   std::ifstream in(file);
@@ -478,5 +478,13 @@ int32_t Tokenizer::token_to_id(std::string_view token) const {
 
 size_t Tokenizer::vocab_size() const { return impl_->id_to_token.size(); }
 const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
+
+Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& path) {
+  try {  // fields of unexpected JSON types throw in nlohmann's accessors
+    return load_unchecked(path);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::error(path + ": tokenizer: " + e.what());
+  }
+}
 
 }  // namespace nibble::text

@@ -47,6 +47,7 @@ class Tokenizer {
 
  private:
   Tokenizer();
+  static Result<std::unique_ptr<Tokenizer>> load_unchecked(const std::string& path);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

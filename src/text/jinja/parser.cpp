@@ -140,8 +140,12 @@ Result<std::vector<Token>> tokenize(const std::string& s, int line) {
       std::string num;
       for (size_t k = i; k < j; ++k)
         if (s[k] != '_') num += s[k];
-      out.push_back({is_float ? Token::FLOAT : Token::INT, num,
-                     is_float ? Value(std::stod(num)) : Value(static_cast<int64_t>(std::stoll(num)))});
+      try {
+        out.push_back({is_float ? Token::FLOAT : Token::INT, num,
+                       is_float ? Value(std::stod(num)) : Value(static_cast<int64_t>(std::stoll(num)))});
+      } catch (const std::exception&) {  // out of range for int64 / double
+        return err("number " + num + " is out of range");
+      }
       i = j;
     } else if (c == '\'' || c == '"') {
       std::string v;
