@@ -15,7 +15,12 @@ namespace nibble::text {
 using json = nlohmann::ordered_json;
 
 Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::from_source(const std::string& source, json special_tokens) {
-  auto nodes = jinja::parse_template(source);
+  Result<jinja::NodeList> nodes = Status::error("");
+  try {  // the parser reports errors as Status; this is the net under any slip (std::out_of_range)
+    nodes = jinja::parse_template(source);
+  } catch (const std::exception& e) {
+    return Status::error(std::string("chat template: internal parser error: ") + e.what());
+  }
   if (!nodes) return Status::error("chat template: " + nodes.status().message());
   auto t = std::shared_ptr<ChatTemplate>(new ChatTemplate());
   t->nodes_ = std::move(*nodes);
@@ -84,7 +89,11 @@ Result<std::string> ChatTemplate::render(const json& request) const {
       else vars.emplace_back(key, jinja::Value::from_json(v));
     }
   }
-  return jinja::render(nodes_, vars);
+  try {  // rendering reports errors as Status; this is the net under any slip
+    return jinja::render(nodes_, vars);
+  } catch (const std::exception& e) {
+    return Status::error(std::string("chat template: internal error while rendering: ") + e.what());
+  }
 }
 
 Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::load(const std::string& model_dir) {
