@@ -235,16 +235,7 @@ class ExprParser {
     return names;
   }
 
-  Result<ExprPtr> parse_or() {
-    auto left = parse_and();
-    if (!left) return left;
-    while (accept_name("or")) {
-      auto right = parse_and();
-      if (!right) return right;
-      left = binary("or", std::move(*left), std::move(*right));
-    }
-    return left;
-  }
+  Result<ExprPtr> parse_or() { return parse_left_assoc(&ExprParser::parse_and, {"or"}); }
 
  private:
   ExprPtr make(Expr::Kind kind) {
@@ -282,16 +273,23 @@ class ExprParser {
     return value;
   }
 
-  Result<ExprPtr> parse_and() {
-    auto left = parse_not();
+  // One left-associative binary level: next (op next)*, where op is a name ("and") or an operator.
+  Result<ExprPtr> parse_left_assoc(Result<ExprPtr> (ExprParser::*next)(), std::initializer_list<const char*> ops) {
+    auto left = (this->*next)();
     if (!left) return left;
-    while (accept_name("and")) {
-      auto right = parse_not();
+    while (true) {
+      const char* matched = nullptr;
+      for (const char* op : ops)
+        if (std::isalpha(static_cast<unsigned char>(op[0])) ? peek_name(op) : peek_op(op)) matched = op;
+      if (!matched) return left;
+      ++p_;
+      auto right = (this->*next)();
       if (!right) return right;
-      left = binary("and", std::move(*left), std::move(*right));
+      left = binary(matched, std::move(*left), std::move(*right));
     }
-    return left;
   }
+
+  Result<ExprPtr> parse_and() { return parse_left_assoc(&ExprParser::parse_not, {"and"}); }
 
   Result<ExprPtr> parse_not() {
     if (accept_name("not")) {
@@ -328,51 +326,14 @@ class ExprParser {
     }
   }
 
-  Result<ExprPtr> parse_math1() {
-    auto left = parse_concat();
-    if (!left) return left;
-    while (peek_op("+") || peek_op("-")) {
-      const std::string op = t_[p_++].text;
-      auto right = parse_concat();
-      if (!right) return right;
-      left = binary(op, std::move(*left), std::move(*right));
-    }
-    return left;
-  }
+  Result<ExprPtr> parse_math1() { return parse_left_assoc(&ExprParser::parse_concat, {"+", "-"}); }
 
-  Result<ExprPtr> parse_concat() {
-    auto left = parse_math2();
-    if (!left) return left;
-    while (accept_op("~")) {
-      auto right = parse_math2();
-      if (!right) return right;
-      left = binary("~", std::move(*left), std::move(*right));
-    }
-    return left;
-  }
+  Result<ExprPtr> parse_concat() { return parse_left_assoc(&ExprParser::parse_math2, {"~"}); }
 
-  Result<ExprPtr> parse_math2() {
-    auto left = parse_pow();
-    if (!left) return left;
-    while (peek_op("*") || peek_op("/") || peek_op("//") || peek_op("%")) {
-      const std::string op = t_[p_++].text;
-      auto right = parse_pow();
-      if (!right) return right;
-      left = binary(op, std::move(*left), std::move(*right));
-    }
-    return left;
-  }
+  Result<ExprPtr> parse_math2() { return parse_left_assoc(&ExprParser::parse_pow, {"*", "/", "//", "%"}); }
 
-  Result<ExprPtr> parse_pow() {
-    auto left = parse_unary(true);
-    if (!left) return left;
-    while (accept_op("**")) {
-      auto right = parse_unary(true);
-      if (!right) return right;
-      left = binary("**", std::move(*left), std::move(*right));
-    }
-    return left;
-  }
+  Result<ExprPtr> parse_pow() { return parse_left_assoc(&ExprParser::parse_filtered_unary, {"**"}); }
+  Result<ExprPtr> parse_filtered_unary() { return parse_unary(true); }
 
   Result<ExprPtr> parse_unary(bool with_filter) {
     Result<ExprPtr> node = Status::error("");
