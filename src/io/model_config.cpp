@@ -3,9 +3,7 @@
 #include "io/model_config.h"
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "io/json_fields.h"
 
@@ -115,14 +113,6 @@ Result<ModelConfig> parse_model_config_unchecked(const std::string& json_text, c
 
 }  // namespace
 
-Result<ModelConfig> load_model_config(const std::string& model_dir) {
-  const std::string path = model_dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) return Status::error(path + ": cannot open (is this a Hugging Face model folder?)");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_model_config(text.str(), path);
-}
 
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& path) {
   try {  // a field of an unexpected JSON type inside nested objects throws in nlohmann's accessors

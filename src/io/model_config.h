@@ -42,6 +42,5 @@ const std::vector<std::string>& supported_architectures();
 // Parses config.json text; `path` labels errors. Unknown architectures and unsupported features
 // (rope scaling, sliding window, attention bias) are errors that say so.
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& path);
-Result<ModelConfig> load_model_config(const std::string& model_dir);
 
 }  // namespace nibble::io

@@ -477,7 +477,6 @@ int32_t Tokenizer::token_to_id(std::string_view token) const {
 }
 
 size_t Tokenizer::vocab_size() const { return impl_->id_to_token.size(); }
-const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& path) {
   try {  // fields of unexpected JSON types throw in nlohmann's accessors

@@ -43,7 +43,6 @@ class Tokenizer {
   // -1 when absent.
   int32_t token_to_id(std::string_view token) const;
   size_t vocab_size() const;  // one past the largest id
-  const std::vector<AddedToken>& added_tokens() const;
 
  private:
   Tokenizer();

@@ -54,9 +54,7 @@ class Value {
   double as_number() const { return kind_ == Kind::INT ? static_cast<double>(i_) : d_; }
   const std::string& as_string() const { return *s_; }
   const List& as_list() const { return *list_; }
-  List& mutable_list() { return *list_; }
   const Dict& as_dict() const { return *dict_; }
-  Dict& mutable_dict() { return *dict_; }  // shared: namespaces are mutated in place
   const Function& as_function() const { return *fn_; }
 
   // Dict lookup; nullptr when absent.
