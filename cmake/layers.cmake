@@ -8,7 +8,7 @@ set(NIBBLE_ALLOWED_DEPS_cuda "core;formats;io")
 set(NIBBLE_ALLOWED_DEPS_text "core")
 set(NIBBLE_ALLOWED_DEPS_sampling "core")
 set(NIBBLE_ALLOWED_DEPS_models "core;formats;io;ref;cuda")
-set(NIBBLE_ALLOWED_DEPS_engine "core;formats;io;ref;cuda;models;sampling")
+set(NIBBLE_ALLOWED_DEPS_engine "core;formats;io;ref;cuda;models;sampling;text")
 set(NIBBLE_ALLOWED_DEPS_server "core;formats;io;ref;cuda;models;sampling;engine;text")
 
 # nibble_add_library(NAME SOURCES ... [DEPS layer...] [EXTERNAL target...])

@@ -90,7 +90,9 @@ int run_generate(const GenerateOptions& o) {
     seq.start_position += chunk;
     pending.erase(pending.begin(), pending.begin() + chunk);
     if (!last_chunk) continue;
-    const int32_t next = sampling::sample(logits, o.temperature, rng);
+    sampling::SamplingParams params;
+    params.temperature = o.temperature;
+    const int32_t next = sampling::sample_next(logits, params, {}, rng).token;
     generated.push_back(next);
     if (!o.dump_logits.empty()) dumped.insert(dumped.end(), logits.begin(), logits.end());
     if (!o.ignore_eos && eos.count(next)) break;

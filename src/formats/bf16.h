@@ -18,4 +18,7 @@ NIB_HD uint16_t bf16_encode(float x) {
   return static_cast<uint16_t>((u + rounding) >> 16);
 }
 
+// x rounded to the nearest BF16 value, as fp32.
+NIB_HD float bf16_round(float x) { return bf16_decode(bf16_encode(x)); }
+
 }  // namespace nibble::formats

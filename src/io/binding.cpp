@@ -146,4 +146,47 @@ Result<std::unique_ptr<LoadedCheckpoint>> load_checkpoint(const std::string& mod
   return loaded;
 }
 
+Status check_same_layout(const BoundCheckpoint& current, const BoundCheckpoint& candidate) {
+  std::vector<std::string> problems;
+  const ModelConfig &a = current.config, &b = candidate.config;
+  auto field = [&](const char* name, auto x, auto y) {
+    if (x != y) {
+      std::ostringstream line;
+      line << name << ": " << y << " (serving " << x << ")";
+      problems.push_back(line.str());
+    }
+  };
+  field("architecture", a.architecture, b.architecture);
+  field("vocab_size", a.vocab_size, b.vocab_size);
+  field("hidden_size", a.hidden_size, b.hidden_size);
+  field("num_hidden_layers", a.num_hidden_layers, b.num_hidden_layers);
+  field("num_attention_heads", a.num_attention_heads, b.num_attention_heads);
+  field("num_key_value_heads", a.num_key_value_heads, b.num_key_value_heads);
+  field("head_dim", a.head_dim, b.head_dim);
+  field("intermediate_size", a.intermediate_size, b.intermediate_size);
+  field("num_experts", a.num_experts, b.num_experts);
+  field("num_experts_per_tok", a.num_experts_per_tok, b.num_experts_per_tok);
+  field("moe_intermediate_size", a.moe_intermediate_size, b.moe_intermediate_size);
+  field("tie_word_embeddings", a.tie_word_embeddings, b.tie_word_embeddings);
+  if (problems.empty()) {
+    std::map<std::string, const ModuleSpec*> serving;
+    for (const ModuleSpec& m : current.modules) serving[m.name] = &m;
+    for (const ModuleSpec& m : candidate.modules) {
+      auto it = serving.find(m.name);
+      if (it == serving.end()) problems.push_back(m.name + ": not in the serving model");
+      else if (it->second->shape != m.shape) problems.push_back(m.name + ": shape " + shape_string(m.shape) +
+                                                                 " (serving " + shape_string(it->second->shape) + ")");
+      else if (it->second->quantized != m.quantized)
+        problems.push_back(m.name + (m.quantized ? ": NVFP4 (serving BF16)" : ": BF16 (serving NVFP4)"));
+      if (it != serving.end()) serving.erase(it);
+    }
+    for (const auto& [name, spec] : serving) problems.push_back(name + ": missing (the serving model has it)");
+  }
+  if (problems.empty()) return Status::ok();
+  std::string message = "the new weights do not match the serving model's layout:";
+  for (size_t i = 0; i < problems.size() && i < 10; ++i) message += "\n  " + problems[i];
+  if (problems.size() > 10) message += "\n  ... and " + std::to_string(problems.size() - 10) + " more";
+  return Status::error(message);
+}
+
 }  // namespace nibble::io

@@ -46,6 +46,10 @@ struct BoundCheckpoint {
 Result<BoundCheckpoint> bind_checkpoint(const SafetensorsReader& reader, const ModelConfig& config,
                                         const QuantConfig& quant);
 
+// For a weight swap: the same architecture, dimensions and module formats/shapes; the error lists
+// the first differences.
+Status check_same_layout(const BoundCheckpoint& current, const BoundCheckpoint& candidate);
+
 // A whole model folder: config.json, quant config, safetensors, bound and validated.
 struct LoadedCheckpoint {
   std::string path;

@@ -1,9 +1,11 @@
 // KV cache storage for the CPU backend: per layer, K and V as [n_blocks, block_size, n_kv_heads,
-// head_dim] fp32 (the reference keeps full precision). Which blocks a sequence owns is decided by
-// the engine's block manager; this only holds the numbers.
+// head_dim] fp32, holding BF16-rounded values for a BF16 cache (KvDtype::BF16) or full fp32 for
+// the reference. Which blocks a sequence owns is decided by the engine's block manager; this only
+// holds the numbers. Memory is left uninitialised, so pages are committed only once written.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "io/model_config.h"
@@ -11,27 +13,35 @@
 
 namespace nibble::models {
 
+enum class KvDtype { FP32, BF16 };
+
 class KvCache {
  public:
-  KvCache(const io::ModelConfig& config, int64_t n_blocks, int64_t block_size)
+  KvCache(const io::ModelConfig& config, int64_t n_blocks, int64_t block_size, KvDtype dtype = KvDtype::FP32)
       : n_blocks_(n_blocks), block_size_(block_size), n_kv_heads_(config.num_key_value_heads),
-        head_dim_(config.head_dim),
-        k_(static_cast<size_t>(config.num_hidden_layers)),
-        v_(static_cast<size_t>(config.num_hidden_layers)) {
+        head_dim_(config.head_dim), dtype_(dtype) {
     const size_t per_layer = static_cast<size_t>(n_blocks * block_size * n_kv_heads_ * head_dim_);
-    for (auto& k : k_) k.assign(per_layer, 0.0f);
-    for (auto& v : v_) v.assign(per_layer, 0.0f);
+    for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+      k_.push_back(std::make_unique_for_overwrite<float[]>(per_layer));
+      v_.push_back(std::make_unique_for_overwrite<float[]>(per_layer));
+    }
   }
 
   int64_t n_blocks() const { return n_blocks_; }
   int64_t block_size() const { return block_size_; }
+  KvDtype dtype() const { return dtype_; }
+  // Bytes of one token's K and V over all layers, as this backend stores them.
+  static int64_t bytes_per_token(const io::ModelConfig& config) {
+    return config.num_hidden_layers * 2 * config.num_key_value_heads * config.head_dim * int64_t{sizeof(float)};
+  }
   ref::PagedKvLayer layer(int64_t l) {
-    return {k_[l].data(), v_[l].data(), n_blocks_, block_size_, n_kv_heads_, head_dim_};
+    return {k_[l].get(), v_[l].get(), n_blocks_, block_size_, n_kv_heads_, head_dim_, dtype_ == KvDtype::BF16};
   }
 
  private:
   int64_t n_blocks_, block_size_, n_kv_heads_, head_dim_;
-  std::vector<std::vector<float>> k_, v_;
+  KvDtype dtype_;
+  std::vector<std::unique_ptr<float[]>> k_, v_;
 };
 
 }  // namespace nibble::models

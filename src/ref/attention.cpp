@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "formats/bf16.h"
 
 namespace nibble::ref {
 namespace {
@@ -20,8 +21,8 @@ void kv_store(const PagedKvLayer& kv, const AttentionSequence& seq, const float*
   for (int64_t i = 0; i < seq.n_tokens; ++i) {
     const int64_t slot = slot_of(kv, seq, seq.start_position + i);
     for (int64_t j = 0; j < width; ++j) {
-      kv.k[slot * width + j] = k[i * width + j];
-      kv.v[slot * width + j] = v[i * width + j];
+      kv.k[slot * width + j] = kv.round_to_bf16 ? formats::bf16_round(k[i * width + j]) : k[i * width + j];
+      kv.v[slot * width + j] = kv.round_to_bf16 ? formats::bf16_round(v[i * width + j]) : v[i * width + j];
     }
   }
 }

@@ -14,6 +14,7 @@ struct PagedKvLayer {
   int64_t block_size = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
+  bool round_to_bf16 = false;  // store values rounded to BF16 (a BF16 KV cache's numerics)
 };
 
 // The tokens of one sequence in a step: rows [token_offset, token_offset + n_tokens) of the batch,

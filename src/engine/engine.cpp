@@ -1,0 +1,425 @@
+// Engine: the command queue, the step loop (schedule → forward → sample → stop checks → outputs)
+// and the weight swap. Everything below runs on the engine thread except submit's checks, post()
+// and the public wrappers that only queue commands.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "core/log.h"
+#include "core/parallel.h"
+#include "engine/text_output.h"
+
+namespace nibble::engine {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::STOP: return "stop";
+    case FinishReason::LENGTH: return "length";
+    case FinishReason::ABORT: return "abort";
+    case FinishReason::NONE: break;
+  }
+  return "";
+}
+
+struct Engine::RequestState {
+  GenerationRequest request;
+  std::vector<std::unique_ptr<SeqState>> choices;
+  int32_t n_unfinished = 0;
+  int64_t completion_tokens = 0;
+  bool first_token_seen = false;
+  Clock::time_point first_token_time;
+  std::string error;
+  std::vector<int32_t> masked;  // EOS + stop_token_ids while output < min_tokens
+  std::set<int32_t> eos;
+};
+
+struct Engine::SeqState : Sequence {
+  SeqState(RequestState& r, int32_t i, const text::Tokenizer& tokenizer)
+      : request(&r), index(i),
+        text(tokenizer, r.request.skip_special_tokens, r.request.stop.stop, r.request.stop.include_stop_str_in_output) {}
+  RequestState* request;
+  int32_t index;
+  std::mt19937_64 rng;
+  TextOutput text;
+  FinishReason finish = FinishReason::NONE;
+  bool reported_finish = false;
+  std::string stop_string;
+  int32_t stop_token = -1;
+  std::vector<int32_t> new_tokens;  // since the last output
+  std::vector<sampling::SampledToken> new_logprobs;
+  Clock::time_point last_token_time;
+  bool changed = false;
+};
+
+Engine::Engine(EngineConfig config, std::unique_ptr<ModelRunner> runner,
+               std::shared_ptr<const text::Tokenizer> tokenizer, ModelInfo info)
+    : config_(std::move(config)), runner_(std::move(runner)), model_config_(runner_->config()),
+      tokenizer_(std::move(tokenizer)), blocks_(runner_->n_kv_blocks(), runner_->block_size(), config_.prefix_caching),
+      scheduler_(config_.limits, blocks_), info_(std::move(info)) {
+  publish_gauges();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Engine::post(Command command) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (exited_) return false;
+    commands_.push_back(std::move(command));
+  }
+  wake_.notify_one();
+  return true;
+}
+
+ModelInfo Engine::model_info() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return info_;
+}
+
+Status Engine::submit(GenerationRequest request) {
+  const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
+  if (prompt_len == 0) return Status::error("the prompt is empty");
+  for (int32_t id : request.prompt)
+    if (id < 0 || id >= model_config_.vocab_size)
+      return Status::error("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                           std::to_string(model_config_.vocab_size) + ")");
+  for (int32_t id : request.stop.stop_token_ids)
+    if (id < 0 || id >= model_config_.vocab_size)
+      return Status::error("stop_token_ids entry " + std::to_string(id) + " is outside the vocabulary");
+  if (request.n < 1 || request.n > 128) return Status::error("n must be between 1 and 128");
+  NIB_RETURN_IF_ERROR(request.sampling.validate());
+  StopParams& stop = request.stop;
+  if (stop.max_tokens < -1) return Status::error("max_tokens must be >= 0");
+  if (stop.min_tokens < 0) return Status::error("min_tokens must be >= 0");
+  const int64_t room = config_.max_model_len - prompt_len;
+  if (room < 0 || (room == 0 && stop.max_tokens != 0))
+    return Status::error("the prompt has " + std::to_string(prompt_len) + " tokens, more than max_model_len (" +
+                         std::to_string(config_.max_model_len) + ") allows with at least one output token");
+  if (stop.max_tokens > room)
+    return Status::error("prompt (" + std::to_string(prompt_len) + " tokens) + max_tokens (" +
+                         std::to_string(stop.max_tokens) + ") exceeds max_model_len (" +
+                         std::to_string(config_.max_model_len) + ")");
+  if (stop.max_tokens < 0) stop.max_tokens = room;
+  if (stop.min_tokens > stop.max_tokens) return Status::error("min_tokens must not exceed max_tokens");
+  if (!request.on_output) return Status::error("internal: a request without an output callback");
+  auto shared = std::make_shared<GenerationRequest>(std::move(request));
+  if (!post([this, shared] { add_request(shared); })) return Status::error("the server is shutting down");
+  return Status::ok();
+}
+
+void Engine::abort(const std::string& request_id) {
+  post([this, request_id] {
+    auto it = requests_.find(request_id);
+    if (it != requests_.end()) finish_request(*it->second, FinishReason::ABORT, "");
+  });
+}
+
+void Engine::abort_all() {
+  post([this] {
+    std::vector<RequestState*> all;
+    for (auto& [id, r] : requests_) all.push_back(r.get());
+    for (RequestState* r : all) finish_request(*r, FinishReason::ABORT, "");
+  });
+}
+
+void Engine::update_weights(WeightUpdate update, std::function<void(WeightUpdateResult)> done) {
+  auto pending = std::make_shared<PendingUpdate>(PendingUpdate{std::move(update), std::move(done)});
+  const bool posted = post([this, pending] {
+    if (pending_update_) {
+      pending->done({false, "another weight update is in progress", 0});
+      return;
+    }
+    if (pending->update.abort_all_requests) {
+      std::vector<RequestState*> all;
+      for (auto& [id, r] : requests_) all.push_back(r.get());
+      for (RequestState* r : all) finish_request(*r, FinishReason::ABORT, "");
+    }
+    pending_update_ = std::make_unique<PendingUpdate>(std::move(*pending));
+    try_weight_update();
+  });
+  if (!posted) pending->done({false, "the server is shutting down", 0});
+}
+
+void Engine::flush_cache(std::function<void(Status)> done) {
+  auto shared_done = std::make_shared<std::function<void(Status)>>(std::move(done));
+  const bool posted = post([this, shared_done] {
+    auto& done = *shared_done;
+    if (!requests_.empty()) {
+      done(Status::error("cannot flush the cache while " + std::to_string(requests_.size()) +
+                         " requests are running or waiting"));
+      return;
+    }
+    blocks_.reset_prefix_cache();
+    done(Status::ok());
+  });
+  if (!posted) (*shared_done)(Status::error("the server is shutting down"));
+}
+
+void Engine::add_request(std::shared_ptr<GenerationRequest> shared) {
+  GenerationRequest& request = *shared;
+  if (requests_.count(request.id)) {
+    RequestOutput out;
+    out.request_id = request.id;
+    out.finished = true;
+    out.error = "a request with id '" + request.id + "' is already running";
+    request.on_output(std::move(out));
+    return;
+  }
+  auto state = std::make_unique<RequestState>();
+  RequestState& r = *state;
+  r.request = std::move(request);
+  const StopParams& stop = r.request.stop;
+  if (!stop.ignore_eos) r.eos.insert(config_.eos_token_ids.begin(), config_.eos_token_ids.end());
+  r.masked.assign(r.eos.begin(), r.eos.end());
+  r.masked.insert(r.masked.end(), stop.stop_token_ids.begin(), stop.stop_token_ids.end());
+  std::random_device entropy;
+  const uint64_t base_seed = r.request.sampling.seed ? *r.request.sampling.seed
+                                                     : (static_cast<uint64_t>(entropy()) << 32) ^ entropy();
+  for (int32_t i = 0; i < r.request.n; ++i) {
+    auto seq = std::make_unique<SeqState>(r, i, *tokenizer_);
+    seq->id = next_seq_id_++;
+    seq->tokens = r.request.prompt;
+    seq->prompt_len = static_cast<int64_t>(r.request.prompt.size());
+    seq->rng.seed(base_seed + static_cast<uint64_t>(i));  // vLLM: choice i of n draws with seed + i
+    scheduler_.add(seq.get());
+    r.choices.push_back(std::move(seq));
+  }
+  r.n_unfinished = r.request.n;
+  requests_[r.request.id] = std::move(state);
+}
+
+void Engine::loop() {
+  for (;;) {
+    std::deque<Command> commands;
+    bool stopping;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [this] { return !commands_.empty() || stopping_ || has_work_; });
+      commands.swap(commands_);
+      stopping = stopping_;
+    }
+    for (Command& command : commands) command();
+    if (stopping) break;
+    try_weight_update();
+    const StepPlan plan = scheduler_.schedule(/*admit_new=*/!pending_update_);
+    has_work_ = !plan.empty();
+    if (!plan.empty()) run_step(plan);
+    publish_gauges();
+  }
+  // Shutdown: commands that raced with it still run, then every request ends (ABORT) and a
+  // waiting weight update is refused.
+  std::deque<Command> rest;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    exited_ = true;
+    rest.swap(commands_);
+  }
+  for (Command& command : rest) command();
+  std::vector<RequestState*> all;
+  for (auto& [id, r] : requests_) all.push_back(r.get());
+  for (RequestState* r : all) finish_request(*r, FinishReason::ABORT, "the server is shutting down");
+  if (pending_update_) pending_update_->done({false, "the server is shutting down", 0});
+  pending_update_.reset();
+}
+
+void Engine::try_weight_update() {
+  if (!pending_update_ || !scheduler_.running().empty() || scheduler_.n_started_waiting() > 0) return;
+  const WeightUpdate& u = pending_update_->update;
+  WeightUpdateResult result;
+  result.num_paused_requests = static_cast<int64_t>(requests_.size());
+  log_info("weight update from " + u.model_path + ": " + std::to_string(result.num_paused_requests) +
+           " requests wait for it");
+  const Status status = runner_->replace_weights(u.model_path);
+  if (status) {
+    if (u.flush_cache) blocks_.reset_prefix_cache();
+    std::lock_guard<std::mutex> lock(mutex_);
+    info_.model_path = u.model_path;
+    if (!u.weight_version.empty()) info_.weight_version = u.weight_version;
+    result.success = true;
+    result.message = "Succeeded to update model weights.";
+  } else {
+    result.message = "Failed to update weights: " + status.message();
+  }
+  log_info("weight update: " + result.message);
+  auto done = std::move(pending_update_->done);
+  pending_update_.reset();
+  done(std::move(result));
+}
+
+void Engine::run_step(const StepPlan& plan) {
+  models::Batch batch;
+  std::vector<SeqState*> sampled;
+  for (const ScheduledChunk& c : plan.chunks) {
+    const auto first = c.seq->tokens.begin() + c.start;
+    batch.token_ids.insert(batch.token_ids.end(), first, first + c.n_tokens);
+    batch.sequences.push_back({c.seq->block_table, c.start, c.n_tokens});
+    if (c.wants_logits) {
+      batch.logits_rows.push_back(static_cast<int64_t>(batch.token_ids.size()) - 1);
+      sampled.push_back(static_cast<SeqState*>(c.seq));
+    }
+  }
+  const Status status = runner_->forward(batch, logits_);
+  const Clock::time_point now = Clock::now();
+  if (!status) {
+    log_error("step failed: " + status.message());
+    std::set<RequestState*> failed;
+    for (const ScheduledChunk& c : plan.chunks) failed.insert(static_cast<SeqState*>(c.seq)->request);
+    for (RequestState* r : failed) finish_request(*r, FinishReason::ABORT, "model step failed: " + status.message());
+    return;
+  }
+  scheduler_.complete(plan);
+
+  // Each sequence draws from its own generator, so a draw does not depend on the batch around it.
+  const size_t vocab = static_cast<size_t>(model_config_.vocab_size);
+  std::vector<sampling::SampledToken> drawn(sampled.size());
+  parallel_for(sampled.size(), [&](size_t i) {
+    SeqState& s = *sampled[i];
+    const RequestState& r = *s.request;
+    if (r.request.stop.max_tokens == 0) return;
+    const std::span<const float> row(logits_.data() + i * vocab, vocab);
+    const bool before_min = s.n_output() < r.request.stop.min_tokens;
+    sampling::SequenceContext context{std::span<const int32_t>(s.tokens.data(), s.prompt_len),
+                                      std::span<const int32_t>(s.tokens.data() + s.prompt_len, s.n_output()),
+                                      before_min ? std::span<const int32_t>(r.masked) : std::span<const int32_t>()};
+    drawn[i] = sampling::sample_next(row, r.request.sampling, context, s.rng);
+  });
+  std::set<RequestState*> touched;
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    SeqState& s = *sampled[i];
+    touched.insert(s.request);
+    if (s.request->request.stop.max_tokens == 0) finish_sequence(s, FinishReason::LENGTH);  // prefill only
+    else accept_token(s, std::move(drawn[i]), now);
+  }
+  for (RequestState* r : touched) emit(*r, now);
+}
+
+void Engine::accept_token(SeqState& s, sampling::SampledToken&& drawn, Clock::time_point now) {
+  RequestState& r = *s.request;
+  const StopParams& stop = r.request.stop;
+  const int32_t token = drawn.token;
+  s.tokens.push_back(token);
+  s.new_tokens.push_back(token);
+  if (r.request.sampling.logprobs >= 0) s.new_logprobs.push_back(std::move(drawn));
+  s.changed = true;
+  ++r.completion_tokens;
+  const bool first_of_sequence = s.n_output() == 1;
+  metrics_.update([&](MetricsSnapshot& m) {
+    ++m.generation_tokens;
+    if (!first_of_sequence) m.itl.observe(std::chrono::duration<double>(now - s.last_token_time).count());
+    if (!r.first_token_seen) {
+      m.ttft.observe(std::chrono::duration<double>(now - r.request.arrival).count());
+      m.prompt_tokens += static_cast<uint64_t>(s.prompt_len);
+    }
+  });
+  if (!r.first_token_seen) {
+    r.first_token_seen = true;
+    r.first_token_time = now;
+  }
+  s.last_token_time = now;
+
+  // Stop checks in vLLM's order (vllm/v1/core/sched/utils.py check_stop); none before min_tokens.
+  const bool stops_allowed = s.n_output() >= stop.min_tokens;
+  FinishReason finish = FinishReason::NONE;
+  if (stops_allowed && r.eos.count(token)) {
+    finish = FinishReason::STOP;
+  } else if (stops_allowed &&
+             std::find(stop.stop_token_ids.begin(), stop.stop_token_ids.end(), token) != stop.stop_token_ids.end()) {
+    finish = FinishReason::STOP;
+    s.stop_token = token;
+  }
+  // A stop token's text is left out unless include_stop_str_in_output (as vLLM's detokenizer does).
+  if (finish == FinishReason::NONE || stop.include_stop_str_in_output) {
+    std::string matched = s.text.add(token, stops_allowed && finish == FinishReason::NONE);
+    if (!matched.empty()) {
+      finish = FinishReason::STOP;
+      s.stop_string = std::move(matched);
+    }
+  }
+  if (finish == FinishReason::NONE &&
+      (s.n_output() >= stop.max_tokens || s.n_tokens() >= config_.max_model_len))
+    finish = FinishReason::LENGTH;
+  if (finish != FinishReason::NONE) finish_sequence(s, finish);
+}
+
+void Engine::finish_sequence(SeqState& s, FinishReason reason) {
+  if (s.finish != FinishReason::NONE) return;
+  if (s.stop_string.empty()) s.text.finish();
+  s.finish = reason;
+  s.changed = true;
+  scheduler_.finish(&s);
+  --s.request->n_unfinished;
+}
+
+void Engine::finish_request(RequestState& r, FinishReason reason, const std::string& error) {
+  if (!error.empty() && r.error.empty()) r.error = error;
+  for (auto& s : r.choices) finish_sequence(*s, reason);
+  emit(r, Clock::now());
+}
+
+void Engine::emit(RequestState& r, Clock::time_point now) {
+  RequestOutput out;
+  out.request_id = r.request.id;
+  out.prompt_tokens = static_cast<int64_t>(r.request.prompt.size());
+  out.completion_tokens = r.completion_tokens;
+  out.cached_tokens = std::max<int64_t>(r.choices.front()->n_cached_prompt, 0);
+  out.finished = r.n_unfinished == 0;
+  out.error = r.error;
+  for (auto& sp : r.choices) {
+    SeqState& s = *sp;
+    if (!s.changed || s.reported_finish) continue;
+    s.changed = false;
+    ChoiceDelta d;
+    d.index = s.index;
+    d.token_ids = std::move(s.new_tokens);
+    d.logprobs = std::move(s.new_logprobs);
+    s.new_tokens.clear();
+    s.new_logprobs.clear();
+    d.text = s.text.take(s.finish != FinishReason::NONE);
+    d.finish = s.finish;
+    d.stop_string = s.stop_string;
+    d.stop_token = s.stop_token;
+    s.reported_finish = s.finish != FinishReason::NONE;
+    out.choices.push_back(std::move(d));
+  }
+  if (out.finished) {
+    metrics_.update([&](MetricsSnapshot& m) {
+      const double e2e = std::chrono::duration<double>(now - r.request.arrival).count();
+      m.e2e.observe(e2e);
+      const SeqState& first = *r.choices.front();
+      ++m.finished[r.error.empty() ? finish_reason_name(first.finish) : "error"];
+      if (r.first_token_seen && first.n_output() > 1)
+        m.tpot.observe(std::chrono::duration<double>(now - r.first_token_time).count() / (first.n_output() - 1));
+    });
+  }
+  // Copy what outlives the request before handing the output over.
+  OutputCallback callback = r.request.on_output;
+  const std::string id = r.request.id;
+  if (out.finished) requests_.erase(id);  // destroys r
+  callback(std::move(out));
+}
+
+void Engine::publish_gauges() {
+  metrics_.update([&](MetricsSnapshot& m) {
+    m.requests_running = static_cast<int64_t>(scheduler_.running().size());
+    m.requests_waiting = static_cast<int64_t>(scheduler_.waiting().size());
+    m.kv_blocks_total = blocks_.n_blocks();
+    m.kv_usage = blocks_.n_blocks() ? static_cast<double>(blocks_.n_used()) / blocks_.n_blocks() : 0.0;
+    m.preemptions = static_cast<uint64_t>(scheduler_.total_preemptions());
+    m.prefix_queries = static_cast<uint64_t>(blocks_.prefix_queries());
+    m.prefix_hits = static_cast<uint64_t>(blocks_.prefix_hits());
+  });
+}
+
+}  // namespace nibble::engine

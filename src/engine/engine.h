@@ -1,0 +1,125 @@
+// The serving engine: one thread owns the model runner, the KV blocks and the scheduler, and
+// runs steps while there is work. Other threads talk to it through a command queue: submit a
+// typed request (outputs come back through its callback), abort, swap weights, flush the cache.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/metrics.h"
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "text/tokenizer.h"
+
+namespace nibble::engine {
+
+struct EngineConfig {
+  SchedulerLimits limits;
+  int64_t max_model_len = 0;
+  bool prefix_caching = true;
+  std::vector<int32_t> eos_token_ids;  // config.json and generation_config.json
+};
+
+// SGLang's /update_weights_from_disk request and reply.
+struct WeightUpdate {
+  std::string model_path;
+  bool flush_cache = true;
+  bool abort_all_requests = false;
+  std::string weight_version;  // "" keeps the current one
+};
+struct WeightUpdateResult {
+  bool success = false;
+  std::string message;
+  int64_t num_paused_requests = 0;  // requests that waited (queued, not started) for the swap
+};
+
+struct ModelInfo {
+  std::string model_path;
+  std::string weight_version;
+};
+
+class Engine {
+ public:
+  Engine(EngineConfig config, std::unique_ptr<ModelRunner> runner, std::shared_ptr<const text::Tokenizer> tokenizer,
+         ModelInfo info);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const EngineConfig& config() const { return config_; }
+  const io::ModelConfig& model_config() const { return model_config_; }  // a swap keeps the layout
+  const text::Tokenizer& tokenizer() const { return *tokenizer_; }
+
+  // Checks the request (prompt length and ids, n, sampling ranges, lengths against max_model_len)
+  // and queues it. An error means it was not accepted; otherwise on_output is called until an
+  // output with finished = true, whatever happens (abort, failure, shutdown).
+  Status submit(GenerationRequest request);
+  void abort(const std::string& request_id);  // unknown or finished ids are ignored
+  void abort_all();
+  // By default waits for started requests to finish while new ones queue; then swaps atomically.
+  // `done` is called on the engine thread.
+  void update_weights(WeightUpdate update, std::function<void(WeightUpdateResult)> done);
+  // Forgets the prefix cache; refused while any request is running or waiting.
+  void flush_cache(std::function<void(Status)> done);
+
+  ModelInfo model_info() const;
+  MetricsSnapshot metrics() const { return metrics_.snapshot(); }
+  // Aborts every request (their outputs end with ABORT) and stops the engine thread.
+  void shutdown();
+
+ private:
+  struct RequestState;
+  struct SeqState;
+  using Command = std::function<void()>;
+
+  bool post(Command command);  // false once the engine thread has ended
+  void loop();
+  void add_request(std::shared_ptr<GenerationRequest> request);
+  void run_step(const StepPlan& plan);
+  void accept_token(SeqState& s, sampling::SampledToken&& token, Clock::time_point now);
+  void finish_sequence(SeqState& s, FinishReason reason);
+  void finish_request(RequestState& r, FinishReason reason, const std::string& error);
+  void emit(RequestState& r, Clock::time_point now);
+  void try_weight_update();
+  void publish_gauges();
+
+  const EngineConfig config_;
+  std::unique_ptr<ModelRunner> runner_;
+  const io::ModelConfig model_config_;
+  std::shared_ptr<const text::Tokenizer> tokenizer_;
+  BlockManager blocks_;
+  Scheduler scheduler_;
+  Metrics metrics_;
+
+  // Engine-thread state.
+  std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
+  uint64_t next_seq_id_ = 0;
+  std::vector<float> logits_;
+  struct PendingUpdate {
+    WeightUpdate update;
+    std::function<void(WeightUpdateResult)> done;
+  };
+  std::unique_ptr<PendingUpdate> pending_update_;
+  bool has_work_ = false;
+
+  mutable std::mutex mutex_;  // guards commands_, stopping_, info_
+  std::condition_variable wake_;
+  std::deque<Command> commands_;
+  bool stopping_ = false;
+  bool exited_ = false;
+  ModelInfo info_;
+  std::thread thread_;
+};
+
+}  // namespace nibble::engine

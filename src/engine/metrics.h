@@ -1,0 +1,52 @@
+// The engine's counters, gauges and latency histograms, updated on the engine thread and read
+// (as a snapshot) by the server's /metrics. Names and buckets follow vLLM's Prometheus metrics.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace nibble::engine {
+
+struct Histogram {
+  std::vector<double> bounds;         // upper bounds, ascending (+Inf implied)
+  std::vector<uint64_t> counts;       // per bucket (not cumulative), bounds.size() + 1 entries
+  double sum = 0.0;
+  uint64_t count = 0;
+
+  explicit Histogram(std::vector<double> upper_bounds = {});
+  void observe(double value);
+};
+
+struct MetricsSnapshot {
+  int64_t requests_running = 0;   // sequences scheduled in the last step or holding KV blocks
+  int64_t requests_waiting = 0;
+  double kv_usage = 0.0;          // fraction of KV blocks in use
+  int64_t kv_blocks_total = 0;
+  uint64_t prompt_tokens = 0;     // prompt tokens computed (prefix-cache hits excluded)
+  uint64_t generation_tokens = 0;
+  uint64_t preemptions = 0;
+  uint64_t prefix_queries = 0;    // tokens looked up in the prefix cache
+  uint64_t prefix_hits = 0;       // tokens found
+  std::map<std::string, uint64_t> finished;  // by finish reason
+  Histogram ttft, tpot, itl, e2e;  // seconds
+};
+
+class Metrics {
+ public:
+  Metrics();
+  MetricsSnapshot snapshot() const;
+  template <typename F>
+  void update(F&& f) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    f(data_);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  MetricsSnapshot data_;
+};
+
+}  // namespace nibble::engine

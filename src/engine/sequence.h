@@ -1,0 +1,28 @@
+// A sequence as the scheduler sees it: its tokens (prompt, then output), how many of them are in
+// the KV cache, and the blocks holding them. The engine keeps its per-request state beside it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace nibble::engine {
+
+enum class SequenceStatus { WAITING, RUNNING, FINISHED };
+
+struct Sequence {
+  uint64_t id = 0;                  // arrival order: lower ids are served first and preempted last
+  std::vector<int32_t> tokens;      // prompt + generated
+  int64_t prompt_len = 0;
+  int64_t n_computed = 0;           // tokens whose K/V are in the cache
+  std::vector<int32_t> block_table;
+  std::vector<uint64_t> block_hashes;  // chain hashes of the registered full blocks (prefix cache)
+  SequenceStatus status = SequenceStatus::WAITING;
+  bool started = false;             // scheduled at least once (a weight reload waits for these)
+  int64_t n_cached_prompt = -1;     // prompt tokens found in the prefix cache at first admission
+  int64_t n_preemptions = 0;
+
+  int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t n_output() const { return n_tokens() - prompt_len; }
+};
+
+}  // namespace nibble::engine

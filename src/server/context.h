@@ -1,0 +1,75 @@
+// What every route handler shares: the loaded model (engine, tokenizer, chat template, defaults),
+// the options, the io context, and the registry of in-flight generations (for /abort_request).
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "engine/engine.h"
+#include "io/generation_config.h"
+#include "server/api_error.h"
+#include "server/http_server.h"
+#include "server/server.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
+
+namespace nibble::server {
+
+class GenerationJob;
+
+struct LoadedModel {
+  std::unique_ptr<engine::Engine> engine;
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  std::shared_ptr<const text::ChatTemplate> chat_template;  // null when the model has none
+  io::GenerationConfig generation;
+  bool parse_reasoning = false;
+  std::string tokenizer_path;
+};
+
+struct ServingContext {
+  ServerOptions options;
+  boost::asio::io_context io;
+  std::shared_ptr<HttpStats> http_stats = std::make_shared<HttpStats>();
+  int64_t started_at = 0;  // unix seconds
+
+  std::shared_ptr<LoadedModel> model() const {
+    std::lock_guard<std::mutex> lock(mutex);
+    return loaded;
+  }
+  void set_model(std::shared_ptr<LoadedModel> m) {
+    std::lock_guard<std::mutex> lock(mutex);
+    loaded = std::move(m);
+  }
+
+  void register_job(const std::string& id, std::weak_ptr<GenerationJob> job);
+  void unregister_job(const std::string& id);
+  std::shared_ptr<GenerationJob> find_job(const std::string& id);
+  std::vector<std::shared_ptr<GenerationJob>> all_jobs();
+
+  mutable std::mutex mutex;
+  std::shared_ptr<LoadedModel> loaded;
+  std::unordered_map<std::string, std::weak_ptr<GenerationJob>> jobs;
+};
+
+// Route handlers (routes_*.cpp). Each answers through the responder, now or later.
+using Responder = std::shared_ptr<HttpResponder>;
+void handle_chat_completions(ServingContext& ctx, const HttpRequest& request, Responder responder);
+void handle_completions(ServingContext& ctx, const HttpRequest& request, Responder responder);
+void handle_generate(ServingContext& ctx, const HttpRequest& request, Responder responder);
+void handle_tokenize(ServingContext& ctx, const HttpRequest& request, Responder responder);
+void handle_detokenize(ServingContext& ctx, const HttpRequest& request, Responder responder);
+void handle_update_weights(ServingContext& ctx, const HttpRequest& request, Responder responder);
+void handle_abort_request(ServingContext& ctx, const HttpRequest& request, Responder responder);
+void handle_flush_cache(ServingContext& ctx, const HttpRequest& request, Responder responder);
+void handle_health_generate(ServingContext& ctx, const HttpRequest& request, Responder responder);
+std::string prometheus_text(ServingContext& ctx);
+
+// Parses a JSON object body; a bad body answers 400 and returns false.
+bool parse_body(const HttpRequest& request, const Responder& responder, json& out);
+void respond_json(const Responder& responder, int status, const json& body);
+void respond_error(const Responder& responder, const ApiError& error);
+
+}  // namespace nibble::server

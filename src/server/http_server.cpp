@@ -1,0 +1,286 @@
+// HttpServer: Beast parses requests; responses are framed here (status line, headers, then
+// Content-Length or chunked). While a response is pending the connection keeps one read open,
+// so a client that hangs up is noticed at once and its request can be aborted.
+#include "server/http_server.h"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <optional>
+
+#include "core/log.h"
+
+namespace nibble::server {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+constexpr auto IDLE_TIMEOUT = std::chrono::seconds(600);  // keep-alive connections without a request
+constexpr uint64_t BODY_LIMIT = 64ull << 20;
+constexpr uint32_t HEADER_LIMIT = 64u << 10;
+
+std::string status_line(int status) {
+  const auto reason = http::obsolete_reason(static_cast<http::status>(status));
+  return "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason.data(), reason.size()) + "\r\n";
+}
+
+class Session : public std::enable_shared_from_this<Session>, public HttpResponder {
+ public:
+  Session(tcp::socket&& socket, const HttpHandler& handler, std::shared_ptr<HttpStats> stats)
+      : stream_(std::move(socket)), handler_(handler), stats_(std::move(stats)) {
+    ++stats_->open_connections;
+  }
+  ~Session() override {
+    --stats_->open_connections;
+    if (responding_) --stats_->open_responses;
+  }
+
+  void start() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_request(); });
+  }
+
+  void respond(int status, std::string content_type, std::string body) override {
+    run([this, status, content_type = std::move(content_type), body = std::move(body)]() mutable {
+      if (!responding_ || streaming_) return;
+      std::string head = status_line(status);
+      head += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+      head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+      enqueue(head + body, true);
+    });
+  }
+
+  void start_stream(int status) override {
+    run([this, status] {
+      if (!responding_ || streaming_) return;
+      streaming_ = true;
+      std::string head = status_line(status);
+      head += "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
+      head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+      enqueue(std::move(head), false);
+    });
+  }
+
+  void send_chunk(std::string data) override {
+    run([this, data = std::move(data)] {
+      if (!responding_ || !streaming_ || data.empty()) return;
+      char size[24];
+      std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+      enqueue(size + data + "\r\n", false);
+    });
+  }
+
+  void end_stream() override {
+    run([this] {
+      if (!responding_ || !streaming_) return;
+      streaming_ = false;
+      enqueue("0\r\n\r\n", true);
+    });
+  }
+
+  void on_disconnect(std::function<void()> callback) override {
+    run([this, callback = std::move(callback)]() mutable {
+      if (closed_ && responding_) callback();
+      else on_disconnect_ = std::move(callback);
+    });
+  }
+
+ private:
+  template <typename F>
+  void run(F&& f) {
+    net::post(stream_.get_executor(), [self = shared_from_this(), f = std::forward<F>(f)]() mutable { f(); });
+  }
+
+  void read_request() {
+    if (closed_) return;
+    parser_.emplace();
+    parser_->body_limit(BODY_LIMIT);
+    parser_->header_limit(HEADER_LIMIT);
+    stream_.expires_after(IDLE_TIMEOUT);
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_request(ec); });
+  }
+
+  void on_request(beast::error_code ec) {
+    if (ec == http::error::body_limit || ec == http::error::header_limit) {
+      begin_response(false);
+      respond(413, "application/json",
+              R"({"error":{"message":"request too large","type":"BadRequestError","param":null,"code":413}})");
+      return;
+    }
+    if (ec) {
+      // A malformed request (Beast's parser errors) gets a 400 before the connection closes.
+      if (ec != http::error::end_of_stream && ec != http::error::partial_message &&
+          ec.category() == http::make_error_code(http::error::bad_method).category()) {
+        begin_response(false);
+        respond(400, "application/json", R"({"error":{"message":"malformed HTTP request: )" + ec.message() +
+                                             R"(","type":"BadRequestError","param":null,"code":400}})");
+        return;
+      }
+      return close();
+    }
+    const auto& message = parser_->get();
+    HttpRequest request;
+    request.method = std::string(message.method_string());
+    const std::string target(message.target());
+    const size_t q = target.find('?');
+    request.path = target.substr(0, q);
+    if (q != std::string::npos) request.query = target.substr(q + 1);
+    request.body = message.body();
+    request.content_type = std::string(message[http::field::content_type]);
+    request.authorization = std::string(message[http::field::authorization]);
+    begin_response(message.keep_alive());
+    ++stats_->requests;
+    watch();
+    handler_(request, shared_from_this());
+  }
+
+  void begin_response(bool keep_alive) {
+    keep_alive_ = keep_alive;
+    responding_ = true;
+    ++stats_->open_responses;
+    stream_.expires_never();  // a response may stream for a long time
+  }
+
+  // One read stays open while a response is pending: it ends with an error when the client
+  // hangs up. Bytes it gets (a pipelined request) stay in buffer_ for the next parse.
+  void watch() {
+    if (watching_ || closed_) return;
+    watching_ = true;
+    stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->watching_ = false;
+      if (ec) return self->close();
+      self->buffer_.commit(n);
+      if (!self->responding_) self->read_request();
+    });
+  }
+
+  void enqueue(std::string data, bool ends_response) {
+    outbox_.push_back({std::move(data), ends_response});
+    if (!writing_) write_next();
+  }
+
+  void write_next() {
+    if (outbox_.empty() || closed_) return;
+    writing_ = true;
+    net::async_write(stream_, net::buffer(outbox_.front().data),
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_written(ec); });
+  }
+
+  void on_written(beast::error_code ec) {
+    writing_ = false;
+    if (ec) return close();
+    const bool ended = outbox_.front().ends_response;
+    outbox_.pop_front();
+    if (ended) {
+      responding_ = false;
+      --stats_->open_responses;
+      on_disconnect_ = nullptr;
+      if (!keep_alive_) return close();
+      if (!watching_) read_request();
+      else stream_.expires_after(IDLE_TIMEOUT);  // the watching read now waits for the next request
+    }
+    write_next();
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.close();
+    outbox_.clear();
+    if (responding_ && on_disconnect_) {
+      auto callback = std::move(on_disconnect_);
+      on_disconnect_ = nullptr;
+      callback();
+    }
+  }
+
+  struct Piece {
+    std::string data;
+    bool ends_response;
+  };
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  const HttpHandler& handler_;
+  std::shared_ptr<HttpStats> stats_;
+  std::deque<Piece> outbox_;
+  std::function<void()> on_disconnect_;
+  bool keep_alive_ = true, responding_ = false, streaming_ = false, watching_ = false, writing_ = false,
+       closed_ = false;
+};
+
+}  // namespace
+
+struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
+  Impl(net::io_context& io, HttpHandler h, std::shared_ptr<HttpStats> s)
+      : io(io), acceptor(net::make_strand(io)), retry(acceptor.get_executor()), handler(std::move(h)),
+        stats(std::move(s)) {}
+
+  void accept() {
+    acceptor.async_accept(net::make_strand(io), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+      if (!self->acceptor.is_open()) return;
+      if (!ec) {
+        socket.set_option(tcp::no_delay(true), ec);  // SSE tokens go out at once
+        std::make_shared<Session>(std::move(socket), self->handler, self->stats)->start();
+        return self->accept();
+      }
+      // Out of descriptors or similar: say so and retry shortly instead of spinning.
+      log_warn("accept failed: " + ec.message());
+      self->retry.expires_after(std::chrono::milliseconds(100));
+      self->retry.async_wait([self](beast::error_code) { self->accept(); });
+    });
+  }
+
+  net::io_context& io;
+  tcp::acceptor acceptor;
+  net::steady_timer retry;
+  HttpHandler handler;
+  std::shared_ptr<HttpStats> stats;
+};
+
+HttpServer::HttpServer(net::io_context& io, HttpHandler handler, std::shared_ptr<HttpStats> stats)
+    : impl_(std::make_shared<Impl>(io, std::move(handler), std::move(stats))) {}
+
+HttpServer::~HttpServer() { stop_accepting(); }
+
+Status HttpServer::listen(const std::string& host, uint16_t port) {
+  beast::error_code ec;
+  const auto address = net::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
+  if (ec) return Status::error("--host '" + host + "' is not an IP address (" + ec.message() + ")");
+  const tcp::endpoint endpoint(address, port);
+  tcp::acceptor& a = impl_->acceptor;
+  a.open(endpoint.protocol(), ec);
+  if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(endpoint, ec);
+  if (!ec) a.listen(4096, ec);
+  if (ec) return Status::error("cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
+  impl_->accept();
+  return Status::ok();
+}
+
+uint16_t HttpServer::port() const {
+  beast::error_code ec;
+  return impl_->acceptor.local_endpoint(ec).port();
+}
+
+void HttpServer::stop_accepting() {
+  net::dispatch(impl_->acceptor.get_executor(), [impl = impl_] {
+    beast::error_code ignored;
+    impl->acceptor.close(ignored);
+  });
+}
+
+}  // namespace nibble::server

@@ -1,0 +1,295 @@
+// /v1/chat/completions, /v1/completions and SGLang's /generate: JSON → typed engine requests
+// (defaults from generation_config.json, vLLM's extra sampling fields), then a GenerationJob.
+#include <chrono>
+#include <random>
+
+#include "server/context.h"
+#include "server/generation_job.h"
+
+namespace nibble::server {
+namespace {
+
+struct FieldNames {
+  const char* max_tokens;
+  const char* min_tokens;
+  const char* include_stop;  // SGLang's no_stop_trim
+};
+constexpr FieldNames OPENAI_NAMES{"max_tokens", "min_tokens", "include_stop_str_in_output"};
+constexpr FieldNames SGLANG_NAMES{"max_new_tokens", "min_new_tokens", "no_stop_trim"};
+
+std::string random_id(const std::string& prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* hex = "0123456789abcdef";
+  std::string id = prefix;
+  for (int i = 0; i < 24; ++i) id += hex[rng() % 16];
+  return id;
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Sampling and stop fields, with the model's generation_config for what the request leaves out.
+bool parse_sampling(RequestFields& f, const LoadedModel& model, const FieldNames& names, int64_t default_max_tokens,
+                    engine::GenerationRequest& r) {
+  const io::GenerationConfig& g = model.generation;
+  sampling::SamplingParams& s = r.sampling;
+  s.temperature = static_cast<float>(g.temperature.value_or(1.0));
+  s.top_p = static_cast<float>(g.top_p.value_or(1.0));
+  s.top_k = static_cast<int32_t>(g.top_k.value_or(0));
+  s.min_p = static_cast<float>(g.min_p.value_or(0.0));
+  s.repetition_penalty = static_cast<float>(g.repetition_penalty.value_or(1.0));
+  int64_t top_k = s.top_k, seed = 0, n = 1;
+  f.number("temperature", s.temperature, 0.0, 100.0);
+  f.number("top_p", s.top_p, 1e-9, 1.0);
+  f.integer("top_k", top_k, -1, 1 << 30);
+  s.top_k = static_cast<int32_t>(top_k);
+  f.number("min_p", s.min_p, 0.0, 1.0);
+  f.number("repetition_penalty", s.repetition_penalty, 1e-6, 1e4);
+  f.number("presence_penalty", s.presence_penalty, -2.0, 2.0);
+  f.number("frequency_penalty", s.frequency_penalty, -2.0, 2.0);
+  if (f.has("seed") && f.integer("seed", seed, INT64_MIN, INT64_MAX)) s.seed = static_cast<uint64_t>(seed);
+  f.integer("n", n, 1, 128);
+  r.n = static_cast<int32_t>(n);
+  engine::StopParams& stop = r.stop;
+  stop.max_tokens = default_max_tokens;
+  if (std::string(names.max_tokens) == "max_tokens" && f.has("max_completion_tokens"))
+    f.integer("max_completion_tokens", stop.max_tokens, 0, int64_t{1} << 40);
+  f.integer(names.max_tokens, stop.max_tokens, 0, int64_t{1} << 40);
+  f.integer(names.min_tokens, stop.min_tokens, 0, int64_t{1} << 40);
+  f.strings("stop", stop.stop);
+  f.integers("stop_token_ids", stop.stop_token_ids, 0, INT32_MAX);
+  f.boolean("ignore_eos", stop.ignore_eos);
+  f.boolean(names.include_stop, stop.include_stop_str_in_output);
+  f.boolean("skip_special_tokens", r.skip_special_tokens);
+  if (f.has("logit_bias") && !(f.at("logit_bias").is_object() && f.at("logit_bias").empty()))
+    f.fail("logit_bias", "is not supported");
+  return !f.error;
+}
+
+bool check_model_name(ServingContext& ctx, RequestFields& f) {
+  std::string name;
+  if (!f.string("model", name)) return false;
+  if (f.has("model") && name != ctx.options.served_model_name)
+    return f.fail("model", "names a model this server does not serve: '" + name + "' (serving '" +
+                               ctx.options.served_model_name + "')");
+  return true;
+}
+
+bool stream_options(RequestFields& f, JobOptions& job) {
+  f.boolean("stream", job.stream);
+  if (!f.has("stream_options")) return !f.error;
+  const json& so = f.at("stream_options");
+  if (!so.is_object()) return f.fail("stream_options", "must be an object");
+  if (!job.stream) return f.fail("stream_options", "is only allowed with stream: true");
+  RequestFields inner(so);
+  inner.boolean("include_usage", job.include_usage);
+  inner.boolean("continuous_usage_stats", job.continuous_usage);
+  if (inner.error) return f.fail("stream_options", inner.error->message);
+  return true;
+}
+
+std::shared_ptr<LoadedModel> ready_model(ServingContext& ctx, const Responder& responder) {
+  auto model = ctx.model();
+  if (!model) respond_error(responder, {503, "the model is still loading", ""});
+  return model;
+}
+
+void run_job(ServingContext& ctx, std::shared_ptr<LoadedModel> model, JobOptions options, const Responder& responder,
+             std::vector<engine::GenerationRequest> requests) {
+  auto job = std::make_shared<GenerationJob>(ctx, std::move(model), std::move(options), responder);
+  job->start(std::move(requests));
+}
+
+}  // namespace
+
+void handle_chat_completions(ServingContext& ctx, const HttpRequest& request, Responder responder) {
+  json body;
+  if (!parse_body(request, responder, body)) return;
+  auto model = ready_model(ctx, responder);
+  if (!model) return;
+  RequestFields f(body);
+  JobOptions job;
+  job.kind = ApiKind::CHAT;
+  job.id = random_id("chatcmpl-");
+  job.model = ctx.options.served_model_name;
+  job.created = unix_now();
+  job.parse_reasoning = model->parse_reasoning;
+  engine::GenerationRequest r;
+  check_model_name(ctx, f);
+  if (!f.has("messages") || !f.at("messages").is_array() || f.at("messages").empty())
+    f.fail("messages", "must be a non-empty list of messages");
+  stream_options(f, job);
+  bool logprobs = false;
+  int64_t top_logprobs = 0;
+  f.boolean("logprobs", logprobs);
+  f.integer("top_logprobs", top_logprobs, 0, 20);
+  if (f.has("top_logprobs") && !logprobs) f.fail("top_logprobs", "needs logprobs: true");
+  job.logprobs = logprobs ? static_cast<int32_t>(top_logprobs) : -1;
+  std::string tool_choice = "auto";
+  if (f.has("tool_choice") && !(f.at("tool_choice").is_string() &&
+                                 (f.at("tool_choice") == "auto" || f.at("tool_choice") == "none")))
+    f.fail("tool_choice", "supports only \"auto\" and \"none\"");
+  f.string("tool_choice", tool_choice);
+  if (f.has("tools") && !f.at("tools").is_array()) f.fail("tools", "must be a list");
+  if (f.has("response_format") && !(f.at("response_format").is_object() && f.at("response_format").value("type", "") == "text"))
+    f.fail("response_format", "supports only {\"type\": \"text\"}");
+  if (f.has("chat_template_kwargs") && !f.at("chat_template_kwargs").is_object())
+    f.fail("chat_template_kwargs", "must be an object");
+  bool add_generation_prompt = true;
+  f.boolean("add_generation_prompt", add_generation_prompt);
+  if (f.has("continue_final_message") && f.at("continue_final_message") != false)
+    f.fail("continue_final_message", "is not supported");
+  parse_sampling(f, *model, OPENAI_NAMES, -1, r);
+  if (f.error) return respond_error(responder, *f.error);
+  if (!model->chat_template) return respond_error(responder, {400, "the model has no chat template; use /v1/completions", ""});
+  const bool with_tools = f.has("tools") && !f.at("tools").empty() && tool_choice != "none";
+  job.parse_tool_calls = with_tools;
+  json template_request = {{"messages", body["messages"]}, {"add_generation_prompt", add_generation_prompt}};
+  if (with_tools) template_request["tools"] = body["tools"];
+  if (f.has("chat_template_kwargs")) template_request["chat_template_kwargs"] = body["chat_template_kwargs"];
+  auto rendered = model->chat_template->render(nlohmann::ordered_json::parse(template_request.dump()));
+  if (!rendered) return respond_error(responder, {400, rendered.status().message(), "messages"});
+  r.prompt = model->tokenizer->encode(*rendered, /*parse_special=*/true, /*add_special_tokens=*/false);
+  r.sampling.logprobs = job.logprobs;
+  job.n = r.n;
+  std::vector<engine::GenerationRequest> requests;
+  requests.push_back(std::move(r));
+  run_job(ctx, std::move(model), std::move(job), responder, std::move(requests));
+}
+
+void handle_completions(ServingContext& ctx, const HttpRequest& request, Responder responder) {
+  json body;
+  if (!parse_body(request, responder, body)) return;
+  auto model = ready_model(ctx, responder);
+  if (!model) return;
+  RequestFields f(body);
+  JobOptions job;
+  job.kind = ApiKind::COMPLETION;
+  job.id = random_id("cmpl-");
+  job.model = ctx.options.served_model_name;
+  job.created = unix_now();
+  engine::GenerationRequest r;
+  check_model_name(ctx, f);
+  stream_options(f, job);
+  int64_t logprobs = -1;
+  if (f.has("logprobs")) f.integer("logprobs", logprobs, 0, 20);
+  job.logprobs = static_cast<int32_t>(logprobs);
+  bool echo = false;
+  f.boolean("echo", echo);
+  if (echo && logprobs >= 0) f.fail("echo", "with logprobs (prompt logprobs) is not supported");
+  if (f.has("suffix") && !(f.at("suffix").is_string() && f.at("suffix").get<std::string>().empty()))
+    f.fail("suffix", "is not supported");
+  parse_sampling(f, *model, OPENAI_NAMES, 16, r);  // OpenAI's default max_tokens for completions
+  int64_t best_of = r.n;
+  f.integer("best_of", best_of, 1, 128);
+  if (best_of != r.n) f.fail("best_of", "must equal n (no best-of selection)");
+  // prompt: a string, a list of strings, a list of token ids, or a list of lists of token ids.
+  std::vector<std::vector<int32_t>> prompts;
+  const int64_t vocab = model->engine->model_config().vocab_size;
+  if (!f.has("prompt")) f.fail("prompt", "is required");
+  else {
+    const json& p = body["prompt"];
+    auto ids_of = [&](const json& list) -> bool {
+      std::vector<int32_t> ids;
+      for (const json& x : list) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab)
+          return f.fail("prompt", "token ids must be integers in [0, " + std::to_string(vocab) + ")");
+        ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+      }
+      prompts.push_back(std::move(ids));
+      return true;
+    };
+    if (p.is_string()) prompts.push_back(model->tokenizer->encode(p.get<std::string>(), true, true));
+    else if (!p.is_array() || p.empty()) f.fail("prompt", "must be a string, a list of strings or token id lists");
+    else if (p[0].is_number_integer()) ids_of(p);
+    else
+      for (const json& item : p) {
+        if (item.is_string()) prompts.push_back(model->tokenizer->encode(item.get<std::string>(), true, true));
+        else if (item.is_array()) { if (!ids_of(item)) break; }
+        else { f.fail("prompt", "must be a string, a list of strings or token id lists"); break; }
+      }
+  }
+  if (f.error) return respond_error(responder, *f.error);
+  if (echo)
+    for (const auto& ids : prompts) job.echo.push_back(model->tokenizer->decode(ids, r.skip_special_tokens));
+  r.sampling.logprobs = job.logprobs;
+  job.n = r.n;
+  std::vector<engine::GenerationRequest> requests;
+  for (auto& ids : prompts) {
+    engine::GenerationRequest copy = r;
+    copy.prompt = std::move(ids);
+    requests.push_back(std::move(copy));
+  }
+  run_job(ctx, std::move(model), std::move(job), responder, std::move(requests));
+}
+
+void handle_generate(ServingContext& ctx, const HttpRequest& request, Responder responder) {
+  json body;
+  if (!parse_body(request, responder, body)) return;
+  auto model = ready_model(ctx, responder);
+  if (!model) return;
+  RequestFields f(body);
+  JobOptions job;
+  job.kind = ApiKind::GENERATE;
+  job.id = random_id("");
+  f.string("rid", job.id);
+  if (job.id.empty()) f.fail("rid", "must not be empty");
+  job.model = ctx.options.served_model_name;
+  f.boolean("stream", job.stream);
+  bool return_logprob = false;
+  int64_t top_logprobs = 0;
+  f.boolean("return_logprob", return_logprob);
+  f.integer("top_logprobs_num", top_logprobs, 0, 20);
+  job.logprobs = return_logprob ? static_cast<int32_t>(top_logprobs) : -1;
+  engine::GenerationRequest r;
+  if (f.has("sampling_params") && !f.at("sampling_params").is_object()) f.fail("sampling_params", "must be an object");
+  const json sampling_params = f.has("sampling_params") ? body["sampling_params"] : json::object();
+  RequestFields sp(sampling_params);
+  parse_sampling(sp, *model, SGLANG_NAMES, 128, r);  // SGLang's default max_new_tokens
+  if (sp.error && !f.error) f.error = ApiError{400, "sampling_params: " + sp.error->message, "sampling_params"};
+  std::vector<std::vector<int32_t>> prompts;
+  const int64_t vocab = model->engine->model_config().vocab_size;
+  if (f.has("text") == f.has("input_ids")) f.fail("text", "or 'input_ids' is required (exactly one of them)");
+  else if (f.has("text")) {
+    const json& t = body["text"];
+    if (t.is_string()) prompts.push_back(model->tokenizer->encode(t.get<std::string>(), true, false));
+    else if (t.is_array() && !t.empty() && std::all_of(t.begin(), t.end(), [](const json& x) { return x.is_string(); })) {
+      job.generate_batch = true;
+      for (const json& x : t) prompts.push_back(model->tokenizer->encode(x.get<std::string>(), true, false));
+    } else f.fail("text", "must be a string or a non-empty list of strings");
+  } else {
+    const json& ids = body["input_ids"];
+    auto read = [&](const json& list) {
+      std::vector<int32_t> out;
+      for (const json& x : list) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab) {
+          f.fail("input_ids", "must hold token ids in [0, " + std::to_string(vocab) + ")");
+          break;
+        }
+        out.push_back(static_cast<int32_t>(x.get<int64_t>()));
+      }
+      prompts.push_back(std::move(out));
+    };
+    if (!ids.is_array() || ids.empty()) f.fail("input_ids", "must be a non-empty list");
+    else if (ids[0].is_array()) {
+      job.generate_batch = true;
+      for (const json& list : ids) {
+        if (!list.is_array()) { f.fail("input_ids", "must be a list of ids or a list of id lists"); break; }
+        read(list);
+      }
+    } else read(ids);
+  }
+  if (f.error) return respond_error(responder, *f.error);
+  r.sampling.logprobs = job.logprobs;
+  job.n = r.n;
+  std::vector<engine::GenerationRequest> requests;
+  for (auto& ids : prompts) {
+    engine::GenerationRequest copy = r;
+    copy.prompt = std::move(ids);
+    requests.push_back(std::move(copy));
+  }
+  run_job(ctx, std::move(model), std::move(job), responder, std::move(requests));
+}
+
+}  // namespace nibble::server

@@ -1,0 +1,306 @@
+// Server: option checks, model loading in the background (503 until ready), the route table,
+// io threads, and the graceful stop (abort everything, let the last bytes go out, close).
+#include "server/server.h"
+
+#include <sys/resource.h>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "core/log.h"
+#include "io/model_config.h"
+#include "server/context.h"
+#include "server/generation_job.h"
+
+namespace nibble::server {
+namespace {
+
+Status check_member(const char* flag, const std::string& value, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (value == a) return Status::ok();
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  return Status::error(std::string(flag) + " '" + value + "' is not one of: " + list);
+}
+
+formats::ActQuant act_quant(const std::string& mode) {
+  return mode == "static" ? formats::ActQuant::STATIC
+         : mode == "per-token" ? formats::ActQuant::PER_TOKEN
+                               : formats::ActQuant::NONE;
+}
+
+Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
+  if (o.backend == "cuda")
+    return Status::error("--backend cuda: the CUDA model runner is not in this build yet (the CUDA kernels land "
+                         "first); use --backend cpu or auto");
+  std::ifstream file(std::filesystem::path(o.model_path) / "config.json");
+  if (!file) return Status::error(o.model_path + ": no config.json (is this a model folder?)");
+  std::stringstream text;
+  text << file.rdbuf();
+  auto config = io::parse_model_config(text.str(), o.model_path + "/config.json");
+  if (!config) return config.status();
+
+  // KV capacity: blocks from the flag, or from the memory budget.
+  const int64_t token_bytes = models::KvCache::bytes_per_token(*config);
+  int64_t n_blocks = o.num_kv_blocks;
+  if (n_blocks <= 0)
+    n_blocks = static_cast<int64_t>(o.kv_cache_memory_gb * double(1ull << 30) / double(token_bytes * o.block_size));
+  const int64_t capacity = n_blocks * o.block_size;
+  int64_t max_model_len = o.max_model_len;
+  if (max_model_len > config->max_position_embeddings)
+    return Status::error("--max-model-len " + std::to_string(max_model_len) + " exceeds the model's max_position_embeddings (" +
+                         std::to_string(config->max_position_embeddings) + ")");
+  if (max_model_len > capacity)
+    return Status::error("--max-model-len " + std::to_string(max_model_len) + " does not fit the KV cache (" +
+                         std::to_string(capacity) + " tokens); raise --num-kv-blocks / --kv-cache-memory-gb or lower it");
+  if (max_model_len <= 0) {
+    max_model_len = std::min(config->max_position_embeddings, capacity);
+    if (max_model_len < config->max_position_embeddings)
+      log_warn("max_model_len set to the KV capacity, " + std::to_string(max_model_len) + " tokens");
+  }
+  if (max_model_len < 2) return Status::error("the KV cache holds fewer than 2 tokens");
+
+  auto model = std::make_shared<LoadedModel>();
+  auto tokenizer = text::Tokenizer::load(o.model_path);
+  if (!tokenizer) return Status::error("tokenizer: " + tokenizer.status().message());
+  model->tokenizer = std::move(tokenizer.value());
+  model->tokenizer_path = o.model_path;
+  auto chat_template = text::ChatTemplate::load(o.model_path);
+  if (chat_template) model->chat_template = std::move(chat_template.value());
+  else log_warn("chat completions are off: " + chat_template.status().message());
+  auto generation = io::load_generation_config(o.model_path);
+  if (!generation) return generation.status();
+  model->generation = std::move(generation.value());
+  const bool has_think = model->tokenizer->token_to_id("<think>") >= 0 && model->tokenizer->token_to_id("</think>") >= 0;
+  model->parse_reasoning = o.reasoning_parser == "qwen3" || (o.reasoning_parser == "auto" && has_think);
+
+  engine::CpuRunnerOptions runner_options;
+  runner_options.model.act_quant_moe = act_quant(o.act_quant_moe);
+  runner_options.model.act_quant_dense = act_quant(o.act_quant_dense);
+  runner_options.n_kv_blocks = n_blocks;
+  runner_options.block_size = o.block_size;
+  runner_options.kv_dtype = models::KvDtype::BF16;
+  auto runner = engine::create_cpu_runner(o.model_path, runner_options);
+  if (!runner) return runner.status();
+
+  engine::EngineConfig ec;
+  ec.limits = {o.max_num_seqs, o.max_num_batched_tokens};
+  ec.max_model_len = max_model_len;
+  ec.prefix_caching = o.enable_prefix_caching;
+  for (int64_t id : config->eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
+  for (int64_t id : model->generation.eos_token_ids)
+    if (std::find(ec.eos_token_ids.begin(), ec.eos_token_ids.end(), id) == ec.eos_token_ids.end())
+      ec.eos_token_ids.push_back(static_cast<int32_t>(id));
+  model->engine = std::make_unique<engine::Engine>(ec, std::move(runner.value()), model->tokenizer,
+                                                   engine::ModelInfo{o.model_path, o.weight_version});
+  log_info("serving " + o.model_path + " (" + config->architecture + ") on the CPU backend: max_model_len " +
+           std::to_string(max_model_len) + ", " + std::to_string(n_blocks) + " KV blocks of " +
+           std::to_string(o.block_size) + " tokens");
+  return model;
+}
+
+// Sockets are file descriptors: thousands of open streams need more than the usual soft limit.
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+}  // namespace
+
+Status validate_options(const ServerOptions& o) {
+  NIB_RETURN_IF_ERROR(check_member("--backend", o.backend, {"auto", "cpu", "cuda"}));
+  NIB_RETURN_IF_ERROR(check_member("--moe-backend", o.moe_backend, {"auto", "fused", "dequant-cublas"}));
+  NIB_RETURN_IF_ERROR(check_member("--gemm-backend", o.gemm_backend, {"auto", "fused", "dequant-cublas"}));
+  NIB_RETURN_IF_ERROR(check_member("--act-quant-moe", o.act_quant_moe, {"none", "static", "per-token"}));
+  NIB_RETURN_IF_ERROR(check_member("--act-quant-dense", o.act_quant_dense, {"none", "static", "per-token"}));
+  NIB_RETURN_IF_ERROR(check_member("--reasoning-parser", o.reasoning_parser, {"auto", "qwen3", "none"}));
+  if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "bf16")
+    return Status::error("--kv-cache-dtype '" + o.kv_cache_dtype + "' is not supported yet (supported: auto, bf16)");
+  if (o.tensor_parallel_size != 1)
+    return Status::error("--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
+                         ": only 1 is supported so far (multi-GPU comes later)");
+  if (o.max_num_seqs < 1) return Status::error("--max-num-seqs must be >= 1");
+  if (o.max_num_batched_tokens < 1) return Status::error("--max-num-batched-tokens must be >= 1");
+  if (o.block_size < 1 || o.block_size > 1024) return Status::error("--block-size must be in [1, 1024]");
+  if (o.max_model_len < 0) return Status::error("--max-model-len must be >= 0");
+  if (o.num_kv_blocks < 0) return Status::error("--num-kv-blocks must be >= 0");
+  if (!(o.kv_cache_memory_gb > 0)) return Status::error("--kv-cache-memory-gb must be > 0");
+  if (o.model_path.empty()) return Status::error("--model is empty");
+  return Status::ok();
+}
+
+struct Server::Impl {
+  explicit Impl(ServerOptions o) { ctx.options = std::move(o); }
+
+  void route(const HttpRequest& request, Responder responder) {
+    const std::string& p = request.path;
+    const bool get = request.method == "GET", post = request.method == "POST";
+    if (!ctx.options.api_key.empty() && p.rfind("/v1/", 0) == 0 &&
+        request.authorization != "Bearer " + ctx.options.api_key)
+      return respond_error(responder, {401, "missing or wrong API key", ""});
+    auto need = [&](bool ok) {
+      if (!ok) respond_error(responder, {405, "method " + request.method + " is not allowed on " + p, ""});
+      return ok;
+    };
+    if (p == "/v1/chat/completions") { if (need(post)) handle_chat_completions(ctx, request, responder); return; }
+    if (p == "/v1/completions") { if (need(post)) handle_completions(ctx, request, responder); return; }
+    if (p == "/generate") { if (need(post)) handle_generate(ctx, request, responder); return; }
+    if (p == "/tokenize") { if (need(post)) handle_tokenize(ctx, request, responder); return; }
+    if (p == "/detokenize") { if (need(post)) handle_detokenize(ctx, request, responder); return; }
+    if (p == "/update_weights_from_disk") { if (need(post)) handle_update_weights(ctx, request, responder); return; }
+    if (p == "/abort_request") { if (need(post)) handle_abort_request(ctx, request, responder); return; }
+    if (p == "/flush_cache") { if (need(post || get)) handle_flush_cache(ctx, request, responder); return; }
+    if (p == "/health_generate") { if (need(get)) handle_health_generate(ctx, request, responder); return; }
+    if (p == "/health") {
+      if (!need(get)) return;
+      if (ctx.model()) responder->respond(200, "text/plain", "");
+      else respond_error(responder, {503, "the model is still loading", ""});
+      return;
+    }
+    if (p == "/metrics") { if (need(get)) responder->respond(200, "text/plain; version=0.0.4", prometheus_text(ctx)); return; }
+    if (p == "/version") { if (need(get)) respond_json(responder, 200, {{"version", ctx.options.version}}); return; }
+    if (p == "/v1/models") {
+      if (!need(get)) return;
+      auto model = ctx.model();
+      json entry = {{"id", ctx.options.served_model_name}, {"object", "model"}, {"created", ctx.started_at},
+                    {"owned_by", "nibble"}, {"root", ctx.options.model_path}, {"parent", nullptr}};
+      if (model) entry["max_model_len"] = model->engine->config().max_model_len;
+      return respond_json(responder, 200, {{"object", "list"}, {"data", json::array({entry})}});
+    }
+    if (p == "/get_model_info") {
+      if (!need(get || post)) return;
+      auto model = ctx.model();
+      if (!model) return respond_error(responder, {503, "the model is still loading", ""});
+      const engine::ModelInfo info = model->engine->model_info();
+      return respond_json(responder, 200,
+                          {{"model_path", info.model_path}, {"tokenizer_path", model->tokenizer_path},
+                           {"is_generation", true}, {"weight_version", info.weight_version},
+                           {"served_model_name", ctx.options.served_model_name},
+                           {"architecture", model->engine->model_config().architecture},
+                           {"max_model_len", model->engine->config().max_model_len}});
+    }
+    if (p == "/get_server_info") {
+      if (!need(get)) return;
+      const ServerOptions& o = ctx.options;
+      json info = {{"version", o.version}, {"model_path", o.model_path},
+                   {"served_model_name", o.served_model_name}, {"host", o.host}, {"port", o.port},
+                   {"max_num_seqs", o.max_num_seqs}, {"max_num_batched_tokens", o.max_num_batched_tokens},
+                   {"block_size", o.block_size}, {"kv_cache_dtype", o.kv_cache_dtype}, {"backend", "cpu"},
+                   {"moe_backend", o.moe_backend}, {"gemm_backend", o.gemm_backend},
+                   {"act_quant_moe", o.act_quant_moe}, {"act_quant_dense", o.act_quant_dense},
+                   {"tensor_parallel_size", o.tensor_parallel_size}, {"enable_prefix_caching", o.enable_prefix_caching}};
+      if (auto model = ctx.model()) {
+        const engine::MetricsSnapshot m = model->engine->metrics();
+        info["max_model_len"] = model->engine->config().max_model_len;
+        info["internal_states"] = json::array({{{"num_running", m.requests_running},
+                                                {"num_waiting", m.requests_waiting},
+                                                {"kv_cache_usage", m.kv_usage},
+                                                {"kv_cache_blocks", m.kv_blocks_total}}});
+      }
+      return respond_json(responder, 200, info);
+    }
+    respond_error(responder, {404, "no route " + request.method + " " + p, ""});
+  }
+
+  ServingContext ctx;
+  std::unique_ptr<HttpServer> http, metrics_http;
+  std::vector<std::thread> io_threads;
+  std::thread loader;
+  std::mutex mutex;
+  std::condition_variable stopped_cv;
+  bool stop_requested = false;
+  int exit_code = 0;
+};
+
+Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+Server::~Server() {
+  stop();
+  wait();
+}
+
+uint16_t Server::port() const { return impl_->http ? impl_->http->port() : 0; }
+
+Status Server::start() {
+  Impl& s = *impl_;
+  NIB_RETURN_IF_ERROR(validate_options(s.ctx.options));
+  if (s.ctx.options.served_model_name.empty()) s.ctx.options.served_model_name = s.ctx.options.model_path;
+  s.ctx.started_at = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  raise_open_file_limit();
+  auto handler = [&s](const HttpRequest& r, Responder responder) { s.route(r, std::move(responder)); };
+  s.http = std::make_unique<HttpServer>(s.ctx.io, handler, s.ctx.http_stats);
+  NIB_RETURN_IF_ERROR(s.http->listen(s.ctx.options.host, s.ctx.options.port));
+  if (s.ctx.options.metrics_port) {
+    auto metrics_only = [&s](const HttpRequest& r, Responder responder) {
+      if (r.path == "/metrics") responder->respond(200, "text/plain; version=0.0.4", prometheus_text(s.ctx));
+      else respond_error(responder, {404, "the metrics port serves only /metrics", ""});
+    };
+    s.metrics_http = std::make_unique<HttpServer>(s.ctx.io, metrics_only, s.ctx.http_stats);
+    NIB_RETURN_IF_ERROR(s.metrics_http->listen(s.ctx.options.host, s.ctx.options.metrics_port));
+  }
+  const int n_threads = s.ctx.options.io_threads > 0 ? s.ctx.options.io_threads
+                                                     : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+  for (int i = 0; i < n_threads; ++i)
+    s.io_threads.emplace_back([&s] {
+      auto guard = boost::asio::make_work_guard(s.ctx.io);
+      s.ctx.io.run();
+    });
+  log_info("listening on " + s.ctx.options.host + ":" + std::to_string(s.http->port()) + " (loading " +
+           s.ctx.options.model_path + ")");
+  s.loader = std::thread([this, &s] {
+    auto loaded = load_model(s.ctx.options);
+    if (!loaded) {
+      log_error("cannot serve " + s.ctx.options.model_path + ": " + loaded.status().message());
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.exit_code = 1;
+      s.stop_requested = true;
+      s.stopped_cv.notify_all();
+      return;
+    }
+    s.ctx.set_model(std::move(loaded.value()));
+    log_info("ready");
+  });
+  return Status::ok();
+}
+
+void Server::stop() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->stop_requested = true;
+  impl_->stopped_cv.notify_all();
+}
+
+int Server::wait() {
+  Impl& s = *impl_;
+  {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    s.stopped_cv.wait(lock, [&s] { return s.stop_requested; });
+  }
+  if (s.loader.joinable()) s.loader.join();
+  if (s.io_threads.empty()) return s.exit_code;
+  log_info("shutting down: no new connections; running requests end with finish_reason abort");
+  if (s.http) s.http->stop_accepting();
+  if (s.metrics_http) s.metrics_http->stop_accepting();
+  if (auto model = s.ctx.model()) model->engine->shutdown();  // every request gets its final output
+  // Let the last chunks reach their clients, a few seconds at most.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (s.ctx.http_stats->open_responses.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  s.ctx.io.stop();
+  for (auto& t : s.io_threads) t.join();
+  s.io_threads.clear();
+  s.ctx.set_model(nullptr);
+  log_info("stopped");
+  return s.exit_code;
+}
+
+}  // namespace nibble::server

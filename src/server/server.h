@@ -1,0 +1,60 @@
+// `nibble serve`: the OpenAI-compatible HTTP server around the engine. start() listens at once
+// (503 while the model loads), wait() returns when a stop was asked for and everything has ended.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+
+namespace nibble::server {
+
+struct ServerOptions {
+  std::string model_path;
+  std::string served_model_name;   // default: the model path
+  std::string host = "0.0.0.0";
+  uint16_t port = 8000;
+  uint16_t metrics_port = 0;       // 0: /metrics on the main port only
+  int64_t max_model_len = 0;       // 0: the model's, capped by KV capacity
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 8192;
+  int64_t block_size = 16;
+  int64_t num_kv_blocks = 0;       // 0: from kv_cache_memory_gb
+  double kv_cache_memory_gb = 1.0; // CPU backend KV budget when num_kv_blocks is 0
+  bool enable_prefix_caching = true;
+  std::string kv_cache_dtype = "auto";  // auto | bf16
+  std::string backend = "auto";         // auto | cpu | cuda
+  std::string moe_backend = "auto";     // fused | dequant-cublas | auto (CUDA backend)
+  std::string gemm_backend = "auto";
+  std::string act_quant_moe = "none";   // none | static | per-token
+  std::string act_quant_dense = "none";
+  int64_t tensor_parallel_size = 1;
+  std::string reasoning_parser = "auto";  // auto | qwen3 | none
+  std::string api_key;                    // when set, /v1 routes need "Authorization: Bearer KEY"
+  int io_threads = 0;                     // 0: min(4, cores)
+  std::string weight_version = "default";
+  std::string version;                    // reported by /version and /get_server_info
+};
+
+// Checks option values that need no model (ranges, names); the error names the flag.
+Status validate_options(const ServerOptions& options);
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();
+  Status start();
+  // Blocks until stop() (or a fatal load error); returns the process exit status.
+  int wait();
+  // Graceful: stop accepting, end every request (finish_reason abort), flush, close. Any thread;
+  // safe from a signal-handling thread.
+  void stop();
+  uint16_t port() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nibble::server

@@ -1,0 +1,136 @@
+// `nibble serve`: the OpenAI-compatible server. Flags in the style of vLLM/SGLang, each also read
+// from NIBBLE_<FLAG> (e.g. NIBBLE_MAX_MODEL_LEN); without --model it serves a tiny embedded model,
+// synthesized deterministically on first use, so it works on a fresh machine.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "core/log.h"
+#include "server/server.h"
+#include "tools/command.h"
+#include "tools/synth.h"
+#include "tools/version.h"
+
+namespace nibble::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* DEFAULT_MODEL_NAME = "nibble-tiny-moe";
+
+// NIBBLE_<FLAG>: --max-model-len → NIBBLE_MAX_MODEL_LEN.
+std::string env_name(const std::string& flag) {
+  std::string name = "NIBBLE_";
+  for (char c : flag.substr(2)) name += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
+
+template <typename T>
+CLI::Option* option(CLI::App* cmd, const std::string& flag, T& value, const std::string& help) {
+  return cmd->add_option(flag, value, help + " [env " + env_name(flag) + "]")->envname(env_name(flag))->capture_default_str();
+}
+
+// The embedded default: the tiny-moe synth preset (seed 0), kept in the user's cache folder.
+Result<std::string> default_model() {
+  fs::path root;
+  if (const char* dir = std::getenv("NIBBLE_CACHE_DIR")) root = dir;
+  else if (const char* xdg = std::getenv("XDG_CACHE_HOME")) root = fs::path(xdg) / "nibble";
+  else if (const char* home = std::getenv("HOME")) root = fs::path(home) / ".cache" / "nibble";
+  else root = fs::temp_directory_path() / "nibble";
+  const fs::path dir = root / "default-tiny-moe-v1";
+  if (fs::exists(dir / "config.json")) return dir.string();
+  log_info("no --model: creating the embedded tiny model in " + dir.string());
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  const fs::path staging = root / ("default-tiny-moe-v1.partial-" + std::to_string(::getpid()));
+  SynthOptions options;
+  options.preset = "tiny-moe";
+  options.out_dir = staging.string();
+  options.seed = 0;
+  Result<SynthReport> report = synth_checkpoint(options);
+  if (!report) return report.status();
+  fs::rename(staging, dir, ec);  // atomic: a concurrent start sees all or nothing
+  if (ec && !fs::exists(dir / "config.json"))
+    return Status::error("cannot create " + dir.string() + ": " + ec.message());
+  fs::remove_all(staging, ec);
+  return dir.string();
+}
+
+int run_serve(server::ServerOptions options) {
+  if (options.model_path.empty()) {
+    Result<std::string> path = default_model();
+    if (!path) {
+      std::fprintf(stderr, "nibble serve: %s\n", path.status().message().c_str());
+      return 1;
+    }
+    options.model_path = *path;
+    if (options.served_model_name.empty()) options.served_model_name = DEFAULT_MODEL_NAME;
+  }
+  options.version = NIBBLE_VERSION_STRING;
+  if (Status s = server::validate_options(options); !s) {
+    std::fprintf(stderr, "nibble serve: %s\n", s.message().c_str());
+    return 2;
+  }
+  // SIGINT/SIGTERM are taken by one thread that asks the server to stop gracefully.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  server::Server server(options);
+  if (Status s = server.start(); !s) {
+    std::fprintf(stderr, "nibble serve: %s\n", s.message().c_str());
+    return 1;
+  }
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    const timespec tick{0, 200'000'000};
+    while (!done) {
+      if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+        log_info("signal received: stopping");
+        server.stop();
+        return;
+      }
+    }
+  });
+  const int status = server.wait();
+  done = true;
+  watcher.join();
+  return status;
+}
+
+}  // namespace
+
+CommandRunner register_serve(CLI::App& root) {
+  auto* cmd = root.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  auto o = std::make_shared<server::ServerOptions>();
+  option(cmd, "--model", o->model_path, "Model folder (default: a tiny embedded model)");
+  option(cmd, "--served-model-name", o->served_model_name, "Model name in the API (default: the model path)");
+  option(cmd, "--host", o->host, "Address to listen on");
+  option(cmd, "--port", o->port, "Port");
+  option(cmd, "--metrics-port", o->metrics_port, "Also serve /metrics on this port (0: off)");
+  option(cmd, "--max-model-len", o->max_model_len, "Prompt + output tokens per request (0: the model's, capped by KV)");
+  option(cmd, "--max-num-seqs", o->max_num_seqs, "Sequences per step");
+  option(cmd, "--max-num-batched-tokens", o->max_num_batched_tokens, "Tokens per step (prefill chunks share it)");
+  option(cmd, "--block-size", o->block_size, "KV-cache block size in tokens");
+  option(cmd, "--num-kv-blocks", o->num_kv_blocks, "KV-cache blocks (0: from --kv-cache-memory-gb)");
+  option(cmd, "--kv-cache-memory-gb", o->kv_cache_memory_gb, "KV-cache memory when --num-kv-blocks is 0");
+  option(cmd, "--kv-cache-dtype", o->kv_cache_dtype, "KV-cache dtype: auto | bf16");
+  option(cmd, "--enable-prefix-caching", o->enable_prefix_caching, "Reuse KV blocks of shared prompt prefixes");
+  option(cmd, "--tensor-parallel-size", o->tensor_parallel_size, "GPUs per model (1 for now)");
+  option(cmd, "--backend", o->backend, "cpu | cuda | auto");
+  option(cmd, "--moe-backend", o->moe_backend, "fused | dequant-cublas | auto (CUDA backend)");
+  option(cmd, "--gemm-backend", o->gemm_backend, "fused | dequant-cublas | auto (CUDA backend)");
+  option(cmd, "--act-quant-moe", o->act_quant_moe, "MoE activation quantization: none | static | per-token");
+  option(cmd, "--act-quant-dense", o->act_quant_dense, "Dense activation quantization: none | static | per-token");
+  option(cmd, "--reasoning-parser", o->reasoning_parser, "Split <think> into reasoning_content: auto | qwen3 | none");
+  option(cmd, "--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on /v1 routes");
+  option(cmd, "--io-threads", o->io_threads, "HTTP threads (0: up to 4)");
+  option(cmd, "--weight-version", o->weight_version, "Weight version reported by /get_model_info");
+  return [o] { return run_serve(*o); };
+}
+
+}  // namespace nibble::tools
