@@ -179,6 +179,7 @@ class Session : public std::enable_shared_from_this<Session>, public HttpRespond
 
   void on_written(beast::error_code ec) {
     writing_ = false;
+    if (closed_) return outbox_.clear();  // close() ran while this write was in flight
     if (ec) return close();
     const bool ended = outbox_.front().ends_response;
     outbox_.pop_front();
@@ -199,7 +200,7 @@ class Session : public std::enable_shared_from_this<Session>, public HttpRespond
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.close();
-    outbox_.clear();
+    if (!writing_) outbox_.clear();  // else the write in flight still reads its buffer
     if (responding_ && on_disconnect_) {
       auto callback = std::move(on_disconnect_);
       on_disconnect_ = nullptr;

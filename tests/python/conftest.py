@@ -21,3 +21,29 @@ def seed(request) -> int:
     value = int(os.environ.get("NIBBLE_TEST_SEED", random.SystemRandom().randrange(2**31)))
     print(f"[seed] {request.node.name}: NIBBLE_TEST_SEED={value}")
     return value
+
+
+def _synth(build_dir: pathlib.Path, out: pathlib.Path, *args: str) -> pathlib.Path:
+    import subprocess
+    subprocess.run([str(build_dir / "nibble"), "synth", "--preset", "tiny-moe", "--out", str(out), *args],
+                   check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_models(build_dir, tmp_path_factory) -> dict:
+    """Tiny random Qwen3-MoE checkpoints: two of the same layout (seeds 0, 1) and one with 3 layers."""
+    root = tmp_path_factory.mktemp("models")
+    return {"a": _synth(build_dir, root / "a", "--seed", "0"),
+            "b": _synth(build_dir, root / "b", "--seed", "1"),
+            "other_layout": _synth(build_dir, root / "c", "--seed", "2", "--layers", "3")}
+
+
+@pytest.fixture(scope="module")
+def server(build_dir, tiny_models, tmp_path_factory):
+    """`nibble serve` on tiny model "a", shared by a test module."""
+    from nibble_server import NibbleServer
+    s = NibbleServer(build_dir, tiny_models["a"], tmp_path_factory.mktemp("log") / "serve.log",
+                     "--served-model-name", "tiny")
+    yield s
+    assert s.stop() == 0, s.log()
