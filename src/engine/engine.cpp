@@ -229,7 +229,7 @@ void Engine::loop() {
   for (Command& command : rest) command();
   std::vector<RequestState*> all;
   for (auto& [id, r] : requests_) all.push_back(r.get());
-  for (RequestState* r : all) finish_request(*r, FinishReason::ABORT, "the server is shutting down");
+  for (RequestState* r : all) finish_request(*r, FinishReason::ABORT, "");
   if (pending_update_) pending_update_->done({false, "the server is shutting down", 0});
   pending_update_.reset();
 }

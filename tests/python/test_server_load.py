@@ -1,0 +1,289 @@
+"""`nibble serve` under load and change: 200+ concurrent streams give the same outputs as alone,
+2,000 open streaming connections at once, a weight swap while traffic runs, abort and disconnect
+free their KV blocks, preemption under a tiny KV budget, and a graceful SIGTERM."""
+import asyncio
+import json
+import random
+import resource
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+import requests
+
+from nibble_server import NibbleServer
+
+
+def raise_fd_limit(need: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(need, soft)), hard))
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < need:
+        pytest.skip(f"the open-file limit ({hard}) is below {need}")
+
+
+def decode_chunked(raw: bytes) -> bytes:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"Transfer-Encoding: chunked" in head, head
+    out = b""
+    while True:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            return out
+        out += body[:size]
+        body = body[size + 2:]
+
+
+async def sse_request(port: int, path: str, payload: dict, hold: asyncio.Event | None = None) -> list:
+    """One streaming request on its own connection; returns the parsed events ("[DONE]" last)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = json.dumps(payload).encode()
+    writer.write(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
+    await writer.drain()
+    if hold is not None:
+        await hold.wait()
+    raw = await reader.read(-1)
+    writer.close()
+    events = []
+    for line in decode_chunked(raw).decode().split("\n"):
+        if line.startswith("data: "):
+            events.append("[DONE]" if line[6:] == "[DONE]" else json.loads(line[6:]))
+    return events
+
+
+def completion_text(events: list) -> tuple[str, str]:
+    assert events and events[-1] == "[DONE]", events[-3:]
+    text, finish = "", None
+    for e in events[:-1]:
+        assert "error" not in e, e
+        for c in e["choices"]:
+            text += c["text"]
+            finish = c["finish_reason"] or finish
+    return text, finish
+
+
+def test_200_concurrent_streams_match_the_same_prompts_run_alone(server, seed):
+    rng = random.Random(seed)
+    payloads = []
+    for i in range(240):
+        prompt = [rng.randrange(0, 150000) for _ in range(rng.randrange(1, 40))]
+        sampled = i % 2 == 1  # half greedy, half seeded sampling: both must not depend on the batch
+        payloads.append({"prompt": prompt, "max_tokens": rng.randrange(1, 12), "stream": True, "ignore_eos": True,
+                         "temperature": 0.8 if sampled else 0.0, "seed": rng.randrange(2**31)})
+    alone = {}
+    for i in range(0, len(payloads), 6):
+        alone[i] = completion_text(asyncio.run(sse_request(server.port, "/v1/completions", payloads[i])))
+
+    async def all_at_once():
+        return await asyncio.gather(*(sse_request(server.port, "/v1/completions", p) for p in payloads))
+    together = [completion_text(events) for events in asyncio.run(all_at_once())]
+    assert all(finish == "length" for _, finish in together)
+    for i, expected in alone.items():
+        assert together[i] == expected, (i, payloads[i])
+
+
+def test_2000_open_streaming_connections(server, seed):
+    raise_fd_limit(2000 + 200)
+    n = 2000
+    hold = None
+
+    async def run():
+        nonlocal hold
+        hold = asyncio.Event()
+        tasks = [asyncio.create_task(sse_request(server.port, "/v1/completions",
+                                                 {"prompt": [seed % 1000 + i % 50], "max_tokens": 2, "stream": True,
+                                                  "ignore_eos": True}, hold)) for i in range(n)]
+        # Every connection is open and has sent its request before any reply is read.
+        deadline = time.time() + 60
+        peak = 0
+        while time.time() < deadline:
+            await asyncio.sleep(0.2)
+            peak = max(peak, server.metrics()["nibble:http_connections"])
+            if peak >= n:
+                break
+        hold.set()
+        results = await asyncio.gather(*tasks)
+        return peak, results
+    start = time.time()
+    peak, results = asyncio.run(run())
+    elapsed = time.time() - start
+    print(f"[load] {n} concurrent streaming connections: peak open {peak:.0f}, all done in {elapsed:.1f} s")
+    assert peak >= n
+    assert all(completion_text(events)[1] == "length" for events in results)
+    assert requests.get(server.url + "/health").status_code == 200
+
+
+def wait_idle(server, timeout=30) -> dict:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        m = server.metrics()
+        if m["nibble:num_requests_running"] == 0 and m["nibble:num_requests_waiting"] == 0 and \
+                m["nibble:kv_cache_usage_perc"] == 0:
+            return m
+        time.sleep(0.05)
+    raise AssertionError(f"not idle after {timeout}s: {server.metrics()}")
+
+
+def test_disconnect_and_abort_free_the_kv_blocks(server):
+    wait_idle(server)
+    # A client that goes away mid-stream.
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    body = json.dumps({"prompt": "tell me a long story", "max_tokens": 5000, "stream": True, "ignore_eos": True})
+    sock.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+    received = b""
+    while b"data: " not in received:
+        received += sock.recv(4096)
+    assert server.metrics()["nibble:kv_cache_usage_perc"] > 0
+    sock.close()
+    wait_idle(server)
+    # /abort_request by rid ends a /generate stream with finish_reason abort.
+    events = []
+
+    def consume():
+        with requests.post(server.url + "/generate", json={"rid": "abort-me", "text": "hi", "stream": True,
+                                                           "sampling_params": {"max_new_tokens": 5000, "ignore_eos": True}},
+                           stream=True) as resp:
+            for line in resp.iter_lines():
+                if line.startswith(b"data: "):
+                    events.append(line[6:].decode())
+    t = threading.Thread(target=consume)
+    t.start()
+    deadline = time.time() + 30
+    while not events and time.time() < deadline:
+        time.sleep(0.01)
+    assert requests.post(server.url + "/abort_request", json={"rid": "abort-me"}).json()["aborted"] == 1
+    t.join(30)
+    assert events[-1] == "[DONE]"
+    assert json.loads(events[-2])["meta_info"]["finish_reason"]["type"] == "abort"
+    m = wait_idle(server)
+    assert m["nibble:request_success_total{finished_reason=\"abort\"}"] >= 2
+
+
+def test_flush_cache_is_refused_while_requests_run(server):
+    wait_idle(server)
+    assert requests.post(server.url + "/flush_cache").status_code == 200
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    body = json.dumps({"prompt": "x", "max_tokens": 5000, "stream": True, "ignore_eos": True})
+    sock.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
+    received = b""
+    while b"data: " not in received:
+        received += sock.recv(4096)
+    r = requests.post(server.url + "/flush_cache")
+    assert r.status_code == 400 and "running" in r.json()["error"]["message"]
+    sock.close()
+    wait_idle(server)
+
+
+def greedy(url: str, prompt: list[int], n: int = 8) -> list[int]:
+    r = requests.post(url + "/generate", json={"input_ids": prompt, "sampling_params": {
+        "max_new_tokens": n, "temperature": 0, "ignore_eos": True}})
+    assert r.status_code == 200, r.text
+    return r.json()["output_ids"]
+
+
+def test_preemption_under_a_tiny_kv_budget_keeps_outputs(server, build_dir, tiny_models, tmp_path, seed):
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(0, 150000) for _ in range(rng.randrange(4, 12))] for _ in range(8)]
+    expected = [greedy(server.url, p, 20) for p in prompts]
+    # 12 blocks of 4 tokens: room for 48 tokens, while 8 requests want up to 8 × 32.
+    small = NibbleServer(build_dir, tiny_models["a"], tmp_path / "small.log", "--num-kv-blocks", "12",
+                         "--block-size", "4", "--max-model-len", "40", "--max-num-batched-tokens", "16")
+    try:
+        async def run():
+            loop = asyncio.get_running_loop()
+            return await asyncio.gather(*(loop.run_in_executor(None, greedy, small.url, p, 20) for p in prompts))
+        got = asyncio.run(run())
+        m = small.metrics()
+    finally:
+        assert small.stop() == 0
+    assert got == expected
+    assert m["nibble:num_preemptions_total"] > 0, "the budget did not force a preemption"
+
+
+def test_weight_swap_under_traffic_loses_nothing(build_dir, tiny_models, tmp_path, seed):
+    rng = random.Random(seed)
+    probe = [rng.randrange(0, 150000) for _ in range(9)]
+    b_server = NibbleServer(build_dir, tiny_models["b"], tmp_path / "b.log")
+    expected_b = greedy(b_server.url, probe)
+    assert b_server.stop() == 0
+    s = NibbleServer(build_dir, tiny_models["a"], tmp_path / "a.log")
+    try:
+        expected_a = greedy(s.url, probe)
+        assert expected_a != expected_b, "the two random models agree; the swap would be invisible"
+        failures, done = [], []
+        stop = threading.Event()
+
+        def traffic():
+            while not stop.is_set():
+                r = requests.post(s.url + "/v1/completions", json={"prompt": probe, "max_tokens": 6, "temperature": 0,
+                                                                   "ignore_eos": True})
+                (done if r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 6 else failures).append(r.text)
+        workers = [threading.Thread(target=traffic) for _ in range(8)]
+        for w in workers:
+            w.start()
+        time.sleep(0.5)
+        # A different layout is refused and the old weights stay.
+        bad = requests.post(s.url + "/update_weights_from_disk", json={"model_path": str(tiny_models["other_layout"])})
+        assert bad.status_code == 400 and bad.json()["success"] is False
+        assert "num_hidden_layers" in bad.json()["message"]
+        assert greedy(s.url, probe) == expected_a
+        swap = requests.post(s.url + "/update_weights_from_disk",
+                             json={"model_path": str(tiny_models["b"]), "weight_version": "v2"})
+        assert swap.status_code == 200 and swap.json()["success"] is True, swap.text
+        assert greedy(s.url, probe) == expected_b
+        time.sleep(0.3)
+        stop.set()
+        for w in workers:
+            w.join()
+        assert not failures, failures[:3]
+        assert len(done) > 8
+        info = requests.get(s.url + "/get_model_info").json()
+        assert info["model_path"] == str(tiny_models["b"]) and info["weight_version"] == "v2"
+        # abort_all_requests: a long stream ends with finish_reason abort, the swap goes through.
+        events = []
+        t = threading.Thread(target=lambda: events.extend(asyncio.run(sse_request(
+            s.port, "/v1/completions", {"prompt": probe, "max_tokens": 30000, "stream": True, "ignore_eos": True}))))
+        t.start()
+        time.sleep(0.5)
+        swap = requests.post(s.url + "/update_weights_from_disk", json={"model_path": str(tiny_models["a"]),
+                                                                        "abort_all_requests": True})
+        t.join(30)
+        assert swap.json()["success"] is True
+        assert completion_text(events)[1] == "abort"
+        assert greedy(s.url, probe) == expected_a
+    finally:
+        assert s.stop() == 0
+
+
+def test_sigterm_ends_streams_with_abort_and_exits(build_dir, tiny_models, tmp_path):
+    s = NibbleServer(build_dir, tiny_models["a"], tmp_path / "term.log")
+    events = []
+    t = threading.Thread(target=lambda: events.extend(asyncio.run(sse_request(
+        s.port, "/v1/completions", {"prompt": "hi", "max_tokens": 30000, "stream": True, "ignore_eos": True}))))
+    t.start()
+    time.sleep(0.5)
+    start = time.time()
+    s.process.send_signal(signal.SIGTERM)
+    assert s.process.wait(20) == 0
+    t.join(20)
+    assert time.time() - start < 10
+    assert completion_text(events)[1] == "abort"
+    s.stop()
+
+
+def test_startup_errors_are_clear(build_dir, tmp_path):
+    bad = subprocess.run([str(build_dir / "nibble"), "serve", "--model", str(tmp_path), "--port", "0",
+                          "--kv-cache-dtype", "fp8"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--kv-cache-dtype" in bad.stderr
+    env_bad = subprocess.run([str(build_dir / "nibble"), "serve", "--model", str(tmp_path), "--port", "0"],
+                             capture_output=True, text=True, timeout=60, env={"NIBBLE_BACKEND": "tpu"})
+    assert env_bad.returncode != 0 and "--backend" in env_bad.stderr
+    missing = subprocess.run([str(build_dir / "nibble"), "serve", "--model", str(tmp_path / "nope"), "--port", "0"],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1 and "config.json" in missing.stderr
