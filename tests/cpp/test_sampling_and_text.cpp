@@ -1,0 +1,146 @@
+// The sampler's filters and penalties against direct computations, seeded draws against their
+// distribution, stop strings across token boundaries with the stream hold-back, and the chat
+// output parser (Qwen3 reasoning, Hermes tool calls) fed whole and in every split.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "sampling/sampler.h"
+#include "server/chat_output.h"
+#include "test_seed.h"
+
+namespace nibble {
+namespace {
+
+using sampling::SamplingParams;
+using sampling::SequenceContext;
+
+TEST(Sampler, GreedyPenaltiesAndMaskFollowVllm) {
+  std::vector<float> logits = {1.0f, 3.0f, 2.9f, -1.0f};
+  std::mt19937_64 rng(1);
+  SamplingParams p;
+  p.temperature = 0.0f;
+  EXPECT_EQ(sampling::sample_next(logits, p, {}, rng).token, 1);
+  std::vector<int32_t> masked = {1};
+  EXPECT_EQ(sampling::sample_next(logits, p, {{}, {}, masked}, rng).token, 2);
+  // repetition 2 on a token seen in the prompt: 3 → 1.5, so token 2 wins.
+  p.repetition_penalty = 2.0f;
+  std::vector<int32_t> prompt = {1};
+  EXPECT_EQ(sampling::sample_next(logits, p, {prompt, {}, {}}, rng).token, 2);
+  // frequency 0.1 × 2 occurrences in the output: 3 → 2.8 < 2.9.
+  p = SamplingParams{};
+  p.temperature = 0.0f;
+  p.frequency_penalty = 0.1f;
+  std::vector<int32_t> output = {1, 1};
+  EXPECT_EQ(sampling::sample_next(logits, p, {{}, output, {}}, rng).token, 2);
+  p.frequency_penalty = 0.0f;
+  p.presence_penalty = 0.2f;  // once seen: 3 → 2.8
+  EXPECT_EQ(sampling::sample_next(logits, p, {{}, output, {}}, rng).token, 2);
+}
+
+TEST(Sampler, FiltersKeepExactlyTheAllowedTokensAndDrawsMatchTheDistribution) {
+  const uint64_t seed = test::test_seed("Sampler.Filters");
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> logits(64);
+  for (float& l : logits) l = normal(gen);
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.top_k = 10;
+  p.top_p = 0.8f;
+  p.min_p = 0.02f;
+  // The allowed set, computed directly: softmax(l/T), min_p, top-k, then the smallest top-p prefix.
+  std::vector<double> prob(logits.size());
+  const float max_l = *std::max_element(logits.begin(), logits.end());
+  for (size_t i = 0; i < logits.size(); ++i) prob[i] = std::exp((logits[i] - max_l) / p.temperature);
+  std::vector<int> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
+  std::vector<int> kept;
+  for (int i : order)
+    if (prob[i] >= p.min_p && static_cast<int>(kept.size()) < p.top_k) kept.push_back(i);
+  double total = 0;
+  for (int i : kept) total += prob[i];
+  std::vector<int> allowed;
+  double mass = 0;
+  for (int i : kept) {
+    allowed.push_back(i);
+    mass += prob[i];
+    if (mass >= p.top_p * total) break;
+  }
+  double allowed_mass = 0;
+  for (int i : allowed) allowed_mass += prob[i];
+  std::map<int32_t, int> counts;
+  std::mt19937_64 rng(seed);
+  const int draws = 40000;
+  for (int d = 0; d < draws; ++d) ++counts[sampling::sample_next(logits, p, {}, rng).token];
+  for (const auto& [token, n] : counts)
+    EXPECT_NE(std::find(allowed.begin(), allowed.end(), token), allowed.end()) << "token " << token << " was filtered";
+  // Frequencies within 5 standard deviations of the renormalized probabilities.
+  for (int i : allowed) {
+    const double expected = prob[i] / allowed_mass;
+    const double sd = std::sqrt(expected * (1 - expected) / draws);
+    EXPECT_NEAR(counts[i] / double(draws), expected, 5 * sd + 1e-9) << "token " << i;
+  }
+  // Same seed, same draws.
+  std::mt19937_64 a(seed), b(seed);
+  for (int d = 0; d < 100; ++d)
+    EXPECT_EQ(sampling::sample_next(logits, p, {}, a).token, sampling::sample_next(logits, p, {}, b).token);
+}
+
+TEST(Sampler, LogprobsAreOfTheRawDistribution) {
+  std::vector<float> logits = {0.5f, 2.0f, -1.0f};
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.logprobs = 2;
+  std::mt19937_64 rng(0);
+  const auto out = sampling::sample_next(logits, p, {}, rng);
+  const double z = std::log(std::exp(0.5) + std::exp(2.0) + std::exp(-1.0));
+  EXPECT_NEAR(out.logprob, 2.0 - z, 1e-6);
+  ASSERT_EQ(out.top.size(), 2u);
+  EXPECT_EQ(out.top[0].token, 1);
+  EXPECT_EQ(out.top[1].token, 0);
+  EXPECT_NEAR(out.top[1].logprob, 0.5 - z, 1e-6);
+}
+
+// The chat parser gives the same result however the text is split into pieces.
+server::ChatDelta parse_in_pieces(const std::string& text, size_t piece, bool reasoning, bool tools) {
+  server::ChatOutputParser parser(reasoning, tools);
+  server::ChatDelta all;
+  auto add = [&all](server::ChatDelta d) {
+    all.reasoning += d.reasoning;
+    all.content += d.content;
+    for (auto& c : d.tool_calls) all.tool_calls.push_back(c);
+  };
+  for (size_t i = 0; i < text.size(); i += piece) add(parser.add(text.substr(i, piece)));
+  add(parser.finish());
+  return all;
+}
+
+TEST(ChatOutputParser, ReasoningAndToolCallsInAnySplit) {
+  const std::string text =
+      "<think>\nLet me check the weather.\n</think>\n\nSure.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+      "{\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+  for (size_t piece = 1; piece <= text.size(); ++piece) {
+    const server::ChatDelta d = parse_in_pieces(text, piece, true, true);
+    EXPECT_EQ(d.reasoning, "\nLet me check the weather.\n") << piece;
+    EXPECT_EQ(d.content, "\n\nSure.\n") << piece;
+    ASSERT_EQ(d.tool_calls.size(), 2u) << piece;
+    EXPECT_EQ(d.tool_calls[0]["function"]["name"], "get_weather");
+    EXPECT_EQ(nlohmann::json::parse(d.tool_calls[0]["function"]["arguments"].get<std::string>()),
+              nlohmann::json({{"city", "Paris"}}));
+    EXPECT_EQ(d.tool_calls[1]["type"], "function");
+  }
+  // Without the parsers everything is content; a broken tool call stays content; no <think> at
+  // the start means no reasoning.
+  EXPECT_EQ(parse_in_pieces(text, 3, false, false).content, text);
+  EXPECT_EQ(parse_in_pieces("<tool_call>{oops</tool_call>", 2, true, true).content, "<tool_call>{oops</tool_call>");
+  EXPECT_EQ(parse_in_pieces("Hi <think>x</think>", 1, true, true).content, "Hi <think>x</think>");
+  // A truncated thought is all reasoning.
+  EXPECT_EQ(parse_in_pieces("<think>still thinking", 4, true, false).reasoning, "still thinking");
+}
+
+}  // namespace
+}  // namespace nibble

@@ -1,0 +1,178 @@
+// Block manager and scheduler under random traces: blocks are never lost or double-owned, every
+// sequence finishes, preemption happens under a small budget and the oldest sequence always
+// progresses; the prefix cache shares full blocks, verifies tokens, and evicts LRU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+
+#include "engine/block_manager.h"
+#include "engine/scheduler.h"
+#include "test_seed.h"
+
+namespace nibble::engine {
+namespace {
+
+TEST(BlockManager, PrefixCacheSharesFullBlocksAndKeepsTheLastTokenToCompute) {
+  BlockManager blocks(8, 4, true);
+  std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  std::vector<int32_t> table;
+  std::vector<uint64_t> hashes;
+  EXPECT_EQ(blocks.match_prefix(tokens, table, hashes), 0);
+  ASSERT_TRUE(blocks.allocate(3, table));
+  blocks.register_full_blocks(tokens, 9, table, hashes);
+  EXPECT_EQ(hashes.size(), 2u);  // the third block holds only one token
+
+  std::vector<int32_t> table2;
+  std::vector<uint64_t> hashes2;
+  EXPECT_EQ(blocks.match_prefix(tokens, table2, hashes2), 8);  // both full blocks, shared
+  EXPECT_EQ(table2, std::vector<int32_t>(table.begin(), table.begin() + 2));
+  EXPECT_EQ(blocks.n_used(), 3);
+  // Exactly 8 tokens: at most 7 may come from the cache (the last is computed for its logits).
+  std::vector<int32_t> eight(tokens.begin(), tokens.begin() + 8), table3;
+  std::vector<uint64_t> hashes3;
+  EXPECT_EQ(blocks.match_prefix(eight, table3, hashes3), 4);
+  // A different first block shares nothing even though the second block's tokens match.
+  std::vector<int32_t> other = {9, 9, 9, 9, 5, 6, 7, 8, 1}, table4;
+  std::vector<uint64_t> hashes4;
+  EXPECT_EQ(blocks.match_prefix(other, table4, hashes4), 0);
+
+  blocks.release(table, hashes);
+  blocks.release(table2, hashes2);
+  blocks.release(table3, hashes3);
+  EXPECT_EQ(blocks.n_free(), 8);
+  // Freed cached blocks still hit until they are evicted by new allocations.
+  std::vector<int32_t> again;
+  std::vector<uint64_t> again_h;
+  EXPECT_EQ(blocks.match_prefix(tokens, again, again_h), 8);
+  blocks.release(again, again_h);
+  std::vector<int32_t> filler;
+  ASSERT_TRUE(blocks.allocate(8, filler));  // everything, cached blocks last
+  EXPECT_FALSE(blocks.allocate(1, filler));
+  std::vector<uint64_t> no_hashes;
+  blocks.release(filler, no_hashes);
+  std::vector<int32_t> after;
+  std::vector<uint64_t> after_h;
+  EXPECT_EQ(blocks.match_prefix(tokens, after, after_h), 0);  // evicted
+  blocks.reset_prefix_cache();
+}
+
+TEST(BlockManager, ResetForgetsTheCache) {
+  BlockManager blocks(4, 2, true);
+  std::vector<int32_t> tokens = {5, 6, 7}, table;
+  std::vector<uint64_t> hashes;
+  ASSERT_TRUE(blocks.allocate(2, table));
+  blocks.register_full_blocks(tokens, 3, table, hashes);
+  blocks.release(table, hashes);
+  blocks.reset_prefix_cache();
+  EXPECT_EQ(blocks.match_prefix(tokens, table, hashes), 0);
+}
+
+struct Trace {
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::map<Sequence*, int64_t> target;  // total tokens at which the sequence finishes
+};
+
+// Runs the scheduler to completion over random sequences; each step's "model" appends one token
+// to every sequence whose chunk reached its end.
+void run_trace(uint64_t seed, int64_t n_blocks, int64_t block_size, SchedulerLimits limits, bool prefix,
+               int64_t* preemptions) {
+  std::mt19937_64 rng(seed);
+  BlockManager blocks(n_blocks, block_size, prefix);
+  Scheduler scheduler(limits, blocks);
+  Trace trace;
+  const int64_t capacity = n_blocks * block_size;
+  for (int i = 0; i < 40; ++i) {
+    auto s = std::make_unique<Sequence>();
+    s->id = i;
+    const int64_t prompt = 1 + static_cast<int64_t>(rng() % (capacity / 2));
+    for (int64_t t = 0; t < prompt; ++t) s->tokens.push_back(static_cast<int32_t>(i < 20 ? t % 7 : rng() % 50));
+    s->prompt_len = prompt;
+    trace.target[s.get()] = std::min<int64_t>(capacity, prompt + 1 + static_cast<int64_t>(rng() % 20));
+    trace.seqs.push_back(std::move(s));
+  }
+  size_t submitted = 0;
+  int64_t finished = 0;
+  for (int step = 0; step < 100000 && finished < 40; ++step) {
+    if (submitted < trace.seqs.size() && rng() % 3 == 0) scheduler.add(trace.seqs[submitted++].get());
+    const StepPlan plan = scheduler.schedule();
+    int64_t tokens = 0;
+    std::set<int32_t> owned_once;
+    for (const ScheduledChunk& c : plan.chunks) {
+      tokens += c.n_tokens;
+      ASSERT_GE(c.n_tokens, 1);
+      ASSERT_LE(static_cast<int64_t>(c.seq->block_table.size()) * block_size, capacity);
+      ASSERT_GE(static_cast<int64_t>(c.seq->block_table.size()) * block_size, c.start + c.n_tokens);
+    }
+    ASSERT_LE(tokens, limits.max_num_batched_tokens);
+    ASSERT_LE(static_cast<int64_t>(scheduler.running().size()), limits.max_num_seqs);
+    // Every block is owned by at most one running sequence, except shared full prefix blocks.
+    std::map<int32_t, int> owners;
+    for (Sequence* s : scheduler.running())
+      for (int32_t b : s->block_table) ++owners[b];
+    ASSERT_LE(static_cast<int64_t>(owners.size()), n_blocks);
+    ASSERT_EQ(blocks.n_used(), static_cast<int64_t>(owners.size()));
+    if (plan.empty()) {
+      ASSERT_TRUE(scheduler.running().empty() && (scheduler.waiting().empty() || submitted < trace.seqs.size()))
+          << "stuck with work queued";
+      continue;
+    }
+    scheduler.complete(plan);
+    for (const ScheduledChunk& c : plan.chunks) {
+      if (!c.wants_logits) continue;
+      Sequence* s = c.seq;
+      s->tokens.push_back(static_cast<int32_t>(rng() % 50));
+      if (s->n_tokens() >= trace.target[s]) {
+        scheduler.finish(s);
+        ++finished;
+      }
+    }
+  }
+  ASSERT_EQ(finished, 40) << "not every sequence finished";
+  EXPECT_EQ(blocks.n_used(), 0);
+  *preemptions = scheduler.total_preemptions();
+}
+
+TEST(Scheduler, RandomTracesFinishEverySequenceWithoutLeaks) {
+  const uint64_t seed = test::test_seed("Scheduler.RandomTraces");
+  int64_t preemptions = 0;
+  run_trace(seed, 64, 4, {8, 32}, /*prefix=*/true, &preemptions);
+  run_trace(seed + 1, 64, 4, {8, 32}, /*prefix=*/false, &preemptions);
+  int64_t tight = 0;
+  run_trace(seed + 2, 12, 4, {16, 8}, /*prefix=*/true, &tight);  // a budget that must preempt
+  EXPECT_GT(tight, 0);
+}
+
+TEST(Scheduler, ChunkedPrefillRespectsTheTokenBudgetAndDecodesComeFirst) {
+  BlockManager blocks(100, 4, false);
+  Scheduler scheduler({4, 10}, blocks);
+  Sequence a, b;
+  a.id = 0;
+  a.tokens.assign(3, 1);
+  a.prompt_len = 3;
+  b.id = 1;
+  b.tokens.assign(25, 2);
+  b.prompt_len = 25;
+  scheduler.add(&a);
+  scheduler.add(&b);
+  StepPlan p1 = scheduler.schedule();
+  ASSERT_EQ(p1.chunks.size(), 2u);
+  EXPECT_EQ(p1.chunks[0].n_tokens, 3);
+  EXPECT_TRUE(p1.chunks[0].wants_logits);
+  EXPECT_EQ(p1.chunks[1].n_tokens, 7);  // the rest of the budget
+  EXPECT_FALSE(p1.chunks[1].wants_logits);
+  scheduler.complete(p1);
+  a.tokens.push_back(9);
+  StepPlan p2 = scheduler.schedule();
+  ASSERT_EQ(p2.chunks.size(), 2u);
+  EXPECT_EQ(p2.chunks[0].seq, &a);  // the decode first
+  EXPECT_EQ(p2.chunks[0].n_tokens, 1);
+  EXPECT_EQ(p2.chunks[1].start, 7);
+  EXPECT_EQ(p2.chunks[1].n_tokens, 9);
+}
+
+}  // namespace
+}  // namespace nibble::engine
