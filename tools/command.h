@@ -13,6 +13,8 @@ using CommandRunner = std::function<int()>;
 using Registration = CommandRunner (*)(CLI::App& root);
 
 CommandRunner register_serve(CLI::App& root);
+CommandRunner register_bench(CLI::App& root);
+CommandRunner register_eval(CLI::App& root);
 CommandRunner register_generate(CLI::App& root);
 CommandRunner register_inspect(CLI::App& root);
 CommandRunner register_quantize(CLI::App& root);
@@ -22,7 +24,7 @@ CommandRunner register_detokenize(CLI::App& root);
 CommandRunner register_render_chat(CLI::App& root);
 
 // Every subcommand, in the order `nibble --help` lists them.
-inline constexpr Registration ALL_COMMANDS[] = {&register_serve, &register_generate, &register_quantize, &register_synth, &register_inspect,
+inline constexpr Registration ALL_COMMANDS[] = {&register_serve, &register_bench, &register_eval, &register_generate, &register_quantize, &register_synth, &register_inspect,
                                               &register_tokenize, &register_detokenize, &register_render_chat};
 
 }  // namespace nibble::tools

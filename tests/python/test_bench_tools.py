@@ -1,0 +1,222 @@
+"""`nibble bench serve` and `nibble eval gsm8k` against a scripted mock server whose latencies and
+answers are known (every printed number is checked: the aggregation exactly against numpy from the
+saved per-request data, the timings against the script within scheduling jitter), and against
+`nibble serve` itself; `nibble eval make-gsm8k-like` checked for GSM8K's format and correct sums."""
+import asyncio
+import json
+import pathlib
+import re
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+import requests
+
+TTFT_S, ITL_S, FAIL_EVERY = 0.120, 0.040, 5  # mock: first token after 120 ms, then one per 40 ms; every 5th request fails
+JITTER_S = 0.030  # scheduling and loopback delays on a loaded 2-core CI machine stay well under this
+
+
+class MockServer:
+    """An OpenAI-style server in a thread: streamed completions with scripted timing, and
+    non-streamed completions that answer GSM8K questions right, wrong or not at all."""
+
+    def __init__(self, answers: dict[str, str] | None = None):
+        self.answers = answers or {}
+        self.count = 0
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        self.ready.wait(10)
+
+    def _run(self):
+        asyncio.set_event_loop(self.loop)
+        self.server = self.loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
+        self.port = self.server.sockets[0].getsockname()[1]
+        self.ready.set()
+        self.loop.run_forever()
+
+    def stop(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+    async def _handle(self, reader, writer):
+        head = await reader.readuntil(b"\r\n\r\n")
+        first = head.split(b"\r\n")[0].decode()
+        length = int(re.search(rb"Content-Length: (\d+)", head, re.I).group(1)) if b"Content-Length" in head else 0
+        body = json.loads(await reader.readexactly(length)) if length else {}
+        path = first.split()[1]
+
+        async def send(status: int, payload: dict):
+            data = json.dumps(payload).encode()
+            writer.write(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                         b"Connection: close\r\n\r\n%s" % (status, len(data), data))
+            await writer.drain()
+        if path == "/v1/models":
+            await send(200, {"object": "list", "data": [{"id": "mock"}]})
+        elif path == "/v1/completions" and body.get("stream"):
+            self.count += 1
+            if self.count % FAIL_EVERY == 0:
+                await send(500, {"error": {"message": "scripted failure", "code": 500}})
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                             b"Connection: close\r\n\r\n")
+
+                def chunk(payload):
+                    data = b"data: " + (payload if isinstance(payload, bytes) else json.dumps(payload).encode()) + b"\n\n"
+                    writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+                await asyncio.sleep(TTFT_S)
+                for i in range(body["max_tokens"]):
+                    if i:
+                        await asyncio.sleep(ITL_S)
+                    chunk({"choices": [{"index": 0, "text": "tok ", "finish_reason": None}]})
+                    await writer.drain()
+                chunk({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": body["max_tokens"]}})
+                chunk(b"[DONE]")
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+        elif path == "/v1/completions":
+            question = body["prompt"].rsplit("Question: ", 1)[1].rsplit("\nAnswer:", 1)[0]
+            await send(200, {"choices": [{"index": 0, "text": self.answers.get(question, "no idea"),
+                                          "finish_reason": "stop"}], "usage": {"completion_tokens": 7}})
+        else:
+            await send(404, {"error": {"message": "no route"}})
+        writer.close()
+
+
+def run_nibble(build_dir, *args, timeout=300) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(build_dir / "nibble"), *args], capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr + r.stdout
+    return r
+
+
+def printed_value(stdout: str, label: str) -> float:
+    match = re.search(re.escape(label) + r"\s+([0-9.]+|inf)", stdout)
+    assert match, f"{label!r} not in:\n{stdout}"
+    return float(match.group(1))
+
+
+def test_bench_serve_against_a_scripted_server(build_dir, tmp_path, seed):
+    mock = MockServer()
+    try:
+        n, out_len, in_len = 25, 4, 30
+        r = run_nibble(build_dir, "bench", "serve", "--base-url", f"http://127.0.0.1:{mock.port}",
+                       "--tokenizer", str(pathlib.Path(__file__).parents[2] / "data" / "qwen3-tokenizer"),
+                       "--num-prompts", str(n), "--random-input-len", str(in_len), "--random-output-len", str(out_len),
+                       "--seed", str(seed), "--max-concurrency", "8", "--percentile-metrics", "ttft,tpot,itl,e2el",
+                       "--metric-percentiles", "80,95,99,99.9", "--save-result", "--result-dir", str(tmp_path),
+                       "--result-filename", "result.json", "--disable-tqdm")
+    finally:
+        mock.stop()
+    out = r.stdout
+    result = json.loads((tmp_path / "result.json").read_text())
+    failed = n // FAIL_EVERY
+    # Counts are exact: scripted failures are counted, not hidden; lengths are token-exact.
+    assert result["completed"] == n - failed and result["failed"] == failed
+    assert printed_value(out, "Successful requests:") == n - failed
+    assert printed_value(out, "Failed requests:") == failed
+    assert printed_value(out, "Maximum request concurrency:") == 8
+    assert result["total_output_tokens"] == (n - failed) * out_len
+    assert result["total_input_tokens"] == (n - failed) * in_len
+    assert sum(1 for e in result["errors"] if "scripted failure" in e) == failed
+    # The summary is numpy's statistics of the saved per-request data, exactly.
+    ok = [i for i, e in enumerate(result["errors"]) if not e]
+    ttfts = np.array([result["ttfts"][i] for i in ok]) * 1000
+    itls = np.array([x for i in ok for x in result["itls"][i]]) * 1000
+    assert len(itls) == (n - failed) * (out_len - 1)
+    for name, values in (("ttft", ttfts), ("itl", itls)):
+        assert result[f"mean_{name}_ms"] == pytest.approx(values.mean(), rel=1e-12)
+        assert result[f"median_{name}_ms"] == pytest.approx(np.median(values), rel=1e-12)
+        assert result[f"std_{name}_ms"] == pytest.approx(values.std(), rel=1e-9, abs=1e-9)
+        for p in (80, 95, 99, 99.9):
+            key = f"p{p:g}_{name}_ms"
+            assert result[key] == pytest.approx(np.percentile(values, p), rel=1e-12)
+            assert printed_value(out, f"P{p:g} {name.upper()} (ms):") == pytest.approx(result[key], abs=0.006)
+    duration = result["duration"]
+    assert printed_value(out, "Benchmark duration (s):") == pytest.approx(duration, abs=0.006)
+    assert result["request_throughput"] == pytest.approx((n - failed) / duration, rel=1e-12)
+    assert result["output_throughput"] == pytest.approx((n - failed) * out_len / duration, rel=1e-12)
+    assert result["total_token_throughput"] == pytest.approx((n - failed) * (in_len + out_len) / duration, rel=1e-12)
+    # The timings are the script's, within jitter.
+    assert TTFT_S * 1000 <= result["median_ttft_ms"] <= (TTFT_S + JITTER_S) * 1000
+    assert ITL_S * 1000 - 5 <= result["median_itl_ms"] <= (ITL_S + JITTER_S) * 1000
+    assert ITL_S * 1000 - 5 <= result["median_tpot_ms"] <= (ITL_S + JITTER_S) * 1000
+    expected_e2e = TTFT_S + (out_len - 1) * ITL_S
+    assert expected_e2e * 1000 <= result["median_e2el_ms"] <= (expected_e2e + 2 * JITTER_S) * 1000
+    assert result["max_concurrent_requests"] <= 8
+    assert out.startswith("============ Serving Benchmark Result ============\n")
+    assert out.rstrip().endswith("=" * 50)
+
+
+def test_bench_serve_against_nibble_serve(build_dir, server, tiny_models, seed):
+    before = server.metrics()["nibble:prompt_tokens_total"]
+    for backend in ("openai-completions", "openai-chat", "nibble"):
+        r = run_nibble(build_dir, "bench", "serve", "--port", str(server.port), "--backend", backend,
+                       "--tokenizer", str(tiny_models["a"]), "--num-prompts", "12", "--random-input-len", "20",
+                       "--random-output-len", "5", "--ignore-eos", "--seed", str(seed), "--request-rate", "40",
+                       "--disable-tqdm")
+        assert printed_value(r.stdout, "Successful requests:") == 12, r.stdout
+        assert printed_value(r.stdout, "Failed requests:") == 0
+        assert printed_value(r.stdout, "Total generated tokens:") == 60
+        assert printed_value(r.stdout, "Total input tokens:") == 240
+        if backend == "openai-completions":
+            # The server counted exactly the prompt tokens the benchmark meant to send.
+            assert server.metrics()["nibble:prompt_tokens_total"] - before == 240
+
+
+def test_make_gsm8k_like_is_gsm8k_format_with_correct_arithmetic(build_dir, tmp_path, seed):
+    path = tmp_path / "gsm.jsonl"
+    run_nibble(build_dir, "eval", "make-gsm8k-like", "--out", str(path), "--n", "300", "--seed", str(seed))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == 300 and len({x["question"] for x in lines}) > 200
+    for item in lines:
+        assert list(item) == ["question", "answer"]
+        steps = re.findall(r"<<([^=>]+)=([0-9]+)>>", item["answer"])
+        assert steps, item
+        for expression, value in steps:
+            assert eval(expression) == int(value), item  # noqa: S307 (digits and + - * / only)
+        assert item["answer"].endswith("#### " + steps[-1][1])
+    again = tmp_path / "again.jsonl"
+    run_nibble(build_dir, "eval", "make-gsm8k-like", "--out", str(again), "--n", "300", "--seed", str(seed))
+    assert again.read_text() == path.read_text()
+
+
+def test_eval_gsm8k_scores_exactly(build_dir, tmp_path, seed):
+    path = tmp_path / "gsm.jsonl"
+    run_nibble(build_dir, "eval", "make-gsm8k-like", "--out", str(path), "--n", "40", "--seed", str(seed))
+    items = [json.loads(line) for line in path.read_text().splitlines()]
+    answers = {}
+    correct = invalid = 0
+    for i, item in enumerate(items):
+        value = int(item["answer"].rsplit("#### ", 1)[1])
+        if i % 3 == 0:
+            answers[item["question"]] = f" It is {value:,} in the end."  # right (with a thousands comma)
+            correct += 1
+        elif i % 3 == 1:
+            answers[item["question"]] = f" {value + 1}"  # wrong
+        else:
+            invalid += 1  # no number at all
+    mock = MockServer(answers)
+    try:
+        r = run_nibble(build_dir, "eval", "gsm8k", "--data", str(path), "--num-questions", "40", "--num-shots", "3",
+                       "--parallel", "7", "--base-url", f"http://127.0.0.1:{mock.port}")
+    finally:
+        mock.stop()
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"Accuracy: {correct / 40:.3f}"
+    assert lines[1] == f"Invalid: {invalid / 40:.3f}"
+    assert re.fullmatch(r"Latency: \d+\.\d{3} s", lines[2])
+    latency = float(lines[2].split()[1])
+    assert re.fullmatch(r"Output throughput: \d+\.\d{3} token/s", lines[3])
+    # 7 completion tokens per answer over the latency (printed rounded to the millisecond).
+    assert 40 * 7 / (latency + 0.0005) - 0.001 <= float(lines[3].split()[2]) <= 40 * 7 / max(latency - 0.0005, 1e-6) + 0.001
+
+
+def test_eval_gsm8k_against_nibble_serve(build_dir, server, tmp_path):
+    path = tmp_path / "gsm.jsonl"
+    run_nibble(build_dir, "eval", "make-gsm8k-like", "--out", str(path), "--n", "12")
+    r = run_nibble(build_dir, "eval", "gsm8k", "--data", str(path), "--num-questions", "6", "--num-shots", "2",
+                   "--max-tokens", "8", "--port", str(server.port))
+    assert re.fullmatch(r"Accuracy: [01]\.\d{3}\nInvalid: [01]\.\d{3}\nLatency: \d+\.\d{3} s\n"
+                        r"Output throughput: \d+\.\d{3} token/s\n", r.stdout), r.stdout
+    assert "failed" not in r.stderr

@@ -1,0 +1,261 @@
+// The benchmark driver: one io_context thread sends every request at its arrival time (or when a
+// concurrency slot frees up) and times each server-sent event as it arrives.
+#include "tools/bench/bench_serve.h"
+
+#include <boost/asio/steady_timer.hpp>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "tools/bench/http_client.h"
+#include "tools/bench/serve_metrics.h"
+#include "tools/progress.h"
+
+namespace nibble::tools {
+namespace {
+
+using json = nlohmann::json;
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::string request_body(const BenchServeOptions& o, const std::string& model, const BenchPrompt& p) {
+  json body;
+  if (o.backend == "nibble") {
+    body = {{"text", p.text},
+            {"sampling_params", {{"max_new_tokens", p.output_len}, {"temperature", o.temperature}}},
+            {"stream", true}};
+    if (o.ignore_eos) body["sampling_params"]["ignore_eos"] = true;
+  } else {
+    body = {{"model", model}, {"temperature", o.temperature}, {"stream", true},
+            {"stream_options", {{"include_usage", true}}}};
+    if (o.backend == "openai-chat") {
+      body["messages"] = json::array({{{"role", "user"}, {"content", p.text}}});
+      body["max_completion_tokens"] = p.output_len;
+    } else {
+      body["prompt"] = p.text;
+      body["max_tokens"] = p.output_len;
+    }
+    if (o.ignore_eos) body["ignore_eos"] = true;
+  }
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Reads the events of one response; TTFT is timed to the first event that carries a token.
+RequestOutcome parse_response(const BenchServeOptions& o, const HttpResult& r, const BenchPrompt& p,
+                              const text::Tokenizer* tokenizer) {
+  RequestOutcome out;
+  out.prompt_len = p.prompt_len;
+  out.latency = std::chrono::duration<double>(r.finished - r.started).count();
+  if (!r.error.empty()) {
+    out.error = r.error;
+    return out;
+  }
+  if (r.status != 200) {
+    out.error = "HTTP " + std::to_string(r.status) + ": " + r.body.substr(0, 500);
+    return out;
+  }
+  bool have_token = false, reported = false;
+  SteadyClock::time_point last;
+  size_t ids_seen = 0;
+  for (const HttpEvent& e : r.events) {
+    if (e.data == "[DONE]") continue;
+    const json j = json::parse(e.data, nullptr, false);
+    if (j.is_discarded()) {
+      out.error = "unparsable event: " + e.data.substr(0, 200);
+      return out;
+    }
+    if (j.contains("error")) {
+      out.error = j["error"].dump();
+      return out;
+    }
+    bool token = false;
+    if (o.backend == "nibble") {
+      const size_t ids = j.value("output_ids", json::array()).size();
+      token = ids > ids_seen;
+      ids_seen = std::max(ids_seen, ids);
+      out.generated_text = j.value("text", out.generated_text);
+      out.output_tokens = static_cast<int64_t>(ids_seen);
+      reported = true;
+    } else {
+      if (j.contains("usage") && j["usage"].is_object() && j["usage"].contains("completion_tokens")) {
+        out.output_tokens = j["usage"]["completion_tokens"].get<int64_t>();
+        reported = true;
+      }
+      if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
+        const json& c = j["choices"][0];
+        std::string piece;
+        if (o.backend == "openai-chat" && c.contains("delta")) {
+          for (const char* k : {"reasoning_content", "reasoning", "content"})
+            if (c["delta"].contains(k) && c["delta"][k].is_string()) piece += c["delta"][k].get<std::string>();
+        } else if (c.contains("text") && c["text"].is_string()) {
+          piece = c["text"].get<std::string>();
+        }
+        token = !piece.empty();
+        out.generated_text += piece;
+      }
+    }
+    if (!token) continue;
+    if (!have_token) out.ttft = std::chrono::duration<double>(e.at - r.started).count();
+    else out.itl.push_back(std::chrono::duration<double>(e.at - last).count());
+    have_token = true;
+    last = e.at;
+  }
+  if (!reported)
+    out.output_tokens = tokenizer ? static_cast<int64_t>(tokenizer->encode(out.generated_text, true, false).size())
+                                  : static_cast<int64_t>(out.itl.size() + (have_token ? 1 : 0));
+  if (!have_token && p.output_len > 0) {
+    out.error = "the response carried no token";
+    return out;
+  }
+  out.success = true;
+  return out;
+}
+
+}  // namespace
+
+int run_bench_serve(const BenchServeOptions& o) {
+  auto fail = [](const std::string& m) {
+    std::fprintf(stderr, "nibble bench serve: %s\n", m.c_str());
+    return 1;
+  };
+  Result<Endpoint> endpoint = o.base_url.empty() ? Result<Endpoint>(Endpoint{o.host, std::to_string(o.port)})
+                                                 : parse_base_url(o.base_url);
+  if (!endpoint) return fail(endpoint.status().message());
+  const std::string path = !o.endpoint.empty()                ? o.endpoint
+                           : o.backend == "openai-chat"        ? "/v1/chat/completions"
+                           : o.backend == "nibble"             ? "/generate"
+                                                               : "/v1/completions";
+  std::string model = o.model;
+  if (model.empty()) {
+    HttpResult r = http_request_sync(*endpoint, "GET", "/v1/models");
+    const json j = json::parse(r.body, nullptr, false);
+    if (r.status != 200 || j.is_discarded() || !j.contains("data") || j["data"].empty())
+      return fail("cannot read the model name from /v1/models (" + (r.error.empty() ? "HTTP " + std::to_string(r.status) : r.error) +
+                  "); give --model");
+    model = j["data"][0].value("id", "");
+  }
+  std::string tokenizer_path = o.tokenizer;
+  if (tokenizer_path.empty() && std::filesystem::is_directory(model)) tokenizer_path = model;
+  if (tokenizer_path.empty()) {
+    HttpResult r = http_request_sync(*endpoint, "GET", "/get_model_info");
+    const json j = json::parse(r.body, nullptr, false);
+    if (r.status == 200 && !j.is_discarded()) tokenizer_path = j.value("tokenizer_path", "");
+  }
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  if (!tokenizer_path.empty()) {
+    auto loaded = text::Tokenizer::load(tokenizer_path);
+    if (!loaded) return fail("--tokenizer: " + loaded.status().message());
+    tokenizer = std::move(loaded.value());
+  } else if (o.dataset_name != "jsonl") {
+    return fail("the " + o.dataset_name + " dataset needs a tokenizer: give --tokenizer DIR");
+  }
+
+  Result<std::vector<BenchPrompt>> prompts = Status::error("--dataset-name must be random, sharegpt or jsonl");
+  if (o.dataset_name == "random") prompts = random_dataset(*tokenizer, o.random);
+  else if (o.dataset_name == "sharegpt") prompts = sharegpt_dataset(o.dataset_path, *tokenizer, o.random.num_prompts, o.output_len, o.random.seed);
+  else if (o.dataset_name == "jsonl") prompts = jsonl_dataset(o.dataset_path, tokenizer.get(), o.random.num_prompts, o.output_len > 0 ? o.output_len : o.random.output_len);
+  if (!prompts) return fail(prompts.status().message());
+  const size_t n = prompts->size();
+
+  // Arrival times: gamma-distributed gaps with mean 1/rate (shape = burstiness; 1 is Poisson).
+  std::vector<double> arrival(n, 0.0);
+  if (!std::isinf(o.request_rate)) {
+    if (!(o.request_rate > 0) || !(o.burstiness > 0)) return fail("--request-rate and --burstiness must be > 0");
+    std::mt19937_64 rng(o.random.seed);
+    std::gamma_distribution<double> gap(o.burstiness, 1.0 / (o.request_rate * o.burstiness));
+    double t = 0;
+    for (size_t i = 0; i < n; ++i) {
+      arrival[i] = t;
+      t += gap(rng);
+    }
+  }
+
+  boost::asio::io_context io;
+  std::vector<RequestOutcome> outcomes(n);
+  std::atomic<uint64_t> done{0};
+  std::deque<size_t> ready;  // arrived, waiting for a concurrency slot
+  int64_t in_flight = 0;
+  const auto start = SteadyClock::now();
+  SteadyClock::time_point last_finish = start;
+  std::function<void()> launch_ready;
+  launch_ready = [&] {
+    while (!ready.empty() && (o.max_concurrency <= 0 || in_flight < o.max_concurrency)) {
+      const size_t i = ready.front();
+      ready.pop_front();
+      ++in_flight;
+      const double offset = std::chrono::duration<double>(SteadyClock::now() - start).count();
+      http_post(io, *endpoint, path, request_body(o, model, (*prompts)[i]), [&, i, offset](HttpResult&& r) {
+        outcomes[i] = parse_response(o, r, (*prompts)[i], tokenizer.get());
+        outcomes[i].start_offset = offset;
+        last_finish = std::max(last_finish, r.finished);
+        --in_flight;
+        ++done;
+        launch_ready();
+      });
+    }
+  };
+  std::vector<std::unique_ptr<boost::asio::steady_timer>> timers;
+  for (size_t i = 0; i < n; ++i) {
+    timers.push_back(std::make_unique<boost::asio::steady_timer>(
+        io, start + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(arrival[i]))));
+    timers.back()->async_wait([&, i](boost::system::error_code) {
+      ready.push_back(i);
+      launch_ready();
+    });
+  }
+  {
+    std::unique_ptr<ProgressBar> bar;
+    if (!o.disable_progress) bar = std::make_unique<ProgressBar>("bench serve", n, done);
+    io.run();
+  }
+  const double duration = std::chrono::duration<double>(last_finish - start).count();
+
+  BenchSettings settings;
+  settings.backend = o.backend;
+  settings.model = model;
+  settings.tokenizer = tokenizer_path;
+  settings.dataset = o.dataset_name;
+  settings.num_prompts = static_cast<int64_t>(n);
+  settings.request_rate = o.request_rate;
+  settings.burstiness = o.burstiness;
+  settings.max_concurrency = o.max_concurrency;
+  settings.percentile_metrics = split(o.percentile_metrics);
+  for (const std::string& p : split(o.metric_percentiles)) {
+    try {
+      settings.metric_percentiles.push_back(std::stod(p));
+    } catch (const std::exception&) {
+      return fail("--metric-percentiles: '" + p + "' is not a number");
+    }
+  }
+  const BenchSummary summary = summarize(outcomes, duration, settings);
+  std::fwrite(summary.printed.data(), 1, summary.printed.size(), stdout);
+  for (const RequestOutcome& r : outcomes)
+    if (!r.success) {
+      std::fprintf(stderr, "first failure: %s\n", r.error.c_str());
+      break;
+    }
+  if (o.save_result) {
+    std::string name = o.result_filename;
+    if (name.empty()) name = o.backend + "-" + summary.result["date"].get<std::string>() + ".json";
+    const std::filesystem::path file = std::filesystem::path(o.result_dir) / name;
+    std::ofstream out(file);
+    out << summary.result.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    if (!out) return fail("cannot write " + file.string());
+    std::fprintf(stderr, "saved %s\n", file.string().c_str());
+  }
+  return 0;
+}
+
+}  // namespace nibble::tools

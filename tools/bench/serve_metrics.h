@@ -1,0 +1,44 @@
+// Per-request outcomes of a serving benchmark and their summary, computed as `vllm bench serve`
+// computes it (numpy's mean/median/std/percentile with linear interpolation), printed in its
+// layout and saved with its JSON field names.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace nibble::tools {
+
+struct RequestOutcome {
+  bool success = false;
+  std::string error;
+  double ttft = 0.0;          // s, to the first chunk that carries a token
+  std::vector<double> itl;    // s, between consecutive token-carrying chunks
+  double latency = 0.0;       // s, request sent → last byte
+  double start_offset = 0.0;  // s after the benchmark start
+  int64_t prompt_len = 0;
+  int64_t output_tokens = 0;
+  std::string generated_text;
+};
+
+double percentile(std::vector<double> values, double p);  // numpy.percentile, linear; 0 for none
+
+struct BenchSummary {
+  nlohmann::ordered_json result;  // vLLM's --save-result fields
+  std::string printed;            // the result block
+};
+
+struct BenchSettings {
+  std::string backend, model, tokenizer, dataset;
+  int64_t num_prompts = 0;
+  double request_rate = 0;  // inf when unlimited
+  double burstiness = 1.0;
+  int64_t max_concurrency = 0;  // 0: unlimited
+  std::vector<std::string> percentile_metrics;  // ttft, tpot, itl, e2el
+  std::vector<double> metric_percentiles;
+};
+
+BenchSummary summarize(const std::vector<RequestOutcome>& outcomes, double duration, const BenchSettings& settings);
+
+}  // namespace nibble::tools

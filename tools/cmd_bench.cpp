@@ -1,0 +1,57 @@
+// `nibble bench serve`: the serving benchmark (tools/bench/bench_serve.h), flags named as
+// `vllm bench serve` names them.
+#include <limits>
+
+#include "tools/bench/bench_serve.h"
+#include "tools/command.h"
+
+namespace nibble::tools {
+
+CommandRunner register_bench(CLI::App& root) {
+  auto* bench = root.add_subcommand("bench", "Benchmarks (bench serve: a serving benchmark against any OpenAI-compatible server)");
+  bench->require_subcommand(1);
+  auto* cmd = bench->add_subcommand("serve", "Serving benchmark: TTFT, TPOT, ITL, E2E latency and throughput");
+  auto o = std::make_shared<BenchServeOptions>();
+  auto rate = std::make_shared<std::string>("inf");
+  cmd->add_option("--base-url", o->base_url, "Server URL, http://host:port (else --host/--port)");
+  cmd->add_option("--host", o->host, "Server host")->capture_default_str();
+  cmd->add_option("--port", o->port, "Server port")->capture_default_str();
+  cmd->add_option("--endpoint", o->endpoint, "Path (default: per backend)");
+  cmd->add_option("--backend", o->backend, "openai-completions | openai-chat | nibble (/generate)")
+      ->check(CLI::IsMember({"openai-completions", "openai-chat", "nibble"}))->capture_default_str();
+  cmd->add_option("--model", o->model, "Model name sent (default: the server's first model)");
+  cmd->add_option("--tokenizer", o->tokenizer, "Folder with tokenizer.json (default: --model if a folder, else the server's)");
+  cmd->add_option("--dataset-name", o->dataset_name, "random | sharegpt | jsonl")
+      ->check(CLI::IsMember({"random", "sharegpt", "jsonl"}))->capture_default_str();
+  cmd->add_option("--dataset-path", o->dataset_path, "ShareGPT JSON or JSONL file");
+  cmd->add_option("--num-prompts", o->random.num_prompts, "Requests to send")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--random-input-len", o->random.input_len, "Random dataset: prompt tokens")->capture_default_str();
+  cmd->add_option("--random-output-len", o->random.output_len, "Random dataset: output tokens")->capture_default_str();
+  cmd->add_option("--random-range-ratio", o->random.range_ratio, "Random dataset: lengths in [len(1-r), len(1+r)]")->capture_default_str();
+  cmd->add_option("--random-prefix-len", o->random.prefix_len, "Random dataset: shared prefix tokens")->capture_default_str();
+  cmd->add_option("--output-len", o->output_len, "sharegpt/jsonl: output tokens for every request (default: the dataset's)");
+  cmd->add_option("--max-concurrency", o->max_concurrency, "Requests in flight at most (0: no cap)")->capture_default_str();
+  cmd->add_option("--request-rate", *rate, "Requests per second (Poisson, or gamma with --burstiness), or inf")->capture_default_str();
+  cmd->add_option("--burstiness", o->burstiness, "Gamma shape of the arrival gaps (1: Poisson)")->capture_default_str();
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Ask the server to ignore EOS (exact output lengths)");
+  cmd->add_option("--seed", o->random.seed, "Seed for prompts and arrivals")->capture_default_str();
+  cmd->add_option("--temperature", o->temperature, "Sampling temperature")->capture_default_str();
+  cmd->add_option("--percentile-metrics", o->percentile_metrics, "Printed metrics: ttft,tpot,itl,e2el")->capture_default_str();
+  cmd->add_option("--metric-percentiles", o->metric_percentiles, "Percentiles, e.g. 80,95,99,99.9")->capture_default_str();
+  cmd->add_flag("--save-result", o->save_result, "Write the result JSON (vLLM's field names)");
+  cmd->add_option("--result-dir", o->result_dir, "Folder for --save-result")->capture_default_str();
+  cmd->add_option("--result-filename", o->result_filename, "File name for --save-result");
+  cmd->add_flag("--disable-tqdm", o->disable_progress, "No progress bar");
+  return [o, rate, cmd]() -> int {
+    if (!cmd->parsed()) return 2;
+    try {
+      o->request_rate = *rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(*rate);
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "nibble bench serve: --request-rate '%s' is not a number or inf\n", rate->c_str());
+      return 2;
+    }
+    return run_bench_serve(*o);
+  };
+}
+
+}  // namespace nibble::tools
