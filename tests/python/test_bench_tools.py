@@ -21,8 +21,9 @@ class MockServer:
     """An OpenAI-style server in a thread: streamed completions with scripted timing, and
     non-streamed completions that answer GSM8K questions right, wrong or not at all."""
 
-    def __init__(self, answers: dict[str, str] | None = None):
+    def __init__(self, answers: dict[str, str] | None = None, fail_every: int = FAIL_EVERY):
         self.answers = answers or {}
+        self.fail_every = fail_every
         self.count = 0
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
@@ -56,7 +57,7 @@ class MockServer:
             await send(200, {"object": "list", "data": [{"id": "mock"}]})
         elif path == "/v1/completions" and body.get("stream"):
             self.count += 1
-            if self.count % FAIL_EVERY == 0:
+            if (self.fail_every and self.count % self.fail_every == 0) or "FAIL" in body.get("prompt", ""):
                 await send(500, {"error": {"message": "scripted failure", "code": 500}})
             else:
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
@@ -220,3 +221,37 @@ def test_eval_gsm8k_against_nibble_serve(build_dir, server, tmp_path):
     assert re.fullmatch(r"Accuracy: [01]\.\d{3}\nInvalid: [01]\.\d{3}\nLatency: \d+\.\d{3} s\n"
                         r"Output throughput: \d+\.\d{3} token/s\n", r.stdout), r.stdout
     assert "failed" not in r.stderr
+
+
+def test_bench_serve_sharegpt_and_jsonl_datasets(build_dir, tmp_path):
+    tokenizer = str(pathlib.Path(__file__).parents[2] / "data" / "qwen3-tokenizer")
+    conversations = [{"conversations": [{"from": "human", "value": f"Question number {i}: what is {i} plus {i}?"},
+                                        {"from": "gpt", "value": f"The answer is {2 * i}, as {i} + {i} = {2 * i}."}]}
+                     for i in range(10)]
+    conversations.append({"conversations": [{"from": "human", "value": "hi"}]})  # no reply: skipped
+    sharegpt = tmp_path / "sharegpt.json"
+    sharegpt.write_text(json.dumps(conversations))
+    jsonl = tmp_path / "prompts.jsonl"
+    jsonl.write_text("".join(json.dumps({"prompt": f"prompt {i}" + (" FAIL" if i == 5 else ""), "output_len": 2 + i % 3})
+                             + "\n" for i in range(6)))
+    mock = MockServer(fail_every=0)
+    try:
+        share = run_nibble(build_dir, "bench", "serve", "--base-url", f"http://127.0.0.1:{mock.port}",
+                           "--tokenizer", tokenizer, "--dataset-name", "sharegpt", "--dataset-path", str(sharegpt),
+                           "--num-prompts", "4", "--output-len", "3", "--disable-tqdm")
+        assert printed_value(share.stdout, "Successful requests:") == 4
+        assert printed_value(share.stdout, "Total generated tokens:") == 12
+        lines = run_nibble(build_dir, "bench", "serve", "--base-url", f"http://127.0.0.1:{mock.port}",
+                           "--dataset-name", "jsonl", "--dataset-path", str(jsonl), "--num-prompts", "6",
+                           "--tokenizer", tokenizer, "--disable-tqdm")
+        # The last prompt fails (scripted); the others ask for 2, 3, 4, 2, 3 tokens.
+        assert printed_value(lines.stdout, "Successful requests:") == 5
+        assert printed_value(lines.stdout, "Failed requests:") == 1
+        assert printed_value(lines.stdout, "Total generated tokens:") == 2 + 3 + 4 + 2 + 3
+        too_many = subprocess.run([str(build_dir / "nibble"), "bench", "serve", "--base-url",
+                                   f"http://127.0.0.1:{mock.port}", "--tokenizer", tokenizer, "--dataset-name",
+                                   "sharegpt", "--dataset-path", str(sharegpt), "--num-prompts", "50"],
+                                  capture_output=True, text=True, timeout=60)
+        assert too_many.returncode == 1 and "usable conversations" in too_many.stderr
+    finally:
+        mock.stop()
