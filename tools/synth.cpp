@@ -162,13 +162,41 @@ Status write_f32(io::ShardedWriter& writer, const std::string& name, float v) {
   return writer.write(name, bytes);
 }
 
-std::vector<uint8_t> normal_bf16(size_t n, FastRandom& rng, float mean, float stddev) {
+// n normal(mean, stddev) values as BF16 bytes, drawn a chunk at a time (a scalar tail when n is
+// not a multiple of 16). Built for AVX2 too.
+__attribute__((target_clones("avx2", "default"))) std::vector<uint8_t> normal_bf16(size_t n, FastRandom& rng,
+                                                                                   float mean, float stddev) {
   std::vector<uint8_t> out(n * 2);
-  for (size_t i = 0; i < n; ++i) {
-    const uint16_t b = formats::bf16_encode(mean + stddev * rng.normal());
-    std::memcpy(out.data() + 2 * i, &b, 2);
+  constexpr size_t CHUNK = 4096;
+  float chunk[CHUNK];
+  uint16_t encoded[CHUNK];
+  for (size_t first = 0; first < n; first += CHUNK) {
+    const size_t count = std::min(CHUNK, n - first), whole = count / 16 * 16;
+    rng.fill_normals(chunk, whole);
+    for (size_t i = whole; i < count; ++i) chunk[i] = rng.normal();
+    for (size_t i = 0; i < count; ++i) encoded[i] = formats::bf16_encode(mean + stddev * chunk[i]);
+    std::memcpy(out.data() + 2 * first, encoded, 2 * count);
   }
   return out;
+}
+
+// normal(0, 0.02) weights drawn a chunk at a time (FastRandom::fill_normals, L1-sized) and
+// quantized as ModelOpt rounds (formats::quantize_weight_block); `planted` (if not 0) replaces the
+// first weight. Built for AVX2 too, picked at run time.
+__attribute__((target_clones("avx2", "default"))) void draw_nvfp4_weight(FastRandom& rng, size_t n_blocks,
+                                                                          float scale_2, float planted,
+                                                                          uint8_t* packed, uint8_t* block_scales) {
+  constexpr size_t CHUNK_BLOCKS = 256;
+  float chunk[CHUNK_BLOCKS * formats::NVFP4_BLOCK];
+  for (size_t first = 0; first < n_blocks; first += CHUNK_BLOCKS) {
+    const size_t blocks = std::min(CHUNK_BLOCKS, n_blocks - first);
+    rng.fill_normals(chunk, blocks * formats::NVFP4_BLOCK);
+    for (size_t i = 0; i < blocks * formats::NVFP4_BLOCK; ++i) chunk[i] *= 0.02f;
+    if (first == 0 && planted != 0.0f) chunk[0] = planted;
+    for (size_t b = 0; b < blocks; ++b)
+      block_scales[first + b] = formats::quantize_weight_block(chunk + b * formats::NVFP4_BLOCK, scale_2,
+                                                               packed + (first + b) * (formats::NVFP4_BLOCK / 2));
+  }
 }
 
 size_t numel(const io::ModuleSpec& m) {
@@ -198,35 +226,26 @@ Status generate_group(const std::vector<const io::ModuleSpec*>& group, uint64_t 
       NIB_RETURN_IF_ERROR(writer.write(m->name + ".weight", normal_bf16(numel(*m), rng, 0.0f, 0.02f)));
     return Status::ok();
   }
-  // NVFP4 linears: draw all weights of the group, then quantize with the shared scales.
-  // Per-thread buffers, reused across groups: fresh multi-MB allocations would page-fault on every
-  // group, and page faults from 16 threads contend on the process's memory map.
-  thread_local std::vector<std::vector<float>> weights;
-  weights.resize(std::max(weights.size(), group.size()));
-  float shared_scale_2 = 0.0f;
-  for (size_t i = 0; i < group.size(); ++i) {
-    std::vector<float>& w = weights[i];
-    w.resize(numel(*group[i]));
-    float amax = 0.0f;  // formats::weight_scale_2 is amax / 2688; computed here in the same pass
-    for (float& v : w) {
-      v = 0.02f * rng.normal();
-      amax = std::max(amax, std::fabs(v));
-    }
-    shared_scale_2 = std::max(shared_scale_2, amax / formats::NVFP4_SCALE_RANGE);
-  }
+  // NVFP4 linears, drawn and quantized block by block (no float buffer). The group's shared
+  // weight_scale_2 is amax / 2688 as ModelOpt computes it; the amax is known before drawing because
+  // the first weight is planted at the largest magnitude the generator can produce.
+  const float planted = 0.02f * FastRandom::max_abs_normal();
+  const float scale_2 = planted / formats::NVFP4_SCALE_RANGE;
   // Calibrated activation amax: inputs after RMSNorm reach ~2..20; SwiGLU outputs and attention
   // outputs are smaller.
   const bool small_input = first.name.ends_with("down_proj") || first.name.ends_with("o_proj");
   const float amax = (small_input ? 0.5f : 2.0f) * (1.0f + 9.0f * rng.uniform());
   const float input_scale = amax / formats::NVFP4_SCALE_RANGE;
-  thread_local formats::Nvfp4Matrix q;
+  thread_local std::vector<uint8_t> packed, block_scales;  // reused: fresh buffers would page-fault per group
   for (size_t i = 0; i < group.size(); ++i) {
     const io::ModuleSpec& m = *group[i];
-    NIB_RETURN_IF_ERROR(
-        formats::quantize_weight_into(weights[i], m.shape[0], m.shape[1], m.name + ".weight", shared_scale_2, q));
-    NIB_RETURN_IF_ERROR(writer.write(m.name + ".weight", q.packed));
-    NIB_RETURN_IF_ERROR(writer.write(m.name + ".weight_scale", q.block_scales));
-    NIB_RETURN_IF_ERROR(write_f32(writer, m.name + ".weight_scale_2", q.scale));
+    packed.resize(numel(m) / 2);
+    block_scales.resize(numel(m) / formats::NVFP4_BLOCK);
+    draw_nvfp4_weight(rng, numel(m) / formats::NVFP4_BLOCK, scale_2, i == 0 ? planted : 0.0f, packed.data(),
+                      block_scales.data());
+    NIB_RETURN_IF_ERROR(writer.write(m.name + ".weight", packed));
+    NIB_RETURN_IF_ERROR(writer.write(m.name + ".weight_scale", block_scales));
+    NIB_RETURN_IF_ERROR(write_f32(writer, m.name + ".weight_scale_2", scale_2));
     NIB_RETURN_IF_ERROR(write_f32(writer, m.name + ".input_scale", input_scale));
   }
   return Status::ok();

@@ -35,12 +35,6 @@ void store_codes(Nvfp4Matrix& m, int64_t row, int64_t block, const uint8_t* code
   for (int j = 0; j < NVFP4_BLOCK / 2; ++j) out[j] = e2m1_pack(codes[2 * j], codes[2 * j + 1]);
 }
 
-float block_amax(const float* x) {
-  float amax = 0.0f;
-  for (int i = 0; i < NVFP4_BLOCK; ++i) amax = std::max(amax, std::fabs(x[i]));
-  return amax;
-}
-
 // Blackwell activation quantization of every row with per-row global scales G[r].
 Nvfp4Matrix quantize_rows(std::span<const float> x, int64_t rows, int64_t cols,
                           const std::vector<float>& global_per_row) {
@@ -55,6 +49,25 @@ Nvfp4Matrix quantize_rows(std::span<const float> x, int64_t rows, int64_t cols,
     }
   }
   return m;
+}
+
+// The weight quantizer over whole rows, built for AVX2 too (picked at run time) so the block
+// routine's loops vectorize. False when a value is not finite.
+__attribute__((target_clones("avx2", "default"))) bool quantize_weight_rows(const float* w, int64_t rows, int64_t cols,
+                                                                             float scale_2, uint8_t* packed,
+                                                                             uint8_t* block_scales) {
+  const int64_t n_blocks = cols / NVFP4_BLOCK;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const float* block = w + r * cols + b * NVFP4_BLOCK;
+      float nonfinite = 0.0f;
+      for (int i = 0; i < NVFP4_BLOCK; ++i) nonfinite += block[i] - block[i];  // NaN once any is NaN or ±inf
+      if (!(nonfinite == 0.0f)) return false;
+      block_scales[r * n_blocks + b] =
+          quantize_weight_block(block, scale_2, packed + r * (cols / 2) + b * (NVFP4_BLOCK / 2));
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -130,7 +143,7 @@ Status quantize_weight_into(std::span<const float> w, int64_t rows, int64_t cols
   // Non-finite values are caught inside the block loop (one pass over the data, not two); only
   // then does check_quantizable scan again to name the first bad position.
   NIB_RETURN_IF_ERROR(check_shape(w, rows, cols, name));
-  const float scale_2 = shared_weight_scale_2.value_or(weight_scale_2(w));
+  const float scale_2 = shared_weight_scale_2 ? *shared_weight_scale_2 : weight_scale_2(w);  // value_or would scan w
   if (!std::isfinite(scale_2)) NIB_RETURN_IF_ERROR(check_quantizable(w, rows, cols, name));
   if (!(scale_2 > 0.0f) || !std::isfinite(scale_2)) {
     // ModelOpt divides 0 by 0 here and exports NaN scales; nibble refuses instead.
@@ -139,30 +152,8 @@ Status quantize_weight_into(std::span<const float> w, int64_t rows, int64_t cols
   }
   reset_matrix(m, rows, cols);
   m.scale = scale_2;
-  const int64_t n_blocks = cols / NVFP4_BLOCK;
-  const float block_denominator = E2M1_MAX * scale_2;  // E2M1_MAX * weights_scaling_factor_2
-  uint8_t codes[NVFP4_BLOCK];
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      const float* block = w.data() + r * cols + b * NVFP4_BLOCK;
-      bool finite = true;
-      for (int i = 0; i < NVFP4_BLOCK; ++i) finite &= block[i] - block[i] == 0.0f;  // false for NaN, ±inf
-      if (!finite) return check_quantizable(w, rows, cols, name);
-      float s = block_amax(block) / block_denominator;
-      if (s == 0.0f) s = 1.0f;                                   // all-zero block → scale 1
-      s = std::clamp(s, E4M3_MIN_SUBNORMAL, E4M3_MAX);           // _cast_per_block_scale_to_fp8
-      const uint8_t sf = e4m3_encode(s);
-      const float divisor = e4m3_decode(sf) * scale_2;           // scale.to(float32) * scale_2
-      // Two simple loops so both vectorize: the IEEE division (as torch divides), then _cast_fp4's
-      // rounding with the sign from `weight < 0` (so -0.0 gives code 0, not 8).
-      float scaled[NVFP4_BLOCK];
-      for (int i = 0; i < NVFP4_BLOCK; ++i) scaled[i] = block[i] / divisor;
-      for (int i = 0; i < NVFP4_BLOCK; ++i)
-        codes[i] = static_cast<uint8_t>((scaled[i] < 0.0f ? E2M1_SIGN : 0) | e2m1_round_magnitude(std::fabs(scaled[i])));
-      m.block_scales[r * n_blocks + b] = sf;
-      store_codes(m, r, b, codes);
-    }
-  }
+  if (!quantize_weight_rows(w.data(), rows, cols, scale_2, m.packed.data(), m.block_scales.data()))
+    return check_quantizable(w, rows, cols, name);  // names the first non-finite value
   return Status::ok();
 }
 

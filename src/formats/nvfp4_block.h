@@ -35,6 +35,34 @@ NIB_HD uint8_t quantize_activation_block(const float* x, float global_scale, uin
   return sf;
 }
 
+// One block of 16 finite weights quantized as ModelOpt exports them (NVFP4QTensor): block scale
+// e4m3(clamp(amax / (6·scale_2))) (1 for an all-zero block), codes from the IEEE division by
+// float(scale)·scale_2 rounded as _cast_fp4 rounds, the sign from `x < 0` (so -0.0 gives code 0);
+// packs the 16 codes into 8 bytes (even element in the low nibble) and returns the block scale.
+// Written as plain loops over 16 lanes so the compiler vectorizes them.
+NIB_HD uint8_t quantize_weight_block(const float* x, float scale_2, uint8_t* packed) {
+  // amax by lane-wise halving: element-wise maxima vectorize, a running maximum would not.
+  float m[NVFP4_BLOCK / 2];
+  for (int i = 0; i < NVFP4_BLOCK / 2; ++i) m[i] = fabsf(x[i]) > fabsf(x[i + 8]) ? fabsf(x[i]) : fabsf(x[i + 8]);
+  for (int width = NVFP4_BLOCK / 4; width >= 1; width /= 2)
+    for (int i = 0; i < width; ++i) m[i] = m[i] > m[i + width] ? m[i] : m[i + width];
+  const float amax = m[0];
+  float s = amax / (E2M1_MAX * scale_2);
+  if (s == 0.0f) s = 1.0f;
+  s = s < E4M3_MIN_SUBNORMAL ? E4M3_MIN_SUBNORMAL : s > E4M3_MAX ? E4M3_MAX : s;  // _cast_per_block_scale_to_fp8
+  const uint8_t sf = e4m3_encode(s);
+  const float divisor = e4m3_decode(sf) * scale_2;    // scale.to(float32) * scale_2
+  int32_t codes[NVFP4_BLOCK];
+  for (int i = 0; i < NVFP4_BLOCK; ++i) {
+    const float q = x[i] / divisor;
+    const float a = fabsf(q);
+    codes[i] = (q < 0.0f ? E2M1_SIGN : 0) + (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
+               (a >= 3.5f) + (a > 5.0f);
+  }
+  for (int j = 0; j < NVFP4_BLOCK / 2; ++j) packed[j] = static_cast<uint8_t>(codes[2 * j] | codes[2 * j + 1] << 4);
+  return sf;
+}
+
 // Per-token scale of one row: amax(row)/(448·6) (FlashInfer PR 3027). The row's G is its inverse.
 NIB_HD float per_token_scale(float row_amax) { return row_amax / NVFP4_SCALE_RANGE; }
 NIB_HD float per_token_global(float token_scale) {

@@ -2,6 +2,7 @@
 as a ModelOpt NVFP4 checkpoint; `nibble inspect` reads synth output and a checkpoint exported by
 nvidia-modelopt itself; broken folders are reported, not crashed on."""
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -101,6 +102,23 @@ def test_synth_is_deterministic(build_dir, tiny, tmp_path):
     shard = "model-00001-of-00002.safetensors"
     assert (again / shard).read_bytes() == (tiny / shard).read_bytes()
     assert (other / shard).read_bytes() != (tiny / shard).read_bytes()
+    # The AVX2 generator and the portable one write the same bytes.
+    portable = tmp_path / "portable"
+    subprocess.run([str(build_dir / "nibble"), "synth", "--preset", "tiny-moe", "--out", str(portable), "--seed", "7"],
+                   check=True, capture_output=True, env=dict(os.environ, NIBBLE_NO_AVX2="1"))
+    for shard_file in sorted(tiny.glob("*.safetensors")):
+        assert (portable / shard_file.name).read_bytes() == shard_file.read_bytes(), shard_file.name
+
+
+def test_synth_planted_maximum_makes_the_shared_scale_modelopt_exact(tiny):
+    # weight_scale_2 = amax / (6 · 448) over the group, with the amax of the weights themselves:
+    # the largest dequantized magnitude of a group reaches 6 · 448 · weight_scale_2 (block scale 448, code ±6).
+    tensors = load_all(tiny)
+    stem = "model.layers.0.mlp.experts.0.gate_proj"
+    scale_2 = tensors[stem + ".weight_scale_2"].item()
+    block_scales = tensors[stem + ".weight_scale"].float()
+    assert block_scales.max().item() == 448.0
+    assert 0.07 < scale_2 * 2688 < 0.074  # 0.02 × the generator's 3.67σ maximum
 
 
 def test_inspect_json_on_synth(build_dir, tiny):
