@@ -287,3 +287,27 @@ def test_startup_errors_are_clear(build_dir, tmp_path):
     missing = subprocess.run([str(build_dir / "nibble"), "serve", "--model", str(tmp_path / "nope"), "--port", "0"],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 1 and "config.json" in missing.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_metrics_port_api_key_and_env_flags(build_dir, tiny_models, tmp_path):
+    metrics_port = free_port()
+    s = NibbleServer(build_dir, tiny_models["a"], tmp_path / "keyed.log", "--metrics-port", str(metrics_port),
+                     "--api-key", "sekret", env={"NIBBLE_MAX_NUM_SEQS": "3", "NIBBLE_SERVED_MODEL_NAME": "from-env"})
+    try:
+        body = {"prompt": "hi", "max_tokens": 2}
+        assert requests.post(s.url + "/v1/completions", json=body).status_code == 401
+        ok = requests.post(s.url + "/v1/completions", json=body, headers={"Authorization": "Bearer sekret"})
+        assert ok.status_code == 200 and ok.json()["model"] == "from-env"
+        info = requests.get(s.url + "/get_server_info").json()
+        assert info["max_num_seqs"] == 3
+        m = requests.get(f"http://127.0.0.1:{metrics_port}/metrics")
+        assert m.status_code == 200 and "nibble:generation_tokens_total" in m.text
+        assert requests.get(f"http://127.0.0.1:{metrics_port}/v1/models").status_code == 404
+    finally:
+        assert s.stop() == 0
