@@ -1,0 +1,183 @@
+// Dense NVFP4 W4A16 kernels. FUSED: one warp per output row; each lane reads 16 bytes of codes (32
+// weights, two blocks) per step, decodes byte → two floats through a 256-entry shared table, and
+// keeps up to 8 rows of x in fp32 accumulators; a warp reduction writes y. DEQUANT_CUBLAS: an
+// elementwise dequantize to BF16, then cublasGemmEx with alpha = weight_scale_2.
+#include "cuda/linear_nvfp4.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "cuda/check.cuh"
+
+namespace nibble::cuda {
+namespace {
+
+constexpr int WARPS_PER_BLOCK = 4;
+constexpr int CODES_PER_LANE = 32;  // one 16-byte load
+constexpr int M_TILE = 8;           // rows of x per kernel launch (grid.y covers the rest)
+
+__device__ __forceinline__ float e2m1_value(int code) {
+  // E2M1 (1 sign, 2 exponent, 1 mantissa bits, bias 1): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives.
+  const int magnitude = code & 7, exponent = magnitude >> 1, mantissa = magnitude & 1;
+  const float v = exponent == 0 ? 0.5f * mantissa : (1.0f + 0.5f * mantissa) * float(1 << (exponent - 1));
+  return code & 8 ? -v : v;
+}
+
+__device__ __forceinline__ float e4m3_value(uint8_t bits) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(bits, __NV_E4M3);
+  return __half2float(__half(h));
+}
+
+__device__ __forceinline__ float bf16_value(uint16_t bits) { return __uint_as_float(uint32_t(bits) << 16); }
+
+template <int MT>
+__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
+    gemv_nvfp4_kernel(const uint16_t* __restrict__ x, int M, int K, const uint8_t* __restrict__ packed,
+                      const uint8_t* __restrict__ scales, int N, float alpha, float* __restrict__ y) {
+  __shared__ float2 pair_value[256];  // byte → (low-nibble value, high-nibble value)
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) pair_value[i] = make_float2(e2m1_value(i & 15), e2m1_value(i >> 4));
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const int n = blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
+  if (n >= N) return;
+  const int m0 = blockIdx.y * MT;
+  const int rows = min(MT, M - m0);
+  float acc[MT];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
+  const uint8_t* w_row = packed + size_t(n) * (K / 2);
+  const uint8_t* s_row = scales + size_t(n) * (K / 16);
+  for (int k0 = lane * CODES_PER_LANE; k0 < K; k0 += 32 * CODES_PER_LANE) {
+    const uint4 codes = __ldg(reinterpret_cast<const uint4*>(w_row + k0 / 2));
+    const float scale[2] = {e4m3_value(s_row[k0 / 16]), e4m3_value(s_row[k0 / 16 + 1])};
+    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+    float w[CODES_PER_LANE];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const float2 v = pair_value[(words[j] >> (8 * b)) & 0xFF];
+        w[8 * j + 2 * b] = v.x;
+        w[8 * j + 2 * b + 1] = v.y;
+      }
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      if (m >= rows) break;
+      const uint4* xr = reinterpret_cast<const uint4*>(x + size_t(m0 + m) * K + k0);
+      float part[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint4 xv = __ldg(xr + q);
+        const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          const int i = 8 * q + 2 * t;
+          part[i / 16] += w[i] * bf16_value(uint16_t(xw[t] & 0xFFFF)) + w[i + 1] * bf16_value(uint16_t(xw[t] >> 16));
+        }
+      }
+      acc[m] += part[0] * scale[0] + part[1] * scale[1];
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    float v = acc[m];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+    if (lane == 0 && m < rows) y[size_t(m0 + m) * N + n] = v * alpha;
+  }
+}
+
+// Each thread: 4 bytes of codes (8 weights of one block half) → 8 BF16 values.
+__global__ void dequantize_kernel(const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scales,
+                                  int64_t n_words, uint16_t* __restrict__ out) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_words) return;
+  const uint32_t word = __ldg(reinterpret_cast<const uint32_t*>(packed) + i);
+  const float scale = e4m3_value(scales[i / 2]);  // 8 weights per word, 16 per block
+  uint32_t result[4];
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const uint32_t byte = (word >> (8 * b)) & 0xFF;
+    // e2m1 · e4m3 has at most 6 significant bits: exact in BF16 (the rounding below never rounds).
+    const __nv_bfloat16 lo = __float2bfloat16_rn(e2m1_value(byte & 15) * scale);
+    const __nv_bfloat16 hi = __float2bfloat16_rn(e2m1_value(byte >> 4) * scale);
+    result[b] = uint32_t(__bfloat16_as_ushort(lo)) | uint32_t(__bfloat16_as_ushort(hi)) << 16;
+  }
+  reinterpret_cast<uint4*>(out)[i] = make_uint4(result[0], result[1], result[2], result[3]);
+}
+
+Status check_weight(const DeviceNvfp4Weight& w) {
+  if (!w.packed || !w.block_scales) return Status::error("linear_nvfp4: null weight pointers");
+  if (w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0)
+    return Status::error("linear_nvfp4: weight [" + std::to_string(w.rows) + ", " + std::to_string(w.cols) +
+                         "] needs in_features a positive multiple of 32");
+  if (w.rows > INT32_MAX || w.cols > INT32_MAX) return Status::error("linear_nvfp4: weight too large");
+  return Status::ok();
+}
+
+const char* cublas_error(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialized";
+    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "arch mismatch";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
+    default: return "error";
+  }
+}
+
+}  // namespace
+
+const char* gemm_backend_name(GemmBackend backend) {
+  switch (backend) {
+    case GemmBackend::FUSED: return "fused";
+    case GemmBackend::DEQUANT_CUBLAS: return "dequant-cublas";
+    case GemmBackend::AUTO: break;
+  }
+  return "auto";
+}
+
+Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStream_t stream) {
+  NIB_RETURN_IF_ERROR(check_weight(w));
+  const int64_t n_words = w.rows * w.cols / 8;
+  const int threads = 256;
+  dequantize_kernel<<<unsigned((n_words + threads - 1) / threads), threads, 0, stream>>>(w.packed, w.block_scales,
+                                                                                          n_words, out);
+  return cuda_status(cudaGetLastError(), "dequantize_nvfp4_bf16 launch");
+}
+
+Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, float* y, GemmBackend backend,
+                          const GemmContext& ctx) {
+  NIB_RETURN_IF_ERROR(check_weight(w));
+  if (M <= 0 || M > INT32_MAX) return Status::error("linear_nvfp4: M must be in [1, 2^31)");
+  if (!x || !y) return Status::error("linear_nvfp4: null activation or output");
+  if (backend == GemmBackend::AUTO) backend = M <= FUSED_MAX_M ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;
+  const int K = int(w.cols), N = int(w.rows);
+  if (backend == GemmBackend::FUSED) {
+    if (reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(w.packed) % 16)
+      return Status::error("linear_nvfp4 (fused): x and the packed weight must be 16-byte aligned");
+    const dim3 grid(unsigned((N + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK), unsigned((M + M_TILE - 1) / M_TILE));
+    if (M == 1)
+      gemv_nvfp4_kernel<1><<<grid, WARPS_PER_BLOCK * 32, 0, ctx.stream>>>(x, int(M), K, w.packed, w.block_scales, N,
+                                                                            w.weight_scale_2, y);
+    else
+      gemv_nvfp4_kernel<M_TILE><<<grid, WARPS_PER_BLOCK * 32, 0, ctx.stream>>>(x, int(M), K, w.packed,
+                                                                                 w.block_scales, N, w.weight_scale_2, y);
+    return cuda_status(cudaGetLastError(), "linear_nvfp4 (fused) launch");
+  }
+  if (!ctx.cublas) return Status::error("linear_nvfp4 (dequant-cublas): no cuBLAS handle");
+  if (ctx.workspace_elements < size_t(w.rows * w.cols))
+    return Status::error("linear_nvfp4 (dequant-cublas): workspace holds " + std::to_string(ctx.workspace_elements) +
+                         " BF16 values, the weight needs " + std::to_string(w.rows * w.cols));
+  NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(w, ctx.workspace, ctx.stream));
+  cublasStatus_t s = cublasSetStream(ctx.cublas, ctx.stream);
+  // Row-major y[M,N] = x[M,K]·Wᵀ is column-major yᵀ[N,M] = W(col-major K×N)ᵀ · xᵀ(col-major K×M).
+  const float alpha = w.weight_scale_2, beta = 0.0f;
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, int(M), K, &alpha, ctx.workspace, CUDA_R_16BF, K, x,
+                     CUDA_R_16BF, K, &beta, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (s != CUBLAS_STATUS_SUCCESS) return Status::error(std::string("linear_nvfp4 (dequant-cublas): cuBLAS ") + cublas_error(s));
+  return Status::ok();
+}
+
+}  // namespace nibble::cuda

@@ -1,0 +1,46 @@
+// Dense NVFP4 linear on Hopper, W4A16: y[M, N] = weight_scale_2 · (x[M, K] · Ŵ[N, K]ᵀ), x in BF16,
+// Ŵ = e2m1 · e4m3 (exact in BF16), fp32 accumulation and output. Twin of ref::linear_nvfp4 (mode
+// NONE). Two backends: FUSED (a warp per output row decodes the FP4 codes in registers: the small-M,
+// memory-bound case) and DEQUANT_CUBLAS (weights dequantized to a BF16 workspace, then cuBLAS; any
+// M, and the in-house baseline). Weights stay in the checkpoint's layout.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace nibble::cuda {
+
+// An NVFP4 weight in device memory, laid out as the checkpoint stores it.
+struct DeviceNvfp4Weight {
+  const uint8_t* packed = nullptr;        // [rows, cols/2], element 2j in the low nibble
+  const uint8_t* block_scales = nullptr;  // [rows, cols/16] E4M3
+  int64_t rows = 0;                       // N (out features)
+  int64_t cols = 0;                       // K (in features)
+  float weight_scale_2 = 1.0f;
+};
+
+enum class GemmBackend { AUTO, FUSED, DEQUANT_CUBLAS };
+const char* gemm_backend_name(GemmBackend backend);
+
+struct GemmContext {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;    // needed by DEQUANT_CUBLAS
+  uint16_t* workspace = nullptr;      // BF16 [rows · cols] for DEQUANT_CUBLAS
+  size_t workspace_elements = 0;
+};
+
+// The largest M the fused kernel serves under AUTO (above it, DEQUANT_CUBLAS).
+inline constexpr int64_t FUSED_MAX_M = 16;
+
+// Ŵ as BF16 [rows, cols], unscaled by weight_scale_2 (so exact).
+Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStream_t stream);
+
+// x: [M, K] BF16 (device), y: [M, N] fp32 (device). Shape or alignment problems are errors.
+Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, float* y, GemmBackend backend,
+                          const GemmContext& ctx);
+
+}  // namespace nibble::cuda
