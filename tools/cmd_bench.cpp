@@ -2,13 +2,14 @@
 // `vllm bench serve` names them.
 #include <limits>
 
+#include "tools/bench/bench_kernels.h"
 #include "tools/bench/bench_serve.h"
 #include "tools/command.h"
 
 namespace nibble::tools {
 
 CommandRunner register_bench(CLI::App& root) {
-  auto* bench = root.add_subcommand("bench", "Benchmarks (bench serve: a serving benchmark against any OpenAI-compatible server)");
+  auto* bench = root.add_subcommand("bench", "Benchmarks: serve (a serving benchmark against any OpenAI-compatible server), kernels (CUDA ops)");
   bench->require_subcommand(1);
   auto* cmd = bench->add_subcommand("serve", "Serving benchmark: TTFT, TPOT, ITL, E2E latency and throughput");
   auto o = std::make_shared<BenchServeOptions>();
@@ -42,7 +43,16 @@ CommandRunner register_bench(CLI::App& root) {
   cmd->add_option("--result-dir", o->result_dir, "Folder for --save-result")->capture_default_str();
   cmd->add_option("--result-filename", o->result_filename, "File name for --save-result");
   cmd->add_flag("--disable-tqdm", o->disable_progress, "No progress bar");
-  return [o, rate, cmd]() -> int {
+  auto* kernels = bench->add_subcommand("kernels", "CUDA kernel benchmark on Qwen3-30B-A3B shapes against the floor and cuBLAS BF16");
+  auto k = std::make_shared<BenchKernelsOptions>();
+  kernels->add_option("--m", k->m_values, "Token counts (rows of x)")->capture_default_str();
+  kernels->add_option("--hbm-tb-s", k->hbm_tb_s, "HBM bandwidth for the floor")->capture_default_str();
+  kernels->add_option("--bf16-tflops", k->bf16_tflops, "BF16 peak for the floor")->capture_default_str();
+  kernels->add_option("--iterations", k->iterations, "Launches per timed batch")->capture_default_str();
+  kernels->add_option("--batches", k->batches, "Timed batches (median reported)")->capture_default_str();
+  kernels->add_option("--json", k->json_out, "Also write the rows as JSON");
+  return [o, rate, cmd, kernels, k]() -> int {
+    if (kernels->parsed()) return run_bench_kernels(*k);
     if (!cmd->parsed()) return 2;
     try {
       o->request_rate = *rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(*rate);

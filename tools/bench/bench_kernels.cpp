@@ -1,0 +1,178 @@
+// Kernel benchmark: for each shape and M, the median over batches of back-to-back launches timed
+// with CUDA events, after a warm-up, with weights rotated over copies that together exceed twice
+// the 60 MB L2 (so every launch reads HBM, as in a model).
+#include "tools/bench/bench_kernels.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#if NIBBLE_BENCH_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "cuda/linear_nvfp4.cuh"
+#include "formats/nvfp4.h"
+#endif
+
+namespace nibble::tools {
+
+#if NIBBLE_BENCH_CUDA
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+// Qwen3-30B-A3B: attention projections and one expert's matrices (DESIGN.md §7).
+constexpr Shape SHAPES[] = {{"q_proj", 4096, 2048}, {"k_proj", 512, 2048}, {"o_proj", 2048, 4096},
+                            {"expert.gate", 768, 2048}, {"expert.down", 2048, 768}};
+
+#define BENCH_CUDA(call)                                                                    \
+  do {                                                                                      \
+    cudaError_t e_ = (call);                                                                \
+    if (e_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "nibble bench kernels: %s: %s\n", #call, cudaGetErrorString(e_)); \
+      return 1;                                                                             \
+    }                                                                                       \
+  } while (0)
+
+// Median seconds per launch of `launch(copy)`.
+template <class F>
+double time_launches(F&& launch, int copies, int iterations, int batches, cudaStream_t stream) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int i = 0; i < copies; ++i) launch(i);  // warm-up: every copy once
+  std::vector<double> per_launch;
+  int next = 0;
+  for (int b = 0; b < batches; ++b) {
+    cudaEventRecord(start, stream);
+    for (int i = 0; i < iterations; ++i) launch(next++ % copies);
+    cudaEventRecord(stop, stream);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    per_launch.push_back(ms * 1e-3 / iterations);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(per_launch.begin(), per_launch.end());
+  return per_launch[per_launch.size() / 2];
+}
+
+}  // namespace
+
+int run_bench_kernels(const BenchKernelsOptions& o) {
+  std::vector<int64_t> ms;
+  std::stringstream list(o.m_values);
+  for (std::string item; std::getline(list, item, ',');) ms.push_back(std::stoll(item));
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "nibble bench kernels: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreate(&stream));
+  cublasHandle_t cublas;
+  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) return 1;
+  cublasSetStream(cublas, stream);
+  std::printf("device: %s, floor = max(bytes / %.1f TB/s, FLOPs / %.0f TFLOP/s)\n", prop.name, o.hbm_tb_s,
+              o.bf16_tflops);
+  std::printf("%-12s %6s %-15s %10s %9s %9s %8s %12s %8s\n", "op", "M", "backend", "time(us)", "GB/s", "TFLOP/s",
+              "%floor", "cuBLAS(us)", "vs cuBLAS");
+  nlohmann::json rows = nlohmann::json::array();
+  std::mt19937_64 rng(0);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
+  for (const Shape& s : SHAPES) {
+    // Weights: one random NVFP4 matrix, copied until the copies exceed 2 × L2.
+    std::vector<float> w(static_cast<size_t>(s.n * s.k));
+    for (float& v : w) v = normal(rng);
+    auto q = formats::quantize_weight(w, s.n, s.k, s.name);
+    if (!q) return 1;
+    const size_t nvfp4_bytes = q->packed.size() + q->block_scales.size();
+    const size_t bf16_bytes = static_cast<size_t>(s.n * s.k * 2);
+    const int copies = static_cast<int>(std::max<size_t>(2, (120u << 20) / bf16_bytes + 1));
+    std::vector<uint8_t*> packed(copies), scales(copies);
+    std::vector<uint16_t*> bf16(copies);
+    for (int c = 0; c < copies; ++c) {
+      BENCH_CUDA(cudaMalloc(&packed[c], q->packed.size()));
+      BENCH_CUDA(cudaMalloc(&scales[c], q->block_scales.size()));
+      BENCH_CUDA(cudaMalloc(&bf16[c], bf16_bytes));
+      BENCH_CUDA(cudaMemcpy(packed[c], q->packed.data(), q->packed.size(), cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemcpy(scales[c], q->block_scales.data(), q->block_scales.size(), cudaMemcpyHostToDevice));
+      const cuda::DeviceNvfp4Weight dw{packed[c], scales[c], s.n, s.k, q->scale};
+      if (!cuda::dequantize_nvfp4_bf16(dw, bf16[c], stream)) return 1;
+    }
+    uint16_t *x = nullptr, *workspace = nullptr;
+    float* y = nullptr;
+    BENCH_CUDA(cudaMalloc(&x, static_cast<size_t>(max_m * s.k * 2)));
+    BENCH_CUDA(cudaMemset(x, 0x3c, static_cast<size_t>(max_m * s.k * 2)));  // BF16 ≈ 0.0117, never zero
+    BENCH_CUDA(cudaMalloc(&y, static_cast<size_t>(max_m * s.n * 4)));
+    BENCH_CUDA(cudaMalloc(&workspace, bf16_bytes));
+    const cuda::GemmContext ctx{stream, cublas, workspace, static_cast<size_t>(s.n * s.k)};
+    for (int64_t m : ms) {
+      const double flops = 2.0 * m * s.n * s.k;
+      const double io_bytes = m * s.k * 2.0 + m * s.n * 4.0;
+      auto floor_of = [&](double weight_bytes) {
+        return std::max((weight_bytes + io_bytes) / (o.hbm_tb_s * 1e12), flops / (o.bf16_tflops * 1e12));
+      };
+      // cuBLAS BF16 on the same shape (BF16 weights): the baseline.
+      const float one = 1.0f, zero = 0.0f;
+      const double t_cublas = time_launches(
+          [&](int c) {
+            cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(s.n), int(m), int(s.k), &one, bf16[c], CUDA_R_16BF,
+                         int(s.k), x, CUDA_R_16BF, int(s.k), &zero, y, CUDA_R_32F, int(s.n), CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT);
+          },
+          copies, o.iterations, o.batches, stream);
+      for (cuda::GemmBackend backend : {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS}) {
+        if (backend == cuda::GemmBackend::FUSED && m > cuda::FUSED_MAX_M) continue;
+        bool ok = true;
+        const double t = time_launches(
+            [&](int c) {
+              const cuda::DeviceNvfp4Weight dw{packed[c], scales[c], s.n, s.k, q->scale};
+              ok &= cuda::linear_nvfp4_w4a16(x, m, dw, y, backend, ctx).is_ok();
+            },
+            copies, o.iterations, o.batches, stream);
+        BENCH_CUDA(cudaStreamSynchronize(stream));
+        if (!ok) {
+          std::fprintf(stderr, "nibble bench kernels: %s M=%lld failed\n", s.name, static_cast<long long>(m));
+          return 1;
+        }
+        const double bytes = nvfp4_bytes + io_bytes;
+        const double pct = 100.0 * floor_of(double(nvfp4_bytes)) / t;
+        std::printf("%-12s %6lld %-15s %10.2f %9.0f %9.1f %7.0f%% %12.2f %8.2fx\n", s.name, static_cast<long long>(m),
+                    cuda::gemm_backend_name(backend), t * 1e6, bytes / t / 1e9, flops / t / 1e12, pct, t_cublas * 1e6,
+                    t_cublas / t);
+        rows.push_back({{"op", std::string("linear_nvfp4_w4a16.") + s.name}, {"m", m}, {"n", s.n}, {"k", s.k},
+                        {"backend", cuda::gemm_backend_name(backend)}, {"time_us", t * 1e6},
+                        {"gb_s", bytes / t / 1e9}, {"tflops", flops / t / 1e12}, {"pct_floor", pct},
+                        {"cublas_bf16_us", t_cublas * 1e6}});
+      }
+    }
+    for (int c = 0; c < copies; ++c) cudaFree(packed[c]), cudaFree(scales[c]), cudaFree(bf16[c]);
+    cudaFree(x), cudaFree(y), cudaFree(workspace);
+  }
+  cublasDestroy(cublas);
+  if (!o.json_out.empty()) std::ofstream(o.json_out) << rows.dump(1) << "\n";
+  return 0;
+}
+
+#else
+
+int run_bench_kernels(const BenchKernelsOptions&) {
+  std::fprintf(stderr, "nibble bench kernels: this nibble was built without CUDA\n");
+  return 1;
+}
+
+#endif
+
+}  // namespace nibble::tools

@@ -1,0 +1,20 @@
+// `nibble bench kernels`: times the CUDA ops on Qwen3-30B-A3B shapes against their floor
+// (DESIGN.md §6: max(bytes / HBM bandwidth, FLOPs / BF16 peak)) and cuBLAS BF16 on the same shape.
+#pragma once
+
+#include <string>
+
+namespace nibble::tools {
+
+struct BenchKernelsOptions {
+  std::string m_values = "1,8,16,128,1024,8192";
+  double hbm_tb_s = 4.0;        // measured copy bandwidth of an H200 (DESIGN.md §6)
+  double bf16_tflops = 800.0;   // measured cuBLAS BF16 peak
+  int iterations = 20;          // launches per timed batch
+  int batches = 15;             // timed batches; the median is reported
+  std::string json_out;         // also write the rows as JSON
+};
+
+int run_bench_kernels(const BenchKernelsOptions& options);
+
+}  // namespace nibble::tools
