@@ -1,5 +1,5 @@
 """torch BF16 baseline for `nibble bench kernels`: torch.matmul on the same dense shapes and M,
-timed the same way (CUDA events over batches of launches, weights rotated beyond L2, median).
+timed the same way (CUDA events over a CUDA graph of launches, weights rotated beyond L2, median).
 Run on the device machine beside `nibble bench kernels` (scripts/device_kernels.sh)."""
 import argparse
 import statistics
@@ -11,15 +11,22 @@ SHAPES = [("q_proj", 4096, 2048), ("k_proj", 512, 2048), ("o_proj", 2048, 4096),
 
 
 def time_launches(launch, copies, iterations=20, batches=15):
-    for c in range(copies):
-        launch(c)
+    """Median seconds per launch; the launches of a batch run as one CUDA graph (as nibble times them)."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for c in range(copies):
+            launch(c)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(iterations):
+            launch(i % copies)
+    graph.replay()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    results, i = [], 0
+    results = []
     for _ in range(batches):
         start.record()
-        for _ in range(iterations):
-            launch(i % copies)
-            i += 1
+        graph.replay()
         stop.record()
         stop.synchronize()
         results.append(start.elapsed_time(stop) * 1e-3 / iterations)

@@ -1,6 +1,7 @@
-// Dense NVFP4 W4A16 kernels. FUSED: one warp per output row; each lane reads 16 bytes of codes (32
-// weights, two blocks) per step, decodes byte → two floats through a 256-entry shared table, and
-// keeps up to 8 rows of x in fp32 accumulators; a warp reduction writes y. DEQUANT_CUBLAS: an
+// Dense NVFP4 W4A16 kernels. FUSED: each warp owns two output rows; each lane loads all its
+// 16-byte pieces of codes (32 weights, two blocks each) up front, decodes byte → two floats through a
+// 256-entry shared table, and multiplies with up to 8 rows of x staged in shared memory (fp32
+// accumulators); a warp reduction writes y. DEQUANT_CUBLAS: an
 // elementwise dequantize to BF16, then cublasGemmEx with alpha = weight_scale_2.
 #include "cuda/linear_nvfp4.cuh"
 
@@ -8,13 +9,18 @@
 #include <cuda_fp8.h>
 
 #include "cuda/check.cuh"
+#include "cuda/quantize_nvfp4.cuh"
 
 namespace nibble::cuda {
 namespace {
 
 constexpr int WARPS_PER_BLOCK = 4;
+constexpr int ROWS_PER_WARP = 2;    // output rows per warp: more weight loads in flight per lane
+constexpr int ROWS_PER_BLOCK = WARPS_PER_BLOCK * ROWS_PER_WARP;
 constexpr int CODES_PER_LANE = 32;  // one 16-byte load
-constexpr int M_TILE = 8;           // rows of x per kernel launch (grid.y covers the rest)
+constexpr int CODES_PER_STEP = 32 * CODES_PER_LANE;
+constexpr int M_TILE = 8;           // rows of x per block (grid.y covers the rest)
+constexpr int PAIR_TABLE_BYTES = 256 * sizeof(float2);
 
 __device__ __forceinline__ float e2m1_value(int code) {
   // E2M1 (1 sign, 2 exponent, 1 mantissa bits, bias 1): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives.
@@ -30,61 +36,118 @@ __device__ __forceinline__ float e4m3_value(uint8_t bits) {
 
 __device__ __forceinline__ float bf16_value(uint16_t bits) { return __uint_as_float(uint32_t(bits) << 16); }
 
-template <int MT>
+// STEPS = ceil(K / 1024): every weight load of a lane is issued before any is used, so a warp keeps
+// STEPS × ROWS_PER_WARP 16-byte loads per lane in flight (what a memory-bound GEMV needs). x rows
+// are staged once per block in shared memory (BF16), after the byte → value-pair table.
+template <int MT, int STEPS>
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
     gemv_nvfp4_kernel(const uint16_t* __restrict__ x, int M, int K, const uint8_t* __restrict__ packed,
-                      const uint8_t* __restrict__ scales, int N, float alpha, float* __restrict__ y) {
-  __shared__ float2 pair_value[256];  // byte → (low-nibble value, high-nibble value)
+                      const uint8_t* __restrict__ scales, int N, float alpha, const float* __restrict__ row_scales,
+                      float* __restrict__ y) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  float2* pair_value = reinterpret_cast<float2*>(smem);  // byte → (low-nibble value, high-nibble value)
+  uint16_t* xs = reinterpret_cast<uint16_t*>(smem + PAIR_TABLE_BYTES);
   for (int i = threadIdx.x; i < 256; i += blockDim.x) pair_value[i] = make_float2(e2m1_value(i & 15), e2m1_value(i >> 4));
-  __syncthreads();
-  const int lane = threadIdx.x & 31;
-  const int n = blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
-  if (n >= N) return;
   const int m0 = blockIdx.y * MT;
   const int rows = min(MT, M - m0);
-  float acc[MT];
+  const int x_words = rows * K / 8;  // uint4 = 8 BF16
+  for (int i = threadIdx.x; i < x_words; i += blockDim.x)
+    reinterpret_cast<uint4*>(xs)[i] = __ldg(reinterpret_cast<const uint4*>(x + size_t(m0) * K) + i);
+  __syncthreads();
+
+  const int lane = threadIdx.x & 31;
+  const int n0 = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5) * ROWS_PER_WARP;
+  uint4 codes[ROWS_PER_WARP][STEPS];
+  uint16_t scale_bits[ROWS_PER_WARP][STEPS];
 #pragma unroll
-  for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
-  const uint8_t* w_row = packed + size_t(n) * (K / 2);
-  const uint8_t* s_row = scales + size_t(n) * (K / 16);
-  for (int k0 = lane * CODES_PER_LANE; k0 < K; k0 += 32 * CODES_PER_LANE) {
-    const uint4 codes = __ldg(reinterpret_cast<const uint4*>(w_row + k0 / 2));
-    const float scale[2] = {e4m3_value(s_row[k0 / 16]), e4m3_value(s_row[k0 / 16 + 1])};
-    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
-    float w[CODES_PER_LANE];
+  for (int r = 0; r < ROWS_PER_WARP; ++r)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const float2 v = pair_value[(words[j] >> (8 * b)) & 0xFF];
-        w[8 * j + 2 * b] = v.x;
-        w[8 * j + 2 * b + 1] = v.y;
+    for (int s = 0; s < STEPS; ++s) {
+      const int k0 = s * CODES_PER_STEP + lane * CODES_PER_LANE;
+      const int n = n0 + r;
+      if (n < N && k0 < K) {
+        codes[r][s] = __ldg(reinterpret_cast<const uint4*>(packed + size_t(n) * (K / 2) + k0 / 2));
+        scale_bits[r][s] = __ldg(reinterpret_cast<const uint16_t*>(scales + size_t(n) * (K / 16) + k0 / 16));
       }
+    }
+  float acc[ROWS_PER_WARP][MT];
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      if (m >= rows) break;
-      const uint4* xr = reinterpret_cast<const uint4*>(x + size_t(m0 + m) * K + k0);
-      float part[2] = {0.0f, 0.0f};
+  for (int r = 0; r < ROWS_PER_WARP; ++r)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const uint4 xv = __ldg(xr + q);
-        const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
+    for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
 #pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          const int i = 8 * q + 2 * t;
-          part[i / 16] += w[i] * bf16_value(uint16_t(xw[t] & 0xFFFF)) + w[i + 1] * bf16_value(uint16_t(xw[t] >> 16));
+  for (int s = 0; s < STEPS; ++s) {
+    const int k0 = s * CODES_PER_STEP + lane * CODES_PER_LANE;
+    if (k0 >= K) break;
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; ++r) {
+      const uint32_t words[4] = {codes[r][s].x, codes[r][s].y, codes[r][s].z, codes[r][s].w};
+      float w[CODES_PER_LANE];
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          const float2 v = pair_value[(words[j] >> (8 * b)) & 0xFF];
+          w[8 * j + 2 * b] = v.x;
+          w[8 * j + 2 * b + 1] = v.y;
         }
+      const float scale0 = e4m3_value(uint8_t(scale_bits[r][s] & 0xFF));
+      const float scale1 = e4m3_value(uint8_t(scale_bits[r][s] >> 8));
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (m >= rows) break;
+        const uint4* xr = reinterpret_cast<const uint4*>(xs + m * K + k0);
+        float part[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const uint4 xv = xr[q];
+          const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+          for (int t = 0; t < 4; ++t) {
+            const int i = 8 * q + 2 * t;
+            part[i / 16] += w[i] * bf16_value(uint16_t(xw[t] & 0xFFFF)) + w[i + 1] * bf16_value(uint16_t(xw[t] >> 16));
+          }
+        }
+        acc[r][m] += part[0] * scale0 + part[1] * scale1;
       }
-      acc[m] += part[0] * scale[0] + part[1] * scale[1];
     }
   }
 #pragma unroll
-  for (int m = 0; m < MT; ++m) {
-    float v = acc[m];
+  for (int r = 0; r < ROWS_PER_WARP; ++r)
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
-    if (lane == 0 && m < rows) y[size_t(m0 + m) * N + n] = v * alpha;
-  }
+    for (int m = 0; m < MT; ++m) {
+      float v = acc[r][m];
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+      if (lane == 0 && m < rows && n0 + r < N)
+        y[size_t(m0 + m) * N + n0 + r] = v * (row_scales ? alpha * row_scales[m0 + m] : alpha);
+    }
+}
+
+template <int MT, int STEPS>
+Status launch_gemv(const uint16_t* x, int M, int K, const DeviceNvfp4Weight& w, const float* row_scales, float* y,
+                   cudaStream_t stream) {
+  const size_t smem = PAIR_TABLE_BYTES + size_t(MT) * K * sizeof(uint16_t);
+  auto kernel = gemv_nvfp4_kernel<MT, STEPS>;
+  if (smem > 48 * 1024)
+    NIB_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                                    "linear_nvfp4 (fused): shared memory"));
+  const int N = int(w.rows);
+  const dim3 grid(unsigned((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK), unsigned((M + MT - 1) / MT));
+  kernel<<<grid, WARPS_PER_BLOCK * 32, smem, stream>>>(x, M, K, w.packed, w.block_scales, N, w.weight_scale_2,
+                                                       row_scales, y);
+  return cuda_status(cudaGetLastError(), "linear_nvfp4 (fused) launch");
+}
+
+template <int MT>
+Status launch_gemv_for_k(const uint16_t* x, int M, int K, const DeviceNvfp4Weight& w, const float* row_scales,
+                         float* y, cudaStream_t stream) {
+  const int steps = (K + CODES_PER_STEP - 1) / CODES_PER_STEP;
+  if (steps <= 1) return launch_gemv<MT, 1>(x, M, K, w, row_scales, y, stream);
+  if (steps <= 2) return launch_gemv<MT, 2>(x, M, K, w, row_scales, y, stream);
+  if (steps <= 4) return launch_gemv<MT, 4>(x, M, K, w, row_scales, y, stream);
+  if (steps <= 8) return launch_gemv<MT, 8>(x, M, K, w, row_scales, y, stream);
+  return Status::error("linear_nvfp4 (fused): in_features " + std::to_string(K) + " > 8192; use dequant-cublas");
 }
 
 // Each thread: 4 bytes of codes (8 weights of one block half) → 8 BF16 values.
@@ -104,6 +167,12 @@ __global__ void dequantize_kernel(const uint8_t* __restrict__ packed, const uint
     result[b] = uint32_t(__bfloat16_as_ushort(lo)) | uint32_t(__bfloat16_as_ushort(hi)) << 16;
   }
   reinterpret_cast<uint4*>(out)[i] = make_uint4(result[0], result[1], result[2], result[3]);
+}
+
+// y[m, :] *= row_scales[m] (the W4A4 epilogue after cuBLAS).
+__global__ void scale_rows_kernel(float* __restrict__ y, int64_t N, int64_t total, const float* __restrict__ row_scales) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < total) y[i] *= row_scales[i / N];
 }
 
 Status check_weight(const DeviceNvfp4Weight& w) {
@@ -147,7 +216,7 @@ Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStre
 }
 
 Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, float* y, GemmBackend backend,
-                          const GemmContext& ctx) {
+                          const GemmContext& ctx, const float* row_scales) {
   NIB_RETURN_IF_ERROR(check_weight(w));
   if (M <= 0 || M > INT32_MAX) return Status::error("linear_nvfp4: M must be in [1, 2^31)");
   if (!x || !y) return Status::error("linear_nvfp4: null activation or output");
@@ -156,14 +225,9 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
   if (backend == GemmBackend::FUSED) {
     if (reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(w.packed) % 16)
       return Status::error("linear_nvfp4 (fused): x and the packed weight must be 16-byte aligned");
-    const dim3 grid(unsigned((N + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK), unsigned((M + M_TILE - 1) / M_TILE));
-    if (M == 1)
-      gemv_nvfp4_kernel<1><<<grid, WARPS_PER_BLOCK * 32, 0, ctx.stream>>>(x, int(M), K, w.packed, w.block_scales, N,
-                                                                            w.weight_scale_2, y);
-    else
-      gemv_nvfp4_kernel<M_TILE><<<grid, WARPS_PER_BLOCK * 32, 0, ctx.stream>>>(x, int(M), K, w.packed,
-                                                                                 w.block_scales, N, w.weight_scale_2, y);
-    return cuda_status(cudaGetLastError(), "linear_nvfp4 (fused) launch");
+    if (M == 1) return launch_gemv_for_k<1>(x, int(M), K, w, row_scales, y, ctx.stream);
+    if (M <= 4) return launch_gemv_for_k<4>(x, int(M), K, w, row_scales, y, ctx.stream);
+    return launch_gemv_for_k<M_TILE>(x, int(M), K, w, row_scales, y, ctx.stream);
   }
   if (!ctx.cublas) return Status::error("linear_nvfp4 (dequant-cublas): no cuBLAS handle");
   if (ctx.workspace_elements < size_t(w.rows * w.cols))
@@ -177,7 +241,23 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
     s = cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, int(M), K, &alpha, ctx.workspace, CUDA_R_16BF, K, x,
                      CUDA_R_16BF, K, &beta, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS) return Status::error(std::string("linear_nvfp4 (dequant-cublas): cuBLAS ") + cublas_error(s));
-  return Status::ok();
+  if (!row_scales) return Status::ok();
+  const int64_t total = M * w.rows;
+  scale_rows_kernel<<<unsigned((total + 255) / 256), 256, 0, ctx.stream>>>(y, w.rows, total, row_scales);
+  return cuda_status(cudaGetLastError(), "linear_nvfp4 row scales launch");
+}
+
+Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, formats::ActQuant mode,
+                    float input_scale, float* y, GemmBackend backend, const GemmContext& ctx) {
+  if (mode == formats::ActQuant::NONE) return linear_nvfp4_w4a16(x, M, w, y, backend, ctx);
+  if (mode == formats::ActQuant::STATIC && !(input_scale > 0.0f))
+    return Status::error("linear_nvfp4 (static): input_scale must be > 0");
+  if (!ctx.act_workspace || !ctx.row_scales || ctx.act_workspace_elements < size_t(M * w.cols))
+    return Status::error("linear_nvfp4 (W4A4): needs an activation workspace of " + std::to_string(M * w.cols) +
+                         " BF16 values and " + std::to_string(M) + " row scales");
+  NIB_RETURN_IF_ERROR(quantize_dequantize_activation_bf16(x, M, w.cols, mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
+                                                          ctx.act_workspace, ctx.row_scales, ctx.stream));
+  return linear_nvfp4_w4a16(ctx.act_workspace, M, w, y, backend, ctx, ctx.row_scales);
 }
 
 }  // namespace nibble::cuda

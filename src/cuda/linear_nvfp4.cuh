@@ -1,6 +1,7 @@
-// Dense NVFP4 linear on Hopper, W4A16: y[M, N] = weight_scale_2 · (x[M, K] · Ŵ[N, K]ᵀ), x in BF16,
-// Ŵ = e2m1 · e4m3 (exact in BF16), fp32 accumulation and output. Twin of ref::linear_nvfp4 (mode
-// NONE). Two backends: FUSED (a warp per output row decodes the FP4 codes in registers: the small-M,
+// Dense NVFP4 linear on Hopper: y[M, N] = row_scale · weight_scale_2 · (a[M, K] · Ŵ[N, K]ᵀ), with
+// Ŵ = e2m1 · e4m3 (exact in BF16), fp32 accumulation and output. W4A16 (mode NONE): a = x (BF16),
+// row_scale 1. W4A4 (STATIC, PER_TOKEN): a = x̂, the Blackwell-quantized x dequantized to BF16
+// (exact), row_scale = input_scale or the token scale. Twin of ref::linear_nvfp4. Two backends: FUSED (a warp per output row decodes the FP4 codes in registers: the small-M,
 // memory-bound case) and DEQUANT_CUBLAS (weights dequantized to a BF16 workspace, then cuBLAS; any
 // M, and the in-house baseline). Weights stay in the checkpoint's layout.
 #pragma once
@@ -11,6 +12,7 @@
 #include <cstdint>
 
 #include "core/status.h"
+#include "formats/nvfp4.h"
 
 namespace nibble::cuda {
 
@@ -31,6 +33,9 @@ struct GemmContext {
   cublasHandle_t cublas = nullptr;    // needed by DEQUANT_CUBLAS
   uint16_t* workspace = nullptr;      // BF16 [rows · cols] for DEQUANT_CUBLAS
   size_t workspace_elements = 0;
+  uint16_t* act_workspace = nullptr;  // BF16 [M · K] for the W4A4 modes (x̂)
+  float* row_scales = nullptr;        // [M] for the W4A4 modes
+  size_t act_workspace_elements = 0;
 };
 
 // The largest M the fused kernel serves under AUTO (above it, DEQUANT_CUBLAS).
@@ -40,7 +45,13 @@ inline constexpr int64_t FUSED_MAX_M = 16;
 Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStream_t stream);
 
 // x: [M, K] BF16 (device), y: [M, N] fp32 (device). Shape or alignment problems are errors.
+// row_scales (optional, device [M]) multiply each output row (the W4A4 epilogue).
 Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, float* y, GemmBackend backend,
-                          const GemmContext& ctx);
+                          const GemmContext& ctx, const float* row_scales = nullptr);
+
+// Any activation mode: NONE is linear_nvfp4_w4a16; STATIC (input_scale > 0) and PER_TOKEN quantize
+// x into ctx.act_workspace / ctx.row_scales first.
+Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, formats::ActQuant mode,
+                    float input_scale, float* y, GemmBackend backend, const GemmContext& ctx);
 
 }  // namespace nibble::cuda

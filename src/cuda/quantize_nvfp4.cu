@@ -56,7 +56,53 @@ __global__ void quantize_activation_nvfp4_kernel(const float* __restrict__ x, in
   }
 }
 
+// The W4A4 modes on Hopper: the same quantization, then x̂ = e2m1 · e4m3 (unscaled by G; exact in
+// BF16) written as BF16 for the BF16 tensor cores, and the row's scale (token scale, or input_scale).
+__global__ void quantize_dequantize_kernel(const uint16_t* __restrict__ x, int64_t cols, float input_scale,
+                                           uint16_t* __restrict__ x_hat, float* __restrict__ row_scales) {
+  const int64_t row = blockIdx.x;
+  const uint16_t* x_row = x + row * cols;
+  auto value = [](uint16_t bits) { return __uint_as_float(uint32_t(bits) << 16); };
+  float global, scale;
+  if (input_scale > 0.0f) {
+    scale = input_scale;
+    global = 1.0f / input_scale;
+  } else {
+    float amax = 0.0f;
+    for (int64_t c = threadIdx.x; c < cols; c += THREADS) amax = fmaxf(amax, fabsf(value(x_row[c])));
+    amax = block_reduce_max(amax);
+    scale = formats::per_token_scale(amax);
+    global = formats::per_token_global(scale);
+  }
+  if (threadIdx.x == 0) row_scales[row] = scale;
+  const int64_t n_blocks = cols / formats::NVFP4_BLOCK;
+  for (int64_t b = threadIdx.x; b < n_blocks; b += THREADS) {
+    float values[formats::NVFP4_BLOCK];
+    for (int i = 0; i < formats::NVFP4_BLOCK; ++i) values[i] = value(x_row[b * formats::NVFP4_BLOCK + i]);
+    uint8_t codes[formats::NVFP4_BLOCK];
+    const uint8_t sf = formats::quantize_activation_block(values, global, codes, ApproxReciprocal());
+    const float block_scale = formats::e4m3_decode(sf);
+    for (int i = 0; i < formats::NVFP4_BLOCK; ++i) {
+      const float v = formats::e2m1_decode(codes[i]) * block_scale;  // ≤ 6 significant bits: exact in BF16
+      x_hat[row * cols + b * formats::NVFP4_BLOCK + i] = uint16_t(__float_as_uint(v) >> 16);
+    }
+  }
+}
+
 }  // namespace
+
+Status quantize_dequantize_activation_bf16(const uint16_t* x, int64_t rows, int64_t cols, float input_scale,
+                                           uint16_t* x_hat, float* row_scales, cudaStream_t stream) {
+  if (cols <= 0 || cols % formats::NVFP4_BLOCK != 0)
+    return Status::error("quantize_dequantize_activation_bf16: cols = " + std::to_string(cols) +
+                         " is not a positive multiple of 16");
+  if (input_scale < 0.0f || !(input_scale == input_scale))
+    return Status::error("quantize_dequantize_activation_bf16: input_scale must be > 0 (static) or 0 (per-token)");
+  if (rows == 0) return Status::ok();
+  quantize_dequantize_kernel<<<static_cast<unsigned>(rows), THREADS, 0, stream>>>(x, cols, input_scale, x_hat,
+                                                                                   row_scales);
+  return cuda_status(cudaGetLastError(), "quantize_dequantize_activation_bf16 launch");
+}
 
 Status quantize_activation_nvfp4(const float* x, int64_t rows, int64_t cols, float input_scale,
                                  uint8_t* packed, uint8_t* block_scales, float* row_scales,

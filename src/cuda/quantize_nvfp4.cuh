@@ -18,4 +18,11 @@ Status quantize_activation_nvfp4(const float* x, int64_t rows, int64_t cols, flo
                                  uint8_t* packed, uint8_t* block_scales, float* row_scales,
                                  cudaStream_t stream);
 
+// The fused "quantize, then dequantize to BF16" form the W4A4 modes use on Hopper: x [rows, cols]
+// BF16 → x̂ = e2m1 · e4m3 as BF16 (exact, unscaled by the global scale) and row_scales[rows] (the
+// token scale in per-token mode, input_scale in static mode), so y = row_scale · weight_scale_2 ·
+// (x̂ · Ŵ). Twin of what ref::linear_nvfp4 does to its input in the STATIC and PER_TOKEN modes.
+Status quantize_dequantize_activation_bf16(const uint16_t* x, int64_t rows, int64_t cols, float input_scale,
+                                           uint16_t* x_hat, float* row_scales, cudaStream_t stream);
+
 }  // namespace nibble::cuda

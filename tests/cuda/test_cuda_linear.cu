@@ -1,8 +1,12 @@
-// cuda::linear_nvfp4_w4a16 (both backends) against ref::linear_nvfp4 (mode NONE) on Qwen3-30B-A3B
-// shapes (q/k/v/o 2048↔4096/512, expert gate/up 768×2048, down 2048×768) and odd M (1, 3, 17, 255,
-// 4099), with fresh seeded weights quantized as ModelOpt does and BF16 activations; prints max and
-// mean relative error. Tolerance 1e-4 of max|y|: both sides multiply the same exact values (BF16 x,
-// Ŵ = e2m1·e4m3) and differ only in fp32 summation order over K ≤ 4096 terms (~sqrt(K)·2⁻²⁴ ≈ 4e-6).
+// cuda::linear_nvfp4 (both backends, all three activation modes) against ref::linear_nvfp4 on
+// Qwen3-30B-A3B shapes (q/k/v/o 2048↔4096/512, expert gate/up 768×2048, down 2048×768) and odd M
+// (1, 3, 17, 255, 4099), with fresh seeded weights quantized as ModelOpt does and BF16 activations;
+// prints max and mean relative error (to max|y|). Tolerance 1e-4: both sides multiply the same
+// exact values (BF16 x or x̂, Ŵ = e2m1·e4m3) and differ only in fp32 summation order over K ≤ 4096
+// terms (~sqrt(K)·2⁻²⁴ ≈ 4e-6). In the W4A4 modes the GPU quantizes x with rcp.approx as Blackwell
+// does and the CPU with exact division, so a code at a rounding boundary may differ (one E2M1 step,
+// which near the top of a block with an outlier moves y by ~1%): the x̂ the GPU used is checked
+// against the CPU's (row scales equal, differing codes rare) and the GEMM is checked on the GPU's x̂.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +16,8 @@
 #include "cuda/linear_nvfp4.cuh"
 #include "cuda_test_util.cuh"
 #include "formats/bf16.h"
+#include "formats/e4m3.h"
+#include "nvfp4_boundaries.h"
 #include "formats/nvfp4.h"
 #include "ref/ops.h"
 #include "test_seed.h"
@@ -49,24 +55,69 @@ Problem make_problem(int64_t m, const Shape& s, uint64_t seed) {
   return p;
 }
 
-void check(int64_t m, const Shape& s, cuda::GemmBackend backend, uint64_t seed) {
+const char* mode_name(formats::ActQuant mode) {
+  return mode == formats::ActQuant::NONE ? "w4a16" : mode == formats::ActQuant::STATIC ? "static" : "per-token";
+}
+
+void check(int64_t m, const Shape& s, cuda::GemmBackend backend, uint64_t seed,
+           formats::ActQuant mode = formats::ActQuant::NONE) {
   const Problem p = make_problem(m, s, seed);
   const formats::Nvfp4WeightView view{p.w.packed.data(), p.w.block_scales.data(), s.n, s.k, p.w.scale};
+  float amax = 0.0f;  // a calibrated static input_scale: amax / (6 · 448)
+  for (float v : p.x) amax = std::max(amax, std::fabs(v));
+  const float input_scale = amax / 2688.0f;
   std::vector<float> expected(static_cast<size_t>(m * s.n));
-  ASSERT_TRUE(ref::linear_nvfp4(p.x.data(), m, view, formats::ActQuant::NONE, 0.0f, expected.data()).is_ok());
 
   test::DeviceBuffer<uint16_t> d_x(p.x_bf16), d_workspace(static_cast<size_t>(s.n * s.k));
   test::DeviceBuffer<uint8_t> d_packed(p.w.packed), d_scales(p.w.block_scales);
-  test::DeviceBuffer<float> d_y(expected.size());
+  test::DeviceBuffer<float> d_y(expected.size()), d_row_scales(static_cast<size_t>(m));
+  test::DeviceBuffer<uint16_t> d_x_hat(p.x_bf16.size());
   cublasHandle_t handle;
   ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
   const cuda::DeviceNvfp4Weight w{d_packed.get(), d_scales.get(), s.n, s.k, p.w.scale};
-  const cuda::GemmContext ctx{nullptr, handle, d_workspace.get(), static_cast<size_t>(s.n * s.k)};
-  const Status status = cuda::linear_nvfp4_w4a16(d_x.get(), m, w, d_y.get(), backend, ctx);
+  const cuda::GemmContext ctx{nullptr, handle, d_workspace.get(), static_cast<size_t>(s.n * s.k),
+                              d_x_hat.get(), d_row_scales.get(), p.x_bf16.size()};
+  const Status status = cuda::linear_nvfp4(d_x.get(), m, w, mode, input_scale, d_y.get(), backend, ctx);
   ASSERT_TRUE(status.is_ok()) << status.message();
   NIB_CUDA_CHECK(cudaDeviceSynchronize());
   cublasDestroy(handle);
   const std::vector<float> got = d_y.to_host();
+  if (mode == formats::ActQuant::NONE) {
+    ASSERT_TRUE(ref::linear_nvfp4(p.x.data(), m, view, mode, input_scale, expected.data()).is_ok());
+  } else {
+    // The quantization: the GPU's x̂ and row scales against the CPU quantizer's.
+    const std::vector<uint16_t> x_hat_bits = d_x_hat.to_host();
+    const std::vector<float> row_scales = d_row_scales.to_host();
+    auto q = mode == formats::ActQuant::STATIC ? formats::quantize_activation_static(p.x, m, s.k, input_scale, "x")
+                                               : formats::quantize_activation_per_token(p.x, m, s.k, "x");
+    ASSERT_TRUE(q.is_ok());
+    const formats::Nvfp4WeightView qv{q->packed.data(), q->block_scales.data(), m, s.k, 1.0f};
+    std::vector<float> x_hat(p.x.size()), cpu_row(static_cast<size_t>(s.k));
+    // Every difference must sit at a rounding boundary: x · out_scale (exact) within a few ulps of
+    // an E2M1 midpoint. BF16 inputs land exactly on midpoints far more often than fp32 ones.
+    size_t differing = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      EXPECT_EQ(row_scales[r], q->row_scale(r)) << "row " << r;
+      formats::decode_row_unscaled(qv, r, cpu_row.data());
+      const float global = 1.0f / row_scales[r];
+      for (int64_t c = 0; c < s.k; ++c) {
+        x_hat[r * s.k + c] = formats::bf16_decode(x_hat_bits[r * s.k + c]);
+        if (x_hat[r * s.k + c] == cpu_row[c]) continue;
+        ++differing;
+        const float block_scale = formats::e4m3_decode(q->block_scales[r * (s.k / 16) + c / 16]);
+        const float out_scale = 1.0f / (block_scale * (1.0f / global));
+        ASSERT_TRUE(test::near_e2m1_midpoint(std::fabs(p.x[r * s.k + c] * out_scale)))
+            << "x̂ differs away from a rounding boundary at row " << r << " col " << c;
+      }
+    }
+    std::printf("  x̂: %zu of %zu codes differ from the exact-division quantizer, all at rounding boundaries\n",
+                differing, p.x.size());
+    EXPECT_LE(differing, 16 + p.x.size() / 200) << "boundary differences should stay rare";
+    // The GEMM on the GPU's x̂: row_scale · (x̂ · Ŵ) · weight_scale_2.
+    ASSERT_TRUE(ref::linear_nvfp4(x_hat.data(), m, view, formats::ActQuant::NONE, 0.0f, expected.data()).is_ok());
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t n = 0; n < s.n; ++n) expected[r * s.n + n] *= row_scales[r];
+  }
 
   double max_ref = 0, max_err = 0, sum_err = 0;
   for (float v : expected) max_ref = std::max(max_ref, double(std::fabs(v)));
@@ -76,9 +127,9 @@ void check(int64_t m, const Shape& s, cuda::GemmBackend backend, uint64_t seed) 
     sum_err += err;
   }
   const double max_rel = max_err / max_ref, mean_rel = sum_err / got.size() / max_ref;
-  std::printf("linear_nvfp4 %-15s %-8s M=%-5lld N=%-5lld K=%-5lld max rel err %.2e mean %.2e\n",
-              cuda::gemm_backend_name(backend), s.what, static_cast<long long>(m), static_cast<long long>(s.n),
-              static_cast<long long>(s.k), max_rel, mean_rel);
+  std::printf("linear_nvfp4 %-9s %-15s %-8s M=%-5lld N=%-5lld K=%-5lld max rel err %.2e mean %.2e\n",
+              mode_name(mode), cuda::gemm_backend_name(backend), s.what, static_cast<long long>(m),
+              static_cast<long long>(s.n), static_cast<long long>(s.k), max_rel, mean_rel);
   EXPECT_LT(max_rel, 1e-4) << s.what << " M=" << m;
 }
 
@@ -100,6 +151,17 @@ TEST(CudaLinearNvfp4, DequantCublasMatchesReferenceOnModelShapes) {
     for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::DEQUANT_CUBLAS, seed + m);
   check(4099, SHAPES[4], cuda::GemmBackend::DEQUANT_CUBLAS, seed);
   check(4099, SHAPES[4], cuda::GemmBackend::AUTO, seed + 1);
+}
+
+TEST(CudaLinearNvfp4, W4A4ModesMatchReference) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaLinearNvfp4.W4A4");
+  for (formats::ActQuant mode : {formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN})
+    for (cuda::GemmBackend backend : {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS})
+      for (int64_t m : {1, 3, 16})
+        for (const Shape& s : SHAPES) check(m, s, backend, seed + m, mode);
+  check(255, SHAPES[0], cuda::GemmBackend::AUTO, seed, formats::ActQuant::PER_TOKEN);
+  check(4099, SHAPES[4], cuda::GemmBackend::AUTO, seed, formats::ActQuant::STATIC);
 }
 
 TEST(CudaLinearNvfp4, BadShapesAreErrors) {

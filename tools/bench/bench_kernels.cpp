@@ -1,6 +1,6 @@
-// Kernel benchmark: for each shape and M, the median over batches of back-to-back launches timed
-// with CUDA events, after a warm-up, with weights rotated over copies that together exceed twice
-// the 60 MB L2 (so every launch reads HBM, as in a model).
+// Kernel benchmark: for each shape and M, the median over batches of a CUDA graph of back-to-back
+// launches timed with CUDA events, after a warm-up, with weights rotated over copies that together
+// exceed twice the 60 MB L2 (so every launch reads HBM, as in a model).
 #include "tools/bench/bench_kernels.h"
 
 #include <algorithm>
@@ -41,24 +41,34 @@ constexpr Shape SHAPES[] = {{"q_proj", 4096, 2048}, {"k_proj", 512, 2048}, {"o_p
     }                                                                                       \
   } while (0)
 
-// Median seconds per launch of `launch(copy)`.
+// Median seconds per launch of `launch(copy)`. The launches of a batch are captured once into a
+// CUDA graph (as the engine will run them), so the time is the GPU's, not the CPU's launch rate.
 template <class F>
 double time_launches(F&& launch, int copies, int iterations, int batches, cudaStream_t stream) {
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  for (int i = 0; i < copies; ++i) launch(i);  // warm-up: every copy once
+  for (int i = 0; i < copies; ++i) launch(i);  // warm-up: every copy once (and lazy module loading)
+  cudaStreamSynchronize(stream);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  for (int i = 0; i < iterations; ++i) launch(i % copies);
+  cudaStreamEndCapture(stream, &graph);
+  cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphLaunch(exec, stream);  // warm-up of the graph
   std::vector<double> per_launch;
-  int next = 0;
   for (int b = 0; b < batches; ++b) {
     cudaEventRecord(start, stream);
-    for (int i = 0; i < iterations; ++i) launch(next++ % copies);
+    cudaGraphLaunch(exec, stream);
     cudaEventRecord(stop, stream);
     cudaEventSynchronize(stop);
     float ms = 0;
     cudaEventElapsedTime(&ms, start, stop);
     per_launch.push_back(ms * 1e-3 / iterations);
   }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   std::sort(per_launch.begin(), per_launch.end());
