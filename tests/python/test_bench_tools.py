@@ -14,7 +14,9 @@ import pytest
 import requests
 
 TTFT_S, ITL_S, FAIL_EVERY = 0.120, 0.040, 5  # mock: first token after 120 ms, then one per 40 ms; every 5th request fails
-JITTER_S = 0.030  # scheduling and loopback delays on a loaded 2-core CI machine stay well under this
+# Scheduling and loopback delays: the mock runs in a Python thread beside pytest on a 2-core CI
+# machine, so medians can land tens of ms late (never early: the script's sleeps are lower bounds).
+JITTER_S = 0.100
 
 
 class MockServer:
@@ -140,8 +142,9 @@ def test_bench_serve_against_a_scripted_server(build_dir, tmp_path, seed):
     assert result["total_token_throughput"] == pytest.approx((n - failed) * (in_len + out_len) / duration, rel=1e-12)
     # The timings are the script's, within jitter.
     assert TTFT_S * 1000 <= result["median_ttft_ms"] <= (TTFT_S + JITTER_S) * 1000
-    assert ITL_S * 1000 - 5 <= result["median_itl_ms"] <= (ITL_S + JITTER_S) * 1000
-    assert ITL_S * 1000 - 5 <= result["median_tpot_ms"] <= (ITL_S + JITTER_S) * 1000
+    # A late chunk shortens the gap after it, so ITL may dip below the script a little.
+    assert ITL_S * 1000 - 20 <= result["median_itl_ms"] <= (ITL_S + JITTER_S) * 1000
+    assert ITL_S * 1000 - 20 <= result["median_tpot_ms"] <= (ITL_S + JITTER_S) * 1000
     expected_e2e = TTFT_S + (out_len - 1) * ITL_S
     assert expected_e2e * 1000 <= result["median_e2el_ms"] <= (expected_e2e + 2 * JITTER_S) * 1000
     assert result["max_concurrent_requests"] <= 8
