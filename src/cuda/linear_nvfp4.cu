@@ -47,16 +47,9 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
   extern __shared__ __align__(16) uint8_t smem[];
   float2* pair_value = reinterpret_cast<float2*>(smem);  // byte → (low-nibble value, high-nibble value)
   uint16_t* xs = reinterpret_cast<uint16_t*>(smem + PAIR_TABLE_BYTES);
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) pair_value[i] = make_float2(e2m1_value(i & 15), e2m1_value(i >> 4));
-  const int m0 = blockIdx.y * MT;
-  const int rows = min(MT, M - m0);
-  const int x_words = rows * K / 8;  // uint4 = 8 BF16
-  for (int i = threadIdx.x; i < x_words; i += blockDim.x)
-    reinterpret_cast<uint4*>(xs)[i] = __ldg(reinterpret_cast<const uint4*>(x + size_t(m0) * K) + i);
-  __syncthreads();
-
   const int lane = threadIdx.x & 31;
   const int n0 = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5) * ROWS_PER_WARP;
+  // The weight loads go out first, so their latency overlaps the table fill and the x staging.
   uint4 codes[ROWS_PER_WARP][STEPS];
   uint16_t scale_bits[ROWS_PER_WARP][STEPS];
 #pragma unroll
@@ -70,6 +63,14 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
         scale_bits[r][s] = __ldg(reinterpret_cast<const uint16_t*>(scales + size_t(n) * (K / 16) + k0 / 16));
       }
     }
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) pair_value[i] = make_float2(e2m1_value(i & 15), e2m1_value(i >> 4));
+  const int m0 = blockIdx.y * MT;
+  const int rows = min(MT, M - m0);
+  const int x_words = rows * K / 8;  // uint4 = 8 BF16
+  for (int i = threadIdx.x; i < x_words; i += blockDim.x)
+    reinterpret_cast<uint4*>(xs)[i] = __ldg(reinterpret_cast<const uint4*>(x + size_t(m0) * K) + i);
+  __syncthreads();
+  if (n0 >= N) return;
   float acc[ROWS_PER_WARP][MT];
 #pragma unroll
   for (int r = 0; r < ROWS_PER_WARP; ++r)

@@ -95,7 +95,7 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
   cublasSetStream(cublas, stream);
   std::printf("device: %s, floor = max(bytes / %.1f TB/s, FLOPs / %.0f TFLOP/s)\n", prop.name, o.hbm_tb_s,
               o.bf16_tflops);
-  std::printf("%-12s %6s %-15s %10s %9s %9s %8s %12s %8s\n", "op", "M", "backend", "time(us)", "GB/s", "TFLOP/s",
+  std::printf("%-12s %6s %-30s %10s %9s %9s %8s %12s %8s\n", "op", "M", "backend/mode", "time(us)", "GB/s", "TFLOP/s",
               "%floor", "cuBLAS(us)", "vs cuBLAS");
   nlohmann::json rows = nlohmann::json::array();
   std::mt19937_64 rng(0);
@@ -121,13 +121,16 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
       const cuda::DeviceNvfp4Weight dw{packed[c], scales[c], s.n, s.k, q->scale};
       if (!cuda::dequantize_nvfp4_bf16(dw, bf16[c], stream)) return 1;
     }
-    uint16_t *x = nullptr, *workspace = nullptr;
-    float* y = nullptr;
+    uint16_t *x = nullptr, *workspace = nullptr, *x_hat = nullptr;
+    float *y = nullptr, *row_scales = nullptr;
+    BENCH_CUDA(cudaMalloc(&x_hat, static_cast<size_t>(max_m * s.k * 2)));
+    BENCH_CUDA(cudaMalloc(&row_scales, static_cast<size_t>(max_m * 4)));
     BENCH_CUDA(cudaMalloc(&x, static_cast<size_t>(max_m * s.k * 2)));
     BENCH_CUDA(cudaMemset(x, 0x3c, static_cast<size_t>(max_m * s.k * 2)));  // BF16 ≈ 0.0117, never zero
     BENCH_CUDA(cudaMalloc(&y, static_cast<size_t>(max_m * s.n * 4)));
     BENCH_CUDA(cudaMalloc(&workspace, bf16_bytes));
-    const cuda::GemmContext ctx{stream, cublas, workspace, static_cast<size_t>(s.n * s.k)};
+    const cuda::GemmContext ctx{stream, cublas, workspace, static_cast<size_t>(s.n * s.k),
+                                x_hat, row_scales, static_cast<size_t>(max_m * s.k)};
     for (int64_t m : ms) {
       const double flops = 2.0 * m * s.n * s.k;
       const double io_bytes = m * s.k * 2.0 + m * s.n * 4.0;
@@ -143,13 +146,16 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
                          CUBLAS_GEMM_DEFAULT);
           },
           copies, o.iterations, o.batches, stream);
+      for (const auto& [mode, mode_name] : {std::pair{formats::ActQuant::NONE, "w4a16"},
+                                            std::pair{formats::ActQuant::STATIC, "w4a4-static"},
+                                            std::pair{formats::ActQuant::PER_TOKEN, "w4a4-per-token"}})
       for (cuda::GemmBackend backend : {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS}) {
         if (backend == cuda::GemmBackend::FUSED && m > cuda::FUSED_MAX_M) continue;
         bool ok = true;
         const double t = time_launches(
             [&](int c) {
               const cuda::DeviceNvfp4Weight dw{packed[c], scales[c], s.n, s.k, q->scale};
-              ok &= cuda::linear_nvfp4_w4a16(x, m, dw, y, backend, ctx).is_ok();
+              ok &= cuda::linear_nvfp4(x, m, dw, mode, 0.01f, y, backend, ctx).is_ok();
             },
             copies, o.iterations, o.batches, stream);
         BENCH_CUDA(cudaStreamSynchronize(stream));
@@ -159,17 +165,18 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
         }
         const double bytes = nvfp4_bytes + io_bytes;
         const double pct = 100.0 * floor_of(double(nvfp4_bytes)) / t;
-        std::printf("%-12s %6lld %-15s %10.2f %9.0f %9.1f %7.0f%% %12.2f %8.2fx\n", s.name, static_cast<long long>(m),
-                    cuda::gemm_backend_name(backend), t * 1e6, bytes / t / 1e9, flops / t / 1e12, pct, t_cublas * 1e6,
+        const std::string label = std::string(cuda::gemm_backend_name(backend)) + "/" + mode_name;
+        std::printf("%-12s %6lld %-30s %10.2f %9.0f %9.1f %7.0f%% %12.2f %8.2fx\n", s.name, static_cast<long long>(m),
+                    label.c_str(), t * 1e6, bytes / t / 1e9, flops / t / 1e12, pct, t_cublas * 1e6,
                     t_cublas / t);
         rows.push_back({{"op", std::string("linear_nvfp4_w4a16.") + s.name}, {"m", m}, {"n", s.n}, {"k", s.k},
-                        {"backend", cuda::gemm_backend_name(backend)}, {"time_us", t * 1e6},
+                        {"backend", cuda::gemm_backend_name(backend)}, {"mode", mode_name}, {"time_us", t * 1e6},
                         {"gb_s", bytes / t / 1e9}, {"tflops", flops / t / 1e12}, {"pct_floor", pct},
                         {"cublas_bf16_us", t_cublas * 1e6}});
       }
     }
     for (int c = 0; c < copies; ++c) cudaFree(packed[c]), cudaFree(scales[c]), cudaFree(bf16[c]);
-    cudaFree(x), cudaFree(y), cudaFree(workspace);
+    cudaFree(x), cudaFree(y), cudaFree(workspace), cudaFree(x_hat), cudaFree(row_scales);
   }
   cublasDestroy(cublas);
   if (!o.json_out.empty()) std::ofstream(o.json_out) << rows.dump(1) << "\n";
