@@ -87,7 +87,9 @@ void GenerationJob::start(std::vector<engine::GenerationRequest> requests) {
       return;
     }
   }
-  if (options_.stream) responder_->start_stream(200);
+  // Headers (for a stream) only once every request is accepted, so a refused one can still get a
+  // 400; outputs that arrive before that wait in early_.
+  boost::asio::post(strand_, [self = shared_from_this()] { self->begin(); });
 }
 
 void GenerationJob::abort() {
@@ -137,8 +139,20 @@ json GenerationJob::usage_json() const {
 
 void GenerationJob::send_event(const json& event) { responder_->send_chunk("data: " + dump(event) + "\n\n"); }
 
+void GenerationJob::begin() {
+  if (done_) return;
+  begun_ = true;
+  if (options_.stream) responder_->start_stream(200);
+  std::vector<std::pair<size_t, engine::RequestOutput>> early = std::move(early_);
+  for (auto& [prompt, out] : early) on_output(prompt, std::move(out));
+}
+
 void GenerationJob::on_output(size_t prompt, engine::RequestOutput&& out) {
   if (done_) return;
+  if (!begun_) {  // the engine answered before begin() ran: keep the order, send after the headers
+    early_.emplace_back(prompt, std::move(out));
+    return;
+  }
   if (!out.error.empty() && error_.empty()) error_ = out.error;
   // Token counts come per engine request; keep each prompt's latest and sum at the end.
   prompt_counts_[prompt] = {out.prompt_tokens, out.completion_tokens, out.cached_tokens};

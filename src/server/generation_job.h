@@ -43,6 +43,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
 
  private:
   struct Choice;
+  void begin();
   void on_output(size_t prompt, engine::RequestOutput&& out);
   void stream_choice(Choice& c, engine::ChoiceDelta& d, bool finished);
   void finish();
@@ -64,6 +65,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   int64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
   std::string error_;
   bool done_ = false;
+  bool begun_ = false;  // begin() ran: headers sent (stream), outputs flow
+  std::vector<std::pair<size_t, engine::RequestOutput>> early_;
   std::chrono::steady_clock::time_point started_;
 };
 

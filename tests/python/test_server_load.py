@@ -118,6 +118,16 @@ def test_2000_open_streaming_connections(server, seed):
     assert requests.get(server.url + "/health").status_code == 200
 
 
+def wait_running(server, timeout=30) -> None:
+    """Until a request is in the running batch (a fixed sleep is not enough on a loaded machine)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if server.metrics()["nibble:num_requests_running"] >= 1:
+            return
+        time.sleep(0.02)
+    raise AssertionError("no request started running")
+
+
 def wait_idle(server, timeout=30) -> dict:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -250,7 +260,7 @@ def test_weight_swap_under_traffic_loses_nothing(build_dir, tiny_models, tmp_pat
         t = threading.Thread(target=lambda: events.extend(asyncio.run(sse_request(
             s.port, "/v1/completions", {"prompt": probe, "max_tokens": 30000, "stream": True, "ignore_eos": True}))))
         t.start()
-        time.sleep(0.5)
+        wait_running(s)
         swap = requests.post(s.url + "/update_weights_from_disk", json={"model_path": str(tiny_models["a"]),
                                                                         "abort_all_requests": True})
         t.join(30)
@@ -267,7 +277,7 @@ def test_sigterm_ends_streams_with_abort_and_exits(build_dir, tiny_models, tmp_p
     t = threading.Thread(target=lambda: events.extend(asyncio.run(sse_request(
         s.port, "/v1/completions", {"prompt": "hi", "max_tokens": 30000, "stream": True, "ignore_eos": True}))))
     t.start()
-    time.sleep(0.5)
+    wait_running(s)
     start = time.time()
     s.process.send_signal(signal.SIGTERM)
     assert s.process.wait(20) == 0
