@@ -1,0 +1,33 @@
+// The MoE router on the GPU: logits = x · Wᵣᵀ (BF16 inputs, fp32 cuBLAS GEMM), then per token an
+// fp32 softmax, top-k (descending, lower expert first on ties, as torch.topk) and, with
+// norm_topk_prob, renormalization over the k chosen. Twin of ref::route.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace nibble::cuda {
+
+struct RouterArgs {
+  const uint16_t* x = nullptr;       // [tokens, hidden] BF16
+  const uint16_t* router = nullptr;  // [experts, hidden] BF16
+  int64_t tokens = 0, hidden = 0, experts = 0, top_k = 0;
+  bool norm_topk_prob = true;
+  float* logits = nullptr;           // workspace [tokens, experts] fp32
+  int32_t* expert_ids = nullptr;     // [tokens, top_k]
+  float* weights = nullptr;          // [tokens, top_k]
+};
+
+// Softmax + top-k + renormalize over logits already computed (one warp per token; experts ≤ 256,
+// top_k ≤ 32).
+Status route_topk(const float* logits, int64_t tokens, int64_t experts, int64_t top_k, bool norm_topk_prob,
+                  int32_t* expert_ids, float* weights, cudaStream_t stream);
+
+// The whole router: the logits GEMM on `cublas`, then route_topk.
+Status route(const RouterArgs& args, cublasHandle_t cublas, cudaStream_t stream);
+
+}  // namespace nibble::cuda

@@ -1,0 +1,91 @@
+// cuda::route (router GEMM + softmax/top-k/renormalize) against ref::route on Qwen3-30B-A3B's router
+// (E = 128, k = 8, H = 2048) and the tiny model's (E = 8, k = 2), T = 1, 3, 17, 255, 4099, and with
+// every token identical (all tokens on the same experts). The two logit GEMMs sum 2048 fp32 products
+// in different orders, so logits differ by up to ~1e-5 and the renormalized weights (0.05–0.5) by a
+// few 1e-6: weights must agree within 2e-5 absolute, and expert ids must match except where the
+// two candidates' weights are within that tolerance (a near-tie may break either way).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cuda/moe_router.cuh"
+#include "cuda_test_util.cuh"
+#include "formats/bf16.h"
+#include "ref/moe.h"
+#include "test_seed.h"
+
+using namespace nibble;
+
+namespace {
+
+void check(int64_t tokens, int64_t experts, int64_t top_k, int64_t hidden, bool identical_tokens, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> router(static_cast<size_t>(experts * hidden)), x_bits(static_cast<size_t>(tokens * hidden));
+  for (int64_t e = 0; e < experts; ++e) {
+    const float row_scale = 0.02f * std::exp(0.5f * normal(rng));  // uneven routing, as synth makes it
+    for (int64_t h = 0; h < hidden; ++h) router[e * hidden + h] = formats::bf16_encode(row_scale * normal(rng));
+  }
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < hidden; ++h)
+      x_bits[t * hidden + h] = identical_tokens && t > 0 ? x_bits[h] : formats::bf16_encode(normal(rng));
+  std::vector<float> x(x_bits.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = formats::bf16_decode(x_bits[i]);
+
+  ref::MoeWeights w;
+  w.router = router.data();
+  w.n_experts = experts;
+  w.top_k = top_k;
+  w.hidden = hidden;
+  std::vector<int32_t> want_ids(static_cast<size_t>(tokens * top_k));
+  std::vector<float> want_w(want_ids.size());
+  ref::route(x.data(), tokens, w, want_ids.data(), want_w.data());
+
+  test::DeviceBuffer<uint16_t> d_x(x_bits), d_router(router);
+  test::DeviceBuffer<float> d_logits(static_cast<size_t>(tokens * experts)), d_w(want_w.size());
+  test::DeviceBuffer<int32_t> d_ids(want_ids.size());
+  cublasHandle_t handle;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  const cuda::RouterArgs args{d_x.get(), d_router.get(), tokens, hidden, experts, top_k, true,
+                              d_logits.get(), d_ids.get(), d_w.get()};
+  const Status s = cuda::route(args, handle, nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  NIB_CUDA_CHECK(cudaDeviceSynchronize());
+  cublasDestroy(handle);
+  const auto got_ids = d_ids.to_host();
+  const auto got_w = d_w.to_host();
+  int64_t near_ties = 0;
+  double max_w_err = 0;
+  for (size_t i = 0; i < got_ids.size(); ++i) {
+    max_w_err = std::max(max_w_err, double(std::fabs(got_w[i] - want_w[i])));
+    if (got_ids[i] == want_ids[i]) continue;
+    ++near_ties;
+    EXPECT_LT(std::fabs(got_w[i] - want_w[i]), 2e-5) << "token " << i / top_k << " slot " << i % top_k
+                                                     << ": expert " << got_ids[i] << " vs " << want_ids[i];
+  }
+  std::printf("route E=%lld k=%lld T=%lld%s: %lld near-tie swaps, max weight err %.2e\n", static_cast<long long>(experts),
+              static_cast<long long>(top_k), static_cast<long long>(tokens), identical_tokens ? " (identical)" : "",
+              static_cast<long long>(near_ties), max_w_err);
+  EXPECT_LT(max_w_err, 2e-5);
+  if (identical_tokens)
+    for (int64_t t = 1; t < tokens; ++t)
+      for (int64_t k = 0; k < top_k; ++k) EXPECT_EQ(got_ids[t * top_k + k], got_ids[k]);
+}
+
+TEST(CudaRouter, MatchesReference) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaRouter.MatchesReference");
+  for (int64_t t : {1, 3, 17, 255, 4099}) check(t, 128, 8, 2048, false, seed + t);
+  check(255, 8, 2, 32, false, seed);
+  check(64, 128, 8, 2048, true, seed);
+}
+
+TEST(CudaRouter, BadArgumentsAreErrors) {
+  NIB_SKIP_WITHOUT_GPU();
+  EXPECT_FALSE(cuda::route_topk(nullptr, 4, 512, 8, true, nullptr, nullptr, nullptr).is_ok());
+  EXPECT_FALSE(cuda::route_topk(nullptr, 4, 8, 9, true, nullptr, nullptr, nullptr).is_ok());
+}
+
+}  // namespace
