@@ -32,11 +32,6 @@ struct GenerateOptions {
   bool ignore_eos = false;
 };
 
-formats::ActQuant parse_mode(const std::string& m) {
-  return m == "static" ? formats::ActQuant::STATIC : m == "per-token" ? formats::ActQuant::PER_TOKEN
-                                                                      : formats::ActQuant::NONE;
-}
-
 int run_generate(const GenerateOptions& o) {
   auto fail = [](const std::string& message) {
     std::fprintf(stderr, "nibble generate: %s\n", message.c_str());
@@ -57,7 +52,9 @@ int run_generate(const GenerateOptions& o) {
   Result<std::unique_ptr<io::LoadedCheckpoint>> loaded = io::load_checkpoint(o.model_dir);
   if (!loaded) return fail(loaded.status().message());
   std::shared_ptr<const io::LoadedCheckpoint> checkpoint = std::move(loaded.value());
-  models::ModelOptions options{parse_mode(o.act_quant_moe), parse_mode(o.act_quant_dense), {}};
+  // CLI11 has checked both names.
+  models::ModelOptions options{formats::parse_act_quant(o.act_quant_moe).value(),
+                               formats::parse_act_quant(o.act_quant_dense).value(), {}};
   Result<std::unique_ptr<models::Model>> model = models::create_model(checkpoint, options);
   if (!model) return fail(model.status().message());
   const io::ModelConfig& config = (*model)->config();

@@ -11,10 +11,10 @@ namespace nibble::tools {
 namespace {
 
 constexpr int LANES = 8;
-constexpr int FRAC_BITS = 20;  // 32 random bits: 12 pick the bin, 20 interpolate
+constexpr int FRAC_BITS = 32 - FastRandom::TABLE_BITS;  // 32 random bits: 12 pick the bin, 20 interpolate
 constexpr float FRAC_SCALE = 1.0f / (1u << FRAC_BITS);
 
-void fill_portable(uint64_t (&s)[4][LANES], const float* q, float* out, size_t n) {
+void fill_portable(uint64_t (&s)[4][LANES], float* out, size_t n) {
   for (size_t base = 0; base < n; base += 2 * LANES) {
     uint32_t bits[2 * LANES];
     for (int l = 0; l < LANES; ++l) {
@@ -30,11 +30,7 @@ void fill_portable(uint64_t (&s)[4][LANES], const float* q, float* out, size_t n
       bits[l] = static_cast<uint32_t>(r);
       bits[l + LANES] = static_cast<uint32_t>(r >> 32);
     }
-    for (int i = 0; i < 2 * LANES; ++i) {
-      const uint32_t index = bits[i] >> FRAC_BITS;
-      const float frac = static_cast<float>(static_cast<int32_t>(bits[i] & ((1u << FRAC_BITS) - 1))) * FRAC_SCALE;
-      out[base + i] = q[index] + frac * (q[index + 1] - q[index]);
-    }
+    for (int i = 0; i < 2 * LANES; ++i) out[base + i] = FastRandom::from_bits(bits[i]);
   }
 }
 
@@ -87,7 +83,7 @@ void FastRandom::fill_normals(float* out, size_t n) {
   static const bool avx2 = __builtin_cpu_supports("avx2") && !std::getenv("NIBBLE_NO_AVX2");
   if (!lanes_seeded_) seed_lanes();
   if (avx2) fill_avx2(lane_, quantiles(), out, n);
-  else fill_portable(lane_, quantiles(), out, n);
+  else fill_portable(lane_, out, n);
 }
 
 }  // namespace nibble::tools

@@ -34,14 +34,20 @@ class FastRandom {
   }
   // Uniform in (0, 1].
   float uniform() { return static_cast<float>((next() >> 40) + 1) * (1.0f / 16777216.0f); }
-  // n normals (n a multiple of 16) from 8 xoshiro256** streams run side by side, one 64-bit draw
-  // per lane giving two normals: loops over the 8 lanes on local arrays, so a build for AVX2
-  // vectorizes the generator and the table lookups (gathers). Lanes are seeded from this generator.
   // n normals (n a multiple of 16) from 8 xoshiro256** streams run side by side (seeded from this
   // generator on first use), one 64-bit draw per lane giving two normals; AVX2 where the CPU has it.
   void fill_normals(float* out, size_t n);  // fast_random.cpp
   // The largest magnitude normal() and fill_normals() return (the table's end: about 3.5σ).
   static float max_abs_normal() { return quantiles()[N]; }
+  // 32 random bits → a normal: 12 bits pick the quantile bin, 20 bits interpolate inside it. The
+  // AVX2 generator (fast_random.cpp) computes the same thing with gathers.
+  static constexpr int TABLE_BITS = 12;
+  static float from_bits(uint32_t bits) {
+    const uint32_t index = bits >> (32 - TABLE_BITS);
+    const float frac = static_cast<float>(bits & ((1u << (32 - TABLE_BITS)) - 1)) * (1.0f / (1u << (32 - TABLE_BITS)));
+    const float* q = quantiles();
+    return q[index] + frac * (q[index + 1] - q[index]);
+  }
   float normal() {
     if (has_spare_) {
       has_spare_ = false;
@@ -61,16 +67,7 @@ class FastRandom {
     lanes_seeded_ = true;
   }
 
-  static constexpr int TABLE_BITS = 12;
   static constexpr int N = 1 << TABLE_BITS;
-
-  // 32 random bits → a normal: 12 bits pick the quantile bin, 20 bits interpolate inside it.
-  static float from_bits(uint32_t bits) {
-    const uint32_t index = bits >> (32 - TABLE_BITS);
-    const float frac = static_cast<float>(bits & ((1u << (32 - TABLE_BITS)) - 1)) * (1.0f / (1u << (32 - TABLE_BITS)));
-    const float* q = quantiles();
-    return q[index] + frac * (q[index + 1] - q[index]);
-  }
 
   // quantiles()[i] = Φ⁻¹(i / N) for i in 1..N-1, with the two ends set to Φ⁻¹(0.5 / N) and its
   // negative so every bin is finite. Computed once by bisection on std::erfc.

@@ -6,10 +6,12 @@
 #include "cuda/linear_nvfp4.cuh"
 
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 
 #include "cuda/check.cuh"
 #include "cuda/quantize_nvfp4.cuh"
+#include "formats/bf16.h"
+#include "formats/e2m1.h"
+#include "formats/e4m3.h"
 
 namespace nibble::cuda {
 namespace {
@@ -21,20 +23,6 @@ constexpr int CODES_PER_LANE = 32;  // one 16-byte load
 constexpr int CODES_PER_STEP = 32 * CODES_PER_LANE;
 constexpr int M_TILE = 8;           // rows of x per block (grid.y covers the rest)
 constexpr int PAIR_TABLE_BYTES = 256 * sizeof(float2);
-
-__device__ __forceinline__ float e2m1_value(int code) {
-  // E2M1 (1 sign, 2 exponent, 1 mantissa bits, bias 1): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives.
-  const int magnitude = code & 7, exponent = magnitude >> 1, mantissa = magnitude & 1;
-  const float v = exponent == 0 ? 0.5f * mantissa : (1.0f + 0.5f * mantissa) * float(1 << (exponent - 1));
-  return code & 8 ? -v : v;
-}
-
-__device__ __forceinline__ float e4m3_value(uint8_t bits) {
-  const __half_raw h = __nv_cvt_fp8_to_halfraw(bits, __NV_E4M3);
-  return __half2float(__half(h));
-}
-
-__device__ __forceinline__ float bf16_value(uint16_t bits) { return __uint_as_float(uint32_t(bits) << 16); }
 
 // STEPS = ceil(K / 1024): every weight load of a lane is issued before any is used, so a warp keeps
 // STEPS × ROWS_PER_WARP 16-byte loads per lane in flight (what a memory-bound GEMV needs). x rows
@@ -63,7 +51,8 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
         scale_bits[r][s] = __ldg(reinterpret_cast<const uint16_t*>(scales + size_t(n) * (K / 16) + k0 / 16));
       }
     }
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) pair_value[i] = make_float2(e2m1_value(i & 15), e2m1_value(i >> 4));
+  for (int i = threadIdx.x; i < 256; i += blockDim.x)
+    pair_value[i] = make_float2(formats::e2m1_decode(i & 15), formats::e2m1_decode(i >> 4));
   const int m0 = blockIdx.y * MT;
   const int rows = min(MT, M - m0);
   const int x_words = rows * K / 8;  // uint4 = 8 BF16
@@ -92,8 +81,8 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
           w[8 * j + 2 * b] = v.x;
           w[8 * j + 2 * b + 1] = v.y;
         }
-      const float scale0 = e4m3_value(uint8_t(scale_bits[r][s] & 0xFF));
-      const float scale1 = e4m3_value(uint8_t(scale_bits[r][s] >> 8));
+      const float scale0 = formats::e4m3_decode(uint8_t(scale_bits[r][s] & 0xFF));
+      const float scale1 = formats::e4m3_decode(uint8_t(scale_bits[r][s] >> 8));
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         if (m >= rows) break;
@@ -106,7 +95,8 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
 #pragma unroll
           for (int t = 0; t < 4; ++t) {
             const int i = 8 * q + 2 * t;
-            part[i / 16] += w[i] * bf16_value(uint16_t(xw[t] & 0xFFFF)) + w[i + 1] * bf16_value(uint16_t(xw[t] >> 16));
+            part[i / 16] += w[i] * formats::bf16_decode(uint16_t(xw[t] & 0xFFFF)) +
+                            w[i + 1] * formats::bf16_decode(uint16_t(xw[t] >> 16));
           }
         }
         acc[r][m] += part[0] * scale0 + part[1] * scale1;
@@ -154,17 +144,20 @@ Status launch_gemv_for_k(const uint16_t* x, int M, int K, const DeviceNvfp4Weigh
 // Each thread: 4 bytes of codes (8 weights of one block half) → 8 BF16 values.
 __global__ void dequantize_kernel(const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scales,
                                   int64_t n_words, uint16_t* __restrict__ out) {
+  __shared__ float code_value[16];  // formats::e2m1_decode once per block, not a local-memory table per lookup
+  if (threadIdx.x < 16) code_value[threadIdx.x] = formats::e2m1_decode(uint8_t(threadIdx.x));
+  __syncthreads();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_words) return;
   const uint32_t word = __ldg(reinterpret_cast<const uint32_t*>(packed) + i);
-  const float scale = e4m3_value(scales[i / 2]);  // 8 weights per word, 16 per block
+  const float scale = formats::e4m3_decode(scales[i / 2]);  // 8 weights per word, 16 per block
   uint32_t result[4];
 #pragma unroll
   for (int b = 0; b < 4; ++b) {
     const uint32_t byte = (word >> (8 * b)) & 0xFF;
     // e2m1 · e4m3 has at most 6 significant bits: exact in BF16 (the rounding below never rounds).
-    const __nv_bfloat16 lo = __float2bfloat16_rn(e2m1_value(byte & 15) * scale);
-    const __nv_bfloat16 hi = __float2bfloat16_rn(e2m1_value(byte >> 4) * scale);
+    const __nv_bfloat16 lo = __float2bfloat16_rn(code_value[byte & 15] * scale);
+    const __nv_bfloat16 hi = __float2bfloat16_rn(code_value[byte >> 4] * scale);
     result[b] = uint32_t(__bfloat16_as_ushort(lo)) | uint32_t(__bfloat16_as_ushort(hi)) << 16;
   }
   reinterpret_cast<uint4*>(out)[i] = make_uint4(result[0], result[1], result[2], result[3]);

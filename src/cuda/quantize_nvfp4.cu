@@ -3,6 +3,7 @@
 // cvt_warp_fp16_to_fp4 computes it on Blackwell.
 #include "cuda/check.cuh"
 #include "cuda/quantize_nvfp4.cuh"
+#include "formats/bf16.h"
 #include "formats/nvfp4_block.h"
 
 namespace nibble::cuda {
@@ -62,14 +63,14 @@ __global__ void quantize_dequantize_kernel(const uint16_t* __restrict__ x, int64
                                            uint16_t* __restrict__ x_hat, float* __restrict__ row_scales) {
   const int64_t row = blockIdx.x;
   const uint16_t* x_row = x + row * cols;
-  auto value = [](uint16_t bits) { return __uint_as_float(uint32_t(bits) << 16); };
   float global, scale;
   if (input_scale > 0.0f) {
     scale = input_scale;
     global = 1.0f / input_scale;
   } else {
     float amax = 0.0f;
-    for (int64_t c = threadIdx.x; c < cols; c += THREADS) amax = fmaxf(amax, fabsf(value(x_row[c])));
+    for (int64_t c = threadIdx.x; c < cols; c += THREADS)
+      amax = fmaxf(amax, fabsf(formats::bf16_decode(x_row[c])));
     amax = block_reduce_max(amax);
     scale = formats::per_token_scale(amax);
     global = formats::per_token_global(scale);
@@ -83,8 +84,8 @@ __global__ void quantize_dequantize_kernel(const uint16_t* __restrict__ x, int64
     const uint32_t* words = reinterpret_cast<const uint32_t*>(halves);
     float values[formats::NVFP4_BLOCK];
     for (int i = 0; i < formats::NVFP4_BLOCK / 2; ++i) {
-      values[2 * i] = value(uint16_t(words[i] & 0xFFFF));
-      values[2 * i + 1] = value(uint16_t(words[i] >> 16));
+      values[2 * i] = formats::bf16_decode(uint16_t(words[i] & 0xFFFF));
+      values[2 * i + 1] = formats::bf16_decode(uint16_t(words[i] >> 16));
     }
     uint8_t codes[formats::NVFP4_BLOCK];
     const uint8_t sf = formats::quantize_activation_block(values, global, codes, ApproxReciprocal());

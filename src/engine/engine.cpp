@@ -127,11 +127,13 @@ void Engine::abort(const std::string& request_id) {
 }
 
 void Engine::abort_all() {
-  post([this] {
-    std::vector<RequestState*> all;
-    for (auto& [id, r] : requests_) all.push_back(r.get());
-    for (RequestState* r : all) finish_request(*r, FinishReason::ABORT, "");
-  });
+  post([this] { abort_every_request(); });
+}
+
+void Engine::abort_every_request() {
+  std::vector<RequestState*> all;  // finish_request erases from requests_
+  for (auto& [id, r] : requests_) all.push_back(r.get());
+  for (RequestState* r : all) finish_request(*r, FinishReason::ABORT, "");
 }
 
 void Engine::update_weights(WeightUpdate update, std::function<void(WeightUpdateResult)> done) {
@@ -141,11 +143,7 @@ void Engine::update_weights(WeightUpdate update, std::function<void(WeightUpdate
       pending->done({false, "another weight update is in progress", 0});
       return;
     }
-    if (pending->update.abort_all_requests) {
-      std::vector<RequestState*> all;
-      for (auto& [id, r] : requests_) all.push_back(r.get());
-      for (RequestState* r : all) finish_request(*r, FinishReason::ABORT, "");
-    }
+    if (pending->update.abort_all_requests) abort_every_request();
     pending_update_ = std::make_unique<PendingUpdate>(std::move(*pending));
     try_weight_update();
   });
@@ -227,9 +225,7 @@ void Engine::loop() {
     rest.swap(commands_);
   }
   for (Command& command : rest) command();
-  std::vector<RequestState*> all;
-  for (auto& [id, r] : requests_) all.push_back(r.get());
-  for (RequestState* r : all) finish_request(*r, FinishReason::ABORT, "");
+  abort_every_request();
   if (pending_update_) pending_update_->done({false, "the server is shutting down", 0});
   pending_update_.reset();
 }

@@ -90,6 +90,7 @@ class Engine {
   void accept_token(SeqState& s, sampling::SampledToken&& token, Clock::time_point now);
   void finish_sequence(SeqState& s, FinishReason reason);
   void finish_request(RequestState& r, FinishReason reason, const std::string& error);
+  void abort_every_request();
   void emit(RequestState& r, Clock::time_point now);
   void try_weight_update();
   void publish_gauges();

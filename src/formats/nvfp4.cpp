@@ -72,6 +72,13 @@ __attribute__((target_clones("avx2", "default"))) bool quantize_weight_rows(cons
 
 }  // namespace
 
+std::optional<ActQuant> parse_act_quant(std::string_view name) {
+  if (name == "none") return ActQuant::NONE;
+  if (name == "static") return ActQuant::STATIC;
+  if (name == "per-token") return ActQuant::PER_TOKEN;
+  return std::nullopt;
+}
+
 uint8_t Nvfp4Matrix::code(int64_t r, int64_t c) const {
   return e2m1_unpack(packed[r * (cols / 2) + c / 2], static_cast<int>(c % 2));
 }

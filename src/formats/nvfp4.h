@@ -44,6 +44,8 @@ void decode_row_unscaled(const Nvfp4WeightView& w, int64_t r, float* out);
 
 // How activations entering a quantized linear are treated (DESIGN.md §2).
 enum class ActQuant { NONE, STATIC, PER_TOKEN };
+// From the command-line name: "none", "static", "per-token"; nullopt for anything else.
+std::optional<ActQuant> parse_act_quant(std::string_view name);
 
 // Checks that x is [rows, cols] with cols a multiple of 16 and every value finite; the error names
 // the tensor and the first bad position.

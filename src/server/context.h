@@ -69,6 +69,13 @@ std::string prometheus_text(ServingContext& ctx);
 
 // Parses a JSON object body; a bad body answers 400 and returns false.
 bool parse_body(const HttpRequest& request, const Responder& responder, json& out);
+// The loaded model, or null after answering 503 while it loads.
+std::shared_ptr<LoadedModel> ready_model(ServingContext& ctx, const Responder& responder);
+// The model's chat template applied to body["messages"] (with body["tools"] when with_tools, and
+// body["chat_template_kwargs"]), then tokenized as vLLM does (no added special tokens). A template
+// error or a model without a template is an ApiError on "messages".
+Result<std::vector<int32_t>> render_chat_prompt(const LoadedModel& model, const json& body, bool add_generation_prompt,
+                                                bool with_tools, bool add_special_tokens, ApiError& error);
 void respond_json(const Responder& responder, int status, const json& body);
 void respond_error(const Responder& responder, const ApiError& error);
 

@@ -38,6 +38,11 @@ void append(ChatDelta& into, ChatDelta&& d) {
   for (auto& call : d.tool_calls) into.tool_calls.push_back(std::move(call));
 }
 
+// vLLM's stop_reason: the stop string or stop token that ended the choice, else null.
+json stop_reason(const std::string& stop_string, int32_t stop_token) {
+  return !stop_string.empty() ? json(stop_string) : stop_token >= 0 ? json(stop_token) : json(nullptr);
+}
+
 double clamp_logprob(float lp) { return std::isfinite(lp) ? lp : -9999.0; }  // JSON has no -inf (vLLM clamps too)
 
 }  // namespace
@@ -135,6 +140,14 @@ json GenerationJob::usage_json() const {
           {"completion_tokens", completion_tokens_},
           {"total_tokens", prompt_tokens_ + completion_tokens_},
           {"prompt_tokens_details", {{"cached_tokens", cached_tokens_}}}};
+}
+
+json GenerationJob::chunk(json choices) const {
+  return {{"id", options_.id},
+          {"object", options_.kind == ApiKind::CHAT ? "chat.completion.chunk" : "text_completion"},
+          {"created", options_.created},
+          {"model", options_.model},
+          {"choices", std::move(choices)}};
 }
 
 void GenerationJob::send_event(const json& event) { responder_->send_chunk("data: " + dump(event) + "\n\n"); }
@@ -267,14 +280,8 @@ void GenerationJob::stream_choice(Choice& c, engine::ChoiceDelta& d, bool finish
   choice["logprobs"] = std::move(lp);
   choice["finish_reason"] = finished ? json(finish_name(c.finish, c.parser && c.parser->tool_call_count() > 0))
                                      : json(nullptr);
-  if (finished)
-    choice["stop_reason"] = !c.stop_string.empty() ? json(c.stop_string) : c.stop_token >= 0 ? json(c.stop_token)
-                                                                                               : json(nullptr);
-  json event = {{"id", options_.id},
-                {"object", options_.kind == ApiKind::CHAT ? "chat.completion.chunk" : "text_completion"},
-                {"created", options_.created},
-                {"model", options_.model},
-                {"choices", json::array({std::move(choice)})}};
+  if (finished) choice["stop_reason"] = stop_reason(c.stop_string, c.stop_token);
+  json event = chunk(json::array({std::move(choice)}));
   if (options_.continuous_usage) event["usage"] = usage_json();
   send_event(event);
 }
@@ -284,13 +291,11 @@ void GenerationJob::finish() {
   ctx_.unregister_job(options_.id);
   if (options_.stream) {
     if (!error_.empty()) send_event(json::parse(error_body({500, error_, ""})));
-    if (options_.include_usage && options_.kind != ApiKind::GENERATE)
-      send_event({{"id", options_.id},
-                  {"object", options_.kind == ApiKind::CHAT ? "chat.completion.chunk" : "text_completion"},
-                  {"created", options_.created},
-                  {"model", options_.model},
-                  {"choices", json::array()},
-                  {"usage", usage_json()}});
+    if (options_.include_usage && options_.kind != ApiKind::GENERATE) {
+      json event = chunk(json::array());
+      event["usage"] = usage_json();
+      send_event(event);
+    }
     responder_->send_chunk("data: [DONE]\n\n");
     responder_->end_stream();
     return;
@@ -317,8 +322,7 @@ void GenerationJob::finish() {
     }
     choice["logprobs"] = options_.logprobs >= 0 ? logprobs_json(c.logprobs, c.text_offset) : json(nullptr);
     choice["finish_reason"] = finish_name(c.finish, tools);
-    choice["stop_reason"] = !c.stop_string.empty() ? json(c.stop_string) : c.stop_token >= 0 ? json(c.stop_token)
-                                                                                              : json(nullptr);
+    choice["stop_reason"] = stop_reason(c.stop_string, c.stop_token);
     choices.push_back(std::move(choice));
   }
   respond_json(responder_, 200,

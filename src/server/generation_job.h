@@ -51,6 +51,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   json usage_json() const;
   json generate_item(const Choice& c) const;
   std::string token_text(int32_t id) const;
+  json chunk(json choices) const;  // a streamed event: id, object, created, model, choices
   void send_event(const json& event);
 
   ServingContext& ctx_;

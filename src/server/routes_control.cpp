@@ -21,6 +21,30 @@ bool parse_body(const HttpRequest& request, const Responder& responder, json& ou
   return true;
 }
 
+std::shared_ptr<LoadedModel> ready_model(ServingContext& ctx, const Responder& responder) {
+  auto model = ctx.model();
+  if (!model) respond_error(responder, {503, "the model is still loading", ""});
+  return model;
+}
+
+Result<std::vector<int32_t>> render_chat_prompt(const LoadedModel& model, const json& body, bool add_generation_prompt,
+                                                bool with_tools, bool add_special_tokens, ApiError& error) {
+  if (!model.chat_template) {
+    error = {400, "the model has no chat template; use /v1/completions", "messages"};
+    return Status::error(error.message);
+  }
+  json request = {{"messages", body["messages"]}, {"add_generation_prompt", add_generation_prompt}};
+  if (with_tools) request["tools"] = body["tools"];
+  if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null())
+    request["chat_template_kwargs"] = body["chat_template_kwargs"];
+  auto rendered = model.chat_template->render(nlohmann::ordered_json::parse(request.dump()));
+  if (!rendered) {
+    error = {400, rendered.status().message(), "messages"};
+    return rendered.status();
+  }
+  return model.tokenizer->encode(*rendered, /*parse_special=*/true, add_special_tokens);
+}
+
 void respond_json(const Responder& responder, int status, const json& body) {
   responder->respond(status, "application/json", dump(body));
 }
@@ -56,8 +80,8 @@ std::vector<std::shared_ptr<GenerationJob>> ServingContext::all_jobs() {
 void handle_tokenize(ServingContext& ctx, const HttpRequest& request, Responder responder) {
   json body;
   if (!parse_body(request, responder, body)) return;
-  auto model = ctx.model();
-  if (!model) return respond_error(responder, {503, "the model is still loading", ""});
+  auto model = ready_model(ctx, responder);
+  if (!model) return;
   RequestFields f(body);
   bool return_token_strs = false, add_generation_prompt = true;
   f.boolean("return_token_strs", return_token_strs);
@@ -67,14 +91,11 @@ void handle_tokenize(ServingContext& ctx, const HttpRequest& request, Responder 
     bool add_special = false;
     f.boolean("add_special_tokens", add_special);
     if (!f.at("messages").is_array()) f.fail("messages", "must be a list");
-    if (!model->chat_template) f.fail("messages", "cannot be used: the model has no chat template");
     if (f.error) return respond_error(responder, *f.error);
-    json t = {{"messages", body["messages"]}, {"add_generation_prompt", add_generation_prompt}};
-    if (body.contains("tools")) t["tools"] = body["tools"];
-    if (body.contains("chat_template_kwargs")) t["chat_template_kwargs"] = body["chat_template_kwargs"];
-    auto rendered = model->chat_template->render(nlohmann::ordered_json::parse(t.dump()));
-    if (!rendered) return respond_error(responder, {400, rendered.status().message(), "messages"});
-    ids = model->tokenizer->encode(*rendered, true, add_special);
+    ApiError error;
+    auto rendered = render_chat_prompt(*model, body, add_generation_prompt, body.contains("tools"), add_special, error);
+    if (!rendered) return respond_error(responder, error);
+    ids = std::move(rendered.value());
   } else {
     std::string prompt;
     bool add_special = true;
@@ -96,8 +117,8 @@ void handle_tokenize(ServingContext& ctx, const HttpRequest& request, Responder 
 void handle_detokenize(ServingContext& ctx, const HttpRequest& request, Responder responder) {
   json body;
   if (!parse_body(request, responder, body)) return;
-  auto model = ctx.model();
-  if (!model) return respond_error(responder, {503, "the model is still loading", ""});
+  auto model = ready_model(ctx, responder);
+  if (!model) return;
   RequestFields f(body);
   std::vector<int32_t> ids;
   if (!f.has("tokens")) f.fail("tokens", "is required");
@@ -109,8 +130,8 @@ void handle_detokenize(ServingContext& ctx, const HttpRequest& request, Responde
 void handle_update_weights(ServingContext& ctx, const HttpRequest& request, Responder responder) {
   json body;
   if (!parse_body(request, responder, body)) return;
-  auto model = ctx.model();
-  if (!model) return respond_error(responder, {503, "the model is still loading", ""});
+  auto model = ready_model(ctx, responder);
+  if (!model) return;
   RequestFields f(body);
   engine::WeightUpdate u;
   if (!f.has("model_path")) f.fail("model_path", "is required");
@@ -150,8 +171,8 @@ void handle_abort_request(ServingContext& ctx, const HttpRequest& request, Respo
 }
 
 void handle_flush_cache(ServingContext& ctx, const HttpRequest&, Responder responder) {
-  auto model = ctx.model();
-  if (!model) return respond_error(responder, {503, "the model is still loading", ""});
+  auto model = ready_model(ctx, responder);
+  if (!model) return;
   model->engine->flush_cache([responder](Status status) {
     if (status) responder->respond(200, "text/plain", "Cache flushed.\n");
     else respond_error(responder, {400, "Cache not flushed: " + status.message(), ""});
@@ -160,8 +181,8 @@ void handle_flush_cache(ServingContext& ctx, const HttpRequest&, Responder respo
 
 // Generates one token end to end: the engine thread and the model are alive.
 void handle_health_generate(ServingContext& ctx, const HttpRequest&, Responder responder) {
-  auto model = ctx.model();
-  if (!model) return respond_error(responder, {503, "the model is still loading", ""});
+  auto model = ready_model(ctx, responder);
+  if (!model) return;
   engine::GenerationRequest r;
   r.id = "health-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
   r.prompt = {0};

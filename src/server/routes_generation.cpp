@@ -89,14 +89,29 @@ bool stream_options(RequestFields& f, JobOptions& job) {
   return true;
 }
 
-std::shared_ptr<LoadedModel> ready_model(ServingContext& ctx, const Responder& responder) {
-  auto model = ctx.model();
-  if (!model) respond_error(responder, {503, "the model is still loading", ""});
-  return model;
+// A JSON list of token ids into `prompts`; a wrong entry fails `key`.
+bool read_token_ids(RequestFields& f, const char* key, const json& list, int64_t vocab,
+                    std::vector<std::vector<int32_t>>& prompts) {
+  std::vector<int32_t> ids;
+  for (const json& x : list) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab)
+      return f.fail(key, "must hold token ids in [0, " + std::to_string(vocab) + ")");
+    ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  }
+  prompts.push_back(std::move(ids));
+  return true;
 }
 
+// One engine request per prompt, each a copy of `base`, run as one job.
 void run_job(ServingContext& ctx, std::shared_ptr<LoadedModel> model, JobOptions options, const Responder& responder,
-             std::vector<engine::GenerationRequest> requests) {
+             engine::GenerationRequest base, std::vector<std::vector<int32_t>> prompts) {
+  base.sampling.logprobs = options.logprobs;
+  options.n = base.n;
+  std::vector<engine::GenerationRequest> requests;
+  for (auto& ids : prompts) {
+    requests.push_back(base);
+    requests.back().prompt = std::move(ids);
+  }
   auto job = std::make_shared<GenerationJob>(ctx, std::move(model), std::move(options), responder);
   job->start(std::move(requests));
 }
@@ -142,20 +157,12 @@ void handle_chat_completions(ServingContext& ctx, const HttpRequest& request, Re
     f.fail("continue_final_message", "is not supported");
   parse_sampling(f, *model, OPENAI_NAMES, -1, r);
   if (f.error) return respond_error(responder, *f.error);
-  if (!model->chat_template) return respond_error(responder, {400, "the model has no chat template; use /v1/completions", ""});
   const bool with_tools = f.has("tools") && !f.at("tools").empty() && tool_choice != "none";
   job.parse_tool_calls = with_tools;
-  json template_request = {{"messages", body["messages"]}, {"add_generation_prompt", add_generation_prompt}};
-  if (with_tools) template_request["tools"] = body["tools"];
-  if (f.has("chat_template_kwargs")) template_request["chat_template_kwargs"] = body["chat_template_kwargs"];
-  auto rendered = model->chat_template->render(nlohmann::ordered_json::parse(template_request.dump()));
-  if (!rendered) return respond_error(responder, {400, rendered.status().message(), "messages"});
-  r.prompt = model->tokenizer->encode(*rendered, /*parse_special=*/true, /*add_special_tokens=*/false);
-  r.sampling.logprobs = job.logprobs;
-  job.n = r.n;
-  std::vector<engine::GenerationRequest> requests;
-  requests.push_back(std::move(r));
-  run_job(ctx, std::move(model), std::move(job), responder, std::move(requests));
+  ApiError error;
+  auto prompt = render_chat_prompt(*model, body, add_generation_prompt, with_tools, false, error);
+  if (!prompt) return respond_error(responder, error);
+  run_job(ctx, std::move(model), std::move(job), responder, std::move(r), {std::move(prompt.value())});
 }
 
 void handle_completions(ServingContext& ctx, const HttpRequest& request, Responder responder) {
@@ -190,38 +197,20 @@ void handle_completions(ServingContext& ctx, const HttpRequest& request, Respond
   if (!f.has("prompt")) f.fail("prompt", "is required");
   else {
     const json& p = body["prompt"];
-    auto ids_of = [&](const json& list) -> bool {
-      std::vector<int32_t> ids;
-      for (const json& x : list) {
-        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab)
-          return f.fail("prompt", "token ids must be integers in [0, " + std::to_string(vocab) + ")");
-        ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
-      }
-      prompts.push_back(std::move(ids));
-      return true;
-    };
     if (p.is_string()) prompts.push_back(model->tokenizer->encode(p.get<std::string>(), true, true));
     else if (!p.is_array() || p.empty()) f.fail("prompt", "must be a string, a list of strings or token id lists");
-    else if (p[0].is_number_integer()) ids_of(p);
+    else if (p[0].is_number_integer()) read_token_ids(f, "prompt", p, vocab, prompts);
     else
       for (const json& item : p) {
         if (item.is_string()) prompts.push_back(model->tokenizer->encode(item.get<std::string>(), true, true));
-        else if (item.is_array()) { if (!ids_of(item)) break; }
+        else if (item.is_array()) { if (!read_token_ids(f, "prompt", item, vocab, prompts)) break; }
         else { f.fail("prompt", "must be a string, a list of strings or token id lists"); break; }
       }
   }
   if (f.error) return respond_error(responder, *f.error);
   if (echo)
     for (const auto& ids : prompts) job.echo.push_back(model->tokenizer->decode(ids, r.skip_special_tokens));
-  r.sampling.logprobs = job.logprobs;
-  job.n = r.n;
-  std::vector<engine::GenerationRequest> requests;
-  for (auto& ids : prompts) {
-    engine::GenerationRequest copy = r;
-    copy.prompt = std::move(ids);
-    requests.push_back(std::move(copy));
-  }
-  run_job(ctx, std::move(model), std::move(job), responder, std::move(requests));
+  run_job(ctx, std::move(model), std::move(job), responder, std::move(r), std::move(prompts));
 }
 
 void handle_generate(ServingContext& ctx, const HttpRequest& request, Responder responder) {
@@ -260,36 +249,17 @@ void handle_generate(ServingContext& ctx, const HttpRequest& request, Responder 
     } else f.fail("text", "must be a string or a non-empty list of strings");
   } else {
     const json& ids = body["input_ids"];
-    auto read = [&](const json& list) {
-      std::vector<int32_t> out;
-      for (const json& x : list) {
-        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab) {
-          f.fail("input_ids", "must hold token ids in [0, " + std::to_string(vocab) + ")");
-          break;
-        }
-        out.push_back(static_cast<int32_t>(x.get<int64_t>()));
-      }
-      prompts.push_back(std::move(out));
-    };
     if (!ids.is_array() || ids.empty()) f.fail("input_ids", "must be a non-empty list");
     else if (ids[0].is_array()) {
       job.generate_batch = true;
       for (const json& list : ids) {
         if (!list.is_array()) { f.fail("input_ids", "must be a list of ids or a list of id lists"); break; }
-        read(list);
+        if (!read_token_ids(f, "input_ids", list, vocab, prompts)) break;
       }
-    } else read(ids);
+    } else read_token_ids(f, "input_ids", ids, vocab, prompts);
   }
   if (f.error) return respond_error(responder, *f.error);
-  r.sampling.logprobs = job.logprobs;
-  job.n = r.n;
-  std::vector<engine::GenerationRequest> requests;
-  for (auto& ids : prompts) {
-    engine::GenerationRequest copy = r;
-    copy.prompt = std::move(ids);
-    requests.push_back(std::move(copy));
-  }
-  run_job(ctx, std::move(model), std::move(job), responder, std::move(requests));
+  run_job(ctx, std::move(model), std::move(job), responder, std::move(r), std::move(prompts));
 }
 
 }  // namespace nibble::server

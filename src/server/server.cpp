@@ -30,12 +30,6 @@ Status check_member(const char* flag, const std::string& value, std::initializer
   return Status::error(std::string(flag) + " '" + value + "' is not one of: " + list);
 }
 
-formats::ActQuant act_quant(const std::string& mode) {
-  return mode == "static" ? formats::ActQuant::STATIC
-         : mode == "per-token" ? formats::ActQuant::PER_TOKEN
-                               : formats::ActQuant::NONE;
-}
-
 Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   if (o.backend == "cuda")
     return Status::error("--backend cuda: the CUDA model runner is not in this build yet (the CUDA kernels land "
@@ -82,8 +76,8 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   model->parse_reasoning = o.reasoning_parser == "qwen3" || (o.reasoning_parser == "auto" && has_think);
 
   engine::CpuRunnerOptions runner_options;
-  runner_options.model.act_quant_moe = act_quant(o.act_quant_moe);
-  runner_options.model.act_quant_dense = act_quant(o.act_quant_dense);
+  runner_options.model.act_quant_moe = formats::parse_act_quant(o.act_quant_moe).value();  // validate_options checked
+  runner_options.model.act_quant_dense = formats::parse_act_quant(o.act_quant_dense).value();
   runner_options.n_kv_blocks = n_blocks;
   runner_options.block_size = o.block_size;
   runner_options.kv_dtype = models::KvDtype::BF16;
@@ -163,8 +157,7 @@ struct Server::Impl {
     if (p == "/health_generate") { if (need(get)) handle_health_generate(ctx, request, responder); return; }
     if (p == "/health") {
       if (!need(get)) return;
-      if (ctx.model()) responder->respond(200, "text/plain", "");
-      else respond_error(responder, {503, "the model is still loading", ""});
+      if (ready_model(ctx, responder)) responder->respond(200, "text/plain", "");
       return;
     }
     if (p == "/metrics") { if (need(get)) responder->respond(200, "text/plain; version=0.0.4", prometheus_text(ctx)); return; }
@@ -179,8 +172,8 @@ struct Server::Impl {
     }
     if (p == "/get_model_info") {
       if (!need(get || post)) return;
-      auto model = ctx.model();
-      if (!model) return respond_error(responder, {503, "the model is still loading", ""});
+      auto model = ready_model(ctx, responder);
+      if (!model) return;
       const engine::ModelInfo info = model->engine->model_info();
       return respond_json(responder, 200,
                           {{"model_path", info.model_path}, {"tokenizer_path", model->tokenizer_path},

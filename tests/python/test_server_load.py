@@ -197,6 +197,16 @@ def greedy(url: str, prompt: list[int], n: int = 8) -> list[int]:
     return r.json()["output_ids"]
 
 
+def fingerprint(url: str, prompt: list[int]) -> list:
+    """Greedy ids with their logprobs: two different random models can emit the same tokens (the
+    tiny model often repeats one), but not with the same probabilities. The CPU model's logits do
+    not depend on the batch (tests/cpp/test_model_batching.cpp), so equal weights give equal values."""
+    r = requests.post(url + "/generate", json={"input_ids": prompt, "return_logprob": True, "sampling_params": {
+        "max_new_tokens": 8, "temperature": 0, "ignore_eos": True}})
+    assert r.status_code == 200, r.text
+    return r.json()["meta_info"]["output_token_logprobs"]
+
+
 def test_preemption_under_a_tiny_kv_budget_keeps_outputs(server, build_dir, tiny_models, tmp_path, seed):
     rng = random.Random(seed)
     prompts = [[rng.randrange(0, 150000) for _ in range(rng.randrange(4, 12))] for _ in range(8)]
@@ -220,11 +230,11 @@ def test_weight_swap_under_traffic_loses_nothing(build_dir, tiny_models, tmp_pat
     rng = random.Random(seed)
     probe = [rng.randrange(0, 150000) for _ in range(9)]
     b_server = NibbleServer(build_dir, tiny_models["b"], tmp_path / "b.log")
-    expected_b = greedy(b_server.url, probe)
+    expected_b = fingerprint(b_server.url, probe)
     assert b_server.stop() == 0
     s = NibbleServer(build_dir, tiny_models["a"], tmp_path / "a.log")
     try:
-        expected_a = greedy(s.url, probe)
+        expected_a = fingerprint(s.url, probe)
         assert expected_a != expected_b, "the two random models agree; the swap would be invisible"
         failures, done = [], []
         stop = threading.Event()
@@ -242,11 +252,11 @@ def test_weight_swap_under_traffic_loses_nothing(build_dir, tiny_models, tmp_pat
         bad = requests.post(s.url + "/update_weights_from_disk", json={"model_path": str(tiny_models["other_layout"])})
         assert bad.status_code == 400 and bad.json()["success"] is False
         assert "num_hidden_layers" in bad.json()["message"]
-        assert greedy(s.url, probe) == expected_a
+        assert fingerprint(s.url, probe) == expected_a
         swap = requests.post(s.url + "/update_weights_from_disk",
                              json={"model_path": str(tiny_models["b"]), "weight_version": "v2"})
         assert swap.status_code == 200 and swap.json()["success"] is True, swap.text
-        assert greedy(s.url, probe) == expected_b
+        assert fingerprint(s.url, probe) == expected_b
         time.sleep(0.3)
         stop.set()
         for w in workers:
@@ -266,7 +276,7 @@ def test_weight_swap_under_traffic_loses_nothing(build_dir, tiny_models, tmp_pat
         t.join(30)
         assert swap.json()["success"] is True
         assert completion_text(events)[1] == "abort"
-        assert greedy(s.url, probe) == expected_a
+        assert fingerprint(s.url, probe) == expected_a
     finally:
         assert s.stop() == 0
 

@@ -130,8 +130,7 @@ int run_bench_serve(const BenchServeOptions& o) {
     std::fprintf(stderr, "nibble bench serve: %s\n", m.c_str());
     return 1;
   };
-  Result<Endpoint> endpoint = o.base_url.empty() ? Result<Endpoint>(Endpoint{o.host, std::to_string(o.port)})
-                                                 : parse_base_url(o.base_url);
+  Result<Endpoint> endpoint = resolve_endpoint(o.base_url, o.host, o.port);
   if (!endpoint) return fail(endpoint.status().message());
   const std::string path = !o.endpoint.empty()                ? o.endpoint
                            : o.backend == "openai-chat"        ? "/v1/chat/completions"
@@ -139,12 +138,9 @@ int run_bench_serve(const BenchServeOptions& o) {
                                                                : "/v1/completions";
   std::string model = o.model;
   if (model.empty()) {
-    HttpResult r = http_request_sync(*endpoint, "GET", "/v1/models");
-    const json j = json::parse(r.body, nullptr, false);
-    if (r.status != 200 || j.is_discarded() || !j.contains("data") || j["data"].empty())
-      return fail("cannot read the model name from /v1/models (" + (r.error.empty() ? "HTTP " + std::to_string(r.status) : r.error) +
-                  "); give --model");
-    model = j["data"][0].value("id", "");
+    auto served = first_served_model(*endpoint);
+    if (!served) return fail(served.status().message());
+    model = *served;
   }
   std::string tokenizer_path = o.tokenizer;
   if (tokenizer_path.empty() && std::filesystem::is_directory(model)) tokenizer_path = model;

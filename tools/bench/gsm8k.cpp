@@ -75,16 +75,13 @@ int run_gsm8k_eval(const Gsm8kOptions& o) {
   auto items = read_gsm8k(o.data);
   if (!items) return fail(items.status().message());
   if (items->empty()) return fail(o.data + ": no questions");
-  Result<Endpoint> endpoint = o.base_url.empty() ? Result<Endpoint>(Endpoint{o.host, std::to_string(o.port)})
-                                                 : parse_base_url(o.base_url);
+  Result<Endpoint> endpoint = resolve_endpoint(o.base_url, o.host, o.port);
   if (!endpoint) return fail(endpoint.status().message());
   std::string model = o.model;
   if (model.empty()) {
-    HttpResult r = http_request_sync(*endpoint, "GET", "/v1/models");
-    const json j = json::parse(r.body, nullptr, false);
-    if (r.status != 200 || j.is_discarded() || !j.contains("data") || j["data"].empty())
-      return fail("cannot read the model name from /v1/models; give --model");
-    model = j["data"][0].value("id", "");
+    auto served = first_served_model(*endpoint);
+    if (!served) return fail(served.status().message());
+    model = *served;
   }
   const std::string few_shot = gsm8k_few_shot(*items, o.num_shots);
   const size_t n = std::min<size_t>(items->size(), static_cast<size_t>(o.num_questions));

@@ -7,6 +7,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 namespace nibble::tools {
@@ -120,7 +121,8 @@ class Call : public std::enable_shared_from_this<Call> {
 
 }  // namespace
 
-Result<Endpoint> parse_base_url(const std::string& url) {
+Result<Endpoint> resolve_endpoint(const std::string& url, const std::string& host, int port) {
+  if (url.empty()) return Endpoint{host, std::to_string(port)};
   std::string rest = url;
   if (rest.rfind("https://", 0) == 0) return Status::error("--base-url " + url + ": https is not supported");
   if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
@@ -146,6 +148,16 @@ HttpResult http_request_sync(const Endpoint& endpoint, const std::string& method
       ->start(endpoint, method, path, body);
   io.run();
   return out;
+}
+
+Result<std::string> first_served_model(const Endpoint& endpoint) {
+  HttpResult r = http_request_sync(endpoint, "GET", "/v1/models");
+  const nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
+  if (r.status != 200 || j.is_discarded() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
+      !j["data"][0].is_object())
+    return Status::error("cannot read the model name from /v1/models (" +
+                         (r.error.empty() ? "HTTP " + std::to_string(r.status) : r.error) + "); give --model");
+  return j["data"][0].value("id", "");
 }
 
 }  // namespace nibble::tools

@@ -20,8 +20,9 @@ struct Endpoint {
   std::string host = "127.0.0.1";
   std::string port = "8000";
 };
-// "http://host:port" (a trailing path is ignored); https is refused with a clear error.
-Result<Endpoint> parse_base_url(const std::string& url);
+// The server from --base-url "http://host:port" (a trailing path is ignored; https is refused with a
+// clear error), or from --host/--port when no URL is given.
+Result<Endpoint> resolve_endpoint(const std::string& base_url, const std::string& host, int port);
 
 struct HttpEvent {
   SteadyClock::time_point at;  // when the event's last byte was parsed
@@ -45,5 +46,7 @@ void http_post(boost::asio::io_context& io, const Endpoint& endpoint, const std:
 // Blocking GET/POST for setup calls (model name, tokenizer path).
 HttpResult http_request_sync(const Endpoint& endpoint, const std::string& method, const std::string& path,
                              const std::string& body = "");
+// The first model the server's /v1/models lists (what --model defaults to).
+Result<std::string> first_served_model(const Endpoint& endpoint);
 
 }  // namespace nibble::tools
