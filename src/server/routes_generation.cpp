@@ -102,6 +102,15 @@ bool read_token_ids(RequestFields& f, const char* key, const json& list, int64_t
   return true;
 }
 
+JobOptions new_job(ServingContext& ctx, ApiKind kind, const char* id_prefix) {
+  JobOptions job;
+  job.kind = kind;
+  job.id = random_id(id_prefix);
+  job.model = ctx.options.served_model_name;
+  job.created = unix_now();
+  return job;
+}
+
 // One engine request per prompt, each a copy of `base`, run as one job.
 void run_job(ServingContext& ctx, std::shared_ptr<LoadedModel> model, JobOptions options, const Responder& responder,
              engine::GenerationRequest base, std::vector<std::vector<int32_t>> prompts) {
@@ -124,11 +133,7 @@ void handle_chat_completions(ServingContext& ctx, const HttpRequest& request, Re
   auto model = ready_model(ctx, responder);
   if (!model) return;
   RequestFields f(body);
-  JobOptions job;
-  job.kind = ApiKind::CHAT;
-  job.id = random_id("chatcmpl-");
-  job.model = ctx.options.served_model_name;
-  job.created = unix_now();
+  JobOptions job = new_job(ctx, ApiKind::CHAT, "chatcmpl-");
   job.parse_reasoning = model->parse_reasoning;
   engine::GenerationRequest r;
   check_model_name(ctx, f);
@@ -171,11 +176,7 @@ void handle_completions(ServingContext& ctx, const HttpRequest& request, Respond
   auto model = ready_model(ctx, responder);
   if (!model) return;
   RequestFields f(body);
-  JobOptions job;
-  job.kind = ApiKind::COMPLETION;
-  job.id = random_id("cmpl-");
-  job.model = ctx.options.served_model_name;
-  job.created = unix_now();
+  JobOptions job = new_job(ctx, ApiKind::COMPLETION, "cmpl-");
   engine::GenerationRequest r;
   check_model_name(ctx, f);
   stream_options(f, job);
@@ -219,12 +220,9 @@ void handle_generate(ServingContext& ctx, const HttpRequest& request, Responder 
   auto model = ready_model(ctx, responder);
   if (!model) return;
   RequestFields f(body);
-  JobOptions job;
-  job.kind = ApiKind::GENERATE;
-  job.id = random_id("");
+  JobOptions job = new_job(ctx, ApiKind::GENERATE, "");
   f.string("rid", job.id);
   if (job.id.empty()) f.fail("rid", "must not be empty");
-  job.model = ctx.options.served_model_name;
   f.boolean("stream", job.stream);
   bool return_logprob = false;
   int64_t top_logprobs = 0;

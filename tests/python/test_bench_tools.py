@@ -189,17 +189,21 @@ def test_eval_gsm8k_scores_exactly(build_dir, tmp_path, seed):
     path = tmp_path / "gsm.jsonl"
     run_nibble(build_dir, "eval", "make-gsm8k-like", "--out", str(path), "--n", "40", "--seed", str(seed))
     items = [json.loads(line) for line in path.read_text().splitlines()]
-    answers = {}
-    correct = invalid = 0
-    for i, item in enumerate(items):
+    # The mock answers by question text, and a synthetic set can repeat a question: script one reply
+    # per distinct question (right, wrong or no number by first appearance) and count per item.
+    answers, kinds = {}, {}
+    for item in items:
+        question = item["question"]
+        if question in kinds:
+            continue
         value = int(item["answer"].rsplit("#### ", 1)[1])
-        if i % 3 == 0:
-            answers[item["question"]] = f" It is {value:,} in the end."  # right (with a thousands comma)
-            correct += 1
-        elif i % 3 == 1:
-            answers[item["question"]] = f" {value + 1}"  # wrong
-        else:
-            invalid += 1  # no number at all
+        kinds[question] = len(kinds) % 3
+        if kinds[question] == 0:
+            answers[question] = f" It is {value:,} in the end."  # right (with a thousands comma)
+        elif kinds[question] == 1:
+            answers[question] = f" {value + 1}"  # wrong
+    correct = sum(kinds[item["question"]] == 0 for item in items)
+    invalid = sum(kinds[item["question"]] == 2 for item in items)  # no number at all
     mock = MockServer(answers)
     try:
         r = run_nibble(build_dir, "eval", "gsm8k", "--data", str(path), "--num-questions", "40", "--num-shots", "3",
