@@ -45,7 +45,9 @@ CommandRunner register_bench(CLI::App& root) {
   cmd->add_flag("--disable-tqdm", o->disable_progress, "No progress bar");
   auto* kernels = bench->add_subcommand("kernels", "CUDA kernel benchmark on Qwen3-30B-A3B shapes against the floor and cuBLAS BF16");
   auto k = std::make_shared<BenchKernelsOptions>();
-  kernels->add_option("--m", k->m_values, "Token counts (rows of x)")->capture_default_str();
+  kernels->add_option("--ops", k->ops, "Benchmarks to run: dense, moe (comma-separated)")->capture_default_str();
+  kernels->add_option("--m", k->m_values, "Dense: token counts (rows of x)")->capture_default_str();
+  kernels->add_option("--moe-tokens", k->moe_tokens, "MoE: token counts")->capture_default_str();
   kernels->add_option("--hbm-tb-s", k->hbm_tb_s, "HBM bandwidth for the floor")->capture_default_str();
   kernels->add_option("--bf16-tflops", k->bf16_tflops, "BF16 peak for the floor")->capture_default_str();
   kernels->add_option("--iterations", k->iterations, "Launches per timed batch")->capture_default_str();

@@ -57,36 +57,50 @@ __global__ void quantize_activation_nvfp4_kernel(const float* __restrict__ x, in
   }
 }
 
+// Sixteen input values of one block, widened to fp32 (BF16 bits or fp32).
+__device__ void load_block(const uint16_t* src, float* values) {
+  const uint4* in = reinterpret_cast<const uint4*>(src);
+  const uint4 halves[2] = {__ldg(in), __ldg(in + 1)};
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(halves);
+  for (int i = 0; i < formats::NVFP4_BLOCK / 2; ++i) {
+    values[2 * i] = formats::bf16_decode(uint16_t(words[i] & 0xFFFF));
+    values[2 * i + 1] = formats::bf16_decode(uint16_t(words[i] >> 16));
+  }
+}
+__device__ void load_block(const float* src, float* values) {
+  const float4* in = reinterpret_cast<const float4*>(src);
+  for (int i = 0; i < formats::NVFP4_BLOCK / 4; ++i) {
+    const float4 v = __ldg(in + i);
+    values[4 * i] = v.x, values[4 * i + 1] = v.y, values[4 * i + 2] = v.z, values[4 * i + 3] = v.w;
+  }
+}
+__device__ float load_value(const uint16_t* src) { return formats::bf16_decode(*src); }
+__device__ float load_value(const float* src) { return *src; }
+
 // The W4A4 modes on Hopper: the same quantization, then x̂ = e2m1 · e4m3 (unscaled by G; exact in
 // BF16) written as BF16 for the BF16 tensor cores, and the row's scale (token scale, or input_scale).
-__global__ void quantize_dequantize_kernel(const uint16_t* __restrict__ x, int64_t cols, float input_scale,
+template <class In>
+__global__ void quantize_dequantize_kernel(const In* __restrict__ x, int64_t cols, float input_scale,
                                            uint16_t* __restrict__ x_hat, float* __restrict__ row_scales) {
   const int64_t row = blockIdx.x;
-  const uint16_t* x_row = x + row * cols;
+  const In* x_row = x + row * cols;
   float global, scale;
   if (input_scale > 0.0f) {
     scale = input_scale;
     global = 1.0f / input_scale;
   } else {
     float amax = 0.0f;
-    for (int64_t c = threadIdx.x; c < cols; c += THREADS)
-      amax = fmaxf(amax, fabsf(formats::bf16_decode(x_row[c])));
+    for (int64_t c = threadIdx.x; c < cols; c += THREADS) amax = fmaxf(amax, fabsf(load_value(x_row + c)));
     amax = block_reduce_max(amax);
     scale = formats::per_token_scale(amax);
     global = formats::per_token_global(scale);
   }
   if (threadIdx.x == 0) row_scales[row] = scale;
-  // A thread per block of 16: two 16-byte loads and stores, contiguous across the warp.
+  // A thread per block of 16: 16-byte loads and stores, contiguous across the warp.
   const int64_t n_blocks = cols / formats::NVFP4_BLOCK;
   for (int64_t b = threadIdx.x; b < n_blocks; b += THREADS) {
-    const uint4* in = reinterpret_cast<const uint4*>(x_row + b * formats::NVFP4_BLOCK);
-    const uint4 halves[2] = {__ldg(in), __ldg(in + 1)};
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(halves);
     float values[formats::NVFP4_BLOCK];
-    for (int i = 0; i < formats::NVFP4_BLOCK / 2; ++i) {
-      values[2 * i] = formats::bf16_decode(uint16_t(words[i] & 0xFFFF));
-      values[2 * i + 1] = formats::bf16_decode(uint16_t(words[i] >> 16));
-    }
+    load_block(x_row + b * formats::NVFP4_BLOCK, values);
     uint8_t codes[formats::NVFP4_BLOCK];
     const uint8_t sf = formats::quantize_activation_block(values, global, codes, ApproxReciprocal());
     const float block_scale = formats::e4m3_decode(sf);
@@ -103,19 +117,30 @@ __global__ void quantize_dequantize_kernel(const uint16_t* __restrict__ x, int64
   }
 }
 
+template <class In>
+Status quantize_dequantize(const In* x, int64_t rows, int64_t cols, float input_scale, uint16_t* x_hat,
+                           float* row_scales, cudaStream_t stream) {
+  if (cols <= 0 || cols % formats::NVFP4_BLOCK != 0)
+    return Status::error("quantize_dequantize_activation: cols = " + std::to_string(cols) +
+                         " is not a positive multiple of 16");
+  if (input_scale < 0.0f || !(input_scale == input_scale))
+    return Status::error("quantize_dequantize_activation: input_scale must be > 0 (static) or 0 (per-token)");
+  if (rows == 0) return Status::ok();
+  quantize_dequantize_kernel<In><<<static_cast<unsigned>(rows), THREADS, 0, stream>>>(x, cols, input_scale, x_hat,
+                                                                                       row_scales);
+  return cuda_status(cudaGetLastError(), "quantize_dequantize_activation launch");
+}
+
 }  // namespace
 
 Status quantize_dequantize_activation_bf16(const uint16_t* x, int64_t rows, int64_t cols, float input_scale,
                                            uint16_t* x_hat, float* row_scales, cudaStream_t stream) {
-  if (cols <= 0 || cols % formats::NVFP4_BLOCK != 0)
-    return Status::error("quantize_dequantize_activation_bf16: cols = " + std::to_string(cols) +
-                         " is not a positive multiple of 16");
-  if (input_scale < 0.0f || !(input_scale == input_scale))
-    return Status::error("quantize_dequantize_activation_bf16: input_scale must be > 0 (static) or 0 (per-token)");
-  if (rows == 0) return Status::ok();
-  quantize_dequantize_kernel<<<static_cast<unsigned>(rows), THREADS, 0, stream>>>(x, cols, input_scale, x_hat,
-                                                                                   row_scales);
-  return cuda_status(cudaGetLastError(), "quantize_dequantize_activation_bf16 launch");
+  return quantize_dequantize(x, rows, cols, input_scale, x_hat, row_scales, stream);
+}
+
+Status quantize_dequantize_activation_f32(const float* x, int64_t rows, int64_t cols, float input_scale,
+                                          uint16_t* x_hat, float* row_scales, cudaStream_t stream) {
+  return quantize_dequantize(x, rows, cols, input_scale, x_hat, row_scales, stream);
 }
 
 Status quantize_activation_nvfp4(const float* x, int64_t rows, int64_t cols, float input_scale,

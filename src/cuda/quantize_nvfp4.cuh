@@ -24,5 +24,9 @@ Status quantize_activation_nvfp4(const float* x, int64_t rows, int64_t cols, flo
 // (x̂ · Ŵ). Twin of what ref::linear_nvfp4 does to its input in the STATIC and PER_TOKEN modes.
 Status quantize_dequantize_activation_bf16(const uint16_t* x, int64_t rows, int64_t cols, float input_scale,
                                            uint16_t* x_hat, float* row_scales, cudaStream_t stream);
+// The same from fp32 input (the MoE down projection re-quantizes the fp32 SwiGLU output, as the
+// reference does).
+Status quantize_dequantize_activation_f32(const float* x, int64_t rows, int64_t cols, float input_scale,
+                                          uint16_t* x_hat, float* row_scales, cudaStream_t stream);
 
 }  // namespace nibble::cuda

@@ -17,6 +17,8 @@
 
 #include "cuda/linear_nvfp4.cuh"
 #include "formats/nvfp4.h"
+#include "tools/bench/bench_moe.h"
+#include "tools/bench/cuda_timing.h"
 #endif
 
 namespace nibble::tools {
@@ -31,49 +33,6 @@ struct Shape {
 // Qwen3-30B-A3B: attention projections and one expert's matrices (DESIGN.md §7).
 constexpr Shape SHAPES[] = {{"q_proj", 4096, 2048}, {"k_proj", 512, 2048}, {"o_proj", 2048, 4096},
                             {"expert.gate", 768, 2048}, {"expert.down", 2048, 768}};
-
-#define BENCH_CUDA(call)                                                                    \
-  do {                                                                                      \
-    cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "nibble bench kernels: %s: %s\n", #call, cudaGetErrorString(e_)); \
-      return 1;                                                                             \
-    }                                                                                       \
-  } while (0)
-
-// Median seconds per launch of `launch(copy)`. The launches of a batch are captured once into a
-// CUDA graph (as the engine will run them), so the time is the GPU's, not the CPU's launch rate.
-template <class F>
-double time_launches(F&& launch, int copies, int iterations, int batches, cudaStream_t stream) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  for (int i = 0; i < copies; ++i) launch(i);  // warm-up: every copy once (and lazy module loading)
-  cudaStreamSynchronize(stream);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
-  for (int i = 0; i < iterations; ++i) launch(i % copies);
-  cudaStreamEndCapture(stream, &graph);
-  cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphLaunch(exec, stream);  // warm-up of the graph
-  std::vector<double> per_launch;
-  for (int b = 0; b < batches; ++b) {
-    cudaEventRecord(start, stream);
-    cudaGraphLaunch(exec, stream);
-    cudaEventRecord(stop, stream);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    per_launch.push_back(ms * 1e-3 / iterations);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(per_launch.begin(), per_launch.end());
-  return per_launch[per_launch.size() / 2];
-}
 
 }  // namespace
 
@@ -101,7 +60,9 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
   std::mt19937_64 rng(0);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());
+  const bool dense = o.ops.find("dense") != std::string::npos;
   for (const Shape& s : SHAPES) {
+    if (!dense) break;
     // Weights: one random NVFP4 matrix, copied until the copies exceed 2 × L2.
     std::vector<float> w(static_cast<size_t>(s.n * s.k));
     for (float& v : w) v = normal(rng);
@@ -178,6 +139,7 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
     for (int c = 0; c < copies; ++c) cudaFree(packed[c]), cudaFree(scales[c]), cudaFree(bf16[c]);
     cudaFree(x), cudaFree(y), cudaFree(workspace), cudaFree(x_hat), cudaFree(row_scales);
   }
+  if (o.ops.find("moe") != std::string::npos && run_bench_moe(o, stream, cublas, rows) != 0) return 1;
   cublasDestroy(cublas);
   if (!o.json_out.empty()) std::ofstream(o.json_out) << rows.dump(1) << "\n";
   return 0;

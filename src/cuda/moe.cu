@@ -1,0 +1,310 @@
+// The MoE block: router → group_by_expert → gate_up(+SwiGLU) → down → combine. FUSED runs the
+// grouped NVFP4 GEMMs (moe_gemm.cu) with no host round trip; DEQUANT_CUBLAS dequantizes the active
+// experts to BF16 and calls cublasGemmGroupedBatchedEx (a fallback and the in-house baseline).
+// W4A4 modes quantize the gate_up input per token (x̂) and the fp32 SwiGLU output per sorted row.
+#include "cuda/moe.cuh"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "cuda/check.cuh"
+#include "cuda/moe_router.cuh"
+#include "cuda/quantize_nvfp4.cuh"
+#include "formats/bf16.h"
+
+namespace nibble::cuda {
+namespace {
+
+constexpr int THREADS = 256;
+
+// out[t, h] = Σ_slot weight[t, slot] · row_scale[r] · y[r, h], r = pair_rows[t·k + slot], summed in slot
+// order from 0 as ref::moe does. y is BF16. One CTA per token.
+__global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_rows,
+                               const float* __restrict__ weights, const float* __restrict__ row_scales, int top_k,
+                               int hidden, float* __restrict__ out) {
+  const int t = blockIdx.x;
+  for (int h = threadIdx.x; h < hidden; h += THREADS) {
+    float acc = 0.0f;
+    for (int slot = 0; slot < top_k; ++slot) {
+      const int pair = t * top_k + slot;
+      const int r = pair_rows[pair];
+      const float w = row_scales ? weights[pair] * row_scales[r] : weights[pair];
+      acc += w * formats::bf16_decode(y[size_t(r) * hidden + h]);
+    }
+    out[size_t(t) * hidden + h] = acc;
+  }
+}
+
+// dst[r] = src[sorted_pairs[r] / top_k] (BF16 rows of `width`, 16-byte chunks).
+__global__ void gather_rows_kernel(const uint16_t* __restrict__ src, const int32_t* __restrict__ sorted_pairs,
+                                   int top_k, int width, uint16_t* __restrict__ dst) {
+  const int r = blockIdx.x;
+  const uint4* from = reinterpret_cast<const uint4*>(src + size_t(sorted_pairs[r] / top_k) * width);
+  uint4* to = reinterpret_cast<uint4*>(dst + size_t(r) * width);
+  for (int i = threadIdx.x; i < width / 8; i += THREADS) to[i] = from[i];
+}
+
+__device__ __forceinline__ float load_value(const uint16_t* p) { return formats::bf16_decode(*p); }
+__device__ __forceinline__ float load_value(const float* p) { return *p; }
+
+// act[r, i] = silu(g) · u with g = row_scale · gate_up[r, i], u = row_scale · gate_up[r, I + i] (the
+// weight scales were the GEMM alphas); row_scale is that of the row's token (W4A4) or 1. W4A16 runs
+// BF16 → BF16, W4A4 fp32 → fp32 (the re-quantization sees the values the reference sees).
+template <class T>
+__global__ void swiglu_kernel(const T* __restrict__ gate_up, const int32_t* __restrict__ sorted_pairs,
+                              int top_k, const float* __restrict__ token_scales, int inter, T* __restrict__ act) {
+  const int r = blockIdx.x;
+  const float rs = token_scales ? token_scales[sorted_pairs[r] / top_k] : 1.0f;
+  for (int i = threadIdx.x; i < inter; i += THREADS) {
+    const float g = load_value(gate_up + size_t(r) * 2 * inter + i) * rs;
+    const float u = load_value(gate_up + size_t(r) * 2 * inter + inter + i) * rs;
+    const float v = g / (1.0f + expf(-g)) * u;
+    if constexpr (sizeof(T) == 4) act[size_t(r) * inter + i] = v;
+    else act[size_t(r) * inter + i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  }
+}
+
+bool is_w4a4(formats::ActQuant mode) { return mode != formats::ActQuant::NONE; }
+
+Status check_call(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
+                  const MoeWorkspace& ws, float* out) {
+  if (!x || !out || !w.router) return Status::error("moe_forward: null pointer");
+  if (tokens < 0 || tokens > ws.max_tokens)
+    return Status::error("moe_forward: " + std::to_string(tokens) + " tokens; the workspace holds " +
+                         std::to_string(ws.max_tokens));
+  if (w.gate.rows != w.intermediate || w.gate.cols != w.hidden || w.down.rows != w.hidden ||
+      w.down.cols != w.intermediate || w.gate.experts != w.experts || w.down.experts != w.experts)
+    return Status::error("moe_forward: expert weight shapes do not match hidden/intermediate/experts");
+  if (mode == formats::ActQuant::STATIC && !(w.gate_up_input_scale > 0.0f && w.down_input_scale > 0.0f))
+    return Status::error("moe_forward (static): the gate_up and down input scales must be > 0");
+  return Status::ok();
+}
+
+// Quantizes rows of the SwiGLU output (fp32) for the W4A4 down projection.
+Status quantize_act(const DeviceMoeWeights& w, formats::ActQuant mode, int64_t pairs, MoeWorkspace& ws,
+                    cudaStream_t stream) {
+  return quantize_dequantize_activation_f32(static_cast<const float*>(ws.act), pairs, w.intermediate,
+                                            mode == formats::ActQuant::STATIC ? w.down_input_scale : 0.0f,
+                                            ws.act_hat, ws.act_row_scales, stream);
+}
+
+Status run_fused(const uint16_t* gate_up_in, const float* token_scales, int64_t tokens, const DeviceMoeWeights& w,
+                 formats::ActQuant mode, MoeWorkspace& ws, cudaStream_t stream) {
+  const int64_t pairs = tokens * w.top_k;
+  GroupedGemmArgs gate_up{gate_up_in,        ws.groups.sorted_pairs, w.top_k, token_scales, ws.groups.expert_offsets,
+                          ws.groups.tile_offsets, pairs, ws.act, is_w4a4(mode)};
+  NIB_RETURN_IF_ERROR(moe_gemm_gate_up(gate_up, w.gate, w.up, stream));
+  GroupedGemmArgs down{static_cast<const uint16_t*>(ws.act), nullptr, 1, nullptr, ws.groups.expert_offsets,
+                       ws.groups.tile_offsets, pairs, ws.y, false};
+  if (is_w4a4(mode)) {
+    NIB_RETURN_IF_ERROR(quantize_act(w, mode, pairs, ws, stream));
+    down.act = ws.act_hat, down.row_scales = ws.act_row_scales;
+  }
+  return moe_gemm_down(down, w.down, stream);
+}
+
+const char* cublas_status_name(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "arch mismatch";
+    default: return "error";
+  }
+}
+
+// One cuBLAS grouped call: each non-empty expert e is one problem C_e = alpha_e · A_eᵀ · B_e with A_e a
+// weight (col-major k × m, i.e. row-major [m, k]), B_e its rows of input, C_e its rows of output.
+struct GroupedProblems {
+  std::vector<int> m, n, k, lda, ldb, ldc, group_size;
+  std::vector<float> alpha, beta;
+  std::vector<cublasOperation_t> trans_a, trans_b;
+  std::vector<const void*> a, b;
+  std::vector<void*> c;
+  void add(int rows_m, int cols_n, int depth, const void* w, const void* in, int ld_in, void* out, int ld_out,
+           float scale) {
+    m.push_back(rows_m), n.push_back(cols_n), k.push_back(depth);
+    lda.push_back(depth), ldb.push_back(ld_in), ldc.push_back(ld_out), group_size.push_back(1);
+    alpha.push_back(scale), beta.push_back(0.0f);
+    trans_a.push_back(CUBLAS_OP_T), trans_b.push_back(CUBLAS_OP_N);
+    a.push_back(w), b.push_back(in), c.push_back(out);
+  }
+  // BF16 in, fp32 compute; BF16 out through one grouped call, or fp32 out through one cublasGemmEx per
+  // problem (the grouped call has no BF16 × BF16 → fp32 form).
+  Status run(cublasHandle_t cublas, const void** device_pointers, bool out_fp32, cudaStream_t stream) {
+    const size_t count = m.size();
+    if (count == 0) return Status::ok();
+    if (out_fp32) {
+      cublasStatus_t s = cublasSetStream(cublas, stream);
+      for (size_t i = 0; i < count && s == CUBLAS_STATUS_SUCCESS; ++i)
+        s = cublasGemmEx(cublas, trans_a[i], trans_b[i], m[i], n[i], k[i], &alpha[i], a[i], CUDA_R_16BF, lda[i], b[i],
+                         CUDA_R_16BF, ldb[i], &beta[i], c[i], CUDA_R_32F, ldc[i], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      if (s != CUBLAS_STATUS_SUCCESS)
+        return Status::error(std::string("moe (dequant-cublas): cublasGemmEx: ") + cublas_status_name(s));
+      return Status::ok();
+    }
+    std::vector<const void*> all(a);
+    all.insert(all.end(), b.begin(), b.end());
+    all.insert(all.end(), c.begin(), c.end());
+    NIB_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(device_pointers, all.data(), all.size() * sizeof(void*),
+                                                    cudaMemcpyHostToDevice, stream),
+                                    "moe (dequant-cublas): pointer upload"));
+    // The pageable-memory copy above may return before it is done reading `all`; wait for it.
+    NIB_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream), "moe (dequant-cublas): pointer upload"));
+    cublasStatus_t s = cublasSetStream(cublas, stream);
+    if (s == CUBLAS_STATUS_SUCCESS)
+      s = cublasGemmGroupedBatchedEx(cublas, trans_a.data(), trans_b.data(), m.data(), n.data(), k.data(), alpha.data(),
+                                     device_pointers, CUDA_R_16BF, lda.data(), device_pointers + count, CUDA_R_16BF,
+                                     ldb.data(), beta.data(), const_cast<void* const*>(device_pointers + 2 * count),
+                                     CUDA_R_16BF, ldc.data(), int(count), group_size.data(), CUBLAS_COMPUTE_32F);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      return Status::error(std::string("moe (dequant-cublas): cublasGemmGroupedBatchedEx: ") + cublas_status_name(s));
+    return Status::ok();
+  }
+};
+
+Status run_dequant_cublas(const uint16_t* gate_up_in, const float* token_scales, int64_t tokens,
+                          const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws, cudaStream_t stream,
+                          cublasHandle_t cublas) {
+  if (!ws.gate_bf16) return Status::error("moe_forward (dequant-cublas): the workspace was created without it");
+  if (!cublas) return Status::error("moe_forward (dequant-cublas): no cuBLAS handle");
+  const int64_t E = w.experts, H = w.hidden, I = w.intermediate, pairs = tokens * w.top_k;
+  const bool w4a4 = is_w4a4(mode);
+  ws.host_offsets.resize(size_t(E + 1));
+  NIB_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(ws.host_offsets.data(), ws.groups.expert_offsets,
+                                                  (E + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream),
+                                  "moe (dequant-cublas): reading expert counts"));
+  NIB_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream), "moe (dequant-cublas): reading expert counts"));
+  gather_rows_kernel<<<unsigned(pairs), THREADS, 0, stream>>>(gate_up_in, ws.groups.sorted_pairs, int(w.top_k), int(H),
+                                                              ws.x_sorted);
+  NIB_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "moe gather launch"));
+
+  GroupedProblems gate_up, down;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t row0 = ws.host_offsets[e], rows = ws.host_offsets[e + 1] - row0;
+    if (rows == 0) continue;
+    auto expert_view = [&](const DeviceNvfp4Experts& x) {
+      return DeviceNvfp4Weight{x.packed + e * x.rows * x.cols / 2, x.block_scales + e * x.rows * x.cols / 16, x.rows,
+                               x.cols, 1.0f};
+    };
+    uint16_t* gate_e = ws.gate_bf16 + e * I * H;
+    uint16_t* up_e = ws.up_bf16 + e * I * H;
+    uint16_t* down_e = ws.down_bf16 + e * H * I;
+    NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(expert_view(w.gate), gate_e, stream));
+    NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(expert_view(w.up), up_e, stream));
+    NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(expert_view(w.down), down_e, stream));
+    const uint16_t* x_e = ws.x_sorted + row0 * H;
+    void* out_e = w4a4 ? static_cast<void*>(static_cast<float*>(ws.gate_up) + row0 * 2 * I)
+                       : static_cast<void*>(static_cast<uint16_t*>(ws.gate_up) + row0 * 2 * I);
+    const size_t up_offset = size_t(I) * (w4a4 ? sizeof(float) : sizeof(uint16_t));
+    gate_up.add(int(I), int(rows), int(H), gate_e, x_e, int(H), out_e, int(2 * I), w.gate_scales[size_t(e)]);
+    gate_up.add(int(I), int(rows), int(H), up_e, x_e, int(H), static_cast<uint8_t*>(out_e) + up_offset, int(2 * I),
+                w.up_scales[size_t(e)]);
+  }
+  NIB_RETURN_IF_ERROR(gate_up.run(cublas, ws.pointers, w4a4, stream));
+
+  if (w4a4) {
+    swiglu_kernel<float><<<unsigned(pairs), THREADS, 0, stream>>>(static_cast<const float*>(ws.gate_up),
+                                                                   ws.groups.sorted_pairs, int(w.top_k),
+                                                                   token_scales, int(I), static_cast<float*>(ws.act));
+    NIB_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "moe swiglu launch"));
+    NIB_RETURN_IF_ERROR(quantize_act(w, mode, pairs, ws, stream));
+  } else {
+    swiglu_kernel<uint16_t><<<unsigned(pairs), THREADS, 0, stream>>>(static_cast<const uint16_t*>(ws.gate_up),
+                                                                      ws.groups.sorted_pairs, int(w.top_k),
+                                                                      nullptr, int(I), static_cast<uint16_t*>(ws.act));
+    NIB_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "moe swiglu launch"));
+  }
+  const uint16_t* down_in = is_w4a4(mode) ? ws.act_hat : static_cast<const uint16_t*>(ws.act);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t row0 = ws.host_offsets[e], rows = ws.host_offsets[e + 1] - row0;
+    if (rows == 0) continue;
+    down.add(int(H), int(rows), int(I), ws.down_bf16 + e * H * I, down_in + row0 * I, int(I),
+             static_cast<uint16_t*>(ws.y) + row0 * H, int(H), w.down_scales[size_t(e)]);
+  }
+  return down.run(cublas, ws.pointers, false, stream);
+}
+
+}  // namespace
+
+template <class T>
+Status MoeWorkspace::alloc(T*& ptr, size_t count) {
+  void* p = nullptr;
+  NIB_RETURN_IF_ERROR(cuda_status(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)), "MoeWorkspace allocation"));
+  allocations_.push_back(p);
+  ptr = static_cast<T*>(p);
+  return Status::ok();
+}
+
+MoeWorkspace::~MoeWorkspace() {
+  for (void* p : allocations_) cudaFree(p);
+}
+
+Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeights& w, int64_t max_tokens,
+                                                           bool dequant_cublas) {
+  if (max_tokens < 1 || w.experts < 1 || w.top_k < 1 || w.hidden < 1 || w.intermediate < 1)
+    return Status::error("MoeWorkspace: max_tokens and the MoE dimensions must be positive");
+  auto ws = std::make_unique<MoeWorkspace>();
+  const size_t T = size_t(max_tokens), E = size_t(w.experts), H = size_t(w.hidden), I = size_t(w.intermediate);
+  const size_t P = T * size_t(w.top_k);
+  ws->max_tokens = max_tokens;
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->logits, T * E));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->expert_ids, P));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->route_weights, P));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.expert_offsets, E + 1));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.tile_offsets, E + 1));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.sorted_pairs, P));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.pair_rows, P));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->x_hat, T * H));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->x_row_scales, T));
+  float* act = nullptr;
+  NIB_RETURN_IF_ERROR(ws->alloc(act, P * I));  // fp32-sized: also holds the BF16 form
+  ws->act = act;
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->act_hat, P * I));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->act_row_scales, P));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->y, P * H));
+  if (dequant_cublas) {
+    NIB_RETURN_IF_ERROR(ws->alloc(ws->gate_bf16, E * I * H));
+    NIB_RETURN_IF_ERROR(ws->alloc(ws->up_bf16, E * I * H));
+    NIB_RETURN_IF_ERROR(ws->alloc(ws->down_bf16, E * H * I));
+    NIB_RETURN_IF_ERROR(ws->alloc(ws->x_sorted, P * H));
+    float* gate_up = nullptr;
+    NIB_RETURN_IF_ERROR(ws->alloc(gate_up, P * 2 * I));  // fp32-sized: W4A4 keeps fp32
+    ws->gate_up = gate_up;
+    NIB_RETURN_IF_ERROR(ws->alloc(ws->pointers, 3 * 2 * E));
+  }
+  return std::move(ws);
+}
+
+Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
+                   GemmBackend backend, MoeWorkspace& ws, float* out, cudaStream_t stream, cublasHandle_t cublas) {
+  NIB_RETURN_IF_ERROR(check_call(x, tokens, w, mode, ws, out));
+  if (tokens == 0) return Status::ok();
+  if (!cublas) return Status::error("moe_forward: the router GEMM needs a cuBLAS handle");
+  const RouterArgs router{x, w.router, tokens, w.hidden, w.experts, w.top_k, w.norm_topk_prob,
+                          ws.logits, ws.expert_ids, ws.route_weights};
+  NIB_RETURN_IF_ERROR(route(router, cublas, stream));
+  const int64_t pairs = tokens * w.top_k;
+  NIB_RETURN_IF_ERROR(group_by_expert(ws.expert_ids, tokens, w.top_k, w.experts, moe_tile_rows(pairs, w.experts),
+                                      ws.groups, stream));
+  const uint16_t* gate_up_in = x;
+  const float* token_scales = nullptr;
+  if (is_w4a4(mode)) {
+    NIB_RETURN_IF_ERROR(quantize_dequantize_activation_bf16(
+        x, tokens, w.hidden, mode == formats::ActQuant::STATIC ? w.gate_up_input_scale : 0.0f, ws.x_hat,
+        ws.x_row_scales, stream));
+    gate_up_in = ws.x_hat, token_scales = ws.x_row_scales;
+  }
+  const bool cublas_backend = backend == GemmBackend::DEQUANT_CUBLAS;
+  if (cublas_backend) NIB_RETURN_IF_ERROR(run_dequant_cublas(gate_up_in, token_scales, tokens, w, mode, ws, stream, cublas));
+  else NIB_RETURN_IF_ERROR(run_fused(gate_up_in, token_scales, tokens, w, mode, ws, stream));
+  // The fused down GEMM applied the W4A4 row scales; cuBLAS (alpha per expert only) leaves them to the combine.
+  const float* down_row_scales = cublas_backend && is_w4a4(mode) ? ws.act_row_scales : nullptr;
+  combine_kernel<<<unsigned(tokens), THREADS, 0, stream>>>(static_cast<const uint16_t*>(ws.y), ws.groups.pair_rows,
+                                                           ws.route_weights, down_row_scales, int(w.top_k),
+                                                           int(w.hidden), out);
+  return cuda_status(cudaGetLastError(), "moe combine launch");
+}
+
+}  // namespace nibble::cuda

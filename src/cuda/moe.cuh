@@ -1,0 +1,74 @@
+// The whole NVFP4 MoE block on the GPU, from BF16 hidden states to the combined fp32 output: router,
+// token → expert grouping, gate_up (+SwiGLU), down and the weighted combine, in any activation mode
+// (W4A16, static, per-token) on either backend. Twin of ref::moe.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "cuda/linear_nvfp4.cuh"
+#include "cuda/moe_gemm.cuh"
+#include "cuda/moe_grouping.cuh"
+#include "formats/nvfp4.h"
+
+namespace nibble::cuda {
+
+struct DeviceMoeWeights {
+  const uint16_t* router = nullptr;  // BF16 [experts, hidden]
+  int64_t experts = 0, top_k = 0, hidden = 0, intermediate = 0;
+  bool norm_topk_prob = true;
+  DeviceNvfp4Experts gate, up, down;  // gate/up [experts, I, H], down [experts, H, I]
+  // Each expert's weight_scale_2 on the host too (the dequant-cublas backend's GEMM alphas).
+  std::vector<float> gate_scales, up_scales, down_scales;
+  // Static mode: one input scale for all gate/up inputs and one for all down inputs (maxima over experts).
+  float gate_up_input_scale = 0.0f, down_input_scale = 0.0f;
+};
+
+// Device buffers for one MoE call of up to max_tokens tokens, reused across layers and steps; after a
+// call they hold its routing and grouping (tests and tools read them). With the dequant-cublas
+// backend it also holds every expert's weights as BF16 (3 · E · I · H values).
+struct MoeWorkspace {
+  static Result<std::unique_ptr<MoeWorkspace>> create(const DeviceMoeWeights& w, int64_t max_tokens,
+                                                      bool dequant_cublas);
+  MoeWorkspace() = default;
+  ~MoeWorkspace();
+  MoeWorkspace(const MoeWorkspace&) = delete;
+  MoeWorkspace& operator=(const MoeWorkspace&) = delete;
+
+  int64_t max_tokens = 0;
+  float* logits = nullptr;            // [T, E]
+  int32_t* expert_ids = nullptr;      // [T, k]
+  float* route_weights = nullptr;     // [T, k]
+  ExpertGroups groups;
+  uint16_t* x_hat = nullptr;          // [T, H] W4A4 gate_up input
+  float* x_row_scales = nullptr;      // [T]
+  void* act = nullptr;                // [P, I] SwiGLU output: BF16 (W4A16) or fp32 (W4A4, re-quantized)
+  uint16_t* act_hat = nullptr;        // [P, I] W4A4 down input
+  float* act_row_scales = nullptr;    // [P]
+  uint16_t* y = nullptr;              // [P, H] down output, BF16
+  // dequant-cublas only
+  uint16_t* gate_bf16 = nullptr;      // [E, I, H]
+  uint16_t* up_bf16 = nullptr;        // [E, I, H]
+  uint16_t* down_bf16 = nullptr;      // [E, H, I]
+  uint16_t* x_sorted = nullptr;       // [P, H]
+  void* gate_up = nullptr;            // [P, 2I] BF16 (W4A16) or fp32 (W4A4), each half × its weight_scale_2
+  const void** pointers = nullptr;    // device pointer arrays for the grouped GEMMs (3 · 2E)
+  std::vector<int32_t> host_offsets;  // expert_offsets read back
+
+ private:
+  template <class T>
+  Status alloc(T*& ptr, size_t count);
+  std::vector<void*> allocations_;
+};
+
+// out: fp32 [tokens, hidden]. FUSED (and AUTO) run without host synchronization (CUDA-graph safe);
+// DEQUANT_CUBLAS reads the expert counts back to size cublasGemmGroupedBatchedEx.
+Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
+                   GemmBackend backend, MoeWorkspace& ws, float* out, cudaStream_t stream, cublasHandle_t cublas);
+
+}  // namespace nibble::cuda

@@ -1,0 +1,153 @@
+// MoE block benchmark: Qwen3-30B-A3B's MoE (E = 128, k = 8, H = 2048, I = 768) end to end, from
+// BF16 hidden states through the router, grouping, gate_up+SwiGLU, down and combine to the fp32
+// output. Random NVFP4 experts in two copies and eight different inputs (so each launch routes to
+// other experts and the touched weights exceed L2), a CUDA graph per batch for the fused backend
+// (dequant-cublas reads expert counts back and is issued directly). The floor counts the weight
+// bytes of the experts actually routed to, plus x and the output.
+#include "tools/bench/bench_moe.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/moe.cuh"
+#include "formats/bf16.h"
+#include "tools/bench/cuda_timing.h"
+
+namespace nibble::tools {
+namespace {
+
+constexpr int64_t E = 128, TOP_K = 8, H = 2048, I = 768;
+constexpr int WEIGHT_COPIES = 2, INPUT_COPIES = 8;
+
+struct DeviceExperts {
+  uint8_t *packed = nullptr, *scales = nullptr;
+  float* global = nullptr;
+  std::vector<float> host_global;
+};
+
+int upload_experts(int64_t rows, int64_t cols, std::mt19937_64& rng, DeviceExperts& d) {
+  std::vector<uint8_t> packed(size_t(E * rows * cols / 2)), scales(size_t(E * rows * cols / 16));
+  for (size_t i = 0; i < packed.size(); i += 8) {
+    const uint64_t bits = rng();
+    for (size_t b = 0; b < 8; ++b) packed[i + b] = uint8_t(bits >> (8 * b));
+  }
+  for (uint8_t& s : scales) s = uint8_t(0x30 + rng() % 17);  // E4M3 0.5 … 2
+  d.host_global.assign(size_t(E), 0.004f);
+  BENCH_CUDA(cudaMalloc(&d.packed, packed.size()));
+  BENCH_CUDA(cudaMalloc(&d.scales, scales.size()));
+  BENCH_CUDA(cudaMalloc(&d.global, E * sizeof(float)));
+  BENCH_CUDA(cudaMemcpy(d.packed, packed.data(), packed.size(), cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaMemcpy(d.scales, scales.data(), scales.size(), cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaMemcpy(d.global, d.host_global.data(), E * sizeof(float), cudaMemcpyHostToDevice));
+  return 0;
+}
+
+const char* mode_name(formats::ActQuant mode) {
+  return mode == formats::ActQuant::NONE ? "w4a16" : mode == formats::ActQuant::STATIC ? "w4a4-static" : "w4a4-per-token";
+}
+
+}  // namespace
+
+int run_bench_moe(const BenchKernelsOptions& o, cudaStream_t stream, cublasHandle_t cublas, nlohmann::json& rows) {
+  std::vector<int64_t> token_counts;
+  std::stringstream list(o.moe_tokens);
+  for (std::string item; std::getline(list, item, ',');) token_counts.push_back(std::stoll(item));
+  if (token_counts.empty()) return 0;
+  const int64_t max_tokens = *std::max_element(token_counts.begin(), token_counts.end());
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+
+  std::vector<DeviceExperts> gate(WEIGHT_COPIES), up(WEIGHT_COPIES), down(WEIGHT_COPIES);
+  std::vector<cuda::DeviceMoeWeights> weights(WEIGHT_COPIES);
+  std::vector<uint16_t> router_host(size_t(E * H));
+  for (uint16_t& v : router_host) v = formats::bf16_encode(0.02f * normal(rng));
+  uint16_t* router = nullptr;
+  BENCH_CUDA(cudaMalloc(&router, router_host.size() * 2));
+  BENCH_CUDA(cudaMemcpy(router, router_host.data(), router_host.size() * 2, cudaMemcpyHostToDevice));
+  for (int c = 0; c < WEIGHT_COPIES; ++c) {
+    if (upload_experts(I, H, rng, gate[c]) || upload_experts(I, H, rng, up[c]) || upload_experts(H, I, rng, down[c]))
+      return 1;
+    cuda::DeviceMoeWeights& w = weights[c];
+    w.router = router;
+    w.experts = E, w.top_k = TOP_K, w.hidden = H, w.intermediate = I;
+    w.gate = {gate[c].packed, gate[c].scales, gate[c].global, E, I, H};
+    w.up = {up[c].packed, up[c].scales, up[c].global, E, I, H};
+    w.down = {down[c].packed, down[c].scales, down[c].global, E, H, I};
+    w.gate_scales = gate[c].host_global, w.up_scales = up[c].host_global, w.down_scales = down[c].host_global;
+    w.gate_up_input_scale = 5.0f / 2688.0f, w.down_input_scale = 1.0f / 2688.0f;
+  }
+  std::vector<uint16_t*> x(INPUT_COPIES);
+  std::vector<uint16_t> x_host(size_t(max_tokens * H));
+  for (auto& p : x) {
+    for (uint16_t& v : x_host) v = formats::bf16_encode(normal(rng));
+    BENCH_CUDA(cudaMalloc(&p, x_host.size() * 2));
+    BENCH_CUDA(cudaMemcpy(p, x_host.data(), x_host.size() * 2, cudaMemcpyHostToDevice));
+  }
+  float* out = nullptr;
+  BENCH_CUDA(cudaMalloc(&out, size_t(max_tokens * H) * sizeof(float)));
+  auto ws = cuda::MoeWorkspace::create(weights[0], max_tokens, true);
+  if (!ws) {
+    std::fprintf(stderr, "nibble bench kernels: %s\n", ws.status().message().c_str());
+    return 1;
+  }
+
+  std::printf("\nMoE block (E=%lld, k=%lld, H=%lld, I=%lld), router to combined output\n", (long long)E,
+              (long long)TOP_K, (long long)H, (long long)I);
+  std::printf("%-6s %6s %-30s %10s %9s %9s %8s %8s %16s\n", "op", "T", "backend/mode", "time(us)", "GB/s", "TFLOP/s",
+              "%floor", "experts", "vs dequant-cublas");
+  const double expert_bytes = 3.0 * I * H * (0.5 + 1.0 / 16);
+  for (int64_t tokens : token_counts) {
+    // Experts routed to (the floor's weight bytes), from one run's grouping.
+    Status s = cuda::moe_forward(x[0], tokens, weights[0], formats::ActQuant::NONE, cuda::GemmBackend::FUSED, **ws, out,
+                                 stream, cublas);
+    if (!s) {
+      std::fprintf(stderr, "nibble bench kernels: moe T=%lld: %s\n", (long long)tokens, s.message().c_str());
+      return 1;
+    }
+    std::vector<int32_t> offsets(size_t(E + 1));
+    BENCH_CUDA(cudaMemcpyAsync(offsets.data(), (*ws)->groups.expert_offsets, offsets.size() * 4,
+                               cudaMemcpyDeviceToHost, stream));
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+    int active = 0;
+    for (int64_t e = 0; e < E; ++e) active += offsets[e + 1] > offsets[e];
+    const double flops = 2.0 * tokens * TOP_K * 3 * H * I;
+    const double bytes = active * expert_bytes + tokens * H * (2.0 + 4.0);
+    const double floor = std::max(bytes / (o.hbm_tb_s * 1e12), flops / (o.bf16_tflops * 1e12));
+    double t_baseline = 0;
+    for (cuda::GemmBackend backend : {cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::FUSED})
+      for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
+        bool ok = true;
+        const double t = time_launches(
+            [&](int c) {
+              ok &= cuda::moe_forward(x[c % INPUT_COPIES], tokens, weights[c % WEIGHT_COPIES], mode, backend, **ws, out,
+                                      stream, cublas)
+                        .is_ok();
+            },
+            INPUT_COPIES, o.iterations, o.batches, stream, backend == cuda::GemmBackend::FUSED);
+        BENCH_CUDA(cudaStreamSynchronize(stream));
+        if (!ok) {
+          std::fprintf(stderr, "nibble bench kernels: moe T=%lld %s failed\n", (long long)tokens, mode_name(mode));
+          return 1;
+        }
+        if (backend == cuda::GemmBackend::DEQUANT_CUBLAS && mode == formats::ActQuant::NONE) t_baseline = t;
+        const std::string label = std::string(cuda::gemm_backend_name(backend)) + "/" + mode_name(mode);
+        std::printf("%-6s %6lld %-30s %10.2f %9.0f %9.1f %7.0f%% %8d %15.2fx\n", "moe", (long long)tokens,
+                    label.c_str(), t * 1e6, bytes / t / 1e9, flops / t / 1e12, 100.0 * floor / t, active,
+                    t_baseline / t);
+        rows.push_back({{"op", "moe"}, {"tokens", tokens}, {"backend", cuda::gemm_backend_name(backend)},
+                        {"mode", mode_name(mode)}, {"time_us", t * 1e6}, {"gb_s", bytes / t / 1e9},
+                        {"tflops", flops / t / 1e12}, {"pct_floor", 100.0 * floor / t}, {"experts_active", active}});
+      }
+  }
+  for (int c = 0; c < WEIGHT_COPIES; ++c)
+    for (DeviceExperts* d : {&gate[c], &up[c], &down[c]}) cudaFree(d->packed), cudaFree(d->scales), cudaFree(d->global);
+  for (uint16_t* p : x) cudaFree(p);
+  cudaFree(out), cudaFree(router);
+  return 0;
+}
+
+}  // namespace nibble::tools

@@ -1,0 +1,60 @@
+// CUDA timing for the kernel benchmarks: median seconds per launch over batches timed with CUDA
+// events, after a warm-up over every input copy. Only built with the CUDA backend.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#define BENCH_CUDA(call)                                                                    \
+  do {                                                                                      \
+    cudaError_t e_ = (call);                                                                \
+    if (e_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "nibble bench kernels: %s: %s\n", #call, cudaGetErrorString(e_)); \
+      return 1;                                                                             \
+    }                                                                                       \
+  } while (0)
+
+namespace nibble::tools {
+
+// Median seconds per launch of `launch(copy)`. With `graph`, the launches of a batch are captured once
+// into a CUDA graph (as the engine runs them), so the time is the GPU's, not the CPU's launch rate;
+// without it (ops that synchronize with the host) each batch is issued directly.
+template <class F>
+double time_launches(F&& launch, int copies, int iterations, int batches, cudaStream_t stream, bool graph = true) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int i = 0; i < copies; ++i) launch(i);  // warm-up: every copy once (and lazy module loading)
+  cudaStreamSynchronize(stream);
+  cudaGraph_t captured = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  if (graph) {
+    cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+    for (int i = 0; i < iterations; ++i) launch(i % copies);
+    cudaStreamEndCapture(stream, &captured);
+    cudaGraphInstantiate(&exec, captured, 0);
+    cudaGraphLaunch(exec, stream);  // warm-up of the graph
+  }
+  std::vector<double> per_launch;
+  for (int b = 0; b < batches; ++b) {
+    cudaEventRecord(start, stream);
+    if (graph) cudaGraphLaunch(exec, stream);
+    else
+      for (int i = 0; i < iterations; ++i) launch(i % copies);
+    cudaEventRecord(stop, stream);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    per_launch.push_back(ms * 1e-3 / iterations);
+  }
+  if (graph) cudaGraphExecDestroy(exec), cudaGraphDestroy(captured);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(per_launch.begin(), per_launch.end());
+  return per_launch[per_launch.size() / 2];
+}
+
+}  // namespace nibble::tools
