@@ -18,21 +18,37 @@ namespace {
 
 constexpr int THREADS = 256;
 
+constexpr int MAX_TOP_K = 64;
+
 // out[t, h] = Σ_slot weight[t, slot] · row_scale[r] · y[r, h], r = pair_rows[t·k + slot], summed in slot
-// order from 0 as ref::moe does. y is BF16. One CTA per token.
+// order from 0 as ref::moe does. y is BF16. One CTA per token; the k (row, weight) pairs are read once
+// into shared memory, then each thread sums 8 consecutive h with 16-byte loads.
 __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_rows,
                                const float* __restrict__ weights, const float* __restrict__ row_scales, int top_k,
                                int hidden, float* __restrict__ out) {
+  __shared__ int rows[MAX_TOP_K];
+  __shared__ float scale[MAX_TOP_K];
   const int t = blockIdx.x;
-  for (int h = threadIdx.x; h < hidden; h += THREADS) {
-    float acc = 0.0f;
+  if (threadIdx.x < top_k) {
+    const int pair = t * top_k + threadIdx.x;
+    rows[threadIdx.x] = pair_rows[pair];
+    scale[threadIdx.x] = row_scales ? weights[pair] * row_scales[pair_rows[pair]] : weights[pair];
+  }
+  __syncthreads();
+  for (int h = threadIdx.x * 8; h < hidden; h += THREADS * 8) {
+    float acc[8] = {};
     for (int slot = 0; slot < top_k; ++slot) {
-      const int pair = t * top_k + slot;
-      const int r = pair_rows[pair];
-      const float w = row_scales ? weights[pair] * row_scales[r] : weights[pair];
-      acc += w * formats::bf16_decode(y[size_t(r) * hidden + h]);
+      const uint4 v = *reinterpret_cast<const uint4*>(y + size_t(rows[slot]) * hidden + h);
+      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        acc[2 * i] += scale[slot] * formats::bf16_decode(uint16_t(words[i] & 0xFFFF));
+        acc[2 * i + 1] += scale[slot] * formats::bf16_decode(uint16_t(words[i] >> 16));
+      }
     }
-    out[size_t(t) * hidden + h] = acc;
+    float4* dst = reinterpret_cast<float4*>(out + size_t(t) * hidden + h);
+    dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
   }
 }
 
@@ -76,6 +92,10 @@ Status check_call(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, 
   if (w.gate.rows != w.intermediate || w.gate.cols != w.hidden || w.down.rows != w.hidden ||
       w.down.cols != w.intermediate || w.gate.experts != w.experts || w.down.experts != w.experts)
     return Status::error("moe_forward: expert weight shapes do not match hidden/intermediate/experts");
+  if (w.hidden % 64 != 0 || w.intermediate % 64 != 0 || w.top_k > MAX_TOP_K)
+    return Status::error("moe_forward: hidden and intermediate must be multiples of 64 and top_k ≤ 64 (got " +
+                         std::to_string(w.hidden) + ", " + std::to_string(w.intermediate) + ", " +
+                         std::to_string(w.top_k) + ")");
   if (mode == formats::ActQuant::STATIC && !(w.gate_up_input_scale > 0.0f && w.down_input_scale > 0.0f))
     return Status::error("moe_forward (static): the gate_up and down input scales must be > 0");
   return Status::ok();
@@ -92,11 +112,12 @@ Status quantize_act(const DeviceMoeWeights& w, formats::ActQuant mode, int64_t p
 Status run_fused(const uint16_t* gate_up_in, const float* token_scales, int64_t tokens, const DeviceMoeWeights& w,
                  formats::ActQuant mode, MoeWorkspace& ws, cudaStream_t stream) {
   const int64_t pairs = tokens * w.top_k;
-  GroupedGemmArgs gate_up{gate_up_in,        ws.groups.sorted_pairs, w.top_k, token_scales, ws.groups.expert_offsets,
-                          ws.groups.tile_offsets, pairs, ws.act, is_w4a4(mode)};
+  const int tile_rows = moe_tile_rows(pairs, w.experts, w.hidden, w.intermediate);
+  GroupedGemmArgs gate_up{gate_up_in,           ws.groups.sorted_pairs, w.top_k, token_scales, ws.groups.expert_offsets,
+                          ws.groups.tile_offsets, tile_rows,             pairs,   ws.act,       is_w4a4(mode)};
   NIB_RETURN_IF_ERROR(moe_gemm_gate_up(gate_up, w.gate, w.up, stream));
-  GroupedGemmArgs down{static_cast<const uint16_t*>(ws.act), nullptr, 1, nullptr, ws.groups.expert_offsets,
-                       ws.groups.tile_offsets, pairs, ws.y, false};
+  GroupedGemmArgs down{static_cast<const uint16_t*>(ws.act), nullptr, 1,     nullptr, ws.groups.expert_offsets,
+                       ws.groups.tile_offsets,              tile_rows, pairs, ws.y,    false};
   if (is_w4a4(mode)) {
     NIB_RETURN_IF_ERROR(quantize_act(w, mode, pairs, ws, stream));
     down.act = ws.act_hat, down.row_scales = ws.act_row_scales;
@@ -286,8 +307,8 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
                           ws.logits, ws.expert_ids, ws.route_weights};
   NIB_RETURN_IF_ERROR(route(router, cublas, stream));
   const int64_t pairs = tokens * w.top_k;
-  NIB_RETURN_IF_ERROR(group_by_expert(ws.expert_ids, tokens, w.top_k, w.experts, moe_tile_rows(pairs, w.experts),
-                                      ws.groups, stream));
+  NIB_RETURN_IF_ERROR(group_by_expert(ws.expert_ids, tokens, w.top_k, w.experts,
+                                      moe_tile_rows(pairs, w.experts, w.hidden, w.intermediate), ws.groups, stream));
   const uint16_t* gate_up_in = x;
   const float* token_scales = nullptr;
   if (is_w4a4(mode)) {

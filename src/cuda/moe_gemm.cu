@@ -2,10 +2,11 @@
 // A operand (16 output features per m-tile) and tokens are its B operand (8 per n-tile), so a tile
 // of one token wastes little at decode. Per 64-wide k-step a CTA stages FP4 codes, E4M3 scales and
 // gathered BF16 activation rows in shared memory (cp.async, multi-stage), and each warp decodes its
-// A fragments in registers: E2M1 nibble → BF16 bits, × 2¹²⁶, × the block scale — exact, since an
-// E2M1 · E4M3 product has ≤ 6 significant bits. Within each 32-wide k-chunk, thread c of a quad
-// takes physical k 8c…8c+7 for both operands (MMA k order is free as long as A and B agree), so its
-// codes are one 32-bit word and its activations one 16-byte load.
+// A fragments in registers: eight E2M1 codes → BF16 through byte-permute tables, × the block scale —
+// exact, since an E2M1 · E4M3 product has ≤ 6 significant bits. Within each 32-wide k-chunk,
+// thread c of a quad takes physical k 8c…8c+7 for both operands (MMA k order is free as long as A
+// and B agree), so its codes are one 32-bit word and its activations one 16-byte load. Small
+// batches split each k-step's two chunks over two warps (WARPS_K) for more loads in flight.
 #include "cuda/moe_gemm.cuh"
 
 #include <cuda_bf16.h>
@@ -17,24 +18,39 @@
 namespace nibble::cuda {
 namespace {
 
-constexpr int BK = 64;  // k per pipeline stage: 32 code bytes and 4 scales per weight row
-
-template <int WARPS_M_, int WARPS_N_, int WM_, int WN_, int STAGES_>
+// BK: k per pipeline stage, J = BK/32 chunks of 32; each weight row brings BK/2 contiguous code bytes
+// (a longer k-step reads longer runs of each row, which HBM serves better) and BK/16 scales.
+template <int WARPS_M_, int WARPS_N_, int WARPS_K_, int WM_, int WN_, int BK_, int STAGES_>
 struct Config {
-  static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, WM = WM_, WN = WN_, STAGES = STAGES_;
+  static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, WARPS_K = WARPS_K_, WM = WM_, WN = WN_, BK = BK_,
+                       STAGES = STAGES_;
+  static constexpr int J = BK / 32;
+  static_assert(J == 2 || J == 4 || J == 8, "k-step of 64, 128 or 256");
+  static_assert(J % WARPS_K == 0, "each k-warp takes every WARPS_K-th chunk");
   static constexpr int BM = WARPS_M * WM * 16;  // weight rows per CTA
   static constexpr int BT = WARPS_N * WN * 8;   // sorted rows per CTA
-  static constexpr int THREADS = WARPS_M * WARPS_N * 32;
-  static constexpr int CODE_BYTES = BM * BK / 2;
-  static constexpr int SCALE_BYTES = BM * BK / 16;
-  static constexpr int ACT_BYTES = BT * BK * 2;
+  static constexpr int THREADS = WARPS_M * WARPS_N * WARPS_K * 32;
+  static constexpr int CODE_ROW = BK / 2, SCALE_ROW = BK / 16, ACT_ROW = BK * 2;  // bytes per row per stage
+  static constexpr int CODE_BYTES = BM * CODE_ROW;
+  static constexpr int SCALE_BYTES = BM * SCALE_ROW;
+  static constexpr int ACT_BYTES = BT * ACT_ROW;
+  // Code chunk j of shared-memory row r sits at chunk j ^ f(r): a warp's fragment reads (rows g, g+8;
+  // the same j) then fall in distinct banks for every row stride.
+  static constexpr int SWIZZLE_SHIFT = J == 8 ? 0 : J == 4 ? 1 : 2;
+  __device__ static int code_offset(int srow, int j) {
+    return srow * CODE_ROW + ((j ^ ((srow >> SWIZZLE_SHIFT) & (J - 1))) * 16);
+  }
+  // Activation chunk (16 B) q of row t: the two rows a quarter-warp reads differ in bit 2.
+  __device__ static int act_offset(int trow, int q) { return trow * ACT_ROW + ((q ^ ((trow & 1) << 2)) * 16); }
   static constexpr int STAGE_BYTES = CODE_BYTES + SCALE_BYTES + ACT_BYTES;
   static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + BT * int(sizeof(int));
 };
-// Chosen by the average rows per expert: decode (≤ 8), small batches (≤ 48), prefill.
-using SmallConfig = Config<2, 1, 2, 1, 8>;
-using MediumConfig = Config<2, 2, 2, 2, 6>;
-using LargeConfig = Config<4, 2, 2, 8, 4>;
+// Chosen by the average rows per expert: decode and small batches (≤ 16: memory-bound, k split over 4
+// warps for loads in flight), mid-size batches (≤ 48), prefill (compute-bound).
+using SmallConfig = Config<2, 1, 4, 2, 2, 256, 4>;
+using MediumConfig = Config<2, 2, 2, 2, 2, 128, 4>;
+using LargeConfig = Config<4, 2, 1, 2, 8, 128, 3>;
+using LargeConfigK64 = Config<4, 2, 1, 2, 8, 64, 4>;  // the same tiles for in_features not a multiple of 128
 
 struct KernelParams {
   const uint8_t* codes[2];   // down: [0] only; gated: gate, up
@@ -53,12 +69,14 @@ struct KernelParams {
   bool out_fp32;
 };
 
-__device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes_valid, int size) {
+// Copies SIZE bytes, of which the first bytes_valid are read and the rest zero-filled.
+template <int SIZE>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes_valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  if (size == 16)
+  if constexpr (SIZE == 16)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes_valid));
   else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes_valid));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(gmem), "n"(SIZE), "r"(bytes_valid));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -80,20 +98,39 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   return *reinterpret_cast<const uint32_t*>(&r);
 }
 
-constexpr uint32_t BF16X2_2POW126 = 0x7E807E80u;  // 2¹²⁶ in both halves
-constexpr uint32_t BF16X2_2POW120 = 0x7B807B80u;  // 2¹²⁰ in both halves
-
-// Two E2M1 codes (low nibble first) → BF16 pair of their values times 2⁻¹²⁶: the magnitude bits
-// e1 e0 m become BF16 exponent bits 1..0 and the top mantissa bit (e = 0: a BF16 subnormal, m·2⁻¹²⁷).
-__device__ __forceinline__ uint32_t e2m1x2_bits(uint32_t byte) {
-  return ((byte & 0x7u) << 6) | ((byte & 0x8u) << 12) | ((byte & 0x70u) << 18) | ((byte & 0x80u) << 24);
+// PTX prmt in its default mode, where a selector nibble's bit 3 replicates the chosen byte's sign bit
+// (the __byte_perm intrinsic masks that bit off).
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t select) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(select));
+  return r;
 }
 
-// An E4M3 scale (non-negative) → BF16 pair: its bits eeee mmm placed at BF16 bits 10..4 give the
-// value times 2⁻¹²⁰ (subnormals included), then × 2¹²⁰, exact.
+// Eight E2M1 codes (a 32-bit word, element 0 in the low nibble) → four BF16 pairs, pair b holding
+// elements 2b (low half) and 2b + 1, exact. The magnitude (low 3 bits of a code) picks the high and
+// the low byte of its BF16 value from 8-byte tables; the sign comes from prmt's sign-replicate mode
+// on a table of 0x80 bytes (0xFF where the code's bit 3 is set, else 0x80), bit 0 → bit 7.
+__device__ __forceinline__ void e2m1x8_to_bf16(uint32_t word, uint32_t (&pair)[4]) {
+  // BF16 of 0, 0.5, 1, 1.5, 2, 3, 4, 6: 0000 3F00 3F80 3FC0 4000 4040 4080 40C0.
+  constexpr uint32_t HI_0_3 = 0x3F3F3F00u, HI_4_7 = 0x40404040u, LO_0_3 = 0xC0800000u, LO_4_7 = 0xC0804000u;
+  const uint32_t magnitude = word & 0x77777777u;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const uint32_t select = half ? magnitude >> 16 : magnitude;
+    const uint32_t sign = prmt(0x80808080u, 0x80808080u, half ? word >> 16 : word);
+    const uint32_t hi = __byte_perm(HI_0_3, HI_4_7, select) | ((sign << 7) & 0x80808080u);
+    const uint32_t lo = __byte_perm(LO_0_3, LO_4_7, select);
+    pair[2 * half] = __byte_perm(lo, hi, 0x5140);
+    pair[2 * half + 1] = __byte_perm(lo, hi, 0x7362);
+  }
+}
+
+// An E4M3 block scale (non-negative) → BF16 pair: its bits eeee mmm at fp32 bits 26..20 give the
+// value times 2⁻¹²⁰ (subnormals as fp32 subnormals), × 2¹²⁰ in fp32 (no flush: built without ftz),
+// then the top half of the fp32 bits (exact: ≤ 4 significant bits).
 __device__ __forceinline__ uint32_t e4m3_scale_bf16x2(uint32_t byte) {
-  const uint32_t bits = (byte & 0x7Fu) << 4;
-  return bf16x2_mul(bits | bits << 16, BF16X2_2POW120);
+  const uint32_t bits = __float_as_uint(__uint_as_float((byte & 0x7Fu) << 20) * 0x1p120f) >> 16;
+  return bits | bits << 16;
 }
 
 // Source row of each of the CTA's sorted rows (−1 past the tile), the expert, and the tile's first row.
@@ -132,33 +169,65 @@ __device__ __forceinline__ int weight_row(int srow, int n, int& which) {
   return row < n ? row : -1;
 }
 
+// This thread's share of a stage's cp.async copies, addressed once per CTA (only the k offset moves):
+// FP4 code chunks (16 B, swizzled so a warp's fragment reads hit distinct banks), scale words, and
+// activation chunks of the gathered rows. A destination of −1 means the thread has no such copy;
+// rows past the weight or the tile are zero-filled (0 bytes read).
 template <class C, bool GATED>
-__device__ __forceinline__ void load_stage(const KernelParams& p, int expert, const int* src_rows, uint8_t* stage,
-                                           int kt, int tid) {
-  uint8_t* codes = stage;
-  uint8_t* scales = stage + C::CODE_BYTES;
-  uint8_t* act = scales + C::SCALE_BYTES;
-  const size_t code_row_bytes = p.k / 2, scale_row_bytes = p.k / 16;
-  for (int c = tid; c < C::BM * 2; c += C::THREADS) {
-    const int srow = c >> 1, j = c & 1;
-    int which;
-    const int row = weight_row<C, GATED>(srow, p.n, which);
-    const uint8_t* src = (which ? p.codes[1] : p.codes[0]) + (size_t(expert) * p.n + max(row, 0)) * code_row_bytes + kt * 32 + j * 16;
-    cp_async(codes + srow * 32 + ((j ^ ((srow >> 2) & 1)) * 16), src, row >= 0 ? 16 : 0, 16);
+struct StageLoader {
+  static constexpr int CODE_CHUNKS = (C::BM * C::J + C::THREADS - 1) / C::THREADS;
+  static constexpr int SCALE_ROWS = (C::BM + C::THREADS - 1) / C::THREADS;
+  static constexpr int ACT_CHUNKS = (C::BT * C::J * 4 + C::THREADS - 1) / C::THREADS;
+  const uint8_t* code_src[CODE_CHUNKS];
+  int code_dst[CODE_CHUNKS], code_bytes[CODE_CHUNKS];
+  const uint8_t* scale_src[SCALE_ROWS];
+  int scale_dst[SCALE_ROWS], scale_bytes[SCALE_ROWS];
+  const uint16_t* act_src[ACT_CHUNKS];
+  int act_dst[ACT_CHUNKS], act_bytes[ACT_CHUNKS];
+
+  __device__ StageLoader(const KernelParams& p, int expert, const int* src_rows, int tid) {
+    const size_t code_row_bytes = p.k / 2, scale_row_bytes = p.k / 16;
+#pragma unroll
+    for (int i = 0; i < CODE_CHUNKS; ++i) {
+      const int c = tid + i * C::THREADS, srow = c / C::J, j = c % C::J;
+      int which = 0;
+      const int row = c < C::BM * C::J ? weight_row<C, GATED>(srow, p.n, which) : -1;
+      code_src[i] = (which ? p.codes[1] : p.codes[0]) + (size_t(expert) * p.n + max(row, 0)) * code_row_bytes + j * 16;
+      code_dst[i] = c < C::BM * C::J ? C::code_offset(srow, j) : -1;
+      code_bytes[i] = row >= 0 ? 16 : 0;
+    }
+#pragma unroll
+    for (int i = 0; i < SCALE_ROWS; ++i) {
+      const int srow = tid + i * C::THREADS;
+      int which = 0;
+      const int row = srow < C::BM ? weight_row<C, GATED>(srow, p.n, which) : -1;
+      scale_src[i] = (which ? p.scales[1] : p.scales[0]) + (size_t(expert) * p.n + max(row, 0)) * scale_row_bytes;
+      scale_dst[i] = srow < C::BM ? C::CODE_BYTES + srow * C::SCALE_ROW : -1;
+      scale_bytes[i] = row >= 0 ? C::SCALE_ROW : 0;
+    }
+#pragma unroll
+    for (int i = 0; i < ACT_CHUNKS; ++i) {
+      const int c = tid + i * C::THREADS, trow = c / (C::J * 4), chunk = c % (C::J * 4);
+      const int src_row = c < C::BT * C::J * 4 ? src_rows[trow] : -1;
+      act_src[i] = p.act + size_t(max(src_row, 0)) * p.k + chunk * 8;
+      act_dst[i] = c < C::BT * C::J * 4 ? C::CODE_BYTES + C::SCALE_BYTES + C::act_offset(trow, chunk) : -1;
+      act_bytes[i] = src_row >= 0 ? 16 : 0;
+    }
   }
-  for (int srow = tid; srow < C::BM; srow += C::THREADS) {
-    int which;
-    const int row = weight_row<C, GATED>(srow, p.n, which);
-    const uint8_t* src = (which ? p.scales[1] : p.scales[0]) + (size_t(expert) * p.n + max(row, 0)) * scale_row_bytes + kt * 4;
-    cp_async(scales + srow * 4, src, row >= 0 ? 4 : 0, 4);
+
+  __device__ __forceinline__ void load(uint8_t* stage, int kt) const {
+#pragma unroll
+    for (int i = 0; i < CODE_CHUNKS; ++i)
+      if (code_dst[i] >= 0) cp_async<16>(stage + code_dst[i], code_src[i] + kt * C::CODE_ROW, code_bytes[i]);
+#pragma unroll
+    for (int i = 0; i < SCALE_ROWS; ++i)
+      if (scale_dst[i] >= 0)
+        cp_async<C::SCALE_ROW>(stage + scale_dst[i], scale_src[i] + kt * C::SCALE_ROW, scale_bytes[i]);
+#pragma unroll
+    for (int i = 0; i < ACT_CHUNKS; ++i)
+      if (act_dst[i] >= 0) cp_async<16>(stage + act_dst[i], act_src[i] + kt * C::BK, act_bytes[i]);
   }
-  for (int c = tid; c < C::BT * 8; c += C::THREADS) {
-    const int trow = c >> 3, chunk = c & 7;
-    const int src_row = src_rows[trow];
-    const uint16_t* src = p.act + size_t(max(src_row, 0)) * p.k + kt * BK + chunk * 8;
-    cp_async(act + trow * 128 + ((chunk ^ ((trow & 1) << 2)) * 16), src, src_row >= 0 ? 16 : 0, 16);
-  }
-}
+};
 
 template <class C, bool GATED>
 __global__ void __launch_bounds__(C::THREADS) moe_gemm_kernel(const KernelParams p) {
@@ -172,16 +241,18 @@ __global__ void __launch_bounds__(C::THREADS) moe_gemm_kernel(const KernelParams
     src_rows[t] = t < tile.rows ? (p.sorted_pairs ? p.sorted_pairs[r] / p.top_k : r) : -1;
   }
   __syncthreads();
+  const StageLoader<C, GATED> loader(p, tile.expert, src_rows, tid);
 
-  const int k_tiles = p.k / BK;
+  const int k_tiles = p.k / C::BK;  // dispatch picks a config whose BK divides in_features
 #pragma unroll
   for (int s = 0; s < C::STAGES - 1; ++s) {
-    if (s < k_tiles) load_stage<C, GATED>(p, tile.expert, src_rows, smem + s * C::STAGE_BYTES, s, tid);
+    if (s < k_tiles) loader.load(smem + s * C::STAGE_BYTES, s);
     cp_async_commit();
   }
 
   const int lane = tid & 31, warp = tid >> 5;
-  const int warp_m = warp % C::WARPS_M, warp_n = warp / C::WARPS_M;
+  const int warp_m = warp % C::WARPS_M, warp_n = (warp / C::WARPS_M) % C::WARPS_N;
+  const int warp_k = warp / (C::WARPS_M * C::WARPS_N);
   const int g = lane >> 2, c = lane & 3;
   float acc[C::WM][C::WN][4] = {};
 
@@ -189,8 +260,7 @@ __global__ void __launch_bounds__(C::THREADS) moe_gemm_kernel(const KernelParams
     cp_async_wait<C::STAGES - 2>();
     __syncthreads();
     const int next = kt + C::STAGES - 1;
-    if (next < k_tiles)
-      load_stage<C, GATED>(p, tile.expert, src_rows, smem + (next % C::STAGES) * C::STAGE_BYTES, next, tid);
+    if (next < k_tiles) loader.load(smem + (next % C::STAGES) * C::STAGE_BYTES, next);
     cp_async_commit();
 
     const uint8_t* stage = smem + (kt % C::STAGES) * C::STAGE_BYTES;
@@ -198,7 +268,8 @@ __global__ void __launch_bounds__(C::THREADS) moe_gemm_kernel(const KernelParams
     const uint8_t* scales = stage + C::CODE_BYTES;
     const uint8_t* act = scales + C::SCALE_BYTES;
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {  // 32-wide k-chunks
+    for (int j = 0; j < C::J; ++j) {  // 32-wide k-chunks; k-warp w takes those with j % WARPS_K == w
+      if (C::WARPS_K > 1 && j % C::WARPS_K != warp_k) continue;
       uint32_t a[C::WM][2][4];     // [m-tile][k16 step][fragment register]
 #pragma unroll
       for (int t = 0; t < C::WM; ++t)
@@ -206,19 +277,18 @@ __global__ void __launch_bounds__(C::THREADS) moe_gemm_kernel(const KernelParams
         for (int h = 0; h < 2; ++h) {  // rows g and g + 8
           const int srow = (warp_m * C::WM + t) * 16 + g + 8 * h;
           const uint32_t word =
-              *reinterpret_cast<const uint32_t*>(codes + srow * 32 + ((j ^ ((srow >> 2) & 1)) * 16) + 4 * c);
-          const uint32_t scale = e4m3_scale_bf16x2(scales[srow * 4 + 2 * j + (c >> 1)]);
+              *reinterpret_cast<const uint32_t*>(codes + C::code_offset(srow, j) + 4 * c);
+          const uint32_t scale = e4m3_scale_bf16x2(scales[srow * C::SCALE_ROW + 2 * j + (c >> 1)]);
+          uint32_t pair[4];
+          e2m1x8_to_bf16(word, pair);
 #pragma unroll
-          for (int b = 0; b < 4; ++b) {
-            const uint32_t pair = bf16x2_mul(bf16x2_mul(e2m1x2_bits((word >> (8 * b)) & 0xFFu), BF16X2_2POW126), scale);
-            // byte b holds physical k 8c + 2b, +1: step b/2, registers {0,1} (first k half) or {2,3}.
-            a[t][b >> 1][(b & 1) * 2 + h] = pair;
-          }
+          for (int b = 0; b < 4; ++b)  // pair b is physical k 8c + 2b, +1: step b/2, first or second k half
+            a[t][b >> 1][(b & 1) * 2 + h] = bf16x2_mul(pair[b], scale);
         }
 #pragma unroll
       for (int u = 0; u < C::WN; ++u) {
         const int trow = (warp_n * C::WN + u) * 8 + g;
-        const uint4 v = *reinterpret_cast<const uint4*>(act + trow * 128 + (((4 * j + c) ^ ((trow & 1) << 2)) * 16));
+        const uint4 v = *reinterpret_cast<const uint4*>(act + C::act_offset(trow, 4 * j + c));
 #pragma unroll
         for (int t = 0; t < C::WM; ++t) {
           mma_bf16(acc[t][u], a[t][0], v.x, v.y);
@@ -228,6 +298,31 @@ __global__ void __launch_bounds__(C::THREADS) moe_gemm_kernel(const KernelParams
     }
   }
   cp_async_wait<0>();
+
+  if constexpr (C::WARPS_K > 1) {  // k-warps 1.. hand their sums to k-warp 0, which adds them in order
+    __syncthreads();               // every warp is past the pipeline: its shared memory is free
+    float* partial = reinterpret_cast<float*>(smem);
+    constexpr int SLOTS = C::WARPS_M * C::WARPS_N * 32, VALUES = C::WM * C::WN * 4;
+    static_assert((C::WARPS_K - 1) * SLOTS * VALUES * 4 <= C::STAGES * C::STAGE_BYTES, "partials fit");
+    const int slot = (warp % (C::WARPS_M * C::WARPS_N)) * 32 + lane;
+    if (warp_k > 0)
+#pragma unroll
+      for (int t = 0; t < C::WM; ++t)
+#pragma unroll
+        for (int u = 0; u < C::WN; ++u)
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            partial[((warp_k - 1) * VALUES + (t * C::WN + u) * 4 + q) * SLOTS + slot] = acc[t][u][q];
+    __syncthreads();
+    if (warp_k > 0) return;
+    for (int w = 0; w < C::WARPS_K - 1; ++w)
+#pragma unroll
+      for (int t = 0; t < C::WM; ++t)
+#pragma unroll
+        for (int u = 0; u < C::WN; ++u)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[t][u][q] += partial[(w * VALUES + (t * C::WN + u) * 4 + q) * SLOTS + slot];
+  }
 
   // Epilogue: accumulator (t, u, q) is weight row g + 8·(q/2) of m-tile t, sorted row 2c + q%2 of n-tile u.
   const float scale0 = p.global_scales[0][tile.expert];
@@ -274,17 +369,19 @@ Status launch(const KernelParams& p, int64_t pairs, cudaStream_t stream) {
 }
 
 template <bool GATED>
-Status dispatch(const KernelParams& p, int64_t pairs, cudaStream_t stream) {
-  const int tile_rows = moe_tile_rows(pairs, p.experts);
-  if (tile_rows == SmallConfig::BT) return launch<SmallConfig, GATED>(p, pairs, stream);
-  if (tile_rows == MediumConfig::BT) return launch<MediumConfig, GATED>(p, pairs, stream);
-  return launch<LargeConfig, GATED>(p, pairs, stream);
+Status dispatch(const KernelParams& p, int64_t pairs, int tile_rows, cudaStream_t stream) {
+  if (tile_rows == SmallConfig::BT && p.k % SmallConfig::BK == 0) return launch<SmallConfig, GATED>(p, pairs, stream);
+  if (tile_rows == MediumConfig::BT && p.k % MediumConfig::BK == 0) return launch<MediumConfig, GATED>(p, pairs, stream);
+  if (tile_rows == LargeConfig::BT && p.k % LargeConfig::BK == 0) return launch<LargeConfig, GATED>(p, pairs, stream);
+  if (tile_rows == LargeConfig::BT && p.k % LargeConfigK64::BK == 0) return launch<LargeConfigK64, GATED>(p, pairs, stream);
+  return Status::error("moe_gemm: tile_rows " + std::to_string(tile_rows) + " with in_features " + std::to_string(p.k) +
+                       " is not a tiling moe_tile_rows chooses");
 }
 
 Status check_experts(const DeviceNvfp4Experts& w, const char* what) {
   if (!w.packed || !w.block_scales || !w.global_scales)
     return Status::error(std::string("moe_gemm: null ") + what + " weight pointer");
-  if (w.experts < 1 || w.rows < 1 || w.cols < BK || w.cols % BK != 0 || w.rows > INT32_MAX || w.cols > INT32_MAX)
+  if (w.experts < 1 || w.rows < 1 || w.cols < 64 || w.cols % 64 != 0 || w.rows > INT32_MAX || w.cols > INT32_MAX)
     return Status::error(std::string("moe_gemm: ") + what + " weight [" + std::to_string(w.experts) + ", " +
                          std::to_string(w.rows) + ", " + std::to_string(w.cols) +
                          "] needs in_features a positive multiple of 64 (use the dequant-cublas backend)");
@@ -313,10 +410,12 @@ KernelParams params(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, cons
 
 }  // namespace
 
-int moe_tile_rows(int64_t pairs, int64_t experts) {
+int moe_tile_rows(int64_t pairs, int64_t experts, int64_t hidden, int64_t intermediate) {
   const int64_t average = (pairs + experts - 1) / std::max<int64_t>(experts, 1);
-  if (average <= 8) return SmallConfig::BT;
-  if (average <= 48) return MediumConfig::BT;
+  // Both GEMMs share the tiling: a config serves only if its k-step divides both in_features.
+  auto fits = [&](int bk) { return hidden % bk == 0 && intermediate % bk == 0; };
+  if (average <= 16 && fits(SmallConfig::BK)) return SmallConfig::BT;
+  if (average <= 48 && fits(MediumConfig::BK)) return MediumConfig::BT;
   return LargeConfig::BT;
 }
 
@@ -328,7 +427,7 @@ Status moe_gemm_gate_up(const GroupedGemmArgs& a, const DeviceNvfp4Experts& gate
   if (up.experts != gate.experts || up.rows != gate.rows || up.cols != gate.cols)
     return Status::error("moe_gemm_gate_up: gate and up weights differ in shape");
   if (a.pairs == 0) return Status::ok();
-  return dispatch<true>(params(a, gate, &up), a.pairs, stream);
+  return dispatch<true>(params(a, gate, &up), a.pairs, a.tile_rows, stream);
 }
 
 Status moe_gemm_down(const GroupedGemmArgs& a, const DeviceNvfp4Experts& down, cudaStream_t stream) {
@@ -336,7 +435,7 @@ Status moe_gemm_down(const GroupedGemmArgs& a, const DeviceNvfp4Experts& down, c
   NIB_RETURN_IF_ERROR(check_args(a));
   if (a.sorted_pairs) return Status::error("moe_gemm_down: reads the sorted rows directly (sorted_pairs must be null)");
   if (a.pairs == 0) return Status::ok();
-  return dispatch<false>(params(a, down, nullptr), a.pairs, stream);
+  return dispatch<false>(params(a, down, nullptr), a.pairs, a.tile_rows, stream);
 }
 
 }  // namespace nibble::cuda

@@ -1,15 +1,18 @@
 // cuda::moe_forward (router → grouping → gate_up+SwiGLU → down → combine) against ref::moe, both
 // backends and all three activation modes, on Qwen3-30B-A3B's MoE (E = 128, k = 8, H = 2048,
-// I = 768) at T = 1, 3, 17, 255, 4099, with every token identical (8 experts get every token, 120
+// I = 768) at T = 1, 3, 17, 255, 600, 4099, with every token identical (8 experts get every token, 120
 // get none), and on a small odd config. Weights are random NVFP4 codes with random E4M3 block scales
 // and a different weight_scale_2 for gate, up and down of every expert (each half keeps its own).
 // Tolerances, relative to max|ref|: W4A16 max 8e-3, mean 1.5e-3 — the GPU keeps the SwiGLU output
 // and each expert's down output in BF16 (two roundings of ≤ 2⁻⁹ relative each that the fp32
-// reference does not have); the GEMMs themselves are exact up to fp32 summation order. W4A4: mean
-// 1e-3, 99.9th percentile 1e-2, max 1e-1 — the GPU quantizes with rcp.approx as Blackwell does and
-// the CPU divides exactly, and the SwiGLU output it re-quantizes differs from the CPU's in the last
-// fp32 bits (summation order, expf), so a value at a rounding boundary may land one E2M1 step apart:
-// rare (see test_cuda_linear), but one such step moves an output by up to a few percent.
+// reference does not have); the GEMMs themselves are exact up to fp32 summation order. W4A4 against
+// the reference: mean 3e-3, 99.9th percentile 5e-2, max 1.5e-1 — the GPU quantizes with rcp.approx
+// as Blackwell does and the CPU divides exactly (BF16 inputs often sit exactly on a rounding
+// boundary, see test_cuda_linear), and the SwiGLU output it re-quantizes differs from the CPU's in
+// the last fp32 bits, so some values land one E2M1 step apart, which moves a token's output by up to
+// several percent. The two backends share the quantizer, so W4A4 is also checked backend against
+// backend, tighter (mean 1e-3, 99.9th percentile 1e-2): what is left there is where each rounds to
+// BF16 and rare re-quantization steps.
 // Tokens whose expert choice differs (a near-tie in the router, see test_cuda_router) are skipped
 // and counted; there must be few.
 #include <gtest/gtest.h>
@@ -54,8 +57,8 @@ HostProjection random_projection(int64_t experts, int64_t rows, int64_t cols, st
     const uint64_t bits = rng();
     for (size_t b = 0; b < 8 && i + b < p.packed.size(); ++b) p.packed[i + b] = uint8_t(bits >> (8 * b));
   }
-  // E4M3 0x30..0x40: 0.5 … 2 (every mantissa, both exponents).
-  for (uint8_t& s : p.scales) s = uint8_t(0x30 + rng() % 17);
+  // Mostly E4M3 0x30..0x40 (0.5 … 2); one block in 16 anywhere in 0x01..0x2F, E4M3 subnormals included.
+  for (uint8_t& s : p.scales) s = rng() % 16 ? uint8_t(0x30 + rng() % 17) : uint8_t(1 + rng() % 0x2F);
   std::uniform_real_distribution<float> spread(0.5f, 2.0f);
   for (int64_t e = 0; e < experts; ++e) p.global.push_back(0.004f * spread(rng) / std::sqrt(float(cols) / 768.0f));
   return p;
@@ -149,6 +152,7 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
 
   for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
     std::vector<float> expected = expected_none;
+    std::vector<std::vector<float>> outputs;  // per backend
     if (mode != formats::ActQuant::NONE) ASSERT_TRUE(ref::moe(x.data(), tokens, w, mode, expected.data()).is_ok());
     for (cuda::GemmBackend backend : {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS}) {
       NIB_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, x.size() * sizeof(float)));  // NaN: nothing left unwritten
@@ -156,6 +160,7 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
       ASSERT_TRUE(s.is_ok()) << s.message();
       NIB_CUDA_CHECK(cudaDeviceSynchronize());
       const std::vector<float> got = d_out.to_host();
+      outputs.push_back(got);
 
       // The grouping: counts match the routing used, rows of expert e are its pairs, pair_rows inverts.
       const int64_t pairs = tokens * c.top_k;
@@ -205,10 +210,25 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
       EXPECT_LE(skipped, 1 + tokens / 500);
       const bool w4a4 = mode != formats::ActQuant::NONE;
       const std::string what = std::string(mode_name(mode)) + " " + cuda::gemm_backend_name(backend);
-      EXPECT_LT(max_rel, w4a4 ? 1e-1 : 8e-3) << what;
-      EXPECT_LT(mean_rel, w4a4 ? 1e-3 : 1.5e-3) << what;
-      if (w4a4) EXPECT_LT(p999_rel, 1e-2) << what;
+      EXPECT_LT(max_rel, w4a4 ? 1.5e-1 : 8e-3) << what;
+      EXPECT_LT(mean_rel, w4a4 ? 3e-3 : 1.5e-3) << what;
+      if (w4a4) EXPECT_LT(p999_rel, 5e-2) << what;
     }
+    if (mode == formats::ActQuant::NONE) continue;
+    // W4A4: fused against dequant-cublas (same quantizer, same routing), relative to max|ref|.
+    double max_ref = 0, sum_diff = 0;
+    std::vector<double> diffs;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      max_ref = std::max(max_ref, double(std::fabs(expected[i])));
+      diffs.push_back(std::fabs(double(outputs[0][i]) - outputs[1][i]));
+      sum_diff += diffs.back();
+    }
+    const size_t p999 = diffs.size() * 999 / 1000;
+    std::nth_element(diffs.begin(), diffs.begin() + p999, diffs.end());
+    std::printf("    fused vs dequant-cublas: p99.9 %.2e mean %.2e\n", diffs[p999] / max_ref,
+                sum_diff / diffs.size() / max_ref);
+    EXPECT_LT(diffs[p999] / max_ref, 1e-2) << mode_name(mode);
+    EXPECT_LT(sum_diff / diffs.size() / max_ref, 1e-3) << mode_name(mode);
   }
   cublasDestroy(handle);
 }
@@ -217,7 +237,7 @@ TEST(CudaMoe, MatchesReferenceOnQwen3Shapes) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaMoe.Qwen3");
   const Problem p = make_problem(QWEN3_30B, seed);
-  for (int64_t tokens : {1, 3, 17, 255, 4099}) check(p, tokens, false, seed + tokens);
+  for (int64_t tokens : {1, 3, 17, 255, 600, 4099}) check(p, tokens, false, seed + tokens);  // every tiling
 }
 
 TEST(CudaMoe, AllTokensOnTheSameExperts) {
@@ -232,7 +252,7 @@ TEST(CudaMoe, AllTokensOnTheSameExperts) {
 TEST(CudaMoe, SmallOddConfig) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaMoe.Small");
-  const Problem p = make_problem({16, 2, 128, 192}, seed);  // I = 192: gate_up tiles cover it unevenly
+  const Problem p = make_problem({16, 2, 128, 192}, seed);  // I = 192: uneven gate_up tiles, k-step 64 only
   for (int64_t tokens : {1, 33, 1000}) check(p, tokens, false, seed + tokens);
 }
 
@@ -240,11 +260,11 @@ TEST(CudaMoe, BadInputsAreErrors) {
   NIB_SKIP_WITHOUT_GPU();
   cuda::DeviceMoeWeights w;
   w.router = reinterpret_cast<const uint16_t*>(16);
-  w.experts = 4, w.top_k = 2, w.hidden = 64, w.intermediate = 96;
+  w.experts = 4, w.top_k = 2, w.hidden = 64, w.intermediate = 128;
   const cuda::DeviceNvfp4Experts fake{reinterpret_cast<const uint8_t*>(256), reinterpret_cast<const uint8_t*>(256),
-                                      reinterpret_cast<const float*>(256), 4, 96, 64};
+                                      reinterpret_cast<const float*>(256), 4, 128, 64};
   w.gate = w.up = fake;
-  w.down = {fake.packed, fake.block_scales, fake.global_scales, 4, 64, 96};
+  w.down = {fake.packed, fake.block_scales, fake.global_scales, 4, 64, 128};
   auto ws = cuda::MoeWorkspace::create(w, 8, false);
   ASSERT_TRUE(ws.is_ok());
   float* out = reinterpret_cast<float*>(256);
@@ -254,11 +274,16 @@ TEST(CudaMoe, BadInputsAreErrors) {
   const Status no_cublas_ws = cuda::moe_forward(reinterpret_cast<const uint16_t*>(256), 1, w, formats::ActQuant::STATIC,
                                                 cuda::GemmBackend::DEQUANT_CUBLAS, **ws, out, nullptr, nullptr);
   EXPECT_NE(no_cublas_ws.message().find("input scales"), std::string::npos) << no_cublas_ws.message();
-  // Down's in_features 96 is not a multiple of 64: the fused GEMM says so (after routing, on real data).
+  cuda::DeviceMoeWeights odd_w = w;
+  odd_w.intermediate = 96, odd_w.gate.rows = odd_w.up.rows = 96, odd_w.down.cols = 96;
+  const Status odd_layer = cuda::moe_forward(reinterpret_cast<const uint16_t*>(256), 1, odd_w, formats::ActQuant::NONE,
+                                             cuda::GemmBackend::FUSED, **ws, out, nullptr, nullptr);
+  EXPECT_NE(odd_layer.message().find("multiples of 64"), std::string::npos) << odd_layer.message();
+  // The grouped GEMM checks on its own too: in_features 96 is not a multiple of 64.
   cuda::GroupedGemmArgs args;
   args.act = reinterpret_cast<const uint16_t*>(256), args.expert_offsets = args.tile_offsets = (const int32_t*)256;
-  args.out = out, args.pairs = 2;
-  const Status odd = cuda::moe_gemm_down(args, w.down, nullptr);
+  args.out = out, args.pairs = 2, args.tile_rows = 16;
+  const Status odd = cuda::moe_gemm_down(args, odd_w.down, nullptr);
   EXPECT_NE(odd.message().find("multiple of 64"), std::string::npos) << odd.message();
 }
 
