@@ -48,6 +48,11 @@ CommandRunner register_bench(CLI::App& root) {
   kernels->add_option("--ops", k->ops, "Benchmarks to run: dense, moe (comma-separated)")->capture_default_str();
   kernels->add_option("--m", k->m_values, "Dense: token counts (rows of x)")->capture_default_str();
   kernels->add_option("--moe-tokens", k->moe_tokens, "MoE: token counts")->capture_default_str();
+  const std::vector<std::string> backends{"all", "fused", "dequant-cublas", "auto"};
+  kernels->add_option("--gemm-backend", k->gemm_backend, "Dense backends to time: all | fused | dequant-cublas | auto")
+      ->check(CLI::IsMember(backends))->envname("NIBBLE_GEMM_BACKEND")->capture_default_str();
+  kernels->add_option("--moe-backend", k->moe_backend, "MoE backends to time: all | fused | dequant-cublas | auto")
+      ->check(CLI::IsMember(backends))->envname("NIBBLE_MOE_BACKEND")->capture_default_str();
   kernels->add_option("--hbm-tb-s", k->hbm_tb_s, "HBM bandwidth for the floor")->capture_default_str();
   kernels->add_option("--bf16-tflops", k->bf16_tflops, "BF16 peak for the floor")->capture_default_str();
   kernels->add_option("--iterations", k->iterations, "Launches per timed batch")->capture_default_str();

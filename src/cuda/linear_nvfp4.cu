@@ -200,6 +200,12 @@ const char* gemm_backend_name(GemmBackend backend) {
   return "auto";
 }
 
+std::optional<GemmBackend> parse_gemm_backend(std::string_view name) {
+  for (GemmBackend b : {GemmBackend::AUTO, GemmBackend::FUSED, GemmBackend::DEQUANT_CUBLAS})
+    if (name == gemm_backend_name(b)) return b;
+  return std::nullopt;
+}
+
 Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStream_t stream) {
   NIB_RETURN_IF_ERROR(check_weight(w));
   const int64_t n_words = w.rows * w.cols / 8;
@@ -251,7 +257,11 @@ Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, fo
                          " BF16 values and " + std::to_string(M) + " row scales");
   NIB_RETURN_IF_ERROR(quantize_dequantize_activation_bf16(x, M, w.cols, mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
                                                           ctx.act_workspace, ctx.row_scales, ctx.stream));
-  return linear_nvfp4_w4a16(ctx.act_workspace, M, w, y, backend, ctx, ctx.row_scales);
+  if (mode == formats::ActQuant::PER_TOKEN) return linear_nvfp4_w4a16(ctx.act_workspace, M, w, y, backend, ctx, ctx.row_scales);
+  // Static: one scale for every row, folded into the GEMM's alpha (no pass over y).
+  DeviceNvfp4Weight scaled = w;
+  scaled.weight_scale_2 = w.weight_scale_2 * input_scale;
+  return linear_nvfp4_w4a16(ctx.act_workspace, M, scaled, y, backend, ctx, nullptr);
 }
 
 }  // namespace nibble::cuda

@@ -10,6 +10,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "core/status.h"
 #include "formats/nvfp4.h"
@@ -27,6 +29,8 @@ struct DeviceNvfp4Weight {
 
 enum class GemmBackend { AUTO, FUSED, DEQUANT_CUBLAS };
 const char* gemm_backend_name(GemmBackend backend);
+// From the command-line name: "auto", "fused", "dequant-cublas"; nullopt for anything else.
+std::optional<GemmBackend> parse_gemm_backend(std::string_view name);
 
 struct GemmContext {
   cudaStream_t stream = nullptr;

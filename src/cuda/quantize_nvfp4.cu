@@ -74,41 +74,58 @@ __device__ void load_block(const float* src, float* values) {
     values[4 * i] = v.x, values[4 * i + 1] = v.y, values[4 * i + 2] = v.z, values[4 * i + 3] = v.w;
   }
 }
-__device__ float load_value(const uint16_t* src) { return formats::bf16_decode(*src); }
-__device__ float load_value(const float* src) { return *src; }
+
+// e2m1_decode(e2m1_encode(v)): v rounded to the nearest E2M1 value (ties to even, saturating at 6,
+// sign kept), computed on the value grid — spacing 0.5 below 2, 1 below 4, 2 up to 6 — with rint,
+// whose half-to-even on that grid is the E2M1 tie rule (0.25→0, 0.75→1, 2.5→2, 5→4, ...).
+__device__ __forceinline__ float e2m1_round_value(float v) {
+  const float a = fabsf(v);
+  const float step = a < 2.0f ? 0.5f : a < 4.0f ? 1.0f : 2.0f;
+  return copysignf(fminf(rintf(a * (1.0f / step)) * step, formats::E2M1_MAX), v);  // exact: step is 2^k
+}
 
 // The W4A4 modes on Hopper: the same quantization, then x̂ = e2m1 · e4m3 (unscaled by G; exact in
 // BF16) written as BF16 for the BF16 tensor cores, and the row's scale (token scale, or input_scale).
+// A warp per row (rows of 768 have only 48 blocks), a lane per block of 16.
+constexpr int ROWS_PER_CTA = THREADS / 32;
+
 template <class In>
-__global__ void quantize_dequantize_kernel(const In* __restrict__ x, int64_t cols, float input_scale,
+__global__ void quantize_dequantize_kernel(const In* __restrict__ x, int64_t rows, int64_t cols, float input_scale,
                                            uint16_t* __restrict__ x_hat, float* __restrict__ row_scales) {
-  const int64_t row = blockIdx.x;
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * ROWS_PER_CTA + (threadIdx.x >> 5);
+  if (row >= rows) return;
   const In* x_row = x + row * cols;
+  const int64_t n_blocks = cols / formats::NVFP4_BLOCK;
   float global, scale;
   if (input_scale > 0.0f) {
     scale = input_scale;
     global = 1.0f / input_scale;
   } else {
     float amax = 0.0f;
-    for (int64_t c = threadIdx.x; c < cols; c += THREADS) amax = fmaxf(amax, fabsf(load_value(x_row + c)));
-    amax = block_reduce_max(amax);
+    for (int64_t b = lane; b < n_blocks; b += 32) {
+      float values[formats::NVFP4_BLOCK];
+      load_block(x_row + b * formats::NVFP4_BLOCK, values);
+      for (float v : values) amax = fmaxf(amax, fabsf(v));
+    }
+    for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
     scale = formats::per_token_scale(amax);
     global = formats::per_token_global(scale);
   }
-  if (threadIdx.x == 0) row_scales[row] = scale;
-  // A thread per block of 16: 16-byte loads and stores, contiguous across the warp.
-  const int64_t n_blocks = cols / formats::NVFP4_BLOCK;
-  for (int64_t b = threadIdx.x; b < n_blocks; b += THREADS) {
+  if (lane == 0) row_scales[row] = scale;
+  for (int64_t b = lane; b < n_blocks; b += 32) {
     float values[formats::NVFP4_BLOCK];
     load_block(x_row + b * formats::NVFP4_BLOCK, values);
-    uint8_t codes[formats::NVFP4_BLOCK];
-    const uint8_t sf = formats::quantize_activation_block(values, global, codes, ApproxReciprocal());
-    const float block_scale = formats::e4m3_decode(sf);
+    float amax = 0.0f;
+    for (float v : values) amax = fmaxf(amax, fabsf(v));
+    float out_scale;
+    const float block_scale =
+        formats::e4m3_decode(formats::activation_block_scale(amax, global, out_scale, ApproxReciprocal()));
     uint32_t out[formats::NVFP4_BLOCK / 2];
     for (int i = 0; i < formats::NVFP4_BLOCK / 2; ++i) {
       // e2m1 · e4m3 has at most 6 significant bits: exact in BF16 (the truncation drops zeros).
-      const uint32_t lo = __float_as_uint(formats::e2m1_decode(codes[2 * i]) * block_scale) >> 16;
-      const uint32_t hi = __float_as_uint(formats::e2m1_decode(codes[2 * i + 1]) * block_scale) >> 16;
+      const uint32_t lo = __float_as_uint(e2m1_round_value(values[2 * i] * out_scale) * block_scale) >> 16;
+      const uint32_t hi = __float_as_uint(e2m1_round_value(values[2 * i + 1] * out_scale) * block_scale) >> 16;
       out[i] = lo | hi << 16;
     }
     uint4* dst = reinterpret_cast<uint4*>(x_hat + row * cols + b * formats::NVFP4_BLOCK);
@@ -126,8 +143,8 @@ Status quantize_dequantize(const In* x, int64_t rows, int64_t cols, float input_
   if (input_scale < 0.0f || !(input_scale == input_scale))
     return Status::error("quantize_dequantize_activation: input_scale must be > 0 (static) or 0 (per-token)");
   if (rows == 0) return Status::ok();
-  quantize_dequantize_kernel<In><<<static_cast<unsigned>(rows), THREADS, 0, stream>>>(x, cols, input_scale, x_hat,
-                                                                                       row_scales);
+  quantize_dequantize_kernel<In><<<static_cast<unsigned>((rows + ROWS_PER_CTA - 1) / ROWS_PER_CTA), THREADS, 0, stream>>>(
+      x, rows, cols, input_scale, x_hat, row_scales);
   return cuda_status(cudaGetLastError(), "quantize_dequantize_activation launch");
 }
 

@@ -20,6 +20,17 @@ struct ExactReciprocal {
   NIB_HD float operator()(float x) const { return 1.0f / x; }
 };
 
+// The block scale of 16 activations with block maximum amax and global scale G, and the factor that
+// takes an element to E2M1 units (out_scale); 0 for an all-zero block.
+template <class Reciprocal = ExactReciprocal>
+NIB_HD uint8_t activation_block_scale(float amax, float global_scale, float& out_scale, Reciprocal rcp = Reciprocal()) {
+  const float sf_value = global_scale * (amax * rcp(E2M1_MAX));
+  const uint8_t sf = e4m3_encode(sf_value);
+  const float sf_decoded = e4m3_decode(sf);
+  out_scale = sf_decoded != 0.0f ? rcp(sf_decoded * rcp(global_scale)) : 0.0f;
+  return sf;
+}
+
 // Quantizes x[0..15] with global scale G (static: 1/input_scale; per-token: 1/token_scale).
 // Writes 16 E2M1 codes and returns the E4M3 block scale. Inputs must be finite; the caller checks.
 template <class Reciprocal = ExactReciprocal>
@@ -27,10 +38,8 @@ NIB_HD uint8_t quantize_activation_block(const float* x, float global_scale, uin
                                          Reciprocal rcp = Reciprocal()) {
   float amax = 0.0f;
   for (int i = 0; i < NVFP4_BLOCK; ++i) amax = fmaxf(amax, fabsf(x[i]));
-  const float sf_value = global_scale * (amax * rcp(E2M1_MAX));
-  const uint8_t sf = e4m3_encode(sf_value);
-  const float sf_decoded = e4m3_decode(sf);
-  const float out_scale = sf_decoded != 0.0f ? rcp(sf_decoded * rcp(global_scale)) : 0.0f;
+  float out_scale;
+  const uint8_t sf = activation_block_scale(amax, global_scale, out_scale, rcp);
   for (int i = 0; i < NVFP4_BLOCK; ++i) codes[i] = e2m1_encode(x[i] * out_scale);
   return sf;
 }

@@ -110,7 +110,7 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
       for (const auto& [mode, mode_name] : {std::pair{formats::ActQuant::NONE, "w4a16"},
                                             std::pair{formats::ActQuant::STATIC, "w4a4-static"},
                                             std::pair{formats::ActQuant::PER_TOKEN, "w4a4-per-token"}})
-      for (cuda::GemmBackend backend : {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS}) {
+      for (cuda::GemmBackend backend : backends_to_time(o.gemm_backend)) {
         if (backend == cuda::GemmBackend::FUSED && m > cuda::FUSED_MAX_M) continue;
         bool ok = true;
         const double t = time_launches(

@@ -118,7 +118,9 @@ int run_bench_moe(const BenchKernelsOptions& o, cudaStream_t stream, cublasHandl
     const double bytes = active * expert_bytes + tokens * H * (2.0 + 4.0);
     const double floor = std::max(bytes / (o.hbm_tb_s * 1e12), flops / (o.bf16_tflops * 1e12));
     double t_baseline = 0;
-    for (cuda::GemmBackend backend : {cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::FUSED})
+    std::vector<cuda::GemmBackend> backends = backends_to_time(o.moe_backend);
+    std::reverse(backends.begin(), backends.end());  // dequant-cublas first: the other rows compare to it
+    for (cuda::GemmBackend backend : backends)
       for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
         bool ok = true;
         const double t = time_launches(
@@ -127,7 +129,7 @@ int run_bench_moe(const BenchKernelsOptions& o, cudaStream_t stream, cublasHandl
                                       stream, cublas)
                         .is_ok();
             },
-            INPUT_COPIES, o.iterations, o.batches, stream, backend == cuda::GemmBackend::FUSED);
+            INPUT_COPIES, o.iterations, o.batches, stream, backend != cuda::GemmBackend::DEQUANT_CUBLAS);
         BENCH_CUDA(cudaStreamSynchronize(stream));
         if (!ok) {
           std::fprintf(stderr, "nibble bench kernels: moe T=%lld %s failed\n", (long long)tokens, mode_name(mode));
@@ -135,9 +137,10 @@ int run_bench_moe(const BenchKernelsOptions& o, cudaStream_t stream, cublasHandl
         }
         if (backend == cuda::GemmBackend::DEQUANT_CUBLAS && mode == formats::ActQuant::NONE) t_baseline = t;
         const std::string label = std::string(cuda::gemm_backend_name(backend)) + "/" + mode_name(mode);
-        std::printf("%-6s %6lld %-30s %10.2f %9.0f %9.1f %7.0f%% %8d %15.2fx\n", "moe", (long long)tokens,
-                    label.c_str(), t * 1e6, bytes / t / 1e9, flops / t / 1e12, 100.0 * floor / t, active,
-                    t_baseline / t);
+        char versus[32] = "-";
+        if (t_baseline > 0) std::snprintf(versus, sizeof versus, "%.2fx", t_baseline / t);
+        std::printf("%-6s %6lld %-30s %10.2f %9.0f %9.1f %7.0f%% %8d %17s\n", "moe", (long long)tokens, label.c_str(),
+                    t * 1e6, bytes / t / 1e9, flops / t / 1e12, 100.0 * floor / t, active, versus);
         rows.push_back({{"op", "moe"}, {"tokens", tokens}, {"backend", cuda::gemm_backend_name(backend)},
                         {"mode", mode_name(mode)}, {"time_us", t * 1e6}, {"gb_s", bytes / t / 1e9},
                         {"tflops", flops / t / 1e12}, {"pct_floor", 100.0 * floor / t}, {"experts_active", active}});

@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <vector>
+
+#include "cuda/linear_nvfp4.cuh"
 
 #define BENCH_CUDA(call)                                                                    \
   do {                                                                                      \
@@ -18,6 +21,12 @@
   } while (0)
 
 namespace nibble::tools {
+
+// The backends a --gemm-backend / --moe-backend value names ("all": fused and dequant-cublas).
+inline std::vector<cuda::GemmBackend> backends_to_time(const std::string& name) {
+  if (name == "all") return {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS};
+  return {cuda::parse_gemm_backend(name).value_or(cuda::GemmBackend::AUTO)};
+}
 
 // Median seconds per launch of `launch(copy)`. With `graph`, the launches of a batch are captured once
 // into a CUDA graph (as the engine runs them), so the time is the GPU's, not the CPU's launch rate;
