@@ -34,10 +34,15 @@ void route(const float* x, int64_t n_tokens, const MoeWeights& w, int32_t* exper
 
 Status moe(const float* x, int64_t n_tokens, const MoeWeights& w, formats::ActQuant mode, float* out,
            const MoeInputObserver& observer) {
-  const int64_t H = w.hidden, I = w.intermediate, K = w.top_k;
-  std::vector<int32_t> ids(static_cast<size_t>(n_tokens * K));
+  std::vector<int32_t> ids(static_cast<size_t>(n_tokens * w.top_k));
   std::vector<float> route_weights(ids.size());
   route(x, n_tokens, w, ids.data(), route_weights.data());
+  return moe_experts(x, n_tokens, w, mode, ids.data(), route_weights.data(), out, observer);
+}
+
+Status moe_experts(const float* x, int64_t n_tokens, const MoeWeights& w, formats::ActQuant mode,
+                   const int32_t* ids, const float* route_weights, float* out, const MoeInputObserver& observer) {
+  const int64_t H = w.hidden, I = w.intermediate, K = w.top_k;
 
   // (token, slot) pairs of each expert, in token order.
   std::vector<std::vector<int64_t>> assigned(static_cast<size_t>(w.n_experts));

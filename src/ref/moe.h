@@ -39,9 +39,14 @@ using MoeInputObserver = std::function<void(int64_t expert, const char* stage, c
 // Router probabilities after top-k selection: expert ids and weights per token, in top-k order.
 void route(const float* x, int64_t n_tokens, const MoeWeights& w, int32_t* expert_ids, float* weights);
 
-// out = MoE(x), [n_tokens, hidden]. Modes as in linear_nvfp4; per-token quantizes gate/up inputs
-// per token and down inputs per (token, expert) row.
+// out = MoE(x), [n_tokens, hidden]: route, then moe_experts. Modes as in linear_nvfp4; per-token
+// quantizes gate/up inputs per token and down inputs per (token, expert) row.
 Status moe(const float* x, int64_t n_tokens, const MoeWeights& w, formats::ActQuant mode, float* out,
            const MoeInputObserver& observer = {});
+
+// The expert part alone, with the routing given (expert_ids/weights [n_tokens, top_k] as route gives).
+Status moe_experts(const float* x, int64_t n_tokens, const MoeWeights& w, formats::ActQuant mode,
+                   const int32_t* expert_ids, const float* route_weights, float* out,
+                   const MoeInputObserver& observer = {});
 
 }  // namespace nibble::ref

@@ -5,14 +5,14 @@
 // and a different weight_scale_2 for gate, up and down of every expert (each half keeps its own).
 // Tolerances, relative to max|ref|: W4A16 max 8e-3, mean 1.5e-3 — the GPU keeps the SwiGLU output
 // and each expert's down output in BF16 (two roundings of ≤ 2⁻⁹ relative each that the fp32
-// reference does not have); the GEMMs themselves are exact up to fp32 summation order. W4A4 against
-// the reference: mean 3e-3, 99.9th percentile 5e-2, max 1.5e-1 — the GPU quantizes with rcp.approx
-// as Blackwell does and the CPU divides exactly (BF16 inputs often sit exactly on a rounding
-// boundary, see test_cuda_linear), and the SwiGLU output it re-quantizes differs from the CPU's in
-// the last fp32 bits, so some values land one E2M1 step apart, which moves a token's output by up to
-// several percent. The two backends share the quantizer, so W4A4 is also checked backend against
-// backend, tighter (mean 1e-3, 99.9th percentile 1e-2): what is left there is where each rounds to
-// BF16 and rare re-quantization steps.
+// reference does not have); the GEMMs themselves are exact up to fp32 summation order. W4A4: the
+// GPU quantizes with rcp.approx as Blackwell does and the CPU divides exactly, so a BF16 input on a
+// rounding boundary (common, see test_cuda_linear) may land one E2M1 step apart and move its whole
+// token; the reference experts therefore run on the GPU's x̂ (with the reference routing), and what
+// is left is the re-quantized SwiGLU output, whose fp32 values differ in the last bits: mean 1.5e-3,
+// 99.9th percentile 1.5e-2, max 6e-2 (a rare value one step apart moves its row by up to a few
+// percent). The two backends share the quantizer and are also checked against each other (mean
+// 1e-3, 99.9th percentile 1e-2: where each rounds to BF16, and rare re-quantization steps).
 // Tokens whose expert choice differs (a near-tie in the router, see test_cuda_router) are skipped
 // and counted; there must be few.
 #include <gtest/gtest.h>
@@ -153,7 +153,6 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
   for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
     std::vector<float> expected = expected_none;
     std::vector<std::vector<float>> outputs;  // per backend
-    if (mode != formats::ActQuant::NONE) ASSERT_TRUE(ref::moe(x.data(), tokens, w, mode, expected.data()).is_ok());
     for (cuda::GemmBackend backend : {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS}) {
       NIB_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, x.size() * sizeof(float)));  // NaN: nothing left unwritten
       const Status s = cuda::moe_forward(d_x.get(), tokens, dw, mode, backend, **ws, d_out.get(), nullptr, handle);
@@ -161,6 +160,19 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
       NIB_CUDA_CHECK(cudaDeviceSynchronize());
       const std::vector<float> got = d_out.to_host();
       outputs.push_back(got);
+      if (mode != formats::ActQuant::NONE && backend == cuda::GemmBackend::FUSED) {
+        // The reference experts on the GPU's x̂ · row scale, with the reference routing of x: re-quantizing
+        // x̂ · s reproduces x̂ exactly (each block's maximum is 6 · its scale), so what remains is the
+        // down input's re-quantization. (x̂ itself is checked against the CPU quantizer in test_cuda_linear.)
+        std::vector<uint16_t> x_hat(x.size());
+        std::vector<float> row_scales(static_cast<size_t>(tokens));
+        NIB_CUDA_CHECK(cudaMemcpy(x_hat.data(), (*ws)->x_hat, x_hat.size() * 2, cudaMemcpyDeviceToHost));
+        NIB_CUDA_CHECK(cudaMemcpy(row_scales.data(), (*ws)->x_row_scales, tokens * 4, cudaMemcpyDeviceToHost));
+        std::vector<float> x_gpu(x.size());
+        for (size_t i = 0; i < x.size(); ++i) x_gpu[i] = formats::bf16_decode(x_hat[i]) * row_scales[i / c.hidden];
+        ASSERT_TRUE(ref::moe_experts(x_gpu.data(), tokens, w, mode, ref_ids.data(), ref_weights.data(), expected.data())
+                        .is_ok());
+      }
 
       // The grouping: counts match the routing used, rows of expert e are its pairs, pair_rows inverts.
       const int64_t pairs = tokens * c.top_k;
@@ -210,9 +222,9 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
       EXPECT_LE(skipped, 1 + tokens / 500);
       const bool w4a4 = mode != formats::ActQuant::NONE;
       const std::string what = std::string(mode_name(mode)) + " " + cuda::gemm_backend_name(backend);
-      EXPECT_LT(max_rel, w4a4 ? 1.5e-1 : 8e-3) << what;
-      EXPECT_LT(mean_rel, w4a4 ? 3e-3 : 1.5e-3) << what;
-      if (w4a4) EXPECT_LT(p999_rel, 5e-2) << what;
+      EXPECT_LT(max_rel, w4a4 ? 6e-2 : 8e-3) << what;
+      EXPECT_LT(mean_rel, 1.5e-3) << what;
+      if (w4a4) EXPECT_LT(p999_rel, 1.5e-2) << what;
     }
     if (mode == formats::ActQuant::NONE) continue;
     // W4A4: fused against dequant-cublas (same quantizer, same routing), relative to max|ref|.
