@@ -9,9 +9,9 @@
 // GPU quantizes with rcp.approx as Blackwell does and the CPU divides exactly, so a BF16 input on a
 // rounding boundary (common, see test_cuda_linear) may land one E2M1 step apart and move its whole
 // token; the reference experts therefore run on the GPU's x̂ (with the reference routing), and what
-// is left is the re-quantized SwiGLU output, whose fp32 values differ in the last bits: mean 1.5e-3,
-// 99.9th percentile 1.5e-2, max 6e-2 (a rare value one step apart moves its row by up to a few
-// percent). The two backends share the quantizer and are also checked against each other (mean
+// is left is the BF16 down output and the re-quantized SwiGLU output, whose fp32 values differ in the
+// last bits: mean 1.5e-3, 99.9th percentile 5e-3 (measured ≤ 2.7e-3), max 2e-2 (measured ≤ 3.8e-3;
+// the margin is for a rare value re-quantized one step apart, which moves its row by up to ~1%). The two backends share the quantizer and are also checked against each other (mean
 // 1e-3, 99.9th percentile 1e-2: where each rounds to BF16, and rare re-quantization steps).
 // Tokens whose expert choice differs (a near-tie in the router, see test_cuda_router) are skipped
 // and counted; there must be few.
@@ -222,9 +222,9 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
       EXPECT_LE(skipped, 1 + tokens / 500);
       const bool w4a4 = mode != formats::ActQuant::NONE;
       const std::string what = std::string(mode_name(mode)) + " " + cuda::gemm_backend_name(backend);
-      EXPECT_LT(max_rel, w4a4 ? 6e-2 : 8e-3) << what;
+      EXPECT_LT(max_rel, w4a4 ? 2e-2 : 8e-3) << what;
       EXPECT_LT(mean_rel, 1.5e-3) << what;
-      if (w4a4) EXPECT_LT(p999_rel, 1.5e-2) << what;
+      if (w4a4) EXPECT_LT(p999_rel, 5e-3) << what;
     }
     if (mode == formats::ActQuant::NONE) continue;
     // W4A4: fused against dequant-cublas (same quantizer, same routing), relative to max|ref|.
