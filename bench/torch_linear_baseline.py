@@ -2,35 +2,13 @@
 timed the same way (CUDA events over a CUDA graph of launches, weights rotated beyond L2, median).
 Run on the device machine beside `nibble bench kernels` (scripts/device_kernels.sh)."""
 import argparse
-import statistics
 
 import torch
 
+from torch_timing import time_launches  # bench/, the script's own folder
+
 SHAPES = [("q_proj", 4096, 2048), ("k_proj", 512, 2048), ("o_proj", 2048, 4096),
           ("expert.gate", 768, 2048), ("expert.down", 2048, 768)]
-
-
-def time_launches(launch, copies, iterations=20, batches=15):
-    """Median seconds per launch; the launches of a batch run as one CUDA graph (as nibble times them)."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for c in range(copies):
-            launch(c)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(iterations):
-            launch(i % copies)
-    graph.replay()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    results = []
-    for _ in range(batches):
-        start.record()
-        graph.replay()
-        stop.record()
-        stop.synchronize()
-        results.append(start.elapsed_time(stop) * 1e-3 / iterations)
-    return statistics.median(results)
 
 
 def main():

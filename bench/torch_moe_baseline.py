@@ -5,33 +5,12 @@ the same plus routing, sorting, SwiGLU and the weighted combine ("torch MoE"). T
 CUDA events over a CUDA graph of launches, weights in two copies and eight routings (beyond L2),
 median. Run on the device machine (scripts/device_kernels.sh)."""
 import argparse
-import statistics
 
 import torch
 
+from torch_timing import time_launches  # bench/, the script's own folder
+
 E, K, H, I = 128, 8, 2048, 768
-
-
-def time_launches(launch, copies, iterations=20, batches=15):
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for c in range(copies):
-            launch(c)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(iterations):
-            launch(i % copies)
-    graph.replay()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    results = []
-    for _ in range(batches):
-        start.record()
-        graph.replay()
-        stop.record()
-        stop.synchronize()
-        results.append(start.elapsed_time(stop) * 1e-3 / iterations)
-    return statistics.median(results)
 
 
 def main():
