@@ -1,12 +1,12 @@
 // Grouped NVFP4 × BF16 GEMM with mma.sync m16n8k16 (fp32 accumulate). The weight tile is the MMA's
 // A operand (16 output features per m-tile) and tokens are its B operand (8 per n-tile), so a tile
-// of one token wastes little at decode. Per 64-wide k-step a CTA stages FP4 codes, E4M3 scales and
+// of one token wastes little at decode. Per k-step (64–256 wide) a CTA stages FP4 codes, E4M3 scales and
 // gathered BF16 activation rows in shared memory (cp.async, multi-stage), and each warp decodes its
 // A fragments in registers: eight E2M1 codes → BF16 through byte-permute tables, × the block scale —
 // exact, since an E2M1 · E4M3 product has ≤ 6 significant bits. Within each 32-wide k-chunk,
 // thread c of a quad takes physical k 8c…8c+7 for both operands (MMA k order is free as long as A
 // and B agree), so its codes are one 32-bit word and its activations one 16-byte load. Small
-// batches split each k-step's two chunks over two warps (WARPS_K) for more loads in flight.
+// batches split each k-step's chunks over several warps (WARPS_K) for more loads in flight.
 #include "cuda/moe_gemm.cuh"
 
 #include <cuda_bf16.h>
@@ -133,7 +133,7 @@ __device__ __forceinline__ uint32_t e4m3_scale_bf16x2(uint32_t byte) {
   return bits | bits << 16;
 }
 
-// Source row of each of the CTA's sorted rows (−1 past the tile), the expert, and the tile's first row.
+// The CTA's tile: its expert, first sorted row and number of rows (≤ BT).
 struct TileInfo {
   int expert, row0, rows;
 };
