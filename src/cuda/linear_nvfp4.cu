@@ -220,7 +220,7 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
   NIB_RETURN_IF_ERROR(check_weight(w));
   if (M <= 0 || M > INT32_MAX) return Status::error("linear_nvfp4: M must be in [1, 2^31)");
   if (!x || !y) return Status::error("linear_nvfp4: null activation or output");
-  if (backend == GemmBackend::AUTO) backend = M <= FUSED_MAX_M ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;
+  if (backend == GemmBackend::AUTO) backend = M <= AUTO_FUSED_MAX_M ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;
   const int K = int(w.cols), N = int(w.rows);
   if (backend == GemmBackend::FUSED) {
     if (reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(w.packed) % 16)

@@ -42,8 +42,11 @@ struct GemmContext {
   size_t act_workspace_elements = 0;
 };
 
-// The largest M the fused kernel serves under AUTO (above it, DEQUANT_CUBLAS).
+// The fused GEMV is timed up to FUSED_MAX_M rows; AUTO picks it only up to AUTO_FUSED_MAX_M, where
+// it beats dequant-cublas on the H200 (M = 1: 7.7 vs 11.5 µs on q_proj; M = 16: 56 vs 11 µs;
+// docs/perf.md), and dequant-cublas above.
 inline constexpr int64_t FUSED_MAX_M = 16;
+inline constexpr int64_t AUTO_FUSED_MAX_M = 1;
 
 // Ŵ as BF16 [rows, cols], unscaled by weight_scale_2 (so exact).
 Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStream_t stream);
