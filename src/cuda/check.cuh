@@ -1,7 +1,8 @@
-// CUDA error handling: launchers turn CUDA errors into a Status naming the call; NIB_CUDA_CHECK is
+// CUDA error handling: launchers turn CUDA and cuBLAS errors into a Status naming the call; NIB_CUDA_CHECK is
 // for programmer errors only (it aborts with file:line).
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -15,6 +16,11 @@ namespace nibble::cuda {
 inline Status cuda_status(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::ok();
   return Status::error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+inline Status cublas_status(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return Status::ok();
+  return Status::error(std::string(what) + ": cuBLAS " + cublasGetStatusName(s) + " (" + cublasGetStatusString(s) + ")");
 }
 
 }  // namespace nibble::cuda

@@ -178,17 +178,6 @@ Status check_weight(const DeviceNvfp4Weight& w) {
   return Status::ok();
 }
 
-const char* cublas_error(cublasStatus_t s) {
-  switch (s) {
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialized";
-    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "arch mismatch";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
-    default: return "error";
-  }
-}
-
 }  // namespace
 
 const char* gemm_backend_name(GemmBackend backend) {
@@ -240,7 +229,7 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
   if (s == CUBLAS_STATUS_SUCCESS)
     s = cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, int(M), K, &alpha, ctx.workspace, CUDA_R_16BF, K, x,
                      CUDA_R_16BF, K, &beta, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  if (s != CUBLAS_STATUS_SUCCESS) return Status::error(std::string("linear_nvfp4 (dequant-cublas): cuBLAS ") + cublas_error(s));
+  NIB_RETURN_IF_ERROR(cublas_status(s, "linear_nvfp4 (dequant-cublas)"));
   if (!row_scales) return Status::ok();
   const int64_t total = M * w.rows;
   scale_rows_kernel<<<unsigned((total + 255) / 256), 256, 0, ctx.stream>>>(y, w.rows, total, row_scales);

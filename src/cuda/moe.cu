@@ -125,16 +125,6 @@ Status run_fused(const uint16_t* gate_up_in, const float* token_scales, int64_t 
   return moe_gemm_down(down, w.down, stream);
 }
 
-const char* cublas_status_name(cublasStatus_t s) {
-  switch (s) {
-    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "arch mismatch";
-    default: return "error";
-  }
-}
-
 // One cuBLAS grouped call: each non-empty expert e is one problem C_e = alpha_e · A_eᵀ · B_e with A_e a
 // weight (col-major k × m, i.e. row-major [m, k]), B_e its rows of input, C_e its rows of output.
 struct GroupedProblems {
@@ -161,9 +151,7 @@ struct GroupedProblems {
       for (size_t i = 0; i < count && s == CUBLAS_STATUS_SUCCESS; ++i)
         s = cublasGemmEx(cublas, trans_a[i], trans_b[i], m[i], n[i], k[i], &alpha[i], a[i], CUDA_R_16BF, lda[i], b[i],
                          CUDA_R_16BF, ldb[i], &beta[i], c[i], CUDA_R_32F, ldc[i], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-      if (s != CUBLAS_STATUS_SUCCESS)
-        return Status::error(std::string("moe (dequant-cublas): cublasGemmEx: ") + cublas_status_name(s));
-      return Status::ok();
+      return cublas_status(s, "moe (dequant-cublas): cublasGemmEx");
     }
     std::vector<const void*> all(a);
     all.insert(all.end(), b.begin(), b.end());
@@ -179,9 +167,7 @@ struct GroupedProblems {
                                      device_pointers, CUDA_R_16BF, lda.data(), device_pointers + count, CUDA_R_16BF,
                                      ldb.data(), beta.data(), const_cast<void* const*>(device_pointers + 2 * count),
                                      CUDA_R_16BF, ldc.data(), int(count), group_size.data(), CUBLAS_COMPUTE_32F);
-    if (s != CUBLAS_STATUS_SUCCESS)
-      return Status::error(std::string("moe (dequant-cublas): cublasGemmGroupedBatchedEx: ") + cublas_status_name(s));
-    return Status::ok();
+    return cublas_status(s, "moe (dequant-cublas): cublasGemmGroupedBatchedEx");
   }
 };
 

@@ -88,7 +88,7 @@ Status route(const RouterArgs& a, cublasHandle_t cublas, cudaStream_t stream) {
     s = cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(a.experts), int(a.tokens), int(a.hidden), &one, a.router,
                      CUDA_R_16BF, int(a.hidden), a.x, CUDA_R_16BF, int(a.hidden), &zero, a.logits, CUDA_R_32F,
                      int(a.experts), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  if (s != CUBLAS_STATUS_SUCCESS) return Status::error("route: the router GEMM failed (cuBLAS status " + std::to_string(int(s)) + ")");
+  NIB_RETURN_IF_ERROR(cublas_status(s, "route: the router GEMM"));
   return route_topk(a.logits, a.tokens, a.experts, a.top_k, a.norm_topk_prob, a.expert_ids, a.weights, stream);
 }
 
