@@ -1,0 +1,59 @@
+// Host-side logic of the CUDA layer, which runs without a GPU: backend names, the MoE tiling choice
+// (every choice must have a k-step dividing both in_features, or the GEMM launch refuses), and the
+// grid bound max_expert_tiles against the tiles random routings actually need (a low bound would
+// leave tiles without a CTA, i.e. rows never computed).
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "cuda/linear_nvfp4.cuh"
+#include "cuda/moe_gemm.cuh"
+#include "cuda/moe_grouping.cuh"
+#include "test_seed.h"
+
+using namespace nibble;
+
+TEST(CudaHost, GemmBackendNamesRoundTrip) {
+  for (cuda::GemmBackend b : {cuda::GemmBackend::AUTO, cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS})
+    EXPECT_EQ(cuda::parse_gemm_backend(cuda::gemm_backend_name(b)), b);
+  EXPECT_FALSE(cuda::parse_gemm_backend("cublas").has_value());
+  EXPECT_FALSE(cuda::parse_gemm_backend("").has_value());
+}
+
+TEST(CudaHost, MoeTilingFitsEveryShape) {
+  // Tile heights the grouped GEMM has configs for, with the k-steps they need (moe_gemm.cu).
+  for (int64_t hidden : {64, 128, 192, 256, 768, 2048, 4096})
+    for (int64_t inter : {64, 128, 192, 256, 768, 1536})
+      for (int64_t pairs : {1, 8, 1024, 2048, 6144, 65536}) {
+        const int rows = cuda::moe_tile_rows(pairs, 128, hidden, inter);
+        ASSERT_TRUE(rows == 16 || rows == 32 || rows == 128) << rows;
+        const int k_step = rows == 16 ? 256 : rows == 32 ? 128 : 64;
+        EXPECT_EQ(hidden % k_step, 0) << "H=" << hidden << " I=" << inter << " pairs=" << pairs;
+        EXPECT_EQ(inter % k_step, 0) << "H=" << hidden << " I=" << inter << " pairs=" << pairs;
+      }
+  // Qwen3-30B-A3B: decode and small batches take the 16-row tiles, prefill the 128-row ones.
+  EXPECT_EQ(cuda::moe_tile_rows(8, 128, 2048, 768), 16);
+  EXPECT_EQ(cuda::moe_tile_rows(1024, 128, 2048, 768), 16);
+  EXPECT_EQ(cuda::moe_tile_rows(4800, 128, 2048, 768), 32);
+  EXPECT_EQ(cuda::moe_tile_rows(65536, 128, 2048, 768), 128);
+}
+
+TEST(CudaHost, MaxExpertTilesBoundsRandomRoutings) {
+  const uint64_t seed = test::test_seed("CudaHost.MaxExpertTiles");
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int64_t experts = 1 + rng() % 256, tokens = 1 + rng() % 3000;
+    const int64_t top_k = 1 + rng() % std::min<int64_t>(experts, 8);
+    const int64_t tile_rows = std::vector<int64_t>{16, 32, 128}[rng() % 3];
+    std::vector<int64_t> count(static_cast<size_t>(experts), 0);
+    const bool skewed = trial % 2 == 0;  // half the trials pile tokens onto a few experts
+    for (int64_t i = 0; i < tokens * top_k; ++i)
+      ++count[static_cast<size_t>(skewed ? (rng() % 4 == 0 ? rng() % experts : rng() % std::min<int64_t>(experts, 3))
+                                         : rng() % experts)];
+    int64_t tiles = 0;
+    for (int64_t c : count) tiles += (c + tile_rows - 1) / tile_rows;
+    ASSERT_LE(tiles, cuda::max_expert_tiles(tokens * top_k, experts, tile_rows))
+        << "experts " << experts << " pairs " << tokens * top_k << " tile " << tile_rows;
+  }
+}
