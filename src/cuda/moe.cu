@@ -109,10 +109,9 @@ Status quantize_act(const DeviceMoeWeights& w, formats::ActQuant mode, int64_t p
                                             ws.act_hat, ws.act_row_scales, stream);
 }
 
-Status run_fused(const uint16_t* gate_up_in, const float* token_scales, int64_t tokens, const DeviceMoeWeights& w,
-                 formats::ActQuant mode, MoeWorkspace& ws, cudaStream_t stream) {
+Status run_fused(const uint16_t* gate_up_in, const float* token_scales, int64_t tokens, int tile_rows,
+                 const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws, cudaStream_t stream) {
   const int64_t pairs = tokens * w.top_k;
-  const int tile_rows = moe_tile_rows(pairs, w.experts, w.hidden, w.intermediate);
   GroupedGemmArgs gate_up{gate_up_in,           ws.groups.sorted_pairs, w.top_k, token_scales, ws.groups.expert_offsets,
                           ws.groups.tile_offsets, tile_rows,             pairs,   ws.act,       is_w4a4(mode)};
   NIB_RETURN_IF_ERROR(moe_gemm_gate_up(gate_up, w.gate, w.up, stream));
@@ -293,8 +292,8 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
                           ws.logits, ws.expert_ids, ws.route_weights};
   NIB_RETURN_IF_ERROR(route(router, cublas, stream));
   const int64_t pairs = tokens * w.top_k;
-  NIB_RETURN_IF_ERROR(group_by_expert(ws.expert_ids, tokens, w.top_k, w.experts,
-                                      moe_tile_rows(pairs, w.experts, w.hidden, w.intermediate), ws.groups, stream));
+  const int tile_rows = moe_tile_rows(pairs, w.experts, w.hidden, w.intermediate);  // grouping and GEMMs share it
+  NIB_RETURN_IF_ERROR(group_by_expert(ws.expert_ids, tokens, w.top_k, w.experts, tile_rows, ws.groups, stream));
   const uint16_t* gate_up_in = x;
   const float* token_scales = nullptr;
   if (is_w4a4(mode)) {
@@ -305,7 +304,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   }
   const bool cublas_backend = backend == GemmBackend::DEQUANT_CUBLAS;
   if (cublas_backend) NIB_RETURN_IF_ERROR(run_dequant_cublas(gate_up_in, token_scales, tokens, w, mode, ws, stream, cublas));
-  else NIB_RETURN_IF_ERROR(run_fused(gate_up_in, token_scales, tokens, w, mode, ws, stream));
+  else NIB_RETURN_IF_ERROR(run_fused(gate_up_in, token_scales, tokens, tile_rows, w, mode, ws, stream));
   // The fused down GEMM applied the W4A4 row scales; cuBLAS (alpha per expert only) leaves them to the combine.
   const float* down_row_scales = cublas_backend && is_w4a4(mode) ? ws.act_row_scales : nullptr;
   combine_kernel<<<unsigned(tokens), THREADS, 0, stream>>>(static_cast<const uint16_t*>(ws.y), ws.groups.pair_rows,

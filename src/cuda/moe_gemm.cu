@@ -14,6 +14,7 @@
 #include <algorithm>
 
 #include "cuda/check.cuh"
+#include "cuda/moe_grouping.cuh"
 
 namespace nibble::cuda {
 namespace {
@@ -362,7 +363,7 @@ Status launch(const KernelParams& p, int64_t pairs, cudaStream_t stream) {
   NIB_RETURN_IF_ERROR(cuda_status(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES), "moe_gemm: shared memory"));
   const int rows_per_cta = GATED ? C::BM / 2 : C::BM;
-  const int64_t tiles = (pairs + C::BT - 1) / C::BT + std::min<int64_t>(pairs, p.experts);
+  const int64_t tiles = max_expert_tiles(pairs, p.experts, C::BT);
   const dim3 grid(unsigned((p.n + rows_per_cta - 1) / rows_per_cta), unsigned(tiles));
   kernel<<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(p);
   return cuda_status(cudaGetLastError(), GATED ? "moe_gemm_gate_up launch" : "moe_gemm_down launch");

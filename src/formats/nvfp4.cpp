@@ -72,10 +72,18 @@ __attribute__((target_clones("avx2", "default"))) bool quantize_weight_rows(cons
 
 }  // namespace
 
+const char* act_quant_name(ActQuant mode) {
+  switch (mode) {
+    case ActQuant::STATIC: return "static";
+    case ActQuant::PER_TOKEN: return "per-token";
+    case ActQuant::NONE: break;
+  }
+  return "none";
+}
+
 std::optional<ActQuant> parse_act_quant(std::string_view name) {
-  if (name == "none") return ActQuant::NONE;
-  if (name == "static") return ActQuant::STATIC;
-  if (name == "per-token") return ActQuant::PER_TOKEN;
+  for (ActQuant mode : {ActQuant::NONE, ActQuant::STATIC, ActQuant::PER_TOKEN})
+    if (name == act_quant_name(mode)) return mode;
   return std::nullopt;
 }
 

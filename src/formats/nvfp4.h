@@ -44,7 +44,9 @@ void decode_row_unscaled(const Nvfp4WeightView& w, int64_t r, float* out);
 
 // How activations entering a quantized linear are treated (DESIGN.md §2).
 enum class ActQuant { NONE, STATIC, PER_TOKEN };
-// From the command-line name: "none", "static", "per-token"; nullopt for anything else.
+// The command-line name: "none", "static", "per-token".
+const char* act_quant_name(ActQuant mode);
+// From the command-line name; nullopt for anything else.
 std::optional<ActQuant> parse_act_quant(std::string_view name);
 
 // Checks that x is [rows, cols] with cols a multiple of 16 and every value finite; the error names

@@ -55,10 +55,6 @@ Problem make_problem(int64_t m, const Shape& s, uint64_t seed) {
   return p;
 }
 
-const char* mode_name(formats::ActQuant mode) {
-  return mode == formats::ActQuant::NONE ? "w4a16" : mode == formats::ActQuant::STATIC ? "static" : "per-token";
-}
-
 void check(int64_t m, const Shape& s, cuda::GemmBackend backend, uint64_t seed,
            formats::ActQuant mode = formats::ActQuant::NONE) {
   const Problem p = make_problem(m, s, seed);
@@ -128,7 +124,7 @@ void check(int64_t m, const Shape& s, cuda::GemmBackend backend, uint64_t seed,
   }
   const double max_rel = max_err / max_ref, mean_rel = sum_err / got.size() / max_ref;
   std::printf("linear_nvfp4 %-9s %-15s %-8s M=%-5lld N=%-5lld K=%-5lld max rel err %.2e mean %.2e\n",
-              mode_name(mode), cuda::gemm_backend_name(backend), s.what, static_cast<long long>(m),
+              formats::act_quant_name(mode), cuda::gemm_backend_name(backend), s.what, static_cast<long long>(m),
               static_cast<long long>(s.n), static_cast<long long>(s.k), max_rel, mean_rel);
   EXPECT_LT(max_rel, 1e-4) << s.what << " M=" << m;
 }

@@ -100,10 +100,6 @@ struct DeviceProjection {
   }
 };
 
-const char* mode_name(formats::ActQuant mode) {
-  return mode == formats::ActQuant::NONE ? "w4a16" : mode == formats::ActQuant::STATIC ? "static" : "per-token";
-}
-
 // Runs every backend × mode on one batch and compares with the reference.
 void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t seed) {
   const Config& c = p.c;
@@ -216,12 +212,12 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
       const double p999_rel = errors[p999] / max_ref;
       std::printf("moe %-9s %-15s E=%-3lld k=%lld H=%-4lld I=%-4lld T=%-5lld%s max rel err %.2e p99.9 %.2e mean %.2e (%lld tokens "
                   "skipped: router near-tie)\n",
-                  mode_name(mode), cuda::gemm_backend_name(backend), (long long)c.experts, (long long)c.top_k,
+                  formats::act_quant_name(mode), cuda::gemm_backend_name(backend), (long long)c.experts, (long long)c.top_k,
                   (long long)c.hidden, (long long)c.intermediate, (long long)tokens, identical_tokens ? " same" : "     ",
                   max_rel, p999_rel, mean_rel, (long long)skipped);
       EXPECT_LE(skipped, 1 + tokens / 500);
       const bool w4a4 = mode != formats::ActQuant::NONE;
-      const std::string what = std::string(mode_name(mode)) + " " + cuda::gemm_backend_name(backend);
+      const std::string what = std::string(formats::act_quant_name(mode)) + " " + cuda::gemm_backend_name(backend);
       EXPECT_LT(max_rel, w4a4 ? 2e-2 : 8e-3) << what;
       EXPECT_LT(mean_rel, 1.5e-3) << what;
       if (w4a4) EXPECT_LT(p999_rel, 5e-3) << what;
@@ -239,8 +235,8 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
     std::nth_element(diffs.begin(), diffs.begin() + p999, diffs.end());
     std::printf("    fused vs dequant-cublas: p99.9 %.2e mean %.2e\n", diffs[p999] / max_ref,
                 sum_diff / diffs.size() / max_ref);
-    EXPECT_LT(diffs[p999] / max_ref, 1e-2) << mode_name(mode);
-    EXPECT_LT(sum_diff / diffs.size() / max_ref, 1e-3) << mode_name(mode);
+    EXPECT_LT(diffs[p999] / max_ref, 1e-2) << formats::act_quant_name(mode);
+    EXPECT_LT(sum_diff / diffs.size() / max_ref, 1e-3) << formats::act_quant_name(mode);
   }
   cublasDestroy(handle);
 }

@@ -46,10 +46,6 @@ int upload_experts(int64_t rows, int64_t cols, std::mt19937_64& rng, DeviceExper
   return 0;
 }
 
-const char* mode_name(formats::ActQuant mode) {
-  return mode == formats::ActQuant::NONE ? "w4a16" : mode == formats::ActQuant::STATIC ? "w4a4-static" : "w4a4-per-token";
-}
-
 }  // namespace
 
 int run_bench_moe(const BenchKernelsOptions& o, cudaStream_t stream, cublasHandle_t cublas, nlohmann::json& rows) {
@@ -132,17 +128,17 @@ int run_bench_moe(const BenchKernelsOptions& o, cudaStream_t stream, cublasHandl
             INPUT_COPIES, o.iterations, o.batches, stream, backend != cuda::GemmBackend::DEQUANT_CUBLAS);
         BENCH_CUDA(cudaStreamSynchronize(stream));
         if (!ok) {
-          std::fprintf(stderr, "nibble bench kernels: moe T=%lld %s failed\n", (long long)tokens, mode_name(mode));
+          std::fprintf(stderr, "nibble bench kernels: moe T=%lld %s failed\n", (long long)tokens, bench_mode_label(mode).c_str());
           return 1;
         }
         if (backend == cuda::GemmBackend::DEQUANT_CUBLAS && mode == formats::ActQuant::NONE) t_baseline = t;
-        const std::string label = std::string(cuda::gemm_backend_name(backend)) + "/" + mode_name(mode);
+        const std::string label = std::string(cuda::gemm_backend_name(backend)) + "/" + bench_mode_label(mode);
         char versus[32] = "-";
         if (t_baseline > 0) std::snprintf(versus, sizeof versus, "%.2fx", t_baseline / t);
         std::printf("%-6s %6lld %-30s %10.2f %9.0f %9.1f %7.0f%% %8d %17s\n", "moe", (long long)tokens, label.c_str(),
                     t * 1e6, bytes / t / 1e9, flops / t / 1e12, 100.0 * floor / t, active, versus);
         rows.push_back({{"op", "moe"}, {"tokens", tokens}, {"backend", cuda::gemm_backend_name(backend)},
-                        {"mode", mode_name(mode)}, {"time_us", t * 1e6}, {"gb_s", bytes / t / 1e9},
+                        {"mode", bench_mode_label(mode)}, {"time_us", t * 1e6}, {"gb_s", bytes / t / 1e9},
                         {"tflops", flops / t / 1e12}, {"pct_floor", 100.0 * floor / t}, {"experts_active", active}});
       }
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/linear_nvfp4.cuh"
+#include "formats/nvfp4.h"
 
 #define BENCH_CUDA(call)                                                                    \
   do {                                                                                      \
@@ -21,6 +22,11 @@
   } while (0)
 
 namespace nibble::tools {
+
+// A row's mode label: w4a16, w4a4-static, w4a4-per-token.
+inline std::string bench_mode_label(formats::ActQuant mode) {
+  return mode == formats::ActQuant::NONE ? "w4a16" : std::string("w4a4-") + formats::act_quant_name(mode);
+}
 
 // The backends a --gemm-backend / --moe-backend value names ("all": fused and dequant-cublas).
 inline std::vector<cuda::GemmBackend> backends_to_time(const std::string& name) {
