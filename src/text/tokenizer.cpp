@@ -142,17 +142,22 @@ struct Tokenizer::Impl {
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
 
+  // Unicode normalization by length, not as a NUL-terminated string: a prompt may contain NUL and
+  // every byte after it must survive (utf8proc's NFC()/NFKC() shortcuts stop at the first NUL).
   std::string normalize(const std::string& s) const {
     std::string out = s;
     for (const std::string& form : normalizers) {
+      int options = UTF8PROC_STABLE;
+      if (form == "NFC") options |= UTF8PROC_COMPOSE;
+      else if (form == "NFD") options |= UTF8PROC_DECOMPOSE;
+      else if (form == "NFKC") options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      else options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
       utf8proc_uint8_t* r = nullptr;
-      const auto* in = reinterpret_cast<const utf8proc_uint8_t*>(out.c_str());
-      if (form == "NFC") r = utf8proc_NFC(in);
-      else if (form == "NFD") r = utf8proc_NFD(in);
-      else if (form == "NFKC") r = utf8proc_NFKC(in);
-      else r = utf8proc_NFKD(in);
-      if (!r) continue;  // invalid UTF-8 cannot reach here (input is validated) but stay safe
-      out = reinterpret_cast<char*>(r);
+      const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(out.data()),
+                                              static_cast<utf8proc_ssize_t>(out.size()), &r,
+                                              static_cast<utf8proc_option_t>(options));
+      if (n < 0) continue;  // invalid UTF-8 cannot reach here (input is validated) but stay safe
+      out.assign(reinterpret_cast<char*>(r), static_cast<size_t>(n));
       free(r);
     }
     return out;

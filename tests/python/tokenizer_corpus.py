@@ -1,6 +1,6 @@
 """A seeded corpus of strings that exercise byte-level BPE tokenizers: many scripts, emoji
 sequences, combining marks, code, whitespace and digit runs, contractions, special tokens inside
-text, and random Unicode."""
+text, NUL and other control characters, and random Unicode."""
 import random
 import unicodedata
 
@@ -23,6 +23,9 @@ SAMPLES = {
     "contractions": ["don't", "I'm", "we've", "they'll", "she'd", "it's", "DON'T", "You're", "O'Neil"],
     "special": ["<|im_start|>user\nhi<|im_end|>", "text<|endoftext|>more", "<think>\nreasoning\n</think>\n\nanswer",
                 "<|im_start|><|im_start|>", "<tool_call>\n{\"name\": \"f\"}\n</tool_call>", "a<|im_end|>b"],
+    # NUL and other controls must never cut or drop text (a NUL-terminated normalizer once did).
+    "control": ["a\u0000b c d", "\u0000", "\u0000\u0000x", "end\u0000", "x\u0001\u0002\u0003y", "\u001b[31mred\u001b[0m",
+                "del\u007f", "c1\u0085\u0090\u009f", "tab\u000bvt\u000cff", "e\u0000\u0301", "你\u0000好"],
 }
 
 
@@ -53,8 +56,10 @@ def random_unicode(rng: random.Random) -> str:
             cp = rng.randint(0x3000, 0x9FFF)
         elif block < 0.8:
             cp = rng.randint(0x1F300, 0x1FAFF)
-        elif block < 0.9:
+        elif block < 0.85:
             cp = rng.choice([0x0A, 0x09, 0x0D, 0x20, 0x200D, 0xFE0F, 0x0301])
+        elif block < 0.9:  # C0 and C1 controls, NUL included
+            cp = rng.choice([rng.randint(0x00, 0x1F), rng.randint(0x7F, 0x9F)])
         else:
             cp = rng.randint(0xA000, 0x10FFFF)
         if 0xD800 <= cp <= 0xDFFF or not same_in_all_unicode_versions(cp):

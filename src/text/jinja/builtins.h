@@ -8,7 +8,7 @@
 
 namespace nibble::text::jinja {
 
-Value global(const std::string& name);  // range, namespace, dict, raise_exception, strftime_now
+Value global(const std::string& name);  // range, namespace, dict, joiner, raise_exception, strftime_now
 List string_chars(const std::string& s);  // a str iterated: one item per code point
 Result<Value> get_attribute(const Value& obj, const std::string& name);
 Result<Value> get_item(const Value& obj, const Value& key);
@@ -16,6 +16,16 @@ Result<Value> slice(const Value& obj, const Value& start, const Value& stop, con
 Result<Value> unary_op(const std::string& op, const Value& v);
 Result<Value> binary_op(const std::string& op, const Value& a, const Value& b);
 Result<Value> call_filter(const std::string& name, CallArgs& args);  // args.positional[0] = input
+bool has_filter(const std::string& name);
 Result<bool> run_test(const std::string& name, const Value& v, const List& args);
+
+// Shared by the filters: Python's <, >, <=, >= ; `item in container`; jinja2's attribute getter
+// ("a.b.0": attributes or items, digits as indexes); a value iterated as a list (str: characters,
+// dict: keys, none/undefined: empty).
+Result<Value> compare(const std::string& op, const Value& a, const Value& b);
+Result<bool> contains(const Value& container, const Value& item);
+Result<Value> attribute_of(const Value& item, const std::string& path);
+Result<List> as_sequence(const Value& v, const std::string& filter);
+Result<Value> dict_method(const Value& d, const std::string& name);  // a bound dict method or undefined
 
 }  // namespace nibble::text::jinja

@@ -452,11 +452,16 @@ class ExprParser {
         if (accept_op("(")) {
           NIB_RETURN_IF_ERROR(parse_call_args(*e));
         } else if (t_[p_].kind == Token::STRING || t_[p_].kind == Token::INT || t_[p_].kind == Token::FLOAT ||
+                   peek_op("[") || peek_op("{") ||
                    (t_[p_].kind == Token::NAME && t_[p_].text != "and" && t_[p_].text != "or" &&
                     t_[p_].text != "else" && t_[p_].text != "if" && t_[p_].text != "is")) {
-          auto arg = parse_primary();  // "x is divisibleby 3", "x is sameas none"
+          // One argument without parentheses, as jinja2's parse_test takes it: a primary with its
+          // postfix ("x is divisibleby 3", "x is sameas none", "x is in [1, 2]", "x is eq y.z").
+          auto arg = parse_primary();
           if (!arg) return arg;
-          e->children.push_back(std::move(*arg));
+          auto full = parse_postfix(std::move(*arg));
+          if (!full) return full;
+          e->children.push_back(std::move(*full));
         }
         node = std::move(e);
       } else {

@@ -28,6 +28,14 @@ Value Value::tuple(List l) {
   return v;
 }
 
+Value Value::named_tuple(List l, const std::vector<std::string>& fields) {
+  Value v = tuple(std::move(l));
+  Dict index;
+  for (size_t i = 0; i < fields.size(); ++i) index.emplace_back(fields[i], Value(static_cast<int64_t>(i)));
+  v.dict_ = std::make_shared<Dict>(std::move(index));
+  return v;
+}
+
 Value Value::function(Function f) {
   Value v;
   v.kind_ = Kind::FUNCTION;
@@ -64,6 +72,11 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
 }
 
 const Value* Value::find(const std::string& key) const {
+  if (is_tuple() && dict_) {
+    for (const auto& [k, index] : *dict_)
+      if (k == key) return &(*list_)[static_cast<size_t>(index.as_int())];
+    return nullptr;
+  }
   if (!is_dict()) return nullptr;
   for (const auto& [k, v] : *dict_)
     if (k == key) return &v;
@@ -273,7 +286,7 @@ bool Value::equals(const Value& o) const {
     const double b = o.kind_ == Kind::BOOL ? (o.b_ ? 1.0 : 0.0) : o.as_number();
     return a == b;
   }
-  if (kind_ != o.kind_) return false;
+  if (kind_ != o.kind_ || (kind_ == Kind::LIST && b_ != o.b_)) return false;  // (1, 2) != [1, 2]
   switch (kind_) {
     case Kind::UNDEFINED:
     case Kind::NONE: return true;
@@ -297,6 +310,7 @@ bool Value::equals(const Value& o) const {
 }
 
 std::string Value::type_name() const {
+  if (is_tuple()) return "tuple";
   static const char* NAMES[] = {"Undefined", "NoneType", "bool", "int", "float", "str", "list", "dict", "function", "Namespace"};
   return NAMES[static_cast<int>(kind_)];
 }

@@ -36,6 +36,8 @@ class Value {
   Value(List l);
   Value(Dict d);
   static Value tuple(List l);  // a list that prints as a Python tuple
+  // A tuple whose items are also attributes (groupby's (grouper, list) pairs).
+  static Value named_tuple(List l, const std::vector<std::string>& fields);
   static Value function(Function f);
   static Value namespace_object(Dict attributes);
   static Value from_json(const nlohmann::ordered_json& j);
@@ -45,7 +47,8 @@ class Value {
   bool is_none() const { return kind_ == Kind::NONE; }
   bool is_string() const { return kind_ == Kind::STRING; }
   bool is_number() const { return kind_ == Kind::INT || kind_ == Kind::FLOAT; }
-  bool is_list() const { return kind_ == Kind::LIST; }
+  bool is_list() const { return kind_ == Kind::LIST; }  // lists and tuples
+  bool is_tuple() const { return kind_ == Kind::LIST && b_; }
   bool is_dict() const { return kind_ == Kind::DICT || kind_ == Kind::NAMESPACE; }
   bool is_callable() const { return kind_ == Kind::FUNCTION; }
 
@@ -57,7 +60,7 @@ class Value {
   const Dict& as_dict() const { return *dict_; }
   const Function& as_function() const { return *fn_; }
 
-  // Dict lookup; nullptr when absent.
+  // Dict lookup (or a named tuple's field); nullptr when absent.
   const Value* find(const std::string& key) const;
   void set(const std::string& key, Value v);
 
@@ -79,7 +82,7 @@ class Value {
   double d_ = 0;
   std::shared_ptr<std::string> s_;
   std::shared_ptr<List> list_;
-  std::shared_ptr<Dict> dict_;
+  std::shared_ptr<Dict> dict_;  // DICT/NAMESPACE entries; a named tuple's field → index
   std::shared_ptr<Function> fn_;
 };
 
