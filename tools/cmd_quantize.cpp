@@ -22,7 +22,7 @@ CommandRunner register_quantize(CLI::App& root) {
   cmd->add_option("--calib-seed", o->calib_seed, "Seed of random calibration ids (folders without a tokenizer)")
       ->default_val(0);
   cmd->add_option("--exclude", o->exclude,
-                  "Module patterns to keep in BF16 (fnmatch; default: lm_head, embeddings and MoE routers)");
+                  "Module patterns to keep in BF16 (fnmatch; default: lm_head and embeddings); MoE routers always stay BF16");
   return [o] {
     const auto start = std::chrono::steady_clock::now();
     Result<QuantizeReport> r = quantize_checkpoint(*o);

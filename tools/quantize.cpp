@@ -175,10 +175,11 @@ Result<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o) {
   io::QuantConfig quant;
   quant.nvfp4 = true;
   quant.exclude_modules = o.exclude;
-  if (quant.exclude_modules.empty()) {
-    quant.exclude_modules = {"lm_head", "model.embed_tokens"};
-    for (int64_t l = 0; l < config.num_hidden_layers; ++l)
-      if (config.is_moe_layer(l)) quant.exclude_modules.push_back("model.layers." + std::to_string(l) + ".mlp.gate");
+  if (quant.exclude_modules.empty()) quant.exclude_modules = {"lm_head", "model.embed_tokens"};
+  // Routers stay BF16 whatever --exclude says: nibble (like vLLM and SGLang) serves only BF16 routers.
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    const std::string router = "model.layers." + std::to_string(l) + ".mlp.gate";
+    if (config.is_moe_layer(l) && quant.is_quantized(router)) quant.exclude_modules.push_back(router);
   }
   const std::vector<io::ModuleSpec> modules = io::plan_modules(config, quant);
 

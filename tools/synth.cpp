@@ -212,7 +212,7 @@ Status generate_group(const std::vector<const io::ModuleSpec*>& group, uint64_t 
     return writer.write(first.name + ".weight", normal_bf16(numel(first), rng, 1.0f, 0.05f));
   }
   if (first.kind == io::ModuleKind::EMBEDDING || !first.quantized) {
-    if (first.name.ends_with("mlp.gate")) {
+    if (first.role == io::ModuleRole::ROUTER) {
       // Router: each expert's row gets its own scale (log-normal), so some experts win more often.
       const size_t cols = static_cast<size_t>(first.shape[1]);
       std::vector<uint8_t> rows;

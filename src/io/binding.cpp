@@ -41,6 +41,7 @@ Result<BoundCheckpoint> bind_checkpoint(const SafetensorsReader& reader, const M
   out.modules = plan_modules(config, quant);
   std::vector<std::string> problems;
   std::set<std::string> expected_names;
+  int64_t quantized_routers = 0;
 
   auto lookup = [&](const TensorSpec& spec, TensorRef& ref) {
     expected_names.insert(spec.name);
@@ -74,6 +75,17 @@ Result<BoundCheckpoint> bind_checkpoint(const SafetensorsReader& reader, const M
       if (lookup(specs[0], ref)) out.tensors[specs[0].name] = ref;
       continue;
     }
+    if (m.role == ModuleRole::ROUTER && m.quantized) {
+      // ModelOpt leaves routers in BF16 by default and vLLM/SGLang (like nibble) only run them so;
+      // reading a quantized router's codes as BF16 would route on garbage, so refuse by name.
+      ++quantized_routers;
+      if (quantized_routers == 1)
+        problems.push_back(m.name + ".weight: the MoE router is NVFP4 per the quant config (" + quant.source +
+                           " does not exclude it); nibble runs routers in BF16 only — re-export with '*mlp.gate' in "
+                           "exclude_modules (ModelOpt's default)");
+      for (const TensorSpec& t : specs) expected_names.insert(t.name);
+      continue;
+    }
     LinearWeights lw;
     lw.module = m;
     bool ok = lookup(specs[0], lw.weight);
@@ -105,7 +117,7 @@ Result<BoundCheckpoint> bind_checkpoint(const SafetensorsReader& reader, const M
   // Gate and up of one expert usually share weight_scale_2 (ModelOpt export); third-party exports
   // may not, and nibble keeps each half's own scale rather than re-rounding.
   for (const ModuleSpec& m : out.modules) {
-    if (m.expert < 0 || !m.quantized || !m.name.ends_with(".gate_proj")) continue;
+    if (m.role != ModuleRole::EXPERT_GATE || !m.quantized) continue;
     const std::string up = m.name.substr(0, m.name.size() - 9) + "up_proj";
     auto g = out.linears.find(m.name), u = out.linears.find(up);
     if (g != out.linears.end() && u != out.linears.end() && g->second.weight_scale_2 != u->second.weight_scale_2)

@@ -4,13 +4,20 @@
 namespace nibble::io {
 namespace {
 
-void add_linear(std::vector<ModuleSpec>& out, const QuantConfig& quant, std::string name,
+void add_linear(std::vector<ModuleSpec>& out, const QuantConfig& quant, std::string name, ModuleRole role,
                 int64_t out_features, int64_t in_features, int64_t layer, int64_t expert = -1) {
   const bool quantized = quant.is_quantized(name);
-  out.push_back({std::move(name), ModuleKind::LINEAR, {out_features, in_features}, quantized, layer, expert});
+  out.push_back({std::move(name), role, ModuleKind::LINEAR, {out_features, in_features}, quantized, layer, expert});
 }
 
 }  // namespace
+
+const char* module_role_name(ModuleRole role) {
+  static const char* NAMES[] = {"embedding", "input_norm", "q_proj", "k_proj", "v_proj", "o_proj", "q_norm",
+                                "k_norm", "post_attention_norm", "router", "expert_gate", "expert_up",
+                                "expert_down", "mlp_gate", "mlp_up", "mlp_down", "final_norm", "lm_head"};
+  return NAMES[static_cast<int>(role)];
+}
 
 std::vector<TensorSpec> ModuleSpec::tensors() const {
   if (kind != ModuleKind::LINEAR || !quantized) return {{name + ".weight", DType::BF16, shape}};
@@ -30,33 +37,33 @@ uint64_t ModuleSpec::nbytes() const {
 std::vector<ModuleSpec> plan_modules(const ModelConfig& c, const QuantConfig& quant) {
   std::vector<ModuleSpec> m;
   const int64_t H = c.hidden_size, D = c.head_dim;
-  m.push_back({"model.embed_tokens", ModuleKind::EMBEDDING, {c.vocab_size, H}});
+  m.push_back({"model.embed_tokens", ModuleRole::EMBEDDING, ModuleKind::EMBEDDING, {c.vocab_size, H}});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    m.push_back({p + "input_layernorm", ModuleKind::NORM, {H}, false, l});
-    add_linear(m, quant, p + "self_attn.q_proj", c.num_attention_heads * D, H, l);
-    add_linear(m, quant, p + "self_attn.k_proj", c.num_key_value_heads * D, H, l);
-    add_linear(m, quant, p + "self_attn.v_proj", c.num_key_value_heads * D, H, l);
-    add_linear(m, quant, p + "self_attn.o_proj", H, c.num_attention_heads * D, l);
-    m.push_back({p + "self_attn.q_norm", ModuleKind::NORM, {D}, false, l});
-    m.push_back({p + "self_attn.k_norm", ModuleKind::NORM, {D}, false, l});
-    m.push_back({p + "post_attention_layernorm", ModuleKind::NORM, {H}, false, l});
+    m.push_back({p + "input_layernorm", ModuleRole::INPUT_NORM, ModuleKind::NORM, {H}, false, l});
+    add_linear(m, quant, p + "self_attn.q_proj", ModuleRole::Q_PROJ, c.num_attention_heads * D, H, l);
+    add_linear(m, quant, p + "self_attn.k_proj", ModuleRole::K_PROJ, c.num_key_value_heads * D, H, l);
+    add_linear(m, quant, p + "self_attn.v_proj", ModuleRole::V_PROJ, c.num_key_value_heads * D, H, l);
+    add_linear(m, quant, p + "self_attn.o_proj", ModuleRole::O_PROJ, H, c.num_attention_heads * D, l);
+    m.push_back({p + "self_attn.q_norm", ModuleRole::Q_NORM, ModuleKind::NORM, {D}, false, l});
+    m.push_back({p + "self_attn.k_norm", ModuleRole::K_NORM, ModuleKind::NORM, {D}, false, l});
+    m.push_back({p + "post_attention_layernorm", ModuleRole::POST_ATTENTION_NORM, ModuleKind::NORM, {H}, false, l});
     if (c.is_moe_layer(l)) {
-      add_linear(m, quant, p + "mlp.gate", c.num_experts, H, l);  // the router
+      add_linear(m, quant, p + "mlp.gate", ModuleRole::ROUTER, c.num_experts, H, l);
       for (int64_t e = 0; e < c.num_experts; ++e) {
         const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
-        add_linear(m, quant, x + "gate_proj", c.moe_intermediate_size, H, l, e);
-        add_linear(m, quant, x + "up_proj", c.moe_intermediate_size, H, l, e);
-        add_linear(m, quant, x + "down_proj", H, c.moe_intermediate_size, l, e);
+        add_linear(m, quant, x + "gate_proj", ModuleRole::EXPERT_GATE, c.moe_intermediate_size, H, l, e);
+        add_linear(m, quant, x + "up_proj", ModuleRole::EXPERT_UP, c.moe_intermediate_size, H, l, e);
+        add_linear(m, quant, x + "down_proj", ModuleRole::EXPERT_DOWN, H, c.moe_intermediate_size, l, e);
       }
     } else {
-      add_linear(m, quant, p + "mlp.gate_proj", c.intermediate_size, H, l);
-      add_linear(m, quant, p + "mlp.up_proj", c.intermediate_size, H, l);
-      add_linear(m, quant, p + "mlp.down_proj", H, c.intermediate_size, l);
+      add_linear(m, quant, p + "mlp.gate_proj", ModuleRole::MLP_GATE, c.intermediate_size, H, l);
+      add_linear(m, quant, p + "mlp.up_proj", ModuleRole::MLP_UP, c.intermediate_size, H, l);
+      add_linear(m, quant, p + "mlp.down_proj", ModuleRole::MLP_DOWN, H, c.intermediate_size, l);
     }
   }
-  m.push_back({"model.norm", ModuleKind::NORM, {H}});
-  if (!c.tie_word_embeddings) add_linear(m, quant, "lm_head", c.vocab_size, H, -1);
+  m.push_back({"model.norm", ModuleRole::FINAL_NORM, ModuleKind::NORM, {H}});
+  if (!c.tie_word_embeddings) add_linear(m, quant, "lm_head", ModuleRole::LM_HEAD, c.vocab_size, H, -1);
   return m;
 }
 

@@ -15,8 +15,16 @@ namespace nibble::io {
 
 enum class ModuleKind { EMBEDDING, NORM, LINEAR };
 
+// What a module does in the model, so no code has to derive it from the module's name.
+enum class ModuleRole {
+  EMBEDDING, INPUT_NORM, Q_PROJ, K_PROJ, V_PROJ, O_PROJ, Q_NORM, K_NORM, POST_ATTENTION_NORM,
+  ROUTER, EXPERT_GATE, EXPERT_UP, EXPERT_DOWN, MLP_GATE, MLP_UP, MLP_DOWN, FINAL_NORM, LM_HEAD
+};
+const char* module_role_name(ModuleRole role);
+
 struct ModuleSpec {
   std::string name;             // e.g. "model.layers.0.mlp.experts.3.up_proj"
+  ModuleRole role = ModuleRole::EMBEDDING;
   ModuleKind kind = ModuleKind::LINEAR;
   std::vector<int64_t> shape;   // LINEAR [out, in]; NORM [n]; EMBEDDING [vocab, hidden]
   bool quantized = false;       // LINEAR only: NVFP4 as the quant config says

@@ -167,3 +167,42 @@ TEST(Binding, SplitGateUpScalesCountedAndBadScalesRejected) {
             std::string::npos) << bad.status().message();
   fs::remove_all(dir);
 }
+
+// Issue 13: a checkpoint whose quant config does not exclude the MoE router (and whose router is
+// NVFP4) once bound and then routed on its codes read as BF16. It is a load error naming the tensor;
+// the same folder with the router excluded and in BF16 loads (SynthCheckpointBinds).
+TEST(Binding, QuantizedRouterIsRefusedByName) {
+  const fs::path dir = synth_tiny("qrouter");
+  auto is_router = [](const std::string& name) { return name.find(".mlp.gate") != std::string::npos &&
+                                                        name.find(".mlp.gate_proj") == std::string::npos; };
+  for (const char* file : {"hf_quant_config.json", "config.json"}) {
+    std::ifstream in(dir / file);
+    nlohmann::json j = nlohmann::json::parse(in);
+    nlohmann::json& list = std::string(file) == "config.json" ? j["quantization_config"]["ignore"]
+                                                              : j["quantization"]["exclude_modules"];
+    nlohmann::json kept = nlohmann::json::array();
+    for (const auto& pattern : list)
+      if (!is_router(pattern.get<std::string>())) kept.push_back(pattern);
+    list = kept;
+    std::ofstream(dir / file) << j.dump();
+  }
+  rewrite(dir, [&](std::vector<TensorSpec>& specs) {
+    std::vector<TensorSpec> routers;
+    for (TensorSpec& t : specs) {
+      if (!is_router(t.name)) continue;
+      const std::string stem = t.name.substr(0, t.name.rfind('.'));
+      const int64_t out = t.shape[0], in = t.shape[1];
+      t = {stem + ".weight", DType::U8, {out, in / 2}};
+      routers.push_back({stem + ".weight_scale", DType::F8_E4M3, {out, in / 16}});
+      routers.push_back({stem + ".weight_scale_2", DType::F32, {}});
+      routers.push_back({stem + ".input_scale", DType::F32, {}});
+    }
+    specs.insert(specs.end(), routers.begin(), routers.end());
+  });
+  auto loaded = load_checkpoint(dir.string());
+  ASSERT_FALSE(loaded.is_ok()) << "a quantized router must not bind";
+  const std::string& e = loaded.status().message();
+  EXPECT_NE(e.find("model.layers.0.mlp.gate.weight: the MoE router is NVFP4"), std::string::npos) << e;
+  EXPECT_NE(e.find("(1 problem)"), std::string::npos) << "one line for all layers, no knock-on errors: " << e;
+  fs::remove_all(dir);
+}
