@@ -127,7 +127,7 @@ CommandRunner register_serve(CLI::App& root) {
   option(cmd, "--act-quant-moe", o->act_quant_moe, "MoE activation quantization: none | static | per-token");
   option(cmd, "--act-quant-dense", o->act_quant_dense, "Dense activation quantization: none | static | per-token");
   option(cmd, "--reasoning-parser", o->reasoning_parser, "Split <think> into reasoning_content: auto | qwen3 | none");
-  option(cmd, "--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on /v1 routes");
+  option(cmd, "--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on every route but /health and /metrics");
   option(cmd, "--io-threads", o->io_threads, "HTTP threads (0: up to 4)");
   option(cmd, "--weight-version", o->weight_version, "Weight version reported by /get_model_info");
   return [o] { return run_serve(*o); };

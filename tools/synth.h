@@ -17,10 +17,10 @@ struct SynthOptions {
   std::string out_dir;
   uint64_t seed = 0;
   int64_t layers = 0;                 // 0: the preset's
-  int64_t experts = 0;                // 0: the preset's
+  int64_t experts = 0;                // 0: the preset's; top-k is capped at this
   bool quantize_attention = true;     // false: q/k/v/o stay BF16 (listed in exclude_modules)
-  uint64_t shard_bytes = 0;           // 0: the preset's
-  std::atomic<uint64_t>* bytes_done = nullptr;  // progress, updated as tensors are written
+  uint64_t shard_bytes = 0;           // --shard-size; 0: the preset's (5 GB; tiny-moe 4 MB)
+  std::atomic<uint64_t>* bytes_done = nullptr;  // progress: tensor bytes of each module group once generated
 };
 
 struct SynthReport {
@@ -28,7 +28,7 @@ struct SynthReport {
   uint64_t total_bytes = 0;  // tensor bytes written
   size_t n_shards = 0;
   double generate_seconds = 0;  // drawing, quantizing and storing into the mapped files
-  double flush_seconds = 0;     // msync: waiting for the disk
+  double flush_seconds = 0;     // ShardedWriter::finish: fdatasync of every shard, the index
 };
 
 const std::vector<std::string>& synth_presets();

@@ -21,15 +21,16 @@ struct Histogram {
 };
 
 struct MetricsSnapshot {
-  int64_t requests_running = 0;   // sequences scheduled in the last step or holding KV blocks
+  int64_t requests_running = 0;   // sequences in the scheduler's running set (published after each step)
   int64_t requests_waiting = 0;
   double kv_usage = 0.0;          // fraction of KV blocks in use
   int64_t kv_blocks_total = 0;
-  uint64_t prompt_tokens = 0;     // prompt tokens computed (prefix-cache hits excluded)
+  uint64_t prompt_tokens = 0;     // whole prompt lengths (prefix-cache hits included, as vLLM counts),
+                                  // added when a sequence draws its first token
   uint64_t generation_tokens = 0;
   uint64_t preemptions = 0;
-  uint64_t prefix_queries = 0;    // tokens looked up in the prefix cache
-  uint64_t prefix_hits = 0;       // tokens found
+  uint64_t prefix_queries = 0;    // prompt tokens looked up in the prefix cache (block manager's count)
+  uint64_t prefix_hits = 0;       // of those, tokens found cached
   std::map<std::string, uint64_t> finished;  // by finish reason
   Histogram ttft, tpot, itl, e2e;  // seconds
 };

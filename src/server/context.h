@@ -64,7 +64,14 @@ void handle_detokenize(ServingContext& ctx, const HttpRequest& request, Responde
 void handle_update_weights(ServingContext& ctx, const HttpRequest& request, Responder responder);
 void handle_abort_request(ServingContext& ctx, const HttpRequest& request, Responder responder);
 void handle_flush_cache(ServingContext& ctx, const HttpRequest& request, Responder responder);
+void handle_reset_prefix_cache(ServingContext& ctx, const HttpRequest& request, Responder responder);
 void handle_health_generate(ServingContext& ctx, const HttpRequest& request, Responder responder);
+void handle_health(ServingContext& ctx, const HttpRequest& request, Responder responder);
+void handle_metrics(ServingContext& ctx, const HttpRequest& request, Responder responder);
+void handle_version(ServingContext& ctx, const HttpRequest& request, Responder responder);
+void handle_models(ServingContext& ctx, const HttpRequest& request, Responder responder);
+void handle_model_info(ServingContext& ctx, const HttpRequest& request, Responder responder);
+void handle_server_info(ServingContext& ctx, const HttpRequest& request, Responder responder);
 std::string prometheus_text(ServingContext& ctx);
 
 // Parses a JSON object body; a bad body answers 400 and returns false.

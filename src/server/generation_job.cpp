@@ -20,7 +20,6 @@ struct GenerationJob::Choice {
   int32_t stop_token = -1;
   std::unique_ptr<ChatOutputParser> parser;
   ChatDelta message;  // chat: everything parsed so far
-  bool role_sent = false;
   bool echo_sent = false;
   size_t text_offset = 0;  // completions logprobs: where the next token's text starts
 };
@@ -156,6 +155,18 @@ void GenerationJob::begin() {
   if (done_) return;
   begun_ = true;
   if (options_.stream) responder_->start_stream(200);
+  if (options_.stream && options_.kind == ApiKind::CHAT) {
+    // As OpenAI, vLLM and FastDeploy stream a chat: each choice opens with a role-only chunk, so
+    // clients that time the first token from the second event see the first token there.
+    for (Choice& c : choices_) {
+      json event = chunk(json::array({{{"index", c.index},
+                                       {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                       {"logprobs", nullptr},
+                                       {"finish_reason", nullptr}}}));
+      if (options_.continuous_usage) event["usage"] = usage_json();
+      send_event(event);
+    }
+  }
   std::vector<std::pair<size_t, engine::RequestOutput>> early = std::move(early_);
   for (auto& [prompt, out] : early) on_output(prompt, std::move(out));
 }
@@ -263,10 +274,6 @@ void GenerationJob::stream_choice(Choice& c, engine::ChoiceDelta& d, bool finish
       delta["tool_calls"] = std::move(calls);
     }
     if (delta.empty() && !finished && !has_logprobs) return;  // nothing a client could show yet
-    if (!c.role_sent) {
-      delta["role"] = "assistant";  // with the first token, not in an empty chunk of its own
-      c.role_sent = true;
-    }
     choice["delta"] = std::move(delta);
   } else {
     std::string text = d.text;

@@ -1,5 +1,6 @@
 // The non-generation routes: vLLM's /tokenize and /detokenize, SGLang's control endpoints
-// (/update_weights_from_disk, /abort_request, /flush_cache, /health_generate) and the shared
+// (/update_weights_from_disk, /abort_request, /flush_cache, /health_generate), vLLM's
+// /reset_prefix_cache, and the shared
 // body/response helpers and job registry.
 #include <boost/asio/post.hpp>
 
@@ -176,6 +177,16 @@ void handle_flush_cache(ServingContext& ctx, const HttpRequest&, Responder respo
   model->engine->flush_cache([responder](Status status) {
     if (status) responder->respond(200, "text/plain", "Cache flushed.\n");
     else respond_error(responder, {400, "Cache not flushed: " + status.message(), ""});
+  });
+}
+
+// vLLM's POST /reset_prefix_cache: /flush_cache's semantics, vLLM's empty 200 answer.
+void handle_reset_prefix_cache(ServingContext& ctx, const HttpRequest&, Responder responder) {
+  auto model = ready_model(ctx, responder);
+  if (!model) return;
+  model->engine->flush_cache([responder](Status status) {
+    if (status) responder->respond(200, "text/plain", "");
+    else respond_error(responder, {400, "prefix cache not reset: " + status.message(), ""});
   });
 }
 

@@ -133,76 +133,66 @@ Status validate_options(const ServerOptions& o) {
   return Status::ok();
 }
 
+namespace {
+
+// The route table: every route the main port serves. With --api-key set every route needs the key
+// except those marked open (liveness probes and the Prometheus scrape, which can also move to
+// --metrics-port): a route added here is protected unless it says otherwise.
+enum Method : uint8_t { GET = 1, POST = 2 };
+struct Route {
+  const char* path;
+  uint8_t methods;
+  bool open;
+  void (*handler)(ServingContext&, const HttpRequest&, Responder);
+};
+
+const Route ROUTES[] = {
+    {"/v1/chat/completions", POST, false, handle_chat_completions},
+    {"/v1/completions", POST, false, handle_completions},
+    {"/v1/models", GET, false, handle_models},
+    {"/generate", POST, false, handle_generate},
+    {"/tokenize", POST, false, handle_tokenize},
+    {"/detokenize", POST, false, handle_detokenize},
+    {"/update_weights_from_disk", POST, false, handle_update_weights},
+    {"/abort_request", POST, false, handle_abort_request},
+    {"/flush_cache", GET | POST, false, handle_flush_cache},
+    {"/reset_prefix_cache", POST, false, handle_reset_prefix_cache},
+    {"/health_generate", GET, false, handle_health_generate},
+    {"/get_model_info", GET | POST, false, handle_model_info},
+    {"/server_info", GET, false, handle_server_info},
+    {"/get_server_info", GET, false, handle_server_info},
+    {"/version", GET, false, handle_version},
+    {"/health", GET, true, handle_health},
+    {"/metrics", GET, true, handle_metrics},
+};
+
+}  // namespace
+
+std::vector<RouteInfo> route_table() {
+  std::vector<RouteInfo> out;
+  for (const Route& r : ROUTES) {
+    RouteInfo info{r.path, {}, !r.open};
+    if (r.methods & GET) info.methods.push_back("GET");
+    if (r.methods & POST) info.methods.push_back("POST");
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
 struct Server::Impl {
   explicit Impl(ServerOptions o) { ctx.options = std::move(o); }
 
   void route(const HttpRequest& request, Responder responder) {
-    const std::string& p = request.path;
-    const bool get = request.method == "GET", post = request.method == "POST";
-    if (!ctx.options.api_key.empty() && p.rfind("/v1/", 0) == 0 &&
-        request.authorization != "Bearer " + ctx.options.api_key)
+    const Route* found = nullptr;
+    for (const Route& r : ROUTES)
+      if (request.path == r.path) found = &r;
+    if (!found) return respond_error(responder, {404, "no route " + request.method + " " + request.path, ""});
+    if (!found->open && !ctx.options.api_key.empty() && request.authorization != "Bearer " + ctx.options.api_key)
       return respond_error(responder, {401, "missing or wrong API key", ""});
-    auto need = [&](bool ok) {
-      if (!ok) respond_error(responder, {405, "method " + request.method + " is not allowed on " + p, ""});
-      return ok;
-    };
-    if (p == "/v1/chat/completions") { if (need(post)) handle_chat_completions(ctx, request, responder); return; }
-    if (p == "/v1/completions") { if (need(post)) handle_completions(ctx, request, responder); return; }
-    if (p == "/generate") { if (need(post)) handle_generate(ctx, request, responder); return; }
-    if (p == "/tokenize") { if (need(post)) handle_tokenize(ctx, request, responder); return; }
-    if (p == "/detokenize") { if (need(post)) handle_detokenize(ctx, request, responder); return; }
-    if (p == "/update_weights_from_disk") { if (need(post)) handle_update_weights(ctx, request, responder); return; }
-    if (p == "/abort_request") { if (need(post)) handle_abort_request(ctx, request, responder); return; }
-    if (p == "/flush_cache") { if (need(post || get)) handle_flush_cache(ctx, request, responder); return; }
-    if (p == "/health_generate") { if (need(get)) handle_health_generate(ctx, request, responder); return; }
-    if (p == "/health") {
-      if (!need(get)) return;
-      if (ready_model(ctx, responder)) responder->respond(200, "text/plain", "");
-      return;
-    }
-    if (p == "/metrics") { if (need(get)) responder->respond(200, "text/plain; version=0.0.4", prometheus_text(ctx)); return; }
-    if (p == "/version") { if (need(get)) respond_json(responder, 200, {{"version", ctx.options.version}}); return; }
-    if (p == "/v1/models") {
-      if (!need(get)) return;
-      auto model = ctx.model();
-      json entry = {{"id", ctx.options.served_model_name}, {"object", "model"}, {"created", ctx.started_at},
-                    {"owned_by", "nibble"}, {"root", ctx.options.model_path}, {"parent", nullptr}};
-      if (model) entry["max_model_len"] = model->engine->config().max_model_len;
-      return respond_json(responder, 200, {{"object", "list"}, {"data", json::array({entry})}});
-    }
-    if (p == "/get_model_info") {
-      if (!need(get || post)) return;
-      auto model = ready_model(ctx, responder);
-      if (!model) return;
-      const engine::ModelInfo info = model->engine->model_info();
-      return respond_json(responder, 200,
-                          {{"model_path", info.model_path}, {"tokenizer_path", model->tokenizer_path},
-                           {"is_generation", true}, {"weight_version", info.weight_version},
-                           {"served_model_name", ctx.options.served_model_name},
-                           {"architecture", model->engine->model_config().architecture},
-                           {"max_model_len", model->engine->config().max_model_len}});
-    }
-    if (p == "/get_server_info") {
-      if (!need(get)) return;
-      const ServerOptions& o = ctx.options;
-      json info = {{"version", o.version}, {"model_path", o.model_path},
-                   {"served_model_name", o.served_model_name}, {"host", o.host}, {"port", o.port},
-                   {"max_num_seqs", o.max_num_seqs}, {"max_num_batched_tokens", o.max_num_batched_tokens},
-                   {"block_size", o.block_size}, {"kv_cache_dtype", o.kv_cache_dtype}, {"backend", "cpu"},
-                   {"moe_backend", o.moe_backend}, {"gemm_backend", o.gemm_backend},
-                   {"act_quant_moe", o.act_quant_moe}, {"act_quant_dense", o.act_quant_dense},
-                   {"tensor_parallel_size", o.tensor_parallel_size}, {"enable_prefix_caching", o.enable_prefix_caching}};
-      if (auto model = ctx.model()) {
-        const engine::MetricsSnapshot m = model->engine->metrics();
-        info["max_model_len"] = model->engine->config().max_model_len;
-        info["internal_states"] = json::array({{{"num_running", m.requests_running},
-                                                {"num_waiting", m.requests_waiting},
-                                                {"kv_cache_usage", m.kv_usage},
-                                                {"kv_cache_blocks", m.kv_blocks_total}}});
-      }
-      return respond_json(responder, 200, info);
-    }
-    respond_error(responder, {404, "no route " + request.method + " " + p, ""});
+    const uint8_t method = request.method == "GET" ? GET : request.method == "POST" ? POST : 0;
+    if (!(found->methods & method))
+      return respond_error(responder, {405, "method " + request.method + " is not allowed on " + request.path, ""});
+    found->handler(ctx, request, std::move(responder));
   }
 
   ServingContext ctx;
@@ -235,7 +225,7 @@ Status Server::start() {
   NIB_RETURN_IF_ERROR(s.http->listen(s.ctx.options.host, s.ctx.options.port));
   if (s.ctx.options.metrics_port) {
     auto metrics_only = [&s](const HttpRequest& r, Responder responder) {
-      if (r.path == "/metrics") responder->respond(200, "text/plain; version=0.0.4", prometheus_text(s.ctx));
+      if (r.path == "/metrics") handle_metrics(s.ctx, r, std::move(responder));
       else respond_error(responder, {404, "the metrics port serves only /metrics", ""});
     };
     s.metrics_http = std::make_unique<HttpServer>(s.ctx.io, metrics_only, s.ctx.http_stats);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -31,11 +32,19 @@ struct ServerOptions {
   std::string act_quant_dense = "none";
   int64_t tensor_parallel_size = 1;
   std::string reasoning_parser = "auto";  // auto | qwen3 | none
-  std::string api_key;                    // when set, /v1 routes need "Authorization: Bearer KEY"
+  std::string api_key;                    // when set, every route but /health and /metrics needs "Authorization: Bearer KEY"
   int io_threads = 0;                     // 0: min(4, cores)
   std::string weight_version = "default";
   std::string version;                    // reported by /version and /get_server_info
 };
+
+// The main port's routes, for tests that must cover every one (e.g. that --api-key guards all).
+struct RouteInfo {
+  std::string path;
+  std::vector<std::string> methods;  // "GET", "POST"
+  bool needs_api_key;                // when --api-key is set
+};
+std::vector<RouteInfo> route_table();
 
 // Checks option values that need no model (ranges, names); the error names the flag.
 Status validate_options(const ServerOptions& options);

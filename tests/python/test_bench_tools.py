@@ -262,3 +262,24 @@ def test_bench_serve_sharegpt_and_jsonl_datasets(build_dir, tmp_path):
         assert too_many.returncode == 1 and "usable conversations" in too_many.stderr
     finally:
         mock.stop()
+
+
+def test_bench_serve_progress_counts_requests_and_metric_names_are_checked(build_dir, tmp_path, seed):
+    """The progress line counts requests (done/total, req/s), not GB; a --percentile-metrics name
+    the benchmark does not compute is an error that lists the supported ones, before any request."""
+    mock = MockServer(fail_every=0)
+    try:
+        common = ["--base-url", f"http://127.0.0.1:{mock.port}", "--dataset-name", "random", "--num-prompts", "6",
+                  "--random-input-len", "8", "--random-output-len", "2", "--seed", str(seed),
+                  "--tokenizer", str(pathlib.Path(__file__).parents[2] / "data" / "qwen3-tokenizer")]
+        r = run_nibble(build_dir, "bench", "serve", *common)
+        progress = [line for line in r.stderr.splitlines() if line.startswith("bench serve [")]
+        assert progress and "6/6 requests" in progress[-1] and "req/s" in progress[-1], r.stderr
+        assert " GB" not in r.stderr
+        sent = mock.count
+        bad = subprocess.run([str(build_dir / "nibble"), "bench", "serve", *common, "--percentile-metrics", "ttft,s_ttft"],
+                             capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 1 and "'s_ttft'" in bad.stderr and "ttft, tpot, itl, e2el" in bad.stderr, bad.stderr
+        assert mock.count == sent, "no request goes out before the options are checked"
+    finally:
+        mock.stop()

@@ -315,6 +315,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def test_api_key_guards_every_route(build_dir, tiny_models, tmp_path):
+    """With --api-key every route of the route table needs the key except /health and /metrics;
+    the table comes from the server itself, so a route added later cannot stay open by accident."""
+    table = [json.loads(line) for line in subprocess.run([str(build_dir / "tests/route_table_tool")], capture_output=True,
+                                                         text=True, check=True).stdout.splitlines()]
+    paths = {r["path"] for r in table}
+    assert {"/generate", "/update_weights_from_disk", "/flush_cache", "/abort_request", "/tokenize",
+            "/get_server_info", "/server_info", "/reset_prefix_cache", "/v1/completions"} <= paths
+    assert {r["path"] for r in table if not r["needs_api_key"]} == {"/health", "/metrics"}
+    s = NibbleServer(build_dir, tiny_models["a"], tmp_path / "keyed.log", "--api-key", "sekret")
+    try:
+        for route in table:
+            for method in route["methods"]:
+                def call(headers):
+                    kwargs = {"json": {}} if method == "POST" else {}
+                    return requests.request(method, s.url + route["path"], headers=headers, timeout=60, **kwargs)
+                for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "sekret"}):
+                    status = call(headers).status_code
+                    if route["needs_api_key"]:
+                        assert status == 401, f"{method} {route['path']} without the key: {status}"
+                    else:
+                        assert status == 200, f"{method} {route['path']} (open) without the key: {status}"
+                keyed = call({"Authorization": "Bearer sekret"})
+                assert keyed.status_code not in (401, 404, 405), f"{method} {route['path']}: {keyed.status_code} {keyed.text}"
+        # The swap route, authenticated, still names the folder it cannot load.
+        bad = requests.post(s.url + "/update_weights_from_disk", json={"model_path": str(tmp_path / "nowhere")},
+                            headers={"Authorization": "Bearer sekret"})
+        assert bad.status_code == 400 and "nowhere" in bad.json()["message"]
+        assert requests.get(s.url + "/health").status_code == 200
+    finally:
+        assert s.stop() == 0
+
+
 def test_metrics_port_api_key_and_env_flags(build_dir, tiny_models, tmp_path):
     metrics_port = free_port()
     s = NibbleServer(build_dir, tiny_models["a"], tmp_path / "keyed.log", "--metrics-port", str(metrics_port),
@@ -324,7 +357,7 @@ def test_metrics_port_api_key_and_env_flags(build_dir, tiny_models, tmp_path):
         assert requests.post(s.url + "/v1/completions", json=body).status_code == 401
         ok = requests.post(s.url + "/v1/completions", json=body, headers={"Authorization": "Bearer sekret"})
         assert ok.status_code == 200 and ok.json()["model"] == "from-env"
-        info = requests.get(s.url + "/get_server_info").json()
+        info = requests.get(s.url + "/get_server_info", headers={"Authorization": "Bearer sekret"}).json()
         assert info["max_num_seqs"] == 3
         m = requests.get(f"http://127.0.0.1:{metrics_port}/metrics")
         assert m.status_code == 200 and "nibble:generation_tokens_total" in m.text

@@ -3,6 +3,7 @@ and not, n > 1, stop strings, logprobs, usage, the SGLang and vLLM extra routes,
 requests that must each get their status and an OpenAI error body while the server stays healthy."""
 import json
 import random
+import subprocess
 
 import openai
 import pytest
@@ -42,9 +43,10 @@ def test_chat_non_stream_and_stream_agree(client):
         for c in chunk.choices:
             text += c.delta.content or ""
             finish = c.finish_reason or finish
-    # The first chunk carries the role and the first token's text: no empty role-only chunk.
-    first = chunks[0].choices[0].delta
-    assert first.role == "assistant" and first.content
+    # As OpenAI, vLLM and FastDeploy stream it: a role-only first chunk, then the tokens.
+    first = chunks[0].choices[0]
+    assert first.delta.role == "assistant" and first.delta.content == "" and first.finish_reason is None
+    assert chunks[1].choices[0].delta.content and chunks[1].choices[0].delta.role is None
     assert text == (choice.message.content or "")
     assert finish == choice.finish_reason
     assert usage.completion_tokens == whole.usage.completion_tokens
@@ -161,6 +163,9 @@ def test_model_and_server_info(server, tiny_models):
     assert info["model_path"] == str(tiny_models["a"])
     assert info["weight_version"] == "default"
     assert requests.get(server.url + "/get_server_info").json()["max_num_seqs"] == 256
+    # SGLang's current name for it answers the same.
+    current, older = requests.get(server.url + "/server_info").json(), requests.get(server.url + "/get_server_info").json()
+    assert current.keys() == older.keys() and current["max_num_seqs"] == 256
     assert requests.get(server.url + "/health_generate").status_code == 200
     text = requests.get(server.url + "/metrics").text
     for name in ("nibble:num_requests_running", "nibble:kv_cache_usage_perc", "nibble:prompt_tokens_total",
@@ -168,6 +173,38 @@ def test_model_and_server_info(server, tiny_models):
                  "nibble:inter_token_latency_seconds_sum", "nibble:e2e_request_latency_seconds_count",
                  "nibble:prefix_cache_hits_total"):
         assert name in text
+
+
+def test_reset_prefix_cache_empties_the_cache(server, seed):
+    """vLLM's POST /reset_prefix_cache: the next identical prompt finds nothing cached."""
+    prompt = [random.Random(seed).randrange(1000, 100000) for _ in range(48)]
+    for _ in range(2):
+        requests.post(server.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 1})
+    r = requests.post(server.url + "/reset_prefix_cache")
+    assert r.status_code == 200
+    again = requests.post(server.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 1}).json()
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    cached = requests.post(server.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 1}).json()
+    assert cached["usage"]["prompt_tokens_details"]["cached_tokens"] >= 32
+    assert requests.get(server.url + "/reset_prefix_cache").status_code == 405
+
+
+def test_nul_and_control_characters_reach_the_model(server, tiny_models, build_dir, tmp_path):
+    """Text after a NUL once vanished (a NUL-terminated normalizer): every route keeps it, with
+    Hugging Face tokenizers' ids."""
+    from tokenizers import Tokenizer
+    hf = Tokenizer.from_file(str(tiny_models["a"] / "tokenizer.json"))
+    text = "a\u0000b c d\u0001\u007f\u0085 e"
+    want = hf.encode(text, add_special_tokens=False).ids
+    assert len(want) > 5
+    assert requests.post(server.url + "/tokenize", json={"prompt": text}).json()["tokens"] == want
+    usage = requests.post(server.url + "/v1/completions", json={"prompt": text, "max_tokens": 1}).json()["usage"]
+    assert usage["prompt_tokens"] == len(want)
+    path = tmp_path / "nul.txt"
+    path.write_bytes(text.encode())
+    cli = subprocess.run([str(build_dir / "nibble"), "tokenize", "--model", str(tiny_models["a"]), "--file", str(path)],
+                         capture_output=True, text=True, check=True)
+    assert json.loads(cli.stdout) == want
 
 
 def test_chat_template_kwargs_reach_the_template(server):

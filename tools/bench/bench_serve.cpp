@@ -3,6 +3,8 @@
 #include "tools/bench/bench_serve.h"
 
 #include <boost/asio/steady_timer.hpp>
+#include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <deque>
@@ -130,6 +132,20 @@ int run_bench_serve(const BenchServeOptions& o) {
     std::fprintf(stderr, "nibble bench serve: %s\n", m.c_str());
     return 1;
   };
+  // Checked before any request goes out: a metric we cannot compute must not print as nothing.
+  for (const std::string& metric : split(o.percentile_metrics)) {
+    const auto& known = SUPPORTED_PERCENTILE_METRICS;
+    if (std::find(std::begin(known), std::end(known), metric) == std::end(known)) {
+      std::string list;
+      for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+      return fail("--percentile-metrics: '" + metric + "' is not computed by nibble bench serve (supported: " + list + ")");
+    }
+  }
+  for (const std::string& p : split(o.metric_percentiles)) {
+    char* end = nullptr;
+    const double q = std::strtod(p.c_str(), &end);
+    if (p.empty() || *end != 0 || !(q > 0 && q <= 100)) return fail("--metric-percentiles: '" + p + "' is not a number in (0, 100]");
+  }
   Result<Endpoint> endpoint = resolve_endpoint(o.base_url, o.host, o.port);
   if (!endpoint) return fail(endpoint.status().message());
   const std::string path = !o.endpoint.empty()                ? o.endpoint
@@ -213,7 +229,7 @@ int run_bench_serve(const BenchServeOptions& o) {
   }
   {
     std::unique_ptr<ProgressBar> bar;
-    if (!o.disable_progress) bar = std::make_unique<ProgressBar>("bench serve", n, done);
+    if (!o.disable_progress) bar = std::make_unique<ProgressBar>("bench serve", n, done, "requests", "req");
     io.run();
   }
   const double duration = std::chrono::duration<double>(last_finish - start).count();
@@ -228,13 +244,7 @@ int run_bench_serve(const BenchServeOptions& o) {
   settings.burstiness = o.burstiness;
   settings.max_concurrency = o.max_concurrency;
   settings.percentile_metrics = split(o.percentile_metrics);
-  for (const std::string& p : split(o.metric_percentiles)) {
-    try {
-      settings.metric_percentiles.push_back(std::stod(p));
-    } catch (const std::exception&) {
-      return fail("--metric-percentiles: '" + p + "' is not a number");
-    }
-  }
+  for (const std::string& p : split(o.metric_percentiles)) settings.metric_percentiles.push_back(std::stod(p));
   const BenchSummary summary = summarize(outcomes, duration, settings);
   std::fwrite(summary.printed.data(), 1, summary.printed.size(), stdout);
   for (const RequestOutcome& r : outcomes)

@@ -22,7 +22,10 @@ struct RequestOutcome {
   std::string generated_text;
 };
 
-double percentile(std::vector<double> values, double p);  // numpy.percentile, linear; 0 for none
+double percentile(std::vector<double> values, double p);
+
+// The latency metrics the summary computes (names as vLLM's --percentile-metrics).
+inline constexpr const char* SUPPORTED_PERCENTILE_METRICS[] = {"ttft", "tpot", "itl", "e2el"};  // numpy.percentile, linear; 0 for none
 
 struct BenchSummary {
   nlohmann::ordered_json result;  // vLLM's --save-result fields
@@ -35,7 +38,7 @@ struct BenchSettings {
   double request_rate = 0;  // inf when unlimited
   double burstiness = 1.0;
   int64_t max_concurrency = 0;  // 0: unlimited
-  std::vector<std::string> percentile_metrics;  // ttft, tpot, itl, e2el
+  std::vector<std::string> percentile_metrics;  // a subset of SUPPORTED_PERCENTILE_METRICS
   std::vector<double> metric_percentiles;
 };
 

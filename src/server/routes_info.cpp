@@ -1,0 +1,59 @@
+// The read-only routes: /health, /metrics, /version, /v1/models, SGLang's /get_model_info and
+// /server_info (also under its older name /get_server_info).
+#include "server/context.h"
+
+namespace nibble::server {
+
+void handle_health(ServingContext& ctx, const HttpRequest&, Responder responder) {
+  if (ready_model(ctx, responder)) responder->respond(200, "text/plain", "");
+}
+
+void handle_metrics(ServingContext& ctx, const HttpRequest&, Responder responder) {
+  responder->respond(200, "text/plain; version=0.0.4", prometheus_text(ctx));
+}
+
+void handle_version(ServingContext& ctx, const HttpRequest&, Responder responder) {
+  respond_json(responder, 200, {{"version", ctx.options.version}});
+}
+
+void handle_models(ServingContext& ctx, const HttpRequest&, Responder responder) {
+  auto model = ctx.model();
+  json entry = {{"id", ctx.options.served_model_name}, {"object", "model"}, {"created", ctx.started_at},
+                {"owned_by", "nibble"}, {"root", ctx.options.model_path}, {"parent", nullptr}};
+  if (model) entry["max_model_len"] = model->engine->config().max_model_len;
+  respond_json(responder, 200, {{"object", "list"}, {"data", json::array({entry})}});
+}
+
+void handle_model_info(ServingContext& ctx, const HttpRequest&, Responder responder) {
+  auto model = ready_model(ctx, responder);
+  if (!model) return;
+  const engine::ModelInfo info = model->engine->model_info();
+  respond_json(responder, 200,
+               {{"model_path", info.model_path}, {"tokenizer_path", model->tokenizer_path},
+                {"is_generation", true}, {"weight_version", info.weight_version},
+                {"served_model_name", ctx.options.served_model_name},
+                {"architecture", model->engine->model_config().architecture},
+                {"max_model_len", model->engine->config().max_model_len}});
+}
+
+void handle_server_info(ServingContext& ctx, const HttpRequest&, Responder responder) {
+  const ServerOptions& o = ctx.options;
+  json info = {{"version", o.version}, {"model_path", o.model_path},
+               {"served_model_name", o.served_model_name}, {"host", o.host}, {"port", o.port},
+               {"max_num_seqs", o.max_num_seqs}, {"max_num_batched_tokens", o.max_num_batched_tokens},
+               {"block_size", o.block_size}, {"kv_cache_dtype", o.kv_cache_dtype}, {"backend", "cpu"},
+               {"moe_backend", o.moe_backend}, {"gemm_backend", o.gemm_backend},
+               {"act_quant_moe", o.act_quant_moe}, {"act_quant_dense", o.act_quant_dense},
+               {"tensor_parallel_size", o.tensor_parallel_size}, {"enable_prefix_caching", o.enable_prefix_caching}};
+  if (auto model = ctx.model()) {
+    const engine::MetricsSnapshot m = model->engine->metrics();
+    info["max_model_len"] = model->engine->config().max_model_len;
+    info["internal_states"] = json::array({{{"num_running", m.requests_running},
+                                            {"num_waiting", m.requests_waiting},
+                                            {"kv_cache_usage", m.kv_usage},
+                                            {"kv_cache_blocks", m.kv_blocks_total}}});
+  }
+  respond_json(responder, 200, info);
+}
+
+}  // namespace nibble::server
