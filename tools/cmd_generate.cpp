@@ -1,12 +1,11 @@
-// `nibble generate`: runs a checkpoint on a prompt (text or token ids) and prints the generated
-// text or ids (greedy at temperature 0). --dump-logits writes the logits of every generated
-// position (.npy).
+// `nibble generate`: runs a checkpoint on a prompt (text or token ids) through a model runner (CPU
+// reference or CUDA) and prints the generated text or ids (greedy at temperature 0). --dump-logits
+// writes the logits of every generated position (.npy), for differential tests.
 #include <cstdio>
-#include <random>
 #include <set>
 
+#include "engine/model_runner.h"
 #include "formats/nvfp4.h"
-#include "models/model.h"
 #include "sampling/sampler.h"
 #include "text/tokenizer.h"
 #include "tools/command.h"
@@ -23,7 +22,9 @@ struct GenerateOptions {
   int64_t max_tokens = 16;
   float temperature = 0.0f;
   uint64_t seed = 0;
-  std::string backend = "cpu";
+  std::string backend = "auto";
+  std::string gemm_backend = "auto";
+  std::string moe_backend = "auto";
   std::string act_quant_moe = "none";
   std::string act_quant_dense = "none";
   std::string dump_logits;
@@ -49,28 +50,38 @@ int run_generate(const GenerateOptions& o) {
                                                              : parse_token_ids(o.prompt_ids, "--prompt-ids");
   if (!prompt) return fail(prompt.status().message());
   if (prompt->empty()) return fail("the prompt encodes to no tokens");
-  Result<std::unique_ptr<io::LoadedCheckpoint>> loaded = io::load_checkpoint(o.model_dir);
-  if (!loaded) return fail(loaded.status().message());
-  std::shared_ptr<const io::LoadedCheckpoint> checkpoint = std::move(loaded.value());
-  // CLI11 has checked both names.
-  models::ModelOptions options{formats::parse_act_quant(o.act_quant_moe).value(),
-                               formats::parse_act_quant(o.act_quant_dense).value(), {}};
-  Result<std::unique_ptr<models::Model>> model = models::create_model(checkpoint, options);
-  if (!model) return fail(model.status().message());
-  const io::ModelConfig& config = (*model)->config();
 
+  // CLI11 has checked every name. One sequence: exactly the KV blocks it needs; the CPU reference
+  // keeps an fp32 KV cache (the differential tests' oracle), the GPU a BF16 one.
+  engine::RunnerOptions options;
+  options.backend = *engine::parse_backend(o.backend);
+  options.gemm = *engine::parse_kernel_choice(o.gemm_backend);
+  options.moe = *engine::parse_kernel_choice(o.moe_backend);
+  options.act_quant_moe = formats::parse_act_quant(o.act_quant_moe).value();
+  options.act_quant_dense = formats::parse_act_quant(o.act_quant_dense).value();
   const int64_t total = static_cast<int64_t>(prompt->size()) + o.max_tokens;
+  options.block_size = o.block_size;
+  options.num_kv_blocks = (total + o.block_size - 1) / o.block_size;
+  options.max_num_seqs = 1;
+  options.max_num_batched_tokens = o.prefill_chunk > 0 ? o.prefill_chunk : static_cast<int64_t>(prompt->size());
+  const engine::Backend resolved = options.backend == engine::Backend::AUTO
+                                       ? (engine::cuda_available() ? engine::Backend::CUDA : engine::Backend::CPU)
+                                       : options.backend;
+  options.backend = resolved;
+  options.kv_dtype = resolved == engine::Backend::CPU ? engine::KvCacheDtype::FP32 : engine::KvCacheDtype::BF16;
+  auto runner = engine::create_runner(o.model_dir, options);
+  if (!runner) return fail(runner.status().message());
+  const io::ModelConfig& config = (*runner)->config();
   if (total > config.max_position_embeddings)
     return fail("prompt + max tokens (" + std::to_string(total) + ") exceed max_position_embeddings (" +
                 std::to_string(config.max_position_embeddings) + ")");
-  const int64_t n_blocks = (total + o.block_size - 1) / o.block_size;
-  models::KvCache cache(config, n_blocks, o.block_size);
   models::BatchSequence seq;
-  for (int32_t b = 0; b < n_blocks; ++b) seq.block_table.push_back(b);
+  for (int32_t b = 0; b < options.num_kv_blocks; ++b) seq.block_table.push_back(b);
 
   std::set<int32_t> eos(config.eos_token_ids.begin(), config.eos_token_ids.end());
-  std::mt19937_64 rng(o.seed);
-  std::vector<int32_t> pending = *prompt, generated;
+  sampling::SamplingParams params;
+  params.temperature = o.temperature;
+  std::vector<int32_t> pending = *prompt, generated, all = *prompt;
   std::vector<float> logits, dumped;
   while (static_cast<int64_t>(generated.size()) < o.max_tokens) {
     // Prefill in chunks of prefill_chunk tokens (all at once when 0), then one token per step.
@@ -82,16 +93,30 @@ int run_generate(const GenerateOptions& o) {
     batch.sequences = {seq};
     const bool last_chunk = chunk == static_cast<int64_t>(pending.size());
     if (last_chunk) batch.logits_rows = {chunk - 1};
-    Status s = (*model)->forward(batch, cache, logits);
-    if (!s) return fail(s.message());
+    const engine::SampleRow row{&params,
+                                {std::span<const int32_t>(all.data(), prompt->size()),
+                                 std::span<const int32_t>(all.data() + prompt->size(), generated.size()), {}},
+                                {o.seed, static_cast<uint64_t>(all.size())}};
+    int32_t next = -1;
+    if (!last_chunk) {
+      Status s = (*runner)->forward_logits(batch, logits);
+      if (!s) return fail(s.message());
+    } else if (!o.dump_logits.empty()) {  // the logits themselves, sampled here by the same sampler
+      Status s = (*runner)->forward_logits(batch, logits);
+      if (!s) return fail(s.message());
+      next = sampling::sample_next(logits, params, row.context, row.key).token;
+      dumped.insert(dumped.end(), logits.begin(), logits.end());
+    } else {
+      std::vector<sampling::SampledToken> drawn;
+      Status s = (*runner)->step(batch, std::span<const engine::SampleRow>(&row, 1), drawn);
+      if (!s) return fail(s.message());
+      next = drawn[0].token;
+    }
     seq.start_position += chunk;
     pending.erase(pending.begin(), pending.begin() + chunk);
     if (!last_chunk) continue;
-    sampling::SamplingParams params;
-    params.temperature = o.temperature;
-    const int32_t next = sampling::sample_next(logits, params, {}, rng).token;
     generated.push_back(next);
-    if (!o.dump_logits.empty()) dumped.insert(dumped.end(), logits.begin(), logits.end());
+    all.push_back(next);
     if (!o.ignore_eos && eos.count(next)) break;
     pending = {next};
   }
@@ -114,7 +139,7 @@ int run_generate(const GenerateOptions& o) {
 }  // namespace
 
 CommandRunner register_generate(CLI::App& root) {
-  auto* cmd = root.add_subcommand("generate", "Generate from a prompt (text or token ids) on the CPU reference backend");
+  auto* cmd = root.add_subcommand("generate", "Generate from a prompt (text or token ids) on one sequence");
   auto o = std::make_shared<GenerateOptions>();
   const std::vector<std::string> modes = {"none", "static", "per-token"};
   cmd->add_option("--model", o->model_dir, "Model folder")->required();
@@ -124,7 +149,11 @@ CommandRunner register_generate(CLI::App& root) {
   cmd->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->default_val(16)->check(CLI::PositiveNumber);
   cmd->add_option("--temperature", o->temperature, "0 = greedy")->default_val(0.0f)->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", o->seed, "Sampling seed")->default_val(0);
-  cmd->add_option("--backend", o->backend, "Compute backend")->default_val("cpu")->check(CLI::IsMember({"cpu"}));
+  const std::vector<std::string> kernels = {"auto", "fused", "dequant-cublas"};
+  cmd->add_option("--backend", o->backend, "auto (CUDA when a GPU is visible) | cpu (reference, fp32 KV) | cuda")
+      ->default_val("auto")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--gemm-backend", o->gemm_backend, "Dense NVFP4 kernels (CUDA)")->default_val("auto")->check(CLI::IsMember(kernels));
+  cmd->add_option("--moe-backend", o->moe_backend, "MoE kernels (CUDA)")->default_val("auto")->check(CLI::IsMember(kernels));
   cmd->add_option("--act-quant-moe", o->act_quant_moe, "MoE activation quantization")
       ->default_val("none")->check(CLI::IsMember(modes));
   cmd->add_option("--act-quant-dense", o->act_quant_dense, "Dense-layer activation quantization")

@@ -117,7 +117,10 @@ CommandRunner register_serve(CLI::App& root) {
   option(cmd, "--max-num-batched-tokens", o->max_num_batched_tokens, "Tokens per step (prefill chunks share it)");
   option(cmd, "--block-size", o->block_size, "KV-cache block size in tokens");
   option(cmd, "--num-kv-blocks", o->num_kv_blocks, "KV-cache blocks (0: from --kv-cache-memory-gb)");
-  option(cmd, "--kv-cache-memory-gb", o->kv_cache_memory_gb, "KV-cache memory when --num-kv-blocks is 0");
+  option(cmd, "--kv-cache-memory-gb", o->kv_cache_memory_gb,
+         "KV-cache memory when --num-kv-blocks is 0 (0: measured; CPU: min(1 GiB, a quarter of free memory))");
+  option(cmd, "--gpu-memory-utilization", o->gpu_memory_utilization,
+         "Share of GPU memory for weights, workspaces and the KV cache (CUDA backend)");
   option(cmd, "--kv-cache-dtype", o->kv_cache_dtype, "KV-cache dtype: auto | bf16");
   option(cmd, "--enable-prefix-caching", o->enable_prefix_caching, "Reuse KV blocks of shared prompt prefixes");
   option(cmd, "--tensor-parallel-size", o->tensor_parallel_size, "GPUs per model (1 for now)");

@@ -8,7 +8,6 @@
 #include <set>
 
 #include "core/log.h"
-#include "core/parallel.h"
 #include "engine/text_output.h"
 
 namespace nibble::engine {
@@ -41,7 +40,7 @@ struct Engine::SeqState : Sequence {
         text(tokenizer, r.request.skip_special_tokens, r.request.stop.stop, r.request.stop.include_stop_str_in_output) {}
   RequestState* request;
   int32_t index;
-  std::mt19937_64 rng;
+  uint64_t seed = 0;  // the counter-based sampler's key; the position is the counter
   TextOutput text;
   FinishReason finish = FinishReason::NONE;
   bool reported_finish = false;
@@ -190,7 +189,7 @@ void Engine::add_request(std::shared_ptr<GenerationRequest> shared) {
     seq->id = next_seq_id_++;
     seq->tokens = r.request.prompt;
     seq->prompt_len = static_cast<int64_t>(r.request.prompt.size());
-    seq->rng.seed(base_seed + static_cast<uint64_t>(i));  // vLLM: choice i of n draws with seed + i
+    seq->seed = base_seed + static_cast<uint64_t>(i);  // vLLM: choice i of n draws with seed + i
     scheduler_.add(seq.get());
     r.choices.push_back(std::move(seq));
   }
@@ -257,16 +256,26 @@ void Engine::try_weight_update() {
 void Engine::run_step(const StepPlan& plan) {
   models::Batch batch;
   std::vector<SeqState*> sampled;
+  std::vector<SampleRow> rows;
   for (const ScheduledChunk& c : plan.chunks) {
     const auto first = c.seq->tokens.begin() + c.start;
     batch.token_ids.insert(batch.token_ids.end(), first, first + c.n_tokens);
     batch.sequences.push_back({c.seq->block_table, c.start, c.n_tokens});
-    if (c.wants_logits) {
-      batch.logits_rows.push_back(static_cast<int64_t>(batch.token_ids.size()) - 1);
-      sampled.push_back(static_cast<SeqState*>(c.seq));
-    }
+    if (!c.wants_logits) continue;
+    SeqState& s = *static_cast<SeqState*>(c.seq);
+    const RequestState& r = *s.request;
+    batch.logits_rows.push_back(static_cast<int64_t>(batch.token_ids.size()) - 1);
+    sampled.push_back(&s);
+    const bool before_min = s.n_output() < r.request.stop.min_tokens;
+    // A draw depends on (logits, seed, position) only, never on the batch around it.
+    rows.push_back({&r.request.sampling,
+                    {std::span<const int32_t>(s.tokens.data(), s.prompt_len),
+                     std::span<const int32_t>(s.tokens.data() + s.prompt_len, s.n_output()),
+                     before_min ? std::span<const int32_t>(r.masked) : std::span<const int32_t>()},
+                    {s.seed, static_cast<uint64_t>(s.tokens.size())}});
   }
-  const Status status = runner_->forward(batch, logits_);
+  std::vector<sampling::SampledToken> drawn;
+  const Status status = runner_->step(batch, rows, drawn);
   const Clock::time_point now = Clock::now();
   if (!status) {
     log_error("step failed: " + status.message());
@@ -276,21 +285,6 @@ void Engine::run_step(const StepPlan& plan) {
     return;
   }
   scheduler_.complete(plan);
-
-  // Each sequence draws from its own generator, so a draw does not depend on the batch around it.
-  const size_t vocab = static_cast<size_t>(model_config_.vocab_size);
-  std::vector<sampling::SampledToken> drawn(sampled.size());
-  parallel_for(sampled.size(), [&](size_t i) {
-    SeqState& s = *sampled[i];
-    const RequestState& r = *s.request;
-    if (r.request.stop.max_tokens == 0) return;
-    const std::span<const float> row(logits_.data() + i * vocab, vocab);
-    const bool before_min = s.n_output() < r.request.stop.min_tokens;
-    sampling::SequenceContext context{std::span<const int32_t>(s.tokens.data(), s.prompt_len),
-                                      std::span<const int32_t>(s.tokens.data() + s.prompt_len, s.n_output()),
-                                      before_min ? std::span<const int32_t>(r.masked) : std::span<const int32_t>()};
-    drawn[i] = sampling::sample_next(row, r.request.sampling, context, s.rng);
-  });
   std::set<RequestState*> touched;
   for (size_t i = 0; i < sampled.size(); ++i) {
     SeqState& s = *sampled[i];

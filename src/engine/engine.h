@@ -106,7 +106,6 @@ class Engine {
   // Engine-thread state.
   std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
   uint64_t next_seq_id_ = 0;
-  std::vector<float> logits_;
   struct PendingUpdate {
     WeightUpdate update;
     std::function<void(WeightUpdateResult)> done;

@@ -1,24 +1,63 @@
-// The CPU runner: the reference model over a CPU KV cache.
+// The runner factory and the CPU runner: the reference model over a CPU KV cache, sampling each row
+// with the CPU sampler (in parallel: a draw depends only on its row's logits, seed and position).
 #include "engine/model_runner.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "core/log.h"
+#include "core/parallel.h"
+#include "engine/cuda_runner.h"
 #include "io/binding.h"
+#include "models/kv_cache.h"
+#include "models/model.h"
 
 namespace nibble::engine {
 namespace {
 
+// MemAvailable from /proc/meminfo (bytes), or 0 when it cannot be read.
+uint64_t available_host_memory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (meminfo >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
 class CpuRunner : public ModelRunner {
  public:
   CpuRunner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint, std::unique_ptr<models::Model> model,
-            const CpuRunnerOptions& options)
-      : options_(options), checkpoint_(std::move(checkpoint)), model_(std::move(model)),
-        cache_(model_->config(), options.n_kv_blocks, options.block_size, options.kv_dtype) {}
+            models::ModelOptions model_options, int64_t n_blocks, int64_t block_size, models::KvDtype kv_dtype)
+      : model_options_(std::move(model_options)), checkpoint_(std::move(checkpoint)), model_(std::move(model)),
+        cache_(model_->config(), n_blocks, block_size, kv_dtype) {}
 
   const io::ModelConfig& config() const override { return model_->config(); }
   int64_t n_kv_blocks() const override { return cache_.n_blocks(); }
   int64_t block_size() const override { return cache_.block_size(); }
+  std::string describe() const override {
+    return std::string("cpu (reference, ") + (cache_.dtype() == models::KvDtype::BF16 ? "bf16" : "fp32") + " KV)";
+  }
 
-  Status forward(const models::Batch& batch, std::vector<float>& logits) override {
+  Status forward_logits(const models::Batch& batch, std::vector<float>& logits) override {
     return model_->forward(batch, cache_, logits);
+  }
+
+  Status step(const models::Batch& batch, std::span<const SampleRow> rows,
+              std::vector<sampling::SampledToken>& out) override {
+    if (rows.size() != batch.logits_rows.size()) return Status::error("step: one sample row per logits row");
+    NIB_RETURN_IF_ERROR(model_->forward(batch, cache_, logits_));
+    const size_t vocab = static_cast<size_t>(config().vocab_size);
+    out.assign(rows.size(), {});
+    parallel_for(rows.size(), [&](size_t i) {
+      const std::span<const float> row(logits_.data() + i * vocab, vocab);
+      out[i] = sampling::sample_next(row, *rows[i].params, rows[i].context, rows[i].key);
+    });
+    return Status::ok();
   }
 
   Status replace_weights(const std::string& path) override {
@@ -26,7 +65,7 @@ class CpuRunner : public ModelRunner {
     if (!loaded) return loaded.status();
     std::shared_ptr<const io::LoadedCheckpoint> checkpoint = std::move(loaded.value());
     NIB_RETURN_IF_ERROR(io::check_same_layout(checkpoint_->bound, checkpoint->bound));
-    auto model = models::create_model(checkpoint, options_.model);
+    auto model = models::create_model(checkpoint, model_options_);
     if (!model) return model.status();
     model_ = std::move(model.value());
     checkpoint_ = std::move(checkpoint);
@@ -34,22 +73,49 @@ class CpuRunner : public ModelRunner {
   }
 
  private:
-  CpuRunnerOptions options_;
+  models::ModelOptions model_options_;
   std::shared_ptr<const io::LoadedCheckpoint> checkpoint_;
   std::unique_ptr<models::Model> model_;
   models::KvCache cache_;
+  std::vector<float> logits_;
 };
+
+Result<std::unique_ptr<ModelRunner>> create_cpu_runner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
+                                                       const RunnerOptions& o) {
+  models::ModelOptions model_options{o.act_quant_moe, o.act_quant_dense, {}};
+  auto model = models::create_model(checkpoint, model_options);
+  if (!model) return model.status();
+  const int64_t block_bytes = models::KvCache::bytes_per_token((*model)->config()) * o.block_size;
+  int64_t n_blocks = o.num_kv_blocks;
+  if (n_blocks <= 0) {
+    double budget = o.kv_cache_memory_gb * double(1ull << 30);
+    if (!(budget > 0)) {
+      const uint64_t available = available_host_memory();
+      budget = std::min<double>(double(1ull << 30), available > 0 ? available / 4.0 : double(1ull << 30));
+    }
+    n_blocks = static_cast<int64_t>(budget / double(block_bytes));
+  }
+  if (n_blocks < 1) return Status::error("the KV cache budget holds no block of " + std::to_string(o.block_size) + " tokens");
+  log_info("CPU KV cache: " + std::to_string(n_blocks) + " blocks of " + std::to_string(o.block_size) + " tokens (" +
+           std::to_string(n_blocks * block_bytes >> 20) + " MiB)");
+  return std::unique_ptr<ModelRunner>(
+      new CpuRunner(std::move(checkpoint), std::move(model.value()), model_options, n_blocks, o.block_size,
+                    o.kv_dtype == KvCacheDtype::FP32 ? models::KvDtype::FP32 : models::KvDtype::BF16));
+}
 
 }  // namespace
 
-Result<std::unique_ptr<ModelRunner>> create_cpu_runner(const std::string& path, const CpuRunnerOptions& options) {
-  if (options.n_kv_blocks <= 0 || options.block_size <= 0) return Status::error("the KV cache needs blocks");
+bool cuda_available() { return cuda_runner_available(); }
+
+Result<std::unique_ptr<ModelRunner>> create_runner(const std::string& path, const RunnerOptions& options) {
+  if (options.block_size <= 0) return Status::error("the KV block size must be > 0");
+  Backend backend = options.backend;
+  if (backend == Backend::AUTO) backend = cuda_available() ? Backend::CUDA : Backend::CPU;
   auto loaded = io::load_checkpoint(path);
   if (!loaded) return loaded.status();
   std::shared_ptr<const io::LoadedCheckpoint> checkpoint = std::move(loaded.value());
-  auto model = models::create_model(checkpoint, options.model);
-  if (!model) return model.status();
-  return std::unique_ptr<ModelRunner>(new CpuRunner(std::move(checkpoint), std::move(model.value()), options));
+  if (backend == Backend::CUDA) return create_cuda_runner(std::move(checkpoint), options);
+  return create_cpu_runner(std::move(checkpoint), options);
 }
 
 }  // namespace nibble::engine

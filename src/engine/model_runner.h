@@ -1,20 +1,30 @@
-// What the engine needs from a backend: run a step over the KV cache it owns, and swap in new
-// weights of the same shapes. The CPU runner wraps the reference model; the CUDA runner will
-// implement the same interface, so the engine never knows which one it drives.
+// What the engine needs from a backend: run a step over the KV cache it owns and sample each row's
+// next token where the logits are, and swap in new weights of the same shapes. Runners are created
+// in one place (create_runner) from typed options; they read the checkpoint once and size their own
+// KV cache. The CPU runner wraps the reference model and the CPU sampler.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "engine/runner_options.h"
 #include "io/model_config.h"
 #include "models/batch.h"
-#include "models/kv_cache.h"
-#include "models/model.h"
+#include "sampling/params.h"
+#include "sampling/sampler.h"
 
 namespace nibble::engine {
+
+// One row of a step that draws a token (batch.logits_rows[i] for rows[i]).
+struct SampleRow {
+  const sampling::SamplingParams* params = nullptr;
+  sampling::SequenceContext context;  // prompt, output so far, tokens masked now (min_tokens)
+  sampling::DrawKey key;              // the sequence's seed and the position being drawn
+};
 
 class ModelRunner {
  public:
@@ -22,20 +32,24 @@ class ModelRunner {
   virtual const io::ModelConfig& config() const = 0;
   virtual int64_t n_kv_blocks() const = 0;
   virtual int64_t block_size() const = 0;
-  // Logits of batch.logits_rows, [rows, vocab] fp32.
-  virtual Status forward(const models::Batch& batch, std::vector<float>& logits) = 0;
+  // "cpu" or "cuda (NVIDIA H200)": for start-up lines and /server_info.
+  virtual std::string describe() const = 0;
+  // Runs the batch and draws one token per row (+ logprobs when a row's params ask).
+  virtual Status step(const models::Batch& batch, std::span<const SampleRow> rows,
+                      std::vector<sampling::SampledToken>& out) = 0;
+  // Runs the batch and returns the logits of batch.logits_rows, [rows, vocab] fp32 (tests,
+  // --dump-logits).
+  virtual Status forward_logits(const models::Batch& batch, std::vector<float>& logits) = 0;
   // Loads the checkpoint at `path`; it must have the same architecture and tensor shapes, else an
   // error and the current weights stay. The KV cache is kept (the engine decides whether to flush).
   virtual Status replace_weights(const std::string& path) = 0;
 };
 
-struct CpuRunnerOptions {
-  models::ModelOptions model;
-  int64_t n_kv_blocks = 0;
-  int64_t block_size = 16;
-  models::KvDtype kv_dtype = models::KvDtype::BF16;
-};
+// The one place runners are made: the backend from options.backend (auto: CUDA when this build
+// has it and a GPU is visible, else the CPU), the checkpoint read once, the KV cache sized.
+Result<std::unique_ptr<ModelRunner>> create_runner(const std::string& path, const RunnerOptions& options);
 
-Result<std::unique_ptr<ModelRunner>> create_cpu_runner(const std::string& path, const CpuRunnerOptions& options);
+// Whether this build has the CUDA runner and a GPU is visible (what Backend::AUTO picks).
+bool cuda_available();
 
 }  // namespace nibble::engine

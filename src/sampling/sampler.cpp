@@ -1,6 +1,7 @@
 // The sampler: logits processing in vLLM's order (vllm/v1/sample/sampler.py), candidates kept as
 // an index list so top-p sorts only what it must (the top 1024 first, everything if they hold too
-// little mass), and an inverse-CDF draw in double.
+// little mass), and the exponential race over the candidates (vLLM's random_sample draws q ~ Exp(1)
+// and takes argmax p / q the same way).
 #include "sampling/sampler.h"
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <limits>
 #include <numeric>
 #include <unordered_map>
+
+#include "core/philox.h"
 
 namespace nibble::sampling {
 namespace {
@@ -51,19 +54,17 @@ void keep_top_p(std::vector<int32_t>& candidates, const std::vector<float>& prob
   }
 }
 
-int32_t draw(const std::vector<int32_t>& candidates, const std::vector<float>& probs, std::mt19937_64& rng) {
-  double total = 0.0;
-  for (int32_t t : candidates) total += probs[t];
-  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng) * total;
-  double cumulative = 0.0;
-  for (int32_t t : candidates) {
-    cumulative += probs[t];
-    if (u < cumulative) return t;
+int32_t draw(const std::vector<int32_t>& candidates, const std::vector<float>& probs, const DrawKey& key) {
+  int32_t best = candidates.front();
+  double best_score = -1.0;
+  for (int32_t t : candidates) {  // ties (measure zero) go to the lower index
+    const double score = static_cast<double>(probs[t]) / race_noise(key, t);
+    if (score > best_score || (score == best_score && t < best)) best_score = score, best = t;
   }
-  return candidates.back();  // u == total by rounding
+  return best;
 }
 
-int32_t sample_random(std::vector<float>& logits, const SamplingParams& p, std::mt19937_64& rng) {
+int32_t sample_random(std::vector<float>& logits, const SamplingParams& p, const DrawKey& key) {
   const float inv_t = 1.0f / p.temperature;
   float max_logit = NEG_INF;
   for (float& l : logits) {
@@ -88,7 +89,7 @@ int32_t sample_random(std::vector<float>& logits, const SamplingParams& p, std::
     for (int32_t t : candidates) total += probs[t];
     keep_top_p(candidates, probs, total, p.top_p);
   }
-  return draw(candidates, probs, rng);
+  return draw(candidates, probs, key);
 }
 
 }  // namespace
@@ -97,8 +98,12 @@ int32_t argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+double race_noise(const DrawKey& key, int32_t token) {
+  return -std::log(philox_uniform(key.seed, key.position, static_cast<uint32_t>(token)));
+}
+
 SampledToken sample_next(std::span<const float> logits, const SamplingParams& p, const SequenceContext& c,
-                         std::mt19937_64& rng) {
+                         const DrawKey& key) {
   SampledToken out;
   const bool processed = !c.masked.empty() || p.has_penalties() || !p.greedy();
   std::vector<float> work;
@@ -109,7 +114,7 @@ SampledToken sample_next(std::span<const float> logits, const SamplingParams& p,
     apply_penalties(work, p, c);
   }
   if (p.greedy()) out.token = argmax(processed ? std::span<const float>(work) : logits);
-  else out.token = sample_random(work, p, rng);
+  else out.token = sample_random(work, p, key);
 
   if (p.logprobs >= 0) {
     const float max_logit = *std::max_element(logits.begin(), logits.end());

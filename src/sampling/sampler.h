@@ -2,10 +2,13 @@
 // (repetition on prompt+output, presence/frequency on output), then greedy, or temperature →
 // min_p → top_k → top_p → a seeded draw. Logprobs are of the raw model distribution (vLLM's
 // default "raw_logprobs"), so they do not depend on the sampling settings.
+// The draw is an exponential race keyed by a counter-based RNG: token = argmax over the kept
+// candidates of p_t / E_t, E_t = -log(u_t), u_t = Philox(seed; position, t). That picks t with
+// probability p_t / Σp (the Gumbel-max trick), needs no sorted cumulative sum, and is a pure function
+// of (logits, seed, position): the GPU sampler computes the same race and draws the same token.
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <span>
 #include <vector>
 
@@ -34,7 +37,16 @@ struct SequenceContext {
   std::span<const int32_t> masked;  // tokens that may not be drawn now (EOS while < min_tokens)
 };
 
+// Which random numbers a draw uses: the sequence's seed and the position of the token being drawn.
+struct DrawKey {
+  uint64_t seed = 0;
+  uint64_t position = 0;
+};
+
+// The race's noise for candidate `token`: E = -log(u), u in (0, 1].
+double race_noise(const DrawKey& key, int32_t token);
+
 SampledToken sample_next(std::span<const float> logits, const SamplingParams& params, const SequenceContext& context,
-                         std::mt19937_64& rng);
+                         const DrawKey& key);
 
 }  // namespace nibble::sampling

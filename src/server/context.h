@@ -27,6 +27,7 @@ struct LoadedModel {
   io::GenerationConfig generation;
   bool parse_reasoning = false;
   std::string tokenizer_path;
+  std::string backend;  // the runner's description, e.g. "cpu (reference)"
 };
 
 struct ServingContext {

@@ -41,13 +41,14 @@ void handle_server_info(ServingContext& ctx, const HttpRequest&, Responder respo
   json info = {{"version", o.version}, {"model_path", o.model_path},
                {"served_model_name", o.served_model_name}, {"host", o.host}, {"port", o.port},
                {"max_num_seqs", o.max_num_seqs}, {"max_num_batched_tokens", o.max_num_batched_tokens},
-               {"block_size", o.block_size}, {"kv_cache_dtype", o.kv_cache_dtype}, {"backend", "cpu"},
+               {"block_size", o.block_size}, {"kv_cache_dtype", o.kv_cache_dtype}, {"backend", o.backend},
                {"moe_backend", o.moe_backend}, {"gemm_backend", o.gemm_backend},
                {"act_quant_moe", o.act_quant_moe}, {"act_quant_dense", o.act_quant_dense},
                {"tensor_parallel_size", o.tensor_parallel_size}, {"enable_prefix_caching", o.enable_prefix_caching}};
   if (auto model = ctx.model()) {
     const engine::MetricsSnapshot m = model->engine->metrics();
     info["max_model_len"] = model->engine->config().max_model_len;
+    info["runner"] = model->backend;
     info["internal_states"] = json::array({{{"num_running", m.requests_running},
                                             {"num_waiting", m.requests_waiting},
                                             {"kv_cache_usage", m.kv_usage},

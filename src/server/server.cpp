@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "core/log.h"
-#include "io/model_config.h"
+#include "engine/model_runner.h"
 #include "server/context.h"
 #include "server/generation_job.h"
 
@@ -30,37 +30,26 @@ Status check_member(const char* flag, const std::string& value, std::initializer
   return Status::error(std::string(flag) + " '" + value + "' is not one of: " + list);
 }
 
+engine::RunnerOptions runner_options(const ServerOptions& o) {
+  engine::RunnerOptions r;  // validate_options checked every name
+  r.backend = *engine::parse_backend(o.backend);
+  r.gemm = *engine::parse_kernel_choice(o.gemm_backend);
+  r.moe = *engine::parse_kernel_choice(o.moe_backend);
+  r.act_quant_moe = formats::parse_act_quant(o.act_quant_moe).value();
+  r.act_quant_dense = formats::parse_act_quant(o.act_quant_dense).value();
+  r.kv_dtype = *engine::parse_kv_cache_dtype(o.kv_cache_dtype);
+  r.block_size = o.block_size;
+  r.num_kv_blocks = o.num_kv_blocks;
+  r.kv_cache_memory_gb = o.kv_cache_memory_gb;
+  r.gpu_memory_utilization = o.gpu_memory_utilization;
+  r.max_num_seqs = o.max_num_seqs;
+  r.max_num_batched_tokens = o.max_num_batched_tokens;
+  return r;
+}
+
 Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
-  if (o.backend == "cuda")
-    return Status::error("--backend cuda: the CUDA model runner is not in this build yet (the CUDA kernels land "
-                         "first); use --backend cpu or auto");
-  std::ifstream file(std::filesystem::path(o.model_path) / "config.json");
-  if (!file) return Status::error(o.model_path + ": no config.json (is this a model folder?)");
-  std::stringstream text;
-  text << file.rdbuf();
-  auto config = io::parse_model_config(text.str(), o.model_path + "/config.json");
-  if (!config) return config.status();
-
-  // KV capacity: blocks from the flag, or from the memory budget.
-  const int64_t token_bytes = models::KvCache::bytes_per_token(*config);
-  int64_t n_blocks = o.num_kv_blocks;
-  if (n_blocks <= 0)
-    n_blocks = static_cast<int64_t>(o.kv_cache_memory_gb * double(1ull << 30) / double(token_bytes * o.block_size));
-  const int64_t capacity = n_blocks * o.block_size;
-  int64_t max_model_len = o.max_model_len;
-  if (max_model_len > config->max_position_embeddings)
-    return Status::error("--max-model-len " + std::to_string(max_model_len) + " exceeds the model's max_position_embeddings (" +
-                         std::to_string(config->max_position_embeddings) + ")");
-  if (max_model_len > capacity)
-    return Status::error("--max-model-len " + std::to_string(max_model_len) + " does not fit the KV cache (" +
-                         std::to_string(capacity) + " tokens); raise --num-kv-blocks / --kv-cache-memory-gb or lower it");
-  if (max_model_len <= 0) {
-    max_model_len = std::min(config->max_position_embeddings, capacity);
-    if (max_model_len < config->max_position_embeddings)
-      log_warn("max_model_len set to the KV capacity, " + std::to_string(max_model_len) + " tokens");
-  }
-  if (max_model_len < 2) return Status::error("the KV cache holds fewer than 2 tokens");
-
+  if (!std::filesystem::exists(std::filesystem::path(o.model_path) / "config.json"))
+    return Status::error(o.model_path + ": no config.json (is this a model folder?)");
   auto model = std::make_shared<LoadedModel>();
   auto tokenizer = text::Tokenizer::load(o.model_path);
   if (!tokenizer) return Status::error("tokenizer: " + tokenizer.status().message());
@@ -75,26 +64,40 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   const bool has_think = model->tokenizer->token_to_id("<think>") >= 0 && model->tokenizer->token_to_id("</think>") >= 0;
   model->parse_reasoning = o.reasoning_parser == "qwen3" || (o.reasoning_parser == "auto" && has_think);
 
-  engine::CpuRunnerOptions runner_options;
-  runner_options.model.act_quant_moe = formats::parse_act_quant(o.act_quant_moe).value();  // validate_options checked
-  runner_options.model.act_quant_dense = formats::parse_act_quant(o.act_quant_dense).value();
-  runner_options.n_kv_blocks = n_blocks;
-  runner_options.block_size = o.block_size;
-  runner_options.kv_dtype = models::KvDtype::BF16;
-  auto runner = engine::create_cpu_runner(o.model_path, runner_options);
+  // The runner reads the checkpoint (once) and sizes its KV cache; the context length follows.
+  auto runner = engine::create_runner(o.model_path, runner_options(o));
   if (!runner) return runner.status();
+  const io::ModelConfig config = (*runner)->config();
+  const int64_t capacity = (*runner)->n_kv_blocks() * (*runner)->block_size();
+  int64_t max_model_len = o.max_model_len;
+  if (max_model_len > config.max_position_embeddings)
+    return Status::error("--max-model-len " + std::to_string(max_model_len) + " exceeds the model's max_position_embeddings (" +
+                         std::to_string(config.max_position_embeddings) + ")");
+  if (max_model_len > capacity)
+    return Status::error("--max-model-len " + std::to_string(max_model_len) + " does not fit the KV cache (" +
+                         std::to_string(capacity) + " tokens); raise --num-kv-blocks / --kv-cache-memory-gb / "
+                         "--gpu-memory-utilization or lower it");
+  if (max_model_len <= 0) {
+    max_model_len = std::min(config.max_position_embeddings, capacity);
+    if (max_model_len < config.max_position_embeddings)
+      log_warn("max_model_len set to the KV capacity, " + std::to_string(max_model_len) + " tokens");
+  }
+  if (max_model_len < 2) return Status::error("the KV cache holds fewer than 2 tokens");
 
   engine::EngineConfig ec;
   ec.limits = {o.max_num_seqs, o.max_num_batched_tokens};
   ec.max_model_len = max_model_len;
   ec.prefix_caching = o.enable_prefix_caching;
-  for (int64_t id : config->eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
+  for (int64_t id : config.eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
   for (int64_t id : model->generation.eos_token_ids)
     if (std::find(ec.eos_token_ids.begin(), ec.eos_token_ids.end(), id) == ec.eos_token_ids.end())
       ec.eos_token_ids.push_back(static_cast<int32_t>(id));
+  const std::string backend = (*runner)->describe();
+  const int64_t n_blocks = (*runner)->n_kv_blocks();
+  model->backend = backend;
   model->engine = std::make_unique<engine::Engine>(ec, std::move(runner.value()), model->tokenizer,
                                                    engine::ModelInfo{o.model_path, o.weight_version});
-  log_info("serving " + o.model_path + " (" + config->architecture + ") on the CPU backend: max_model_len " +
+  log_info("serving " + o.model_path + " (" + config.architecture + ") on " + backend + ": max_model_len " +
            std::to_string(max_model_len) + ", " + std::to_string(n_blocks) + " KV blocks of " +
            std::to_string(o.block_size) + " tokens");
   return model;
@@ -120,6 +123,8 @@ Status validate_options(const ServerOptions& o) {
   NIB_RETURN_IF_ERROR(check_member("--reasoning-parser", o.reasoning_parser, {"auto", "qwen3", "none"}));
   if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "bf16")
     return Status::error("--kv-cache-dtype '" + o.kv_cache_dtype + "' is not supported yet (supported: auto, bf16)");
+  if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1))
+    return Status::error("--gpu-memory-utilization must be in (0, 1]");
   if (o.tensor_parallel_size != 1)
     return Status::error("--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
                          ": only 1 is supported so far (multi-GPU comes later)");
@@ -128,7 +133,7 @@ Status validate_options(const ServerOptions& o) {
   if (o.block_size < 1 || o.block_size > 1024) return Status::error("--block-size must be in [1, 1024]");
   if (o.max_model_len < 0) return Status::error("--max-model-len must be >= 0");
   if (o.num_kv_blocks < 0) return Status::error("--num-kv-blocks must be >= 0");
-  if (!(o.kv_cache_memory_gb > 0)) return Status::error("--kv-cache-memory-gb must be > 0");
+  if (o.kv_cache_memory_gb < 0) return Status::error("--kv-cache-memory-gb must be >= 0");
   if (o.model_path.empty()) return Status::error("--model is empty");
   return Status::ok();
 }

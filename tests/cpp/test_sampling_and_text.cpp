@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "core/philox.h"
 #include "sampling/sampler.h"
 #include "server/chat_output.h"
 #include "test_seed.h"
@@ -19,7 +20,7 @@ using sampling::SequenceContext;
 
 TEST(Sampler, GreedyPenaltiesAndMaskFollowVllm) {
   std::vector<float> logits = {1.0f, 3.0f, 2.9f, -1.0f};
-  std::mt19937_64 rng(1);
+  const sampling::DrawKey rng{1, 0};
   SamplingParams p;
   p.temperature = 0.0f;
   EXPECT_EQ(sampling::sample_next(logits, p, {}, rng).token, 1);
@@ -73,9 +74,8 @@ TEST(Sampler, FiltersKeepExactlyTheAllowedTokensAndDrawsMatchTheDistribution) {
   double allowed_mass = 0;
   for (int i : allowed) allowed_mass += prob[i];
   std::map<int32_t, int> counts;
-  std::mt19937_64 rng(seed);
-  const int draws = 40000;
-  for (int d = 0; d < draws; ++d) ++counts[sampling::sample_next(logits, p, {}, rng).token];
+  const int draws = 40000;  // one seed, consecutive positions: the counter-based stream
+  for (int d = 0; d < draws; ++d) ++counts[sampling::sample_next(logits, p, {}, {seed, uint64_t(d)}).token];
   for (const auto& [token, n] : counts)
     EXPECT_NE(std::find(allowed.begin(), allowed.end(), token), allowed.end()) << "token " << token << " was filtered";
   // Frequencies within 5 standard deviations of the renormalized probabilities.
@@ -84,10 +84,34 @@ TEST(Sampler, FiltersKeepExactlyTheAllowedTokensAndDrawsMatchTheDistribution) {
     const double sd = std::sqrt(expected * (1 - expected) / draws);
     EXPECT_NEAR(counts[i] / double(draws), expected, 5 * sd + 1e-9) << "token " << i;
   }
-  // Same seed, same draws.
-  std::mt19937_64 a(seed), b(seed);
-  for (int d = 0; d < 100; ++d)
-    EXPECT_EQ(sampling::sample_next(logits, p, {}, a).token, sampling::sample_next(logits, p, {}, b).token);
+  // A draw is a pure function of (logits, seed, position); other seeds draw differently.
+  int differ = 0;
+  for (uint64_t d = 0; d < 100; ++d) {
+    EXPECT_EQ(sampling::sample_next(logits, p, {}, {seed, d}).token, sampling::sample_next(logits, p, {}, {seed, d}).token);
+    differ += sampling::sample_next(logits, p, {}, {seed, d}).token != sampling::sample_next(logits, p, {}, {seed + 1, d}).token;
+  }
+  EXPECT_GT(differ, 10);
+}
+
+// Random123's published known-answer vectors (its tests/kat_vectors) for Philox4x32-10.
+TEST(Philox, KnownAnswers) {
+  auto run = [](Philox4 ctr, uint32_t k0, uint32_t k1) {
+    const Philox4 r = philox4x32_10(ctr, k0, k1);
+    return std::vector<uint32_t>(r.v, r.v + 4);
+  };
+  EXPECT_EQ(run({{0, 0, 0, 0}}, 0, 0), (std::vector<uint32_t>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(run({{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}}, 0xffffffff, 0xffffffff),
+            (std::vector<uint32_t>{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  EXPECT_EQ(run({{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0),
+            (std::vector<uint32_t>{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+  // Uniforms lie in (0, 1] with mean 1/2.
+  double sum = 0;
+  for (uint32_t i = 0; i < 100000; ++i) {
+    const double u = philox_uniform(7, 3, i);
+    ASSERT_TRUE(u > 0.0 && u <= 1.0);
+    sum += u;
+  }
+  EXPECT_NEAR(sum / 100000, 0.5, 0.005);  // sd of the mean: 0.29/sqrt(1e5) ≈ 0.0009
 }
 
 TEST(Sampler, LogprobsAreOfTheRawDistribution) {
@@ -95,8 +119,7 @@ TEST(Sampler, LogprobsAreOfTheRawDistribution) {
   SamplingParams p;
   p.temperature = 0.0f;
   p.logprobs = 2;
-  std::mt19937_64 rng(0);
-  const auto out = sampling::sample_next(logits, p, {}, rng);
+  const auto out = sampling::sample_next(logits, p, {}, {0, 0});
   const double z = std::log(std::exp(0.5) + std::exp(2.0) + std::exp(-1.0));
   EXPECT_NEAR(out.logprob, 2.0 - z, 1e-6);
   ASSERT_EQ(out.top.size(), 2u);

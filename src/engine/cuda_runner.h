@@ -1,0 +1,18 @@
+// The CUDA runner's entry points for the runner factory; cuda_runner.cpp in builds with CUDA,
+// cuda_runner_none.cpp (a clear error) in CPU-only builds.
+#pragma once
+
+#include <memory>
+
+#include "core/status.h"
+#include "engine/model_runner.h"
+#include "io/binding.h"
+
+namespace nibble::engine {
+
+// This build has the CUDA runner and a CUDA device is visible.
+bool cuda_runner_available();
+Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
+                                                        const RunnerOptions& options);
+
+}  // namespace nibble::engine

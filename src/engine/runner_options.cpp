@@ -1,0 +1,45 @@
+// Names of the runner option enums, as the command-line flags spell them.
+#include "engine/runner_options.h"
+
+namespace nibble::engine {
+
+std::optional<Backend> parse_backend(std::string_view name) {
+  if (name == "auto") return Backend::AUTO;
+  if (name == "cpu") return Backend::CPU;
+  if (name == "cuda") return Backend::CUDA;
+  return std::nullopt;
+}
+
+std::optional<KernelChoice> parse_kernel_choice(std::string_view name) {
+  if (name == "auto") return KernelChoice::AUTO;
+  if (name == "fused") return KernelChoice::FUSED;
+  if (name == "dequant-cublas") return KernelChoice::DEQUANT_CUBLAS;
+  return std::nullopt;
+}
+
+std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name) {
+  if (name == "auto") return KvCacheDtype::AUTO;
+  if (name == "bf16") return KvCacheDtype::BF16;
+  if (name == "fp32") return KvCacheDtype::FP32;
+  return std::nullopt;
+}
+
+const char* backend_name(Backend backend) {
+  switch (backend) {
+    case Backend::AUTO: return "auto";
+    case Backend::CPU: return "cpu";
+    case Backend::CUDA: return "cuda";
+  }
+  return "?";
+}
+
+const char* kernel_choice_name(KernelChoice choice) {
+  switch (choice) {
+    case KernelChoice::AUTO: return "auto";
+    case KernelChoice::FUSED: return "fused";
+    case KernelChoice::DEQUANT_CUBLAS: return "dequant-cublas";
+  }
+  return "?";
+}
+
+}  // namespace nibble::engine

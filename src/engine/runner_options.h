@@ -1,0 +1,44 @@
+// Typed options for creating a model runner: backend, kernel choices, activation modes, KV cache
+// dtype and sizing. Plain enums without CUDA, so the server and the CLI parse flags into them and
+// only the runner factory maps them onto a backend.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "formats/nvfp4.h"
+
+namespace nibble::engine {
+
+enum class Backend { AUTO, CPU, CUDA };            // auto: CUDA when a GPU is visible
+enum class KernelChoice { AUTO, FUSED, DEQUANT_CUBLAS };
+enum class KvCacheDtype { AUTO, BF16, FP32 };      // auto: BF16; FP32 only on the CPU (reference runs)
+
+std::optional<Backend> parse_backend(std::string_view name);           // auto | cpu | cuda
+std::optional<KernelChoice> parse_kernel_choice(std::string_view name);  // auto | fused | dequant-cublas
+std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name); // auto | bf16 | fp32
+const char* backend_name(Backend backend);
+const char* kernel_choice_name(KernelChoice choice);
+
+struct RunnerOptions {
+  Backend backend = Backend::AUTO;
+  KernelChoice gemm = KernelChoice::AUTO;  // dense NVFP4 linears (CUDA)
+  KernelChoice moe = KernelChoice::AUTO;   // the MoE block (CUDA)
+  formats::ActQuant act_quant_moe = formats::ActQuant::NONE;
+  formats::ActQuant act_quant_dense = formats::ActQuant::NONE;
+  KvCacheDtype kv_dtype = KvCacheDtype::AUTO;
+  int64_t block_size = 16;
+  // KV capacity: num_kv_blocks if > 0, else kv_cache_memory_gb if > 0, else measured: on the GPU
+  // gpu_memory_utilization × total memory minus what weights and workspaces take (vLLM's rule),
+  // on the CPU the smaller of 1 GiB and a quarter of the available memory.
+  int64_t num_kv_blocks = 0;
+  double kv_cache_memory_gb = 0.0;
+  double gpu_memory_utilization = 0.90;
+  // The largest step the engine will run (sizes GPU workspaces).
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 8192;
+};
+
+}  // namespace nibble::engine
