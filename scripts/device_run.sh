@@ -32,6 +32,20 @@ results+=("$(printf '%-28s rc=%d  %s' "synth qwen3-30b-a3b" "$synth_rc" "$(grep 
 results+=("$(printf '%-28s       %s' "disk (dd, 8 GB)" "$(cat "$OUT/dd.txt")")")
 results+=("$(printf '%-28s rc=%d  %s' "inspect qwen3-30b-a3b" "$inspect_rc" "$(grep -E '^(problems|per token)' "$OUT/inspect.log" | tr '\n' ' ')")")
 
+# The GPU runner on real shapes: a 4-layer slice of Qwen3-30B-A3B against the CPU reference, then
+# single-sequence generation on the full-size checkpoint (1000-token prompt, 128 new tokens).
+SLICE_DIR=${SLICE_DIR:-/tmp/qwen3-30b-a3b-4l}
+rm -rf "$SLICE_DIR"
+build-device/nibble synth --preset qwen3-30b-a3b --layers 4 --out "$SLICE_DIR" --seed 1 > "$OUT/synth4.log" 2>&1
+NIBBLE_TEST_MODEL="$SLICE_DIR" build-device/tests/test_cuda_runner --gtest_filter='*MatchesTheCpu*' > "$OUT/runner_4layer.log" 2>&1
+results+=("$(printf '%-28s rc=%d  %s' "runner vs cpu, 4-layer slice" "$?" "$(grep -E '^mode' "$OUT/runner_4layer.log" | tr '\n' ' ')")")
+prompt=$(python3 -c "import random; r = random.Random(0); print(','.join(str(r.randrange(150000)) for _ in range(1000)))")
+for mode in none static per-token; do
+  build-device/nibble generate --backend cuda --model "$SYNTH_DIR" --prompt-ids "$prompt" --max-tokens 128 --ignore-eos \
+    --act-quant-moe "$mode" --act-quant-dense "$mode" > "$OUT/generate_$mode.log" 2>&1
+  results+=("$(printf '%-28s rc=%d  %s' "generate cuda $mode" "$?" "$(grep -E 'prefill' "$OUT/generate_$mode.log")")")
+done
+
 echo "== device run ($(nproc) cores, disk: $(cat "$OUT/disk.txt")) =="
 printf '%s\n' "${results[@]}"
 grep -h "differ" "$OUT"/test_cuda_*.log

@@ -1,6 +1,7 @@
 // `nibble generate`: runs a checkpoint on a prompt (text or token ids) through a model runner (CPU
 // reference or CUDA) and prints the generated text or ids (greedy at temperature 0). --dump-logits
 // writes the logits of every generated position (.npy), for differential tests.
+#include <chrono>
 #include <cstdio>
 #include <set>
 
@@ -83,6 +84,9 @@ int run_generate(const GenerateOptions& o) {
   params.temperature = o.temperature;
   std::vector<int32_t> pending = *prompt, generated, all = *prompt;
   std::vector<float> logits, dumped;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point first_token;
   while (static_cast<int64_t>(generated.size()) < o.max_tokens) {
     // Prefill in chunks of prefill_chunk tokens (all at once when 0), then one token per step.
     const int64_t chunk = o.prefill_chunk > 0 ? std::min<int64_t>(o.prefill_chunk, pending.size())
@@ -117,9 +121,15 @@ int run_generate(const GenerateOptions& o) {
     if (!last_chunk) continue;
     generated.push_back(next);
     all.push_back(next);
+    if (generated.size() == 1) first_token = Clock::now();
     if (!o.ignore_eos && eos.count(next)) break;
     pending = {next};
   }
+  const double prefill_s = std::chrono::duration<double>(first_token - start).count();
+  const double decode_s = std::chrono::duration<double>(Clock::now() - first_token).count();
+  std::fprintf(stderr, "nibble generate: %s: prefill %zu tokens in %.1f ms (%.0f tok/s); decode %zu tokens in %.1f ms (%.1f tok/s)\n",
+               (*runner)->describe().c_str(), prompt->size(), prefill_s * 1e3, prompt->size() / prefill_s,
+               generated.size() - 1, decode_s * 1e3, decode_s > 0 ? (generated.size() - 1) / decode_s : 0.0);
   if (!o.dump_logits.empty()) {
     Status s = write_npy_f32(o.dump_logits, dumped, static_cast<int64_t>(generated.size()), config.vocab_size);
     if (!s) return fail(s.message());

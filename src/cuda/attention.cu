@@ -1,0 +1,119 @@
+// Paged attention: one CTA per (token, KV head), one warp per query head of that KV head's group.
+// Keys come in tiles of 32 through shared memory (K rows padded so that lane j reading row j is
+// bank-conflict free); lane j scores key j, the warp keeps an online softmax, and each lane
+// accumulates its share of the head's dimensions.
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "cuda/attention.cuh"
+#include "cuda/check.cuh"
+
+namespace nibble::cuda {
+namespace {
+
+constexpr int TILE = 32;
+
+__device__ __forceinline__ float bf16_to_float(uint16_t bits) { return __uint_as_float(static_cast<uint32_t>(bits) << 16); }
+
+template <int DPL>  // dimensions per lane: ceil(head_dim / 32)
+__global__ void paged_attention_kernel(const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
+                                       AttentionBatch b, uint16_t* out) {
+  extern __shared__ float smem[];
+  const int64_t t = blockIdx.x, kvh = blockIdx.y;
+  const int group = static_cast<int>(b.n_heads / b.n_kv_heads);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int D = static_cast<int>(b.head_dim), k_stride = D + 2;
+  float* qs = smem;                                                            // [group, D]
+  uint16_t* ks = reinterpret_cast<uint16_t*>(qs + group * D);                  // [TILE, D + 2]
+  uint16_t* vs = ks + TILE * k_stride;                                         // [TILE, D]
+  const int64_t head = kvh * group + warp;
+  for (int c = lane; c < D; c += 32) qs[warp * D + c] = q[(t * b.n_heads + head) * D + c];
+
+  const int64_t n_keys = int64_t{b.positions[t]} + 1;
+  const int32_t* table = b.block_tables + int64_t{b.token_seq[t]} * b.max_blocks;
+  const int64_t kv_width = b.n_kv_heads * D;
+  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  float m = -INFINITY, l = 0.0f, acc[DPL];
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) acc[i] = 0.0f;
+
+  for (int64_t start = 0; start < n_keys; start += TILE) {
+    __syncthreads();  // the previous tile is consumed (and q is in place)
+    const int n = static_cast<int>(n_keys - start < TILE ? n_keys - start : TILE);
+    for (int e = threadIdx.x; e < n * (D / 2); e += blockDim.x) {
+      const int row = e / (D / 2), c = (e % (D / 2)) * 2;
+      const int64_t p = start + row;
+      const int64_t slot = int64_t{table[p / b.block_size]} * b.block_size + p % b.block_size;
+      const int64_t at = slot * kv_width + kvh * D + c;
+      *reinterpret_cast<uint32_t*>(ks + row * k_stride + c) = *reinterpret_cast<const uint32_t*>(k_cache + at);
+      *reinterpret_cast<uint32_t*>(vs + row * D + c) = *reinterpret_cast<const uint32_t*>(v_cache + at);
+    }
+    __syncthreads();
+    float s = -INFINITY;
+    if (lane < n) {
+      const float* qv = qs + warp * D;
+      const uint16_t* kr = ks + lane * k_stride;
+      float dot = 0.0f;
+      for (int c = 0; c < D; c += 2) {
+        const uint32_t pair = *reinterpret_cast<const uint32_t*>(kr + c);
+        dot += qv[c] * __uint_as_float(pair << 16);
+        dot += qv[c + 1] * __uint_as_float(pair & 0xffff0000u);
+      }
+      s = dot * scale;
+    }
+    float tile_max = s;
+    for (int o = 16; o > 0; o >>= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
+    const float m_new = fmaxf(m, tile_max);
+    const float correction = m == -INFINITY ? 0.0f : expf(m - m_new);
+    const float p = lane < n ? expf(s - m_new) : 0.0f;
+    float p_sum = p;
+    for (int o = 16; o > 0; o >>= 1) p_sum += __shfl_xor_sync(0xffffffffu, p_sum, o);
+    l = l * correction + p_sum;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) acc[i] *= correction;
+    for (int j = 0; j < n; ++j) {
+      const float pj = __shfl_sync(0xffffffffu, p, j);
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) {
+        const int c = lane + 32 * i;
+        if (c < D) acc[i] += pj * bf16_to_float(vs[j * D + c]);
+      }
+    }
+    m = m_new;
+  }
+  uint16_t* o = out + (t * b.n_heads + head) * D;
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) {
+    const int c = lane + 32 * i;
+    if (c < D) o[c] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[i] / l));
+  }
+}
+
+template <int DPL>
+Status launch(const float* q, const uint16_t* k, const uint16_t* v, const AttentionBatch& b, uint16_t* out,
+              cudaStream_t stream) {
+  const int group = static_cast<int>(b.n_heads / b.n_kv_heads), D = static_cast<int>(b.head_dim);
+  const size_t shared = sizeof(float) * group * D + sizeof(uint16_t) * TILE * (D + 2) + sizeof(uint16_t) * TILE * D;
+  const dim3 grid(static_cast<unsigned>(b.tokens), static_cast<unsigned>(b.n_kv_heads));
+  paged_attention_kernel<DPL><<<grid, group * 32, shared, stream>>>(q, k, v, b, out);
+  return cuda_status(cudaGetLastError(), "paged_attention");
+}
+
+}  // namespace
+
+Status paged_attention(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const AttentionBatch& b,
+                       uint16_t* out, cudaStream_t stream) {
+  if (b.tokens <= 0) return Status::ok();
+  if (b.n_kv_heads <= 0 || b.n_heads % b.n_kv_heads != 0 || b.n_heads / b.n_kv_heads > 16)
+    return Status::error("paged_attention: n_heads must be a multiple of n_kv_heads, at most 16 per KV head");
+  if (b.head_dim % 2 != 0 || b.head_dim > 256 || b.head_dim <= 0)
+    return Status::error("paged_attention: head_dim must be even and at most 256");
+  const int dpl = static_cast<int>((b.head_dim + 31) / 32);
+  if (dpl <= 1) return launch<1>(q, k_cache, v_cache, b, out, stream);
+  if (dpl <= 2) return launch<2>(q, k_cache, v_cache, b, out, stream);
+  if (dpl <= 4) return launch<4>(q, k_cache, v_cache, b, out, stream);
+  return launch<8>(q, k_cache, v_cache, b, out, stream);
+}
+
+}  // namespace nibble::cuda

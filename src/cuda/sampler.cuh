@@ -1,0 +1,44 @@
+// Token sampling on the GPU, the twin of sampling::sample_next: min_tokens mask, repetition /
+// presence / frequency penalties, greedy or temperature → min_p → top_k → top_p → the exponential
+// race keyed by Philox(seed; position, token), and raw-distribution logprobs with their top k. One
+// CTA per row; the same logits, seed and position give the CPU sampler's token.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace nibble::cuda {
+
+inline constexpr int MAX_TOP_LOGPROBS = 20;
+
+// One row's parameters; its token lists live in SamplerBatch::tokens.
+struct SamplerRow {
+  float temperature = 1.0f;  // < 1e-5: greedy
+  int32_t top_k = 0;
+  float top_p = 1.0f, min_p = 0.0f;
+  float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  uint64_t seed = 0, position = 0;
+  int32_t logprobs = -1;  // -1 none, else the top count (≤ MAX_TOP_LOGPROBS)
+  int32_t prompt_offset = 0, prompt_len = 0, output_len = 0;  // output follows the prompt in tokens
+  int32_t masked_offset = 0, masked_len = 0;
+};
+
+struct SamplerBatch {
+  int64_t rows = 0, vocab = 0;
+  const float* logits = nullptr;      // [rows, vocab]
+  const SamplerRow* params = nullptr; // device [rows]
+  const int32_t* tokens = nullptr;    // device: every row's prompt, output and masked tokens
+  float* work = nullptr;              // scratch [rows, vocab]
+  uint32_t* seen = nullptr;           // scratch [rows, 2 · ceil(vocab / 32)]
+  int32_t* out_tokens = nullptr;      // [rows]
+  float* out_logprobs = nullptr;      // [rows]
+  int32_t* out_top_tokens = nullptr;  // [rows, MAX_TOP_LOGPROBS]
+  float* out_top_logprobs = nullptr;  // [rows, MAX_TOP_LOGPROBS]
+};
+
+Status sample_rows(const SamplerBatch& batch, cudaStream_t stream);
+
+}  // namespace nibble::cuda

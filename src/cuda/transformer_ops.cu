@@ -1,0 +1,166 @@
+// Kernels of transformer_ops.cuh: one block per row for the norms, one warp per (token, head) for
+// the fused q/k norm + RoPE + KV store; fp32 math in the order of the ref:: twins.
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "cuda/check.cuh"
+#include "cuda/transformer_ops.cuh"
+
+namespace nibble::cuda {
+namespace {
+
+__device__ __forceinline__ float bf16_to_float(uint16_t bits) { return __uint_as_float(static_cast<uint32_t>(bits) << 16); }
+__device__ __forceinline__ uint16_t float_to_bf16(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__global__ void embedding_kernel(const int32_t* ids, const uint16_t* table, int64_t hidden, float* out) {
+  const int64_t t = blockIdx.x;
+  const uint16_t* row = table + static_cast<int64_t>(ids[t]) * hidden;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[t * hidden + i] = bf16_to_float(row[i]);
+}
+
+constexpr int NORM_THREADS = 256;
+
+__global__ void add_rmsnorm_kernel(float* residual, const float* delta, int64_t width, const uint16_t* weight, float eps,
+                                   uint16_t* out, const int32_t* rows) {
+  const int64_t r = blockIdx.x, src = rows ? rows[r] : r;
+  float* x = residual + src * width;
+  float sum_sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < width; i += NORM_THREADS) {
+    float v = x[i];
+    if (delta) x[i] = v = v + delta[src * width + i];
+    sum_sq += v * v;
+  }
+  __shared__ float partial[NORM_THREADS / 32];
+  sum_sq = warp_sum(sum_sq);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = sum_sq;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < NORM_THREADS / 32; ++w) total += partial[w];
+  const float inv = 1.0f / sqrtf(total / static_cast<float>(width) + eps);
+  for (int64_t i = threadIdx.x; i < width; i += NORM_THREADS)
+    out[r * width + i] = float_to_bf16(x[i] * inv * bf16_to_float(weight[i]));
+}
+
+// One warp per (token, head); heads [0, NH) are q, [NH, NH + NKV) k, then NKV v heads.
+__global__ void qk_norm_rope_store_kernel(const float* q, const float* k, const float* v, QkvLayout l,
+                                          const uint16_t* q_norm, const uint16_t* k_norm, float eps, double theta,
+                                          float* q_out, uint16_t* k_cache, uint16_t* v_cache) {
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  const int64_t heads = l.n_heads + 2 * l.n_kv_heads;
+  if (warp >= l.tokens * heads) return;
+  const int64_t t = warp / heads, h = warp % heads, D = l.head_dim, half = D / 2;
+  const int64_t kv_width = l.n_kv_heads * D;
+  if (h >= l.n_heads + l.n_kv_heads) {  // v: stored as it is
+    const int64_t kvh = h - l.n_heads - l.n_kv_heads;
+    const float* src = v + t * kv_width + kvh * D;
+    uint16_t* dst = v_cache + l.slots[t] * kv_width + kvh * D;
+    for (int64_t i = lane; i < D; i += 32) dst[i] = float_to_bf16(src[i]);
+    return;
+  }
+  const bool is_q = h < l.n_heads;
+  const int64_t head = is_q ? h : h - l.n_heads;
+  const float* src = is_q ? q + t * l.n_heads * D + head * D : k + t * kv_width + head * D;
+  const uint16_t* w = is_q ? q_norm : k_norm;
+  float sum_sq = 0.0f;
+  for (int64_t i = lane; i < D; i += 32) sum_sq += src[i] * src[i];
+  sum_sq = warp_sum(sum_sq);
+  const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(D) + eps);
+  const float position = static_cast<float>(l.positions[t]);
+  for (int64_t i = lane; i < half; i += 32) {
+    const float a = src[i] * inv * bf16_to_float(w[i]), b = src[i + half] * inv * bf16_to_float(w[i + half]);
+    // ref::rope_neox: inv_freq in double, then fp32 angle, cos and sin.
+    const float inv_freq = static_cast<float>(1.0 / pow(theta, static_cast<double>(2 * i) / static_cast<double>(D)));
+    const float angle = position * inv_freq;
+    const float c = cosf(angle), s = sinf(angle);
+    const float x0 = a * c - b * s, x1 = b * c + a * s;
+    if (is_q) {
+      float* dst = q_out + (t * l.n_heads + head) * D;
+      dst[i] = x0;
+      dst[i + half] = x1;
+    } else {
+      uint16_t* dst = k_cache + l.slots[t] * kv_width + head * D;
+      dst[i] = float_to_bf16(x0);
+      dst[i + half] = float_to_bf16(x1);
+    }
+  }
+}
+
+__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, uint16_t* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = gate[i];
+    out[i] = float_to_bf16(g / (1.0f + expf(-g)) * up[i]);
+  }
+}
+
+__global__ void to_bf16_kernel(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = float_to_bf16(x[i]);
+}
+
+int grid_for(int64_t n, int threads) { return static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 65536)); }
+
+}  // namespace
+
+Status embedding_gather(const int32_t* ids, int64_t tokens, const uint16_t* table, int64_t hidden, float* out,
+                        cudaStream_t stream) {
+  if (tokens <= 0) return Status::ok();
+  embedding_kernel<<<static_cast<unsigned>(tokens), 256, 0, stream>>>(ids, table, hidden, out);
+  return cuda_status(cudaGetLastError(), "embedding_gather");
+}
+
+Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t width, const uint16_t* weight, float eps,
+                   uint16_t* out, cudaStream_t stream, const int32_t* rows) {
+  if (n_rows <= 0) return Status::ok();
+  if (rows && delta) return Status::error("add_rmsnorm: a row selection reads the residual only (no delta)");
+  add_rmsnorm_kernel<<<static_cast<unsigned>(n_rows), NORM_THREADS, 0, stream>>>(residual, delta, width, weight, eps, out, rows);
+  return cuda_status(cudaGetLastError(), "add_rmsnorm");
+}
+
+Status qk_norm_rope_store(const float* q, const float* k, const float* v, const QkvLayout& layout,
+                          const uint16_t* q_norm, const uint16_t* k_norm, float eps, double rope_theta, float* q_out,
+                          uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream) {
+  if (layout.tokens <= 0) return Status::ok();
+  if (layout.head_dim % 2 != 0 || layout.head_dim > 512)
+    return Status::error("qk_norm_rope_store: head_dim must be even and at most 512");
+  const int64_t warps = layout.tokens * (layout.n_heads + 2 * layout.n_kv_heads);
+  const int threads = 256;
+  const int64_t blocks = (warps * 32 + threads - 1) / threads;
+  qk_norm_rope_store_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+      q, k, v, layout, q_norm, k_norm, eps, rope_theta, q_out, k_cache, v_cache);
+  return cuda_status(cudaGetLastError(), "qk_norm_rope_store");
+}
+
+Status silu_mul_bf16(const float* gate, const float* up, int64_t n, uint16_t* out, cudaStream_t stream) {
+  if (n <= 0) return Status::ok();
+  silu_mul_kernel<<<grid_for(n, 256), 256, 0, stream>>>(gate, up, n, out);
+  return cuda_status(cudaGetLastError(), "silu_mul_bf16");
+}
+
+Status to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream) {
+  if (n <= 0) return Status::ok();
+  to_bf16_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, n, out);
+  return cuda_status(cudaGetLastError(), "to_bf16");
+}
+
+Status linear_bf16(const uint16_t* x, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y,
+                   cublasHandle_t cublas) {
+  if (M <= 0) return Status::ok();
+  // Row-major y[M,N] = x[M,K]·W[N,K]ᵀ: column-major yᵀ[N,M] = (W as col-major K×N)ᵀ · xᵀ.
+  const float one = 1.0f, zero = 0.0f;
+  return cublas_status(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
+                                    static_cast<int>(K), &one, w, CUDA_R_16BF, static_cast<int>(K), x, CUDA_R_16BF,
+                                    static_cast<int>(K), &zero, y, CUDA_R_32F, static_cast<int>(N), CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT),
+                       "linear_bf16");
+}
+
+}  // namespace nibble::cuda

@@ -1,0 +1,50 @@
+// The decoder's small ops on the GPU, each the twin of a ref:: op: embedding gather, RMSNorm (with
+// the residual add fused in front), per-head q/k RMSNorm + neox RoPE + the paged KV store fused,
+// SwiGLU, and BF16 linears on cuBLAS. Activations: the residual stream fp32 [T, H]; GEMM inputs BF16.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace nibble::cuda {
+
+// out[t] = table[ids[t]] as fp32 (ref::embedding). ids < vocab is the caller's check.
+Status embedding_gather(const int32_t* ids, int64_t tokens, const uint16_t* table, int64_t hidden, float* out,
+                        cudaStream_t stream);
+
+// residual += delta (when delta is not null), then out = BF16(rmsnorm(residual) · weight)
+// (ref::add_inplace + ref::rmsnorm). rows: when not null, row r reads residual row rows[r] (the
+// final norm of the rows that need logits); residual is then read only.
+Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t width, const uint16_t* weight,
+                   float eps, uint16_t* out, cudaStream_t stream, const int32_t* rows = nullptr);
+
+// Where each token of a step goes: its position (RoPE) and its KV-cache slot (block · block_size +
+// offset), both per token.
+struct QkvLayout {
+  int64_t tokens = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  const int32_t* positions = nullptr;  // device [tokens]
+  const int64_t* slots = nullptr;      // device [tokens]
+};
+
+// q [T, NH·D] and k, v [T, NKV·D] fp32 (the projections): per-head RMSNorm of q and k with their
+// weights, neox RoPE (theta), then q_out fp32 [T, NH, D] and K/V rounded to BF16 into the paged
+// cache [blocks, block_size, NKV, D] at each token's slot (ref::rmsnorm, ref::rope_neox, ref::kv_store).
+Status qk_norm_rope_store(const float* q, const float* k, const float* v, const QkvLayout& layout,
+                          const uint16_t* q_norm, const uint16_t* k_norm, float eps, double rope_theta, float* q_out,
+                          uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream);
+
+// out = BF16(silu(gate) · up) over n values, gate and up fp32 (ref::silu_mul, for dense MLP layers).
+Status silu_mul_bf16(const float* gate, const float* up, int64_t n, uint16_t* out, cudaStream_t stream);
+
+// y[M, N] fp32 = x[M, K] BF16 · W[N, K]ᵀ BF16 on cuBLAS with fp32 accumulation (ref::linear_bf16).
+Status linear_bf16(const uint16_t* x, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y,
+                   cublasHandle_t cublas);
+
+// fp32 → BF16 (round to nearest even) over n values.
+Status to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream);
+
+}  // namespace nibble::cuda

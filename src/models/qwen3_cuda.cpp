@@ -1,0 +1,416 @@
+// The Qwen3 / Qwen3-MoE forward on the GPU (reads like qwen3_moe.cpp): embed → per layer (RMSNorm →
+// q/k/v → q/k norm + RoPE + KV store → paged attention → o_proj → residual + RMSNorm → MoE or dense
+// SwiGLU MLP) → final RMSNorm of the rows that need logits → lm_head. Residual stream fp32, GEMM
+// inputs BF16, every op the twin of a ref:: op.
+#include "models/qwen3_cuda.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/log.h"
+#include "cuda/attention.cuh"
+#include "cuda/check.cuh"
+#include "cuda/moe.cuh"
+#include "cuda/transformer_ops.cuh"
+
+namespace nibble::models {
+namespace {
+
+using formats::ActQuant;
+
+struct DeviceLinear {
+  int64_t out = 0, in = 0;
+  bool nvfp4 = false;
+  cuda::DeviceNvfp4Weight q;      // nvfp4
+  uint16_t* bf16 = nullptr;       // BF16 weight otherwise
+  float input_scale = 0.0f;       // static mode (shared inputs: the maximum)
+};
+
+struct DeviceLayer {
+  uint16_t *input_norm = nullptr, *post_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  DeviceLinear q, k, v, o;
+  bool is_moe = false;
+  cuda::DeviceMoeWeights moe;
+  DeviceLinear gate, up, down;  // dense MLP layers
+};
+
+}  // namespace
+
+struct CudaModel::Impl {
+  std::shared_ptr<const io::LoadedCheckpoint> checkpoint;
+  io::ModelConfig config;
+  CudaModelOptions options;
+  cuda::DeviceContext* ctx = nullptr;
+  uint16_t *embed = nullptr, *final_norm = nullptr;
+  DeviceLinear lm_head;  // bf16 == embed when tied
+  std::vector<DeviceLayer> layers;
+  // Workspaces for max_tokens tokens.
+  float *x = nullptr, *delta = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *q_rot = nullptr;
+  float *mlp_gate = nullptr, *mlp_up = nullptr, *logits = nullptr;
+  uint16_t *h = nullptr, *attn = nullptr, *mlp_act = nullptr, *final_rows = nullptr;
+  cuda::GemmContext gemm;
+  std::unique_ptr<cuda::MoeWorkspace> moe_ws;
+  // Step metadata.
+  int32_t *ids = nullptr, *positions = nullptr, *token_seq = nullptr, *block_tables = nullptr, *rows = nullptr;
+  int64_t* slots = nullptr;
+  int64_t max_blocks_per_seq = 0;
+  // KV cache: [layers, blocks, block_size, NKV, D] BF16 for K and for V.
+  uint16_t *k_cache = nullptr, *v_cache = nullptr;
+  int64_t n_blocks = 0;
+  // Upload bookkeeping.
+  uint64_t bytes_uploaded = 0, bytes_total = 0;
+  int next_quarter = 1;
+  std::chrono::steady_clock::time_point upload_start;
+
+  cudaStream_t stream() const { return ctx->stream; }
+
+  // Copies `bytes` of host memory to *dst (allocated first when `allocate`).
+  template <class T>
+  Status copy(T*& dst, const void* src, size_t bytes, bool allocate, const std::string& what) {
+    if (allocate) NIB_RETURN_IF_ERROR(ctx->arena.alloc(dst, (bytes + sizeof(T) - 1) / sizeof(T), what));
+    NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), what.c_str()));
+    bytes_uploaded += bytes;
+    if (bytes_total && bytes_uploaded * 4 >= bytes_total * static_cast<uint64_t>(next_quarter)) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - upload_start).count();
+      log_info("weights to the GPU: " + std::to_string(next_quarter * 25) + "% (" +
+               std::to_string(bytes_uploaded / 1000000000.0).substr(0, 5) + " GB, " +
+               std::to_string(s > 0 ? bytes_uploaded / 1e9 / s : 0.0).substr(0, 5) + " GB/s)");
+      ++next_quarter;
+    }
+    return Status::ok();
+  }
+
+  Status tensor(uint16_t*& dst, const io::BoundCheckpoint& b, const std::string& name, bool allocate) {
+    const io::TensorRef& t = b.tensors.at(name);
+    size_t n = 1;
+    for (int64_t d : t.shape) n *= static_cast<size_t>(d);
+    return copy(dst, t.data, n * 2, allocate, name);
+  }
+
+  Status linear(DeviceLinear& l, const io::BoundCheckpoint& b, const std::string& name, bool allocate) {
+    const io::LinearWeights& lw = b.linears.at(name);
+    l.out = lw.module.shape[0];
+    l.in = lw.module.shape[1];
+    l.nvfp4 = lw.module.quantized;
+    const size_t n = static_cast<size_t>(l.out * l.in);
+    if (!l.nvfp4) return copy(l.bf16, lw.weight.data, n * 2, allocate, name + ".weight");
+    uint8_t* packed = const_cast<uint8_t*>(l.q.packed);
+    uint8_t* scales = const_cast<uint8_t*>(l.q.block_scales);
+    NIB_RETURN_IF_ERROR(copy(packed, lw.weight.data, n / 2, allocate, name + ".weight"));
+    NIB_RETURN_IF_ERROR(copy(scales, lw.weight_scale.data, n / 16, allocate, name + ".weight_scale"));
+    l.q = {packed, scales, l.out, l.in, lw.weight_scale_2};
+    l.input_scale = lw.input_scale;
+    return Status::ok();
+  }
+
+  // One projection of every expert, stacked [E, rows, cols]; `kind` is gate_proj, up_proj or down_proj.
+  Status experts(cuda::DeviceNvfp4Experts& d, std::vector<float>& host_scales, float& input_scale,
+                 const io::BoundCheckpoint& b, const std::string& prefix, const char* kind, bool allocate) {
+    const int64_t E = config.num_experts;
+    const io::LinearWeights& first = b.linears.at(prefix + "0." + kind);
+    if (!first.module.quantized)
+      return Status::error(prefix + "*." + kind + " is BF16: the GPU MoE runs NVFP4 experts only");
+    const int64_t rows = first.module.shape[0], cols = first.module.shape[1];
+    const size_t packed_bytes = static_cast<size_t>(rows * cols / 2), scale_bytes = static_cast<size_t>(rows * cols / 16);
+    uint8_t* packed = const_cast<uint8_t*>(d.packed);
+    uint8_t* scales = const_cast<uint8_t*>(d.block_scales);
+    float* global = const_cast<float*>(d.global_scales);
+    if (allocate) {
+      NIB_RETURN_IF_ERROR(ctx->arena.alloc(packed, packed_bytes * E, prefix + kind));
+      NIB_RETURN_IF_ERROR(ctx->arena.alloc(scales, scale_bytes * E, prefix + kind + " scales"));
+      NIB_RETURN_IF_ERROR(ctx->arena.alloc(global, static_cast<size_t>(E), prefix + kind + " global scales"));
+    }
+    host_scales.assign(static_cast<size_t>(E), 0.0f);
+    for (int64_t e = 0; e < E; ++e) {
+      const io::LinearWeights& lw = b.linears.at(prefix + std::to_string(e) + "." + kind);
+      uint8_t* p = packed + packed_bytes * e;
+      uint8_t* s = scales + scale_bytes * e;
+      NIB_RETURN_IF_ERROR(copy(p, lw.weight.data, packed_bytes, false, lw.module.name));
+      NIB_RETURN_IF_ERROR(copy(s, lw.weight_scale.data, scale_bytes, false, lw.module.name + ".weight_scale"));
+      host_scales[static_cast<size_t>(e)] = lw.weight_scale_2;
+      input_scale = std::max(input_scale, lw.input_scale);
+    }
+    NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemcpy(global, host_scales.data(), E * sizeof(float), cudaMemcpyHostToDevice),
+                                          "expert global scales"));
+    d = {packed, scales, global, E, rows, cols};
+    return Status::ok();
+  }
+
+  // Every weight to the device in a fixed order; `allocate` on the first load, in place on reloads.
+  Status upload(const io::BoundCheckpoint& b, bool allocate) {
+    bytes_uploaded = 0;
+    next_quarter = 1;
+    bytes_total = 0;
+    for (const io::ModuleSpec& m : b.modules) bytes_total += m.nbytes();
+    upload_start = std::chrono::steady_clock::now();
+    NIB_RETURN_IF_ERROR(tensor(embed, b, "model.embed_tokens.weight", allocate));
+    NIB_RETURN_IF_ERROR(tensor(final_norm, b, "model.norm.weight", allocate));
+    if (config.tie_word_embeddings) lm_head = {config.vocab_size, config.hidden_size, false, {}, embed, 0.0f};
+    else NIB_RETURN_IF_ERROR(linear(lm_head, b, "lm_head", allocate));
+    if (allocate) layers.resize(static_cast<size_t>(config.num_hidden_layers));
+    for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+      DeviceLayer& w = layers[static_cast<size_t>(l)];
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      NIB_RETURN_IF_ERROR(tensor(w.input_norm, b, p + "input_layernorm.weight", allocate));
+      NIB_RETURN_IF_ERROR(tensor(w.post_norm, b, p + "post_attention_layernorm.weight", allocate));
+      NIB_RETURN_IF_ERROR(tensor(w.q_norm, b, p + "self_attn.q_norm.weight", allocate));
+      NIB_RETURN_IF_ERROR(tensor(w.k_norm, b, p + "self_attn.k_norm.weight", allocate));
+      NIB_RETURN_IF_ERROR(linear(w.q, b, p + "self_attn.q_proj", allocate));
+      NIB_RETURN_IF_ERROR(linear(w.k, b, p + "self_attn.k_proj", allocate));
+      NIB_RETURN_IF_ERROR(linear(w.v, b, p + "self_attn.v_proj", allocate));
+      NIB_RETURN_IF_ERROR(linear(w.o, b, p + "self_attn.o_proj", allocate));
+      // q/k/v read one input: static mode quantizes it once with the largest of their scales.
+      w.q.input_scale = w.k.input_scale = w.v.input_scale = std::max({w.q.input_scale, w.k.input_scale, w.v.input_scale});
+      w.is_moe = config.is_moe_layer(l);
+      if (w.is_moe) {
+        cuda::DeviceMoeWeights& m = w.moe;
+        uint16_t* router = const_cast<uint16_t*>(m.router);
+        const io::LinearWeights& r = b.linears.at(p + "mlp.gate");
+        NIB_RETURN_IF_ERROR(copy(router, r.weight.data, static_cast<size_t>(config.num_experts * config.hidden_size) * 2,
+                                 allocate, p + "mlp.gate.weight"));
+        m.router = router;
+        m.experts = config.num_experts;
+        m.top_k = config.num_experts_per_tok;
+        m.hidden = config.hidden_size;
+        m.intermediate = config.moe_intermediate_size;
+        m.norm_topk_prob = config.norm_topk_prob;
+        m.gate_up_input_scale = m.down_input_scale = 0.0f;
+        const std::string x = p + "mlp.experts.";
+        NIB_RETURN_IF_ERROR(experts(m.gate, m.gate_scales, m.gate_up_input_scale, b, x, "gate_proj", allocate));
+        NIB_RETURN_IF_ERROR(experts(m.up, m.up_scales, m.gate_up_input_scale, b, x, "up_proj", allocate));
+        NIB_RETURN_IF_ERROR(experts(m.down, m.down_scales, m.down_input_scale, b, x, "down_proj", allocate));
+      } else {
+        NIB_RETURN_IF_ERROR(linear(w.gate, b, p + "mlp.gate_proj", allocate));
+        NIB_RETURN_IF_ERROR(linear(w.up, b, p + "mlp.up_proj", allocate));
+        NIB_RETURN_IF_ERROR(linear(w.down, b, p + "mlp.down_proj", allocate));
+        w.gate.input_scale = w.up.input_scale = std::max(w.gate.input_scale, w.up.input_scale);
+      }
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - upload_start).count();
+    log_info("weights on the GPU: " + std::to_string(bytes_uploaded / 1e9).substr(0, 6) + " GB in " +
+             std::to_string(s).substr(0, 5) + " s (" + std::to_string(s > 0 ? bytes_uploaded / 1e9 / s : 0.0).substr(0, 5) +
+             " GB/s)");
+    return Status::ok();
+  }
+
+  Status workspaces() {
+    const int64_t T = options.max_tokens, R = options.max_rows, H = config.hidden_size, D = config.head_dim;
+    const int64_t NH = config.num_attention_heads, NKV = config.num_key_value_heads, V = config.vocab_size;
+    const int64_t I = config.intermediate_size;
+    cuda::DeviceArena& a = ctx->arena;
+    NIB_RETURN_IF_ERROR(a.alloc(x, T * H, "the residual stream"));
+    NIB_RETURN_IF_ERROR(a.alloc(delta, T * H, "the layer output"));
+    NIB_RETURN_IF_ERROR(a.alloc(h, T * H, "the normed activations"));
+    NIB_RETURN_IF_ERROR(a.alloc(q, T * NH * D, "q"));
+    NIB_RETURN_IF_ERROR(a.alloc(q_rot, T * NH * D, "q after RoPE"));
+    NIB_RETURN_IF_ERROR(a.alloc(k, T * NKV * D, "k"));
+    NIB_RETURN_IF_ERROR(a.alloc(v, T * NKV * D, "v"));
+    NIB_RETURN_IF_ERROR(a.alloc(attn, T * NH * D, "the attention output"));
+    NIB_RETURN_IF_ERROR(a.alloc(final_rows, R * H, "the final norm rows"));
+    NIB_RETURN_IF_ERROR(a.alloc(logits, R * V, "the logits"));
+    bool any_dense_mlp = false, any_moe = false;
+    for (const DeviceLayer& l : layers) (l.is_moe ? any_moe : any_dense_mlp) = true;
+    if (any_dense_mlp) {
+      NIB_RETURN_IF_ERROR(a.alloc(mlp_gate, T * I, "the MLP gate"));
+      NIB_RETURN_IF_ERROR(a.alloc(mlp_up, T * I, "the MLP up"));
+      NIB_RETURN_IF_ERROR(a.alloc(mlp_act, T * I, "the MLP activation"));
+    }
+    if (any_moe) {
+      const DeviceLayer& first = *std::find_if(layers.begin(), layers.end(), [](const DeviceLayer& l) { return l.is_moe; });
+      auto ws = cuda::MoeWorkspace::create(first.moe, T, options.moe == cuda::GemmBackend::DEQUANT_CUBLAS);
+      if (!ws) return ws.status();
+      moe_ws = std::move(ws.value());
+    }
+    // Dense NVFP4 GEMMs: the largest weight for dequant-cublas, the largest input for W4A4.
+    int64_t max_weight = 0, max_in = 0;
+    auto note = [&](const DeviceLinear& l) {
+      if (!l.nvfp4) return;
+      max_weight = std::max(max_weight, l.out * l.in);
+      max_in = std::max(max_in, l.in);
+    };
+    note(lm_head);
+    for (const DeviceLayer& l : layers) for (const DeviceLinear* d : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) note(*d);
+    gemm.stream = stream();
+    gemm.cublas = ctx->cublas;
+    if (max_weight > 0) {
+      if (options.gemm != cuda::GemmBackend::FUSED) {
+        NIB_RETURN_IF_ERROR(a.alloc(gemm.workspace, static_cast<size_t>(max_weight), "the dequantized weight"));
+        gemm.workspace_elements = static_cast<size_t>(max_weight);
+      }
+      NIB_RETURN_IF_ERROR(a.alloc(gemm.act_workspace, static_cast<size_t>(T * max_in), "the quantized activations"));
+      NIB_RETURN_IF_ERROR(a.alloc(gemm.row_scales, static_cast<size_t>(T), "the activation row scales"));
+      gemm.act_workspace_elements = static_cast<size_t>(T * max_in);
+    }
+    max_blocks_per_seq = (config.max_position_embeddings + options.block_size - 1) / options.block_size;
+    NIB_RETURN_IF_ERROR(a.alloc(ids, T, "token ids"));
+    NIB_RETURN_IF_ERROR(a.alloc(positions, T, "positions"));
+    NIB_RETURN_IF_ERROR(a.alloc(token_seq, T, "token sequences"));
+    NIB_RETURN_IF_ERROR(a.alloc(slots, T, "KV slots"));
+    NIB_RETURN_IF_ERROR(a.alloc(rows, R, "logits rows"));
+    NIB_RETURN_IF_ERROR(a.alloc(block_tables, options.max_seqs * max_blocks_per_seq, "block tables"));
+    return Status::ok();
+  }
+
+  Status run_linear(const DeviceLinear& l, const uint16_t* in, int64_t M, ActQuant mode, float* out) {
+    if (!l.nvfp4) return cuda::linear_bf16(in, M, l.bf16, l.out, l.in, out, ctx->cublas);
+    const cuda::GemmBackend backend =
+        options.gemm == cuda::GemmBackend::FUSED && M > cuda::FUSED_MAX_M ? cuda::GemmBackend::DEQUANT_CUBLAS : options.gemm;
+    if (backend == cuda::GemmBackend::DEQUANT_CUBLAS && !gemm.workspace)
+      return Status::error("--gemm-backend fused: this step has more than " + std::to_string(cuda::FUSED_MAX_M) + " rows");
+    return cuda::linear_nvfp4(in, M, l.q, mode, l.input_scale, out, backend, gemm);
+  }
+
+  Status upload_batch(const Batch& batch, int64_t T) {
+    std::vector<int32_t> pos, seq_of, table(static_cast<size_t>(batch.sequences.size() * max_blocks_per_seq), 0);
+    std::vector<int64_t> slot;
+    for (size_t s = 0; s < batch.sequences.size(); ++s) {
+      const BatchSequence& bs = batch.sequences[s];
+      std::copy(bs.block_table.begin(), bs.block_table.end(), table.begin() + static_cast<int64_t>(s) * max_blocks_per_seq);
+      for (int64_t i = 0; i < bs.n_tokens; ++i) {
+        const int64_t p = bs.start_position + i;
+        pos.push_back(static_cast<int32_t>(p));
+        seq_of.push_back(static_cast<int32_t>(s));
+        slot.push_back(int64_t{bs.block_table[static_cast<size_t>(p / options.block_size)]} * options.block_size +
+                       p % options.block_size);
+      }
+    }
+    std::vector<int32_t> logits_rows(batch.logits_rows.begin(), batch.logits_rows.end());
+    auto put = [&](void* dst, const void* src, size_t bytes) {
+      return cuda::cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), "step metadata");
+    };
+    NIB_RETURN_IF_ERROR(put(ids, batch.token_ids.data(), T * 4));
+    NIB_RETURN_IF_ERROR(put(positions, pos.data(), T * 4));
+    NIB_RETURN_IF_ERROR(put(token_seq, seq_of.data(), T * 4));
+    NIB_RETURN_IF_ERROR(put(slots, slot.data(), T * 8));
+    NIB_RETURN_IF_ERROR(put(block_tables, table.data(), table.size() * 4));
+    NIB_RETURN_IF_ERROR(put(rows, logits_rows.data(), logits_rows.size() * 4));
+    // The host vectors die at return: wait for the copies (pageable memory copies are staged anyway).
+    return ctx->synchronize();
+  }
+
+  Status check_batch(const Batch& batch) const {
+    const int64_t T = static_cast<int64_t>(batch.token_ids.size());
+    if (T < 1 || T > options.max_tokens)
+      return Status::error("batch: " + std::to_string(T) + " tokens (this runner takes 1 to " + std::to_string(options.max_tokens) + ")");
+    if (static_cast<int64_t>(batch.logits_rows.size()) > options.max_rows)
+      return Status::error("batch: more than " + std::to_string(options.max_rows) + " rows want logits");
+    if (static_cast<int64_t>(batch.sequences.size()) > options.max_seqs)
+      return Status::error("batch: more than " + std::to_string(options.max_seqs) + " sequences");
+    int64_t total = 0;
+    for (const BatchSequence& s : batch.sequences) {
+      if (s.n_tokens <= 0 || s.start_position < 0) return Status::error("batch: a sequence has no tokens");
+      if (s.start_position + s.n_tokens > static_cast<int64_t>(s.block_table.size()) * options.block_size)
+        return Status::error("batch: a sequence's block table is too short for its positions");
+      if (static_cast<int64_t>(s.block_table.size()) > max_blocks_per_seq)
+        return Status::error("batch: a block table is longer than max_position_embeddings allows");
+      for (int32_t block : s.block_table)
+        if (block < 0 || block >= n_blocks) return Status::error("batch: block id out of range");
+      total += s.n_tokens;
+    }
+    if (total != T) return Status::error("batch: sequence token counts do not add up to the token ids");
+    for (int32_t id : batch.token_ids)
+      if (id < 0 || id >= config.vocab_size)
+        return Status::error("token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                             std::to_string(config.vocab_size) + ")");
+    for (int64_t r : batch.logits_rows)
+      if (r < 0 || r >= T) return Status::error("batch: logits row out of range");
+    return Status::ok();
+  }
+
+  Status forward(const Batch& batch) {
+    if (!k_cache) return Status::error("the KV cache is not allocated");
+    NIB_RETURN_IF_ERROR(check_batch(batch));
+    const int64_t T = static_cast<int64_t>(batch.token_ids.size()), R = static_cast<int64_t>(batch.logits_rows.size());
+    const int64_t H = config.hidden_size, D = config.head_dim, NH = config.num_attention_heads, NKV = config.num_key_value_heads;
+    const float eps = static_cast<float>(config.rms_norm_eps);
+    NIB_RETURN_IF_ERROR(upload_batch(batch, T));
+    const cudaStream_t s = stream();
+    const size_t layer_kv = static_cast<size_t>(n_blocks * options.block_size * NKV * D);
+    NIB_RETURN_IF_ERROR(cuda::embedding_gather(ids, T, embed, H, x, s));
+    const cuda::QkvLayout qkv{T, NH, NKV, D, positions, slots};
+    const cuda::AttentionBatch att{T, NH, NKV, D, options.block_size, token_seq, positions, block_tables, max_blocks_per_seq};
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const DeviceLayer& w = layers[l];
+      // x += the previous layer's MLP output, then the input norm.
+      NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, l == 0 ? nullptr : delta, T, H, w.input_norm, eps, h, s));
+      const ActQuant dense = options.act_quant_dense;
+      NIB_RETURN_IF_ERROR(run_linear(w.q, h, T, dense, q));
+      NIB_RETURN_IF_ERROR(run_linear(w.k, h, T, dense, k));
+      NIB_RETURN_IF_ERROR(run_linear(w.v, h, T, dense, v));
+      uint16_t* kc = k_cache + l * layer_kv;
+      uint16_t* vc = v_cache + l * layer_kv;
+      NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(q, k, v, qkv, w.q_norm, w.k_norm, eps, config.rope_theta, q_rot, kc, vc, s));
+      NIB_RETURN_IF_ERROR(cuda::paged_attention(q_rot, kc, vc, att, attn, s));
+      NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta));
+      NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s));
+      if (w.is_moe) {
+        NIB_RETURN_IF_ERROR(cuda::moe_forward(h, T, w.moe, options.act_quant_moe, options.moe, *moe_ws, delta, s, ctx->cublas));
+      } else {
+        const int64_t I = w.gate.out;
+        NIB_RETURN_IF_ERROR(run_linear(w.gate, h, T, dense, mlp_gate));
+        NIB_RETURN_IF_ERROR(run_linear(w.up, h, T, dense, mlp_up));
+        NIB_RETURN_IF_ERROR(cuda::silu_mul_bf16(mlp_gate, mlp_up, T * I, mlp_act, s));
+        NIB_RETURN_IF_ERROR(run_linear(w.down, mlp_act, T, dense, delta));
+      }
+    }
+    if (R == 0) return Status::ok();
+    // x += the last MLP output (the normed copy in h is unused), then the final norm of the rows
+    // that need logits, then the lm_head (W4A16 when it is NVFP4, as the CPU reference runs it).
+    NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, final_norm, eps, h, s));
+    NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, nullptr, R, H, final_norm, eps, final_rows, s, rows));
+    return run_linear(lm_head, final_rows, R, ActQuant::NONE, logits);
+  }
+};
+
+CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaModel::~CudaModel() = default;
+
+Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
+                                                     const CudaModelOptions& options, cuda::DeviceContext& ctx) {
+  const io::ModelConfig& c = checkpoint->bound.config;
+  if (c.architecture != "Qwen3MoeForCausalLM" && c.architecture != "Qwen3ForCausalLM")
+    return Status::error("the CUDA runner does not run architecture '" + c.architecture + "' (Qwen3 and Qwen3-MoE only)");
+  if (c.hidden_size % 64 != 0 || (c.num_experts > 0 && c.moe_intermediate_size % 64 != 0))
+    return Status::error("the CUDA kernels need hidden_size and moe_intermediate_size to be multiples of 64 (this "
+                         "checkpoint: " + std::to_string(c.hidden_size) + ", " + std::to_string(c.moe_intermediate_size) + ")");
+  auto impl = std::make_unique<Impl>();
+  impl->checkpoint = checkpoint;
+  impl->config = c;
+  impl->options = options;
+  impl->ctx = &ctx;
+  NIB_RETURN_IF_ERROR(impl->upload(checkpoint->bound, true));
+  NIB_RETURN_IF_ERROR(impl->workspaces());
+  return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
+}
+
+const io::ModelConfig& CudaModel::config() const { return impl_->config; }
+
+int64_t CudaModel::kv_bytes_per_block() const {
+  const io::ModelConfig& c = impl_->config;
+  return 2 * c.num_hidden_layers * impl_->options.block_size * c.num_key_value_heads * c.head_dim * 2;
+}
+
+Status CudaModel::allocate_kv_cache(int64_t n_blocks) {
+  if (impl_->k_cache) return Status::error("the KV cache is already allocated");
+  const size_t values = static_cast<size_t>(kv_bytes_per_block() / 4) * static_cast<size_t>(n_blocks);
+  NIB_RETURN_IF_ERROR(impl_->ctx->arena.alloc(impl_->k_cache, values, "the KV cache (K)"));
+  NIB_RETURN_IF_ERROR(impl_->ctx->arena.alloc(impl_->v_cache, values, "the KV cache (V)"));
+  impl_->n_blocks = n_blocks;
+  return Status::ok();
+}
+
+int64_t CudaModel::n_kv_blocks() const { return impl_->n_blocks; }
+
+Status CudaModel::reload(std::shared_ptr<const io::LoadedCheckpoint> checkpoint) {
+  NIB_RETURN_IF_ERROR(impl_->ctx->synchronize());
+  NIB_RETURN_IF_ERROR(impl_->upload(checkpoint->bound, false));
+  impl_->checkpoint = std::move(checkpoint);
+  return Status::ok();
+}
+
+Status CudaModel::forward(const Batch& batch) { return impl_->forward(batch); }
+
+const float* CudaModel::logits() const { return impl_->logits; }
+
+}  // namespace nibble::models

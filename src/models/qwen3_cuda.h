@@ -1,0 +1,56 @@
+// Qwen3 / Qwen3-MoE forward on the GPU, the twin of qwen3_moe.cpp: weights uploaded once from the
+// memory-mapped checkpoint (experts stacked per layer), a paged BF16 KV cache, workspaces sized
+// for the largest step, and one forward that leaves the logits of the asked rows on the device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "cuda/device_context.cuh"
+#include "cuda/linear_nvfp4.cuh"
+#include "formats/nvfp4.h"
+#include "io/binding.h"
+#include "models/batch.h"
+
+namespace nibble::models {
+
+struct CudaModelOptions {
+  formats::ActQuant act_quant_moe = formats::ActQuant::NONE;
+  formats::ActQuant act_quant_dense = formats::ActQuant::NONE;
+  cuda::GemmBackend gemm = cuda::GemmBackend::AUTO;
+  cuda::GemmBackend moe = cuda::GemmBackend::AUTO;
+  int64_t max_tokens = 8192;  // tokens in one step
+  int64_t max_rows = 256;     // rows that want logits in one step
+  int64_t max_seqs = 256;     // sequences in one step
+  int64_t block_size = 16;
+};
+
+class CudaModel {
+ public:
+  // Uploads the weights (a progress line per quarter) and sizes the workspaces; the KV cache comes
+  // later (allocate_kv_cache), from what is left.
+  static Result<std::unique_ptr<CudaModel>> create(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
+                                                   const CudaModelOptions& options, cuda::DeviceContext& ctx);
+  ~CudaModel();
+  CudaModel(const CudaModel&) = delete;
+  CudaModel& operator=(const CudaModel&) = delete;
+
+  const io::ModelConfig& config() const;
+  int64_t kv_bytes_per_block() const;  // K and V of one block over all layers (BF16)
+  Status allocate_kv_cache(int64_t n_blocks);
+  int64_t n_kv_blocks() const;
+  // Copies another checkpoint of the same layout into the same device buffers (no second copy).
+  Status reload(std::shared_ptr<const io::LoadedCheckpoint> checkpoint);
+  // One step; the logits of batch.logits_rows are left in logits() ([rows, vocab] fp32, device).
+  Status forward(const Batch& batch);
+  const float* logits() const;
+
+ private:
+  struct Impl;
+  explicit CudaModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nibble::models

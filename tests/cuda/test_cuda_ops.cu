@@ -1,0 +1,266 @@
+// The decoder ops of the GPU forward beside their ref:: twins (llama.cpp test-backend-ops style):
+// one table of cases on Qwen3-30B-A3B shapes and odd sizes, each with its error measure and the
+// tolerance's reason. Embedding is exact; the norms and RoPE differ from the reference only by fp32
+// summation order before a BF16 rounding (≤ 1 BF16 ulp); attention reads the same BF16 cache as the
+// reference and differs by summation order and the output's BF16 rounding; the sampler must draw
+// the reference's token for every row and seed (the same Philox race), logprobs within 1e-5.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cuda/attention.cuh"
+#include "cuda/sampler.cuh"
+#include "cuda/transformer_ops.cuh"
+#include "cuda_test_util.cuh"
+#include "formats/bf16.h"
+#include "ref/attention.h"
+#include "ref/ops.h"
+#include "sampling/sampler.h"
+#include "test_seed.h"
+
+using namespace nibble;
+using formats::bf16_decode;
+using formats::bf16_encode;
+
+namespace {
+
+std::vector<uint16_t> random_bf16(size_t n, std::mt19937_64& rng, float mean, float sd) {
+  std::normal_distribution<float> normal(mean, sd);
+  std::vector<uint16_t> out(n);
+  for (auto& v : out) v = bf16_encode(normal(rng));
+  return out;
+}
+
+std::vector<float> random_f32(size_t n, std::mt19937_64& rng, float sd) {
+  std::normal_distribution<float> normal(0.0f, sd);
+  std::vector<float> out(n);
+  for (auto& v : out) v = normal(rng);
+  return out;
+}
+
+// Max |a - b| / (|b| + floor) over all values.
+double max_rel(const std::vector<float>& a, const std::vector<float>& b, double floor) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]) / (std::fabs(b[i]) + floor));
+  return worst;
+}
+
+std::vector<float> decode(const std::vector<uint16_t>& bits) {
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_decode(bits[i]);
+  return out;
+}
+
+TEST(CudaOps, EmbeddingAndRmsnorm) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaOps.EmbeddingAndRmsnorm");
+  std::mt19937_64 rng(seed);
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {{151936, 2048, 7}, {1000, 96, 33}, {50, 32, 1}};
+  for (const auto& [vocab, hidden, tokens] : shapes) {
+    const auto table = random_bf16(size_t(vocab * hidden), rng, 0.0f, 0.05f);
+    std::vector<int32_t> ids(static_cast<size_t>(tokens));
+    for (auto& id : ids) id = int32_t(rng() % vocab);
+    std::vector<float> want(static_cast<size_t>(tokens * hidden));
+    ref::embedding(ids.data(), tokens, table.data(), hidden, want.data());
+    test::DeviceBuffer<uint16_t> d_table(table);
+    test::DeviceBuffer<int32_t> d_ids(ids);
+    test::DeviceBuffer<float> d_x(want.size());
+    ASSERT_TRUE(cuda::embedding_gather(d_ids.get(), tokens, d_table.get(), hidden, d_x.get(), nullptr).is_ok());
+    EXPECT_EQ(d_x.to_host(), want) << "embedding is a copy: exact";
+
+    // residual += delta, then BF16(rmsnorm · w); and the row-selected form without delta.
+    const auto residual = random_f32(want.size(), rng, 1.0f), delta = random_f32(want.size(), rng, 0.3f);
+    const auto weight = random_bf16(size_t(hidden), rng, 1.0f, 0.1f);
+    std::vector<float> sum = residual, normed(want.size());
+    ref::add_inplace(sum.data(), delta.data(), int64_t(sum.size()));
+    ref::rmsnorm(sum.data(), tokens, hidden, weight.data(), 1e-6f, normed.data());
+    test::DeviceBuffer<float> d_res(residual), d_delta(delta);
+    test::DeviceBuffer<uint16_t> d_w(weight), d_out(want.size());
+    ASSERT_TRUE(cuda::add_rmsnorm(d_res.get(), d_delta.get(), tokens, hidden, d_w.get(), 1e-6f, d_out.get(), nullptr).is_ok());
+    EXPECT_EQ(d_res.to_host(), sum) << "the residual add is one fp32 add per value: exact";
+    // One BF16 ulp is 2^-8 relative; fp32 summation order moves the scale by ~1e-7.
+    EXPECT_LE(max_rel(decode(d_out.to_host()), normed, 1e-3), 1.0 / 128) << "vocab " << vocab << " hidden " << hidden;
+    std::vector<int32_t> rows = {int32_t(tokens - 1), 0};
+    test::DeviceBuffer<int32_t> d_rows(rows);
+    test::DeviceBuffer<uint16_t> d_sel(static_cast<size_t>(2 * hidden));
+    ASSERT_TRUE(cuda::add_rmsnorm(d_res.get(), nullptr, 2, hidden, d_w.get(), 1e-6f, d_sel.get(), nullptr, d_rows.get()).is_ok());
+    const auto sel = decode(d_sel.to_host());
+    std::vector<float> want_sel(normed.begin() + (tokens - 1) * hidden, normed.begin() + tokens * hidden);
+    want_sel.insert(want_sel.end(), normed.begin(), normed.begin() + hidden);
+    EXPECT_LE(max_rel(sel, want_sel, 1e-3), 1.0 / 128);
+  }
+}
+
+TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaOps.QkNormRopeStoreAndPagedAttention");
+  std::mt19937_64 rng(seed);
+  struct Case {
+    int64_t NH, NKV, D, block_size;
+    std::vector<std::pair<int64_t, int64_t>> seqs;  // (cached tokens, new tokens)
+  };
+  const Case cases[] = {
+      {32, 4, 128, 16, {{0, 37}, {100, 1}, {5, 1}, {33, 20}, {1023, 1}}},  // Qwen3-30B-A3B: prefill, decodes, a chunk
+      {8, 2, 64, 16, {{0, 1}, {15, 3}, {300, 1}}},                         // small-moe
+      {4, 2, 16, 4, {{0, 9}, {6, 1}}},                                      // tiny-moe, odd sizes
+      {6, 6, 32, 8, {{3, 5}}},                                              // MHA
+  };
+  for (const Case& c : cases) {
+    int64_t T = 0, blocks = 0;
+    for (auto [cached, fresh] : c.seqs) T += fresh, blocks += (cached + fresh + c.block_size - 1) / c.block_size;
+    const int64_t kv_width = c.NKV * c.D;
+    // A random cache (also the reference's, decoded), random block tables over a shuffled pool.
+    const auto k_cache = random_bf16(size_t(blocks * c.block_size * kv_width), rng, 0.0f, 1.0f);
+    const auto v_cache = random_bf16(k_cache.size(), rng, 0.0f, 1.0f);
+    std::vector<int32_t> pool(static_cast<size_t>(blocks));
+    for (size_t i = 0; i < pool.size(); ++i) pool[i] = int32_t(i);
+    std::shuffle(pool.begin(), pool.end(), rng);
+    const auto q = random_f32(size_t(T * c.NH * c.D), rng, 1.0f), k = random_f32(size_t(T * kv_width), rng, 1.0f),
+               v = random_f32(size_t(T * kv_width), rng, 1.0f);
+    const auto q_norm = random_bf16(size_t(c.D), rng, 1.0f, 0.1f), k_norm = random_bf16(size_t(c.D), rng, 1.0f, 0.1f);
+
+    std::vector<float> ref_k = decode(k_cache), ref_v = decode(v_cache);
+    ref::PagedKvLayer kv{ref_k.data(), ref_v.data(), blocks, c.block_size, c.NKV, c.D, true};
+    std::vector<std::vector<int32_t>> tables;
+    std::vector<ref::AttentionSequence> seqs;
+    std::vector<int32_t> positions, token_seq;
+    std::vector<int64_t> slots, positions64;
+    const int64_t max_blocks = 64;
+    std::vector<int32_t> flat_tables(c.seqs.size() * max_blocks, 0);
+    int64_t next_block = 0, offset = 0;
+    for (size_t s = 0; s < c.seqs.size(); ++s) {
+      const auto [cached, fresh] = c.seqs[s];
+      const int64_t n = (cached + fresh + c.block_size - 1) / c.block_size;
+      tables.emplace_back(pool.begin() + next_block, pool.begin() + next_block + n);
+      next_block += n;
+      std::copy(tables.back().begin(), tables.back().end(), flat_tables.begin() + s * max_blocks);
+      seqs.push_back({tables.back().data(), n, cached, fresh, offset});
+      for (int64_t i = 0; i < fresh; ++i) {
+        const int64_t p = cached + i;
+        positions.push_back(int32_t(p));
+        positions64.push_back(p);
+        token_seq.push_back(int32_t(s));
+        slots.push_back(int64_t{tables.back()[p / c.block_size]} * c.block_size + p % c.block_size);
+      }
+      offset += fresh;
+    }
+    // Reference: per-head norm, RoPE, store, attention.
+    std::vector<float> rq = q, rk = k;
+    ref::rmsnorm(rq.data(), T * c.NH, c.D, q_norm.data(), 1e-6f, rq.data());
+    ref::rmsnorm(rk.data(), T * c.NKV, c.D, k_norm.data(), 1e-6f, rk.data());
+    ref::rope_neox(rq.data(), T, c.NH, c.D, positions64.data(), 1e6);
+    ref::rope_neox(rk.data(), T, c.NKV, c.D, positions64.data(), 1e6);
+    for (const auto& s : seqs) ref::kv_store(kv, s, rk.data() + s.token_offset * kv_width, v.data() + s.token_offset * kv_width);
+    std::vector<float> want(q.size());
+    ref::paged_attention(rq.data(), c.NH, kv, seqs.data(), int64_t(seqs.size()), want.data());
+
+    test::DeviceBuffer<float> d_q(q), d_k(k), d_v(v), d_qrot(q.size());
+    test::DeviceBuffer<uint16_t> d_kc(k_cache), d_vc(v_cache), d_qn(q_norm), d_kn(k_norm), d_out(q.size());
+    test::DeviceBuffer<int32_t> d_pos(positions), d_seq(token_seq), d_tables(flat_tables);
+    test::DeviceBuffer<int64_t> d_slots(slots);
+    const cuda::QkvLayout layout{T, c.NH, c.NKV, c.D, d_pos.get(), d_slots.get()};
+    ASSERT_TRUE(cuda::qk_norm_rope_store(d_q.get(), d_k.get(), d_v.get(), layout, d_qn.get(), d_kn.get(), 1e-6f, 1e6,
+                                         d_qrot.get(), d_kc.get(), d_vc.get(), nullptr).is_ok());
+    // q after norm and RoPE: fp32, summation order and cos/sin within a few ulp at angles up to 1e3.
+    EXPECT_LE(max_rel(d_qrot.to_host(), rq, 1e-2), 2e-4) << "NH " << c.NH << " D " << c.D;
+    // The cache: BF16 of the same fp32 values: equal, or one ulp apart where rounding sat on an edge.
+    const auto got_k = decode(d_kc.to_host()), got_v = decode(d_vc.to_host());
+    EXPECT_LE(max_rel(got_k, ref_k, 1e-2), 1.0 / 128);
+    EXPECT_EQ(got_v, ref_v) << "v is stored without math: exact";
+    // Attention over the reference's own cache (so only the attention math differs).
+    test::DeviceBuffer<uint16_t> d_kref(std::vector<uint16_t>(k_cache.size())), d_vref(std::vector<uint16_t>(v_cache.size()));
+    std::vector<uint16_t> kb(ref_k.size()), vb(ref_v.size());
+    for (size_t i = 0; i < kb.size(); ++i) kb[i] = bf16_encode(ref_k[i]), vb[i] = bf16_encode(ref_v[i]);
+    test::DeviceBuffer<uint16_t> d_kc2(kb), d_vc2(vb);
+    test::DeviceBuffer<float> d_rq(rq);
+    const cuda::AttentionBatch att{T, c.NH, c.NKV, c.D, c.block_size, d_seq.get(), d_pos.get(), d_tables.get(), max_blocks};
+    ASSERT_TRUE(cuda::paged_attention(d_rq.get(), d_kc2.get(), d_vc2.get(), att, d_out.get(), nullptr).is_ok());
+    NIB_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto got = decode(d_out.to_host());
+    double max_abs = 0, worst = 0;
+    for (float x : want) max_abs = std::max(max_abs, double(std::fabs(x)));
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+    // Outputs are convex mixes of V (|v| ≲ 4): BF16 rounding of the output (2^-9 relative) and
+    // fp32 softmax-order differences (~1e-6) bound the error by ~1e-2 of max|out|.
+    EXPECT_LE(worst, 8e-3 * max_abs) << "NH " << c.NH << " NKV " << c.NKV << " D " << c.D;
+  }
+  // Bad shapes are errors.
+  cuda::AttentionBatch bad{1, 3, 2, 64, 16, nullptr, nullptr, nullptr, 1};
+  EXPECT_FALSE(cuda::paged_attention(nullptr, nullptr, nullptr, bad, nullptr, nullptr).is_ok());
+}
+
+TEST(CudaOps, SamplerDrawsTheCpuSamplersTokens) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaOps.SamplerDrawsTheCpuSamplersTokens");
+  std::mt19937_64 rng(seed);
+  for (const int64_t V : {int64_t{151936}, int64_t{1000}, int64_t{7}}) {
+    struct Row {
+      sampling::SamplingParams p;
+      std::vector<int32_t> prompt, output, masked;
+      sampling::DrawKey key;
+    };
+    std::vector<Row> rows;
+    for (int i = 0; i < 48; ++i) {
+      Row r;
+      const int kind = i % 8;
+      r.p.temperature = kind == 0 ? 0.0f : 0.3f + 0.2f * float(i % 5);
+      if (kind == 2 || kind == 5) r.p.top_k = int32_t(1 + rng() % 50);
+      if (kind == 3 || kind == 5) r.p.top_p = 0.5f + 0.1f * float(i % 5);
+      if (kind == 4) r.p.min_p = 0.05f;
+      if (kind == 6) r.p.repetition_penalty = 1.3f, r.p.presence_penalty = 0.4f, r.p.frequency_penalty = 0.2f;
+      if (kind == 7) r.p.top_k = 5, r.p.top_p = 0.9f, r.p.min_p = 0.01f, r.p.frequency_penalty = -0.3f;
+      r.p.logprobs = i % 3 == 0 ? int32_t(rng() % 21) : -1;
+      for (int j = 0; j < 20; ++j) r.prompt.push_back(int32_t(rng() % V));
+      for (int j = 0; j < int(i % 9); ++j) r.output.push_back(int32_t(rng() % V));
+      if (i % 4 == 1) r.masked = {int32_t(rng() % V), int32_t(rng() % V)};
+      r.key = {rng(), rng() % 100000};
+      rows.push_back(std::move(r));
+    }
+    const int64_t R = int64_t(rows.size());
+    // Peaked logits (a few strong tokens) so top-p and min-p cut somewhere inside the vocabulary.
+    std::vector<float> logits = random_f32(size_t(R * V), rng, 2.0f);
+    for (int64_t r = 0; r < R; ++r)
+      for (int j = 0; j < 5; ++j) logits[size_t(r * V + rng() % V)] += 6.0f;
+    std::vector<cuda::SamplerRow> params;
+    std::vector<int32_t> tokens;
+    for (const Row& r : rows) {
+      cuda::SamplerRow g;
+      g.temperature = r.p.temperature, g.top_k = r.p.top_k, g.top_p = r.p.top_p, g.min_p = r.p.min_p;
+      g.repetition_penalty = r.p.repetition_penalty, g.presence_penalty = r.p.presence_penalty;
+      g.frequency_penalty = r.p.frequency_penalty, g.seed = r.key.seed, g.position = r.key.position;
+      g.logprobs = r.p.logprobs;
+      g.prompt_offset = int32_t(tokens.size()), g.prompt_len = int32_t(r.prompt.size()), g.output_len = int32_t(r.output.size());
+      tokens.insert(tokens.end(), r.prompt.begin(), r.prompt.end());
+      tokens.insert(tokens.end(), r.output.begin(), r.output.end());
+      g.masked_offset = int32_t(tokens.size()), g.masked_len = int32_t(r.masked.size());
+      tokens.insert(tokens.end(), r.masked.begin(), r.masked.end());
+      params.push_back(g);
+    }
+    test::DeviceBuffer<float> d_logits(logits), d_work(logits.size()), d_lp(static_cast<size_t>(R)), d_top_lp(static_cast<size_t>(R * cuda::MAX_TOP_LOGPROBS));
+    test::DeviceBuffer<uint32_t> d_seen(size_t(R * 2 * ((V + 31) / 32)));
+    test::DeviceBuffer<int32_t> d_tokens(tokens), d_out(static_cast<size_t>(R)), d_top(static_cast<size_t>(R * cuda::MAX_TOP_LOGPROBS));
+    test::DeviceBuffer<cuda::SamplerRow> d_params(params);
+    const cuda::SamplerBatch b{R, V, d_logits.get(), d_params.get(), d_tokens.get(), d_work.get(), d_seen.get(),
+                               d_out.get(), d_lp.get(), d_top.get(), d_top_lp.get()};
+    ASSERT_TRUE(cuda::sample_rows(b, nullptr).is_ok());
+    NIB_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<int32_t> got = d_out.to_host(), got_top = d_top.to_host();
+    const std::vector<float> got_lp = d_lp.to_host(), got_top_lp = d_top_lp.to_host();
+    for (int64_t r = 0; r < R; ++r) {
+      const Row& row = rows[size_t(r)];
+      const std::span<const float> l(logits.data() + r * V, size_t(V));
+      const auto want = sampling::sample_next(l, row.p, {row.prompt, row.output, row.masked}, row.key);
+      EXPECT_EQ(got[size_t(r)], want.token) << "vocab " << V << " row " << r << " (kind " << r % 8 << ")";
+      if (row.p.logprobs < 0) continue;
+      EXPECT_NEAR(got_lp[size_t(r)], want.logprob, 1e-5);
+      for (size_t j = 0; j < want.top.size(); ++j) {
+        EXPECT_EQ(got_top[size_t(r) * cuda::MAX_TOP_LOGPROBS + j], want.top[j].token) << "row " << r << " top " << j;
+        EXPECT_NEAR(got_top_lp[size_t(r) * cuda::MAX_TOP_LOGPROBS + j], want.top[j].logprob, 1e-5);
+      }
+    }
+  }
+}
+
+}  // namespace

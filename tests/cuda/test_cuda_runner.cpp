@@ -1,0 +1,177 @@
+// The CUDA runner against the CPU runner (the reference forward, BF16 KV cache like the GPU's) on
+// a synthetic checkpoint in all three activation modes: logits of a prefill and of greedy decode
+// steps (teacher-forced with the CPU's tokens), greedy tokens where the top-2 margin is clear, and
+// mixed batches (prefill chunks beside decodes) against each sequence run alone.
+// Tolerance: the GPU rounds every GEMM input (activations) to BF16 (2^-9 relative) where the CPU
+// keeps fp32; through the layers this moves logits by ~1% of max|logit|, so rows must agree
+// within 3e-2 · max|logit|. NIBBLE_TEST_MODEL=DIR runs the same checks on another checkpoint (the
+// device script uses a 4-layer slice of Qwen3-30B-A3B).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include "cuda_test_util.cuh"
+#include "engine/model_runner.h"
+#include "test_seed.h"
+#include "tools/synth.h"
+
+using namespace nibble;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double TOLERANCE = 3e-2;
+
+std::string test_model() {
+  if (const char* env = std::getenv("NIBBLE_TEST_MODEL")) return env;
+  static const std::string dir = [] {
+    const fs::path d = fs::temp_directory_path() / ("nibble_cuda_runner_" + std::to_string(getpid()));
+    tools::SynthOptions o;
+    o.preset = "small-moe";
+    o.out_dir = d.string();
+    o.seed = 11;
+    auto r = tools::synth_checkpoint(o);
+    EXPECT_TRUE(r.is_ok()) << r.status().message();
+    return d.string();
+  }();
+  return dir;
+}
+
+std::unique_ptr<engine::ModelRunner> runner(engine::Backend backend, formats::ActQuant mode, int64_t blocks = 64) {
+  engine::RunnerOptions o;
+  o.backend = backend;
+  o.act_quant_moe = o.act_quant_dense = mode;
+  o.num_kv_blocks = blocks;
+  o.kv_dtype = engine::KvCacheDtype::BF16;
+  o.max_num_batched_tokens = 512;
+  o.max_num_seqs = 8;
+  auto r = engine::create_runner(test_model(), o);
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  return r.is_ok() ? std::move(r.value()) : nullptr;
+}
+
+// Max over rows of max|a − b| / max|b|.
+double row_error(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
+  double worst = 0;
+  for (size_t r = 0; r * vocab < b.size(); ++r) {
+    double diff = 0, scale = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      diff = std::max(diff, std::fabs(double(a[r * vocab + i]) - b[r * vocab + i]));
+      scale = std::max(scale, std::fabs(double(b[r * vocab + i])));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
+}
+
+models::Batch one_sequence(const std::vector<int32_t>& tokens, int64_t start, int64_t blocks, int32_t first_block = 0) {
+  models::Batch b;
+  b.token_ids = tokens;
+  models::BatchSequence s;
+  for (int32_t i = 0; i < blocks; ++i) s.block_table.push_back(first_block + i);
+  s.start_position = start;
+  s.n_tokens = static_cast<int64_t>(tokens.size());
+  b.sequences = {s};
+  b.logits_rows = {static_cast<int64_t>(tokens.size()) - 1};
+  return b;
+}
+
+TEST(CudaRunner, MatchesTheCpuReferenceInEveryMode) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaRunner.MatchesTheCpuReferenceInEveryMode");
+  for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
+    auto gpu = runner(engine::Backend::CUDA, mode), cpu = runner(engine::Backend::CPU, mode);
+    ASSERT_TRUE(gpu && cpu);
+    const int64_t V = cpu->config().vocab_size;
+    std::mt19937_64 rng(seed);
+    std::vector<int32_t> prompt(45);
+    for (auto& t : prompt) t = int32_t(rng() % 150000);
+    std::vector<float> lg, lc;
+    ASSERT_TRUE(gpu->forward_logits(one_sequence(prompt, 0, 8), lg).is_ok());
+    ASSERT_TRUE(cpu->forward_logits(one_sequence(prompt, 0, 8), lc).is_ok());
+    double worst = row_error(lg, lc, V);
+    int clear = 0, agreed = 0;
+    int64_t position = static_cast<int64_t>(prompt.size());
+    for (int step = 0; step < 10; ++step) {
+      // Greedy agreement wherever the CPU's top-2 margin exceeds the tolerance.
+      std::vector<float> sorted(lc.begin(), lc.end());
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+      double scale = 0;
+      for (float x : lc) scale = std::max(scale, std::fabs(double(x)));
+      const int32_t cpu_token = int32_t(std::max_element(lc.begin(), lc.end()) - lc.begin());
+      const int32_t gpu_token = int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin());
+      if (sorted[0] - sorted[1] > 2 * TOLERANCE * scale) ++clear, agreed += cpu_token == gpu_token;
+      const auto next = one_sequence({cpu_token}, position++, 8);
+      ASSERT_TRUE(gpu->forward_logits(next, lg).is_ok());
+      ASSERT_TRUE(cpu->forward_logits(next, lc).is_ok());
+      worst = std::max(worst, row_error(lg, lc, V));
+    }
+    std::printf("mode %s: max row error %.2e, greedy %d/%d clear-margin tokens agree\n", formats::act_quant_name(mode),
+                worst, agreed, clear);
+    EXPECT_LE(worst, TOLERANCE) << formats::act_quant_name(mode);
+    EXPECT_EQ(agreed, clear) << formats::act_quant_name(mode);
+  }
+}
+
+TEST(CudaRunner, MixedBatchesGiveEachSequenceItsOwnResult) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaRunner.MixedBatchesGiveEachSequenceItsOwnResult");
+  std::mt19937_64 rng(seed);
+  auto gpu = runner(engine::Backend::CUDA, formats::ActQuant::NONE);
+  ASSERT_TRUE(gpu);
+  const int64_t V = gpu->config().vocab_size;
+  std::vector<int32_t> a(30), b(21);
+  for (auto& t : a) t = int32_t(rng() % 150000);
+  for (auto& t : b) t = int32_t(rng() % 150000);
+  // Alone: a's 30 tokens in blocks 0–3, b in blocks 8–11 as a 16-token chunk and then 5 more.
+  std::vector<float> a_alone, b_chunk, b_alone;
+  ASSERT_TRUE(gpu->forward_logits(one_sequence(a, 0, 4), a_alone).is_ok());
+  ASSERT_TRUE(gpu->forward_logits(one_sequence({b.begin(), b.begin() + 16}, 0, 4, 8), b_chunk).is_ok());
+  ASSERT_TRUE(gpu->forward_logits(one_sequence({b.begin() + 16, b.end()}, 16, 4, 8), b_alone).is_ok());
+  // Together: a decode of a's last token (cache holds a[0..29) from the run above, rewritten the
+  // same) beside b's second chunk, in blocks 16–19 for b's copy.
+  ASSERT_TRUE(gpu->forward_logits(one_sequence({b.begin(), b.begin() + 16}, 0, 4, 16), b_chunk).is_ok());
+  models::Batch mixed;
+  mixed.token_ids = {a.back()};
+  mixed.token_ids.insert(mixed.token_ids.end(), b.begin() + 16, b.end());
+  models::BatchSequence sa, sb;
+  for (int32_t i = 0; i < 4; ++i) sa.block_table.push_back(i), sb.block_table.push_back(16 + i);
+  sa.start_position = 29, sa.n_tokens = 1;
+  sb.start_position = 16, sb.n_tokens = 5;
+  mixed.sequences = {sa, sb};
+  mixed.logits_rows = {0, 5};
+  std::vector<float> both;
+  ASSERT_TRUE(gpu->forward_logits(mixed, both).is_ok());
+  // Batch composition changes only GEMM shapes (cuBLAS may sum in another order): 1e-3 of max|logit|.
+  EXPECT_LE(row_error({both.begin(), both.begin() + V}, a_alone, V), 1e-3);
+  EXPECT_LE(row_error({both.begin() + V, both.end()}, b_alone, V), 1e-3);
+}
+
+TEST(CudaRunner, StepSamplesAndBadBatchesAreErrors) {
+  NIB_SKIP_WITHOUT_GPU();
+  auto gpu = runner(engine::Backend::CUDA, formats::ActQuant::NONE);
+  ASSERT_TRUE(gpu);
+  std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7};
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.logprobs = 3;
+  const engine::SampleRow row{&greedy, {prompt, {}, {}}, {1, 7}};
+  std::vector<sampling::SampledToken> out;
+  std::vector<float> logits;
+  ASSERT_TRUE(gpu->forward_logits(one_sequence(prompt, 0, 1), logits).is_ok());
+  ASSERT_TRUE(gpu->step(one_sequence(prompt, 0, 1), std::span<const engine::SampleRow>(&row, 1), out).is_ok());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].token, int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+  ASSERT_EQ(out[0].top.size(), 3u);
+  EXPECT_EQ(out[0].top[0].token, out[0].token);
+  // Errors, and the runner keeps working after them.
+  EXPECT_FALSE(gpu->forward_logits(one_sequence({int32_t(gpu->config().vocab_size)}, 0, 1), logits).is_ok());
+  EXPECT_FALSE(gpu->forward_logits(one_sequence(prompt, 0, 0), logits).is_ok());
+  EXPECT_FALSE(gpu->forward_logits(one_sequence(prompt, 0, 1, 1000), logits).is_ok());
+  EXPECT_TRUE(gpu->forward_logits(one_sequence(prompt, 0, 1), logits).is_ok());
+}
+
+}  // namespace
