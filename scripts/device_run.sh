@@ -46,6 +46,28 @@ for mode in none static per-token; do
   results+=("$(printf '%-28s rc=%d  %s' "generate cuda $mode" "$?" "$(grep -E 'prefill' "$OUT/generate_$mode.log")")")
 done
 
+# nibble serve --backend cuda on the full-size checkpoint: a completion and a streamed chat.
+build-device/nibble serve --backend cuda --model "$SYNTH_DIR" --port 8765 --max-num-seqs 64 > "$OUT/serve.log" 2>&1 &
+serve_pid=$!
+for _ in $(seq 1 120); do curl -sf localhost:8765/health >/dev/null && break; sleep 1; done
+completion=$(curl -s localhost:8765/v1/completions -H 'Content-Type: application/json' \
+  -d '{"prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}')
+chat_events=$(curl -sN localhost:8765/v1/chat/completions -H 'Content-Type: application/json' \
+  -d '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "stream": true, "ignore_eos": true}' | grep -c '^data:')
+kill -TERM $serve_pid; wait $serve_pid
+results+=("$(printf '%-28s       %s' "serve cuda: completion" "$(echo "$completion" | head -c 200)")")
+results+=("$(printf '%-28s       %s' "serve cuda: chat stream" "$chat_events data events (8 tokens + role + finish/usage + DONE expected)")")
+
+# Where a decode step's time goes (Nsight Systems, when the machine has it).
+if command -v nsys >/dev/null; then
+  nsys profile -o "$OUT/gen" --force-overwrite true build-device/nibble generate --backend cuda --model "$SYNTH_DIR" \
+    --prompt-ids "$prompt" --max-tokens 32 --ignore-eos > /dev/null 2>&1
+  nsys stats --report cuda_gpu_kern_sum --format csv "$OUT/gen.nsys-rep" > "$OUT/kernels.csv" 2>/dev/null
+  rm -f "$OUT/gen.nsys-rep" "$OUT"/gen.sqlite
+fi
+
+grep -h "differ" "$OUT"/test_cuda_*.log > "$OUT/differ.txt"
 echo "== device run ($(nproc) cores, disk: $(cat "$OUT/disk.txt")) =="
+for t in "$OUT"/test_cuda_*.log; do grep -hE "Failure|Expected|actual|^mode" "$t" | head -8; done
 printf '%s\n' "${results[@]}"
-grep -h "differ" "$OUT"/test_cuda_*.log
+[ -f "$OUT/kernels.csv" ] && head -25 "$OUT/kernels.csv" | cut -d, -f1-4,9 | cut -c1-150

@@ -4,6 +4,7 @@
 // accumulates its share of the head's dimensions.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "cuda/attention.cuh"
@@ -16,11 +17,13 @@ constexpr int TILE = 32;
 
 __device__ __forceinline__ float bf16_to_float(uint16_t bits) { return __uint_as_float(static_cast<uint32_t>(bits) << 16); }
 
+// blockIdx.z: which of gridDim.z key ranges of `chunk` keys this CTA covers. With one split the
+// result goes to `out`; with several, (m, l, acc) go to `partial` for merge_kernel.
 template <int DPL>  // dimensions per lane: ceil(head_dim / 32)
 __global__ void paged_attention_kernel(const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
-                                       AttentionBatch b, uint16_t* out) {
+                                       AttentionBatch b, uint16_t* out, float* partial, int64_t chunk) {
   extern __shared__ float smem[];
-  const int64_t t = blockIdx.x, kvh = blockIdx.y;
+  const int64_t t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const int group = static_cast<int>(b.n_heads / b.n_kv_heads);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int D = static_cast<int>(b.head_dim), k_stride = D + 2;
@@ -30,7 +33,8 @@ __global__ void paged_attention_kernel(const float* q, const uint16_t* k_cache, 
   const int64_t head = kvh * group + warp;
   for (int c = lane; c < D; c += 32) qs[warp * D + c] = q[(t * b.n_heads + head) * D + c];
 
-  const int64_t n_keys = int64_t{b.positions[t]} + 1;
+  const int64_t context = int64_t{b.positions[t]} + 1;
+  const int64_t first_key = split * chunk, n_keys = context < first_key + chunk ? context : first_key + chunk;
   const int32_t* table = b.block_tables + int64_t{b.token_seq[t]} * b.max_blocks;
   const int64_t kv_width = b.n_kv_heads * D;
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
@@ -38,7 +42,7 @@ __global__ void paged_attention_kernel(const float* q, const uint16_t* k_cache, 
 #pragma unroll
   for (int i = 0; i < DPL; ++i) acc[i] = 0.0f;
 
-  for (int64_t start = 0; start < n_keys; start += TILE) {
+  for (int64_t start = first_key; start < n_keys; start += TILE) {
     __syncthreads();  // the previous tile is consumed (and q is in place)
     const int n = static_cast<int>(n_keys - start < TILE ? n_keys - start : TILE);
     for (int e = threadIdx.x; e < n * (D / 2); e += blockDim.x) {
@@ -82,6 +86,16 @@ __global__ void paged_attention_kernel(const float* q, const uint16_t* k_cache, 
     }
     m = m_new;
   }
+  if (partial) {  // this split's share: its max, its sum and its unnormalized output
+    float* p = partial + ((t * b.n_heads + head) * gridDim.z + split) * (D + 2);
+    if (lane == 0) p[0] = m, p[1] = l;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      const int c = lane + 32 * i;
+      if (c < D) p[2 + c] = acc[i];
+    }
+    return;
+  }
   uint16_t* o = out + (t * b.n_heads + head) * D;
 #pragma unroll
   for (int i = 0; i < DPL; ++i) {
@@ -90,30 +104,72 @@ __global__ void paged_attention_kernel(const float* q, const uint16_t* k_cache, 
   }
 }
 
+// One warp per (token, head): the softmax of all splits from their (m, l, acc).
+__global__ void merge_kernel(const float* partial, int64_t rows, int64_t splits, int D, uint16_t* out) {
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const float* p = partial + row * splits * (D + 2);
+  float m = -INFINITY;
+  for (int64_t s = 0; s < splits; ++s) m = fmaxf(m, p[s * (D + 2)]);
+  float l = 0.0f;
+  for (int64_t s = 0; s < splits; ++s) {
+    const float ms = p[s * (D + 2)];
+    if (ms != -INFINITY) l += p[s * (D + 2) + 1] * expf(ms - m);
+  }
+  for (int c = lane; c < D; c += 32) {
+    float acc = 0.0f;
+    for (int64_t s = 0; s < splits; ++s) {
+      const float ms = p[s * (D + 2)];
+      if (ms != -INFINITY) acc += p[s * (D + 2) + 2 + c] * expf(ms - m);
+    }
+    out[row * D + c] = __bfloat16_as_ushort(__float2bfloat16_rn(acc / l));
+  }
+}
+
 template <int DPL>
 Status launch(const float* q, const uint16_t* k, const uint16_t* v, const AttentionBatch& b, uint16_t* out,
-              cudaStream_t stream) {
+              cudaStream_t stream, float* workspace) {
   const int group = static_cast<int>(b.n_heads / b.n_kv_heads), D = static_cast<int>(b.head_dim);
   const size_t shared = sizeof(float) * group * D + sizeof(uint16_t) * TILE * (D + 2) + sizeof(uint16_t) * TILE * D;
-  const dim3 grid(static_cast<unsigned>(b.tokens), static_cast<unsigned>(b.n_kv_heads));
-  paged_attention_kernel<DPL><<<grid, group * 32, shared, stream>>>(q, k, v, b, out);
+  const int64_t splits = attention_splits(b);
+  const int64_t chunk = (b.max_keys + splits - 1) / splits;
+  const int64_t chunk_tiles = (chunk + TILE - 1) / TILE * TILE;
+  if (splits > 1 && !workspace) return Status::error("paged_attention: a split step needs its workspace");
+  const dim3 grid(static_cast<unsigned>(b.tokens), static_cast<unsigned>(b.n_kv_heads), static_cast<unsigned>(splits));
+  paged_attention_kernel<DPL><<<grid, group * 32, shared, stream>>>(q, k, v, b, out, splits > 1 ? workspace : nullptr,
+                                                                   splits > 1 ? chunk_tiles : (int64_t{1} << 62));
+  if (splits > 1) {
+    const int64_t rows = b.tokens * b.n_heads;
+    merge_kernel<<<static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, stream>>>(workspace, rows, splits, D, out);
+  }
   return cuda_status(cudaGetLastError(), "paged_attention");
 }
 
 }  // namespace
 
+int64_t attention_splits(const AttentionBatch& b) {
+  // Enough CTAs for two waves over the H200's 132 SMs, each with at least 256 keys to walk.
+  constexpr int64_t TARGET_CTAS = 264, MIN_KEYS_PER_SPLIT = 256, MAX_SPLITS = 32;
+  const int64_t ctas = b.tokens * b.n_kv_heads;
+  if (ctas >= TARGET_CTAS || b.max_keys <= MIN_KEYS_PER_SPLIT) return 1;
+  const int64_t by_keys = (b.max_keys + MIN_KEYS_PER_SPLIT - 1) / MIN_KEYS_PER_SPLIT;
+  return std::max<int64_t>(1, std::min({(TARGET_CTAS + ctas - 1) / ctas, by_keys, MAX_SPLITS}));
+}
+
 Status paged_attention(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const AttentionBatch& b,
-                       uint16_t* out, cudaStream_t stream) {
+                       uint16_t* out, cudaStream_t stream, float* workspace) {
   if (b.tokens <= 0) return Status::ok();
   if (b.n_kv_heads <= 0 || b.n_heads % b.n_kv_heads != 0 || b.n_heads / b.n_kv_heads > 16)
     return Status::error("paged_attention: n_heads must be a multiple of n_kv_heads, at most 16 per KV head");
   if (b.head_dim % 2 != 0 || b.head_dim > 256 || b.head_dim <= 0)
     return Status::error("paged_attention: head_dim must be even and at most 256");
   const int dpl = static_cast<int>((b.head_dim + 31) / 32);
-  if (dpl <= 1) return launch<1>(q, k_cache, v_cache, b, out, stream);
-  if (dpl <= 2) return launch<2>(q, k_cache, v_cache, b, out, stream);
-  if (dpl <= 4) return launch<4>(q, k_cache, v_cache, b, out, stream);
-  return launch<8>(q, k_cache, v_cache, b, out, stream);
+  if (b.max_keys < 1) return Status::error("paged_attention: max_keys must cover the longest context");
+  if (dpl <= 1) return launch<1>(q, k_cache, v_cache, b, out, stream, workspace);
+  if (dpl <= 2) return launch<2>(q, k_cache, v_cache, b, out, stream, workspace);
+  if (dpl <= 4) return launch<4>(q, k_cache, v_cache, b, out, stream, workspace);
+  return launch<8>(q, k_cache, v_cache, b, out, stream, workspace);
 }
 
 }  // namespace nibble::cuda

@@ -1,6 +1,7 @@
 // Paged attention on the GPU: GQA, causal, over a BF16 KV cache [blocks, block_size, NKV, D], for
 // mixed steps (prefill chunks attend to their cached pages and causally to each other; decodes to
-// their whole context). fp32 scores and online softmax. Twin of ref::paged_attention.
+// their whole context, split over CTAs when few tokens run). fp32 scores and online softmax. Twin
+// of ref::paged_attention.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,11 +20,21 @@ struct AttentionBatch {
   const int32_t* positions = nullptr;     // device [tokens]: the token attends to positions [0, positions[t]]
   const int32_t* block_tables = nullptr;  // device [n_seqs, max_blocks]
   int64_t max_blocks = 0;
+  int64_t max_keys = 0;                   // the longest context in the step (host-known)
 };
+
+// Decode-sized steps split each context over several CTAs (flash-decoding) and merge the partial
+// softmaxes; this is the fp32 scratch they need: tokens · n_heads · splits · (head_dim + 2) floats.
+int64_t attention_splits(const AttentionBatch& batch);
+inline int64_t attention_workspace_floats(int64_t tokens, int64_t n_heads, int64_t head_dim, int64_t splits) {
+  return tokens * n_heads * splits * (head_dim + 2);
+}
 
 // q: fp32 [tokens, NH, D]; out: BF16 [tokens, NH·D] (the o_proj input). head_dim ≤ 256, a
 // multiple of 2; n_heads a multiple of n_kv_heads with at most 16 query heads per KV head.
+// workspace: attention_workspace_floats(...) floats for attention_splits(batch) > 1 (may be null
+// when it is 1).
 Status paged_attention(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const AttentionBatch& batch,
-                       uint16_t* out, cudaStream_t stream);
+                       uint16_t* out, cudaStream_t stream, float* workspace = nullptr);
 
 }  // namespace nibble::cuda

@@ -54,7 +54,8 @@ struct CudaModel::Impl {
   // Step metadata.
   int32_t *ids = nullptr, *positions = nullptr, *token_seq = nullptr, *block_tables = nullptr, *rows = nullptr;
   int64_t* slots = nullptr;
-  int64_t max_blocks_per_seq = 0;
+  int64_t max_blocks_per_seq = 0, step_max_keys = 0;
+  float* attention_ws = nullptr;  // split-KV partial results
   // KV cache: [layers, blocks, block_size, NKV, D] BF16 for K and for V.
   uint16_t *k_cache = nullptr, *v_cache = nullptr;
   int64_t n_blocks = 0;
@@ -249,6 +250,10 @@ struct CudaModel::Impl {
     NIB_RETURN_IF_ERROR(a.alloc(slots, T, "KV slots"));
     NIB_RETURN_IF_ERROR(a.alloc(rows, R, "logits rows"));
     NIB_RETURN_IF_ERROR(a.alloc(block_tables, options.max_seqs * max_blocks_per_seq, "block tables"));
+    // Split-KV steps have fewer than 264 / NKV tokens (cuda::attention_splits), at most 32 splits.
+    const int64_t split_tokens = std::min<int64_t>(T, 264);
+    NIB_RETURN_IF_ERROR(a.alloc(attention_ws, static_cast<size_t>(cuda::attention_workspace_floats(split_tokens, NH, D, 32)),
+                                "the split-KV attention scratch"));
     return Status::ok();
   }
 
@@ -264,11 +269,13 @@ struct CudaModel::Impl {
   Status upload_batch(const Batch& batch, int64_t T) {
     std::vector<int32_t> pos, seq_of, table(static_cast<size_t>(batch.sequences.size() * max_blocks_per_seq), 0);
     std::vector<int64_t> slot;
+    step_max_keys = 0;
     for (size_t s = 0; s < batch.sequences.size(); ++s) {
       const BatchSequence& bs = batch.sequences[s];
       std::copy(bs.block_table.begin(), bs.block_table.end(), table.begin() + static_cast<int64_t>(s) * max_blocks_per_seq);
       for (int64_t i = 0; i < bs.n_tokens; ++i) {
         const int64_t p = bs.start_position + i;
+        step_max_keys = std::max(step_max_keys, p + 1);
         pos.push_back(static_cast<int32_t>(p));
         seq_of.push_back(static_cast<int32_t>(s));
         slot.push_back(int64_t{bs.block_table[static_cast<size_t>(p / options.block_size)]} * options.block_size +
@@ -329,7 +336,8 @@ struct CudaModel::Impl {
     const size_t layer_kv = static_cast<size_t>(n_blocks * options.block_size * NKV * D);
     NIB_RETURN_IF_ERROR(cuda::embedding_gather(ids, T, embed, H, x, s));
     const cuda::QkvLayout qkv{T, NH, NKV, D, positions, slots};
-    const cuda::AttentionBatch att{T, NH, NKV, D, options.block_size, token_seq, positions, block_tables, max_blocks_per_seq};
+    const cuda::AttentionBatch att{T, NH, NKV, D, options.block_size, token_seq, positions, block_tables,
+                                   max_blocks_per_seq, step_max_keys};
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& w = layers[l];
       // x += the previous layer's MLP output, then the input norm.
@@ -341,7 +349,7 @@ struct CudaModel::Impl {
       uint16_t* kc = k_cache + l * layer_kv;
       uint16_t* vc = v_cache + l * layer_kv;
       NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(q, k, v, qkv, w.q_norm, w.k_norm, eps, config.rope_theta, q_rot, kc, vc, s));
-      NIB_RETURN_IF_ERROR(cuda::paged_attention(q_rot, kc, vc, att, attn, s));
+      NIB_RETURN_IF_ERROR(cuda::paged_attention(q_rot, kc, vc, att, attn, s, attention_ws));
       NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta));
       NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s));
       if (w.is_moe) {

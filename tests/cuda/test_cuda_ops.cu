@@ -103,6 +103,7 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
   };
   const Case cases[] = {
       {32, 4, 128, 16, {{0, 37}, {100, 1}, {5, 1}, {33, 20}, {1023, 1}}},  // Qwen3-30B-A3B: prefill, decodes, a chunk
+      {32, 4, 128, 16, {{3000, 1}}},                                         // one long decode: split over CTAs
       {8, 2, 64, 16, {{0, 1}, {15, 3}, {300, 1}}},                         // small-moe
       {4, 2, 16, 4, {{0, 9}, {6, 1}}},                                      // tiny-moe, odd sizes
       {6, 6, 32, 8, {{3, 5}}},                                              // MHA
@@ -127,7 +128,7 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
     std::vector<ref::AttentionSequence> seqs;
     std::vector<int32_t> positions, token_seq;
     std::vector<int64_t> slots, positions64;
-    const int64_t max_blocks = 64;
+    const int64_t max_blocks = 256;
     std::vector<int32_t> flat_tables(c.seqs.size() * max_blocks, 0);
     int64_t next_block = 0, offset = 0;
     for (size_t s = 0; s < c.seqs.size(); ++s) {
@@ -175,8 +176,12 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
     for (size_t i = 0; i < kb.size(); ++i) kb[i] = bf16_encode(ref_k[i]), vb[i] = bf16_encode(ref_v[i]);
     test::DeviceBuffer<uint16_t> d_kc2(kb), d_vc2(vb);
     test::DeviceBuffer<float> d_rq(rq);
-    const cuda::AttentionBatch att{T, c.NH, c.NKV, c.D, c.block_size, d_seq.get(), d_pos.get(), d_tables.get(), max_blocks};
-    ASSERT_TRUE(cuda::paged_attention(d_rq.get(), d_kc2.get(), d_vc2.get(), att, d_out.get(), nullptr).is_ok());
+    int64_t max_keys = 0;
+    for (auto [cached, fresh] : c.seqs) max_keys = std::max(max_keys, cached + fresh);
+    const cuda::AttentionBatch att{T, c.NH, c.NKV, c.D, c.block_size, d_seq.get(), d_pos.get(), d_tables.get(), max_blocks, max_keys};
+    const int64_t splits = cuda::attention_splits(att);
+    test::DeviceBuffer<float> d_ws(static_cast<size_t>(cuda::attention_workspace_floats(T, c.NH, c.D, splits)));
+    ASSERT_TRUE(cuda::paged_attention(d_rq.get(), d_kc2.get(), d_vc2.get(), att, d_out.get(), nullptr, d_ws.get()).is_ok());
     NIB_CUDA_CHECK(cudaDeviceSynchronize());
     const auto got = decode(d_out.to_host());
     double max_abs = 0, worst = 0;
@@ -184,10 +189,10 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
     for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
     // Outputs are convex mixes of V (|v| ≲ 4): BF16 rounding of the output (2^-9 relative) and
     // fp32 softmax-order differences (~1e-6) bound the error by ~1e-2 of max|out|.
-    EXPECT_LE(worst, 8e-3 * max_abs) << "NH " << c.NH << " NKV " << c.NKV << " D " << c.D;
+    EXPECT_LE(worst, 8e-3 * max_abs) << "NH " << c.NH << " NKV " << c.NKV << " D " << c.D << " splits " << splits;
   }
   // Bad shapes are errors.
-  cuda::AttentionBatch bad{1, 3, 2, 64, 16, nullptr, nullptr, nullptr, 1};
+  cuda::AttentionBatch bad{1, 3, 2, 64, 16, nullptr, nullptr, nullptr, 1, 1};
   EXPECT_FALSE(cuda::paged_attention(nullptr, nullptr, nullptr, bad, nullptr, nullptr).is_ok());
 }
 
