@@ -43,8 +43,11 @@ prompt=$(python3 -c "import random; r = random.Random(0); print(','.join(str(r.r
 for mode in none static per-token; do
   build-device/nibble generate --backend cuda --model "$SYNTH_DIR" --prompt-ids "$prompt" --max-tokens 128 --ignore-eos \
     --act-quant-moe "$mode" --act-quant-dense "$mode" > "$OUT/generate_$mode.log" 2>&1
-  results+=("$(printf '%-28s rc=%d  %s' "generate cuda $mode" "$?" "$(grep -E 'prefill' "$OUT/generate_$mode.log")")")
+  results+=("$(printf '%-28s rc=%d  %s' "generate cuda $mode" "$?" "$(grep -E 'prefill' "$OUT/generate_$mode.log" | cut -c22-)")")
 done
+build-device/nibble generate --backend cuda --model "$SYNTH_DIR" --prompt-ids "$prompt" --max-tokens 128 --ignore-eos \
+  --enforce-eager > "$OUT/generate_eager.log" 2>&1
+results+=("$(printf '%-28s rc=%d  %s' "generate cuda none, eager" "$?" "$(grep -E 'prefill' "$OUT/generate_eager.log" | cut -c22-)")")
 
 # nibble serve --backend cuda on the full-size checkpoint: a completion and a streamed chat.
 build-device/nibble serve --backend cuda --model "$SYNTH_DIR" --port 8765 --max-num-seqs 64 > "$OUT/serve.log" 2>&1 &

@@ -32,6 +32,7 @@ struct GenerateOptions {
   int64_t prefill_chunk = 0;
   int64_t block_size = 16;
   bool ignore_eos = false;
+  bool enforce_eager = false;
 };
 
 int run_generate(const GenerateOptions& o) {
@@ -64,6 +65,7 @@ int run_generate(const GenerateOptions& o) {
   options.block_size = o.block_size;
   options.num_kv_blocks = (total + o.block_size - 1) / o.block_size;
   options.max_num_seqs = 1;
+  options.enforce_eager = o.enforce_eager;
   options.max_num_batched_tokens = o.prefill_chunk > 0 ? o.prefill_chunk : static_cast<int64_t>(prompt->size());
   const engine::Backend resolved = options.backend == engine::Backend::AUTO
                                        ? (engine::cuda_available() ? engine::Backend::CUDA : engine::Backend::CPU)
@@ -173,6 +175,7 @@ CommandRunner register_generate(CLI::App& root) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--block-size", o->block_size, "KV cache block size")->default_val(16)->check(CLI::PositiveNumber);
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after an end-of-sequence token");
+  cmd->add_flag("--enforce-eager", o->enforce_eager, "CUDA backend: no CUDA graph for decode steps");
   return [o] { return run_generate(*o); };
 }
 

@@ -123,6 +123,7 @@ CommandRunner register_serve(CLI::App& root) {
          "Share of GPU memory for weights, workspaces and the KV cache (CUDA backend)");
   option(cmd, "--kv-cache-dtype", o->kv_cache_dtype, "KV-cache dtype: auto | bf16");
   option(cmd, "--enable-prefix-caching", o->enable_prefix_caching, "Reuse KV blocks of shared prompt prefixes");
+  option(cmd, "--enforce-eager", o->enforce_eager, "CUDA backend: no CUDA graphs for decode steps");
   option(cmd, "--tensor-parallel-size", o->tensor_parallel_size, "GPUs per model (1 for now)");
   option(cmd, "--backend", o->backend, "cpu | cuda | auto");
   option(cmd, "--moe-backend", o->moe_backend, "fused | dequant-cublas | auto (CUDA backend)");

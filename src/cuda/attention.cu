@@ -17,11 +17,11 @@ constexpr int TILE = 32;
 
 __device__ __forceinline__ float bf16_to_float(uint16_t bits) { return __uint_as_float(static_cast<uint32_t>(bits) << 16); }
 
-// blockIdx.z: which of gridDim.z key ranges of `chunk` keys this CTA covers. With one split the
-// result goes to `out`; with several, (m, l, acc) go to `partial` for merge_kernel.
+// blockIdx.z: which of gridDim.z equal shares of the token's context this CTA covers (whole tiles).
+// With one split the result goes to `out`; with several, (m, l, acc) go to `partial` for merge_kernel.
 template <int DPL>  // dimensions per lane: ceil(head_dim / 32)
 __global__ void paged_attention_kernel(const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
-                                       AttentionBatch b, uint16_t* out, float* partial, int64_t chunk) {
+                                       AttentionBatch b, uint16_t* out, float* partial) {
   extern __shared__ float smem[];
   const int64_t t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const int group = static_cast<int>(b.n_heads / b.n_kv_heads);
@@ -34,6 +34,7 @@ __global__ void paged_attention_kernel(const float* q, const uint16_t* k_cache, 
   for (int c = lane; c < D; c += 32) qs[warp * D + c] = q[(t * b.n_heads + head) * D + c];
 
   const int64_t context = int64_t{b.positions[t]} + 1;
+  const int64_t tiles = (context + TILE - 1) / TILE, chunk = (tiles + gridDim.z - 1) / gridDim.z * TILE;
   const int64_t first_key = split * chunk, n_keys = context < first_key + chunk ? context : first_key + chunk;
   const int32_t* table = b.block_tables + int64_t{b.token_seq[t]} * b.max_blocks;
   const int64_t kv_width = b.n_kv_heads * D;
@@ -132,13 +133,10 @@ Status launch(const float* q, const uint16_t* k, const uint16_t* v, const Attent
               cudaStream_t stream, float* workspace) {
   const int group = static_cast<int>(b.n_heads / b.n_kv_heads), D = static_cast<int>(b.head_dim);
   const size_t shared = sizeof(float) * group * D + sizeof(uint16_t) * TILE * (D + 2) + sizeof(uint16_t) * TILE * D;
-  const int64_t splits = attention_splits(b);
-  const int64_t chunk = (b.max_keys + splits - 1) / splits;
-  const int64_t chunk_tiles = (chunk + TILE - 1) / TILE * TILE;
+  const int64_t splits = b.splits;
   if (splits > 1 && !workspace) return Status::error("paged_attention: a split step needs its workspace");
   const dim3 grid(static_cast<unsigned>(b.tokens), static_cast<unsigned>(b.n_kv_heads), static_cast<unsigned>(splits));
-  paged_attention_kernel<DPL><<<grid, group * 32, shared, stream>>>(q, k, v, b, out, splits > 1 ? workspace : nullptr,
-                                                                   splits > 1 ? chunk_tiles : (int64_t{1} << 62));
+  paged_attention_kernel<DPL><<<grid, group * 32, shared, stream>>>(q, k, v, b, out, splits > 1 ? workspace : nullptr);
   if (splits > 1) {
     const int64_t rows = b.tokens * b.n_heads;
     merge_kernel<<<static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, stream>>>(workspace, rows, splits, D, out);
@@ -148,12 +146,12 @@ Status launch(const float* q, const uint16_t* k, const uint16_t* v, const Attent
 
 }  // namespace
 
-int64_t attention_splits(const AttentionBatch& b) {
+int64_t attention_splits(int64_t tokens, int64_t n_kv_heads, int64_t max_keys) {
   // Enough CTAs for two waves over the H200's 132 SMs, each with at least 256 keys to walk.
   constexpr int64_t TARGET_CTAS = 264, MIN_KEYS_PER_SPLIT = 256, MAX_SPLITS = 32;
-  const int64_t ctas = b.tokens * b.n_kv_heads;
-  if (ctas >= TARGET_CTAS || b.max_keys <= MIN_KEYS_PER_SPLIT) return 1;
-  const int64_t by_keys = (b.max_keys + MIN_KEYS_PER_SPLIT - 1) / MIN_KEYS_PER_SPLIT;
+  const int64_t ctas = tokens * n_kv_heads;
+  if (ctas >= TARGET_CTAS || (max_keys > 0 && max_keys <= MIN_KEYS_PER_SPLIT)) return 1;
+  const int64_t by_keys = max_keys > 0 ? (max_keys + MIN_KEYS_PER_SPLIT - 1) / MIN_KEYS_PER_SPLIT : MAX_SPLITS;
   return std::max<int64_t>(1, std::min({(TARGET_CTAS + ctas - 1) / ctas, by_keys, MAX_SPLITS}));
 }
 
@@ -165,7 +163,7 @@ Status paged_attention(const float* q, const uint16_t* k_cache, const uint16_t* 
   if (b.head_dim % 2 != 0 || b.head_dim > 256 || b.head_dim <= 0)
     return Status::error("paged_attention: head_dim must be even and at most 256");
   const int dpl = static_cast<int>((b.head_dim + 31) / 32);
-  if (b.max_keys < 1) return Status::error("paged_attention: max_keys must cover the longest context");
+  if (b.splits < 1 || b.splits > 65535) return Status::error("paged_attention: splits must be in [1, 65535]");
   if (dpl <= 1) return launch<1>(q, k_cache, v_cache, b, out, stream, workspace);
   if (dpl <= 2) return launch<2>(q, k_cache, v_cache, b, out, stream, workspace);
   if (dpl <= 4) return launch<4>(q, k_cache, v_cache, b, out, stream, workspace);

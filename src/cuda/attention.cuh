@@ -20,20 +20,21 @@ struct AttentionBatch {
   const int32_t* positions = nullptr;     // device [tokens]: the token attends to positions [0, positions[t]]
   const int32_t* block_tables = nullptr;  // device [n_seqs, max_blocks]
   int64_t max_blocks = 0;
-  int64_t max_keys = 0;                   // the longest context in the step (host-known)
+  int64_t splits = 1;                     // CTAs per (token, KV head): attention_splits(...)
 };
 
-// Decode-sized steps split each context over several CTAs (flash-decoding) and merge the partial
-// softmaxes; this is the fp32 scratch they need: tokens · n_heads · splits · (head_dim + 2) floats.
-int64_t attention_splits(const AttentionBatch& batch);
+// Decode-sized steps split each token's context evenly over several CTAs (flash-decoding) and merge
+// the partial softmaxes: enough CTAs for two waves of the GPU, none with fewer than 256 keys
+// (max_keys: the longest context in the step; 0 when unknown, e.g. for a captured graph).
+int64_t attention_splits(int64_t tokens, int64_t n_kv_heads, int64_t max_keys);
+// The fp32 scratch split steps need: tokens · n_heads · splits · (head_dim + 2) floats.
 inline int64_t attention_workspace_floats(int64_t tokens, int64_t n_heads, int64_t head_dim, int64_t splits) {
   return tokens * n_heads * splits * (head_dim + 2);
 }
 
 // q: fp32 [tokens, NH, D]; out: BF16 [tokens, NH·D] (the o_proj input). head_dim ≤ 256, a
 // multiple of 2; n_heads a multiple of n_kv_heads with at most 16 query heads per KV head.
-// workspace: attention_workspace_floats(...) floats for attention_splits(batch) > 1 (may be null
-// when it is 1).
+// workspace: attention_workspace_floats(...) floats when batch.splits > 1 (may be null at 1).
 Status paged_attention(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const AttentionBatch& batch,
                        uint16_t* out, cudaStream_t stream, float* workspace = nullptr);
 

@@ -198,6 +198,10 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
                          std::to_string(c.arena.bytes() >> 20) + " MiB on the GPU; raise --gpu-memory-utilization or "
                          "lower --max-num-batched-tokens)");
   NIB_RETURN_IF_ERROR(runner->model().allocate_kv_cache(n_blocks));
+  if (o.enforce_eager) log_info("decode steps run eagerly (--enforce-eager)");
+  else if (mo.moe == cuda::GemmBackend::DEQUANT_CUBLAS)
+    log_info("decode steps run eagerly: the dequant-cublas MoE backend reads expert counts back to the host");
+  else NIB_RETURN_IF_ERROR(runner->model().capture_decode_graphs(mo.max_seqs));
   log_info("GPU KV cache: " + std::to_string(n_blocks) + " blocks of " + std::to_string(o.block_size) + " tokens (" +
            std::to_string((n_blocks * block_bytes) >> 20) + " MiB); " + std::to_string(c.arena.bytes() >> 20) +
            " MiB on " + c.name + " in all");

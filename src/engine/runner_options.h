@@ -36,6 +36,8 @@ struct RunnerOptions {
   int64_t num_kv_blocks = 0;
   double kv_cache_memory_gb = 0.0;
   double gpu_memory_utilization = 0.90;
+  // CUDA: decode steps replay CUDA graphs captured at start-up unless enforce_eager (vLLM's flag).
+  bool enforce_eager = false;
   // The largest step the engine will run (sizes GPU workspaces).
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 8192;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 
 #include "core/log.h"
 #include "cuda/attention.cuh"
@@ -56,6 +57,20 @@ struct CudaModel::Impl {
   int64_t* slots = nullptr;
   int64_t max_blocks_per_seq = 0, step_max_keys = 0;
   float* attention_ws = nullptr;  // split-KV partial results
+  // Pinned host copies of the step metadata (copied to the device asynchronously).
+  int32_t *h_ids = nullptr, *h_positions = nullptr, *h_token_seq = nullptr, *h_block_tables = nullptr, *h_rows = nullptr;
+  int64_t* h_slots = nullptr;
+  // Decode graphs by padded batch size. Padding tokens write into the trash block (one past the
+  // engine's blocks) through a sequence row of their own.
+  std::map<int64_t, cudaGraphExec_t> graphs;
+  int32_t trash_block = 0;
+
+  ~Impl() {
+    for (auto& [size, graph] : graphs) cudaGraphExecDestroy(graph);
+    for (void* p : {static_cast<void*>(h_ids), static_cast<void*>(h_positions), static_cast<void*>(h_token_seq),
+                    static_cast<void*>(h_block_tables), static_cast<void*>(h_rows), static_cast<void*>(h_slots)})
+      if (p) cudaFreeHost(p);
+  }
   // KV cache: [layers, blocks, block_size, NKV, D] BF16 for K and for V.
   uint16_t *k_cache = nullptr, *v_cache = nullptr;
   int64_t n_blocks = 0;
@@ -249,7 +264,17 @@ struct CudaModel::Impl {
     NIB_RETURN_IF_ERROR(a.alloc(token_seq, T, "token sequences"));
     NIB_RETURN_IF_ERROR(a.alloc(slots, T, "KV slots"));
     NIB_RETURN_IF_ERROR(a.alloc(rows, R, "logits rows"));
-    NIB_RETURN_IF_ERROR(a.alloc(block_tables, options.max_seqs * max_blocks_per_seq, "block tables"));
+    NIB_RETURN_IF_ERROR(a.alloc(block_tables, (options.max_seqs + 1) * max_blocks_per_seq, "block tables"));
+    auto pinned = [](auto*& p, int64_t n) {
+      return cuda::cuda_status(cudaHostAlloc(reinterpret_cast<void**>(&p), static_cast<size_t>(n) * sizeof(*p), cudaHostAllocDefault),
+                               "pinned step metadata");
+    };
+    NIB_RETURN_IF_ERROR(pinned(h_ids, T));
+    NIB_RETURN_IF_ERROR(pinned(h_positions, T));
+    NIB_RETURN_IF_ERROR(pinned(h_token_seq, T));
+    NIB_RETURN_IF_ERROR(pinned(h_slots, T));
+    NIB_RETURN_IF_ERROR(pinned(h_rows, std::max(R, T)));
+    NIB_RETURN_IF_ERROR(pinned(h_block_tables, (options.max_seqs + 1) * max_blocks_per_seq));
     // Split-KV steps have fewer than 264 / NKV tokens (cuda::attention_splits), at most 32 splits.
     const int64_t split_tokens = std::min<int64_t>(T, 264);
     NIB_RETURN_IF_ERROR(a.alloc(attention_ws, static_cast<size_t>(cuda::attention_workspace_floats(split_tokens, NH, D, 32)),
@@ -266,34 +291,39 @@ struct CudaModel::Impl {
     return cuda::linear_nvfp4(in, M, l.q, mode, l.input_scale, out, backend, gemm);
   }
 
-  Status upload_batch(const Batch& batch, int64_t T) {
-    std::vector<int32_t> pos, seq_of, table(static_cast<size_t>(batch.sequences.size() * max_blocks_per_seq), 0);
-    std::vector<int64_t> slot;
+  // The step's metadata into the pinned buffers, padded to T tokens (padding: token 0 at position 0
+  // of the trash block), then to the device on the stream. The caller waits for the step before
+  // staging the next one, so the pinned buffers are never overwritten while a copy reads them.
+  Status stage(const Batch& batch, int64_t T) {
+    const int64_t S = static_cast<int64_t>(batch.sequences.size()), bs = options.block_size;
+    int64_t t = 0;
     step_max_keys = 0;
-    for (size_t s = 0; s < batch.sequences.size(); ++s) {
-      const BatchSequence& bs = batch.sequences[s];
-      std::copy(bs.block_table.begin(), bs.block_table.end(), table.begin() + static_cast<int64_t>(s) * max_blocks_per_seq);
-      for (int64_t i = 0; i < bs.n_tokens; ++i) {
-        const int64_t p = bs.start_position + i;
+    for (int64_t s = 0; s < S; ++s) {
+      const BatchSequence& seq = batch.sequences[static_cast<size_t>(s)];
+      int32_t* table = h_block_tables + s * max_blocks_per_seq;
+      std::copy(seq.block_table.begin(), seq.block_table.end(), table);
+      for (int64_t i = 0; i < seq.n_tokens; ++i, ++t) {
+        const int64_t p = seq.start_position + i;
         step_max_keys = std::max(step_max_keys, p + 1);
-        pos.push_back(static_cast<int32_t>(p));
-        seq_of.push_back(static_cast<int32_t>(s));
-        slot.push_back(int64_t{bs.block_table[static_cast<size_t>(p / options.block_size)]} * options.block_size +
-                       p % options.block_size);
+        h_ids[t] = batch.token_ids[static_cast<size_t>(t)];
+        h_positions[t] = static_cast<int32_t>(p);
+        h_token_seq[t] = static_cast<int32_t>(s);
+        h_slots[t] = int64_t{table[p / bs]} * bs + p % bs;
       }
     }
-    std::vector<int32_t> logits_rows(batch.logits_rows.begin(), batch.logits_rows.end());
+    h_block_tables[S * max_blocks_per_seq] = trash_block;
+    for (; t < T; ++t) h_ids[t] = 0, h_positions[t] = 0, h_token_seq[t] = static_cast<int32_t>(S), h_slots[t] = int64_t{trash_block} * bs;
+    const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
+    for (int64_t r = 0; r < std::max(R, T); ++r) h_rows[r] = r < R ? static_cast<int32_t>(batch.logits_rows[static_cast<size_t>(r)]) : static_cast<int32_t>(r);
     auto put = [&](void* dst, const void* src, size_t bytes) {
       return cuda::cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), "step metadata");
     };
-    NIB_RETURN_IF_ERROR(put(ids, batch.token_ids.data(), T * 4));
-    NIB_RETURN_IF_ERROR(put(positions, pos.data(), T * 4));
-    NIB_RETURN_IF_ERROR(put(token_seq, seq_of.data(), T * 4));
-    NIB_RETURN_IF_ERROR(put(slots, slot.data(), T * 8));
-    NIB_RETURN_IF_ERROR(put(block_tables, table.data(), table.size() * 4));
-    NIB_RETURN_IF_ERROR(put(rows, logits_rows.data(), logits_rows.size() * 4));
-    // The host vectors die at return: wait for the copies (pageable memory copies are staged anyway).
-    return ctx->synchronize();
+    NIB_RETURN_IF_ERROR(put(ids, h_ids, T * 4));
+    NIB_RETURN_IF_ERROR(put(positions, h_positions, T * 4));
+    NIB_RETURN_IF_ERROR(put(token_seq, h_token_seq, T * 4));
+    NIB_RETURN_IF_ERROR(put(slots, h_slots, T * 8));
+    NIB_RETURN_IF_ERROR(put(block_tables, h_block_tables, (S + 1) * max_blocks_per_seq * 4));
+    return put(rows, h_rows, std::max(R, T) * 4);
   }
 
   Status check_batch(const Batch& batch) const {
@@ -325,19 +355,17 @@ struct CudaModel::Impl {
     return Status::ok();
   }
 
-  Status forward(const Batch& batch) {
-    if (!k_cache) return Status::error("the KV cache is not allocated");
-    NIB_RETURN_IF_ERROR(check_batch(batch));
-    const int64_t T = static_cast<int64_t>(batch.token_ids.size()), R = static_cast<int64_t>(batch.logits_rows.size());
+  // The layers over T staged tokens; logits for the first R staged rows. No host synchronization:
+  // a decode step of each padded size is captured once as a CUDA graph and replayed.
+  Status run(int64_t T, int64_t R, int64_t splits) {
     const int64_t H = config.hidden_size, D = config.head_dim, NH = config.num_attention_heads, NKV = config.num_key_value_heads;
     const float eps = static_cast<float>(config.rms_norm_eps);
-    NIB_RETURN_IF_ERROR(upload_batch(batch, T));
     const cudaStream_t s = stream();
-    const size_t layer_kv = static_cast<size_t>(n_blocks * options.block_size * NKV * D);
+    const size_t layer_kv = static_cast<size_t>((n_blocks + 1) * options.block_size * NKV * D);
     NIB_RETURN_IF_ERROR(cuda::embedding_gather(ids, T, embed, H, x, s));
     const cuda::QkvLayout qkv{T, NH, NKV, D, positions, slots};
     const cuda::AttentionBatch att{T, NH, NKV, D, options.block_size, token_seq, positions, block_tables,
-                                   max_blocks_per_seq, step_max_keys};
+                                   max_blocks_per_seq, splits};
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& w = layers[l];
       // x += the previous layer's MLP output, then the input norm.
@@ -368,6 +396,61 @@ struct CudaModel::Impl {
     NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, final_norm, eps, h, s));
     NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, nullptr, R, H, final_norm, eps, final_rows, s, rows));
     return run_linear(lm_head, final_rows, R, ActQuant::NONE, logits);
+  }
+
+  // The graph size a decode batch of B sequences replays, or 0 for an eager step.
+  int64_t graph_size(const Batch& batch) const {
+    const int64_t B = static_cast<int64_t>(batch.sequences.size());
+    if (graphs.empty() || static_cast<int64_t>(batch.token_ids.size()) != B || static_cast<int64_t>(batch.logits_rows.size()) != B)
+      return 0;
+    for (int64_t r = 0; r < B; ++r)
+      if (batch.logits_rows[static_cast<size_t>(r)] != r) return 0;
+    auto it = graphs.lower_bound(B);
+    return it == graphs.end() ? 0 : it->first;
+  }
+
+  Status forward(const Batch& batch) {
+    if (!k_cache) return Status::error("the KV cache is not allocated");
+    NIB_RETURN_IF_ERROR(check_batch(batch));
+    const int64_t T = static_cast<int64_t>(batch.token_ids.size()), R = static_cast<int64_t>(batch.logits_rows.size());
+    if (const int64_t padded = graph_size(batch)) {
+      NIB_RETURN_IF_ERROR(stage(batch, padded));
+      return cuda::cuda_status(cudaGraphLaunch(graphs.at(padded), stream()), "replaying the decode graph");
+    }
+    NIB_RETURN_IF_ERROR(stage(batch, T));
+    return run(T, R, cuda::attention_splits(T, config.num_key_value_heads, step_max_keys));
+  }
+
+  // Captures the decode step for each batch size (vLLM's list: 1, 2, 4, then every 8) up to max_batch.
+  Status capture_graphs(int64_t max_batch) {
+    std::vector<int64_t> sizes = {1, 2, 4};
+    for (int64_t b = 8; b <= max_batch; b += 8) sizes.push_back(b);
+    std::string captured;
+    for (int64_t B : sizes) {
+      if (B > max_batch || B > options.max_tokens || B > options.max_rows || B > options.max_seqs) break;
+      Batch dummy;  // all padding: staged buffers get valid contents for the capture
+      NIB_RETURN_IF_ERROR(stage(dummy, B));
+      NIB_RETURN_IF_ERROR(ctx->synchronize());
+      cudaGraph_t graph = nullptr;
+      NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), "graph capture"));
+      const Status ran = run(B, B, cuda::attention_splits(B, config.num_key_value_heads, 0));
+      const cudaError_t ended = cudaStreamEndCapture(stream(), &graph);
+      if (!ran || ended != cudaSuccess) {
+        if (graph) cudaGraphDestroy(graph);
+        cudaGetLastError();
+        log_warn("decode graphs stop at batch " + std::to_string(B) + ": " +
+                 (!ran ? ran.message() : std::string(cudaGetErrorString(ended))) + " (larger batches run eagerly)");
+        break;
+      }
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      NIB_RETURN_IF_ERROR(cuda::cuda_status(made, "instantiating a decode graph"));
+      graphs[B] = exec;
+      captured += (captured.empty() ? "" : ",") + std::to_string(B);
+    }
+    log_info("CUDA graphs captured for decode batch sizes " + (captured.empty() ? std::string("(none)") : captured));
+    return ctx->synchronize();
   }
 };
 
@@ -401,12 +484,16 @@ int64_t CudaModel::kv_bytes_per_block() const {
 
 Status CudaModel::allocate_kv_cache(int64_t n_blocks) {
   if (impl_->k_cache) return Status::error("the KV cache is already allocated");
-  const size_t values = static_cast<size_t>(kv_bytes_per_block() / 4) * static_cast<size_t>(n_blocks);
+  // One more block than the engine sees: where padding tokens of a replayed graph write.
+  const size_t values = static_cast<size_t>(kv_bytes_per_block() / 4) * static_cast<size_t>(n_blocks + 1);
   NIB_RETURN_IF_ERROR(impl_->ctx->arena.alloc(impl_->k_cache, values, "the KV cache (K)"));
   NIB_RETURN_IF_ERROR(impl_->ctx->arena.alloc(impl_->v_cache, values, "the KV cache (V)"));
   impl_->n_blocks = n_blocks;
+  impl_->trash_block = static_cast<int32_t>(n_blocks);
   return Status::ok();
 }
+
+Status CudaModel::capture_decode_graphs(int64_t max_batch) { return impl_->capture_graphs(max_batch); }
 
 int64_t CudaModel::n_kv_blocks() const { return impl_->n_blocks; }
 

@@ -41,6 +41,9 @@ class CudaModel {
   int64_t kv_bytes_per_block() const;  // K and V of one block over all layers (BF16)
   Status allocate_kv_cache(int64_t n_blocks);
   int64_t n_kv_blocks() const;
+  // Captures a CUDA graph of the decode step for batch sizes 1, 2, 4, 8, 16, ... up to max_batch
+  // (after allocate_kv_cache); decode steps of those sizes (padded up) then replay them.
+  Status capture_decode_graphs(int64_t max_batch);
   // Copies another checkpoint of the same layout into the same device buffers (no second copy).
   Status reload(std::shared_ptr<const io::LoadedCheckpoint> checkpoint);
   // One step; the logits of batch.logits_rows are left in logits() ([rows, vocab] fp32, device).

@@ -42,6 +42,7 @@ engine::RunnerOptions runner_options(const ServerOptions& o) {
   r.num_kv_blocks = o.num_kv_blocks;
   r.kv_cache_memory_gb = o.kv_cache_memory_gb;
   r.gpu_memory_utilization = o.gpu_memory_utilization;
+  r.enforce_eager = o.enforce_eager;
   r.max_num_seqs = o.max_num_seqs;
   r.max_num_batched_tokens = o.max_num_batched_tokens;
   return r;

@@ -24,6 +24,7 @@ struct ServerOptions {
   int64_t num_kv_blocks = 0;       // 0: from kv_cache_memory_gb
   double kv_cache_memory_gb = 0.0; // 0: measured by the runner (engine::RunnerOptions)
   double gpu_memory_utilization = 0.90;  // vLLM's flag: the GPU memory share weights + KV may take
+  bool enforce_eager = false;            // vLLM's flag: no CUDA graphs
   bool enable_prefix_caching = true;
   std::string kv_cache_dtype = "auto";  // auto | bf16
   std::string backend = "auto";         // auto | cpu | cuda

@@ -178,8 +178,8 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
     test::DeviceBuffer<float> d_rq(rq);
     int64_t max_keys = 0;
     for (auto [cached, fresh] : c.seqs) max_keys = std::max(max_keys, cached + fresh);
-    const cuda::AttentionBatch att{T, c.NH, c.NKV, c.D, c.block_size, d_seq.get(), d_pos.get(), d_tables.get(), max_blocks, max_keys};
-    const int64_t splits = cuda::attention_splits(att);
+    const int64_t splits = cuda::attention_splits(T, c.NKV, max_keys);
+    const cuda::AttentionBatch att{T, c.NH, c.NKV, c.D, c.block_size, d_seq.get(), d_pos.get(), d_tables.get(), max_blocks, splits};
     test::DeviceBuffer<float> d_ws(static_cast<size_t>(cuda::attention_workspace_floats(T, c.NH, c.D, splits)));
     ASSERT_TRUE(cuda::paged_attention(d_rq.get(), d_kc2.get(), d_vc2.get(), att, d_out.get(), nullptr, d_ws.get()).is_ok());
     NIB_CUDA_CHECK(cudaDeviceSynchronize());
@@ -190,6 +190,15 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
     // Outputs are convex mixes of V (|v| ≲ 4): BF16 rounding of the output (2^-9 relative) and
     // fp32 softmax-order differences (~1e-6) bound the error by ~1e-2 of max|out|.
     EXPECT_LE(worst, 8e-3 * max_abs) << "NH " << c.NH << " NKV " << c.NKV << " D " << c.D << " splits " << splits;
+    // As a captured graph runs it: 32 splits whatever the context (short ones leave splits empty).
+    test::DeviceBuffer<float> d_ws32(static_cast<size_t>(cuda::attention_workspace_floats(T, c.NH, c.D, 32)));
+    cuda::AttentionBatch att32 = att;
+    att32.splits = 32;
+    ASSERT_TRUE(cuda::paged_attention(d_rq.get(), d_kc2.get(), d_vc2.get(), att32, d_out.get(), nullptr, d_ws32.get()).is_ok());
+    const auto got32 = decode(d_out.to_host());
+    double worst32 = 0;
+    for (size_t i = 0; i < got32.size(); ++i) worst32 = std::max(worst32, std::fabs(double(got32[i]) - want[i]));
+    EXPECT_LE(worst32, 8e-3 * max_abs) << "32 splits, NH " << c.NH << " D " << c.D;
   }
   // Bad shapes are errors.
   cuda::AttentionBatch bad{1, 3, 2, 64, 16, nullptr, nullptr, nullptr, 1, 1};

@@ -44,8 +44,10 @@ std::string test_model() {
   return dir;
 }
 
-std::unique_ptr<engine::ModelRunner> runner(engine::Backend backend, formats::ActQuant mode, int64_t blocks = 64) {
+std::unique_ptr<engine::ModelRunner> runner(engine::Backend backend, formats::ActQuant mode, int64_t blocks = 64,
+                                            bool eager = false) {
   engine::RunnerOptions o;
+  o.enforce_eager = eager;
   o.backend = backend;
   o.act_quant_moe = o.act_quant_dense = mode;
   o.num_kv_blocks = blocks;
@@ -160,6 +162,41 @@ TEST(CudaRunner, MixedBatchesGiveEachSequenceItsOwnResult) {
   // Batch composition changes only GEMM shapes (cuBLAS may sum in another order): 1e-3 of max|logit|.
   EXPECT_LE(row_error({both.begin(), both.begin() + V}, a_alone, V), 1e-3);
   EXPECT_LE(row_error({both.begin() + V, both.end()}, b_alone, V), 1e-3);
+}
+
+// Decode steps of 3 sequences replay the graph captured for 4 (one padding row): the same logits
+// as the eager step (which splits attention by the context it knows: another summation order).
+TEST(CudaRunner, DecodeGraphsMatchEagerSteps) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaRunner.DecodeGraphsMatchEagerSteps");
+  std::mt19937_64 rng(seed);
+  auto graphs = runner(engine::Backend::CUDA, formats::ActQuant::NONE);
+  auto eager = runner(engine::Backend::CUDA, formats::ActQuant::NONE, 64, true);
+  ASSERT_TRUE(graphs && eager);
+  const int64_t V = graphs->config().vocab_size;
+  std::vector<models::BatchSequence> seqs(3);
+  for (int s = 0; s < 3; ++s) {
+    std::vector<int32_t> prompt(10 + 7 * s);
+    for (auto& t : prompt) t = int32_t(rng() % 150000);
+    const auto prefill = one_sequence(prompt, 0, 4, 4 * s);
+    std::vector<float> ignored;
+    ASSERT_TRUE(graphs->forward_logits(prefill, ignored).is_ok());
+    ASSERT_TRUE(eager->forward_logits(prefill, ignored).is_ok());
+    seqs[s] = prefill.sequences[0];
+    seqs[s].start_position = int64_t(prompt.size());
+    seqs[s].n_tokens = 1;
+  }
+  for (int step = 0; step < 4; ++step) {
+    models::Batch decode;
+    decode.sequences = seqs;
+    for (int s = 0; s < 3; ++s) decode.token_ids.push_back(int32_t(rng() % 150000)), decode.logits_rows.push_back(s);
+    std::vector<float> lg, le;
+    ASSERT_TRUE(graphs->forward_logits(decode, lg).is_ok());
+    ASSERT_TRUE(eager->forward_logits(decode, le).is_ok());
+    ASSERT_EQ(lg.size(), le.size());
+    EXPECT_LE(row_error(lg, le, V), 1e-3) << "step " << step;
+    for (auto& s : seqs) ++s.start_position;
+  }
 }
 
 TEST(CudaRunner, StepSamplesAndBadBatchesAreErrors) {
