@@ -273,7 +273,7 @@ struct CudaModel::Impl {
     NIB_RETURN_IF_ERROR(pinned(h_positions, T));
     NIB_RETURN_IF_ERROR(pinned(h_token_seq, T));
     NIB_RETURN_IF_ERROR(pinned(h_slots, T));
-    NIB_RETURN_IF_ERROR(pinned(h_rows, std::max(R, T)));
+    NIB_RETURN_IF_ERROR(pinned(h_rows, R));
     NIB_RETURN_IF_ERROR(pinned(h_block_tables, (options.max_seqs + 1) * max_blocks_per_seq));
     // Split-KV steps have fewer than 264 / NKV tokens (cuda::attention_splits), at most 32 splits.
     const int64_t split_tokens = std::min<int64_t>(T, 264);
@@ -294,7 +294,7 @@ struct CudaModel::Impl {
   // The step's metadata into the pinned buffers, padded to T tokens (padding: token 0 at position 0
   // of the trash block), then to the device on the stream. The caller waits for the step before
   // staging the next one, so the pinned buffers are never overwritten while a copy reads them.
-  Status stage(const Batch& batch, int64_t T) {
+  Status stage(const Batch& batch, int64_t T, int64_t n_rows) {
     const int64_t S = static_cast<int64_t>(batch.sequences.size()), bs = options.block_size;
     int64_t t = 0;
     step_max_keys = 0;
@@ -313,8 +313,9 @@ struct CudaModel::Impl {
     }
     h_block_tables[S * max_blocks_per_seq] = trash_block;
     for (; t < T; ++t) h_ids[t] = 0, h_positions[t] = 0, h_token_seq[t] = static_cast<int32_t>(S), h_slots[t] = int64_t{trash_block} * bs;
+    // Rows past the batch's own (graph padding) read their own token.
     const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
-    for (int64_t r = 0; r < std::max(R, T); ++r) h_rows[r] = r < R ? static_cast<int32_t>(batch.logits_rows[static_cast<size_t>(r)]) : static_cast<int32_t>(r);
+    for (int64_t r = 0; r < n_rows; ++r) h_rows[r] = r < R ? static_cast<int32_t>(batch.logits_rows[static_cast<size_t>(r)]) : static_cast<int32_t>(r);
     auto put = [&](void* dst, const void* src, size_t bytes) {
       return cuda::cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), "step metadata");
     };
@@ -323,7 +324,7 @@ struct CudaModel::Impl {
     NIB_RETURN_IF_ERROR(put(token_seq, h_token_seq, T * 4));
     NIB_RETURN_IF_ERROR(put(slots, h_slots, T * 8));
     NIB_RETURN_IF_ERROR(put(block_tables, h_block_tables, (S + 1) * max_blocks_per_seq * 4));
-    return put(rows, h_rows, std::max(R, T) * 4);
+    return put(rows, h_rows, n_rows * 4);
   }
 
   Status check_batch(const Batch& batch) const {
@@ -414,10 +415,10 @@ struct CudaModel::Impl {
     NIB_RETURN_IF_ERROR(check_batch(batch));
     const int64_t T = static_cast<int64_t>(batch.token_ids.size()), R = static_cast<int64_t>(batch.logits_rows.size());
     if (const int64_t padded = graph_size(batch)) {
-      NIB_RETURN_IF_ERROR(stage(batch, padded));
+      NIB_RETURN_IF_ERROR(stage(batch, padded, padded));
       return cuda::cuda_status(cudaGraphLaunch(graphs.at(padded), stream()), "replaying the decode graph");
     }
-    NIB_RETURN_IF_ERROR(stage(batch, T));
+    NIB_RETURN_IF_ERROR(stage(batch, T, R));
     return run(T, R, cuda::attention_splits(T, config.num_key_value_heads, step_max_keys));
   }
 
@@ -429,7 +430,7 @@ struct CudaModel::Impl {
     for (int64_t B : sizes) {
       if (B > max_batch || B > options.max_tokens || B > options.max_rows || B > options.max_seqs) break;
       Batch dummy;  // all padding: staged buffers get valid contents for the capture
-      NIB_RETURN_IF_ERROR(stage(dummy, B));
+      NIB_RETURN_IF_ERROR(stage(dummy, B, B));
       NIB_RETURN_IF_ERROR(ctx->synchronize());
       cudaGraph_t graph = nullptr;
       NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), "graph capture"));
