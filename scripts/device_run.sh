@@ -39,15 +39,11 @@ rm -rf "$SLICE_DIR"
 build-device/nibble synth --preset qwen3-30b-a3b --layers 4 --out "$SLICE_DIR" --seed 1 > "$OUT/synth4.log" 2>&1
 NIBBLE_TEST_MODEL="$SLICE_DIR" build-device/tests/test_cuda_runner --gtest_filter='*MatchesTheCpu*' > "$OUT/runner_4layer.log" 2>&1
 results+=("$(printf '%-28s rc=%d  %s' "runner vs cpu, 4-layer slice" "$?" "$(grep -E '^mode' "$OUT/runner_4layer.log" | tr '\n' ' ')")")
-prompt=$(python3 -c "import random; r = random.Random(0); print(','.join(str(r.randrange(150000)) for _ in range(1000)))")
-for mode in none static per-token; do
-  build-device/nibble generate --backend cuda --model "$SYNTH_DIR" --prompt-ids "$prompt" --max-tokens 128 --ignore-eos \
-    --act-quant-moe "$mode" --act-quant-dense "$mode" > "$OUT/generate_$mode.log" 2>&1
-  results+=("$(printf '%-28s rc=%d  %s' "generate cuda $mode" "$?" "$(grep -E 'prefill' "$OUT/generate_$mode.log" | cut -c22-)")")
-done
-build-device/nibble generate --backend cuda --model "$SYNTH_DIR" --prompt-ids "$prompt" --max-tokens 128 --ignore-eos \
-  --enforce-eager > "$OUT/generate_eager.log" 2>&1
-results+=("$(printf '%-28s rc=%d  %s' "generate cuda none, eager" "$?" "$(grep -E 'prefill' "$OUT/generate_eager.log" | cut -c22-)")")
+# nibble bench latency on the full-size checkpoint, all three activation modes.
+build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --modes none,static,per-token \
+  --pp 512,2048 --tg 128 --batches 1,16,64,128 --batch-prompt 1000 --batch-gen 32 --json "$OUT/latency.json" \
+  > "$OUT/latency.log" 2>&1
+results+=("$(printf '%-28s rc=%d' "bench latency" "$?")")
 
 # nibble serve --backend cuda on the full-size checkpoint: a completion and a streamed chat.
 build-device/nibble serve --backend cuda --model "$SYNTH_DIR" --port 8765 --max-num-seqs 64 > "$OUT/serve.log" 2>&1 &
@@ -61,16 +57,9 @@ kill -TERM $serve_pid; wait $serve_pid
 results+=("$(printf '%-28s       %s' "serve cuda: completion" "$(echo "$completion" | head -c 200)")")
 results+=("$(printf '%-28s       %s' "serve cuda: chat stream" "$chat_events data events (8 tokens + role + finish/usage + DONE expected)")")
 
-# Where a decode step's time goes (Nsight Systems, when the machine has it).
-if command -v nsys >/dev/null; then
-  nsys profile -o "$OUT/gen" --force-overwrite true build-device/nibble generate --backend cuda --model "$SYNTH_DIR" \
-    --prompt-ids "$prompt" --max-tokens 32 --ignore-eos > /dev/null 2>&1
-  nsys stats --report cuda_gpu_kern_sum --format csv "$OUT/gen.nsys-rep" > "$OUT/kernels.csv" 2>/dev/null
-  rm -f "$OUT/gen.nsys-rep" "$OUT"/gen.sqlite
-fi
 
 grep -h "differ" "$OUT"/test_cuda_*.log > "$OUT/differ.txt"
 echo "== device run ($(nproc) cores, disk: $(cat "$OUT/disk.txt")) =="
 for t in "$OUT"/test_cuda_*.log; do grep -hE "Failure|Expected|actual|^mode" "$t" | head -8; done
 printf '%s\n' "${results[@]}"
-[ -f "$OUT/kernels.csv" ] && head -25 "$OUT/kernels.csv" | cut -d, -f1-4,9 | cut -c1-150
+grep -vE "^\[nibble" "$OUT/latency.log"

@@ -3,13 +3,15 @@
 #include <limits>
 
 #include "tools/bench/bench_kernels.h"
+#include "tools/bench/bench_latency.h"
 #include "tools/bench/bench_serve.h"
 #include "tools/command.h"
 
 namespace nibble::tools {
 
 CommandRunner register_bench(CLI::App& root) {
-  auto* bench = root.add_subcommand("bench", "Benchmarks: serve (a serving benchmark against any OpenAI-compatible server), kernels (CUDA ops)");
+  auto* bench = root.add_subcommand("bench", "Benchmarks: serve (a serving benchmark against any OpenAI-compatible server), "
+                                             "latency (offline prefill/decode through a runner), kernels (CUDA ops)");
   bench->require_subcommand(1);
   auto* cmd = bench->add_subcommand("serve", "Serving benchmark: TTFT, TPOT, ITL, E2E latency and throughput");
   auto o = std::make_shared<BenchServeOptions>();
@@ -58,8 +60,24 @@ CommandRunner register_bench(CLI::App& root) {
   kernels->add_option("--iterations", k->iterations, "Launches per timed batch")->capture_default_str();
   kernels->add_option("--batches", k->batches, "Timed batches (median reported)")->capture_default_str();
   kernels->add_option("--json", k->json_out, "Also write the rows as JSON");
-  return [o, rate, cmd, kernels, k]() -> int {
+  auto* latency = bench->add_subcommand("latency", "Offline prefill and decode throughput (llama-bench style) through a model runner");
+  auto l = std::make_shared<BenchLatencyOptions>();
+  latency->add_option("--model", l->model, "Model folder")->required();
+  latency->add_option("--backend", l->backend, "auto | cpu | cuda")->capture_default_str();
+  latency->add_option("--modes", l->modes, "Activation modes (MoE and dense alike): none,static,per-token")->capture_default_str();
+  latency->add_option("--gemm-backend", l->gemm_backend, "auto | fused | dequant-cublas")->capture_default_str();
+  latency->add_option("--moe-backend", l->moe_backend, "auto | fused | dequant-cublas")->capture_default_str();
+  latency->add_option("--pp", l->pp, "Prefill lengths (ppN)")->capture_default_str();
+  latency->add_option("--tg", l->tg, "Single-stream decode tokens (tgN; 0: skip)")->capture_default_str();
+  latency->add_option("--batches", l->batches, "Batched decode: parallel sequences (S_TG)")->capture_default_str();
+  latency->add_option("--batch-prompt", l->batch_prompt, "Batched decode: prompt tokens per sequence")->capture_default_str();
+  latency->add_option("--batch-gen", l->batch_gen, "Batched decode: timed steps")->capture_default_str();
+  latency->add_option("--repeats", l->repeats, "pp/tg: runs (median)")->check(CLI::PositiveNumber)->capture_default_str();
+  latency->add_flag("--enforce-eager", l->enforce_eager, "No CUDA graphs");
+  latency->add_option("--json", l->json_out, "Also write the rows as JSON");
+  return [o, rate, cmd, kernels, k, latency, l]() -> int {
     if (kernels->parsed()) return run_bench_kernels(*k);
+    if (latency->parsed()) return run_bench_latency(*l);
     if (!cmd->parsed()) return 2;
     try {
       o->request_rate = *rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(*rate);

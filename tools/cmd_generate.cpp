@@ -67,11 +67,7 @@ int run_generate(const GenerateOptions& o) {
   options.max_num_seqs = 1;
   options.enforce_eager = o.enforce_eager;
   options.max_num_batched_tokens = o.prefill_chunk > 0 ? o.prefill_chunk : static_cast<int64_t>(prompt->size());
-  const engine::Backend resolved = options.backend == engine::Backend::AUTO
-                                       ? (engine::cuda_available() ? engine::Backend::CUDA : engine::Backend::CPU)
-                                       : options.backend;
-  options.backend = resolved;
-  options.kv_dtype = resolved == engine::Backend::CPU ? engine::KvCacheDtype::FP32 : engine::KvCacheDtype::BF16;
+  options.cpu_kv_fp32 = true;
   auto runner = engine::create_runner(o.model_dir, options);
   if (!runner) return fail(runner.status().message());
   const io::ModelConfig& config = (*runner)->config();

@@ -162,9 +162,12 @@ class CudaRunner : public ModelRunner {
 
 bool cuda_runner_available() { return cuda::device_count() > 0; }
 
+Status cuda_runner_supports(const io::BoundCheckpoint& checkpoint) { return models::cuda_model_supports(checkpoint); }
+
 Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
                                                         const RunnerOptions& o) {
   if (o.kv_dtype == KvCacheDtype::FP32) return Status::error("--backend cuda keeps a BF16 KV cache (fp32 is CPU-only)");
+  NIB_RETURN_IF_ERROR(models::cuda_model_supports(checkpoint->bound));
   auto ctx = cuda::DeviceContext::create(0);
   if (!ctx) return Status::error("--backend cuda: " + ctx.status().message());
   models::CudaModelOptions mo;

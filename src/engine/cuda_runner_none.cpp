@@ -5,6 +5,8 @@ namespace nibble::engine {
 
 bool cuda_runner_available() { return false; }
 
+Status cuda_runner_supports(const io::BoundCheckpoint&) { return Status::error("this build has no CUDA runner"); }
+
 Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io::LoadedCheckpoint>,
                                                         const RunnerOptions&) {
   return Status::error("--backend cuda: this nibble was built without CUDA (no nvcc at configure time, or "

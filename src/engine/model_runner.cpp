@@ -109,13 +109,24 @@ bool cuda_available() { return cuda_runner_available(); }
 
 Result<std::unique_ptr<ModelRunner>> create_runner(const std::string& path, const RunnerOptions& options) {
   if (options.block_size <= 0) return Status::error("the KV block size must be > 0");
-  Backend backend = options.backend;
-  if (backend == Backend::AUTO) backend = cuda_available() ? Backend::CUDA : Backend::CPU;
   auto loaded = io::load_checkpoint(path);
   if (!loaded) return loaded.status();
   std::shared_ptr<const io::LoadedCheckpoint> checkpoint = std::move(loaded.value());
+  Backend backend = options.backend;
+  if (backend == Backend::AUTO) {
+    // The GPU when there is one and its kernels take this checkpoint; else the CPU reference (a
+    // tiny test model on a GPU machine still serves).
+    backend = Backend::CPU;
+    if (cuda_available()) {
+      const Status fits = cuda_runner_supports(checkpoint->bound);
+      if (fits) backend = Backend::CUDA;
+      else log_warn("--backend auto: " + fits.message() + "; running on the CPU reference");
+    }
+  }
   if (backend == Backend::CUDA) return create_cuda_runner(std::move(checkpoint), options);
-  return create_cpu_runner(std::move(checkpoint), options);
+  RunnerOptions cpu = options;
+  if (cpu.kv_dtype == KvCacheDtype::AUTO && options.cpu_kv_fp32) cpu.kv_dtype = KvCacheDtype::FP32;
+  return create_cpu_runner(std::move(checkpoint), cpu);
 }
 
 }  // namespace nibble::engine

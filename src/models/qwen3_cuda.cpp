@@ -455,17 +455,31 @@ struct CudaModel::Impl {
   }
 };
 
+Status cuda_model_supports(const io::BoundCheckpoint& b) {
+  const io::ModelConfig& c = b.config;
+  if (c.architecture != "Qwen3MoeForCausalLM" && c.architecture != "Qwen3ForCausalLM")
+    return Status::error("the CUDA runner does not run architecture '" + c.architecture + "' (Qwen3 and Qwen3-MoE only)");
+  const bool moe = c.num_experts > 0;
+  if (c.hidden_size % 64 != 0 || (moe && c.moe_intermediate_size % 64 != 0))
+    return Status::error("the GPU kernels need hidden_size and moe_intermediate_size to be multiples of 64 (this "
+                         "checkpoint: " + std::to_string(c.hidden_size) + ", " + std::to_string(c.moe_intermediate_size) + ")");
+  if (c.head_dim % 2 != 0 || c.head_dim > 256 || c.num_attention_heads % c.num_key_value_heads != 0 ||
+      c.num_attention_heads / c.num_key_value_heads > 16)
+    return Status::error("the GPU attention needs an even head_dim ≤ 256 and at most 16 query heads per KV head");
+  for (const io::ModuleSpec& m : b.modules)
+    if ((m.role == io::ModuleRole::EXPERT_GATE || m.role == io::ModuleRole::EXPERT_UP || m.role == io::ModuleRole::EXPERT_DOWN) &&
+        !m.quantized)
+      return Status::error(m.name + " is BF16: the GPU MoE runs NVFP4 experts only");
+  return Status::ok();
+}
+
 CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaModel::~CudaModel() = default;
 
 Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
                                                      const CudaModelOptions& options, cuda::DeviceContext& ctx) {
   const io::ModelConfig& c = checkpoint->bound.config;
-  if (c.architecture != "Qwen3MoeForCausalLM" && c.architecture != "Qwen3ForCausalLM")
-    return Status::error("the CUDA runner does not run architecture '" + c.architecture + "' (Qwen3 and Qwen3-MoE only)");
-  if (c.hidden_size % 64 != 0 || (c.num_experts > 0 && c.moe_intermediate_size % 64 != 0))
-    return Status::error("the CUDA kernels need hidden_size and moe_intermediate_size to be multiples of 64 (this "
-                         "checkpoint: " + std::to_string(c.hidden_size) + ", " + std::to_string(c.moe_intermediate_size) + ")");
+  NIB_RETURN_IF_ERROR(cuda_model_supports(checkpoint->bound));
   auto impl = std::make_unique<Impl>();
   impl->checkpoint = checkpoint;
   impl->config = c;

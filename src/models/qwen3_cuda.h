@@ -27,6 +27,10 @@ struct CudaModelOptions {
   int64_t block_size = 16;
 };
 
+// Whether the GPU forward runs this checkpoint (architecture, shapes the kernels take, NVFP4
+// experts); the error says what does not fit.
+Status cuda_model_supports(const io::BoundCheckpoint& checkpoint);
+
 class CudaModel {
  public:
   // Uploads the weights (a progress line per quarter) and sizes the workspaces; the KV cache comes

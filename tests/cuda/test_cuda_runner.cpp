@@ -4,12 +4,13 @@
 // mixed batches (prefill chunks beside decodes) against each sequence run alone.
 // Tolerance: the GPU rounds every GEMM input (activations) to BF16 (2^-9 relative) where the CPU
 // keeps fp32; through the layers this moves W4A16 logits by ~1% of max|logit|, so rows must agree
-// within 3e-2 · max|logit|. In the W4A4 modes that small difference moves activations across FP4
-// rounding boundaries (a step of 17–33%) and can flip near-tied expert choices, so GPU and CPU
-// differ by the same mechanism as the mode's own quantization noise: there the GPU's distance to the
-// CPU in the mode must stay below the CPU's own distance between that mode and W4A16 (a wrong scale
-// or code would be far above it). NIBBLE_TEST_MODEL=DIR runs the same checks on another checkpoint
-// (the device script uses a 4-layer slice of Qwen3-30B-A3B).
+// within 3e-2 · max|logit|. In the W4A4 modes that small difference moves some activations across
+// FP4 rounding boundaries (a step of 17–33%) and can flip near-tied expert choices, so there the
+// measure is the mean relative L2 distance of the logit rows, set against the mode's own
+// quantization noise N (the CPU's distance between the mode and W4A16): the GPU must be closer to
+// the CPU in the mode than 0.8·N (only boundary flips differ, not every value's rounding) and at
+// least 0.5·N away from W4A16 (it really quantizes). NIBBLE_TEST_MODEL=DIR runs the same checks on
+// another checkpoint (the device script uses a 4-layer slice of Qwen3-30B-A3B).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,6 +74,22 @@ double row_error(const std::vector<float>& a, const std::vector<float>& b, int64
   return worst;
 }
 
+// Mean over rows of ‖a − b‖₂ / ‖b‖₂.
+double mean_l2(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
+  double total = 0;
+  size_t rows = 0;
+  for (size_t r = 0; r * vocab < b.size(); ++r, ++rows) {
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      const double d = double(a[r * vocab + i]) - b[r * vocab + i];
+      diff += d * d;
+      norm += double(b[r * vocab + i]) * b[r * vocab + i];
+    }
+    total += std::sqrt(diff / norm);
+  }
+  return total / double(rows);
+}
+
 models::Batch one_sequence(const std::vector<int32_t>& tokens, int64_t start, int64_t blocks, int32_t first_block = 0) {
   models::Batch b;
   b.token_ids = tokens;
@@ -100,7 +117,9 @@ TEST(CudaRunner, MatchesTheCpuReferenceInEveryMode) {
     ASSERT_TRUE(gpu->forward_logits(one_sequence(prompt, 0, 8), lg).is_ok());
     ASSERT_TRUE(cpu->forward_logits(one_sequence(prompt, 0, 8), lc).is_ok());
     ASSERT_TRUE(cpu_w4a16->forward_logits(one_sequence(prompt, 0, 8), ln).is_ok());
-    double worst = row_error(lg, lc, V), noise = row_error(ln, lc, V);
+    double worst = row_error(lg, lc, V);
+    double l2_cpu = mean_l2(lg, lc, V), l2_w4a16 = mean_l2(lg, ln, V), l2_noise = mean_l2(lc, ln, V);
+    int rows = 1;
     int clear = 0, agreed = 0;
     int64_t position = static_cast<int64_t>(prompt.size());
     for (int step = 0; step < 10; ++step) {
@@ -117,15 +136,18 @@ TEST(CudaRunner, MatchesTheCpuReferenceInEveryMode) {
       ASSERT_TRUE(cpu->forward_logits(next, lc).is_ok());
       ASSERT_TRUE(cpu_w4a16->forward_logits(next, ln).is_ok());
       worst = std::max(worst, row_error(lg, lc, V));
-      noise = std::max(noise, row_error(ln, lc, V));
+      l2_cpu += mean_l2(lg, lc, V), l2_w4a16 += mean_l2(lg, ln, V), l2_noise += mean_l2(lc, ln, V);
+      ++rows;
     }
-    std::printf("mode %s: max row error %.2e (the mode's own distance to W4A16 on the CPU: %.2e), greedy %d/%d "
-                "clear-margin tokens agree\n", formats::act_quant_name(mode), worst, noise, agreed, clear);
+    l2_cpu /= rows, l2_w4a16 /= rows, l2_noise /= rows;
+    std::printf("mode %s: max row error %.2e; mean L2: GPU-CPU %.3e, GPU-CPU W4A16 %.3e, mode noise %.3e; greedy %d/%d "
+                "clear-margin tokens agree\n", formats::act_quant_name(mode), worst, l2_cpu, l2_w4a16, l2_noise, agreed, clear);
     if (mode == formats::ActQuant::NONE) {
       EXPECT_LE(worst, TOLERANCE);
       EXPECT_EQ(agreed, clear);
     } else {
-      EXPECT_LE(worst, std::max(TOLERANCE, noise)) << formats::act_quant_name(mode);
+      EXPECT_LE(l2_cpu, 0.8 * l2_noise) << formats::act_quant_name(mode);
+      EXPECT_GE(l2_w4a16, 0.5 * l2_noise) << formats::act_quant_name(mode);
     }
   }
 }

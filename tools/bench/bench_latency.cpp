@@ -1,0 +1,219 @@
+// `nibble bench latency`: times the runner's steps directly. Prefill: one sequence, the whole prompt
+// in one step. Decode: greedy steps through runner.step (sampling included, as serving runs it).
+// Batched decode: B sequences with batch_prompt-token prompts prefilled first, then steps of B tokens.
+#include "tools/bench/bench_latency.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "engine/model_runner.h"
+
+namespace nibble::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<int64_t> int_list(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(std::stoll(item));
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+struct Sequence {
+  models::BatchSequence seq;
+  std::vector<int32_t> tokens;
+};
+
+class Bench {
+ public:
+  Bench(engine::ModelRunner& runner, uint64_t seed) : runner_(runner), rng_(seed) {
+    greedy_.temperature = 0.0f;
+  }
+
+  // A fresh sequence of n random prompt tokens on its own blocks (from `first_block`).
+  Sequence make(int64_t n, int64_t total, int32_t first_block) {
+    Sequence s;
+    const int64_t bs = runner_.block_size();
+    for (int32_t b = 0; b < (total + bs - 1) / bs; ++b) s.seq.block_table.push_back(first_block + b);
+    for (int64_t i = 0; i < n; ++i) s.tokens.push_back(static_cast<int32_t>(rng_() % 150000));
+    return s;
+  }
+
+  // Prefills the sequences (chunks of at most `chunk` tokens, several sequences per step).
+  Status prefill(std::vector<Sequence>& seqs, int64_t chunk) {
+    size_t next = 0;
+    while (next < seqs.size()) {
+      models::Batch batch;
+      std::vector<engine::SampleRow> rows;
+      std::vector<size_t> members;
+      while (next < seqs.size()) {
+        Sequence& s = seqs[next];
+        const int64_t left = static_cast<int64_t>(s.tokens.size()) - s.seq.start_position;
+        const int64_t room = chunk - static_cast<int64_t>(batch.token_ids.size());
+        if (room <= 0) break;
+        const int64_t n = std::min(left, room);
+        batch.token_ids.insert(batch.token_ids.end(), s.tokens.begin() + s.seq.start_position,
+                               s.tokens.begin() + s.seq.start_position + n);
+        models::BatchSequence bs = s.seq;
+        bs.n_tokens = n;
+        batch.sequences.push_back(bs);
+        s.seq.start_position += n;
+        if (s.seq.start_position == static_cast<int64_t>(s.tokens.size())) {
+          batch.logits_rows.push_back(static_cast<int64_t>(batch.token_ids.size()) - 1);
+          rows.push_back(row(s));
+          members.push_back(next);
+          ++next;
+        }
+      }
+      std::vector<sampling::SampledToken> out;
+      NIB_RETURN_IF_ERROR(runner_.step(batch, rows, out));
+      for (size_t i = 0; i < members.size(); ++i) seqs[members[i]].tokens.push_back(out[i].token);
+    }
+    return Status::ok();
+  }
+
+  // One decode step for every sequence (each feeds its last token).
+  Status decode(std::vector<Sequence>& seqs) {
+    models::Batch batch;
+    std::vector<engine::SampleRow> rows;
+    for (Sequence& s : seqs) {
+      batch.token_ids.push_back(s.tokens.back());
+      models::BatchSequence bs = s.seq;
+      bs.n_tokens = 1;
+      batch.sequences.push_back(bs);
+      batch.logits_rows.push_back(static_cast<int64_t>(batch.logits_rows.size()));
+      rows.push_back(row(s));
+    }
+    std::vector<sampling::SampledToken> out;
+    NIB_RETURN_IF_ERROR(runner_.step(batch, rows, out));
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      seqs[i].seq.start_position += 1;
+      seqs[i].tokens.push_back(out[i].token);
+    }
+    return Status::ok();
+  }
+
+ private:
+  engine::SampleRow row(const Sequence& s) {
+    return {&greedy_, {std::span<const int32_t>(s.tokens), {}, {}}, {1, static_cast<uint64_t>(s.tokens.size())}};
+  }
+  engine::ModelRunner& runner_;
+  std::mt19937_64 rng_;
+  sampling::SamplingParams greedy_;
+};
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+int run_bench_latency(const BenchLatencyOptions& o) {
+  auto fail = [](const std::string& m) {
+    std::fprintf(stderr, "nibble bench latency: %s\n", m.c_str());
+    return 1;
+  };
+  const std::vector<int64_t> pp = int_list(o.pp), batches = int_list(o.batches);
+  const int64_t max_batch = batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end());
+  const int64_t max_pp = pp.empty() ? 1 : *std::max_element(pp.begin(), pp.end());
+  nlohmann::json rows = nlohmann::json::array();
+  std::stringstream modes_in(o.modes);
+  std::string mode_name;
+  while (std::getline(modes_in, mode_name, ',')) {
+    const auto mode = formats::parse_act_quant(mode_name);
+    if (!mode) return fail("--modes: '" + mode_name + "' is not none, static or per-token");
+    engine::RunnerOptions ro;
+    const auto backend = engine::parse_backend(o.backend);
+    const auto gemm = engine::parse_kernel_choice(o.gemm_backend), moe = engine::parse_kernel_choice(o.moe_backend);
+    if (!backend || !gemm || !moe) return fail("--backend / --gemm-backend / --moe-backend: unknown name");
+    ro.backend = *backend;
+    ro.gemm = *gemm;
+    ro.moe = *moe;
+    ro.act_quant_moe = ro.act_quant_dense = *mode;
+    ro.max_num_seqs = std::max<int64_t>(max_batch, 1);
+    ro.max_num_batched_tokens = std::max<int64_t>(max_pp, 2048);
+    ro.enforce_eager = o.enforce_eager;
+    const Clock::time_point load_start = Clock::now();
+    auto runner = engine::create_runner(o.model, ro);
+    if (!runner) return fail(runner.status().message());
+    const double load_s = seconds_since(load_start);
+    engine::ModelRunner& r = **runner;
+    const int64_t bs = r.block_size(), capacity = r.n_kv_blocks();
+    auto need_blocks = [&](int64_t seqs, int64_t tokens) { return seqs * ((tokens + bs - 1) / bs); };
+    auto report = [&](const std::string& test, int64_t tokens, double tok_s, double ms_step) {
+      std::printf("%-10s %-14s %12lld %12.1f %10.3f\n", mode_name.c_str(), test.c_str(), static_cast<long long>(tokens), tok_s, ms_step);
+      rows.push_back({{"mode", mode_name}, {"test", test}, {"tokens", tokens}, {"tok_s", tok_s}, {"ms_per_step", ms_step},
+                      {"backend", r.describe()}, {"load_s", load_s}});
+    };
+    std::printf("# %s on %s: loaded in %.1f s, %lld KV blocks of %lld\n", o.model.c_str(), r.describe().c_str(), load_s,
+                static_cast<long long>(capacity), static_cast<long long>(bs));
+    std::printf("%-10s %-14s %12s %12s %10s\n", "mode", "test", "tokens", "tok/s", "ms/step");
+    Bench bench(r, 42);
+    for (int64_t n : pp) {
+      if (need_blocks(1, n + 1) > capacity) return fail("pp" + std::to_string(n) + " does not fit the KV cache");
+      std::vector<double> times;
+      for (int64_t rep = 0; rep < o.repeats + 1; ++rep) {  // the first is warm-up
+        std::vector<Sequence> one = {bench.make(n, n + 1, 0)};
+        const Clock::time_point t = Clock::now();
+        Status s = bench.prefill(one, n);
+        if (!s) return fail(s.message());
+        if (rep > 0) times.push_back(seconds_since(t));
+      }
+      const double t = median(times);
+      report("pp" + std::to_string(n), n, n / t, t * 1e3);
+    }
+    if (o.tg > 0) {
+      if (need_blocks(1, o.tg + 2) > capacity) return fail("tg does not fit the KV cache");
+      std::vector<double> times;
+      for (int64_t rep = 0; rep < o.repeats + 1; ++rep) {
+        std::vector<Sequence> one = {bench.make(1, o.tg + 2, 0)};
+        Status s = bench.prefill(one, 1);
+        if (!s) return fail(s.message());
+        const Clock::time_point t = Clock::now();
+        for (int64_t i = 0; i < o.tg; ++i)
+          if (Status d = bench.decode(one); !d) return fail(d.message());
+        if (rep > 0) times.push_back(seconds_since(t));
+      }
+      const double t = median(times);
+      report("tg" + std::to_string(o.tg), o.tg, o.tg / t, t * 1e3 / o.tg);
+    }
+    for (int64_t B : batches) {
+      const int64_t total = o.batch_prompt + o.batch_gen + 2;
+      if (need_blocks(B, total) > capacity) {
+        std::printf("%-10s %-14s skipped: %lld sequences of %lld tokens need more than %lld KV blocks\n", mode_name.c_str(),
+                    ("S_TG b" + std::to_string(B)).c_str(), static_cast<long long>(B), static_cast<long long>(total),
+                    static_cast<long long>(capacity));
+        continue;
+      }
+      std::vector<Sequence> seqs;
+      for (int64_t i = 0; i < B; ++i) seqs.push_back(bench.make(o.batch_prompt, total, static_cast<int32_t>(i * ((total + bs - 1) / bs))));
+      Status s = bench.prefill(seqs, ro.max_num_batched_tokens);
+      if (!s) return fail(s.message());
+      if (Status w = bench.decode(seqs); !w) return fail(w.message());  // warm-up step
+      const Clock::time_point t = Clock::now();
+      for (int64_t i = 0; i < o.batch_gen; ++i)
+        if (Status d = bench.decode(seqs); !d) return fail(d.message());
+      const double secs = seconds_since(t);
+      report("S_TG b" + std::to_string(B), B * o.batch_gen, B * o.batch_gen / secs, secs * 1e3 / o.batch_gen);
+    }
+  }
+  if (!o.json_out.empty()) {
+    std::ofstream out(o.json_out);
+    out << rows.dump(2) << "\n";
+    if (!out) return fail("cannot write " + o.json_out);
+  }
+  return 0;
+}
+
+}  // namespace nibble::tools

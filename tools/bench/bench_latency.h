@@ -1,0 +1,29 @@
+// `nibble bench latency`: an offline benchmark in llama-bench's shape through a model runner (no
+// server): prefill throughput (ppN), single-stream decode (tgN) and batched decode (S_TG) with long
+// prompts, per activation mode, with load time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nibble::tools {
+
+struct BenchLatencyOptions {
+  std::string model;
+  std::string backend = "auto";
+  std::string modes = "none";          // activation modes to run, each for MoE and dense: none,static,per-token
+  std::string gemm_backend = "auto", moe_backend = "auto";
+  std::string pp = "512,2048";         // prefill lengths
+  int64_t tg = 128;                    // single-stream decode tokens (after a 1-token prompt)
+  std::string batches = "1,16,64,128"; // batched decode: parallel sequences
+  int64_t batch_prompt = 1000;         // their prompt length
+  int64_t batch_gen = 64;              // decode steps timed per batch size
+  int64_t repeats = 3;                 // median of
+  bool enforce_eager = false;
+  std::string json_out;
+};
+
+int run_bench_latency(const BenchLatencyOptions& options);
+
+}  // namespace nibble::tools
