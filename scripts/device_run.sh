@@ -58,6 +58,15 @@ results+=("$(printf '%-28s       %s' "serve cuda: completion" "$(echo "$completi
 results+=("$(printf '%-28s       %s' "serve cuda: chat stream" "$chat_events data events (8 tokens + role + finish/usage + DONE expected)")")
 
 
+# The openai-client server tests against nibble serve --backend cuda (when the machine's python has them).
+if python3 -c "import openai, pytest, requests" 2>/dev/null; then
+  NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe NIBBLE_TEST_SERVE_ARGS="--backend cuda" \
+    python3 -m pytest -q -p no:cacheprovider tests/python/test_server_openai.py > "$OUT/pytest_server_cuda.log" 2>&1
+  results+=("$(printf '%-28s rc=%d  %s' "openai tests, serve cuda" "$?" "$(tail -1 "$OUT/pytest_server_cuda.log")")")
+else
+  results+=("$(printf '%-28s       %s' "openai tests, serve cuda" "skipped: no openai/pytest/requests in this python")")
+fi
+
 grep -h "differ" "$OUT"/test_cuda_*.log > "$OUT/differ.txt"
 echo "== device run ($(nproc) cores, disk: $(cat "$OUT/disk.txt")) =="
 for t in "$OUT"/test_cuda_*.log; do grep -hE "Failure|Expected|actual|^mode" "$t" | head -8; done

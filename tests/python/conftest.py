@@ -23,9 +23,15 @@ def seed(request) -> int:
     return value
 
 
+# The server tests run on the GPU too: NIBBLE_TEST_PRESET=small-moe (a checkpoint the GPU kernels
+# take) and NIBBLE_TEST_SERVE_ARGS="--backend cuda" (scripts/device_run.sh sets both).
+PRESET = os.environ.get("NIBBLE_TEST_PRESET", "tiny-moe")
+SERVE_ARGS = os.environ.get("NIBBLE_TEST_SERVE_ARGS", "").split()
+
+
 def _synth(build_dir: pathlib.Path, out: pathlib.Path, *args: str) -> pathlib.Path:
     import subprocess
-    subprocess.run([str(build_dir / "nibble"), "synth", "--preset", "tiny-moe", "--out", str(out), *args],
+    subprocess.run([str(build_dir / "nibble"), "synth", "--preset", PRESET, "--out", str(out), *args],
                    check=True, capture_output=True)
     return out
 
@@ -44,6 +50,6 @@ def server(build_dir, tiny_models, tmp_path_factory):
     """`nibble serve` on tiny model "a", shared by a test module."""
     from nibble_server import NibbleServer
     s = NibbleServer(build_dir, tiny_models["a"], tmp_path_factory.mktemp("log") / "serve.log",
-                     "--served-model-name", "tiny")
+                     "--served-model-name", "tiny", *SERVE_ARGS)
     yield s
     assert s.stop() == 0, s.log()
