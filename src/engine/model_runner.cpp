@@ -82,7 +82,7 @@ class CpuRunner : public ModelRunner {
 
 Result<std::unique_ptr<ModelRunner>> create_cpu_runner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
                                                        const RunnerOptions& o) {
-  models::ModelOptions model_options{o.act_quant_moe, o.act_quant_dense, {}};
+  models::ModelOptions model_options{o.act_quant_moe, o.act_quant_dense, {}, o.cpu_gpu_rounding};
   auto model = models::create_model(checkpoint, model_options);
   if (!model) return model.status();
   const int64_t block_bytes = models::KvCache::bytes_per_token((*model)->config()) * o.block_size;

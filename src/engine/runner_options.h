@@ -30,6 +30,7 @@ struct RunnerOptions {
   formats::ActQuant act_quant_dense = formats::ActQuant::NONE;
   KvCacheDtype kv_dtype = KvCacheDtype::AUTO;
   bool cpu_kv_fp32 = false;  // kv_dtype AUTO on the CPU means fp32 (the differential tests' oracle)
+  bool cpu_gpu_rounding = false;  // the CPU reference rounds to BF16 where the GPU stores BF16 (tests)
   int64_t block_size = 16;
   // KV capacity: num_kv_blocks if > 0, else kv_cache_memory_gb if > 0, else measured: on the GPU
   // gpu_memory_utilization × total memory minus what weights and workspaces take (vLLM's rule),

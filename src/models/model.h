@@ -24,6 +24,9 @@ struct ModelOptions {
   formats::ActQuant act_quant_moe = formats::ActQuant::NONE;
   formats::ActQuant act_quant_dense = formats::ActQuant::NONE;
   LinearInputObserver input_observer;
+  // Round to BF16 wherever the GPU forward stores BF16 (every GEMM input, the MoE's SwiGLU output
+  // in W4A16 and its expert outputs), so the GPU can be checked against the CPU tightly.
+  bool gpu_rounding = false;
 };
 
 class Model {

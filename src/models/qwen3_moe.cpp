@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "formats/bf16.h"
 #include "ref/attention.h"
 #include "ref/moe.h"
 #include "ref/ops.h"
@@ -166,6 +167,11 @@ class Qwen3Cpu final : public Model {
 
   Status run_linear(const Linear& l, const float* x, int64_t rows, ActQuant mode, float* y) const {
     if (options_.input_observer) options_.input_observer(l.name, x, rows, l.weight.in_features);
+    if (options_.gpu_rounding) {
+      std::vector<float> rounded(x, x + rows * l.weight.in_features);
+      for (float& v : rounded) v = formats::bf16_round(v);
+      return ref::linear(rounded.data(), rows, l.weight, mode, l.input_scale, y);
+    }
     return ref::linear(x, rows, l.weight, mode, l.input_scale, y);
   }
 
@@ -201,6 +207,13 @@ class Qwen3Cpu final : public Model {
           options_.input_observer(prefix + "up_proj", x, rows, width);
         }
       };
+    }
+    if (options_.gpu_rounding) {
+      std::vector<float> rounded = h;
+      for (float& v : rounded) v = formats::bf16_round(v);
+      ref::MoeWeights moe = w.moe;  // (a shallow copy: weight views)
+      moe.bf16_intermediates = true;
+      return ref::moe(rounded.data(), T, moe, options_.act_quant_moe, out.data(), observer);
     }
     return ref::moe(h.data(), T, w.moe, options_.act_quant_moe, out.data(), observer);
   }

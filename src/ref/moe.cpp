@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/parallel.h"
+#include "formats/bf16.h"
 
 namespace nibble::ref {
 
@@ -66,8 +67,12 @@ Status moe_experts(const float* x, int64_t n_tokens, const MoeWeights& w, format
       return;
     }
     silu_mul(gate.data(), up.data(), rows * I, act.data());
+    if (w.bf16_intermediates && mode == formats::ActQuant::NONE)
+      for (float& a : act) a = formats::bf16_round(a);
     if (observer) observer(static_cast<int64_t>(e), "down", act.data(), rows, I);
     statuses[e] = linear(act.data(), rows, ew.down, mode, w.down_input_scale, y.data());
+    if (w.bf16_intermediates)
+      for (float& v : y) v = formats::bf16_round(v);
     for (int64_t r = 0; r < rows; ++r) std::copy_n(y.data() + r * H, H, expert_out.data() + pairs[r] * H);
   });
   for (const Status& s : statuses) NIB_RETURN_IF_ERROR(s);

@@ -29,6 +29,9 @@ struct MoeWeights {
   // the maximum over experts (as the Blackwell MoE kernels and vLLM/SGLang do).
   float gate_up_input_scale = 0.0f;
   float down_input_scale = 0.0f;
+  // Round what the GPU kernels store in BF16: the SwiGLU output in W4A16 (W4A4 re-quantizes it from
+  // fp32) and every expert's down output before the combine (for GPU-numerics comparisons).
+  bool bf16_intermediates = false;
 };
 
 // Called with every expert projection's input (rows = that expert's tokens) before it is used;

@@ -1,16 +1,15 @@
-// The CUDA runner against the CPU runner (the reference forward, BF16 KV cache like the GPU's) on
-// a synthetic checkpoint in all three activation modes: logits of a prefill and of greedy decode
-// steps (teacher-forced with the CPU's tokens), greedy tokens where the top-2 margin is clear, and
-// mixed batches (prefill chunks beside decodes) against each sequence run alone.
-// Tolerance: the GPU rounds every GEMM input (activations) to BF16 (2^-9 relative) where the CPU
-// keeps fp32; through the layers this moves W4A16 logits by ~1% of max|logit|, so rows must agree
-// within 3e-2 · max|logit|. In the W4A4 modes that small difference moves some activations across
-// FP4 rounding boundaries (a step of 17–33%) and can flip near-tied expert choices, so there the
-// measure is the mean relative L2 distance of the logit rows, set against the mode's own
-// quantization noise N (the CPU's distance between the mode and W4A16): the GPU must be closer to
-// the CPU in the mode than 0.8·N (only boundary flips differ, not every value's rounding) and at
-// least 0.5·N away from W4A16 (it really quantizes). NIBBLE_TEST_MODEL=DIR runs the same checks on
-// another checkpoint (the device script uses a 4-layer slice of Qwen3-30B-A3B).
+// The CUDA runner against the CPU runner on a synthetic checkpoint in all three activation modes:
+// logits of a prefill and of greedy decode steps (teacher-forced with the CPU's tokens), greedy
+// tokens where the top-2 margin is clear, mixed batches (prefill chunks beside decodes) against each
+// sequence alone, and decode graphs against eager steps. The CPU runner here rounds to BF16 wherever
+// the GPU stores BF16 (ModelOptions::gpu_rounding) and keeps a BF16 KV cache, so the two differ only
+// by fp32 summation order: W4A16 logit rows must agree within 5e-3 · max|logit|. In the W4A4 modes
+// those last-bit differences can still move an activation across an FP4 rounding boundary (a step
+// of 17–33%) or flip a near-tied expert, so there the measure is the mean relative L2 distance of the
+// rows, set against the mode's own quantization noise N (the CPU's distance between the mode and
+// W4A16): the GPU must be within 0.5·N of the CPU in the mode and at least 0.5·N away from W4A16
+// (it really quantizes). NIBBLE_TEST_MODEL=DIR runs the checks on another checkpoint (the device
+// script uses a 4-layer slice of Qwen3-30B-A3B).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -28,7 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr double TOLERANCE = 3e-2;
+constexpr double TOLERANCE = 5e-3;
 
 std::string test_model() {
   if (const char* env = std::getenv("NIBBLE_TEST_MODEL")) return env;
@@ -49,6 +48,7 @@ std::unique_ptr<engine::ModelRunner> runner(engine::Backend backend, formats::Ac
                                             bool eager = false) {
   engine::RunnerOptions o;
   o.enforce_eager = eager;
+  o.cpu_gpu_rounding = true;
   o.backend = backend;
   o.act_quant_moe = o.act_quant_dense = mode;
   o.num_kv_blocks = blocks;
@@ -146,7 +146,7 @@ TEST(CudaRunner, MatchesTheCpuReferenceInEveryMode) {
       EXPECT_LE(worst, TOLERANCE);
       EXPECT_EQ(agreed, clear);
     } else {
-      EXPECT_LE(l2_cpu, 0.8 * l2_noise) << formats::act_quant_name(mode);
+      EXPECT_LE(l2_cpu, 0.5 * l2_noise) << formats::act_quant_name(mode);
       EXPECT_GE(l2_w4a16, 0.5 * l2_noise) << formats::act_quant_name(mode);
     }
   }
