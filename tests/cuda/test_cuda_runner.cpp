@@ -224,6 +224,43 @@ TEST(CudaRunner, DecodeGraphsMatchEagerSteps) {
   }
 }
 
+// /update_weights_from_disk on the GPU: the new weights go into the same device buffers, and the
+// runner then computes what a fresh runner on the new checkpoint computes (the same kernels on the
+// same data: identical logits).
+TEST(CudaRunner, ReloadsWeightsInPlace) {
+  NIB_SKIP_WITHOUT_GPU();
+  if (std::getenv("NIBBLE_TEST_MODEL")) GTEST_SKIP() << "needs two synthetic checkpoints of one layout";
+  const fs::path other = fs::temp_directory_path() / ("nibble_cuda_runner_other_" + std::to_string(getpid()));
+  tools::SynthOptions o;
+  o.preset = "small-moe";
+  o.out_dir = other.string();
+  o.seed = 12;
+  ASSERT_TRUE(tools::synth_checkpoint(o).is_ok());
+  auto gpu = runner(engine::Backend::CUDA, formats::ActQuant::STATIC);
+  ASSERT_TRUE(gpu);
+  const std::vector<int32_t> prompt = {11, 2222, 333, 44444, 5, 66, 777};
+  std::vector<float> before, after, fresh;
+  ASSERT_TRUE(gpu->forward_logits(one_sequence(prompt, 0, 1), before).is_ok());
+  ASSERT_TRUE(gpu->replace_weights(other.string()).is_ok());
+  ASSERT_TRUE(gpu->forward_logits(one_sequence(prompt, 0, 1), after).is_ok());
+  engine::RunnerOptions ro;
+  ro.backend = engine::Backend::CUDA;
+  ro.act_quant_moe = ro.act_quant_dense = formats::ActQuant::STATIC;
+  ro.num_kv_blocks = 64;
+  ro.max_num_batched_tokens = 512;
+  ro.max_num_seqs = 8;
+  auto second = engine::create_runner(other.string(), ro);
+  ASSERT_TRUE(second.is_ok()) << second.status().message();
+  ASSERT_TRUE((*second)->forward_logits(one_sequence(prompt, 0, 1), fresh).is_ok());
+  EXPECT_GT(row_error(before, after, gpu->config().vocab_size), 0.1) << "the weights did change";
+  EXPECT_EQ(after, fresh);
+  // A folder that does not load is refused and the current weights stay.
+  EXPECT_FALSE(gpu->replace_weights(test_model() + "/does-not-exist").is_ok());
+  ASSERT_TRUE(gpu->forward_logits(one_sequence(prompt, 0, 1), before).is_ok());
+  EXPECT_EQ(before, fresh);
+  fs::remove_all(other);
+}
+
 TEST(CudaRunner, StepSamplesAndBadBatchesAreErrors) {
   NIB_SKIP_WITHOUT_GPU();
   auto gpu = runner(engine::Backend::CUDA, formats::ActQuant::NONE);

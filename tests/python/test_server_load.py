@@ -364,3 +364,15 @@ def test_metrics_port_api_key_and_env_flags(build_dir, tiny_models, tmp_path):
         assert requests.get(f"http://127.0.0.1:{metrics_port}/v1/models").status_code == 404
     finally:
         assert s.stop() == 0
+
+
+def test_cuda_backend_without_a_usable_gpu_is_a_clear_error(build_dir, tiny_models):
+    """--backend cuda on a machine without a GPU (CI), or with a checkpoint the GPU kernels do not
+    take (the tiny model's hidden size 32), fails at start-up with a message saying why."""
+    r = subprocess.run([str(build_dir / "nibble"), "generate", "--model", str(tiny_models["a"]), "--backend", "cuda",
+                        "--prompt-ids", "1,2,3", "--max-tokens", "2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert ("no CUDA device" in r.stderr or "built without CUDA" in r.stderr or "multiples of 64" in r.stderr), r.stderr
+    auto = subprocess.run([str(build_dir / "nibble"), "generate", "--model", str(tiny_models["a"]),
+                           "--prompt-ids", "1,2,3", "--max-tokens", "2"], capture_output=True, text=True, timeout=120)
+    assert auto.returncode == 0 and "cpu (reference" in auto.stderr, auto.stderr
