@@ -40,6 +40,11 @@ class CudaRunner : public ModelRunner {
     return Status::ok();
   }
 
+  ~CudaRunner() override {
+    const std::string report = model_ ? model_->profile_report() : std::string();
+    if (!report.empty()) log_info("step profile (NIBBLE_PROFILE_STEPS=1):\n" + report);
+  }
+
   cuda::DeviceContext* context() { return ctx_.get(); }
   models::CudaModel& model() { return *model_; }
 
@@ -135,10 +140,9 @@ class CudaRunner : public ModelRunner {
   }
 
   Status replace_weights(const std::string& path) override {
-    auto loaded = io::load_checkpoint(path);
+    auto loaded = load_same_layout(checkpoint_->bound, path);
     if (!loaded) return loaded.status();
     std::shared_ptr<const io::LoadedCheckpoint> checkpoint = std::move(loaded.value());
-    NIB_RETURN_IF_ERROR(io::check_same_layout(checkpoint_->bound, checkpoint->bound));
     NIB_RETURN_IF_ERROR(model_->reload(checkpoint));
     checkpoint_ = std::move(checkpoint);
     return Status::ok();

@@ -61,10 +61,9 @@ class CpuRunner : public ModelRunner {
   }
 
   Status replace_weights(const std::string& path) override {
-    auto loaded = io::load_checkpoint(path);
+    auto loaded = load_same_layout(checkpoint_->bound, path);
     if (!loaded) return loaded.status();
     std::shared_ptr<const io::LoadedCheckpoint> checkpoint = std::move(loaded.value());
-    NIB_RETURN_IF_ERROR(io::check_same_layout(checkpoint_->bound, checkpoint->bound));
     auto model = models::create_model(checkpoint, model_options_);
     if (!model) return model.status();
     model_ = std::move(model.value());
@@ -106,6 +105,15 @@ Result<std::unique_ptr<ModelRunner>> create_cpu_runner(std::shared_ptr<const io:
 }  // namespace
 
 bool cuda_available() { return cuda_runner_available(); }
+
+Result<std::shared_ptr<const io::LoadedCheckpoint>> load_same_layout(const io::BoundCheckpoint& current,
+                                                                     const std::string& path) {
+  auto loaded = io::load_checkpoint(path);
+  if (!loaded) return loaded.status();
+  std::shared_ptr<const io::LoadedCheckpoint> checkpoint = std::move(loaded.value());
+  NIB_RETURN_IF_ERROR(io::check_same_layout(current, checkpoint->bound));
+  return checkpoint;
+}
 
 Result<std::unique_ptr<ModelRunner>> create_runner(const std::string& path, const RunnerOptions& options) {
   if (options.block_size <= 0) return Status::error("the KV block size must be > 0");

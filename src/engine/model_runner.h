@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "engine/runner_options.h"
+#include "io/binding.h"
 #include "io/model_config.h"
 #include "models/batch.h"
 #include "sampling/params.h"
@@ -51,5 +52,10 @@ Result<std::unique_ptr<ModelRunner>> create_runner(const std::string& path, cons
 
 // Whether this build has the CUDA runner and a GPU is visible (what Backend::AUTO picks).
 bool cuda_available();
+
+// The checkpoint at `path` when it has `current`'s architecture, dimensions and per-module formats
+// (what replace_weights needs of a new checkpoint), else the error naming the difference.
+Result<std::shared_ptr<const io::LoadedCheckpoint>> load_same_layout(const io::BoundCheckpoint& current,
+                                                                     const std::string& path);
 
 }  // namespace nibble::engine

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -13,6 +14,7 @@
 #include "cuda/attention.cuh"
 #include "cuda/check.cuh"
 #include "cuda/moe.cuh"
+#include "cuda/step_profiler.cuh"
 #include "cuda/transformer_ops.cuh"
 
 namespace nibble::models {
@@ -64,6 +66,7 @@ struct CudaModel::Impl {
   // engine's blocks) through a sequence row of their own.
   std::map<int64_t, cudaGraphExec_t> graphs;
   int32_t trash_block = 0;
+  cuda::StepProfiler profiler;  // NIBBLE_PROFILE_STEPS=1
 
   ~Impl() {
     for (auto& [size, graph] : graphs) cudaGraphExecDestroy(graph);
@@ -364,6 +367,7 @@ struct CudaModel::Impl {
     const cudaStream_t s = stream();
     const size_t layer_kv = static_cast<size_t>((n_blocks + 1) * options.block_size * NKV * D);
     NIB_RETURN_IF_ERROR(cuda::embedding_gather(ids, T, embed, H, x, s));
+    profiler.mark("embedding");
     const cuda::QkvLayout qkv{T, NH, NKV, D, positions, slots};
     const cuda::AttentionBatch att{T, NH, NKV, D, options.block_size, token_seq, positions, block_tables,
                                    max_blocks_per_seq, splits};
@@ -371,24 +375,32 @@ struct CudaModel::Impl {
       const DeviceLayer& w = layers[l];
       // x += the previous layer's MLP output, then the input norm.
       NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, l == 0 ? nullptr : delta, T, H, w.input_norm, eps, h, s));
+      profiler.mark("norms");
       const ActQuant dense = options.act_quant_dense;
       NIB_RETURN_IF_ERROR(run_linear(w.q, h, T, dense, q));
       NIB_RETURN_IF_ERROR(run_linear(w.k, h, T, dense, k));
       NIB_RETURN_IF_ERROR(run_linear(w.v, h, T, dense, v));
+      profiler.mark("q/k/v projections");
       uint16_t* kc = k_cache + l * layer_kv;
       uint16_t* vc = v_cache + l * layer_kv;
       NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(q, k, v, qkv, w.q_norm, w.k_norm, eps, config.rope_theta, q_rot, kc, vc, s));
+      profiler.mark("q/k norm, RoPE, KV store");
       NIB_RETURN_IF_ERROR(cuda::paged_attention(q_rot, kc, vc, att, attn, s, attention_ws));
+      profiler.mark("attention");
       NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta));
+      profiler.mark("o projection");
       NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s));
+      profiler.mark("norms");
       if (w.is_moe) {
         NIB_RETURN_IF_ERROR(cuda::moe_forward(h, T, w.moe, options.act_quant_moe, options.moe, *moe_ws, delta, s, ctx->cublas));
+        profiler.mark("MoE block");
       } else {
         const int64_t I = w.gate.out;
         NIB_RETURN_IF_ERROR(run_linear(w.gate, h, T, dense, mlp_gate));
         NIB_RETURN_IF_ERROR(run_linear(w.up, h, T, dense, mlp_up));
         NIB_RETURN_IF_ERROR(cuda::silu_mul_bf16(mlp_gate, mlp_up, T * I, mlp_act, s));
         NIB_RETURN_IF_ERROR(run_linear(w.down, mlp_act, T, dense, delta));
+        profiler.mark("dense MLP");
       }
     }
     if (R == 0) return Status::ok();
@@ -396,7 +408,10 @@ struct CudaModel::Impl {
     // that need logits, then the lm_head (W4A16 when it is NVFP4, as the CPU reference runs it).
     NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, final_norm, eps, h, s));
     NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, nullptr, R, H, final_norm, eps, final_rows, s, rows));
-    return run_linear(lm_head, final_rows, R, ActQuant::NONE, logits);
+    profiler.mark("norms");
+    NIB_RETURN_IF_ERROR(run_linear(lm_head, final_rows, R, ActQuant::NONE, logits));
+    profiler.mark("lm_head");
+    return Status::ok();
   }
 
   // The graph size a decode batch of B sequences replays, or 0 for an eager step.
@@ -419,7 +434,9 @@ struct CudaModel::Impl {
       return cuda::cuda_status(cudaGraphLaunch(graphs.at(padded), stream()), "replaying the decode graph");
     }
     NIB_RETURN_IF_ERROR(stage(batch, T, R));
-    return run(T, R, cuda::attention_splits(T, config.num_key_value_heads, step_max_keys));
+    profiler.begin(stream(), static_cast<int64_t>(batch.sequences.size()) == T ? "decode" : "prefill/mixed");
+    NIB_RETURN_IF_ERROR(run(T, R, cuda::attention_splits(T, config.num_key_value_heads, step_max_keys)));
+    return profiler.finish();
   }
 
   // Captures the decode step for each batch size (vLLM's list: 1, 2, 4, then every 8) up to max_batch.
@@ -485,6 +502,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const io::L
   impl->config = c;
   impl->options = options;
   impl->ctx = &ctx;
+  if (const char* p = std::getenv("NIBBLE_PROFILE_STEPS"); p && std::string(p) == "1") impl->profiler.enable();
   NIB_RETURN_IF_ERROR(impl->upload(checkpoint->bound, true));
   NIB_RETURN_IF_ERROR(impl->workspaces());
   return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
@@ -508,7 +526,15 @@ Status CudaModel::allocate_kv_cache(int64_t n_blocks) {
   return Status::ok();
 }
 
-Status CudaModel::capture_decode_graphs(int64_t max_batch) { return impl_->capture_graphs(max_batch); }
+Status CudaModel::capture_decode_graphs(int64_t max_batch) {
+  if (impl_->profiler.enabled()) {
+    log_info("NIBBLE_PROFILE_STEPS=1: every step runs eagerly, timed op by op");
+    return Status::ok();
+  }
+  return impl_->capture_graphs(max_batch);
+}
+
+std::string CudaModel::profile_report() const { return impl_->profiler.report(); }
 
 int64_t CudaModel::n_kv_blocks() const { return impl_->n_blocks; }
 

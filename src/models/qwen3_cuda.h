@@ -53,6 +53,8 @@ class CudaModel {
   // One step; the logits of batch.logits_rows are left in logits() ([rows, vocab] fp32, device).
   Status forward(const Batch& batch);
   const float* logits() const;
+  // With NIBBLE_PROFILE_STEPS=1 in the environment: per-op GPU time of the steps so far.
+  std::string profile_report() const;
 
  private:
   struct Impl;

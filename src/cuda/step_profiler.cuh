@@ -1,0 +1,42 @@
+// Where a step's GPU time goes: CUDA events between the ops of eager steps, summed per op name and
+// per step kind (decode-only steps apart from prefill and mixed ones). Off unless enabled; a
+// profiled runner runs every step eagerly (events cannot sit between the nodes of a replayed graph).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+
+namespace nibble::cuda {
+
+class StepProfiler {
+ public:
+  ~StepProfiler();
+  bool enabled() const { return enabled_; }
+  void enable() { enabled_ = true; }
+  // Starts a step of the given kind ("decode" or "prefill"); mark(op) closes the time since the
+  // previous mark under `op`; finish() (after the stream is synchronized) adds the step's times.
+  void begin(cudaStream_t stream, const std::string& kind);
+  void mark(const char* op);
+  Status finish();
+  // "kind: n steps, x ms per step; op a ms (p%), ..." for each kind, ops by descending time.
+  std::string report() const;
+
+ private:
+  cudaEvent_t event();
+  bool enabled_ = false;
+  cudaStream_t stream_ = nullptr;
+  std::string kind_;
+  std::vector<std::pair<const char*, cudaEvent_t>> marks_;
+  std::vector<cudaEvent_t> pool_;
+  size_t used_ = 0;
+  std::map<std::string, std::map<std::string, double>> ms_;  // kind → op → total ms
+  std::map<std::string, int64_t> steps_;
+};
+
+}  // namespace nibble::cuda
