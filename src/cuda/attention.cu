@@ -147,8 +147,9 @@ Status launch(const float* q, const uint16_t* k, const uint16_t* v, const Attent
 }  // namespace
 
 int64_t attention_splits(int64_t tokens, int64_t n_kv_heads, int64_t max_keys) {
-  // Enough CTAs for two waves over the H200's 132 SMs, each with at least 256 keys to walk.
-  constexpr int64_t TARGET_CTAS = 264, MIN_KEYS_PER_SPLIT = 256, MAX_SPLITS = 32;
+  // Enough CTAs for four waves over the H200's 132 SMs (each CTA is latency-bound: more of them
+  // hide more of it), each with at least two tiles of keys to walk.
+  constexpr int64_t TARGET_CTAS = 528, MIN_KEYS_PER_SPLIT = 64, MAX_SPLITS = 32;
   const int64_t ctas = tokens * n_kv_heads;
   if (ctas >= TARGET_CTAS || (max_keys > 0 && max_keys <= MIN_KEYS_PER_SPLIT)) return 1;
   const int64_t by_keys = max_keys > 0 ? (max_keys + MIN_KEYS_PER_SPLIT - 1) / MIN_KEYS_PER_SPLIT : MAX_SPLITS;

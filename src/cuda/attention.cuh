@@ -24,7 +24,7 @@ struct AttentionBatch {
 };
 
 // Decode-sized steps split each token's context evenly over several CTAs (flash-decoding) and merge
-// the partial softmaxes: enough CTAs for two waves of the GPU, none with fewer than 256 keys
+// the partial softmaxes: enough CTAs for four waves of the GPU, none with fewer than 64 keys
 // (max_keys: the longest context in the step; 0 when unknown, e.g. for a captured graph).
 int64_t attention_splits(int64_t tokens, int64_t n_kv_heads, int64_t max_keys);
 // The fp32 scratch split steps need: tokens · n_heads · splits · (head_dim + 2) floats.

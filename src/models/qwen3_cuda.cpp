@@ -278,8 +278,8 @@ struct CudaModel::Impl {
     NIB_RETURN_IF_ERROR(pinned(h_slots, T));
     NIB_RETURN_IF_ERROR(pinned(h_rows, R));
     NIB_RETURN_IF_ERROR(pinned(h_block_tables, (options.max_seqs + 1) * max_blocks_per_seq));
-    // Split-KV steps have fewer than 264 / NKV tokens (cuda::attention_splits), at most 32 splits.
-    const int64_t split_tokens = std::min<int64_t>(T, 264);
+    // Split-KV steps have fewer than 528 / NKV tokens (cuda::attention_splits), at most 32 splits.
+    const int64_t split_tokens = std::min<int64_t>(T, 528);
     NIB_RETURN_IF_ERROR(a.alloc(attention_ws, static_cast<size_t>(cuda::attention_workspace_floats(split_tokens, NH, D, 32)),
                                 "the split-KV attention scratch"));
     return Status::ok();
