@@ -23,7 +23,8 @@ template <int DPL>  // dimensions per lane: ceil(head_dim / 32)
 __global__ void paged_attention_kernel(const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
                                        AttentionBatch b, uint16_t* out, float* partial) {
   extern __shared__ float smem[];
-  const int64_t t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  const int64_t slot_index = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  const int64_t t = b.decode_tokens ? int64_t{b.decode_tokens[slot_index]} : slot_index;  // the batch row
   const int group = static_cast<int>(b.n_heads / b.n_kv_heads);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int D = static_cast<int>(b.head_dim), k_stride = D + 2;
@@ -88,7 +89,7 @@ __global__ void paged_attention_kernel(const float* q, const uint16_t* k_cache, 
     m = m_new;
   }
   if (partial) {  // this split's share: its max, its sum and its unnormalized output
-    float* p = partial + ((t * b.n_heads + head) * gridDim.z + split) * (D + 2);
+    float* p = partial + ((slot_index * b.n_heads + head) * gridDim.z + split) * (D + 2);
     if (lane == 0) p[0] = m, p[1] = l;
 #pragma unroll
     for (int i = 0; i < DPL; ++i) {
@@ -105,12 +106,14 @@ __global__ void paged_attention_kernel(const float* q, const uint16_t* k_cache, 
   }
 }
 
-// One warp per (token, head): the softmax of all splits from their (m, l, acc).
-__global__ void merge_kernel(const float* partial, int64_t rows, int64_t splits, int D, uint16_t* out) {
+// One warp per (token slot, head): the softmax of all splits from their (m, l, acc).
+__global__ void merge_kernel(const float* partial, int64_t rows, int64_t n_heads, const int32_t* tokens, int64_t splits,
+                             int D, uint16_t* out) {
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
   const float* p = partial + row * splits * (D + 2);
+  const int64_t slot = row / n_heads, out_row = (tokens ? int64_t{tokens[slot]} : slot) * n_heads + row % n_heads;
   float m = -INFINITY;
   for (int64_t s = 0; s < splits; ++s) m = fmaxf(m, p[s * (D + 2)]);
   float l = 0.0f;
@@ -124,7 +127,7 @@ __global__ void merge_kernel(const float* partial, int64_t rows, int64_t splits,
       const float ms = p[s * (D + 2)];
       if (ms != -INFINITY) acc += p[s * (D + 2) + 2 + c] * expf(ms - m);
     }
-    out[row * D + c] = __bfloat16_as_ushort(__float2bfloat16_rn(acc / l));
+    out[out_row * D + c] = __bfloat16_as_ushort(__float2bfloat16_rn(acc / l));
   }
 }
 
@@ -135,11 +138,14 @@ Status launch(const float* q, const uint16_t* k, const uint16_t* v, const Attent
   const size_t shared = sizeof(float) * group * D + sizeof(uint16_t) * TILE * (D + 2) + sizeof(uint16_t) * TILE * D;
   const int64_t splits = b.splits;
   if (splits > 1 && !workspace) return Status::error("paged_attention: a split step needs its workspace");
-  const dim3 grid(static_cast<unsigned>(b.tokens), static_cast<unsigned>(b.n_kv_heads), static_cast<unsigned>(splits));
+  const int64_t slots = b.decode_tokens ? b.n_decode : b.tokens;
+  if (slots == 0) return Status::ok();
+  const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(b.n_kv_heads), static_cast<unsigned>(splits));
   paged_attention_kernel<DPL><<<grid, group * 32, shared, stream>>>(q, k, v, b, out, splits > 1 ? workspace : nullptr);
   if (splits > 1) {
-    const int64_t rows = b.tokens * b.n_heads;
-    merge_kernel<<<static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, stream>>>(workspace, rows, splits, D, out);
+    const int64_t rows = slots * b.n_heads;
+    merge_kernel<<<static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, stream>>>(workspace, rows, b.n_heads,
+                                                                                     b.decode_tokens, splits, D, out);
   }
   return cuda_status(cudaGetLastError(), "paged_attention");
 }
@@ -165,6 +171,10 @@ Status paged_attention(const float* q, const uint16_t* k_cache, const uint16_t* 
     return Status::error("paged_attention: head_dim must be even and at most 256");
   const int dpl = static_cast<int>((b.head_dim + 31) / 32);
   if (b.splits < 1 || b.splits > 65535) return Status::error("paged_attention: splits must be in [1, 65535]");
+  if (b.n_items > 0) {
+    if (!b.decode_tokens) return Status::error("paged_attention: prefill items need the decode token list beside them");
+    NIB_RETURN_IF_ERROR(prefill_attention(q, k_cache, v_cache, b, out, stream));
+  }
   if (dpl <= 1) return launch<1>(q, k_cache, v_cache, b, out, stream, workspace);
   if (dpl <= 2) return launch<2>(q, k_cache, v_cache, b, out, stream, workspace);
   if (dpl <= 4) return launch<4>(q, k_cache, v_cache, b, out, stream, workspace);

@@ -59,6 +59,13 @@ struct CudaModel::Impl {
   int64_t* slots = nullptr;
   int64_t max_blocks_per_seq = 0, step_max_keys = 0;
   float* attention_ws = nullptr;  // split-KV partial results
+  // Eager steps with prefill chunks: tensor-core items and the decode rows beside them.
+  int4* items = nullptr;
+  int32_t* decode_rows = nullptr;
+  int4* h_items = nullptr;
+  int32_t* h_decode_rows = nullptr;
+  int64_t step_items = 0, step_decode = 0;
+  bool step_lists = false;
   // Pinned host copies of the step metadata (copied to the device asynchronously).
   int32_t *h_ids = nullptr, *h_positions = nullptr, *h_token_seq = nullptr, *h_block_tables = nullptr, *h_rows = nullptr;
   int64_t* h_slots = nullptr;
@@ -71,7 +78,8 @@ struct CudaModel::Impl {
   ~Impl() {
     for (auto& [size, graph] : graphs) cudaGraphExecDestroy(graph);
     for (void* p : {static_cast<void*>(h_ids), static_cast<void*>(h_positions), static_cast<void*>(h_token_seq),
-                    static_cast<void*>(h_block_tables), static_cast<void*>(h_rows), static_cast<void*>(h_slots)})
+                    static_cast<void*>(h_block_tables), static_cast<void*>(h_rows), static_cast<void*>(h_slots),
+                    static_cast<void*>(h_items), static_cast<void*>(h_decode_rows)})
       if (p) cudaFreeHost(p);
   }
   // KV cache: [layers, blocks, block_size, NKV, D] BF16 for K and for V.
@@ -278,6 +286,10 @@ struct CudaModel::Impl {
     NIB_RETURN_IF_ERROR(pinned(h_slots, T));
     NIB_RETURN_IF_ERROR(pinned(h_rows, R));
     NIB_RETURN_IF_ERROR(pinned(h_block_tables, (options.max_seqs + 1) * max_blocks_per_seq));
+    NIB_RETURN_IF_ERROR(a.alloc(items, T, "attention items"));
+    NIB_RETURN_IF_ERROR(a.alloc(decode_rows, T, "decode rows"));
+    NIB_RETURN_IF_ERROR(pinned(h_items, T));
+    NIB_RETURN_IF_ERROR(pinned(h_decode_rows, T));
     // Split-KV steps have fewer than 528 / NKV tokens (cuda::attention_splits), at most 32 splits.
     const int64_t split_tokens = std::min<int64_t>(T, 528);
     NIB_RETURN_IF_ERROR(a.alloc(attention_ws, static_cast<size_t>(cuda::attention_workspace_floats(split_tokens, NH, D, 32)),
@@ -297,10 +309,28 @@ struct CudaModel::Impl {
   // The step's metadata into the pinned buffers, padded to T tokens (padding: token 0 at position 0
   // of the trash block), then to the device on the stream. The caller waits for the step before
   // staging the next one, so the pinned buffers are never overwritten while a copy reads them.
-  Status stage(const Batch& batch, int64_t T, int64_t n_rows) {
+  Status stage(const Batch& batch, int64_t T, int64_t n_rows, bool eager) {
     const int64_t S = static_cast<int64_t>(batch.sequences.size()), bs = options.block_size;
+    const int64_t G = config.num_attention_heads / config.num_key_value_heads;
     int64_t t = 0;
     step_max_keys = 0;
+    // Prefill chunks go to the tensor-core attention in items; decode tokens to the per-token kernel.
+    step_lists = eager && cuda::prefill_attention_supported(config.head_dim, G);
+    step_items = step_decode = 0;
+    if (step_lists) {
+      const int64_t per_item = cuda::prefill_item_tokens(G);
+      int64_t row = 0;
+      for (int64_t s = 0; s < S; ++s) {
+        const BatchSequence& seq = batch.sequences[static_cast<size_t>(s)];
+        if (seq.n_tokens == 1) h_decode_rows[step_decode++] = static_cast<int32_t>(row);
+        else
+          for (int64_t i = 0; i < seq.n_tokens; i += per_item)
+            h_items[step_items++] = make_int4(static_cast<int>(s), static_cast<int>(row + i),
+                                              static_cast<int>(std::min(per_item, seq.n_tokens - i)),
+                                              static_cast<int>(seq.start_position + i));
+        row += seq.n_tokens;
+      }
+    }
     for (int64_t s = 0; s < S; ++s) {
       const BatchSequence& seq = batch.sequences[static_cast<size_t>(s)];
       int32_t* table = h_block_tables + s * max_blocks_per_seq;
@@ -327,6 +357,8 @@ struct CudaModel::Impl {
     NIB_RETURN_IF_ERROR(put(token_seq, h_token_seq, T * 4));
     NIB_RETURN_IF_ERROR(put(slots, h_slots, T * 8));
     NIB_RETURN_IF_ERROR(put(block_tables, h_block_tables, (S + 1) * max_blocks_per_seq * 4));
+    if (step_items) NIB_RETURN_IF_ERROR(put(items, h_items, step_items * sizeof(int4)));
+    if (step_decode) NIB_RETURN_IF_ERROR(put(decode_rows, h_decode_rows, step_decode * 4));
     return put(rows, h_rows, n_rows * 4);
   }
 
@@ -369,8 +401,12 @@ struct CudaModel::Impl {
     NIB_RETURN_IF_ERROR(cuda::embedding_gather(ids, T, embed, H, x, s));
     profiler.mark("embedding");
     const cuda::QkvLayout qkv{T, NH, NKV, D, positions, slots};
-    const cuda::AttentionBatch att{T, NH, NKV, D, options.block_size, token_seq, positions, block_tables,
-                                   max_blocks_per_seq, splits};
+    cuda::AttentionBatch att{T, NH, NKV, D, options.block_size, token_seq, positions, block_tables,
+                             max_blocks_per_seq, splits};
+    if (step_lists) {
+      att.prefill_items = items, att.n_items = step_items;
+      att.decode_tokens = decode_rows, att.n_decode = step_decode;
+    }
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& w = layers[l];
       // x += the previous layer's MLP output, then the input norm.
@@ -430,12 +466,13 @@ struct CudaModel::Impl {
     NIB_RETURN_IF_ERROR(check_batch(batch));
     const int64_t T = static_cast<int64_t>(batch.token_ids.size()), R = static_cast<int64_t>(batch.logits_rows.size());
     if (const int64_t padded = graph_size(batch)) {
-      NIB_RETURN_IF_ERROR(stage(batch, padded, padded));
+      NIB_RETURN_IF_ERROR(stage(batch, padded, padded, false));
       return cuda::cuda_status(cudaGraphLaunch(graphs.at(padded), stream()), "replaying the decode graph");
     }
-    NIB_RETURN_IF_ERROR(stage(batch, T, R));
+    NIB_RETURN_IF_ERROR(stage(batch, T, R, true));
     profiler.begin(stream(), static_cast<int64_t>(batch.sequences.size()) == T ? "decode" : "prefill/mixed");
-    NIB_RETURN_IF_ERROR(run(T, R, cuda::attention_splits(T, config.num_key_value_heads, step_max_keys)));
+    const int64_t per_token = step_lists ? step_decode : T;  // tokens of the per-token kernel
+    NIB_RETURN_IF_ERROR(run(T, R, cuda::attention_splits(per_token, config.num_key_value_heads, step_max_keys)));
     return profiler.finish();
   }
 
@@ -447,7 +484,7 @@ struct CudaModel::Impl {
     for (int64_t B : sizes) {
       if (B > max_batch || B > options.max_tokens || B > options.max_rows || B > options.max_seqs) break;
       Batch dummy;  // all padding: staged buffers get valid contents for the capture
-      NIB_RETURN_IF_ERROR(stage(dummy, B, B));
+      NIB_RETURN_IF_ERROR(stage(dummy, B, B, false));
       NIB_RETURN_IF_ERROR(ctx->synchronize());
       cudaGraph_t graph = nullptr;
       NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), "graph capture"));

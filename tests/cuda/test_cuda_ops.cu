@@ -199,6 +199,36 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
     double worst32 = 0;
     for (size_t i = 0; i < got32.size(); ++i) worst32 = std::max(worst32, std::fabs(double(got32[i]) - want[i]));
     EXPECT_LE(worst32, 8e-3 * max_abs) << "32 splits, NH " << c.NH << " D " << c.D;
+    // As eager steps run it: prefill chunks on the tensor-core kernel (Q and P rounded to BF16 for
+    // the MMA: ~2^-9 relative, inside the same bound), decode tokens on the per-token one.
+    const int64_t G = c.NH / c.NKV;
+    if (cuda::prefill_attention_supported(c.D, G)) {
+      std::vector<int4> items;
+      std::vector<int32_t> decode_rows;
+      for (size_t si = 0; si < seqs.size(); ++si) {
+        const auto& sq = seqs[si];
+        if (sq.n_tokens == 1) decode_rows.push_back(int32_t(sq.token_offset));
+        else
+          for (int64_t i = 0; i < sq.n_tokens; i += cuda::prefill_item_tokens(G))
+            items.push_back(make_int4(int(si), int(sq.token_offset + i), int(std::min(cuda::prefill_item_tokens(G), sq.n_tokens - i)),
+                                      int(sq.start_position + i)));
+      }
+      test::DeviceBuffer<int4> d_items(items.empty() ? std::vector<int4>{make_int4(0, 0, 0, 0)} : items);
+      test::DeviceBuffer<int32_t> d_decode(decode_rows.empty() ? std::vector<int32_t>{0} : decode_rows);
+      cuda::AttentionBatch split = att;
+      split.splits = cuda::attention_splits(int64_t(decode_rows.size()), c.NKV, max_keys);
+      split.prefill_items = d_items.get(), split.n_items = int64_t(items.size());
+      split.decode_tokens = d_decode.get(), split.n_decode = int64_t(decode_rows.size());
+      test::DeviceBuffer<uint16_t> d_out2(q.size());
+      ASSERT_TRUE(cuda::paged_attention(d_rq.get(), d_kc2.get(), d_vc2.get(), split, d_out2.get(), nullptr, d_ws32.get()).is_ok());
+      NIB_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto got2 = decode(d_out2.to_host());
+      double worst2 = 0;
+      for (size_t i = 0; i < got2.size(); ++i) worst2 = std::max(worst2, std::fabs(double(got2[i]) - want[i]));
+      std::printf("NH %lld NKV %lld D %lld: %zu tensor-core items, %zu decode rows, max error %.2e of max|out| %.2f\n",
+                  (long long)c.NH, (long long)c.NKV, (long long)c.D, items.size(), decode_rows.size(), worst2, max_abs);
+      EXPECT_LE(worst2, 8e-3 * max_abs) << "tensor-core prefill, NH " << c.NH << " D " << c.D;
+    }
   }
   // Bad shapes are errors.
   cuda::AttentionBatch bad{1, 3, 2, 64, 16, nullptr, nullptr, nullptr, 1, 1};
