@@ -188,9 +188,11 @@ TEST(CudaRunner, MixedBatchesGiveEachSequenceItsOwnResult) {
   mixed.logits_rows = {0, 5};
   std::vector<float> both;
   ASSERT_TRUE(gpu->forward_logits(mixed, both).is_ok());
-  // Batch composition changes only GEMM shapes (cuBLAS may sum in another order): 1e-3 of max|logit|.
-  EXPECT_LE(row_error({both.begin(), both.begin() + V}, a_alone, V), 1e-3);
-  EXPECT_LE(row_error({both.begin() + V, both.end()}, b_alone, V), 1e-3);
+  // Batch composition changes GEMM shapes (cuBLAS may sum in another order) and which attention
+  // kernel a token meets: a's last token was a prefill row (tensor cores: Q and P rounded to BF16)
+  // alone and is a decode row (fp32) here, so rows agree within 5e-3 of max|logit|.
+  EXPECT_LE(row_error({both.begin(), both.begin() + V}, a_alone, V), 5e-3);
+  EXPECT_LE(row_error({both.begin() + V, both.end()}, b_alone, V), 5e-3);
 }
 
 // Decode steps of 3 sequences replay the graph captured for 4 (one padding row): the same logits
