@@ -157,6 +157,7 @@ int64_t attention_splits(int64_t tokens, int64_t n_kv_heads, int64_t max_keys) {
   // hide more of it), each with at least two tiles of keys to walk.
   constexpr int64_t TARGET_CTAS = 528, MIN_KEYS_PER_SPLIT = 64, MAX_SPLITS = 32;
   const int64_t ctas = tokens * n_kv_heads;
+  if (ctas <= 0) return 1;  // no token for the per-token kernel (a step of prefill chunks only)
   if (ctas >= TARGET_CTAS || (max_keys > 0 && max_keys <= MIN_KEYS_PER_SPLIT)) return 1;
   const int64_t by_keys = max_keys > 0 ? (max_keys + MIN_KEYS_PER_SPLIT - 1) / MIN_KEYS_PER_SPLIT : MAX_SPLITS;
   return std::max<int64_t>(1, std::min({(TARGET_CTAS + ctas - 1) / ctas, by_keys, MAX_SPLITS}));

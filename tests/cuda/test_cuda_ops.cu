@@ -107,6 +107,7 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
       {8, 2, 64, 16, {{0, 1}, {15, 3}, {300, 1}}},                         // small-moe
       {4, 2, 16, 4, {{0, 9}, {6, 1}}},                                      // tiny-moe, odd sizes
       {6, 6, 32, 8, {{3, 5}}},                                              // MHA
+      {32, 4, 128, 16, {{0, 100}, {200, 70}}},                              // prefill chunks only, long contexts
   };
   for (const Case& c : cases) {
     int64_t T = 0, blocks = 0;
