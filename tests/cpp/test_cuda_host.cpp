@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda/attention.cuh"
 #include "cuda/linear_nvfp4.cuh"
 #include "cuda/moe_gemm.cuh"
 #include "cuda/moe_grouping.cuh"
@@ -56,4 +57,20 @@ TEST(CudaHost, MaxExpertTilesBoundsRandomRoutings) {
     ASSERT_LE(tiles, cuda::max_expert_tiles(tokens * top_k, experts, tile_rows))
         << "experts " << experts << " pairs " << tokens * top_k << " tile " << tile_rows;
   }
+}
+
+// The split-KV choice: 1 without per-token work or with short contexts, never more than 32, and
+// enough CTAs (tokens · KV heads · splits) for four waves of 132 SMs where the contexts allow.
+TEST(CudaHost, AttentionSplitsStayInBounds) {
+  EXPECT_EQ(cuda::attention_splits(0, 4, 5000), 1);  // a prefill-only step (this once divided by zero)
+  EXPECT_EQ(cuda::attention_splits(1, 4, 64), 1);
+  EXPECT_EQ(cuda::attention_splits(600, 4, 5000), 1);
+  for (int64_t tokens = 1; tokens <= 600; tokens += 7)
+    for (int64_t keys : {int64_t{0}, int64_t{65}, int64_t{1000}, int64_t{40960}}) {
+      const int64_t s = cuda::attention_splits(tokens, 4, keys);
+      ASSERT_GE(s, 1);
+      ASSERT_LE(s, 32);
+      if (keys > 0) ASSERT_LE(s, (keys + 63) / 64);
+    }
+  EXPECT_EQ(cuda::attention_splits(1, 4, 0), 32);  // a captured decode graph for one sequence
 }
