@@ -126,6 +126,7 @@ class Qwen3Cpu final : public Model {
       m.hidden = config_.hidden_size;
       m.intermediate = config_.moe_intermediate_size;
       m.norm_topk_prob = config_.norm_topk_prob;
+      m.bf16_intermediates = options_.gpu_rounding;
       for (int64_t e = 0; e < m.n_experts; ++e) {
         const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
         const Linear gate = make_linear(b, x + "gate_proj"), up = make_linear(b, x + "up_proj"),
@@ -208,12 +209,10 @@ class Qwen3Cpu final : public Model {
         }
       };
     }
-    if (options_.gpu_rounding) {
+    if (options_.gpu_rounding) {  // (the weights round their intermediates: bf16_intermediates, set at load)
       std::vector<float> rounded = h;
       for (float& v : rounded) v = formats::bf16_round(v);
-      ref::MoeWeights moe = w.moe;  // (a shallow copy: weight views)
-      moe.bf16_intermediates = true;
-      return ref::moe(rounded.data(), T, moe, options_.act_quant_moe, out.data(), observer);
+      return ref::moe(rounded.data(), T, w.moe, options_.act_quant_moe, out.data(), observer);
     }
     return ref::moe(h.data(), T, w.moe, options_.act_quant_moe, out.data(), observer);
   }
