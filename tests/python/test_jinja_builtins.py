@@ -78,7 +78,10 @@ FILTERS = {
     "striptags": ["{{ '<p>Hello <b>world</b>!</p>  <!-- c <i>x</i> -->  &amp; &lt;tag&gt; &#65;&#x42; end'|striptags }}"],
     "sum": ["{{ [1, 2, 3]|sum }} {{ users|sum(attribute='age') }} {{ [1, 2]|sum(start=10) }} {{ [0.5, 1]|sum }}"],
     "title": ["{{ \"hello world-wide (web) they're [x] <y\"|title }} {{ 'ÉCOLE élève'|title }}"],
-    "tojson": ["{{ d|tojson }} {{ d|tojson(indent=2) }} {{ [1.0, 2e-7, none, false, 'ü'] | tojson }}"],
+    "tojson": ["{{ d|tojson }} {{ d|tojson(indent=2) }} {{ [1.0, 2e-7, none, false, 'ü'] | tojson }}",
+               # transformers' signature: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
+               "{{ u|tojson }} {{ u|tojson(true) }} {{ u|tojson(separators=(',', ':')) }} {{ [1, [2]]|tojson(false, 1) }}",
+               "{{ u|tojson(indent=2, separators=(';', '=')) }} {{ d|tojson(sort_keys=true, ensure_ascii=true) }}"],
     "trim": ["[{{ '  x  '|trim }}] {{ 'xxhixx'|trim('x') }} [{{ '\u3000y\n'|trim }}]"],
     "truncate": ["{{ 'foo bar baz qux'|truncate(9) }} {{ 'foo bar baz qux'|truncate(9, true) }}"
                  " {{ 'foo bar baz qux'|truncate(11, false, '…', 0) }} {{ 'short'|truncate(3, leeway=5) }}",
@@ -215,7 +218,7 @@ OPERATORS = [  # the issue's cases and the printf operator
     "{{ (1, 2) == [1, 2] }} {{ (1, 2) + (3,) }} {{ [1, 2][::-1] }} {{ (1, 2, 3)[1:] }} {{ true + 1 }} {{ -true }}",
 ]
 
-VARIABLES = dict(USERS, x=1, xs=[1, 2], d={"b": 1, "a": 3, "c": 2}, e={"B": 1, "a": 2}, s="<a href=\"x\">'&'</a>",
+VARIABLES = dict(USERS, x=1, xs=[1, 2], d={"b": 1, "a": 3, "c": 2}, u={"k": "é😀\x7fz\n", "n": [1, {"m": None}]}, e={"B": 1, "a": 2}, s="<a href=\"x\">'&'</a>",
                  text="line1\nline2\n\nline4")
 
 

@@ -227,10 +227,21 @@ Result<Value> call_filter(const std::string& name, CallArgs& a) {
     return x && x->kind() == Value::Kind::INT ? x->as_int() : def;
   };
   if (name == "tojson") {
-    // transformers: json.dumps(x, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
-    const Value* indent = arg(1, "indent");
-    auto json = v.to_json(indent && indent->kind() == Value::Kind::INT ? static_cast<int>(indent->as_int()) : -1,
-                          bool_arg(a, 4, "sort_keys", false));
+    // transformers' override: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
+    // = json.dumps with those arguments.
+    Value::JsonStyle style;
+    style.ensure_ascii = bool_arg(a, 1, "ensure_ascii", false);
+    const Value* indent = arg(2, "indent");
+    if (indent && indent->kind() == Value::Kind::INT) style.indent = static_cast<int>(indent->as_int());
+    if (const Value* sep = arg(3, "separators"); sep && sep->is_list()) {
+      if (sep->as_list().size() != 2 || !sep->as_list()[0].is_string() || !sep->as_list()[1].is_string())
+        return Status::error("tojson: separators must be an (item_separator, key_separator) pair of strings");
+      style.custom_separators = true;
+      style.item_sep = sep->as_list()[0].as_string();
+      style.key_sep = sep->as_list()[1].as_string();
+    }
+    style.sort_keys = bool_arg(a, 4, "sort_keys", false);
+    auto json = v.to_json(style);
     if (!json) return json.status();
     return Value(*json);
   }

@@ -160,9 +160,23 @@ std::string quote_python(const std::string& s) {
   return out + q;
 }
 
-void json_string(std::string& out, const std::string& s) {
+void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (ensure_ascii && c >= 0x80) {  // \uXXXX, astral code points as surrogate pairs (json.dumps)
+      const uint32_t cp = text::next_code_point(s, i);
+      char buf[16];
+      if (cp >= 0x10000) {
+        const uint32_t v = cp - 0x10000;
+        std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
+      } else {
+        std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+      }
+      out += buf;
+      continue;
+    }
+    ++i;
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -172,7 +186,7 @@ void json_string(std::string& out, const std::string& s) {
       case '\b': out += "\\b"; break;
       case '\f': out += "\\f"; break;
       default:
-        if (c < 0x20 || c == 0x7F) {
+        if (c < 0x20 || (c == 0x7F && ensure_ascii)) {  // json.dumps: DEL is escaped only for ASCII output
           char buf[8];
           std::snprintf(buf, sizeof buf, "\\u%04x", c);
           out += buf;
@@ -184,8 +198,11 @@ void json_string(std::string& out, const std::string& s) {
   out += '"';
 }
 
-Status json_dump(const Value& v, std::string& out, int indent, bool sort_keys, int depth) {
-  const std::string item_sep = indent >= 0 ? "," : ", ";
+Status json_dump(const Value& v, std::string& out, const Value::JsonStyle& style, int depth) {
+  const int indent = style.indent;
+  const bool sort_keys = style.sort_keys;
+  const std::string item_sep = style.custom_separators ? style.item_sep : indent >= 0 ? "," : ", ";
+  const std::string key_sep = style.custom_separators ? style.key_sep : ": ";
   auto newline = [&](int d) {
     if (indent >= 0) out += "\n" + std::string(static_cast<size_t>(indent * d), ' ');
   };
@@ -198,7 +215,7 @@ Status json_dump(const Value& v, std::string& out, int indent, bool sort_keys, i
       out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : python_float_repr(d);
       return Status::ok();
     }
-    case Value::Kind::STRING: json_string(out, v.as_string()); return Status::ok();
+    case Value::Kind::STRING: json_string(out, v.as_string(), style.ensure_ascii); return Status::ok();
     case Value::Kind::LIST: {
       if (v.as_list().empty()) {
         out += "[]";
@@ -210,7 +227,7 @@ Status json_dump(const Value& v, std::string& out, int indent, bool sort_keys, i
         if (!first) out += item_sep;
         first = false;
         newline(depth + 1);
-        NIB_RETURN_IF_ERROR(json_dump(e, out, indent, sort_keys, depth + 1));
+        NIB_RETURN_IF_ERROR(json_dump(e, out, style, depth + 1));
       }
       newline(depth);
       out += "]";
@@ -230,9 +247,9 @@ Status json_dump(const Value& v, std::string& out, int indent, bool sort_keys, i
         if (!first) out += item_sep;
         first = false;
         newline(depth + 1);
-        json_string(out, k);
-        out += ": ";
-        NIB_RETURN_IF_ERROR(json_dump(e, out, indent, sort_keys, depth + 1));
+        json_string(out, k, style.ensure_ascii);
+        out += key_sep;
+        NIB_RETURN_IF_ERROR(json_dump(e, out, style, depth + 1));
       }
       newline(depth);
       out += "}";
@@ -270,9 +287,9 @@ std::string Value::str() const {
 
 std::string Value::repr() const { return kind_ == Kind::STRING ? quote_python(*s_) : str(); }
 
-Result<std::string> Value::to_json(int indent, bool sort_keys) const {
+Result<std::string> Value::to_json(const JsonStyle& style) const {
   std::string out;
-  NIB_RETURN_IF_ERROR(json_dump(*this, out, indent, sort_keys, 0));
+  NIB_RETURN_IF_ERROR(json_dump(*this, out, style, 0));
   return out;
 }
 

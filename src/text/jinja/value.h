@@ -69,8 +69,16 @@ class Value {
   std::string str() const;
   // repr(x): strings quoted.
   std::string repr() const;
-  // json.dumps(x, ensure_ascii=False, indent=indent, separators=..., sort_keys=...).
-  Result<std::string> to_json(int indent, bool sort_keys) const;
+  // json.dumps(x, ensure_ascii=..., indent=indent (< 0: None), separators=(item_sep, key_sep) when
+  // custom_separators (else json.dumps' defaults for the indent), sort_keys=...).
+  struct JsonStyle {
+    int indent = -1;
+    bool sort_keys = false;
+    bool ensure_ascii = false;
+    bool custom_separators = false;
+    std::string item_sep, key_sep;
+  };
+  Result<std::string> to_json(const JsonStyle& style) const;
   // Python ==.
   bool equals(const Value& other) const;
   std::string type_name() const;
