@@ -33,13 +33,12 @@ results+=("$(printf '%-28s       %s' "disk (dd, 8 GB)" "$(cat "$OUT/dd.txt")")")
 results+=("$(printf '%-28s rc=%d  %s' "inspect qwen3-30b-a3b" "$inspect_rc" "$(grep -E '^(problems|per token)' "$OUT/inspect.log" | tr '\n' ' ')")")
 
 # The GPU runner on real shapes: a 4-layer slice of Qwen3-30B-A3B against the CPU reference, then
-# single-sequence generation on the full-size checkpoint (1000-token prompt, 128 new tokens).
+# nibble bench latency on the full-size checkpoint.
 SLICE_DIR=${SLICE_DIR:-/tmp/qwen3-30b-a3b-4l}
 rm -rf "$SLICE_DIR"
 build-device/nibble synth --preset qwen3-30b-a3b --layers 4 --out "$SLICE_DIR" --seed 1 > "$OUT/synth4.log" 2>&1
 NIBBLE_TEST_MODEL="$SLICE_DIR" build-device/tests/test_cuda_runner --gtest_filter='*MatchesTheCpu*' > "$OUT/runner_4layer.log" 2>&1
 results+=("$(printf '%-28s rc=%d  %s' "runner vs cpu, 4-layer slice" "$?" "$(grep -E '^mode' "$OUT/runner_4layer.log" | tr '\n' ' ')")")
-# nibble bench latency on the full-size checkpoint, all three activation modes.
 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --modes none,static,per-token \
   --pp 512,2048 --tg 128 --batches 1,16,64,128 --batch-prompt 1000 --batch-gen 32 --json "$OUT/latency.json" \
   > "$OUT/latency.log" 2>&1

@@ -12,8 +12,6 @@
 namespace nibble::text::jinja {
 namespace {
 
-Value method(std::function<Result<Value>(CallArgs&)> f) { return Value::function(std::move(f)); }
-
 bool numeric(const Value& v) { return v.is_number() || v.kind() == Value::Kind::BOOL; }
 double number_of(const Value& v) { return v.kind() == Value::Kind::BOOL ? double(v.as_bool()) : v.as_number(); }
 
@@ -29,7 +27,7 @@ Result<Value> list_method(const Value& l, const std::string& name) {
   if (std::find(std::begin(MUTATING), std::end(MUTATING), name) != std::end(MUTATING))
     return refused_mutation(l.type_name(), name);
   if (name == "count" || name == "index") {
-    return method([l, name](CallArgs& a) -> Result<Value> {
+    return Value::function([l, name](CallArgs& a) -> Result<Value> {
       const Value* x = a.get(0, "value");
       if (!x) return Status::error(name + " needs an argument");
       int64_t n = 0;
@@ -42,7 +40,7 @@ Result<Value> list_method(const Value& l, const std::string& name) {
       return Value(n);
     });
   }
-  if (name == "copy" && !l.is_tuple()) return method([l](CallArgs&) -> Result<Value> { return Value(l.as_list()); });
+  if (name == "copy" && !l.is_tuple()) return Value::function([l](CallArgs&) -> Result<Value> { return Value(l.as_list()); });
   return Value();
 }
 
@@ -50,7 +48,7 @@ int64_t normalize_index(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
 
 // A global jinja2 defines that nibble refuses: calling it is an error naming it.
 Value refused_global(const std::string& name, const std::string& why) {
-  return method([name, why](CallArgs&) -> Result<Value> { return Status::error(name + "() is not supported: " + why); });
+  return Value::function([name, why](CallArgs&) -> Result<Value> { return Status::error(name + "() is not supported: " + why); });
 }
 
 }  // namespace
@@ -59,7 +57,7 @@ Result<Value> dict_method(const Value& d, const std::string& name) {
   static const char* MUTATING[] = {"update", "pop", "popitem", "setdefault", "clear"};
   if (std::find(std::begin(MUTATING), std::end(MUTATING), name) != std::end(MUTATING)) return refused_mutation("dict", name);
   if (name == "items" || name == "keys" || name == "values") {
-    return method([d, name](CallArgs&) -> Result<Value> {
+    return Value::function([d, name](CallArgs&) -> Result<Value> {
       List out;
       for (const auto& [k, v] : d.as_dict()) {
         if (name == "items") out.push_back(Value::tuple({Value(k), v}));
@@ -70,7 +68,7 @@ Result<Value> dict_method(const Value& d, const std::string& name) {
     });
   }
   if (name == "get") {
-    return method([d](CallArgs& a) -> Result<Value> {
+    return Value::function([d](CallArgs& a) -> Result<Value> {
       const Value* key = a.get(0, "key");
       if (!key) return Status::error("get needs a key");
       const Value* v = d.find(key->str());
@@ -79,9 +77,9 @@ Result<Value> dict_method(const Value& d, const std::string& name) {
       return def ? *def : Value::none();
     });
   }
-  if (name == "copy") return method([d](CallArgs&) -> Result<Value> { return Value(d.as_dict()); });
+  if (name == "copy") return Value::function([d](CallArgs&) -> Result<Value> { return Value(d.as_dict()); });
   if (name == "fromkeys") {
-    return method([](CallArgs& a) -> Result<Value> {
+    return Value::function([](CallArgs& a) -> Result<Value> {
       const Value* keys = a.get(0, "iterable");
       if (!keys) return Status::error("fromkeys needs an iterable");
       auto items = as_sequence(*keys, "fromkeys");
@@ -176,7 +174,7 @@ List string_chars(const std::string& s) {
 
 Value global(const std::string& name) {
   if (name == "range") {
-    return method([](CallArgs& a) -> Result<Value> {
+    return Value::function([](CallArgs& a) -> Result<Value> {
       int64_t start = 0, stop, step = 1;
       for (const Value& v : a.positional)
         if (v.kind() != Value::Kind::INT) return Status::error("range: '" + v.type_name() + "' object cannot be interpreted as an integer");
@@ -197,7 +195,7 @@ Value global(const std::string& name) {
   }
   if (name == "namespace" || name == "dict") {
     const bool ns = name == "namespace";
-    return method([ns](CallArgs& a) -> Result<Value> {
+    return Value::function([ns](CallArgs& a) -> Result<Value> {
       Value d{Dict{}};
       for (const Value& p : a.positional)
         if (p.is_dict()) for (const auto& kv : p.as_dict()) d.set(kv.first, kv.second);
@@ -206,11 +204,11 @@ Value global(const std::string& name) {
     });
   }
   if (name == "joiner") {  // jinja2.utils.Joiner: "" the first time, then the separator
-    return method([](CallArgs& a) -> Result<Value> {
+    return Value::function([](CallArgs& a) -> Result<Value> {
       const Value* sep = a.get(0, "sep");
       const std::string separator = sep ? sep->str() : ", ";
       auto used = std::make_shared<bool>(false);
-      return method([separator, used](CallArgs&) -> Result<Value> {
+      return Value::function([separator, used](CallArgs&) -> Result<Value> {
         if (!*used) {
           *used = true;
           return Value(std::string());
@@ -222,12 +220,12 @@ Value global(const std::string& name) {
   if (name == "cycler") return refused_global(name, "its .current/.next() state is not modelled (use loop.cycle)");
   if (name == "lipsum") return refused_global(name, "it generates random text; a prompt must be reproducible");
   if (name == "raise_exception") {
-    return method([](CallArgs& a) -> Result<Value> {
+    return Value::function([](CallArgs& a) -> Result<Value> {
       return Status::error(a.positional.empty() ? std::string("raise_exception called") : a.positional[0].str());
     });
   }
   if (name == "strftime_now") {
-    return method([](CallArgs& a) -> Result<Value> {
+    return Value::function([](CallArgs& a) -> Result<Value> {
       const std::time_t now = std::time(nullptr);
       std::tm local{};
       localtime_r(&now, &local);

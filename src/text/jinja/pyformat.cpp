@@ -178,7 +178,6 @@ Result<std::string> percent_format(const std::string& format, const Value& args)
   if (args.is_list() && args.as_bool()) positional = args.as_list();  // a tuple spreads; a list is one value
   else if (!mapping) positional = {args};
   size_t next = 0;
-  bool used_mapping = false;
   std::string out;
   for (size_t i = 0; i < format.size(); ++i) {
     if (format[i] != '%') {
@@ -193,7 +192,6 @@ Result<std::string> percent_format(const std::string& format, const Value& args)
       if (!mapping) return Status::error("format: format requires a mapping");
       value = args.find(format.substr(i + 1, close - i - 1));
       if (!value) return Status::error("format: KeyError: '" + format.substr(i + 1, close - i - 1) + "'");
-      used_mapping = true;
       i = close + 1;
     }
     Spec spec;
@@ -286,7 +284,6 @@ Result<std::string> percent_format(const std::string& format, const Value& args)
     out += piece;
   }
   if (!mapping && next < positional.size()) return Status::error("format: not all arguments converted during string formatting");
-  (void)used_mapping;
   return out;
 }
 

@@ -56,8 +56,6 @@ int64_t int_arg(const CallArgs& a, size_t i, const std::string& name, int64_t de
   return v && v->kind() == Value::Kind::INT ? v->as_int() : def;
 }
 
-Value method(std::function<Result<Value>(CallArgs&)> f) { return Value::function(std::move(f)); }
-
 // Python slice bounds [start, end) from optional arguments, clamped to n.
 std::pair<int64_t, int64_t> span_args(const CallArgs& a, size_t first, int64_t n) {
   auto bound = [n](const Value* v, int64_t def) {
@@ -268,7 +266,7 @@ std::string py_pad(const std::string& s, int64_t width, const std::string& fill,
 Result<Value> string_method(const std::string& s, const std::string& name) {
   if (name == "startswith" || name == "endswith") {
     const bool starts = name == "startswith";
-    return method([s, starts](CallArgs& a) -> Result<Value> {
+    return Value::function([s, starts](CallArgs& a) -> Result<Value> {
       const Value* p = a.get(0, "prefix");
       if (!p) return Status::error(std::string(starts ? "startswith" : "endswith") + " needs an argument");
       const auto cps = code_points(s);
@@ -286,18 +284,18 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
   }
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     const bool l = name != "rstrip", r = name != "lstrip";
-    return method([s, l, r](CallArgs& a) -> Result<Value> { return Value(py_strip(s, a.get(0, "chars"), l, r)); });
+    return Value::function([s, l, r](CallArgs& a) -> Result<Value> { return Value(py_strip(s, a.get(0, "chars"), l, r)); });
   }
   if (name == "split" || name == "rsplit") {
     const bool right = name == "rsplit";
-    return method([s, right](CallArgs& a) -> Result<Value> {
+    return Value::function([s, right](CallArgs& a) -> Result<Value> {
       const Value* sep = a.get(0, "sep");
       if (sep && sep->is_string() && sep->as_string().empty()) return Status::error("split: empty separator");
       return Value(py_split(s, sep, int_arg(a, 1, "maxsplit", -1), right));
     });
   }
   if (name == "splitlines") {
-    return method([s](CallArgs& a) -> Result<Value> {
+    return Value::function([s](CallArgs& a) -> Result<Value> {
       const Value* keep = a.get(0, "keepends");
       const bool keepends = keep && keep->truthy();
       const auto cps = code_points(s);
@@ -320,7 +318,7 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
   }
   if (name == "upper" || name == "lower" || name == "casefold" || name == "swapcase" || name == "title" ||
       name == "capitalize") {
-    return method([s, name](CallArgs&) -> Result<Value> {
+    return Value::function([s, name](CallArgs&) -> Result<Value> {
       if (name == "upper") return Value(py_upper(s));
       if (name == "lower") return Value(py_lower(s));
       if (name == "casefold") return Value(py_replace(py_lower(s), "\xc3\x9f", "ss", -1));
@@ -337,14 +335,14 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
     });
   }
   if (name == "replace") {
-    return method([s](CallArgs& a) -> Result<Value> {
+    return Value::function([s](CallArgs& a) -> Result<Value> {
       const Value *from = a.get(0, "old"), *to = a.get(1, "new");
       if (!from || !to || !from->is_string() || !to->is_string()) return Status::error("replace needs two str arguments");
       return Value(py_replace(s, from->as_string(), to->as_string(), int_arg(a, 2, "count", -1)));
     });
   }
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count") {
-    return method([s, name](CallArgs& a) -> Result<Value> {
+    return Value::function([s, name](CallArgs& a) -> Result<Value> {
       const Value* sub = a.get(0, "sub");
       if (!sub || !sub->is_string()) return Status::error(name + " needs a str argument");
       const auto cps = code_points(s), needle = code_points(sub->as_string());
@@ -362,7 +360,7 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
   }
   if (name == "partition" || name == "rpartition") {
     const bool right = name == "rpartition";
-    return method([s, right](CallArgs& a) -> Result<Value> {
+    return Value::function([s, right](CallArgs& a) -> Result<Value> {
       const Value* sep = a.get(0, "sep");
       if (!sep || !sep->is_string() || sep->as_string().empty()) return Status::error("partition needs a non-empty str separator");
       const std::string& d = sep->as_string();
@@ -373,7 +371,7 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
   }
   if (name == "removeprefix" || name == "removesuffix") {
     const bool prefix = name == "removeprefix";
-    return method([s, prefix](CallArgs& a) -> Result<Value> {
+    return Value::function([s, prefix](CallArgs& a) -> Result<Value> {
       const Value* p = a.get(0, prefix ? "prefix" : "suffix");
       if (!p || !p->is_string()) return Status::error("removeprefix/removesuffix need a str argument");
       const std::string& t = p->as_string();
@@ -385,7 +383,7 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
   }
   if (name == "center" || name == "ljust" || name == "rjust") {
     const char align = name == "center" ? '^' : name == "ljust" ? '<' : '>';
-    return method([s, align](CallArgs& a) -> Result<Value> {
+    return Value::function([s, align](CallArgs& a) -> Result<Value> {
       const Value* width = a.get(0, "width");
       const Value* fill = a.get(1, "fillchar");
       if (!width || width->kind() != Value::Kind::INT) return Status::error("center/ljust/rjust need an int width");
@@ -404,7 +402,7 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
     });
   }
   if (name == "zfill") {
-    return method([s](CallArgs& a) -> Result<Value> {
+    return Value::function([s](CallArgs& a) -> Result<Value> {
       const int64_t width = int_arg(a, 0, "width", 0), margin = width - py_len(s);
       if (margin <= 0) return Value(s);
       const bool sign = !s.empty() && (s[0] == '+' || s[0] == '-');
@@ -412,7 +410,7 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
     });
   }
   if (name == "expandtabs") {
-    return method([s](CallArgs& a) -> Result<Value> {
+    return Value::function([s](CallArgs& a) -> Result<Value> {
       const int64_t tab = int_arg(a, 0, "tabsize", 8);
       std::string out;
       int64_t column = 0;
@@ -430,7 +428,7 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
     });
   }
   if (name == "join") {
-    return method([s](CallArgs& a) -> Result<Value> {
+    return Value::function([s](CallArgs& a) -> Result<Value> {
       const Value* items = a.get(0, "iterable");
       if (!items) return Status::error("join needs an iterable");
       List list = items->is_list() ? items->as_list() : items->is_string() ? List{} : List{};
@@ -450,7 +448,7 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
   }
   if (name == "format" || name == "format_map") {
     const bool map = name == "format_map";
-    return method([s, map](CallArgs& a) -> Result<Value> {
+    return Value::function([s, map](CallArgs& a) -> Result<Value> {
       CallArgs spread;
       if (map) {
         if (a.positional.empty() || !a.positional[0].is_dict()) return Status::error("format_map needs a mapping");
@@ -464,7 +462,7 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
   static const char* PREDICATES[] = {"isdigit", "isdecimal", "isnumeric", "isspace", "isalpha", "isalnum", "isascii",
                                      "islower", "isupper", "istitle", "isidentifier", "isprintable"};
   if (std::find(std::begin(PREDICATES), std::end(PREDICATES), name) != std::end(PREDICATES)) {
-    return method([s, name](CallArgs&) -> Result<Value> {
+    return Value::function([s, name](CallArgs&) -> Result<Value> {
       const auto cps = code_points(s);
       if (name == "isascii") return Value(std::all_of(cps.begin(), cps.end(), [](uint32_t c) { return c < 128; }));
       if (name == "isprintable")
