@@ -9,6 +9,7 @@
 
 #include "cuda/attention.cuh"
 #include "cuda/check.cuh"
+#include "cuda/pdl.cuh"
 
 namespace nibble::cuda {
 namespace {
@@ -23,6 +24,8 @@ template <int DPL>  // dimensions per lane: ceil(head_dim / 32)
 __global__ void paged_attention_kernel(const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
                                        AttentionBatch b, uint16_t* out, float* partial) {
   extern __shared__ float smem[];
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t slot_index = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const int64_t t = b.decode_tokens ? int64_t{b.decode_tokens[slot_index]} : slot_index;  // the batch row
   const int group = static_cast<int>(b.n_heads / b.n_kv_heads);
@@ -109,6 +112,8 @@ __global__ void paged_attention_kernel(const float* q, const uint16_t* k_cache, 
 // One warp per (token slot, head): the softmax of all splits from their (m, l, acc).
 __global__ void merge_kernel(const float* partial, int64_t rows, int64_t n_heads, const int32_t* tokens, int64_t splits,
                              int D, uint16_t* out) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -141,13 +146,14 @@ Status launch(const float* q, const uint16_t* k, const uint16_t* v, const Attent
   const int64_t slots = b.decode_tokens ? b.n_decode : b.tokens;
   if (slots == 0) return Status::ok();
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(b.n_kv_heads), static_cast<unsigned>(splits));
-  paged_attention_kernel<DPL><<<grid, group * 32, shared, stream>>>(q, k, v, b, out, splits > 1 ? workspace : nullptr);
-  if (splits > 1) {
-    const int64_t rows = slots * b.n_heads;
-    merge_kernel<<<static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, stream>>>(workspace, rows, b.n_heads,
-                                                                                     b.decode_tokens, splits, D, out);
-  }
-  return cuda_status(cudaGetLastError(), "paged_attention");
+  NIB_RETURN_IF_ERROR(cuda_status(launch_pdl(paged_attention_kernel<DPL>, grid, dim3(unsigned(group * 32)), shared, stream, q,
+                                             k, v, b, out, splits > 1 ? workspace : nullptr),
+                                  "paged_attention"));
+  if (splits == 1) return Status::ok();
+  const int64_t rows = slots * b.n_heads;
+  return cuda_status(launch_pdl(merge_kernel, dim3(unsigned((rows * 32 + 255) / 256)), dim3(256), 0, stream,
+                                static_cast<const float*>(workspace), rows, b.n_heads, b.decode_tokens, splits, D, out),
+                     "paged_attention merge");
 }
 
 }  // namespace

@@ -1,8 +1,11 @@
-// DeviceContext and DeviceArena.
+// DeviceContext and DeviceArena, and the PDL switch (pdl.cuh).
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/check.cuh"
 #include "cuda/device_context.cuh"
+#include "cuda/pdl.cuh"
 
 namespace nibble::cuda {
 
@@ -73,6 +76,18 @@ int device_count() {
     return 0;
   }
   return n;
+}
+
+}  // namespace nibble::cuda
+
+namespace nibble::cuda {
+
+bool pdl_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("NIBBLE_NO_PDL");
+    return !(env && std::string(env) == "1");
+  }();
+  return enabled;
 }
 
 }  // namespace nibble::cuda

@@ -7,8 +7,11 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "cuda/check.cuh"
 #include "cuda/quantize_nvfp4.cuh"
+#include "cuda/skinny_gemm.cuh"
 #include "formats/bf16.h"
 #include "formats/e2m1.h"
 #include "formats/e4m3.h"
@@ -184,15 +187,23 @@ const char* gemm_backend_name(GemmBackend backend) {
   switch (backend) {
     case GemmBackend::FUSED: return "fused";
     case GemmBackend::DEQUANT_CUBLAS: return "dequant-cublas";
+    case GemmBackend::SKINNY: return "skinny";
     case GemmBackend::AUTO: break;
   }
   return "auto";
 }
 
 std::optional<GemmBackend> parse_gemm_backend(std::string_view name) {
-  for (GemmBackend b : {GemmBackend::AUTO, GemmBackend::FUSED, GemmBackend::DEQUANT_CUBLAS})
+  for (GemmBackend b : {GemmBackend::AUTO, GemmBackend::FUSED, GemmBackend::DEQUANT_CUBLAS, GemmBackend::SKINNY})
     if (name == gemm_backend_name(b)) return b;
   return std::nullopt;
+}
+
+GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K) {
+  if (backend == GemmBackend::SKINNY && !skinny_supported(K)) backend = GemmBackend::AUTO;
+  if (backend != GemmBackend::AUTO) return backend;
+  if (M <= AUTO_SKINNY_MAX_M && skinny_supported(K)) return GemmBackend::SKINNY;
+  return M <= AUTO_FUSED_MAX_M ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;
 }
 
 Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStream_t stream) {
@@ -209,7 +220,12 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
   NIB_RETURN_IF_ERROR(check_weight(w));
   if (M <= 0 || M > INT32_MAX) return Status::error("linear_nvfp4: M must be in [1, 2^31)");
   if (!x || !y) return Status::error("linear_nvfp4: null activation or output");
-  if (backend == GemmBackend::AUTO) backend = M <= AUTO_FUSED_MAX_M ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;
+  backend = resolve_gemm_backend(backend, M, w.cols);
+  if (backend == GemmBackend::SKINNY) {
+    const DeviceNvfp4Weight* weights[1] = {&w};
+    float* outputs[1] = {y};
+    return skinny_linear(x, M, weights, outputs, 1, row_scales, ctx.stream);
+  }
   const int K = int(w.cols), N = int(w.rows);
   if (backend == GemmBackend::FUSED) {
     if (reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(w.packed) % 16)
@@ -251,6 +267,30 @@ Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, fo
   DeviceNvfp4Weight scaled = w;
   scaled.weight_scale_2 = w.weight_scale_2 * input_scale;
   return linear_nvfp4_w4a16(ctx.act_workspace, M, scaled, y, backend, ctx, nullptr);
+}
+
+Status linear_nvfp4_shared_input(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights,
+                                 float* const* outputs, int count, formats::ActQuant mode, float input_scale,
+                                 GemmBackend backend, const GemmContext& ctx) {
+  const bool one_launch = count > 1 && count <= 3 && resolve_gemm_backend(backend, M, weights[0]->cols) == GemmBackend::SKINNY &&
+                          std::all_of(weights, weights + count, [&](const DeviceNvfp4Weight* w) { return w->cols == weights[0]->cols; });
+  if (!one_launch) {
+    for (int i = 0; i < count; ++i)
+      NIB_RETURN_IF_ERROR(linear_nvfp4(x, M, *weights[i], mode, input_scale, outputs[i], backend, ctx));
+    return Status::ok();
+  }
+  for (int i = 0; i < count; ++i) NIB_RETURN_IF_ERROR(check_weight(*weights[i]));
+  if (mode == formats::ActQuant::NONE) return skinny_linear(x, M, weights, outputs, count, nullptr, ctx.stream);
+  if (mode == formats::ActQuant::STATIC && !(input_scale > 0.0f))
+    return Status::error("linear_nvfp4 (static): input_scale must be > 0");
+  if (!ctx.act_workspace || !ctx.row_scales || ctx.act_workspace_elements < size_t(M * weights[0]->cols))
+    return Status::error("linear_nvfp4 (W4A4): needs an activation workspace of " + std::to_string(M * weights[0]->cols) +
+                         " BF16 values and " + std::to_string(M) + " row scales");
+  // x̂ once for all; row_scales holds the token scale (per-token) or input_scale (static) of each row.
+  NIB_RETURN_IF_ERROR(quantize_dequantize_activation_bf16(x, M, weights[0]->cols,
+                                                          mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
+                                                          ctx.act_workspace, ctx.row_scales, ctx.stream));
+  return skinny_linear(ctx.act_workspace, M, weights, outputs, count, ctx.row_scales, ctx.stream);
 }
 
 }  // namespace nibble::cuda

@@ -3,7 +3,8 @@
 // row_scale 1. W4A4 (STATIC, PER_TOKEN): a = x̂, the Blackwell-quantized x dequantized to BF16
 // (exact), row_scale = input_scale or the token scale. Twin of ref::linear_nvfp4. Two backends: FUSED (a warp per output row decodes the FP4 codes in registers: the small-M,
 // memory-bound case) and DEQUANT_CUBLAS (weights dequantized to a BF16 workspace, then cuBLAS; any
-// M, and the in-house baseline). Weights stay in the checkpoint's layout.
+// M, and the in-house baseline); SKINNY (skinny_gemm.cuh: tensor cores fed from registers, for few
+// rows). Weights stay in the checkpoint's layout.
 #pragma once
 
 #include <cublas_v2.h>
@@ -27,9 +28,9 @@ struct DeviceNvfp4Weight {
   float weight_scale_2 = 1.0f;
 };
 
-enum class GemmBackend { AUTO, FUSED, DEQUANT_CUBLAS };
+enum class GemmBackend { AUTO, FUSED, DEQUANT_CUBLAS, SKINNY };
 const char* gemm_backend_name(GemmBackend backend);
-// From the command-line name: "auto", "fused", "dequant-cublas"; nullopt for anything else.
+// From the command-line name: "auto", "fused", "dequant-cublas", "skinny"; nullopt for anything else.
 std::optional<GemmBackend> parse_gemm_backend(std::string_view name);
 
 struct GemmContext {
@@ -47,6 +48,12 @@ struct GemmContext {
 // docs/perf.md), and dequant-cublas above.
 inline constexpr int64_t FUSED_MAX_M = 16;
 inline constexpr int64_t AUTO_FUSED_MAX_M = 1;
+// AUTO takes the skinny tensor-core kernels (skinny_gemm.cuh) up to this many rows when in_features
+// allows them, before the rules above.
+inline constexpr int64_t AUTO_SKINNY_MAX_M = 32;
+
+// The backend AUTO means for M rows and in_features K (other choices are returned as they are).
+GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K);
 
 // Ŵ as BF16 [rows, cols], unscaled by weight_scale_2 (so exact).
 Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStream_t stream);
@@ -60,5 +67,11 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
 // x into ctx.act_workspace / ctx.row_scales first.
 Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, formats::ActQuant mode,
                     float input_scale, float* y, GemmBackend backend, const GemmContext& ctx);
+
+// Several weights on the same input (q, k and v): one launch where the backend is SKINNY (x
+// quantized once in the W4A4 modes), else linear_nvfp4 for each. outputs[i]: [M, rows_i] fp32.
+Status linear_nvfp4_shared_input(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights,
+                                 float* const* outputs, int count, formats::ActQuant mode, float input_scale,
+                                 GemmBackend backend, const GemmContext& ctx);
 
 }  // namespace nibble::cuda

@@ -1,6 +1,8 @@
 // The MoE block: router → group_by_expert → gate_up(+SwiGLU) → down → combine. FUSED runs the
-// grouped NVFP4 GEMMs (moe_gemm.cu) with no host round trip; DEQUANT_CUBLAS dequantizes the active
-// experts to BF16 and calls cublasGemmGroupedBatchedEx (a fallback and the in-house baseline).
+// grouped NVFP4 GEMMs (moe_gemm.cu) and SKINNY the register-fed ones for few tokens
+// (skinny_gemm.cu), both with no host round trip (small batches route and group in one launch);
+// DEQUANT_CUBLAS dequantizes the active experts to BF16 and calls cublasGemmGroupedBatchedEx (a
+// fallback and the in-house baseline).
 // W4A4 modes quantize the gate_up input per token (x̂) and the fp32 SwiGLU output per sorted row.
 #include "cuda/moe.cuh"
 
@@ -10,7 +12,9 @@
 
 #include "cuda/check.cuh"
 #include "cuda/moe_router.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/quantize_nvfp4.cuh"
+#include "cuda/skinny_gemm.cuh"
 #include "formats/bf16.h"
 
 namespace nibble::cuda {
@@ -20,14 +24,22 @@ constexpr int THREADS = 256;
 
 constexpr int MAX_TOP_K = 64;
 
+constexpr int COMBINE_MAX_CHUNKS = 4;  // hidden ≤ THREADS · 8 · 4 with the fused norm
+
 // out[t, h] = Σ_slot weight[t, slot] · row_scale[r] · y[r, h], r = pair_rows[t·k + slot], summed in slot
 // order from 0 as ref::moe does. y is BF16. One CTA per token; the k (row, weight) pairs are read once
-// into shared memory, then each thread sums 8 consecutive h with 16-byte loads.
+// into shared memory, then each thread sums 8 consecutive h with 16-byte loads. With NORM the sum
+// is not stored: residual += it, then norm.out = BF16(rmsnorm(residual) · weight) (add_rmsnorm's
+// math, fused so the next layer's norm is not a launch of its own).
+template <bool NORM>
 __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_rows,
                                const float* __restrict__ weights, const float* __restrict__ row_scales, int top_k,
-                               int hidden, float* __restrict__ out) {
+                               int hidden, float* __restrict__ out, ResidualNorm norm) {
   __shared__ int rows[MAX_TOP_K];
   __shared__ float scale[MAX_TOP_K];
+  __shared__ float partial[THREADS / 32];
+  pdl_wait();
+  pdl_launch_dependents();
   const int t = blockIdx.x;
   if (threadIdx.x < top_k) {
     const int pair = t * top_k + threadIdx.x;
@@ -35,7 +47,12 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
     scale[threadIdx.x] = row_scales ? weights[pair] * row_scales[pair_rows[pair]] : weights[pair];
   }
   __syncthreads();
-  for (int h = threadIdx.x * 8; h < hidden; h += THREADS * 8) {
+  float kept[NORM ? COMBINE_MAX_CHUNKS : 1][8];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int c = 0; c < (NORM ? COMBINE_MAX_CHUNKS : 1 << 20); ++c) {
+    const int h = (c * THREADS + threadIdx.x) * 8;
+    if (h >= hidden) break;
     float acc[8] = {};
     for (int slot = 0; slot < top_k; ++slot) {
       const uint4 v = *reinterpret_cast<const uint4*>(y + size_t(rows[slot]) * hidden + h);
@@ -46,9 +63,49 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
         acc[2 * i + 1] += scale[slot] * formats::bf16_decode(uint16_t(words[i] >> 16));
       }
     }
-    float4* dst = reinterpret_cast<float4*>(out + size_t(t) * hidden + h);
-    dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    if constexpr (NORM) {
+      float* x = norm.residual + size_t(t) * hidden + h;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        kept[c][i] = x[i] + acc[i];
+        x[i] = kept[c][i];
+      }
+    } else {
+      float4* dst = reinterpret_cast<float4*>(out + size_t(t) * hidden + h);
+      dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    }
+  }
+  if constexpr (NORM) {
+    // add_rmsnorm's order: each thread's squares over its values in index order, then warps, then the block.
+    // (Its threads own strided single values; here 8 consecutive ones, so the fp32 sum may differ in the
+    // last bits from a separate add_rmsnorm — both are sums of the same squares.)
+#pragma unroll
+    for (int c = 0; c < COMBINE_MAX_CHUNKS; ++c) {
+      if ((c * THREADS + int(threadIdx.x)) * 8 >= hidden) break;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sum_sq += kept[c][i] * kept[c][i];
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, offset);
+    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = sum_sq;
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < THREADS / 32; ++w) total += partial[w];
+    const float inv = 1.0f / sqrtf(total / float(hidden) + norm.eps);
+#pragma unroll
+    for (int c = 0; c < COMBINE_MAX_CHUNKS; ++c) {
+      const int h = (c * THREADS + threadIdx.x) * 8;
+      if (h >= hidden) break;
+      uint32_t packed[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float lo = kept[c][2 * i] * inv * formats::bf16_decode(norm.weight[h + 2 * i]);
+        const float hi = kept[c][2 * i + 1] * inv * formats::bf16_decode(norm.weight[h + 2 * i + 1]);
+        packed[i] = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+                    uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16;
+      }
+      *reinterpret_cast<uint4*>(norm.out + size_t(t) * hidden + h) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    }
   }
 }
 
@@ -109,19 +166,24 @@ Status quantize_act(const DeviceMoeWeights& w, formats::ActQuant mode, int64_t p
                                             ws.act_hat, ws.act_row_scales, stream);
 }
 
-Status run_fused(const uint16_t* gate_up_in, const float* token_scales, int64_t tokens, int tile_rows,
-                 const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws, cudaStream_t stream) {
+// The grouped GEMMs (FUSED: moe_gemm.cu; SKINNY: skinny_gemm.cu) on the grouping in ws.groups.
+Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_t tokens, int tile_rows, bool skinny,
+                   const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws, cudaStream_t stream) {
   const int64_t pairs = tokens * w.top_k;
-  GroupedGemmArgs gate_up{gate_up_in,           ws.groups.sorted_pairs, w.top_k, token_scales, ws.groups.expert_offsets,
-                          ws.groups.tile_offsets, tile_rows,             pairs,   ws.act,       is_w4a4(mode)};
-  NIB_RETURN_IF_ERROR(moe_gemm_gate_up(gate_up, w.gate, w.up, stream));
-  GroupedGemmArgs down{static_cast<const uint16_t*>(ws.act), nullptr, 1,     nullptr, ws.groups.expert_offsets,
-                       ws.groups.tile_offsets,              tile_rows, pairs, ws.y,    false};
+  GroupedGemmArgs gate_up;
+  gate_up.act = gate_up_in, gate_up.sorted_pairs = ws.groups.sorted_pairs, gate_up.top_k = w.top_k;
+  gate_up.row_scales = token_scales, gate_up.expert_offsets = ws.groups.expert_offsets;
+  gate_up.tile_offsets = ws.groups.tile_offsets, gate_up.tiles = ws.groups.tiles, gate_up.tile_rows = tile_rows;
+  gate_up.pairs = pairs, gate_up.out = ws.act, gate_up.out_fp32 = is_w4a4(mode);
+  NIB_RETURN_IF_ERROR(skinny ? skinny_moe_gate_up(gate_up, w.gate, w.up, stream) : moe_gemm_gate_up(gate_up, w.gate, w.up, stream));
+  GroupedGemmArgs down = gate_up;
+  down.act = static_cast<const uint16_t*>(ws.act), down.sorted_pairs = nullptr, down.top_k = 1, down.row_scales = nullptr;
+  down.out = ws.y, down.out_fp32 = false;
   if (is_w4a4(mode)) {
     NIB_RETURN_IF_ERROR(quantize_act(w, mode, pairs, ws, stream));
     down.act = ws.act_hat, down.row_scales = ws.act_row_scales;
   }
-  return moe_gemm_down(down, w.down, stream);
+  return skinny ? skinny_moe_down(down, w.down, stream) : moe_gemm_down(down, w.down, stream);
 }
 
 // One cuBLAS grouped call: each non-empty expert e is one problem C_e = alpha_e · A_eᵀ · B_e with A_e a
@@ -234,6 +296,13 @@ Status run_dequant_cublas(const uint16_t* gate_up_in, const float* token_scales,
 
 }  // namespace
 
+GemmBackend resolve_moe_backend(GemmBackend backend, int64_t tokens, const DeviceMoeWeights& w) {
+  const bool skinny_fits = skinny_supported(w.hidden) && skinny_supported(w.intermediate);
+  if (backend == GemmBackend::SKINNY && !skinny_fits) return GemmBackend::FUSED;
+  if (backend != GemmBackend::AUTO) return backend;
+  return tokens <= AUTO_SKINNY_MOE_MAX_TOKENS && skinny_fits ? GemmBackend::SKINNY : GemmBackend::FUSED;
+}
+
 template <class T>
 Status MoeWorkspace::alloc(T*& ptr, size_t count) {
   void* p = nullptr;
@@ -262,6 +331,9 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.tile_offsets, E + 1));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.sorted_pairs, P));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.pair_rows, P));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.tiles, size_t(max_expert_tiles(int64_t(P), w.experts, SKINNY_TILE_ROWS))));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->route_counter, 1));
+  NIB_RETURN_IF_ERROR(cuda_status(cudaMemset(ws->route_counter, 0, sizeof(int)), "MoeWorkspace: route counter"));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->x_hat, T * H));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->x_row_scales, T));
   float* act = nullptr;
@@ -284,16 +356,26 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
 }
 
 Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
-                   GemmBackend backend, MoeWorkspace& ws, float* out, cudaStream_t stream, cublasHandle_t cublas) {
-  NIB_RETURN_IF_ERROR(check_call(x, tokens, w, mode, ws, out));
+                   GemmBackend backend, MoeWorkspace& ws, float* out, cudaStream_t stream, cublasHandle_t cublas,
+                   const ResidualNorm* norm) {
+  NIB_RETURN_IF_ERROR(check_call(x, tokens, w, mode, ws, norm ? norm->residual : out));
+  if (norm && (!norm->weight || !norm->out || w.hidden > THREADS * 8 * COMBINE_MAX_CHUNKS))
+    return Status::error("moe_forward: the fused residual norm needs its weight and output, and hidden ≤ " +
+                         std::to_string(THREADS * 8 * COMBINE_MAX_CHUNKS));
   if (tokens == 0) return Status::ok();
   if (!cublas) return Status::error("moe_forward: the router GEMM needs a cuBLAS handle");
   const RouterArgs router{x, w.router, tokens, w.hidden, w.experts, w.top_k, w.norm_topk_prob,
                           ws.logits, ws.expert_ids, ws.route_weights};
-  NIB_RETURN_IF_ERROR(route(router, cublas, stream));
+  const bool skinny = resolve_moe_backend(backend, tokens, w) == GemmBackend::SKINNY;
   const int64_t pairs = tokens * w.top_k;
-  const int tile_rows = moe_tile_rows(pairs, w.experts, w.hidden, w.intermediate);  // grouping and GEMMs share it
-  NIB_RETURN_IF_ERROR(group_by_expert(ws.expert_ids, tokens, w.top_k, w.experts, tile_rows, ws.groups, stream));
+  // The grouping and the GEMMs share the tile height.
+  const int tile_rows = skinny ? SKINNY_TILE_ROWS : moe_tile_rows(pairs, w.experts, w.hidden, w.intermediate);
+  if (route_small_supported(tokens, w.experts, w.hidden, w.top_k) && backend != GemmBackend::DEQUANT_CUBLAS) {
+    NIB_RETURN_IF_ERROR(route_and_group_small(router, tile_rows, ws.groups, ws.route_counter, stream));
+  } else {
+    NIB_RETURN_IF_ERROR(route(router, cublas, stream));
+    NIB_RETURN_IF_ERROR(group_by_expert(ws.expert_ids, tokens, w.top_k, w.experts, tile_rows, ws.groups, stream));
+  }
   const uint16_t* gate_up_in = x;
   const float* token_scales = nullptr;
   if (is_w4a4(mode)) {
@@ -304,13 +386,14 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   }
   const bool cublas_backend = backend == GemmBackend::DEQUANT_CUBLAS;
   if (cublas_backend) NIB_RETURN_IF_ERROR(run_dequant_cublas(gate_up_in, token_scales, tokens, w, mode, ws, stream, cublas));
-  else NIB_RETURN_IF_ERROR(run_fused(gate_up_in, token_scales, tokens, tile_rows, w, mode, ws, stream));
+  else NIB_RETURN_IF_ERROR(run_grouped(gate_up_in, token_scales, tokens, tile_rows, skinny, w, mode, ws, stream));
   // The fused down GEMM applied the W4A4 row scales; cuBLAS (alpha per expert only) leaves them to the combine.
   const float* down_row_scales = cublas_backend && is_w4a4(mode) ? ws.act_row_scales : nullptr;
-  combine_kernel<<<unsigned(tokens), THREADS, 0, stream>>>(static_cast<const uint16_t*>(ws.y), ws.groups.pair_rows,
-                                                           ws.route_weights, down_row_scales, int(w.top_k),
-                                                           int(w.hidden), out);
-  return cuda_status(cudaGetLastError(), "moe combine launch");
+  const ResidualNorm fused = norm ? *norm : ResidualNorm{};
+  return cuda_status(launch_pdl(norm ? combine_kernel<true> : combine_kernel<false>, unsigned(tokens), THREADS, 0, stream,
+                                static_cast<const uint16_t*>(ws.y), ws.groups.pair_rows, ws.route_weights, down_row_scales,
+                                int(w.top_k), int(w.hidden), out, fused),
+                     "moe combine launch");
 }
 
 }  // namespace nibble::cuda

@@ -45,6 +45,7 @@ struct MoeWorkspace {
   int32_t* expert_ids = nullptr;      // [T, k]
   float* route_weights = nullptr;     // [T, k]
   ExpertGroups groups;
+  int* route_counter = nullptr;       // route_and_group_small's CTA counter (0 between calls)
   uint16_t* x_hat = nullptr;          // [T, H] W4A4 gate_up input
   float* x_row_scales = nullptr;      // [T]
   void* act = nullptr;                // [P, I] SwiGLU output: BF16 (W4A16) or fp32 (W4A4, re-quantized)
@@ -66,9 +67,25 @@ struct MoeWorkspace {
   std::vector<void*> allocations_;
 };
 
-// out: fp32 [tokens, hidden]. FUSED (and AUTO) run without host synchronization (CUDA-graph safe);
+// AUTO takes SKINNY up to this many tokens (when hidden and intermediate allow it), FUSED above.
+inline constexpr int64_t AUTO_SKINNY_MOE_MAX_TOKENS = 16;
+// The backend moe_forward runs for `backend` (AUTO resolved; SKINNY falls back to FUSED for shapes
+// it does not take).
+GemmBackend resolve_moe_backend(GemmBackend backend, int64_t tokens, const DeviceMoeWeights& w);
+
+// The next norm fused into the MoE block's combine: residual += the block's output, then
+// out = BF16(rmsnorm(residual) · weight) (add_rmsnorm's math), in place of writing the output.
+struct ResidualNorm {
+  float* residual = nullptr;         // fp32 [tokens, hidden]
+  const uint16_t* weight = nullptr;  // BF16 [hidden]
+  float eps = 0.0f;
+  uint16_t* out = nullptr;           // BF16 [tokens, hidden] (may be the block's own input x)
+};
+
+// out: fp32 [tokens, hidden] (unused with `norm`). FUSED, SKINNY and AUTO run without host synchronization (CUDA-graph safe);
 // DEQUANT_CUBLAS reads the expert counts back to size cublasGemmGroupedBatchedEx.
 Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
-                   GemmBackend backend, MoeWorkspace& ws, float* out, cudaStream_t stream, cublasHandle_t cublas);
+                   GemmBackend backend, MoeWorkspace& ws, float* out, cudaStream_t stream, cublasHandle_t cublas,
+                   const ResidualNorm* norm = nullptr);
 
 }  // namespace nibble::cuda

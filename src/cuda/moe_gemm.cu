@@ -15,6 +15,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/moe_grouping.cuh"
+#include "cuda/nvfp4_fragments.cuh"
 
 namespace nibble::cuda {
 namespace {
@@ -65,6 +66,7 @@ struct KernelParams {
   const float* row_scales;
   const int32_t* expert_offsets;
   const int32_t* tile_offsets;
+  const int4* tiles;
   int experts;
   void* out;
   bool out_fp32;
@@ -85,73 +87,16 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a),
-                                   *reinterpret_cast<const __nv_bfloat162*>(&b));
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-
-// PTX prmt in its default mode, where a selector nibble's bit 3 replicates the chosen byte's sign bit
-// (the __byte_perm intrinsic masks that bit off).
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t select) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(select));
-  return r;
-}
-
-// Eight E2M1 codes (a 32-bit word, element 0 in the low nibble) → four BF16 pairs, pair b holding
-// elements 2b (low half) and 2b + 1, exact. The magnitude (low 3 bits of a code) picks the high and
-// the low byte of its BF16 value from 8-byte tables; the sign comes from prmt's sign-replicate mode
-// on a table of 0x80 bytes (0xFF where the code's bit 3 is set, else 0x80), bit 0 → bit 7.
-__device__ __forceinline__ void e2m1x8_to_bf16(uint32_t word, uint32_t (&pair)[4]) {
-  // BF16 of 0, 0.5, 1, 1.5, 2, 3, 4, 6: 0000 3F00 3F80 3FC0 4000 4040 4080 40C0.
-  constexpr uint32_t HI_0_3 = 0x3F3F3F00u, HI_4_7 = 0x40404040u, LO_0_3 = 0xC0800000u, LO_4_7 = 0xC0804000u;
-  const uint32_t magnitude = word & 0x77777777u;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const uint32_t select = half ? magnitude >> 16 : magnitude;
-    const uint32_t sign = prmt(0x80808080u, 0x80808080u, half ? word >> 16 : word);
-    const uint32_t hi = __byte_perm(HI_0_3, HI_4_7, select) | ((sign << 7) & 0x80808080u);
-    const uint32_t lo = __byte_perm(LO_0_3, LO_4_7, select);
-    pair[2 * half] = __byte_perm(lo, hi, 0x5140);
-    pair[2 * half + 1] = __byte_perm(lo, hi, 0x7362);
-  }
-}
-
-// An E4M3 block scale (non-negative) → BF16 pair: its bits eeee mmm at fp32 bits 26..20 give the
-// value times 2⁻¹²⁰ (subnormals as fp32 subnormals), × 2¹²⁰ in fp32 (no flush: built without ftz),
-// then the top half of the fp32 bits (exact: ≤ 4 significant bits).
-__device__ __forceinline__ uint32_t e4m3_scale_bf16x2(uint32_t byte) {
-  const uint32_t bits = __float_as_uint(__uint_as_float((byte & 0x7Fu) << 20) * 0x1p120f) >> 16;
-  return bits | bits << 16;
-}
-
 // The CTA's tile: its expert, first sorted row and number of rows (≤ BT).
 struct TileInfo {
   int expert, row0, rows;
 };
 
-template <class C>
 __device__ __forceinline__ bool find_tile(const KernelParams& p, TileInfo& info) {
   const int tile = blockIdx.y;
   if (tile >= p.tile_offsets[p.experts]) return false;
-  int lo = 0, hi = p.experts;  // tile_offsets[lo] <= tile < tile_offsets[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (p.tile_offsets[mid] <= tile) lo = mid;
-    else hi = mid;
-  }
-  info.expert = lo;
-  info.row0 = p.expert_offsets[lo] + (tile - p.tile_offsets[lo]) * C::BT;
-  info.rows = min(C::BT, p.expert_offsets[lo + 1] - info.row0);
+  const int4 t = p.tiles[tile];
+  info.expert = t.x, info.row0 = t.y, info.rows = t.z;
   return true;
 }
 
@@ -234,7 +179,7 @@ template <class C, bool GATED>
 __global__ void __launch_bounds__(C::THREADS) moe_gemm_kernel(const KernelParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
   TileInfo tile;
-  if (!find_tile<C>(p, tile)) return;
+  if (!find_tile(p, tile)) return;
   int* src_rows = reinterpret_cast<int*>(smem + C::STAGES * C::STAGE_BYTES);
   const int tid = threadIdx.x;
   for (int t = tid; t < C::BT; t += C::THREADS) {
@@ -392,7 +337,7 @@ Status check_experts(const DeviceNvfp4Experts& w, const char* what) {
 }
 
 Status check_args(const GroupedGemmArgs& a) {
-  if (!a.act || !a.expert_offsets || !a.tile_offsets || !a.out) return Status::error("moe_gemm: null pointer");
+  if (!a.act || !a.expert_offsets || !a.tile_offsets || !a.tiles || !a.out) return Status::error("moe_gemm: null pointer");
   if (reinterpret_cast<uintptr_t>(a.act) % 16) return Status::error("moe_gemm: activations not 16-byte aligned");
   if (a.pairs < 0 || a.pairs > INT32_MAX || a.top_k < 1) return Status::error("moe_gemm: bad pair count");
   return Status::ok();
@@ -404,7 +349,7 @@ KernelParams params(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, cons
   if (w1) p.codes[1] = w1->packed, p.scales[1] = w1->block_scales, p.global_scales[1] = w1->global_scales;
   p.n = int(w0.rows), p.k = int(w0.cols);
   p.act = a.act, p.sorted_pairs = a.sorted_pairs, p.top_k = int(a.top_k), p.row_scales = a.row_scales;
-  p.expert_offsets = a.expert_offsets, p.tile_offsets = a.tile_offsets, p.experts = int(w0.experts);
+  p.expert_offsets = a.expert_offsets, p.tile_offsets = a.tile_offsets, p.tiles = a.tiles, p.experts = int(w0.experts);
   p.out = a.out, p.out_fp32 = a.out_fp32;
   return p;
 }

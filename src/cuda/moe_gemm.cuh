@@ -27,6 +27,7 @@ struct GroupedGemmArgs {
   const float* row_scales = nullptr;       // W4A4: per source row (token scale or input_scale); null for W4A16
   const int32_t* expert_offsets = nullptr;  // from group_by_expert run with tile_rows
   const int32_t* tile_offsets = nullptr;
+  const int4* tiles = nullptr;              // the tile list (ExpertGroups::tiles)
   int tile_rows = 0;                        // moe_tile_rows(...) for this batch
   int64_t pairs = 0;                        // tokens · top_k
   void* out = nullptr;                      // [pairs, out features] in sorted-row order

@@ -17,6 +17,9 @@ struct ExpertGroups {
   int32_t* tile_offsets = nullptr;    // [experts + 1]: GEMM tiles of tile_rows rows, prefix sums per expert
   int32_t* sorted_pairs = nullptr;    // [tokens · top_k]: pair index t·top_k + slot at each sorted row
   int32_t* pair_rows = nullptr;       // [tokens · top_k]: sorted row of each pair (the inverse)
+  // [max_expert_tiles(...)]: tile j = (expert, first sorted row, rows) for j < tile_offsets[experts],
+  // so a GEMM CTA finds its tile with one load instead of a search over tile_offsets.
+  int4* tiles = nullptr;
 };
 
 // The most tiles a grouping of `pairs` rows over `experts` experts can produce (a host-side bound for

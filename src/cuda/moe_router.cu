@@ -1,81 +1,100 @@
-// Router kernel: one warp per token, experts spread over the lanes (8 per lane for 256). Top-k by
-// k rounds of a warp arg-max on (probability, -expert) pairs, so ties pick the lower expert.
+// Router kernels: top-k with one warp per token (warp_softmax_topk), after cuBLAS's logits or, for
+// small batches, in one launch with the logits GEMV and the grouping (route_and_group_small).
 #include "cuda/moe_router.cuh"
 
 #include <cfloat>
 
 #include "cuda/check.cuh"
+#include "cuda/moe_routing_device.cuh"
+#include "cuda/pdl.cuh"
 
 namespace nibble::cuda {
 namespace {
 
-constexpr int MAX_PER_LANE = 8;  // experts ≤ 256
 constexpr int WARPS = 4;
 
 __global__ void __launch_bounds__(WARPS * 32)
     route_topk_kernel(const float* __restrict__ logits, int tokens, int experts, int top_k, bool renormalize,
                       int32_t* __restrict__ expert_ids, float* __restrict__ weights) {
-  const int lane = threadIdx.x & 31;
+  pdl_wait();
+  pdl_launch_dependents();
   const int token = blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (token >= tokens) return;
-  const float* row = logits + size_t(token) * experts;
-  float p[MAX_PER_LANE];
-  float m = -FLT_MAX;
-#pragma unroll
-  for (int i = 0; i < MAX_PER_LANE; ++i) {
-    const int e = lane + 32 * i;
-    p[i] = e < experts ? row[e] : -FLT_MAX;
-    m = fmaxf(m, p[i]);
-  }
-  for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < MAX_PER_LANE; ++i) {
-    const int e = lane + 32 * i;
-    p[i] = e < experts ? expf(p[i] - m) : 0.0f;
-    sum += p[i];
-  }
-  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
-#pragma unroll
-  for (int i = 0; i < MAX_PER_LANE; ++i) p[i] = lane + 32 * i < experts ? p[i] / sum : -1.0f;
+  warp_softmax_topk(logits + size_t(token) * experts, experts, top_k, renormalize, expert_ids + size_t(token) * top_k,
+                    weights + size_t(token) * top_k);
+}
 
-  float chosen_sum = 0.0f, chosen_p = 0.0f;
-  int chosen_e = 0;
-  for (int k = 0; k < top_k; ++k) {
-    float best = -1.0f;
-    int best_e = INT32_MAX;
+constexpr int SMALL_THREADS = 256;  // 8 warps, an expert each; grouping needs experts ≤ 256
+constexpr int SMALL_MAX_CHUNKS = ROUTER_SMALL_MAX_HIDDEN / 256;
+
+__device__ __forceinline__ float dot8(const uint4& a, const uint4& b, float acc) {
+  const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
-    for (int i = 0; i < MAX_PER_LANE; ++i) {
-      const int e = lane + 32 * i;
-      if (p[i] > best || (p[i] == best && e < best_e)) best = p[i], best_e = e;
-    }
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      const float other = __shfl_xor_sync(0xFFFFFFFFu, best, offset);
-      const int other_e = __shfl_xor_sync(0xFFFFFFFFu, best_e, offset);
-      if (other > best || (other == best && other_e < best_e)) best = other, best_e = other_e;
-    }
+  for (int i = 0; i < 4; ++i) {
+    acc = fmaf(__uint_as_float(wa[i] << 16), __uint_as_float(wb[i] << 16), acc);
+    acc = fmaf(__uint_as_float(wa[i] & 0xFFFF0000u), __uint_as_float(wb[i] & 0xFFFF0000u), acc);
+  }
+  return acc;
+}
+
+// Router logits (a warp per expert: its row in registers, loaded before the PDL wait), then the
+// last CTA to finish runs top-k for every token and the grouping, and re-arms the counter.
+__global__ void __launch_bounds__(SMALL_THREADS)
+    route_group_small_kernel(const RouterArgs a, int tile_rows, ExpertGroups groups, int* counter) {
+  __shared__ GroupingSmem<SMALL_THREADS> sm;
+  __shared__ bool last;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int expert = blockIdx.x * (SMALL_THREADS / 32) + warp;
+  const int H = int(a.hidden), E = int(a.experts), chunks = H / 256;
+  uint4 w[SMALL_MAX_CHUNKS];
 #pragma unroll
-    for (int i = 0; i < MAX_PER_LANE; ++i)
-      if (lane + 32 * i == best_e) p[i] = -1.0f;  // taken
-    chosen_sum += best;
-    if (lane == k) chosen_p = best, chosen_e = best_e;
-  }
-  if (lane < top_k) {
-    expert_ids[size_t(token) * top_k + lane] = chosen_e;
-    weights[size_t(token) * top_k + lane] = renormalize ? chosen_p / chosen_sum : chosen_p;
-  }
+  for (int i = 0; i < SMALL_MAX_CHUNKS; ++i)
+    w[i] = expert < E && i < chunks ? __ldg(reinterpret_cast<const uint4*>(a.router + size_t(expert) * H + i * 256) + lane)
+                                    : make_uint4(0, 0, 0, 0);
+  pdl_wait();
+  pdl_launch_dependents();
+  constexpr int TOKENS_AT_ONCE = 4;  // independent x loads in flight per lane
+  if (expert < E)
+    for (int t0 = 0; t0 < int(a.tokens); t0 += TOKENS_AT_ONCE) {
+      float acc[TOKENS_AT_ONCE] = {};
+#pragma unroll
+      for (int i = 0; i < SMALL_MAX_CHUNKS; ++i) {
+        if (i >= chunks) break;
+#pragma unroll
+        for (int j = 0; j < TOKENS_AT_ONCE; ++j)
+          if (t0 + j < int(a.tokens))
+            acc[j] = dot8(w[i], __ldg(reinterpret_cast<const uint4*>(a.x + size_t(t0 + j) * H) + i * 32 + lane), acc[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < TOKENS_AT_ONCE; ++j) {
+        for (int offset = 16; offset > 0; offset >>= 1) acc[j] += __shfl_xor_sync(0xFFFFFFFFu, acc[j], offset);
+        if (lane == 0 && t0 + j < int(a.tokens)) a.logits[size_t(t0 + j) * E + expert] = acc[j];
+      }
+    }
+  __threadfence();  // the logits are visible before this CTA counts itself done
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == int(gridDim.x) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int t = warp; t < int(a.tokens); t += SMALL_THREADS / 32)
+    warp_softmax_topk(a.logits + size_t(t) * E, E, int(a.top_k), a.norm_topk_prob, a.expert_ids + size_t(t) * a.top_k,
+                      a.weights + size_t(t) * a.top_k);
+  __syncthreads();
+  group_rows<SMALL_THREADS>(a.expert_ids, int(a.tokens * a.top_k), E, tile_rows, groups, sm);
+  if (threadIdx.x == 0) *counter = 0;
 }
 
 }  // namespace
 
 Status route_topk(const float* logits, int64_t tokens, int64_t experts, int64_t top_k, bool norm_topk_prob,
                   int32_t* expert_ids, float* weights, cudaStream_t stream) {
-  if (experts < 1 || experts > 32 * MAX_PER_LANE) return Status::error("route_topk: experts must be in [1, 256]");
+  if (experts < 1 || experts > 32 * ROUTER_MAX_PER_LANE) return Status::error("route_topk: experts must be in [1, 256]");
   if (top_k < 1 || top_k > 32 || top_k > experts) return Status::error("route_topk: top_k must be in [1, min(32, experts)]");
   if (tokens <= 0) return Status::ok();
-  route_topk_kernel<<<unsigned((tokens + WARPS - 1) / WARPS), WARPS * 32, 0, stream>>>(
-      logits, int(tokens), int(experts), int(top_k), norm_topk_prob, expert_ids, weights);
-  return cuda_status(cudaGetLastError(), "route_topk launch");
+  return cuda_status(launch_pdl(route_topk_kernel, unsigned((tokens + WARPS - 1) / WARPS), WARPS * 32, 0, stream, logits,
+                                int(tokens), int(experts), int(top_k), norm_topk_prob, expert_ids, weights),
+                     "route_topk launch");
 }
 
 Status route(const RouterArgs& a, cublasHandle_t cublas, cudaStream_t stream) {
@@ -90,6 +109,29 @@ Status route(const RouterArgs& a, cublasHandle_t cublas, cudaStream_t stream) {
                      int(a.experts), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   NIB_RETURN_IF_ERROR(cublas_status(s, "route: the router GEMM"));
   return route_topk(a.logits, a.tokens, a.experts, a.top_k, a.norm_topk_prob, a.expert_ids, a.weights, stream);
+}
+
+}  // namespace nibble::cuda
+
+namespace nibble::cuda {
+
+bool route_small_supported(int64_t tokens, int64_t experts, int64_t hidden, int64_t top_k) {
+  return tokens >= 1 && tokens <= ROUTER_SMALL_MAX_TOKENS && experts >= 1 && experts <= 256 && top_k >= 1 &&
+         top_k <= 32 && top_k <= experts && hidden % 256 == 0 && hidden <= ROUTER_SMALL_MAX_HIDDEN;
+}
+
+Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGroups& groups, int* counter,
+                             cudaStream_t stream) {
+  if (!route_small_supported(a.tokens, a.experts, a.hidden, a.top_k))
+    return Status::error("route_and_group_small: needs 1 to " + std::to_string(ROUTER_SMALL_MAX_TOKENS) +
+                         " tokens, experts ≤ 256, top_k ≤ 32 and hidden a multiple of 256 up to " +
+                         std::to_string(ROUTER_SMALL_MAX_HIDDEN));
+  if (!a.x || !a.router || !a.logits || !a.expert_ids || !a.weights || !counter || !groups.tiles)
+    return Status::error("route_and_group_small: null pointer");
+  if (tile_rows < 1) return Status::error("route_and_group_small: tile_rows must be positive");
+  const unsigned ctas = unsigned((a.experts + SMALL_THREADS / 32 - 1) / (SMALL_THREADS / 32));
+  return cuda_status(launch_pdl(route_group_small_kernel, ctas, SMALL_THREADS, 0, stream, a, tile_rows, groups, counter),
+                     "route_and_group_small launch");
 }
 
 }  // namespace nibble::cuda

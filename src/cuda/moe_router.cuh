@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/status.h"
+#include "cuda/moe_grouping.cuh"
 
 namespace nibble::cuda {
 
@@ -29,5 +30,15 @@ Status route_topk(const float* logits, int64_t tokens, int64_t experts, int64_t 
 
 // The whole router: the logits GEMM on `cublas`, then route_topk.
 Status route(const RouterArgs& args, cublasHandle_t cublas, cudaStream_t stream);
+
+// Small batches: the router and group_by_expert in one launch — a warp per expert computes the
+// logits (fp32 dot products of the BF16 rows), and the last CTA to finish runs the top-k of every
+// token and the grouping with tile_rows. `counter`: a device int, 0 before the first call (each call
+// leaves it 0).
+inline constexpr int64_t ROUTER_SMALL_MAX_TOKENS = 64;
+inline constexpr int64_t ROUTER_SMALL_MAX_HIDDEN = 4096;
+bool route_small_supported(int64_t tokens, int64_t experts, int64_t hidden, int64_t top_k);
+Status route_and_group_small(const RouterArgs& args, int tile_rows, const ExpertGroups& groups, int* counter,
+                             cudaStream_t stream);
 
 }  // namespace nibble::cuda

@@ -2,6 +2,7 @@
 // The block math is formats/nvfp4_block.h with rcp.approx.ftz, as TensorRT-LLM's
 // cvt_warp_fp16_to_fp4 computes it on Blackwell.
 #include "cuda/check.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/quantize_nvfp4.cuh"
 #include "formats/bf16.h"
 #include "formats/nvfp4_block.h"
@@ -92,6 +93,8 @@ constexpr int ROWS_PER_CTA = THREADS / 32;
 template <class In>
 __global__ void quantize_dequantize_kernel(const In* __restrict__ x, int64_t rows, int64_t cols, float input_scale,
                                            uint16_t* __restrict__ x_hat, float* __restrict__ row_scales) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * ROWS_PER_CTA + (threadIdx.x >> 5);
   if (row >= rows) return;
@@ -143,9 +146,9 @@ Status quantize_dequantize(const In* x, int64_t rows, int64_t cols, float input_
   if (input_scale < 0.0f || !(input_scale == input_scale))
     return Status::error("quantize_dequantize_activation: input_scale must be > 0 (static) or 0 (per-token)");
   if (rows == 0) return Status::ok();
-  quantize_dequantize_kernel<In><<<static_cast<unsigned>((rows + ROWS_PER_CTA - 1) / ROWS_PER_CTA), THREADS, 0, stream>>>(
-      x, rows, cols, input_scale, x_hat, row_scales);
-  return cuda_status(cudaGetLastError(), "quantize_dequantize_activation launch");
+  return cuda_status(launch_pdl(quantize_dequantize_kernel<In>, dim3(unsigned((rows + ROWS_PER_CTA - 1) / ROWS_PER_CTA)),
+                                dim3(THREADS), 0, stream, x, rows, cols, input_scale, x_hat, row_scales),
+                     "quantize_dequantize_activation launch");
 }
 
 }  // namespace

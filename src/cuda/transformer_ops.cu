@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cuda/check.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/transformer_ops.cuh"
 
 namespace nibble::cuda {
@@ -21,38 +22,66 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 __global__ void embedding_kernel(const int32_t* ids, const uint16_t* table, int64_t hidden, float* out) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x;
   const uint16_t* row = table + static_cast<int64_t>(ids[t]) * hidden;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[t * hidden + i] = bf16_to_float(row[i]);
 }
 
 constexpr int NORM_THREADS = 256;
+constexpr int NORM_MAX_PER_THREAD = 32;  // width ≤ 8192
 
-__global__ void add_rmsnorm_kernel(float* residual, const float* delta, int64_t width, const uint16_t* weight, float eps,
-                                   uint16_t* out, const int32_t* rows) {
+// One block per row, one pass: each thread keeps its (strided) values and weights in registers;
+// the weights are read before the PDL wait (they do not depend on earlier kernels).
+__global__ void __launch_bounds__(NORM_THREADS)
+    add_rmsnorm_kernel(float* residual, const float* delta, int64_t width, const uint16_t* weight, float eps,
+                       uint16_t* out, const int32_t* rows) {
+  float w[NORM_MAX_PER_THREAD], v[NORM_MAX_PER_THREAD];
+#pragma unroll
+  for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) {
+    const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
+    w[k] = i < width ? bf16_to_float(weight[i]) : 0.0f;
+  }
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t r = blockIdx.x, src = rows ? rows[r] : r;
   float* x = residual + src * width;
   float sum_sq = 0.0f;
-  for (int64_t i = threadIdx.x; i < width; i += NORM_THREADS) {
-    float v = x[i];
-    if (delta) x[i] = v = v + delta[src * width + i];
-    sum_sq += v * v;
+#pragma unroll
+  for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) {
+    const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
+    if (i >= width) break;
+    v[k] = delta ? x[i] + delta[src * width + i] : x[i];
+  }
+#pragma unroll
+  for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) {
+    const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
+    if (i >= width) break;
+    if (delta) x[i] = v[k];
+    sum_sq += v[k] * v[k];
   }
   __shared__ float partial[NORM_THREADS / 32];
   sum_sq = warp_sum(sum_sq);
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = sum_sq;
   __syncthreads();
   float total = 0.0f;
-  for (int w = 0; w < NORM_THREADS / 32; ++w) total += partial[w];
+  for (int k = 0; k < NORM_THREADS / 32; ++k) total += partial[k];
   const float inv = 1.0f / sqrtf(total / static_cast<float>(width) + eps);
-  for (int64_t i = threadIdx.x; i < width; i += NORM_THREADS)
-    out[r * width + i] = float_to_bf16(x[i] * inv * bf16_to_float(weight[i]));
+#pragma unroll
+  for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) {
+    const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
+    if (i >= width) break;
+    out[r * width + i] = float_to_bf16(v[k] * inv * w[k]);
+  }
 }
 
 // One warp per (token, head); heads [0, NH) are q, [NH, NH + NKV) k, then NKV v heads.
 __global__ void qk_norm_rope_store_kernel(const float* q, const float* k, const float* v, QkvLayout l,
-                                          const uint16_t* q_norm, const uint16_t* k_norm, float eps, double theta,
+                                          const uint16_t* q_norm, const uint16_t* k_norm, float eps,
                                           float* q_out, uint16_t* k_cache, uint16_t* v_cache) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   const int64_t heads = l.n_heads + 2 * l.n_kv_heads;
@@ -77,9 +106,7 @@ __global__ void qk_norm_rope_store_kernel(const float* q, const float* k, const 
   const float position = static_cast<float>(l.positions[t]);
   for (int64_t i = lane; i < half; i += 32) {
     const float a = src[i] * inv * bf16_to_float(w[i]), b = src[i + half] * inv * bf16_to_float(w[i + half]);
-    // ref::rope_neox: inv_freq in double, then fp32 angle, cos and sin.
-    const float inv_freq = static_cast<float>(1.0 / pow(theta, static_cast<double>(2 * i) / static_cast<double>(D)));
-    const float angle = position * inv_freq;
+    const float angle = position * l.inv_freq[i];  // ref::rope_neox: fp32 angle, cos and sin
     const float c = cosf(angle), s = sinf(angle);
     const float x0 = a * c - b * s, x1 = b * c + a * s;
     if (is_q) {
@@ -95,6 +122,8 @@ __global__ void qk_norm_rope_store_kernel(const float* q, const float* k, const 
 }
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, uint16_t* out) {
+  pdl_wait();
+  pdl_launch_dependents();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const float g = gate[i];
     out[i] = float_to_bf16(g / (1.0f + expf(-g)) * up[i]);
@@ -113,36 +142,40 @@ int grid_for(int64_t n, int threads) { return static_cast<int>(std::min<int64_t>
 Status embedding_gather(const int32_t* ids, int64_t tokens, const uint16_t* table, int64_t hidden, float* out,
                         cudaStream_t stream) {
   if (tokens <= 0) return Status::ok();
-  embedding_kernel<<<static_cast<unsigned>(tokens), 256, 0, stream>>>(ids, table, hidden, out);
-  return cuda_status(cudaGetLastError(), "embedding_gather");
+  return cuda_status(launch_pdl(embedding_kernel, dim3(unsigned(tokens)), dim3(256), 0, stream, ids, table, hidden, out),
+                     "embedding_gather");
 }
 
 Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t width, const uint16_t* weight, float eps,
                    uint16_t* out, cudaStream_t stream, const int32_t* rows) {
   if (n_rows <= 0) return Status::ok();
   if (rows && delta) return Status::error("add_rmsnorm: a row selection reads the residual only (no delta)");
-  add_rmsnorm_kernel<<<static_cast<unsigned>(n_rows), NORM_THREADS, 0, stream>>>(residual, delta, width, weight, eps, out, rows);
-  return cuda_status(cudaGetLastError(), "add_rmsnorm");
+  if (width > NORM_THREADS * NORM_MAX_PER_THREAD)
+    return Status::error("add_rmsnorm: width " + std::to_string(width) + " > " + std::to_string(NORM_THREADS * NORM_MAX_PER_THREAD));
+  return cuda_status(launch_pdl(add_rmsnorm_kernel, dim3(unsigned(n_rows)), dim3(NORM_THREADS), 0, stream, residual, delta,
+                                width, weight, eps, out, rows),
+                     "add_rmsnorm");
 }
 
 Status qk_norm_rope_store(const float* q, const float* k, const float* v, const QkvLayout& layout,
-                          const uint16_t* q_norm, const uint16_t* k_norm, float eps, double rope_theta, float* q_out,
+                          const uint16_t* q_norm, const uint16_t* k_norm, float eps, float* q_out,
                           uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream) {
   if (layout.tokens <= 0) return Status::ok();
   if (layout.head_dim % 2 != 0 || layout.head_dim > 512)
     return Status::error("qk_norm_rope_store: head_dim must be even and at most 512");
+  if (!layout.inv_freq) return Status::error("qk_norm_rope_store: no inv_freq table");
   const int64_t warps = layout.tokens * (layout.n_heads + 2 * layout.n_kv_heads);
   const int threads = 256;
   const int64_t blocks = (warps * 32 + threads - 1) / threads;
-  qk_norm_rope_store_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-      q, k, v, layout, q_norm, k_norm, eps, rope_theta, q_out, k_cache, v_cache);
-  return cuda_status(cudaGetLastError(), "qk_norm_rope_store");
+  return cuda_status(launch_pdl(qk_norm_rope_store_kernel, dim3(unsigned(blocks)), dim3(threads), 0, stream, q, k, v, layout,
+                                q_norm, k_norm, eps, q_out, k_cache, v_cache),
+                     "qk_norm_rope_store");
 }
 
 Status silu_mul_bf16(const float* gate, const float* up, int64_t n, uint16_t* out, cudaStream_t stream) {
   if (n <= 0) return Status::ok();
-  silu_mul_kernel<<<grid_for(n, 256), 256, 0, stream>>>(gate, up, n, out);
-  return cuda_status(cudaGetLastError(), "silu_mul_bf16");
+  return cuda_status(launch_pdl(silu_mul_kernel, dim3(unsigned(grid_for(n, 256))), dim3(256), 0, stream, gate, up, n, out),
+                     "silu_mul_bf16");
 }
 
 Status to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream) {

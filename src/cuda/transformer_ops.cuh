@@ -28,13 +28,14 @@ struct QkvLayout {
   int64_t tokens = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   const int32_t* positions = nullptr;  // device [tokens]
   const int64_t* slots = nullptr;      // device [tokens]
+  const float* inv_freq = nullptr;     // device [head_dim / 2]: ref::rope_inv_freq's table
 };
 
 // q [T, NH·D] and k, v [T, NKV·D] fp32 (the projections): per-head RMSNorm of q and k with their
-// weights, neox RoPE (theta), then q_out fp32 [T, NH, D] and K/V rounded to BF16 into the paged
+// weights, neox RoPE (layout.inv_freq), then q_out fp32 [T, NH, D] and K/V rounded to BF16 into the paged
 // cache [blocks, block_size, NKV, D] at each token's slot (ref::rmsnorm, ref::rope_neox, ref::kv_store).
 Status qk_norm_rope_store(const float* q, const float* k, const float* v, const QkvLayout& layout,
-                          const uint16_t* q_norm, const uint16_t* k_norm, float eps, double rope_theta, float* q_out,
+                          const uint16_t* q_norm, const uint16_t* k_norm, float eps, float* q_out,
                           uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream);
 
 // out = BF16(silu(gate) · up) over n values, gate and up fp32 (ref::silu_mul, for dense MLP layers).

@@ -16,6 +16,7 @@ cuda::GemmBackend to_cuda(KernelChoice c) {
   switch (c) {
     case KernelChoice::FUSED: return cuda::GemmBackend::FUSED;
     case KernelChoice::DEQUANT_CUBLAS: return cuda::GemmBackend::DEQUANT_CUBLAS;
+    case KernelChoice::SKINNY: return cuda::GemmBackend::SKINNY;
     default: return cuda::GemmBackend::AUTO;
   }
 }

@@ -14,6 +14,7 @@ std::optional<KernelChoice> parse_kernel_choice(std::string_view name) {
   if (name == "auto") return KernelChoice::AUTO;
   if (name == "fused") return KernelChoice::FUSED;
   if (name == "dequant-cublas") return KernelChoice::DEQUANT_CUBLAS;
+  if (name == "skinny") return KernelChoice::SKINNY;
   return std::nullopt;
 }
 
@@ -38,6 +39,7 @@ const char* kernel_choice_name(KernelChoice choice) {
     case KernelChoice::AUTO: return "auto";
     case KernelChoice::FUSED: return "fused";
     case KernelChoice::DEQUANT_CUBLAS: return "dequant-cublas";
+    case KernelChoice::SKINNY: return "skinny";
   }
   return "?";
 }

@@ -13,11 +13,11 @@
 namespace nibble::engine {
 
 enum class Backend { AUTO, CPU, CUDA };            // auto: CUDA when a GPU is visible
-enum class KernelChoice { AUTO, FUSED, DEQUANT_CUBLAS };
+enum class KernelChoice { AUTO, FUSED, DEQUANT_CUBLAS, SKINNY };
 enum class KvCacheDtype { AUTO, BF16, FP32 };      // auto: BF16; FP32 only on the CPU (reference runs)
 
 std::optional<Backend> parse_backend(std::string_view name);           // auto | cpu | cuda
-std::optional<KernelChoice> parse_kernel_choice(std::string_view name);  // auto | fused | dequant-cublas
+std::optional<KernelChoice> parse_kernel_choice(std::string_view name);  // auto | fused | dequant-cublas | skinny
 std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name); // auto | bf16 | fp32
 const char* backend_name(Backend backend);
 const char* kernel_choice_name(KernelChoice choice);

@@ -16,6 +16,7 @@
 #include "cuda/moe.cuh"
 #include "cuda/step_profiler.cuh"
 #include "cuda/transformer_ops.cuh"
+#include "ref/ops.h"
 
 namespace nibble::models {
 namespace {
@@ -59,6 +60,7 @@ struct CudaModel::Impl {
   int64_t* slots = nullptr;
   int64_t max_blocks_per_seq = 0, step_max_keys = 0;
   float* attention_ws = nullptr;  // split-KV partial results
+  float* inv_freq = nullptr;      // RoPE [head_dim / 2], ref::rope_inv_freq
   // Eager steps with prefill chunks: tensor-core items and the decode rows beside them.
   int4* items = nullptr;
   int32_t* decode_rows = nullptr;
@@ -234,6 +236,10 @@ struct CudaModel::Impl {
     NIB_RETURN_IF_ERROR(a.alloc(k, T * NKV * D, "k"));
     NIB_RETURN_IF_ERROR(a.alloc(v, T * NKV * D, "v"));
     NIB_RETURN_IF_ERROR(a.alloc(attn, T * NH * D, "the attention output"));
+    const std::vector<float> freq = ref::rope_inv_freq(config.rope_theta, D);
+    NIB_RETURN_IF_ERROR(a.alloc(inv_freq, freq.size(), "the RoPE frequencies"));
+    NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemcpy(inv_freq, freq.data(), freq.size() * sizeof(float), cudaMemcpyHostToDevice),
+                                          "the RoPE frequencies"));
     NIB_RETURN_IF_ERROR(a.alloc(final_rows, R * H, "the final norm rows"));
     NIB_RETURN_IF_ERROR(a.alloc(logits, R * V, "the logits"));
     bool any_dense_mlp = false, any_moe = false;
@@ -304,6 +310,19 @@ struct CudaModel::Impl {
     if (backend == cuda::GemmBackend::DEQUANT_CUBLAS && !gemm.workspace)
       return Status::error("--gemm-backend fused: this step has more than " + std::to_string(cuda::FUSED_MAX_M) + " rows");
     return cuda::linear_nvfp4(in, M, l.q, mode, l.input_scale, out, backend, gemm);
+  }
+
+  // q, k and v share their input (and their static input scale, the maximum of the three): one
+  // launch where the skinny kernels run.
+  Status run_qkv(const DeviceLayer& w, const uint16_t* in, int64_t M, ActQuant mode) {
+    if (!w.q.nvfp4 || !w.k.nvfp4 || !w.v.nvfp4 || options.gemm == cuda::GemmBackend::FUSED) {
+      NIB_RETURN_IF_ERROR(run_linear(w.q, in, M, mode, q));
+      NIB_RETURN_IF_ERROR(run_linear(w.k, in, M, mode, k));
+      return run_linear(w.v, in, M, mode, v);
+    }
+    const cuda::DeviceNvfp4Weight* weights[3] = {&w.q.q, &w.k.q, &w.v.q};
+    float* outputs[3] = {q, k, v};
+    return cuda::linear_nvfp4_shared_input(in, M, weights, outputs, 3, mode, w.q.input_scale, options.gemm, gemm);
   }
 
   // The step's metadata into the pinned buffers, padded to T tokens (padding: token 0 at position 0
@@ -400,26 +419,25 @@ struct CudaModel::Impl {
     const size_t layer_kv = static_cast<size_t>((n_blocks + 1) * options.block_size * NKV * D);
     NIB_RETURN_IF_ERROR(cuda::embedding_gather(ids, T, embed, H, x, s));
     profiler.mark("embedding");
-    const cuda::QkvLayout qkv{T, NH, NKV, D, positions, slots};
+    const cuda::QkvLayout qkv{T, NH, NKV, D, positions, slots, inv_freq};
     cuda::AttentionBatch att{T, NH, NKV, D, options.block_size, token_seq, positions, block_tables,
                              max_blocks_per_seq, splits};
     if (step_lists) {
       att.prefill_items = items, att.n_items = step_items;
       att.decode_tokens = decode_rows, att.n_decode = step_decode;
     }
+    bool normed = false;  // whether h already holds this layer's input norm (fused into the MoE combine)
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& w = layers[l];
       // x += the previous layer's MLP output, then the input norm.
-      NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, l == 0 ? nullptr : delta, T, H, w.input_norm, eps, h, s));
+      if (!normed) NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, l == 0 ? nullptr : delta, T, H, w.input_norm, eps, h, s));
       profiler.mark("norms");
       const ActQuant dense = options.act_quant_dense;
-      NIB_RETURN_IF_ERROR(run_linear(w.q, h, T, dense, q));
-      NIB_RETURN_IF_ERROR(run_linear(w.k, h, T, dense, k));
-      NIB_RETURN_IF_ERROR(run_linear(w.v, h, T, dense, v));
+      NIB_RETURN_IF_ERROR(run_qkv(w, h, T, dense));
       profiler.mark("q/k/v projections");
       uint16_t* kc = k_cache + l * layer_kv;
       uint16_t* vc = v_cache + l * layer_kv;
-      NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(q, k, v, qkv, w.q_norm, w.k_norm, eps, config.rope_theta, q_rot, kc, vc, s));
+      NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(q, k, v, qkv, w.q_norm, w.k_norm, eps, q_rot, kc, vc, s));
       profiler.mark("q/k norm, RoPE, KV store");
       NIB_RETURN_IF_ERROR(cuda::paged_attention(q_rot, kc, vc, att, attn, s, attention_ws));
       profiler.mark("attention");
@@ -427,8 +445,12 @@ struct CudaModel::Impl {
       profiler.mark("o projection");
       NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s));
       profiler.mark("norms");
+      normed = w.is_moe;
       if (w.is_moe) {
-        NIB_RETURN_IF_ERROR(cuda::moe_forward(h, T, w.moe, options.act_quant_moe, options.moe, *moe_ws, delta, s, ctx->cublas));
+        // x += the block's output and the next norm (the next layer's, or the final one) in its combine.
+        const cuda::ResidualNorm next{x, l + 1 < layers.size() ? layers[l + 1].input_norm : final_norm, eps, h};
+        NIB_RETURN_IF_ERROR(cuda::moe_forward(h, T, w.moe, options.act_quant_moe, options.moe, *moe_ws, delta, s,
+                                              ctx->cublas, &next));
         profiler.mark("MoE block");
       } else {
         const int64_t I = w.gate.out;
@@ -442,7 +464,7 @@ struct CudaModel::Impl {
     if (R == 0) return Status::ok();
     // x += the last MLP output (the normed copy in h is unused), then the final norm of the rows
     // that need logits, then the lm_head (W4A16 when it is NVFP4, as the CPU reference runs it).
-    NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, final_norm, eps, h, s));
+    if (!normed) NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, final_norm, eps, h, s));
     NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, nullptr, R, H, final_norm, eps, final_rows, s, rows));
     profiler.mark("norms");
     NIB_RETURN_IF_ERROR(run_linear(lm_head, final_rows, R, ActQuant::NONE, logits));

@@ -27,12 +27,17 @@ void rmsnorm(const float* x, int64_t n_rows, int64_t width, const uint16_t* weig
   }
 }
 
+std::vector<float> rope_inv_freq(double theta, int64_t head_dim) {
+  std::vector<float> inv_freq(static_cast<size_t>(head_dim / 2));
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = static_cast<float>(1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(head_dim)));
+  return inv_freq;
+}
+
 void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int64_t* positions,
                double theta) {
   const int64_t half = head_dim / 2;
-  std::vector<float> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i)
-    inv_freq[i] = static_cast<float>(1.0 / std::pow(theta, static_cast<double>(2 * i) / head_dim));
+  const std::vector<float> inv_freq = rope_inv_freq(theta, head_dim);
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(positions[t]) * inv_freq[i];

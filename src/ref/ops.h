@@ -17,8 +17,12 @@ void embedding(const int32_t* ids, int64_t n_tokens, const uint16_t* table, int6
 // Qwen3RMSNorm over each row of `width`: x · rsqrt(mean(x²) + eps) · weight. In place allowed.
 void rmsnorm(const float* x, int64_t n_rows, int64_t width, const uint16_t* weight, float eps, float* out);
 
+// inv_freq[i] = theta^(-2i/head_dim) in double, then fp32, as transformers' default rope init
+// computes it (i < head_dim / 2). The GPU forward uploads this same table.
+std::vector<float> rope_inv_freq(double theta, int64_t head_dim);
+
 // Neox-style RoPE (transformers rotate_half) on [n_tokens, n_heads, head_dim] in place, with
-// inv_freq[i] = theta^(-2i/head_dim) as transformers' default rope init computes it.
+// inv_freq from rope_inv_freq.
 void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int64_t* positions,
                double theta);
 

@@ -1,4 +1,4 @@
-// cuda::linear_nvfp4 (both backends, all three activation modes) against ref::linear_nvfp4 on
+// cuda::linear_nvfp4 (every backend, all three activation modes) against ref::linear_nvfp4 on
 // Qwen3-30B-A3B shapes (q/k/v/o 2048↔4096/512, expert gate/up 768×2048, down 2048×768) and odd M
 // (1, 3, 17, 255, 4099), with fresh seeded weights quantized as ModelOpt does and BF16 activations;
 // prints max and mean relative error (to max|y|). Tolerance 1e-4: both sides multiply the same
@@ -10,10 +10,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "cuda/linear_nvfp4.cuh"
+#include "cuda/skinny_gemm.cuh"
 #include "cuda_test_util.cuh"
 #include "formats/bf16.h"
 #include "formats/e4m3.h"
@@ -140,6 +142,44 @@ TEST(CudaLinearNvfp4, FusedMatchesReferenceOnModelShapes) {
   check(17, SHAPES[3], cuda::GemmBackend::FUSED, seed);  // past one M tile
 }
 
+TEST(CudaLinearNvfp4, SkinnyMatchesReferenceOnModelShapes) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaLinearNvfp4.Skinny");
+  for (int64_t m : {1, 3, 8, 9, 16, 33})  // one and two n-tiles, and token tiles past the first
+    for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::SKINNY, seed + m);
+  check(5, {40, 384, "odd rows"}, cuda::GemmBackend::SKINNY, seed);  // rows not a multiple of 16, 3 k-blocks
+  check(2, {24, 8192, "long k"}, cuda::GemmBackend::SKINNY, seed);    // 16 warps
+}
+
+// q, k and v as one launch give what three launches give, bit for bit (each row's sum is the same).
+TEST(CudaLinearNvfp4, SkinnyThreeWeightsInOneLaunch) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaLinearNvfp4.SkinnyThree");
+  const int64_t m = 5, k = 2048, rows[3] = {4096, 512, 512};
+  std::vector<Problem> problems;
+  for (int i = 0; i < 3; ++i) problems.push_back(make_problem(m, {rows[i], k, "qkv"}, seed + i));
+  test::DeviceBuffer<uint16_t> d_x(problems[0].x_bf16);
+  std::vector<std::unique_ptr<test::DeviceBuffer<uint8_t>>> packed, scales;
+  std::vector<std::unique_ptr<test::DeviceBuffer<float>>> together, alone;
+  std::vector<cuda::DeviceNvfp4Weight> w;
+  for (int i = 0; i < 3; ++i) {
+    packed.push_back(std::make_unique<test::DeviceBuffer<uint8_t>>(problems[i].w.packed));
+    scales.push_back(std::make_unique<test::DeviceBuffer<uint8_t>>(problems[i].w.block_scales));
+    together.push_back(std::make_unique<test::DeviceBuffer<float>>(static_cast<size_t>(m * rows[i])));
+    alone.push_back(std::make_unique<test::DeviceBuffer<float>>(static_cast<size_t>(m * rows[i])));
+    w.push_back({packed[i]->get(), scales[i]->get(), rows[i], k, problems[i].w.scale});
+  }
+  const cuda::DeviceNvfp4Weight* weights[3] = {&w[0], &w[1], &w[2]};
+  float* outs[3] = {together[0]->get(), together[1]->get(), together[2]->get()};
+  ASSERT_TRUE(cuda::skinny_linear(d_x.get(), m, weights, outs, 3, nullptr, nullptr).is_ok());
+  for (int i = 0; i < 3; ++i) {
+    float* out[1] = {alone[i]->get()};
+    ASSERT_TRUE(cuda::skinny_linear(d_x.get(), m, &weights[i], out, 1, nullptr, nullptr).is_ok());
+  }
+  NIB_CUDA_CHECK(cudaDeviceSynchronize());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(together[i]->to_host(), alone[i]->to_host()) << "weight " << i;
+}
+
 TEST(CudaLinearNvfp4, DequantCublasMatchesReferenceOnModelShapes) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaLinearNvfp4.DequantCublas");
@@ -153,7 +193,7 @@ TEST(CudaLinearNvfp4, W4A4ModesMatchReference) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaLinearNvfp4.W4A4");
   for (formats::ActQuant mode : {formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN})
-    for (cuda::GemmBackend backend : {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS})
+    for (cuda::GemmBackend backend : {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::SKINNY})
       for (int64_t m : {1, 3, 16})
         for (const Shape& s : SHAPES) check(m, s, backend, seed + m, mode);
   check(255, SHAPES[0], cuda::GemmBackend::AUTO, seed, formats::ActQuant::PER_TOKEN);

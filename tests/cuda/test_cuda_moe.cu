@@ -149,7 +149,7 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
   for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
     std::vector<float> expected = expected_none;
     std::vector<std::vector<float>> outputs;  // per backend
-    for (cuda::GemmBackend backend : {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS}) {
+    for (cuda::GemmBackend backend : {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::SKINNY}) {
       NIB_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, x.size() * sizeof(float)));  // NaN: nothing left unwritten
       const Status s = cuda::moe_forward(d_x.get(), tokens, dw, mode, backend, **ws, d_out.get(), nullptr, handle);
       ASSERT_TRUE(s.is_ok()) << s.message();
@@ -223,20 +223,22 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
       if (w4a4) EXPECT_LT(p999_rel, 5e-3) << what;
     }
     if (mode == formats::ActQuant::NONE) continue;
-    // W4A4: fused against dequant-cublas (same quantizer, same routing), relative to max|ref|.
-    double max_ref = 0, sum_diff = 0;
-    std::vector<double> diffs;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      max_ref = std::max(max_ref, double(std::fabs(expected[i])));
-      diffs.push_back(std::fabs(double(outputs[0][i]) - outputs[1][i]));
-      sum_diff += diffs.back();
+    // W4A4: fused and skinny against dequant-cublas (same quantizer, same routing), relative to max|ref|.
+    for (size_t b : {size_t{0}, size_t{2}}) {
+      double max_ref = 0, sum_diff = 0;
+      std::vector<double> diffs;
+      for (size_t i = 0; i < expected.size(); ++i) {
+        max_ref = std::max(max_ref, double(std::fabs(expected[i])));
+        diffs.push_back(std::fabs(double(outputs[b][i]) - outputs[1][i]));
+        sum_diff += diffs.back();
+      }
+      const size_t p999 = diffs.size() * 999 / 1000;
+      std::nth_element(diffs.begin(), diffs.begin() + p999, diffs.end());
+      std::printf("    %s vs dequant-cublas: p99.9 %.2e mean %.2e\n", b == 0 ? "fused" : "skinny", diffs[p999] / max_ref,
+                  sum_diff / diffs.size() / max_ref);
+      EXPECT_LT(diffs[p999] / max_ref, 1e-2) << formats::act_quant_name(mode);
+      EXPECT_LT(sum_diff / diffs.size() / max_ref, 1e-3) << formats::act_quant_name(mode);
     }
-    const size_t p999 = diffs.size() * 999 / 1000;
-    std::nth_element(diffs.begin(), diffs.begin() + p999, diffs.end());
-    std::printf("    fused vs dequant-cublas: p99.9 %.2e mean %.2e\n", diffs[p999] / max_ref,
-                sum_diff / diffs.size() / max_ref);
-    EXPECT_LT(diffs[p999] / max_ref, 1e-2) << formats::act_quant_name(mode);
-    EXPECT_LT(sum_diff / diffs.size() / max_ref, 1e-3) << formats::act_quant_name(mode);
   }
   cublasDestroy(handle);
 }

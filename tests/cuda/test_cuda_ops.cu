@@ -162,8 +162,9 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
     test::DeviceBuffer<uint16_t> d_kc(k_cache), d_vc(v_cache), d_qn(q_norm), d_kn(k_norm), d_out(q.size());
     test::DeviceBuffer<int32_t> d_pos(positions), d_seq(token_seq), d_tables(flat_tables);
     test::DeviceBuffer<int64_t> d_slots(slots);
-    const cuda::QkvLayout layout{T, c.NH, c.NKV, c.D, d_pos.get(), d_slots.get()};
-    ASSERT_TRUE(cuda::qk_norm_rope_store(d_q.get(), d_k.get(), d_v.get(), layout, d_qn.get(), d_kn.get(), 1e-6f, 1e6,
+    test::DeviceBuffer<float> d_freq(ref::rope_inv_freq(1e6, c.D));
+    const cuda::QkvLayout layout{T, c.NH, c.NKV, c.D, d_pos.get(), d_slots.get(), d_freq.get()};
+    ASSERT_TRUE(cuda::qk_norm_rope_store(d_q.get(), d_k.get(), d_v.get(), layout, d_qn.get(), d_kn.get(), 1e-6f,
                                          d_qrot.get(), d_kc.get(), d_vc.get(), nullptr).is_ok());
     // q after norm and RoPE: fp32, summation order and cos/sin within a few ulp at angles up to 1e3.
     EXPECT_LE(max_rel(d_qrot.to_host(), rq, 1e-2), 2e-4) << "NH " << c.NH << " D " << c.D;

@@ -30,7 +30,7 @@ inline std::string bench_mode_label(formats::ActQuant mode) {
 
 // The backends a --gemm-backend / --moe-backend value names ("all": fused and dequant-cublas).
 inline std::vector<cuda::GemmBackend> backends_to_time(const std::string& name) {
-  if (name == "all") return {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS};
+  if (name == "all") return {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::SKINNY};
   return {cuda::parse_gemm_backend(name).value_or(cuda::GemmBackend::AUTO)};
 }
 

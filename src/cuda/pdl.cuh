@@ -1,0 +1,36 @@
+// Programmatic dependent launch (Hopper): a kernel launched with launch_pdl may start while the
+// kernel before it on the stream is still running, so its prologue (weight loads, index math) and
+// its launch latency overlap that kernel's tail. Such a kernel must call pdl_wait() before it reads
+// anything the earlier kernels write, and before it writes anything they read. Kept in CUDA graphs.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace nibble::cuda {
+
+// Waits until the kernels this one depends on have finished and their writes are visible (PTX
+// griddepcontrol.wait; returns at once in a kernel launched without the PDL attribute).
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
+// Lets the next kernel on the stream be scheduled now (its CTAs then wait in pdl_wait()).
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
+// Whether launch_pdl sets the attribute: on unless NIBBLE_NO_PDL=1 (to measure or rule it out).
+bool pdl_enabled();
+
+// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization allowed.
+template <class... Params, class... Args>
+cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = smem, config.stream = stream;
+  config.attrs = &attribute, config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace nibble::cuda

@@ -1,0 +1,42 @@
+// NVFP4 GEMMs for few token rows (decode and small batches) on BF16 tensor cores, with no
+// shared-memory staging: each warp owns one m16 tile of weight rows over a range of k and loads its
+// E2M1 codes and E4M3 scales straight into mma fragment registers, up to 16 token columns come from
+// L1-cached loads of the activations, and the CTA's warps split k and sum their parts in a fixed
+// order. Dense (up to three weights sharing one input: q/k/v as one launch) and the MoE's gate_up
+// (+SwiGLU) and down over the expert tile list of group_by_expert. Twins of ref::linear_nvfp4 and
+// the per-expert projections of ref::moe, like the other backends.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "cuda/linear_nvfp4.cuh"
+#include "cuda/moe_gemm.cuh"
+
+namespace nibble::cuda {
+
+// in_features must be a multiple of this (one k-block: 64 code bytes and 8 scales per row) and at
+// most SKINNY_MAX_K (16 warps of 4 k-blocks).
+inline constexpr int64_t SKINNY_K_BLOCK = 128;
+inline constexpr int64_t SKINNY_MAX_K = 16 * 4 * SKINNY_K_BLOCK;
+// The MoE kernels take expert tiles of this many sorted rows (one mma n-tile).
+inline constexpr int SKINNY_TILE_ROWS = 8;
+
+bool skinny_supported(int64_t in_features);
+
+// y_i[M, N_i] fp32 = row_scale · weight_scale_2_i · (x[M, K] · Ŵ_iᵀ) for each of `count` ≤ 3 weights
+// sharing x (the same K); row_scales (device [M]) or null for 1. Any M (token tiles of 16 each
+// re-read the weights, from L2 when they fit); the kernels are meant for M ≤ 64.
+Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights, float* const* outputs,
+                     int count, const float* row_scales, cudaStream_t stream);
+
+// The MoE projections over tiles of SKINNY_TILE_ROWS rows (args.tile_rows must be that): gate_up
+// writes silu(g) · u per sorted row, down the expert outputs, both as moe_gemm_gate_up and
+// moe_gemm_down define them.
+Status skinny_moe_gate_up(const GroupedGemmArgs& args, const DeviceNvfp4Experts& gate, const DeviceNvfp4Experts& up,
+                          cudaStream_t stream);
+Status skinny_moe_down(const GroupedGemmArgs& args, const DeviceNvfp4Experts& down, cudaStream_t stream);
+
+}  // namespace nibble::cuda
