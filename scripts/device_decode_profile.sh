@@ -15,7 +15,7 @@ summarize() {  # CSV of ncu on stdin → per-kernel table of the last step (from
   python3 -c "
 import csv, sys, collections
 rows = [r for r in csv.reader(sys.stdin) if len(r) > 10 and r[-3] == 'gpu__time_duration.sum']
-names = [r[4].split('(')[0].split('<')[0].replace('nibble::cuda::', '') for r in rows]
+names = [r[4].replace('void ', '').replace('nibble::<unnamed>::', '').split('(')[0] for r in rows]
 starts = [i for i, n in enumerate(names) if '$1' in n] or [0]
 step = list(zip(names, rows))[starts[-1]:]
 total = collections.defaultdict(float); count = collections.Counter()

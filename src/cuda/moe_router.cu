@@ -26,6 +26,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 
 constexpr int SMALL_THREADS = 256;  // 8 warps, an expert each; grouping needs experts ≤ 256
 constexpr int SMALL_MAX_CHUNKS = ROUTER_SMALL_MAX_HIDDEN / 256;
+constexpr int TOKEN_GROUP = 8;  // x rows staged in shared memory at once
 
 __device__ __forceinline__ float dot8(const uint4& a, const uint4& b, float acc) {
   const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
@@ -37,15 +38,17 @@ __device__ __forceinline__ float dot8(const uint4& a, const uint4& b, float acc)
   return acc;
 }
 
-// Router logits (a warp per expert: its row in registers, loaded before the PDL wait), then the
-// last CTA to finish runs top-k for every token and the grouping, and re-arms the counter.
+// Router logits (a warp per expert: its row in registers, loaded before the PDL wait; x rows staged
+// in shared memory TOKEN_GROUP at a time, every load in flight at once), then the last CTA to
+// finish runs top-k for every token and the grouping, and re-arms the counter.
 __global__ void __launch_bounds__(SMALL_THREADS)
     route_group_small_kernel(const RouterArgs a, int tile_rows, ExpertGroups groups, int* counter) {
+  extern __shared__ uint4 x_stage[];  // [TOKEN_GROUP, hidden / 8]
   __shared__ GroupingSmem<SMALL_THREADS> sm;
   __shared__ bool last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int expert = blockIdx.x * (SMALL_THREADS / 32) + warp;
-  const int H = int(a.hidden), E = int(a.experts), chunks = H / 256;
+  const int H = int(a.hidden), E = int(a.experts), T = int(a.tokens), chunks = H / 256, row_words = H / 8;
   uint4 w[SMALL_MAX_CHUNKS];
 #pragma unroll
   for (int i = 0; i < SMALL_MAX_CHUNKS; ++i)
@@ -53,35 +56,43 @@ __global__ void __launch_bounds__(SMALL_THREADS)
                                     : make_uint4(0, 0, 0, 0);
   pdl_wait();
   pdl_launch_dependents();
-  constexpr int TOKENS_AT_ONCE = 4;  // independent x loads in flight per lane
-  if (expert < E)
-    for (int t0 = 0; t0 < int(a.tokens); t0 += TOKENS_AT_ONCE) {
-      float acc[TOKENS_AT_ONCE] = {};
+  for (int t0 = 0; t0 < T; t0 += TOKEN_GROUP) {
+    const int n = min(TOKEN_GROUP, T - t0);
+    constexpr int PER_THREAD = TOKEN_GROUP * SMALL_MAX_CHUNKS * 32 / SMALL_THREADS;
+    uint4 staged[PER_THREAD];
 #pragma unroll
-      for (int i = 0; i < SMALL_MAX_CHUNKS; ++i) {
-        if (i >= chunks) break;
-#pragma unroll
-        for (int j = 0; j < TOKENS_AT_ONCE; ++j)
-          if (t0 + j < int(a.tokens))
-            acc[j] = dot8(w[i], __ldg(reinterpret_cast<const uint4*>(a.x + size_t(t0 + j) * H) + i * 32 + lane), acc[j]);
-      }
-#pragma unroll
-      for (int j = 0; j < TOKENS_AT_ONCE; ++j) {
-        for (int offset = 16; offset > 0; offset >>= 1) acc[j] += __shfl_xor_sync(0xFFFFFFFFu, acc[j], offset);
-        if (lane == 0 && t0 + j < int(a.tokens)) a.logits[size_t(t0 + j) * E + expert] = acc[j];
-      }
+    for (int i = 0; i < PER_THREAD; ++i) {
+      const int word = threadIdx.x + i * SMALL_THREADS;
+      if (word < n * row_words) staged[i] = __ldg(reinterpret_cast<const uint4*>(a.x + size_t(t0) * H) + word);
     }
+    __syncthreads();  // the previous group's reads are done
+#pragma unroll
+    for (int i = 0; i < PER_THREAD; ++i) {
+      const int word = threadIdx.x + i * SMALL_THREADS;
+      if (word < n * row_words) x_stage[word] = staged[i];
+    }
+    __syncthreads();
+    if (expert < E)
+      for (int j = 0; j < n; ++j) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < SMALL_MAX_CHUNKS; ++i)
+          if (i < chunks) acc = dot8(w[i], x_stage[j * row_words + i * 32 + lane], acc);
+        for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, offset);
+        if (lane == 0) a.logits[size_t(t0 + j) * E + expert] = acc;
+      }
+  }
   __threadfence();  // the logits are visible before this CTA counts itself done
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(counter, 1) == int(gridDim.x) - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
-  for (int t = warp; t < int(a.tokens); t += SMALL_THREADS / 32)
+  for (int t = warp; t < T; t += SMALL_THREADS / 32)
     warp_softmax_topk(a.logits + size_t(t) * E, E, int(a.top_k), a.norm_topk_prob, a.expert_ids + size_t(t) * a.top_k,
                       a.weights + size_t(t) * a.top_k);
   __syncthreads();
-  group_rows<SMALL_THREADS>(a.expert_ids, int(a.tokens * a.top_k), E, tile_rows, groups, sm);
+  group_rows<SMALL_THREADS>(a.expert_ids, T * int(a.top_k), E, tile_rows, groups, sm);
   if (threadIdx.x == 0) *counter = 0;
 }
 
@@ -130,7 +141,11 @@ Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGro
     return Status::error("route_and_group_small: null pointer");
   if (tile_rows < 1) return Status::error("route_and_group_small: tile_rows must be positive");
   const unsigned ctas = unsigned((a.experts + SMALL_THREADS / 32 - 1) / (SMALL_THREADS / 32));
-  return cuda_status(launch_pdl(route_group_small_kernel, ctas, SMALL_THREADS, 0, stream, a, tile_rows, groups, counter),
+  const size_t smem = size_t(TOKEN_GROUP) * a.hidden * sizeof(uint16_t);
+  NIB_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(route_group_small_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       int(smem)),
+                                  "route_and_group_small: shared memory"));
+  return cuda_status(launch_pdl(route_group_small_kernel, ctas, SMALL_THREADS, smem, stream, a, tile_rows, groups, counter),
                      "route_and_group_small launch");
 }
 

@@ -101,10 +101,11 @@ __global__ void __launch_bounds__(THREADS) sample_kernel(SamplerBatch b) {
   uint32_t* seen_all = b.seen + row * 2 * words;  // prompt ∪ output
   uint32_t* seen_out = seen_all + words;          // output
 
-  // Raw-distribution logprobs (sampling::sample_next: max, then Σ exp in double).
-  float raw_max = -INFINITY;
-  for (int64_t t = threadIdx.x; t < V; t += THREADS) raw_max = fmaxf(raw_max, raw[t]);
-  {
+  // Raw-distribution logprobs (sampling::sample_next: max, then Σ exp in double), when asked for.
+  float log_z = 0.0f;
+  if (P.logprobs >= 0) {
+    float raw_max = -INFINITY;
+    for (int64_t t = threadIdx.x; t < V; t += THREADS) raw_max = fmaxf(raw_max, raw[t]);
     double m = raw_max;
     for (int o = 16; o > 0; o >>= 1) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, o));
     __syncthreads();
@@ -113,14 +114,19 @@ __global__ void __launch_bounds__(THREADS) sample_kernel(SamplerBatch b) {
     m = -INFINITY;
     for (int k = 0; k < THREADS / 32; ++k) m = fmax(m, red_d[k]);
     raw_max = static_cast<float>(m);
+    double z = 0;
+    for (int64_t t = threadIdx.x; t < V; t += THREADS) z += exp(static_cast<double>(raw[t] - raw_max));
+    log_z = raw_max + static_cast<float>(log(r.sum(z)));
   }
-  double z = 0;
-  for (int64_t t = threadIdx.x; t < V; t += THREADS) z += exp(static_cast<double>(raw[t] - raw_max));
-  const float log_z = raw_max + static_cast<float>(log(r.sum(z)));
 
-  // Processed logits: mask, repetition (prompt ∪ output), presence and frequency (output).
+  // Processed logits: mask, repetition (prompt ∪ output), presence and frequency (output). Greedy
+  // rows without any of them take the argmax of the raw logits (no copy).
   const bool greedy = P.temperature < 1e-5f;
-  for (int64_t t = threadIdx.x; t < V; t += THREADS) w[t] = raw[t];
+  const bool plain = P.masked_len == 0 && P.repetition_penalty == 1.0f && P.presence_penalty == 0.0f &&
+                     P.frequency_penalty == 0.0f;
+  const float* processed = greedy && plain ? raw : w;
+  if (processed == w)
+    for (int64_t t = threadIdx.x; t < V; t += THREADS) w[t] = raw[t];
   for (int64_t k = threadIdx.x; k < 2 * words; k += THREADS) seen_all[k] = 0;
   __syncthreads();
   const int32_t* mask = b.tokens + P.masked_offset;
@@ -157,7 +163,7 @@ __global__ void __launch_bounds__(THREADS) sample_kernel(SamplerBatch b) {
     float best = -INFINITY;
     int64_t at = -1;
     for (int64_t t = threadIdx.x; t < V; t += THREADS)
-      if (at < 0 || w[t] > best) best = w[t], at = t;
+      if (at < 0 || processed[t] > best) best = processed[t], at = t;
     token = r.argmax(best, at);
   } else {
     const float inv_t = 1.0f / P.temperature;

@@ -30,6 +30,7 @@ __global__ void embedding_kernel(const int32_t* ids, const uint16_t* table, int6
 }
 
 constexpr int NORM_THREADS = 256;
+constexpr int ROPE_MAX_PAIRS_PER_LANE = 8;  // head_dim ≤ 512
 constexpr int NORM_MAX_PER_THREAD = 32;  // width ≤ 8192
 
 // One block per row, one pass: each thread keeps its (strided) values and weights in registers;
@@ -49,10 +50,9 @@ __global__ void __launch_bounds__(NORM_THREADS)
   float* x = residual + src * width;
   float sum_sq = 0.0f;
 #pragma unroll
-  for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) {
+  for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) {  // predicated, not `break`: every load in flight at once
     const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
-    if (i >= width) break;
-    v[k] = delta ? x[i] + delta[src * width + i] : x[i];
+    v[k] = i < width ? (delta ? x[i] + delta[src * width + i] : x[i]) : 0.0f;
   }
 #pragma unroll
   for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) {
@@ -99,13 +99,25 @@ __global__ void qk_norm_rope_store_kernel(const float* q, const float* k, const 
   const int64_t head = is_q ? h : h - l.n_heads;
   const float* src = is_q ? q + t * l.n_heads * D + head * D : k + t * kv_width + head * D;
   const uint16_t* w = is_q ? q_norm : k_norm;
+  // Lane j holds the rotation pairs (i, i + half) for i = j, j + 32, …: all loads issued at once.
+  float lo[ROPE_MAX_PAIRS_PER_LANE], hi[ROPE_MAX_PAIRS_PER_LANE];
+#pragma unroll
+  for (int p = 0; p < ROPE_MAX_PAIRS_PER_LANE; ++p) {
+    const int64_t i = lane + 32 * p;
+    lo[p] = i < half ? src[i] : 0.0f;
+    hi[p] = i < half ? src[i + half] : 0.0f;
+  }
   float sum_sq = 0.0f;
-  for (int64_t i = lane; i < D; i += 32) sum_sq += src[i] * src[i];
+#pragma unroll
+  for (int p = 0; p < ROPE_MAX_PAIRS_PER_LANE; ++p) sum_sq += lo[p] * lo[p] + hi[p] * hi[p];
   sum_sq = warp_sum(sum_sq);
   const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(D) + eps);
   const float position = static_cast<float>(l.positions[t]);
-  for (int64_t i = lane; i < half; i += 32) {
-    const float a = src[i] * inv * bf16_to_float(w[i]), b = src[i + half] * inv * bf16_to_float(w[i + half]);
+#pragma unroll
+  for (int p = 0; p < ROPE_MAX_PAIRS_PER_LANE; ++p) {
+    const int64_t i = lane + 32 * p;
+    if (i >= half) continue;
+    const float a = lo[p] * inv * bf16_to_float(w[i]), b = hi[p] * inv * bf16_to_float(w[i + half]);
     const float angle = position * l.inv_freq[i];  // ref::rope_neox: fp32 angle, cos and sin
     const float c = cosf(angle), s = sinf(angle);
     const float x0 = a * c - b * s, x1 = b * c + a * s;
