@@ -68,8 +68,9 @@ struct MoeWorkspace {
 };
 
 // AUTO takes SKINNY up to this many tokens (when hidden and intermediate allow it), FUSED above.
-// H200, Qwen3-30B-A3B shapes (docs/perf.md): skinny/fused 26/33 µs at T = 1, 143/186 at 16,
-// 202/268 at 32, 283/343 at 64, 248/254 at 128.
+// H200, Qwen3-30B-A3B shapes (docs/perf.md): skinny/fused 26/33 µs at T = 1, 130/186 at 16,
+// 163/268 at 32, 193/314 at 64, 248/254 at 128 — but 128-sequence decode ran 3% slower end to end
+// with skinny there (3,432 against 3,551 tok/s), so fused keeps T > 64.
 inline constexpr int64_t AUTO_SKINNY_MOE_MAX_TOKENS = 64;
 // The backend moe_forward runs for `backend` (AUTO resolved; SKINNY falls back to FUSED for shapes
 // it does not take).
