@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cuda/moe.cuh"
+#include "cuda/skinny_gemm.cuh"
 #include "cuda_test_util.cuh"
 #include "formats/bf16.h"
 #include "ref/moe.h"
@@ -185,6 +186,23 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
           ASSERT_EQ(ids[sorted[r]], e) << "sorted row " << r;
           ASSERT_EQ(rows[sorted[r]], r);
         }
+      // The tile list the GEMMs walk: each expert's rows in tiles of the backend's height, in order.
+      const int tile_rows = cuda::resolve_moe_backend(backend, tokens, dw) == cuda::GemmBackend::SKINNY
+                                ? cuda::SKINNY_TILE_ROWS
+                                : cuda::moe_tile_rows(pairs, c.experts, c.hidden, c.intermediate);
+      std::vector<int32_t> tile_offsets(static_cast<size_t>(c.experts + 1));
+      NIB_CUDA_CHECK(cudaMemcpy(tile_offsets.data(), (*ws)->groups.tile_offsets, (c.experts + 1) * 4, cudaMemcpyDeviceToHost));
+      std::vector<int4> tiles(static_cast<size_t>(tile_offsets[c.experts]));
+      NIB_CUDA_CHECK(cudaMemcpy(tiles.data(), (*ws)->groups.tiles, tiles.size() * sizeof(int4), cudaMemcpyDeviceToHost));
+      size_t next = 0;
+      for (int64_t e = 0; e < c.experts; ++e)
+        for (int32_t r = offsets[e]; r < offsets[e + 1]; r += tile_rows, ++next) {
+          ASSERT_LT(next, tiles.size()) << "expert " << e;
+          EXPECT_EQ(tiles[next].x, e);
+          EXPECT_EQ(tiles[next].y, r);
+          EXPECT_EQ(tiles[next].z, std::min(tile_rows, offsets[e + 1] - r));
+        }
+      EXPECT_EQ(next, tiles.size());
 
       int64_t skipped = 0;
       double max_ref = 0, max_err = 0, sum_err = 0;
