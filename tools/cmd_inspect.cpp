@@ -48,7 +48,13 @@ json describe(const std::string& dir) {
                      {"experts", c.num_experts}, {"experts_per_token", c.num_experts_per_tok},
                      {"moe_intermediate", c.moe_intermediate_size}, {"intermediate", c.intermediate_size},
                      {"rope_theta", c.rope_theta}, {"max_positions", c.max_position_embeddings},
-                     {"tied_embeddings", c.tie_word_embeddings}};
+                     {"tied_embeddings", c.tie_word_embeddings}, {"shared_experts", c.moe_num_shared_experts},
+                     {"qk_norm", c.qk_norm},
+                     {"rope_style", c.rope_style == io::RopeStyle::INTERLEAVED ? "interleaved" : "neox"}};
+  json moe_layers = json::array();
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    if (c.is_moe_layer(l)) moe_layers.push_back(l);
+  report["shape"]["moe_layers"] = moe_layers;
   report["quantization"] = quant->nvfp4 ? json{{"algorithm", "NVFP4"}, {"group_size", quant->group_size},
                                                {"source", quant->source}, {"producer", quant->producer},
                                                {"exclude_modules", quant->exclude_modules}}
@@ -58,7 +64,7 @@ json describe(const std::string& dir) {
   for (const io::ModuleSpec& m : modules) {
     json& r = roles[module_role(m.name)];
     if (r.is_null()) r = {{"count", 0}, {"bytes", uint64_t{0}}, {"formats", json::object()}};
-    const std::string format = m.kind != io::ModuleKind::LINEAR ? "BF16" : (m.quantized ? "NVFP4" : "BF16");
+    const std::string format = m.quantized ? "NVFP4" : std::string(dtype_name(m.dtype));
     r["count"] = r["count"].get<int>() + 1;
     r["bytes"] = r["bytes"].get<uint64_t>() + m.nbytes();
     r["shape"] = m.shape;
@@ -93,9 +99,14 @@ void print_text(const json& r) {
                 r["architecture"].get<std::string>().c_str(), s["layers"].get<long long>(), s["hidden"].get<long long>(),
                 s["heads"].get<long long>(), s["kv_heads"].get<long long>(), s["head_dim"].get<long long>(),
                 s["vocab"].get<long long>());
-    if (s["experts"].get<long long>() > 0)
-      std::printf("             MoE: %lld experts, top-%lld, moe_intermediate %lld\n", s["experts"].get<long long>(),
+    if (s["experts"].get<long long>() > 0) {
+      std::printf("             MoE: %lld experts, top-%lld, moe_intermediate %lld", s["experts"].get<long long>(),
                   s["experts_per_token"].get<long long>(), s["moe_intermediate"].get<long long>());
+      if (s["shared_experts"].get<long long>() > 0) std::printf(", %lld shared", s["shared_experts"].get<long long>());
+      std::printf(", in %zu of %lld layers\n", s["moe_layers"].size(), s["layers"].get<long long>());
+    }
+    std::printf("             RoPE %s (theta %g)%s\n", s["rope_style"].get<std::string>().c_str(),
+                s["rope_theta"].get<double>(), s["qk_norm"].get<bool>() ? ", q/k norm" : "");
     const json& q = r["quantization"];
     std::printf("quantization %s", q["algorithm"].get<std::string>().c_str());
     if (q.contains("source"))

@@ -246,7 +246,7 @@ Result<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o) {
   // Unquantized tensors are copied as they are.
   for (const io::ModuleSpec& m : modules) {
     if (m.kind == io::ModuleKind::LINEAR && m.quantized) continue;
-    const std::string name = m.name + ".weight";
+    const std::string name = m.tensors()[0].name;
     const io::SafetensorsReader::Entry* e = input->reader.find(name);
     NIB_RETURN_IF_ERROR((*writer)->write(name, input->reader.data(*e)));
   }

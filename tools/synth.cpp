@@ -89,14 +89,69 @@ Preset small_moe() {
   return p;
 }
 
+// ERNIE-4.5-21B-A3B: config.json of baidu/ERNIE-4.5-21B-A3B-PT, which is also Ernie4_5_MoeConfig's
+// defaults in transformers 5.24 (a dense first layer, 64 experts top-6 plus 2 shared, tied embeddings).
+Preset ernie_4_5_21b_a3b() {
+  io::ModelConfig c;
+  c.architecture = "Ernie4_5_MoeForCausalLM";
+  c.vocab_size = 103424;
+  c.hidden_size = 2560;
+  c.num_hidden_layers = 28;
+  c.num_attention_heads = 20;
+  c.num_key_value_heads = 4;
+  c.head_dim = 128;
+  c.intermediate_size = 12288;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 500000.0;
+  c.rope_style = io::RopeStyle::INTERLEAVED;
+  c.qk_norm = false;
+  c.max_position_embeddings = 131072;
+  c.tie_word_embeddings = true;
+  c.num_experts = 64;
+  c.num_experts_per_tok = 6;
+  c.moe_intermediate_size = 1536;
+  c.moe_num_shared_experts = 2;
+  c.moe_layer_start = 1;
+  c.moe_layer_end = 27;
+  c.router_fp32 = true;
+  c.router_score_bias = true;
+  c.moe_norm_min = 1e-12;
+  c.eos_token_ids = {2};
+  return {c, 5'000'000'000ull};
+}
+
+// ERNIE at a few MB (its vocabulary: ids only, nibble has no SentencePiece tokenizer yet).
+Preset tiny_ernie() {
+  Preset p = ernie_4_5_21b_a3b();
+  io::ModelConfig& c = p.config;
+  c.hidden_size = 64;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.intermediate_size = 128;
+  c.num_experts = 8;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 32;
+  c.moe_layer_end = 2;
+  p.shard_bytes = 8'000'000;
+  return p;
+}
+
 Result<Preset> find_preset(const SynthOptions& o) {
   Preset p;
   if (o.preset == "tiny-moe") p = tiny_moe();
   else if (o.preset == "small-moe") p = small_moe();
   else if (o.preset == "qwen3-30b-a3b") p = qwen3_30b_a3b();
-  else return Status::error("unknown preset '" + o.preset + "' (presets: tiny-moe, small-moe, qwen3-30b-a3b)");
+  else if (o.preset == "tiny-ernie") p = tiny_ernie();
+  else if (o.preset == "ernie-4.5-21b-a3b") p = ernie_4_5_21b_a3b();
+  else return Status::error("unknown preset '" + o.preset + "' (presets: tiny-moe, small-moe, qwen3-30b-a3b, tiny-ernie, "
+                            "ernie-4.5-21b-a3b)");
   if (o.layers < 0 || o.experts < 0) return Status::error("--layers and --experts must be positive");
-  if (o.layers > 0) p.config.num_hidden_layers = o.layers;
+  if (o.layers > 0) {
+    p.config.num_hidden_layers = o.layers;
+    if (p.config.moe_layer_end >= o.layers) p.config.moe_layer_end = o.layers - 1;
+  }
   if (o.experts > 0) {
     p.config.num_experts = o.experts;
     p.config.num_experts_per_tok = std::min(p.config.num_experts_per_tok, o.experts);
@@ -105,7 +160,44 @@ Result<Preset> find_preset(const SynthOptions& o) {
   return p;
 }
 
+// config.json as transformers 5.24's Ernie4_5_MoeConfig.save_pretrained writes it.
+json ernie_config_json(const io::ModelConfig& c, const json& quantization_config) {
+  return {
+      {"architectures", {c.architecture}},
+      {"model_type", "ernie4_5_moe"},
+      {"bos_token_id", 1},
+      {"eos_token_id", c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids)},
+      {"pad_token_id", 0},
+      {"head_dim", c.head_dim},
+      {"hidden_act", "silu"},
+      {"hidden_size", c.hidden_size},
+      {"initializer_range", 0.02},
+      {"intermediate_size", c.intermediate_size},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"moe_intermediate_size", c.moe_intermediate_size},
+      {"moe_k", c.num_experts_per_tok},
+      {"moe_layer_end_index", c.moe_layer_end},
+      {"moe_layer_interval", c.decoder_sparse_step},
+      {"moe_layer_start_index", c.moe_layer_start},
+      {"moe_norm_min", c.moe_norm_min},
+      {"moe_num_experts", c.num_experts},
+      {"moe_num_shared_experts", c.moe_num_shared_experts},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_parameters", {{"rope_theta", c.rope_theta}, {"rope_type", "default"}}},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"torch_dtype", "bfloat16"},
+      {"use_bias", false},
+      {"use_cache", true},
+      {"vocab_size", c.vocab_size},
+      {"quantization_config", quantization_config},
+  };
+}
+
 json config_json(const io::ModelConfig& c, const json& quantization_config) {
+  if (c.architecture == "Ernie4_5_MoeForCausalLM") return ernie_config_json(c, quantization_config);
   json j = {
       {"architectures", {c.architecture}},
       {"model_type", c.is_moe() ? "qwen3_moe" : "qwen3"},
@@ -230,6 +322,17 @@ Status generate_group(const std::vector<const io::ModuleSpec*>& group, uint64_t 
   if (first.kind == io::ModuleKind::NORM) {
     return writer.write(first.name + ".weight", normal_bf16(numel(first), rng, 1.0f, 0.05f));
   }
+  if (first.dtype == DType::F32) {  // ERNIE's router (rows of varied scale) and its correction bias
+    std::vector<float> values(numel(first));
+    const int64_t cols = first.shape.back();
+    float row_scale = 0.0f;
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (i % static_cast<size_t>(cols) == 0) row_scale = 0.02f * std::exp(0.5f * rng.normal());
+      values[i] = first.kind == io::ModuleKind::TENSOR ? 0.01f * rng.normal() : row_scale * rng.normal();
+    }
+    const auto* bytes = reinterpret_cast<const uint8_t*>(values.data());
+    return writer.write(first.tensors()[0].name, std::span<const uint8_t>(bytes, values.size() * sizeof(float)));
+  }
   if (first.kind == io::ModuleKind::EMBEDDING || !first.quantized) {
     if (first.role == io::ModuleRole::ROUTER) {
       // Router: each expert's row gets its own scale (log-normal), so some experts win more often.
@@ -285,7 +388,8 @@ io::QuantConfig synth_quant_config(const io::ModelConfig& c, bool quantize_atten
 }  // namespace
 
 const std::vector<std::string>& synth_presets() {
-  static const std::vector<std::string> presets = {"tiny-moe", "small-moe", "qwen3-30b-a3b"};
+  static const std::vector<std::string> presets = {"tiny-moe", "small-moe", "qwen3-30b-a3b", "tiny-ernie",
+                                                   "ernie-4.5-21b-a3b"};
   return presets;
 }
 

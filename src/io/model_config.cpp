@@ -1,5 +1,6 @@
-// config.json → ModelConfig. Field names and defaults follow transformers' Qwen3MoeConfig and
-// Qwen3Config (transformers/models/qwen3_moe/configuration_qwen3_moe.py).
+// config.json → ModelConfig. Field names and defaults follow transformers' Qwen3MoeConfig, Qwen3Config
+// (transformers/models/qwen3_moe/configuration_qwen3_moe.py) and Ernie4_5_MoeConfig
+// (transformers/models/ernie4_5_moe/configuration_ernie4_5_moe.py, transformers 5.24).
 #include "io/model_config.h"
 
 #include <algorithm>
@@ -12,13 +13,14 @@ namespace nibble::io {
 using json = nlohmann::json;
 
 const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> names = {"Qwen3MoeForCausalLM", "Qwen3ForCausalLM"};
+  static const std::vector<std::string> names = {"Qwen3MoeForCausalLM", "Qwen3ForCausalLM", "Ernie4_5_MoeForCausalLM"};
   return names;
 }
 
 bool ModelConfig::is_moe_layer(int64_t layer) const {
   if (!is_moe()) return false;
   if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
+  if (layer < moe_layer_start || (moe_layer_end >= 0 && layer > moe_layer_end)) return false;
   return (layer + 1) % decoder_sparse_step == 0;
 }
 
@@ -42,7 +44,8 @@ Result<ModelConfig> parse_model_config_unchecked(const std::string& json_text, c
       return Status::error(path + ": architecture '" + c.architecture + "' is not supported (supported: " + list + ")");
     }
   }
-  const bool moe = c.architecture == "Qwen3MoeForCausalLM";
+  const bool ernie = c.architecture == "Ernie4_5_MoeForCausalLM";
+  const bool moe = c.architecture == "Qwen3MoeForCausalLM" || ernie;
 
   f.integer("vocab_size", c.vocab_size, 1, 1 << 24, true);
   f.integer("hidden_size", c.hidden_size, 16, 1 << 20, true);
@@ -53,6 +56,7 @@ Result<ModelConfig> parse_model_config_unchecked(const std::string& json_text, c
   f.integer("intermediate_size", c.intermediate_size, 16, 1 << 22, !moe);
   f.real("rms_norm_eps", c.rms_norm_eps, 0.0, 1.0, false);
   f.integer("max_position_embeddings", c.max_position_embeddings, 1, 1 << 24, true);
+  c.tie_word_embeddings = ernie;  // Ernie4_5_MoeConfig defaults to tied embeddings, Qwen3 to untied
   f.boolean("tie_word_embeddings", c.tie_word_embeddings, false);
   if (c.hidden_size > 0 && c.num_attention_heads > 0) c.head_dim = c.hidden_size / c.num_attention_heads;
   f.integer("head_dim", c.head_dim, 2, 1024, false);
@@ -81,10 +85,29 @@ Result<ModelConfig> parse_model_config_unchecked(const std::string& json_text, c
   f.boolean("attention_bias", flag, false);
   if (flag) f.fail("attention_bias = true is not supported (Qwen3 has no attention bias)");
   flag = false;
+  f.boolean("use_bias", flag, false);
+  if (flag) f.fail("use_bias = true is not supported (ERNIE-4.5 checkpoints have no biases)");
+  if (root.contains("hidden_act") && root["hidden_act"] != "silu") f.fail("hidden_act must be 'silu'");
+  flag = false;
   f.boolean("use_sliding_window", flag, false);
   if (flag) f.fail("use_sliding_window = true is not supported yet");
 
-  if (moe) {
+  if (ernie) {
+    // Ernie4_5_MoeConfig: moe_num_experts / moe_k (attribute_map num_experts / num_experts_per_tok),
+    // MoE layers where (l + 1) % moe_layer_interval == 0 and start ≤ l ≤ end (end -1: the last).
+    c.rope_style = RopeStyle::INTERLEAVED, c.qk_norm = false, c.router_fp32 = true, c.router_score_bias = true;
+    c.rms_norm_eps = 1e-5, c.moe_layer_start = 1, c.moe_norm_min = 1e-12, c.moe_num_shared_experts = 2;
+    f.real("rms_norm_eps", c.rms_norm_eps, 0.0, 1.0, false);
+    f.integer(root.contains("moe_num_experts") ? "moe_num_experts" : "num_experts", c.num_experts, 1, 4096, true);
+    f.integer(root.contains("moe_k") ? "moe_k" : "num_experts_per_tok", c.num_experts_per_tok, 1, 4096, true);
+    f.integer("moe_intermediate_size", c.moe_intermediate_size, 16, 1 << 22, true);
+    f.integer("moe_num_shared_experts", c.moe_num_shared_experts, 0, 64, false);
+    f.integer("moe_layer_start_index", c.moe_layer_start, 0, 10000, false);
+    f.integer("moe_layer_end_index", c.moe_layer_end, -1, 10000, false);
+    f.integer("moe_layer_interval", c.decoder_sparse_step, 1, 10000, false);
+    f.real("moe_norm_min", c.moe_norm_min, 0.0, 1.0, false);
+    if (c.num_experts_per_tok > c.num_experts) f.fail("moe_k exceeds moe_num_experts");
+  } else if (moe) {
     // transformers 5 serializes num_experts as num_local_experts.
     f.integer(root.contains("num_local_experts") ? "num_local_experts" : "num_experts", c.num_experts, 1, 4096, true);
     f.integer("num_experts_per_tok", c.num_experts_per_tok, 1, 4096, true);

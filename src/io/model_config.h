@@ -10,8 +10,12 @@
 
 namespace nibble::io {
 
+// How RoPE pairs a head's dimensions: i with i + head_dim/2 (transformers' rotate_half on halves:
+// Qwen3), or 2i with 2i + 1 (rotate_half on the even/odd interleave: ERNIE-4.5).
+enum class RopeStyle { NEOX, INTERLEAVED };
+
 struct ModelConfig {
-  std::string architecture;        // HF architectures[0]: Qwen3MoeForCausalLM or Qwen3ForCausalLM
+  std::string architecture;        // HF architectures[0]: Qwen3MoeForCausalLM, Qwen3ForCausalLM, Ernie4_5_MoeForCausalLM
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;         // H
   int64_t num_hidden_layers = 0;
@@ -20,7 +24,9 @@ struct ModelConfig {
   int64_t head_dim = 0;            // config head_dim, else hidden_size / num_attention_heads
   int64_t intermediate_size = 0;   // dense MLP width (Qwen3 dense, MoE-model dense layers)
   double rms_norm_eps = 1e-6;
-  double rope_theta = 10000.0;     // neox-style RoPE base; no rope scaling supported yet
+  double rope_theta = 10000.0;     // RoPE base; no rope scaling supported yet
+  RopeStyle rope_style = RopeStyle::NEOX;
+  bool qk_norm = true;             // per-head RMSNorm of q and k before RoPE (Qwen3; not ERNIE-4.5)
   int64_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;
   // Mixture of experts (num_experts == 0 for dense models).
@@ -28,8 +34,17 @@ struct ModelConfig {
   int64_t num_experts_per_tok = 0;  // top-k
   int64_t moe_intermediate_size = 0;
   bool norm_topk_prob = true;       // renormalize the top-k router weights to sum to 1
-  int64_t decoder_sparse_step = 1;  // layer l is MoE when (l + 1) % step == 0 ...
+  int64_t decoder_sparse_step = 1;  // layer l is MoE when (l + 1) % step == 0 (ERNIE: moe_layer_interval) ...
+  int64_t moe_layer_start = 0;      // ... and moe_layer_start ≤ l ≤ moe_layer_end (ERNIE; Qwen3: every layer) ...
+  int64_t moe_layer_end = -1;       //     (-1: the last layer)
   std::vector<int64_t> mlp_only_layers;  // ... and l is not listed here
+  // ERNIE-4.5: shared experts (one SwiGLU MLP of width moe_intermediate_size · n) beside the routed
+  // ones; the router weight in fp32 with a per-expert score-correction bias that picks the top-k
+  // (the unbiased probabilities weigh them), renormalized by max(sum, moe_norm_min).
+  int64_t moe_num_shared_experts = 0;
+  bool router_fp32 = false;
+  bool router_score_bias = false;
+  double moe_norm_min = 0.0;
   std::vector<int64_t> eos_token_ids;    // from config.json (generation_config may add more)
 
   bool is_moe() const { return num_experts > 0; }

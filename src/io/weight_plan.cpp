@@ -1,4 +1,5 @@
-// Module plan of Qwen3 / Qwen3-MoE checkpoints, names as in transformers' modeling_qwen3(_moe).py.
+// Module plan of Qwen3 / Qwen3-MoE / ERNIE-4.5-MoE checkpoints, names as in transformers'
+// modeling_qwen3(_moe).py and modeling_ernie4_5_moe.py (experts stored per expert, as on disk).
 #include "io/weight_plan.h"
 
 namespace nibble::io {
@@ -15,12 +16,14 @@ void add_linear(std::vector<ModuleSpec>& out, const QuantConfig& quant, std::str
 const char* module_role_name(ModuleRole role) {
   static const char* NAMES[] = {"embedding", "input_norm", "q_proj", "k_proj", "v_proj", "o_proj", "q_norm",
                                 "k_norm", "post_attention_norm", "router", "expert_gate", "expert_up",
-                                "expert_down", "mlp_gate", "mlp_up", "mlp_down", "final_norm", "lm_head"};
+                                "expert_down", "mlp_gate", "mlp_up", "mlp_down", "final_norm", "lm_head",
+                                "router_bias", "shared_gate", "shared_up", "shared_down"};
   return NAMES[static_cast<int>(role)];
 }
 
 std::vector<TensorSpec> ModuleSpec::tensors() const {
-  if (kind != ModuleKind::LINEAR || !quantized) return {{name + ".weight", DType::BF16, shape}};
+  if (kind == ModuleKind::TENSOR) return {{name, dtype, shape}};
+  if (kind != ModuleKind::LINEAR || !quantized) return {{name + ".weight", dtype, shape}};
   const int64_t out = shape[0], in = shape[1];
   return {{name + ".weight", DType::U8, {out, in / 2}},
           {name + ".weight_scale", DType::F8_E4M3, {out, in / 16}},
@@ -45,11 +48,23 @@ std::vector<ModuleSpec> plan_modules(const ModelConfig& c, const QuantConfig& qu
     add_linear(m, quant, p + "self_attn.k_proj", ModuleRole::K_PROJ, c.num_key_value_heads * D, H, l);
     add_linear(m, quant, p + "self_attn.v_proj", ModuleRole::V_PROJ, c.num_key_value_heads * D, H, l);
     add_linear(m, quant, p + "self_attn.o_proj", ModuleRole::O_PROJ, H, c.num_attention_heads * D, l);
-    m.push_back({p + "self_attn.q_norm", ModuleRole::Q_NORM, ModuleKind::NORM, {D}, false, l});
-    m.push_back({p + "self_attn.k_norm", ModuleRole::K_NORM, ModuleKind::NORM, {D}, false, l});
+    if (c.qk_norm) {
+      m.push_back({p + "self_attn.q_norm", ModuleRole::Q_NORM, ModuleKind::NORM, {D}, false, l});
+      m.push_back({p + "self_attn.k_norm", ModuleRole::K_NORM, ModuleKind::NORM, {D}, false, l});
+    }
     m.push_back({p + "post_attention_layernorm", ModuleRole::POST_ATTENTION_NORM, ModuleKind::NORM, {H}, false, l});
     if (c.is_moe_layer(l)) {
       add_linear(m, quant, p + "mlp.gate", ModuleRole::ROUTER, c.num_experts, H, l);
+      if (c.router_fp32) m.back().dtype = DType::F32;
+      if (c.router_score_bias)  // Ernie4_5_MoeStatics: [1, experts] fp32
+        m.push_back({p + "mlp.moe_statics.e_score_correction_bias", ModuleRole::ROUTER_BIAS, ModuleKind::TENSOR,
+                     {1, c.num_experts}, false, l, -1, DType::F32});
+      if (c.moe_num_shared_experts > 0) {
+        const int64_t S = c.moe_intermediate_size * c.moe_num_shared_experts;
+        add_linear(m, quant, p + "mlp.shared_experts.gate_proj", ModuleRole::SHARED_GATE, S, H, l);
+        add_linear(m, quant, p + "mlp.shared_experts.up_proj", ModuleRole::SHARED_UP, S, H, l);
+        add_linear(m, quant, p + "mlp.shared_experts.down_proj", ModuleRole::SHARED_DOWN, H, S, l);
+      }
       for (int64_t e = 0; e < c.num_experts; ++e) {
         const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
         add_linear(m, quant, x + "gate_proj", ModuleRole::EXPERT_GATE, c.moe_intermediate_size, H, l, e);

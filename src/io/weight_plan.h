@@ -13,12 +13,14 @@
 
 namespace nibble::io {
 
-enum class ModuleKind { EMBEDDING, NORM, LINEAR };
+// TENSOR: a bare parameter stored under the module's own name (ERNIE's e_score_correction_bias).
+enum class ModuleKind { EMBEDDING, NORM, LINEAR, TENSOR };
 
 // What a module does in the model, so no code has to derive it from the module's name.
 enum class ModuleRole {
   EMBEDDING, INPUT_NORM, Q_PROJ, K_PROJ, V_PROJ, O_PROJ, Q_NORM, K_NORM, POST_ATTENTION_NORM,
-  ROUTER, EXPERT_GATE, EXPERT_UP, EXPERT_DOWN, MLP_GATE, MLP_UP, MLP_DOWN, FINAL_NORM, LM_HEAD
+  ROUTER, EXPERT_GATE, EXPERT_UP, EXPERT_DOWN, MLP_GATE, MLP_UP, MLP_DOWN, FINAL_NORM, LM_HEAD,
+  ROUTER_BIAS, SHARED_GATE, SHARED_UP, SHARED_DOWN
 };
 const char* module_role_name(ModuleRole role);
 
@@ -30,9 +32,10 @@ struct ModuleSpec {
   bool quantized = false;       // LINEAR only: NVFP4 as the quant config says
   int64_t layer = -1;           // decoder layer, -1 outside the layers
   int64_t expert = -1;          // expert index for MoE expert linears, else -1
+  DType dtype = DType::BF16;    // the stored dtype when not NVFP4 (ERNIE's router and its bias: F32)
 
-  // The checkpoint tensors of this module: weight, and for NVFP4 linears weight_scale,
-  // weight_scale_2 and input_scale (DESIGN.md §1).
+  // The checkpoint tensors of this module: weight (TENSOR: the module name itself), and for NVFP4
+  // linears weight_scale, weight_scale_2 and input_scale (DESIGN.md §1).
   std::vector<TensorSpec> tensors() const;
   uint64_t nbytes() const;
 };

@@ -534,7 +534,8 @@ struct CudaModel::Impl {
 Status cuda_model_supports(const io::BoundCheckpoint& b) {
   const io::ModelConfig& c = b.config;
   if (c.architecture != "Qwen3MoeForCausalLM" && c.architecture != "Qwen3ForCausalLM")
-    return Status::error("the CUDA runner does not run architecture '" + c.architecture + "' (Qwen3 and Qwen3-MoE only)");
+    return Status::error("the CUDA runner does not run architecture '" + c.architecture +
+                         "' yet (Qwen3 and Qwen3-MoE only; ERNIE-4.5 runs on the CPU reference: --backend cpu)");
   const bool moe = c.num_experts > 0;
   if (c.hidden_size % 64 != 0 || (moe && c.moe_intermediate_size % 64 != 0))
     return Status::error("the GPU kernels need hidden_size and moe_intermediate_size to be multiples of 64 (this "

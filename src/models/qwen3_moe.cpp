@@ -1,6 +1,8 @@
 // Qwen3-MoE forward on the CPU reference ops; reads like transformers' modeling_qwen3_moe.py:
 // embed → per layer (RMSNorm → attention with q/k norm and RoPE → residual → RMSNorm → MoE or
 // dense SwiGLU MLP → residual) → final RMSNorm → lm_head. Weight views are prepared once at load.
+// ERNIE-4.5-MoE (modeling_ernie4_5_moe.py) runs through the same code with its config's features:
+// no q/k norm, interleaved RoPE, an fp32 router with a score-correction bias, shared experts.
 #include "models/qwen3_moe.h"
 
 #include <algorithm>
@@ -29,6 +31,8 @@ struct LayerWeights {
   Linear q, k, v, o;
   bool is_moe = false;
   ref::MoeWeights moe;
+  bool has_shared = false;
+  Linear shared_gate, shared_up, shared_down;  // ERNIE's shared experts: one SwiGLU MLP
   std::vector<std::string> expert_names;  // "…mlp.experts.E." per expert, for the input observer
   Linear gate, up, down;                  // dense MLP
 };
@@ -108,8 +112,10 @@ class Qwen3Cpu final : public Model {
     LayerWeights w;
     w.input_norm = bf16_data(b, p + "input_layernorm.weight");
     w.post_attention_norm = bf16_data(b, p + "post_attention_layernorm.weight");
-    w.q_norm = bf16_data(b, p + "self_attn.q_norm.weight");
-    w.k_norm = bf16_data(b, p + "self_attn.k_norm.weight");
+    if (config_.qk_norm) {
+      w.q_norm = bf16_data(b, p + "self_attn.q_norm.weight");
+      w.k_norm = bf16_data(b, p + "self_attn.k_norm.weight");
+    }
     w.q = make_linear(b, p + "self_attn.q_proj");
     w.k = make_linear(b, p + "self_attn.k_proj");
     w.v = make_linear(b, p + "self_attn.v_proj");
@@ -120,7 +126,12 @@ class Qwen3Cpu final : public Model {
     w.is_moe = config_.is_moe_layer(l);
     if (w.is_moe) {
       ref::MoeWeights& m = w.moe;
-      m.router = reinterpret_cast<const uint16_t*>(b.linears.at(p + "mlp.gate").weight.data);
+      const io::TensorRef& router = b.linears.at(p + "mlp.gate").weight;
+      if (router.dtype == DType::F32) m.router_f32 = reinterpret_cast<const float*>(router.data);
+      else m.router = reinterpret_cast<const uint16_t*>(router.data);
+      if (config_.router_score_bias)
+        m.score_bias = reinterpret_cast<const float*>(b.tensors.at(p + "mlp.moe_statics.e_score_correction_bias").data);
+      m.norm_min = static_cast<float>(config_.moe_norm_min);
       m.n_experts = config_.num_experts;
       m.top_k = config_.num_experts_per_tok;
       m.hidden = config_.hidden_size;
@@ -135,6 +146,13 @@ class Qwen3Cpu final : public Model {
         m.gate_up_input_scale = std::max({m.gate_up_input_scale, gate.input_scale, up.input_scale});
         m.down_input_scale = std::max(m.down_input_scale, down.input_scale);
         w.expert_names.push_back(x);
+      }
+      if (config_.moe_num_shared_experts > 0) {
+        w.has_shared = true;
+        w.shared_gate = make_linear(b, p + "mlp.shared_experts.gate_proj");
+        w.shared_up = make_linear(b, p + "mlp.shared_experts.up_proj");
+        w.shared_down = make_linear(b, p + "mlp.shared_experts.down_proj");
+        w.shared_gate.input_scale = w.shared_up.input_scale = std::max(w.shared_gate.input_scale, w.shared_up.input_scale);
       }
     } else {
       w.gate = make_linear(b, p + "mlp.gate_proj");
@@ -186,10 +204,13 @@ class Qwen3Cpu final : public Model {
     NIB_RETURN_IF_ERROR(run_linear(w.q, h.data(), T, mode, q.data()));  // [T, NH·D]
     NIB_RETURN_IF_ERROR(run_linear(w.k, h.data(), T, mode, k.data()));  // [T, NKV·D]
     NIB_RETURN_IF_ERROR(run_linear(w.v, h.data(), T, mode, v.data()));
-    ref::rmsnorm(q.data(), T * NH, D, w.q_norm, eps(), q.data());
-    ref::rmsnorm(k.data(), T * NKV, D, w.k_norm, eps(), k.data());
-    ref::rope_neox(q.data(), T, NH, D, positions.data(), config_.rope_theta);
-    ref::rope_neox(k.data(), T, NKV, D, positions.data(), config_.rope_theta);
+    if (config_.qk_norm) {
+      ref::rmsnorm(q.data(), T * NH, D, w.q_norm, eps(), q.data());
+      ref::rmsnorm(k.data(), T * NKV, D, w.k_norm, eps(), k.data());
+    }
+    const auto rope = config_.rope_style == io::RopeStyle::INTERLEAVED ? ref::rope_interleaved : ref::rope_neox;
+    rope(q.data(), T, NH, D, positions.data(), config_.rope_theta);
+    rope(k.data(), T, NKV, D, positions.data(), config_.rope_theta);
     for (const ref::AttentionSequence& s : seqs)
       ref::kv_store(kv, s, k.data() + s.token_offset * NKV * D, v.data() + s.token_offset * NKV * D);
     ref::paged_attention(q.data(), NH, kv, seqs.data(), static_cast<int64_t>(seqs.size()), o.data());
@@ -209,22 +230,35 @@ class Qwen3Cpu final : public Model {
         }
       };
     }
+    std::vector<float> rounded;
     if (options_.gpu_rounding) {  // (the weights round their intermediates: bf16_intermediates, set at load)
-      std::vector<float> rounded = h;
+      rounded = h;
       for (float& v : rounded) v = formats::bf16_round(v);
-      return ref::moe(rounded.data(), T, w.moe, options_.act_quant_moe, out.data(), observer);
     }
-    return ref::moe(h.data(), T, w.moe, options_.act_quant_moe, out.data(), observer);
+    NIB_RETURN_IF_ERROR(ref::moe(options_.gpu_rounding ? rounded.data() : h.data(), T, w.moe, options_.act_quant_moe,
+                                 out.data(), observer));
+    if (!w.has_shared) return Status::ok();
+    // Ernie4_5_MoeSparseMoeBlock: routed output + shared_experts(x), the shared MLP in the dense mode.
+    std::vector<float> shared(out.size());
+    NIB_RETURN_IF_ERROR(swiglu_mlp(w.shared_gate, w.shared_up, w.shared_down, h, T, shared));
+    ref::add_inplace(out.data(), shared.data(), T * config_.hidden_size);
+    return Status::ok();
   }
 
   Status mlp(const LayerWeights& w, const std::vector<float>& h, int64_t T, std::vector<float>& out) const {
-    const int64_t I = config_.intermediate_size;
+    return swiglu_mlp(w.gate, w.up, w.down, h, T, out);
+  }
+
+  // down(silu(gate(h)) · up(h)) in the dense activation mode.
+  Status swiglu_mlp(const Linear& gate_proj, const Linear& up_proj, const Linear& down_proj, const std::vector<float>& h,
+                    int64_t T, std::vector<float>& out) const {
+    const int64_t I = gate_proj.weight.out_features;
     const ActQuant mode = options_.act_quant_dense;
     std::vector<float> gate(static_cast<size_t>(T * I)), up(gate.size()), act(gate.size());
-    NIB_RETURN_IF_ERROR(run_linear(w.gate, h.data(), T, mode, gate.data()));
-    NIB_RETURN_IF_ERROR(run_linear(w.up, h.data(), T, mode, up.data()));
+    NIB_RETURN_IF_ERROR(run_linear(gate_proj, h.data(), T, mode, gate.data()));
+    NIB_RETURN_IF_ERROR(run_linear(up_proj, h.data(), T, mode, up.data()));
     ref::silu_mul(gate.data(), up.data(), T * I, act.data());
-    return run_linear(w.down, act.data(), T, mode, out.data());
+    return run_linear(down_proj, act.data(), T, mode, out.data());
   }
 
   std::shared_ptr<const io::LoadedCheckpoint> checkpoint_;

@@ -12,6 +12,7 @@ Result<std::unique_ptr<Model>> create_model(std::shared_ptr<const io::LoadedChec
   static const std::map<std::string, Factory> factories = {
       {"Qwen3MoeForCausalLM", &create_qwen3_cpu},
       {"Qwen3ForCausalLM", &create_qwen3_cpu},
+      {"Ernie4_5_MoeForCausalLM", &create_qwen3_cpu},  // the same decoder, with ERNIE's config features
   };
   const std::string& arch = checkpoint->bound.config.architecture;
   auto it = factories.find(arch);

@@ -13,19 +13,33 @@ namespace nibble::ref {
 
 void route(const float* x, int64_t n_tokens, const MoeWeights& w, int32_t* expert_ids, float* weights) {
   std::vector<float> logits(static_cast<size_t>(n_tokens * w.n_experts));
-  linear_bf16(x, n_tokens, w.router, w.n_experts, w.hidden, logits.data());
+  if (w.router_f32) {
+    for (int64_t t = 0; t < n_tokens; ++t)
+      for (int64_t e = 0; e < w.n_experts; ++e) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < w.hidden; ++i) acc += x[t * w.hidden + i] * w.router_f32[e * w.hidden + i];
+        logits[t * w.n_experts + e] = acc;
+      }
+  } else {
+    linear_bf16(x, n_tokens, w.router, w.n_experts, w.hidden, logits.data());
+  }
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* l = logits.data() + t * w.n_experts;
     const float m = *std::max_element(l, l + w.n_experts);
     float sum = 0.0f;
     for (int64_t e = 0; e < w.n_experts; ++e) sum += (l[e] = std::exp(l[e] - m));
     for (int64_t e = 0; e < w.n_experts; ++e) l[e] /= sum;
-    // torch.topk order: descending probability; equal probabilities keep the lower expert first.
+    // torch.topk order: descending score; equal scores keep the lower expert first. The score is the
+    // probability, plus the correction bias where the checkpoint has one (it chooses; it does not weigh).
+    std::vector<float> score(l, l + w.n_experts);
+    if (w.score_bias)
+      for (int64_t e = 0; e < w.n_experts; ++e) score[e] += w.score_bias[e];
     std::vector<int32_t> order(static_cast<size_t>(w.n_experts));
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return score[a] > score[b]; });
     float top_sum = 0.0f;
     for (int64_t k = 0; k < w.top_k; ++k) top_sum += l[order[k]];
+    top_sum = std::max(top_sum, w.norm_min);
     for (int64_t k = 0; k < w.top_k; ++k) {
       expert_ids[t * w.top_k + k] = order[k];
       weights[t * w.top_k + k] = w.norm_topk_prob ? l[order[k]] / top_sum : l[order[k]];

@@ -1,5 +1,7 @@
-// CPU reference Mixture-of-Experts block (transformers Qwen3MoeSparseMoeBlock): fp32 softmax router
-// → top-k → renormalize (norm_topk_prob) → per expert SwiGLU MLP → routing-weighted sum.
+// CPU reference Mixture-of-Experts block (transformers Qwen3MoeSparseMoeBlock, and the routed part of
+// Ernie4_5_MoeSparseMoeBlock): fp32 softmax router → top-k (ERNIE: on probabilities + a per-expert
+// correction bias) → renormalize (norm_topk_prob; ERNIE divides by max(sum, norm_min)) → per expert
+// SwiGLU MLP → routing-weighted sum. ERNIE's shared experts are a dense MLP the model adds.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,10 @@ struct ExpertWeights {
 };
 
 struct MoeWeights {
-  const uint16_t* router = nullptr;  // BF16 [n_experts, hidden] (ModelOpt leaves it unquantized)
+  const uint16_t* router = nullptr;  // BF16 [n_experts, hidden] (ModelOpt leaves it unquantized) ...
+  const float* router_f32 = nullptr; // ... or fp32 (ERNIE-4.5 keeps its router in fp32)
+  const float* score_bias = nullptr; // [n_experts]: added to the probabilities for the choice only (ERNIE)
+  float norm_min = 0.0f;             // renormalization divides by max(Σ top-k, norm_min)
   int64_t n_experts = 0;
   int64_t top_k = 0;
   int64_t hidden = 0;

@@ -52,6 +52,23 @@ void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, co
   }
 }
 
+void rope_interleaved(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int64_t* positions,
+                      double theta) {
+  const std::vector<float> inv_freq = rope_inv_freq(theta, head_dim);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t i = 0; i < head_dim / 2; ++i) {
+      const float angle = static_cast<float>(positions[t]) * inv_freq[i];
+      const float c = std::cos(angle), s = std::sin(angle);
+      for (int64_t h = 0; h < n_heads; ++h) {
+        float* v = x + (t * n_heads + h) * head_dim;
+        const float a = v[2 * i], b = v[2 * i + 1];
+        v[2 * i] = a * c - b * s;  // x·cos + rotate_half(x)·sin, rotate_half pairs = (-x_odd, x_even)
+        v[2 * i + 1] = b * c + a * s;
+      }
+    }
+  }
+}
+
 void linear_bf16(const float* x, int64_t n_tokens, const uint16_t* w, int64_t out_features,
                  int64_t in_features, float* y) {
   parallel_for(static_cast<size_t>(out_features), [&](size_t n) {

@@ -26,6 +26,11 @@ std::vector<float> rope_inv_freq(double theta, int64_t head_dim);
 void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int64_t* positions,
                double theta);
 
+// Interleaved RoPE (ERNIE-4.5: transformers' rotate_half on x[0::2], x[1::2] with cos/sin repeated
+// per pair): dimensions 2i and 2i + 1 rotate together by position · inv_freq[i].
+void rope_interleaved(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int64_t* positions,
+                      double theta);
+
 // y = x @ W^T for a BF16 W [out, in] (router, lm_head, unquantized projections).
 void linear_bf16(const float* x, int64_t n_tokens, const uint16_t* w, int64_t out_features,
                  int64_t in_features, float* y);

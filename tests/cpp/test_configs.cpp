@@ -43,6 +43,44 @@ TEST(ModelConfig, Qwen3MoeParses) {
   EXPECT_TRUE(r->is_moe_layer(47));
 }
 
+// baidu/ERNIE-4.5-21B-A3B-PT's config.json (its own spelling: rope_theta at the top, moe_* fields,
+// no head_dim, no tie_word_embeddings: Ernie4_5_MoeConfig's default, tied).
+json ernie_config() {
+  return {{"architectures", {"Ernie4_5_MoeForCausalLM"}}, {"vocab_size", 103424}, {"hidden_size", 2560},
+          {"intermediate_size", 12288}, {"num_hidden_layers", 28}, {"num_attention_heads", 20},
+          {"num_key_value_heads", 4}, {"max_position_embeddings", 131072}, {"rms_norm_eps", 1e-5},
+          {"rope_theta", 500000}, {"use_bias", false}, {"hidden_act", "silu"}, {"moe_num_experts", 64},
+          {"moe_k", 6}, {"moe_intermediate_size", 1536}, {"moe_num_shared_experts", 2},
+          {"moe_layer_start_index", 1}, {"moe_layer_interval", 1}, {"eos_token_id", 2}};
+}
+
+TEST(ModelConfig, Ernie45MoeParses) {
+  auto r = parse_model_config(ernie_config().dump(), "config.json");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->num_experts, 64);
+  EXPECT_EQ(r->num_experts_per_tok, 6);
+  EXPECT_EQ(r->head_dim, 128);
+  EXPECT_EQ(r->moe_num_shared_experts, 2);
+  EXPECT_TRUE(r->tie_word_embeddings);
+  EXPECT_FALSE(r->qk_norm);
+  EXPECT_EQ(r->rope_style, RopeStyle::INTERLEAVED);
+  EXPECT_TRUE(r->router_fp32 && r->router_score_bias);
+  EXPECT_EQ(r->moe_norm_min, 1e-12);
+  EXPECT_FALSE(r->is_moe_layer(0));  // moe_layer_start_index 1: a dense first layer
+  EXPECT_TRUE(r->is_moe_layer(1));
+  EXPECT_TRUE(r->is_moe_layer(27));  // moe_layer_end_index -1: through the last layer
+  json c = ernie_config();
+  c["moe_layer_end_index"] = 20, c["moe_layer_interval"] = 2;
+  r = parse_model_config(c.dump(), "config.json");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_TRUE(r->is_moe_layer(1));   // (1 + 1) % 2 == 0
+  EXPECT_FALSE(r->is_moe_layer(2));
+  EXPECT_FALSE(r->is_moe_layer(21));  // past the end index
+  c = ernie_config();
+  c["use_bias"] = true;
+  EXPECT_NE(error_of(c).find("use_bias"), std::string::npos) << error_of(c);
+}
+
 TEST(ModelConfig, Transformers5Spelling) {
   json c = qwen3_moe_config();
   c.erase("num_experts");
@@ -82,7 +120,7 @@ TEST(ModelConfig, Qwen3DenseParses) {
 TEST(ModelConfig, ErrorsNameTheProblem) {
   json c = qwen3_moe_config();
   c["architectures"] = {"LlamaForCausalLM"};
-  EXPECT_NE(error_of(c).find("'LlamaForCausalLM' is not supported (supported: Qwen3MoeForCausalLM, Qwen3ForCausalLM)"),
+  EXPECT_NE(error_of(c).find("'LlamaForCausalLM' is not supported (supported: Qwen3MoeForCausalLM, Qwen3ForCausalLM, Ernie4_5_MoeForCausalLM)"),
             std::string::npos) << error_of(c);
 
   c = qwen3_moe_config();

@@ -1,0 +1,213 @@
+"""ERNIE-4.5-MoE on nibble's CPU reference against Hugging Face transformers (fp32, CPU): a tiny random
+Ernie4_5_MoeForCausalLM made by transformers itself (a dense first layer, MoE layers with 8 experts top-2,
+2 shared experts, an fp32 router with a non-zero score-correction bias, tied embeddings, interleaved
+RoPE, no q/k norm), written in the ModelOpt NVFP4 layout (weights quantized by nvidia-modelopt's
+NVFP4QTensor; router and bias fp32, embeddings and norms BF16, as ModelOpt exports it), then nibble's
+logits of every generated position against transformers' on the dequantized weights: within 1e-3
+relative (fp32 with another summation order; the gap seen is ~1e-6), and identical greedy tokens.
+W4A16 here; the W4A4 modes share their code with Qwen3 (test_reference_vs_transformers.py).
+
+Top-k routing is discontinuous: a position whose k-th and (k+1)-th biased scores sit within
+FRAGILE_REL of each other may flip under fp32 reordering; positions from the first such one on are
+not compared (and greedy agreement is not required past it)."""
+import json
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+from modelopt.torch.quantization.qtensor.nvfp4_tensor import NVFP4QTensor
+from safetensors.torch import save_file
+from transformers import Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM
+from transformers.models.ernie4_5_moe import modeling_ernie4_5_moe
+
+PROMPT = [5, 17, 300, 2, 99, 411, 7, 256, 81, 3, 150, 42]
+N_GENERATED = 24
+TOLERANCE = 1e-3
+FRAGILE_REL = 3e-6
+SHAPE = dict(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=2, moe_intermediate_size=32, moe_k=2, moe_num_experts=8, moe_num_shared_experts=2,
+             moe_layer_start_index=1, max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=True)
+
+
+def make_model(seed: int):
+    torch.manual_seed(seed)
+    config = Ernie4_5_MoeConfig(**SHAPE)
+    config.architectures = ["Ernie4_5_MoeForCausalLM"]
+    model = Ernie4_5_MoeForCausalLM(config).float().eval()
+    with torch.no_grad():
+        # Scales chosen so logits are well separated and routing is decisive (as for Qwen3).
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            elif "embed_tokens" in name:
+                p.normal_(0.0, 1.0)
+            elif name.endswith("mlp.gate.weight"):
+                p.normal_(0.0, 0.5)
+            elif "e_score_correction_bias" in name:
+                p.normal_(0.0, 0.05)  # large enough to change choices against the plain top-k
+            else:
+                p.normal_(0.0, 0.1)
+            if "mlp.gate.weight" not in name and "e_score_correction_bias" not in name:
+                p.copy_(p.to(torch.bfloat16).float())  # checkpoints hold BF16; router and bias stay fp32
+    return model
+
+
+def linear_modules(model):
+    """(checkpoint module name, weight) of every projection ModelOpt quantizes, experts per expert."""
+    out = []
+    for l, layer in enumerate(model.model.layers):
+        p = f"model.layers.{l}."
+        for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            out.append((p + "self_attn." + n, getattr(layer.self_attn, n).weight))
+        mlp = layer.mlp
+        if hasattr(mlp, "experts"):
+            experts = mlp.experts
+            inter = experts.gate_up_proj.shape[1] // 2
+            for e in range(experts.gate_up_proj.shape[0]):
+                x = f"{p}mlp.experts.{e}."
+                out.append((x + "gate_proj", experts.gate_up_proj.data[e, :inter]))
+                out.append((x + "up_proj", experts.gate_up_proj.data[e, inter:]))
+                out.append((x + "down_proj", experts.down_proj.data[e]))
+            for n in ("gate_proj", "up_proj", "down_proj"):
+                out.append((p + "mlp.shared_experts." + n, getattr(mlp.shared_experts, n).weight))
+        else:
+            for n in ("gate_proj", "up_proj", "down_proj"):
+                out.append((p + "mlp." + n, getattr(mlp, n).weight))
+    return out
+
+
+def fusion_key(name: str) -> str:
+    stem, leaf = name.rsplit(".", 1)
+    return stem + (".qkv" if leaf in ("q_proj", "k_proj", "v_proj") else ".gate_up" if leaf in ("gate_proj", "up_proj")
+                   else "." + leaf)
+
+
+def build(seed: int, out_dir):
+    """Writes the NVFP4 checkpoint; returns the fp32 model holding the dequantized weights."""
+    model = make_model(seed)
+    tensors, groups = {}, {}
+    for name, weight in linear_modules(model):
+        groups.setdefault(fusion_key(name), []).append((name, weight))
+    with torch.no_grad():
+        for members in groups.values():
+            shared = max(NVFP4QTensor.get_weights_scaling_factor_2(w) for _, w in members)
+            for name, weight in members:
+                q, block_scale, scale_2 = NVFP4QTensor.quantize(weight.clone(), 16, weights_scaling_factor_2=shared)
+                tensors[name + ".weight"] = q._quantized_data.contiguous()
+                tensors[name + ".weight_scale"] = block_scale.contiguous()
+                tensors[name + ".weight_scale_2"] = scale_2.reshape(()).clone()
+                # W4A16 never reads it; a positive placeholder (a calibrated amax / 2688 in real exports).
+                tensors[name + ".input_scale"] = torch.tensor(1.0 / 2688.0)
+                weight.copy_(q.dequantize(dtype=torch.float32, scale=block_scale, double_scale=scale_2,
+                                          block_sizes={-1: 16}))
+    for name, p in model.state_dict().items():
+        if name.endswith("norm.weight") or "embed_tokens" in name:
+            tensors[name] = p.to(torch.bfloat16).contiguous()
+        elif name.endswith("mlp.gate.weight") or "e_score_correction_bias" in name:
+            # In memory the bias sits in the router (mlp.gate.moe_statics); on disk, as save_pretrained
+            # and the published checkpoints write it, it is mlp.moe_statics.e_score_correction_bias.
+            tensors[name.replace("mlp.gate.moe_statics", "mlp.moe_statics")] = p.float().contiguous()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, out_dir / "model.safetensors", metadata={"format": "pt"})
+    model.config.save_pretrained(out_dir)
+    (out_dir / "hf_quant_config.json").write_text(json.dumps({
+        "producer": {"name": "modelopt", "version": "0.47.0"},
+        "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16,
+                         "exclude_modules": ["lm_head", "model.layers.*.mlp.gate"]}}))
+    return model
+
+
+def reference_logits(model, ids):
+    """(logits [len(ids), vocab], positions whose top-k choice sits on a near-tie)."""
+    fragile = set()
+    original = modeling_ernie4_5_moe.Ernie4_5_MoeTopKRouter.forward
+
+    def forward(self, hidden_states):
+        with torch.no_grad():
+            probs = torch.softmax(torch.nn.functional.linear(hidden_states.float(), self.weight.float()), dim=-1)
+            scores = (probs + self.moe_statics.e_score_correction_bias.squeeze()).sort(dim=-1, descending=True).values
+            gap = scores[:, self.top_k - 1] - scores[:, self.top_k]
+            fragile.update(torch.nonzero(gap <= FRAGILE_REL * scores[:, 0].abs()).flatten().tolist())
+        return original(self, hidden_states)
+
+    modeling_ernie4_5_moe.Ernie4_5_MoeTopKRouter.forward = forward
+    try:
+        with torch.no_grad():
+            return model(torch.tensor([ids])).logits[0].float(), fragile
+    finally:
+        modeling_ernie4_5_moe.Ernie4_5_MoeTopKRouter.forward = original
+
+
+def test_cpu_reference_matches_transformers(build_dir, tmp_path, seed):
+    model = build(seed, tmp_path / "ckpt")
+    dump = tmp_path / "logits.npy"
+    proc = subprocess.run(
+        [str(build_dir / "nibble"), "generate", "--model", str(tmp_path / "ckpt"), "--backend", "cpu",
+         "--prompt-ids", ",".join(map(str, PROMPT)), "--max-tokens", str(N_GENERATED), "--ignore-eos",
+         "--dump-logits", str(dump)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    tokens = [int(t) for t in proc.stdout.strip().strip("[]").split(",")]
+    logits = torch.from_numpy(np.load(dump))
+
+    ref, fragile = reference_logits(model, PROMPT + tokens[:-1])
+    ref = ref[len(PROMPT) - 1:]
+    first_fragile = min(fragile, default=len(PROMPT) + N_GENERATED) - (len(PROMPT) - 1)
+    err = (logits - ref).abs().amax(1) / ref.abs().amax(1)
+    checked = err[:max(0, first_fragile)]
+    print(f"{len(checked)}/{len(err)} positions checked, max relative error {checked.max() if len(checked) else 0:.2e}, "
+          f"fragile positions {sorted(fragile)}")
+    assert len(checked) >= 8 or fragile, "too few positions compared"
+    for i, e in enumerate(checked.tolist()):
+        assert e <= TOLERANCE, f"position {len(PROMPT) - 1 + i}: relative error {e:.2e} > {TOLERANCE:.0e}"
+    # Greedy: each generated token is transformers' argmax at its position, up to the first fragile one.
+    for i in range(min(len(tokens), max(0, first_fragile))):
+        top2 = ref[i].topk(2).values
+        if top2[0] - top2[1] > 1e-4 * top2[0].abs():
+            assert tokens[i] == int(ref[i].argmax()), f"greedy token {i} differs"
+
+
+def test_bias_changes_the_routing(tmp_path, seed):
+    """The fixture's correction bias really chooses experts (else the test above would not see it)."""
+    model = make_model(seed)
+    changed = 0
+    with torch.no_grad():
+        h = torch.randn(64, SHAPE["hidden_size"])
+        for layer in model.model.layers[1:]:
+            gate = layer.mlp.gate
+            probs = torch.softmax(h @ gate.weight.T, dim=-1)
+            plain = probs.topk(SHAPE["moe_k"]).indices.sort().values
+            biased = (probs + gate.moe_statics.e_score_correction_bias.squeeze()).topk(SHAPE["moe_k"]).indices.sort().values
+            changed += int((plain != biased).any(dim=1).sum())
+    assert changed > 0
+
+
+def test_synth_preset_has_transformers_layout(build_dir, tmp_path):
+    """`nibble synth --preset tiny-ernie` writes the tensors transformers' own save_pretrained writes for
+    that config (NVFP4 linears as ModelOpt names them), the router and its bias in fp32, and runs."""
+    from safetensors import safe_open
+    out = tmp_path / "synth"
+    subprocess.run([str(build_dir / "nibble"), "synth", "--preset", "tiny-ernie", "--out", str(out), "--seed", "4"],
+                   check=True, capture_output=True)
+    config = json.loads((out / "config.json").read_text())
+    config.pop("quantization_config")
+    hf_config = Ernie4_5_MoeConfig(**{k: v for k, v in config.items() if k not in ("architectures", "model_type")})
+    hf_dir = tmp_path / "hf"
+    Ernie4_5_MoeForCausalLM(hf_config).save_pretrained(hf_dir)
+    with safe_open(hf_dir / "model.safetensors", "pt") as f:
+        expected = set(f.keys())
+    synth = {}
+    for shard in out.glob("*.safetensors"):
+        with safe_open(shard, "pt") as f:
+            synth.update({k: f.get_tensor(k) for k in f.keys()})
+    quantized = {k[: -len(".weight_scale")] for k in synth if k.endswith(".weight_scale")}
+    plain = {k for k in synth if not any(k.startswith(q + ".") for q in quantized)}
+    assert plain | {q + ".weight" for q in quantized} == expected
+    assert "model.layers.1.mlp.shared_experts.down_proj" in quantized and "model.layers.0.mlp.gate_proj" in quantized
+    assert synth["model.layers.1.mlp.gate.weight"].dtype == torch.float32
+    assert synth["model.layers.1.mlp.moe_statics.e_score_correction_bias"].dtype == torch.float32
+    assert synth["model.layers.1.mlp.moe_statics.e_score_correction_bias"].abs().max() > 0
+    proc = subprocess.run([str(build_dir / "nibble"), "generate", "--model", str(out), "--backend", "cpu",
+                           "--prompt-ids", "5,17,300", "--max-tokens", "4", "--ignore-eos"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.strip().strip("[]").split(",")) == 4
