@@ -202,7 +202,12 @@ Result<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o) {
   std::map<std::string, std::vector<const io::ModuleSpec*>> groups;
   std::vector<io::TensorSpec> tensors;
   for (const io::ModuleSpec& m : modules) {
-    for (io::TensorSpec& t : m.tensors()) tensors.push_back(std::move(t));
+    for (io::TensorSpec& t : m.tensors()) {
+      // Copied tensors keep the input's dtype (an fp32 parameter may be stored in BF16).
+      if (!m.quantized)
+        if (const io::SafetensorsReader::Entry* e = input->reader.find(t.name)) t.dtype = e->info->dtype;
+      tensors.push_back(std::move(t));
+    }
     if (m.kind == io::ModuleKind::LINEAR && m.quantized) groups[weight_group(m)].push_back(&m);
     else if (m.kind == io::ModuleKind::LINEAR) ++report.excluded_modules;
   }

@@ -58,7 +58,9 @@ Result<BoundCheckpoint> bind_checkpoint(const SafetensorsReader& reader, const M
     }
     const TensorInfo& info = *entry->info;
     const bool shape_ok = spec.shape.empty() ? is_scalar_shape(info.shape) : info.shape == spec.shape;
-    if (info.dtype != spec.dtype || !shape_ok) {
+    // An fp32 parameter stored in BF16 is read exactly (ERNIE's router and bias in BF16 exports).
+    const bool dtype_ok = info.dtype == spec.dtype || (spec.dtype == DType::F32 && info.dtype == DType::BF16);
+    if (!dtype_ok || !shape_ok) {
       problems.push_back(spec.name + ": expected " + std::string(dtype_name(spec.dtype)) + " " +
                          shape_string(spec.shape) + ", file has " + std::string(dtype_name(info.dtype)) +
                          " " + shape_string(info.shape) + " (" + entry->file->path() + ")");

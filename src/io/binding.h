@@ -17,7 +17,7 @@ namespace nibble::io {
 // A tensor inside a mapped checkpoint file (valid while the SafetensorsReader lives).
 struct TensorRef {
   const uint8_t* data = nullptr;
-  DType dtype = DType::U8;
+  DType dtype = DType::U8;  // as stored: may be BF16 where the plan says F32 (widening is exact)
   std::vector<int64_t> shape;
 };
 

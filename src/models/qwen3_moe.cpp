@@ -31,6 +31,7 @@ struct LayerWeights {
   Linear q, k, v, o;
   bool is_moe = false;
   ref::MoeWeights moe;
+  std::vector<float> score_bias;  // ERNIE's correction bias as fp32 (it may be stored in BF16)
   bool has_shared = false;
   Linear shared_gate, shared_up, shared_down;  // ERNIE's shared experts: one SwiGLU MLP
   std::vector<std::string> expert_names;  // "…mlp.experts.E." per expert, for the input observer
@@ -70,6 +71,7 @@ class Qwen3Cpu final : public Model {
     } else {
       lm_head_ = make_linear(b, "lm_head");
     }
+    layers_.reserve(static_cast<size_t>(config_.num_hidden_layers));  // (moe.score_bias points into its layer)
     for (int64_t l = 0; l < config_.num_hidden_layers; ++l) layers_.push_back(load_layer(b, l));
   }
 
@@ -129,8 +131,14 @@ class Qwen3Cpu final : public Model {
       const io::TensorRef& router = b.linears.at(p + "mlp.gate").weight;
       if (router.dtype == DType::F32) m.router_f32 = reinterpret_cast<const float*>(router.data);
       else m.router = reinterpret_cast<const uint16_t*>(router.data);
-      if (config_.router_score_bias)
-        m.score_bias = reinterpret_cast<const float*>(b.tensors.at(p + "mlp.moe_statics.e_score_correction_bias").data);
+      if (config_.router_score_bias) {
+        const io::TensorRef& bias = b.tensors.at(p + "mlp.moe_statics.e_score_correction_bias");
+        w.score_bias.resize(static_cast<size_t>(config_.num_experts));
+        for (size_t e = 0; e < w.score_bias.size(); ++e)
+          w.score_bias[e] = bias.dtype == DType::F32 ? reinterpret_cast<const float*>(bias.data)[e]
+                                                     : formats::bf16_decode(reinterpret_cast<const uint16_t*>(bias.data)[e]);
+        m.score_bias = w.score_bias.data();
+      }
       m.norm_min = static_cast<float>(config_.moe_norm_min);
       m.n_experts = config_.num_experts;
       m.top_k = config_.num_experts_per_tok;
