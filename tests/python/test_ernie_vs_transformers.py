@@ -5,7 +5,9 @@ RoPE, no q/k norm), written in the ModelOpt NVFP4 layout (weights quantized by n
 NVFP4QTensor; router and bias fp32, embeddings and norms BF16, as ModelOpt exports it), then nibble's
 logits of every generated position against transformers' on the dequantized weights: within 1e-3
 relative (fp32 with another summation order; the gap seen is ~1e-6), and identical greedy tokens.
-W4A16 here; the W4A4 modes share their code with Qwen3 (test_reference_vs_transformers.py).
+The same against transformers' own BF16 save quantized by `nibble quantize` (weights read back with
+ModelOpt's NVFP4QTensor), and the synth presets against transformers' layout. W4A16 here; the W4A4
+modes share their code with Qwen3 (test_reference_vs_transformers.py).
 
 Top-k routing is discontinuous: a position whose k-th and (k+1)-th biased scores sit within
 FRAGILE_REL of each other may flip under fp32 reordering; positions from the first such one on are
@@ -211,3 +213,66 @@ def test_synth_preset_has_transformers_layout(build_dir, tmp_path):
                            "--prompt-ids", "5,17,300", "--max-tokens", "4", "--ignore-eos"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.strip().strip("[]").split(",")) == 4
+
+
+def load_nvfp4_into(model, ckpt_dir):
+    """Writes the dequantized weights of an NVFP4 checkpoint (and its unquantized tensors) into the
+    transformers model, experts fused as transformers holds them in memory."""
+    from safetensors import safe_open
+    tensors = {}
+    for shard in ckpt_dir.glob("*.safetensors"):
+        with safe_open(shard, "pt") as f:
+            tensors.update({k: f.get_tensor(k) for k in f.keys()})
+
+    def weight(stem):
+        if stem + ".weight_scale" not in tensors:
+            return tensors[stem + ".weight"].float()
+        packed = tensors[stem + ".weight"]
+        q = NVFP4QTensor(torch.Size((packed.shape[0], packed.shape[1] * 2)), torch.float32, packed)
+        return q.dequantize(dtype=torch.float32, scale=tensors[stem + ".weight_scale"],
+                            double_scale=tensors[stem + ".weight_scale_2"], block_sizes={-1: 16})
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("experts.gate_up_proj"):
+                stem = name[: -len("gate_up_proj")]
+                for e in range(p.shape[0]):
+                    p[e].copy_(torch.cat([weight(f"{stem}{e}.gate_proj"), weight(f"{stem}{e}.up_proj")]))
+            elif name.endswith("experts.down_proj"):
+                stem = name[: -len("down_proj")]
+                for e in range(p.shape[0]):
+                    p[e].copy_(weight(f"{stem}{e}.down_proj"))
+            elif "e_score_correction_bias" in name:
+                p.copy_(tensors[name.replace("mlp.gate.moe_statics", "mlp.moe_statics")].float())
+            else:
+                p.copy_(weight(name[: -len(".weight")]))
+
+
+def test_nibble_quantize_of_a_bf16_checkpoint(build_dir, tmp_path, seed):
+    """transformers' own BF16 save (router and bias in BF16 there) → `nibble quantize` → nibble's
+    forward against transformers holding the dequantized weights (read back with ModelOpt's
+    NVFP4QTensor), as in the test above."""
+    model = make_model(seed).to(torch.bfloat16)
+    model.save_pretrained(tmp_path / "bf16")
+    out = tmp_path / "nvfp4"
+    proc = subprocess.run([str(build_dir / "nibble"), "quantize", "--in", str(tmp_path / "bf16"), "--out", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    quant = json.loads((out / "hf_quant_config.json").read_text())["quantization"]
+    assert any("mlp.gate" in p for p in quant["exclude_modules"])  # the router stays unquantized
+    model = make_model(seed)  # fresh in fp32: .to(bfloat16) also rounded the RoPE frequency buffer
+    load_nvfp4_into(model, out)
+    dump = tmp_path / "logits.npy"
+    proc = subprocess.run(
+        [str(build_dir / "nibble"), "generate", "--model", str(out), "--backend", "cpu",
+         "--prompt-ids", ",".join(map(str, PROMPT)), "--max-tokens", str(N_GENERATED), "--ignore-eos",
+         "--dump-logits", str(dump)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    tokens = [int(t) for t in proc.stdout.strip().strip("[]").split(",")]
+    ref, fragile = reference_logits(model, PROMPT + tokens[:-1])
+    ref = ref[len(PROMPT) - 1:]
+    first_fragile = min(fragile, default=len(PROMPT) + N_GENERATED) - (len(PROMPT) - 1)
+    err = ((torch.from_numpy(np.load(dump)) - ref).abs().amax(1) / ref.abs().amax(1))[:max(0, first_fragile)]
+    print(f"{len(err)} positions checked, max relative error {err.max() if len(err) else 0:.2e}")
+    assert len(err) >= 8 or fragile
+    assert (err <= TOLERANCE).all(), err
