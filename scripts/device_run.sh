@@ -44,6 +44,13 @@ build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --modes no
   > "$OUT/latency.log" 2>&1
 results+=("$(printf '%-28s rc=%d' "bench latency" "$?")")
 
+# ERNIE-4.5 on the GPU (opt-in until this passes): the runner tests on a small ERNIE against the CPU.
+ERNIE_DIR=${ERNIE_DIR:-/tmp/small-ernie}
+rm -rf "$ERNIE_DIR"
+build-device/nibble synth --preset small-ernie --out "$ERNIE_DIR" --seed 2 > "$OUT/synth_ernie.log" 2>&1
+NIBBLE_EXPERIMENTAL_ERNIE_GPU=1 NIBBLE_TEST_MODEL="$ERNIE_DIR" build-device/tests/test_cuda_runner > "$OUT/runner_ernie.log" 2>&1
+results+=("$(printf '%-28s rc=%d  %s' "runner vs cpu, small ERNIE" "$?" "$(grep -E '^mode|FAILED  \]' "$OUT/runner_ernie.log" | tr '\n' ' ')")")
+
 # nibble serve --backend cuda on the full-size checkpoint: a completion and a streamed chat.
 build-device/nibble serve --backend cuda --model "$SYNTH_DIR" --port 8765 --max-num-seqs 64 > "$OUT/serve.log" 2>&1 &
 serve_pid=$!

@@ -138,15 +138,35 @@ Preset tiny_ernie() {
   return p;
 }
 
+// The smallest ERNIE the GPU kernels take on their fast paths (hidden and moe_intermediate multiples
+// of 128), with ERNIE-4.5-21B-A3B's GQA group of 5 and a dense first layer: GPU-vs-CPU tests.
+Preset small_ernie() {
+  Preset p = ernie_4_5_21b_a3b();
+  io::ModelConfig& c = p.config;
+  c.hidden_size = 640;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 10;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  c.intermediate_size = 512;
+  c.num_experts = 16;
+  c.num_experts_per_tok = 4;
+  c.moe_intermediate_size = 128;
+  c.moe_layer_end = 2;
+  p.shard_bytes = 200'000'000;
+  return p;
+}
+
 Result<Preset> find_preset(const SynthOptions& o) {
   Preset p;
   if (o.preset == "tiny-moe") p = tiny_moe();
   else if (o.preset == "small-moe") p = small_moe();
   else if (o.preset == "qwen3-30b-a3b") p = qwen3_30b_a3b();
   else if (o.preset == "tiny-ernie") p = tiny_ernie();
+  else if (o.preset == "small-ernie") p = small_ernie();
   else if (o.preset == "ernie-4.5-21b-a3b") p = ernie_4_5_21b_a3b();
   else return Status::error("unknown preset '" + o.preset + "' (presets: tiny-moe, small-moe, qwen3-30b-a3b, tiny-ernie, "
-                            "ernie-4.5-21b-a3b)");
+                            "small-ernie, ernie-4.5-21b-a3b)");
   if (o.layers < 0 || o.experts < 0) return Status::error("--layers and --experts must be positive");
   if (o.layers > 0) {
     p.config.num_hidden_layers = o.layers;
@@ -389,7 +409,7 @@ io::QuantConfig synth_quant_config(const io::ModelConfig& c, bool quantize_atten
 
 const std::vector<std::string>& synth_presets() {
   static const std::vector<std::string> presets = {"tiny-moe", "small-moe", "qwen3-30b-a3b", "tiny-ernie",
-                                                   "ernie-4.5-21b-a3b"};
+                                                   "small-ernie", "ernie-4.5-21b-a3b"};
   return presets;
 }
 

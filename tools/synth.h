@@ -13,7 +13,7 @@
 namespace nibble::tools {
 
 struct SynthOptions {
-  std::string preset;                 // tiny-moe | small-moe (GPU-sized) | qwen3-30b-a3b | tiny-ernie | ernie-4.5-21b-a3b
+  std::string preset;                 // tiny-moe | small-moe (GPU-sized) | qwen3-30b-a3b | tiny-ernie | small-ernie | ernie-4.5-21b-a3b
   std::string out_dir;
   uint64_t seed = 0;
   int64_t layers = 0;                 // 0: the preset's

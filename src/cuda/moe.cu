@@ -34,7 +34,7 @@ constexpr int COMBINE_MAX_CHUNKS = 4;  // hidden ≤ THREADS · 8 · 4 with the 
 template <bool NORM>
 __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_rows,
                                const float* __restrict__ weights, const float* __restrict__ row_scales, int top_k,
-                               int hidden, float* __restrict__ out, ResidualNorm norm) {
+                               int hidden, const float* __restrict__ add, float* __restrict__ out, ResidualNorm norm) {
   __shared__ int rows[MAX_TOP_K];
   __shared__ float scale[MAX_TOP_K];
   __shared__ float partial[THREADS / 32];
@@ -63,6 +63,9 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
         acc[2 * i + 1] += scale[slot] * formats::bf16_decode(uint16_t(words[i] >> 16));
       }
     }
+    if (add)  // ERNIE: routed sum + shared experts, in that order as transformers adds them
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] += add[size_t(t) * hidden + h + i];
     if constexpr (NORM) {
       float* x = norm.residual + size_t(t) * hidden + h;
 #pragma unroll
@@ -142,7 +145,7 @@ bool is_w4a4(formats::ActQuant mode) { return mode != formats::ActQuant::NONE; }
 
 Status check_call(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
                   const MoeWorkspace& ws, float* out) {
-  if (!x || !out || !w.router) return Status::error("moe_forward: null pointer");
+  if (!x || !out || !(w.router || w.router_f32)) return Status::error("moe_forward: null pointer");
   if (tokens < 0 || tokens > ws.max_tokens)
     return Status::error("moe_forward: " + std::to_string(tokens) + " tokens; the workspace holds " +
                          std::to_string(ws.max_tokens));
@@ -333,6 +336,7 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.pair_rows, P));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.tiles, size_t(max_expert_tiles(int64_t(P), w.experts, SKINNY_TILE_ROWS))));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->route_counter, 1));
+  if (w.router_f32) NIB_RETURN_IF_ERROR(ws->alloc(ws->x_f32, T * H));
   NIB_RETURN_IF_ERROR(cuda_status(cudaMemset(ws->route_counter, 0, sizeof(int)), "MoeWorkspace: route counter"));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->x_hat, T * H));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->x_row_scales, T));
@@ -357,20 +361,21 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
 
 Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
                    GemmBackend backend, MoeWorkspace& ws, float* out, cudaStream_t stream, cublasHandle_t cublas,
-                   const ResidualNorm* norm) {
+                   const ResidualNorm* norm, const float* add) {
   NIB_RETURN_IF_ERROR(check_call(x, tokens, w, mode, ws, norm ? norm->residual : out));
   if (norm && (!norm->weight || !norm->out || w.hidden > THREADS * 8 * COMBINE_MAX_CHUNKS))
     return Status::error("moe_forward: the fused residual norm needs its weight and output, and hidden ≤ " +
                          std::to_string(THREADS * 8 * COMBINE_MAX_CHUNKS));
   if (tokens == 0) return Status::ok();
   if (!cublas) return Status::error("moe_forward: the router GEMM needs a cuBLAS handle");
-  const RouterArgs router{x, w.router, tokens, w.hidden, w.experts, w.top_k, w.norm_topk_prob,
-                          ws.logits, ws.expert_ids, ws.route_weights};
+  const RouterArgs router{x,         w.router,      tokens,       w.hidden,        w.experts,
+                          w.top_k,   w.norm_topk_prob, ws.logits, ws.expert_ids, ws.route_weights,
+                          w.router_f32, ws.x_f32,    w.score_bias, w.norm_min};
   const bool skinny = resolve_moe_backend(backend, tokens, w) == GemmBackend::SKINNY;
   const int64_t pairs = tokens * w.top_k;
   // The grouping and the GEMMs share the tile height.
   const int tile_rows = skinny ? SKINNY_TILE_ROWS : moe_tile_rows(pairs, w.experts, w.hidden, w.intermediate);
-  if (route_small_supported(tokens, w.experts, w.hidden, w.top_k) && backend != GemmBackend::DEQUANT_CUBLAS) {
+  if (route_small_supported(tokens, w.experts, w.hidden, w.top_k) && !w.router_f32 && backend != GemmBackend::DEQUANT_CUBLAS) {
     NIB_RETURN_IF_ERROR(route_and_group_small(router, tile_rows, ws.groups, ws.route_counter, stream));
   } else {
     NIB_RETURN_IF_ERROR(route(router, cublas, stream));
@@ -392,7 +397,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   const ResidualNorm fused = norm ? *norm : ResidualNorm{};
   return cuda_status(launch_pdl(norm ? combine_kernel<true> : combine_kernel<false>, unsigned(tokens), THREADS, 0, stream,
                                 static_cast<const uint16_t*>(ws.y), ws.groups.pair_rows, ws.route_weights, down_row_scales,
-                                int(w.top_k), int(w.hidden), out, fused),
+                                int(w.top_k), int(w.hidden), add, out, fused),
                      "moe combine launch");
 }
 

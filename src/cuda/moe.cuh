@@ -19,7 +19,10 @@
 namespace nibble::cuda {
 
 struct DeviceMoeWeights {
-  const uint16_t* router = nullptr;  // BF16 [experts, hidden]
+  const uint16_t* router = nullptr;  // BF16 [experts, hidden] ...
+  const float* router_f32 = nullptr; // ... or fp32 (ERNIE-4.5)
+  const float* score_bias = nullptr; // device [experts]: chooses, does not weigh (ERNIE-4.5); or null
+  float norm_min = 0.0f;             // renormalization divides by max(Σ top-k, norm_min)
   int64_t experts = 0, top_k = 0, hidden = 0, intermediate = 0;
   bool norm_topk_prob = true;
   DeviceNvfp4Experts gate, up, down;  // gate/up [experts, I, H], down [experts, H, I]
@@ -46,6 +49,7 @@ struct MoeWorkspace {
   float* route_weights = nullptr;     // [T, k]
   ExpertGroups groups;
   int* route_counter = nullptr;       // route_and_group_small's CTA counter (0 between calls)
+  float* x_f32 = nullptr;             // [T, H] the router input in fp32 (fp32 routers only)
   uint16_t* x_hat = nullptr;          // [T, H] W4A4 gate_up input
   float* x_row_scales = nullptr;      // [T]
   void* act = nullptr;                // [P, I] SwiGLU output: BF16 (W4A16) or fp32 (W4A4, re-quantized)
@@ -85,10 +89,11 @@ struct ResidualNorm {
   uint16_t* out = nullptr;           // BF16 [tokens, hidden] (may be the block's own input x)
 };
 
-// out: fp32 [tokens, hidden] (unused with `norm`). FUSED, SKINNY and AUTO run without host synchronization (CUDA-graph safe);
+// out: fp32 [tokens, hidden] (unused with `norm`); `add` (fp32 [tokens, hidden], ERNIE's shared
+// experts) is added to the routed sum when given. FUSED, SKINNY and AUTO run without host synchronization (CUDA-graph safe);
 // DEQUANT_CUBLAS reads the expert counts back to size cublasGemmGroupedBatchedEx.
 Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
                    GemmBackend backend, MoeWorkspace& ws, float* out, cudaStream_t stream, cublasHandle_t cublas,
-                   const ResidualNorm* norm = nullptr);
+                   const ResidualNorm* norm = nullptr, const float* add = nullptr);
 
 }  // namespace nibble::cuda

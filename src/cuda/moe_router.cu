@@ -15,13 +15,21 @@ constexpr int WARPS = 4;
 
 __global__ void __launch_bounds__(WARPS * 32)
     route_topk_kernel(const float* __restrict__ logits, int tokens, int experts, int top_k, bool renormalize,
-                      int32_t* __restrict__ expert_ids, float* __restrict__ weights) {
+                      const float* __restrict__ bias, float norm_min, int32_t* __restrict__ expert_ids,
+                      float* __restrict__ weights) {
   pdl_wait();
   pdl_launch_dependents();
   const int token = blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (token >= tokens) return;
-  warp_softmax_topk(logits + size_t(token) * experts, experts, top_k, renormalize, expert_ids + size_t(token) * top_k,
-                    weights + size_t(token) * top_k);
+  warp_softmax_topk(logits + size_t(token) * experts, experts, top_k, renormalize, bias, norm_min,
+                    expert_ids + size_t(token) * top_k, weights + size_t(token) * top_k);
+}
+
+__global__ void bf16_to_f32_kernel(const uint16_t* __restrict__ x, int64_t n, float* __restrict__ out) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __uint_as_float(uint32_t(x[i]) << 16);
 }
 
 constexpr int SMALL_THREADS = 256;  // 8 warps, an expert each; grouping needs experts ≤ 256
@@ -89,8 +97,8 @@ __global__ void __launch_bounds__(SMALL_THREADS)
   if (!last) return;
   __threadfence();
   for (int t = warp; t < T; t += SMALL_THREADS / 32)
-    warp_softmax_topk(a.logits + size_t(t) * E, E, int(a.top_k), a.norm_topk_prob, a.expert_ids + size_t(t) * a.top_k,
-                      a.weights + size_t(t) * a.top_k);
+    warp_softmax_topk(a.logits + size_t(t) * E, E, int(a.top_k), a.norm_topk_prob, a.score_bias, a.norm_min,
+                      a.expert_ids + size_t(t) * a.top_k, a.weights + size_t(t) * a.top_k);
   __syncthreads();
   group_rows<SMALL_THREADS>(a.expert_ids, T * int(a.top_k), E, tile_rows, groups, sm);
   if (threadIdx.x == 0) *counter = 0;
@@ -99,27 +107,39 @@ __global__ void __launch_bounds__(SMALL_THREADS)
 }  // namespace
 
 Status route_topk(const float* logits, int64_t tokens, int64_t experts, int64_t top_k, bool norm_topk_prob,
-                  int32_t* expert_ids, float* weights, cudaStream_t stream) {
+                  int32_t* expert_ids, float* weights, cudaStream_t stream, const float* bias, float norm_min) {
   if (experts < 1 || experts > 32 * ROUTER_MAX_PER_LANE) return Status::error("route_topk: experts must be in [1, 256]");
   if (top_k < 1 || top_k > 32 || top_k > experts) return Status::error("route_topk: top_k must be in [1, min(32, experts)]");
   if (tokens <= 0) return Status::ok();
   return cuda_status(launch_pdl(route_topk_kernel, unsigned((tokens + WARPS - 1) / WARPS), WARPS * 32, 0, stream, logits,
-                                int(tokens), int(experts), int(top_k), norm_topk_prob, expert_ids, weights),
+                                int(tokens), int(experts), int(top_k), norm_topk_prob, bias, norm_min, expert_ids, weights),
                      "route_topk launch");
 }
 
 Status route(const RouterArgs& a, cublasHandle_t cublas, cudaStream_t stream) {
-  if (!a.x || !a.router || !a.logits || !a.expert_ids || !a.weights) return Status::error("route: null pointer");
+  if (!a.x || !(a.router || a.router_f32) || !a.logits || !a.expert_ids || !a.weights)
+    return Status::error("route: null pointer");
+  if (a.router_f32 && !a.x_f32) return Status::error("route: an fp32 router needs the fp32 input workspace");
   if (a.tokens <= 0) return Status::ok();
+  const int64_t n = a.tokens * a.hidden;
+  if (a.router_f32) {  // fp32 logits of the BF16 input, as transformers' F.linear(h.float(), W.float())
+    NIB_RETURN_IF_ERROR(cuda_status(launch_pdl(bf16_to_f32_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream,
+                                               a.x, n, a.x_f32),
+                                    "route: fp32 input"));
+  }
   cublasStatus_t s = cublasSetStream(cublas, stream);
   // Row-major logits[T,E] = x[T,H]·Wᵣ[E,H]ᵀ: column-major logitsᵀ[E,T] = Wᵣ(col-major H×E)ᵀ · xᵀ.
   const float one = 1.0f, zero = 0.0f;
+  const cudaDataType type = a.router_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  const void* w = a.router_f32 ? static_cast<const void*>(a.router_f32) : static_cast<const void*>(a.router);
+  const void* x = a.router_f32 ? static_cast<const void*>(a.x_f32) : static_cast<const void*>(a.x);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(a.experts), int(a.tokens), int(a.hidden), &one, a.router,
-                     CUDA_R_16BF, int(a.hidden), a.x, CUDA_R_16BF, int(a.hidden), &zero, a.logits, CUDA_R_32F,
-                     int(a.experts), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    s = cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(a.experts), int(a.tokens), int(a.hidden), &one, w, type,
+                     int(a.hidden), x, type, int(a.hidden), &zero, a.logits, CUDA_R_32F, int(a.experts),
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   NIB_RETURN_IF_ERROR(cublas_status(s, "route: the router GEMM"));
-  return route_topk(a.logits, a.tokens, a.experts, a.top_k, a.norm_topk_prob, a.expert_ids, a.weights, stream);
+  return route_topk(a.logits, a.tokens, a.experts, a.top_k, a.norm_topk_prob, a.expert_ids, a.weights, stream,
+                    a.score_bias, a.norm_min);
 }
 
 }  // namespace nibble::cuda
@@ -138,7 +158,7 @@ Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGro
                          " tokens, experts ≤ 256, top_k ≤ 32 and hidden a multiple of 256 up to " +
                          std::to_string(ROUTER_SMALL_MAX_HIDDEN));
   if (!a.x || !a.router || !a.logits || !a.expert_ids || !a.weights || !counter || !groups.tiles)
-    return Status::error("route_and_group_small: null pointer");
+    return Status::error("route_and_group_small: null pointer (a BF16 router: fp32 ones take route())");
   if (tile_rows < 1) return Status::error("route_and_group_small: tile_rows must be positive");
   const unsigned ctas = unsigned((a.experts + SMALL_THREADS / 32 - 1) / (SMALL_THREADS / 32));
   const size_t smem = size_t(TOKEN_GROUP) * a.hidden * sizeof(uint16_t);

@@ -21,12 +21,20 @@ struct RouterArgs {
   float* logits = nullptr;           // workspace [tokens, experts] fp32
   int32_t* expert_ids = nullptr;     // [tokens, top_k]
   float* weights = nullptr;          // [tokens, top_k]
+  // ERNIE-4.5: the router in fp32 instead (route() only; x_f32 is a [tokens, hidden] workspace for x
+  // in fp32), a per-expert bias added to the probabilities for the choice only, and the
+  // renormalization dividing by max(Σ top-k, norm_min).
+  const float* router_f32 = nullptr;
+  float* x_f32 = nullptr;
+  const float* score_bias = nullptr;
+  float norm_min = 0.0f;
 };
 
 // Softmax + top-k + renormalize over logits already computed (one warp per token; experts ≤ 256,
 // top_k ≤ 32).
 Status route_topk(const float* logits, int64_t tokens, int64_t experts, int64_t top_k, bool norm_topk_prob,
-                  int32_t* expert_ids, float* weights, cudaStream_t stream);
+                  int32_t* expert_ids, float* weights, cudaStream_t stream, const float* bias = nullptr,
+                  float norm_min = 0.0f);
 
 // The whole router: the logits GEMM on `cublas`, then route_topk.
 Status route(const RouterArgs& args, cublasHandle_t cublas, cudaStream_t stream);

@@ -13,11 +13,13 @@ namespace nibble::cuda {
 inline constexpr int ROUTER_MAX_PER_LANE = 8;  // experts ≤ 256 in the warp top-k
 
 // One warp: softmax over row[0, experts) (fp32), top-k by k rounds of a warp arg-max on
-// (probability, −expert) so ties pick the lower expert (torch.topk), renormalized over the k when
-// asked. Lane j < top_k writes slot j. `row` may be written by other CTAs of the same grid: it is
-// read through L2 (ld.global.cg).
+// (score, −expert) so ties pick the lower expert (torch.topk), where the score is the probability
+// plus bias[e] when a bias is given (ERNIE: it chooses, the probabilities weigh), renormalized over
+// the k by max(sum, norm_min) when asked. Lane j < top_k writes slot j. `row` may be written by other
+// CTAs of the same grid: it is read through L2 (ld.global.cg).
 __device__ __forceinline__ void warp_softmax_topk(const float* row, int experts, int top_k, bool renormalize,
-                                                  int32_t* expert_ids, float* weights) {
+                                                  const float* bias, float norm_min, int32_t* expert_ids,
+                                                  float* weights) {
   const int lane = threadIdx.x & 31;
   float p[ROUTER_MAX_PER_LANE];
   float m = -FLT_MAX;
@@ -36,33 +38,39 @@ __device__ __forceinline__ void warp_softmax_topk(const float* row, int experts,
     sum += p[i];
   }
   for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
+  float score[ROUTER_MAX_PER_LANE];
 #pragma unroll
-  for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i) p[i] = lane + 32 * i < experts ? p[i] / sum : -1.0f;
+  for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i) {
+    const int e = lane + 32 * i;
+    p[i] = e < experts ? p[i] / sum : 0.0f;
+    score[i] = e < experts ? (bias ? p[i] + bias[e] : p[i]) : -FLT_MAX;
+  }
 
   float chosen_sum = 0.0f, chosen_p = 0.0f;
   int chosen_e = 0;
   for (int k = 0; k < top_k; ++k) {
-    float best = -1.0f;
+    float best = -FLT_MAX, best_p = 0.0f;
     int best_e = INT32_MAX;
 #pragma unroll
     for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i) {
       const int e = lane + 32 * i;
-      if (p[i] > best || (p[i] == best && e < best_e)) best = p[i], best_e = e;
+      if (score[i] > best || (score[i] == best && e < best_e)) best = score[i], best_p = p[i], best_e = e;
     }
     for (int offset = 16; offset > 0; offset >>= 1) {
       const float other = __shfl_xor_sync(0xFFFFFFFFu, best, offset);
+      const float other_p = __shfl_xor_sync(0xFFFFFFFFu, best_p, offset);
       const int other_e = __shfl_xor_sync(0xFFFFFFFFu, best_e, offset);
-      if (other > best || (other == best && other_e < best_e)) best = other, best_e = other_e;
+      if (other > best || (other == best && other_e < best_e)) best = other, best_p = other_p, best_e = other_e;
     }
 #pragma unroll
     for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i)
-      if (lane + 32 * i == best_e) p[i] = -1.0f;  // taken
-    chosen_sum += best;
-    if (lane == k) chosen_p = best, chosen_e = best_e;
+      if (lane + 32 * i == best_e) score[i] = -FLT_MAX;  // taken
+    chosen_sum += best_p;
+    if (lane == k) chosen_p = best_p, chosen_e = best_e;
   }
   if (lane < top_k) {
     expert_ids[lane] = chosen_e;
-    weights[lane] = renormalize ? chosen_p / chosen_sum : chosen_p;
+    weights[lane] = renormalize ? chosen_p / fmaxf(chosen_sum, norm_min) : chosen_p;
   }
 }
 

@@ -98,37 +98,44 @@ __global__ void qk_norm_rope_store_kernel(const float* q, const float* k, const 
   const bool is_q = h < l.n_heads;
   const int64_t head = is_q ? h : h - l.n_heads;
   const float* src = is_q ? q + t * l.n_heads * D + head * D : k + t * kv_width + head * D;
-  const uint16_t* w = is_q ? q_norm : k_norm;
-  // Lane j holds the rotation pairs (i, i + half) for i = j, j + 32, …: all loads issued at once.
+  const uint16_t* w = is_q ? q_norm : k_norm;  // null: no q/k norm (ERNIE-4.5)
+  // Rotation pair i is dimensions (i, i + half) (neox) or (2i, 2i + 1) (interleaved). Lane j holds
+  // pairs j, j + 32, …: all loads issued at once.
+  auto first = [&](int64_t i) { return l.interleaved ? 2 * i : i; };
+  auto second = [&](int64_t i) { return l.interleaved ? 2 * i + 1 : i + half; };
   float lo[ROPE_MAX_PAIRS_PER_LANE], hi[ROPE_MAX_PAIRS_PER_LANE];
 #pragma unroll
   for (int p = 0; p < ROPE_MAX_PAIRS_PER_LANE; ++p) {
     const int64_t i = lane + 32 * p;
-    lo[p] = i < half ? src[i] : 0.0f;
-    hi[p] = i < half ? src[i + half] : 0.0f;
+    lo[p] = i < half ? src[first(i)] : 0.0f;
+    hi[p] = i < half ? src[second(i)] : 0.0f;
   }
-  float sum_sq = 0.0f;
+  float inv = 1.0f;
+  if (w) {
+    float sum_sq = 0.0f;
 #pragma unroll
-  for (int p = 0; p < ROPE_MAX_PAIRS_PER_LANE; ++p) sum_sq += lo[p] * lo[p] + hi[p] * hi[p];
-  sum_sq = warp_sum(sum_sq);
-  const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(D) + eps);
+    for (int p = 0; p < ROPE_MAX_PAIRS_PER_LANE; ++p) sum_sq += lo[p] * lo[p] + hi[p] * hi[p];
+    sum_sq = warp_sum(sum_sq);
+    inv = 1.0f / sqrtf(sum_sq / static_cast<float>(D) + eps);
+  }
   const float position = static_cast<float>(l.positions[t]);
 #pragma unroll
   for (int p = 0; p < ROPE_MAX_PAIRS_PER_LANE; ++p) {
     const int64_t i = lane + 32 * p;
     if (i >= half) continue;
-    const float a = lo[p] * inv * bf16_to_float(w[i]), b = hi[p] * inv * bf16_to_float(w[i + half]);
-    const float angle = position * l.inv_freq[i];  // ref::rope_neox: fp32 angle, cos and sin
+    const float a = w ? lo[p] * inv * bf16_to_float(w[first(i)]) : lo[p];
+    const float b = w ? hi[p] * inv * bf16_to_float(w[second(i)]) : hi[p];
+    const float angle = position * l.inv_freq[i];  // ref::rope_neox / rope_interleaved: fp32 angle, cos and sin
     const float c = cosf(angle), s = sinf(angle);
     const float x0 = a * c - b * s, x1 = b * c + a * s;
     if (is_q) {
       float* dst = q_out + (t * l.n_heads + head) * D;
-      dst[i] = x0;
-      dst[i + half] = x1;
+      dst[first(i)] = x0;
+      dst[second(i)] = x1;
     } else {
       uint16_t* dst = k_cache + l.slots[t] * kv_width + head * D;
-      dst[i] = float_to_bf16(x0);
-      dst[i + half] = float_to_bf16(x1);
+      dst[first(i)] = float_to_bf16(x0);
+      dst[second(i)] = float_to_bf16(x1);
     }
   }
 }

@@ -29,10 +29,11 @@ struct QkvLayout {
   const int32_t* positions = nullptr;  // device [tokens]
   const int64_t* slots = nullptr;      // device [tokens]
   const float* inv_freq = nullptr;     // device [head_dim / 2]: ref::rope_inv_freq's table
+  bool interleaved = false;            // RoPE pairs (2i, 2i + 1) (ERNIE-4.5) instead of (i, i + D/2)
 };
 
 // q [T, NH·D] and k, v [T, NKV·D] fp32 (the projections): per-head RMSNorm of q and k with their
-// weights, neox RoPE (layout.inv_freq), then q_out fp32 [T, NH, D] and K/V rounded to BF16 into the paged
+// weights (both null: no norm), neox or interleaved RoPE (layout.inv_freq), then q_out fp32 [T, NH, D] and K/V rounded to BF16 into the paged
 // cache [blocks, block_size, NKV, D] at each token's slot (ref::rmsnorm, ref::rope_neox, ref::kv_store).
 Status qk_norm_rope_store(const float* q, const float* k, const float* v, const QkvLayout& layout,
                           const uint16_t* q_norm, const uint16_t* k_norm, float eps, float* q_out,

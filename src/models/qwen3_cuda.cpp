@@ -16,6 +16,7 @@
 #include "cuda/moe.cuh"
 #include "cuda/step_profiler.cuh"
 #include "cuda/transformer_ops.cuh"
+#include "formats/bf16.h"
 #include "ref/ops.h"
 
 namespace nibble::models {
@@ -36,6 +37,8 @@ struct DeviceLayer {
   DeviceLinear q, k, v, o;
   bool is_moe = false;
   cuda::DeviceMoeWeights moe;
+  bool has_shared = false;      // ERNIE's shared experts: one SwiGLU MLP beside the routed ones
+  DeviceLinear shared_gate, shared_up, shared_down;
   DeviceLinear gate, up, down;  // dense MLP layers
 };
 
@@ -51,7 +54,7 @@ struct CudaModel::Impl {
   std::vector<DeviceLayer> layers;
   // Workspaces for max_tokens tokens.
   float *x = nullptr, *delta = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *q_rot = nullptr;
-  float *mlp_gate = nullptr, *mlp_up = nullptr, *logits = nullptr;
+  float *mlp_gate = nullptr, *mlp_up = nullptr, *logits = nullptr, *shared_out = nullptr;
   uint16_t *h = nullptr, *attn = nullptr, *mlp_act = nullptr, *final_rows = nullptr;
   cuda::GemmContext gemm;
   std::unique_ptr<cuda::MoeWorkspace> moe_ws;
@@ -183,8 +186,10 @@ struct CudaModel::Impl {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       NIB_RETURN_IF_ERROR(tensor(w.input_norm, b, p + "input_layernorm.weight", allocate));
       NIB_RETURN_IF_ERROR(tensor(w.post_norm, b, p + "post_attention_layernorm.weight", allocate));
-      NIB_RETURN_IF_ERROR(tensor(w.q_norm, b, p + "self_attn.q_norm.weight", allocate));
-      NIB_RETURN_IF_ERROR(tensor(w.k_norm, b, p + "self_attn.k_norm.weight", allocate));
+      if (config.qk_norm) {
+        NIB_RETURN_IF_ERROR(tensor(w.q_norm, b, p + "self_attn.q_norm.weight", allocate));
+        NIB_RETURN_IF_ERROR(tensor(w.k_norm, b, p + "self_attn.k_norm.weight", allocate));
+      }
       NIB_RETURN_IF_ERROR(linear(w.q, b, p + "self_attn.q_proj", allocate));
       NIB_RETURN_IF_ERROR(linear(w.k, b, p + "self_attn.k_proj", allocate));
       NIB_RETURN_IF_ERROR(linear(w.v, b, p + "self_attn.v_proj", allocate));
@@ -194,11 +199,28 @@ struct CudaModel::Impl {
       w.is_moe = config.is_moe_layer(l);
       if (w.is_moe) {
         cuda::DeviceMoeWeights& m = w.moe;
-        uint16_t* router = const_cast<uint16_t*>(m.router);
         const io::LinearWeights& r = b.linears.at(p + "mlp.gate");
-        NIB_RETURN_IF_ERROR(copy(router, r.weight.data, static_cast<size_t>(config.num_experts * config.hidden_size) * 2,
-                                 allocate, p + "mlp.gate.weight"));
-        m.router = router;
+        const size_t router_values = static_cast<size_t>(config.num_experts * config.hidden_size);
+        if (r.weight.dtype == DType::F32) {  // ERNIE-4.5 keeps it in fp32
+          float* router = const_cast<float*>(m.router_f32);
+          NIB_RETURN_IF_ERROR(copy(router, r.weight.data, router_values * 4, allocate, p + "mlp.gate.weight"));
+          m.router_f32 = router;
+        } else {
+          uint16_t* router = const_cast<uint16_t*>(m.router);
+          NIB_RETURN_IF_ERROR(copy(router, r.weight.data, router_values * 2, allocate, p + "mlp.gate.weight"));
+          m.router = router;
+        }
+        if (config.router_score_bias) {  // fp32 on the device whatever the checkpoint stores
+          const io::TensorRef& t = b.tensors.at(p + "mlp.moe_statics.e_score_correction_bias");
+          std::vector<float> bias(static_cast<size_t>(config.num_experts));
+          for (size_t e = 0; e < bias.size(); ++e)
+            bias[e] = t.dtype == DType::F32 ? reinterpret_cast<const float*>(t.data)[e]
+                                            : formats::bf16_decode(reinterpret_cast<const uint16_t*>(t.data)[e]);
+          float* d = const_cast<float*>(m.score_bias);
+          NIB_RETURN_IF_ERROR(copy(d, bias.data(), bias.size() * 4, allocate, t.dtype == DType::F32 ? "router bias" : "router bias (BF16)"));
+          m.score_bias = d;
+        }
+        m.norm_min = static_cast<float>(config.moe_norm_min);
         m.experts = config.num_experts;
         m.top_k = config.num_experts_per_tok;
         m.hidden = config.hidden_size;
@@ -209,6 +231,13 @@ struct CudaModel::Impl {
         NIB_RETURN_IF_ERROR(experts(m.gate, m.gate_scales, m.gate_up_input_scale, b, x, "gate_proj", allocate));
         NIB_RETURN_IF_ERROR(experts(m.up, m.up_scales, m.gate_up_input_scale, b, x, "up_proj", allocate));
         NIB_RETURN_IF_ERROR(experts(m.down, m.down_scales, m.down_input_scale, b, x, "down_proj", allocate));
+        w.has_shared = config.moe_num_shared_experts > 0;
+        if (w.has_shared) {
+          NIB_RETURN_IF_ERROR(linear(w.shared_gate, b, p + "mlp.shared_experts.gate_proj", allocate));
+          NIB_RETURN_IF_ERROR(linear(w.shared_up, b, p + "mlp.shared_experts.up_proj", allocate));
+          NIB_RETURN_IF_ERROR(linear(w.shared_down, b, p + "mlp.shared_experts.down_proj", allocate));
+          w.shared_gate.input_scale = w.shared_up.input_scale = std::max(w.shared_gate.input_scale, w.shared_up.input_scale);
+        }
       } else {
         NIB_RETURN_IF_ERROR(linear(w.gate, b, p + "mlp.gate_proj", allocate));
         NIB_RETURN_IF_ERROR(linear(w.up, b, p + "mlp.up_proj", allocate));
@@ -243,12 +272,15 @@ struct CudaModel::Impl {
     NIB_RETURN_IF_ERROR(a.alloc(final_rows, R * H, "the final norm rows"));
     NIB_RETURN_IF_ERROR(a.alloc(logits, R * V, "the logits"));
     bool any_dense_mlp = false, any_moe = false;
-    for (const DeviceLayer& l : layers) (l.is_moe ? any_moe : any_dense_mlp) = true;
-    if (any_dense_mlp) {
-      NIB_RETURN_IF_ERROR(a.alloc(mlp_gate, T * I, "the MLP gate"));
-      NIB_RETURN_IF_ERROR(a.alloc(mlp_up, T * I, "the MLP up"));
-      NIB_RETURN_IF_ERROR(a.alloc(mlp_act, T * I, "the MLP activation"));
+    bool any_shared = false;
+    for (const DeviceLayer& l : layers) (l.is_moe ? any_moe : any_dense_mlp) = true, any_shared |= l.has_shared;
+    if (any_dense_mlp || any_shared) {  // the shared experts run as a dense MLP of their own width
+      const int64_t width = std::max(any_dense_mlp ? I : 0, config.moe_intermediate_size * config.moe_num_shared_experts);
+      NIB_RETURN_IF_ERROR(a.alloc(mlp_gate, T * width, "the MLP gate"));
+      NIB_RETURN_IF_ERROR(a.alloc(mlp_up, T * width, "the MLP up"));
+      NIB_RETURN_IF_ERROR(a.alloc(mlp_act, T * width, "the MLP activation"));
     }
+    if (any_shared) NIB_RETURN_IF_ERROR(a.alloc(shared_out, T * H, "the shared experts' output"));
     if (any_moe) {
       const DeviceLayer& first = *std::find_if(layers.begin(), layers.end(), [](const DeviceLayer& l) { return l.is_moe; });
       auto ws = cuda::MoeWorkspace::create(first.moe, T, options.moe == cuda::GemmBackend::DEQUANT_CUBLAS);
@@ -263,7 +295,9 @@ struct CudaModel::Impl {
       max_in = std::max(max_in, l.in);
     };
     note(lm_head);
-    for (const DeviceLayer& l : layers) for (const DeviceLinear* d : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) note(*d);
+    for (const DeviceLayer& l : layers)
+      for (const DeviceLinear* d : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.shared_gate, &l.shared_up, &l.shared_down})
+        note(*d);
     gemm.stream = stream();
     gemm.cublas = ctx->cublas;
     if (max_weight > 0) {
@@ -310,6 +344,16 @@ struct CudaModel::Impl {
     if (backend == cuda::GemmBackend::DEQUANT_CUBLAS && !gemm.workspace)
       return Status::error("--gemm-backend fused: this step has more than " + std::to_string(cuda::FUSED_MAX_M) + " rows");
     return cuda::linear_nvfp4(in, M, l.q, mode, l.input_scale, out, backend, gemm);
+  }
+
+  // out = down(silu(gate(in)) · up(in)) in the dense activation mode (dense layers, shared experts).
+  Status swiglu_mlp(const DeviceLinear& gate, const DeviceLinear& up, const DeviceLinear& down, const uint16_t* in,
+                    int64_t T, float* out) {
+    const ActQuant mode = options.act_quant_dense;
+    NIB_RETURN_IF_ERROR(run_linear(gate, in, T, mode, mlp_gate));
+    NIB_RETURN_IF_ERROR(run_linear(up, in, T, mode, mlp_up));
+    NIB_RETURN_IF_ERROR(cuda::silu_mul_bf16(mlp_gate, mlp_up, T * gate.out, mlp_act, stream()));
+    return run_linear(down, mlp_act, T, mode, out);
   }
 
   // q, k and v share their input (and their static input scale, the maximum of the three): one
@@ -419,7 +463,7 @@ struct CudaModel::Impl {
     const size_t layer_kv = static_cast<size_t>((n_blocks + 1) * options.block_size * NKV * D);
     NIB_RETURN_IF_ERROR(cuda::embedding_gather(ids, T, embed, H, x, s));
     profiler.mark("embedding");
-    const cuda::QkvLayout qkv{T, NH, NKV, D, positions, slots, inv_freq};
+    const cuda::QkvLayout qkv{T, NH, NKV, D, positions, slots, inv_freq, config.rope_style == io::RopeStyle::INTERLEAVED};
     cuda::AttentionBatch att{T, NH, NKV, D, options.block_size, token_seq, positions, block_tables,
                              max_blocks_per_seq, splits};
     if (step_lists) {
@@ -449,15 +493,12 @@ struct CudaModel::Impl {
       if (w.is_moe) {
         // x += the block's output and the next norm (the next layer's, or the final one) in its combine.
         const cuda::ResidualNorm next{x, l + 1 < layers.size() ? layers[l + 1].input_norm : final_norm, eps, h};
+        if (w.has_shared) NIB_RETURN_IF_ERROR(swiglu_mlp(w.shared_gate, w.shared_up, w.shared_down, h, T, shared_out));
         NIB_RETURN_IF_ERROR(cuda::moe_forward(h, T, w.moe, options.act_quant_moe, options.moe, *moe_ws, delta, s,
-                                              ctx->cublas, &next));
+                                              ctx->cublas, &next, w.has_shared ? shared_out : nullptr));
         profiler.mark("MoE block");
       } else {
-        const int64_t I = w.gate.out;
-        NIB_RETURN_IF_ERROR(run_linear(w.gate, h, T, dense, mlp_gate));
-        NIB_RETURN_IF_ERROR(run_linear(w.up, h, T, dense, mlp_up));
-        NIB_RETURN_IF_ERROR(cuda::silu_mul_bf16(mlp_gate, mlp_up, T * I, mlp_act, s));
-        NIB_RETURN_IF_ERROR(run_linear(w.down, mlp_act, T, dense, delta));
+        NIB_RETURN_IF_ERROR(swiglu_mlp(w.gate, w.up, w.down, h, T, delta));
         profiler.mark("dense MLP");
       }
     }
@@ -533,9 +574,16 @@ struct CudaModel::Impl {
 
 Status cuda_model_supports(const io::BoundCheckpoint& b) {
   const io::ModelConfig& c = b.config;
-  if (c.architecture != "Qwen3MoeForCausalLM" && c.architecture != "Qwen3ForCausalLM")
-    return Status::error("the CUDA runner does not run architecture '" + c.architecture +
-                         "' yet (Qwen3 and Qwen3-MoE only; ERNIE-4.5 runs on the CPU reference: --backend cpu)");
+  const auto& archs = io::supported_architectures();
+  if (std::find(archs.begin(), archs.end(), c.architecture) == archs.end())
+    return Status::error("the CUDA runner does not run architecture '" + c.architecture + "'");
+  // ERNIE-4.5's GPU path (fp32 router with its bias, shared experts, interleaved RoPE without q/k
+  // norm) is written but has not yet run against the CPU reference on a GPU (issue 17): until then
+  // it is opt-in, and `--backend auto` takes the CPU reference.
+  const char* opt_in = std::getenv("NIBBLE_EXPERIMENTAL_ERNIE_GPU");
+  if (c.architecture == "Ernie4_5_MoeForCausalLM" && !(opt_in && std::string(opt_in) == "1"))
+    return Status::error("the GPU path for ERNIE-4.5 is not validated yet (set NIBBLE_EXPERIMENTAL_ERNIE_GPU=1 to try "
+                         "it); --backend cpu runs the reference");
   const bool moe = c.num_experts > 0;
   if (c.hidden_size % 64 != 0 || (moe && c.moe_intermediate_size % 64 != 0))
     return Status::error("the GPU kernels need hidden_size and moe_intermediate_size to be multiples of 64 (this "

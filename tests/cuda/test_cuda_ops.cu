@@ -93,6 +93,41 @@ TEST(CudaOps, EmbeddingAndRmsnorm) {
   }
 }
 
+// ERNIE-4.5's form of the op: no q/k norm (null weights) and RoPE on (2i, 2i + 1) pairs, against
+// ref::rope_interleaved; each token's K/V land in its own slot of a fresh cache.
+TEST(CudaOps, InterleavedRopeWithoutNorm) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaOps.InterleavedRope");
+  std::mt19937_64 rng(seed);
+  const int64_t T = 37, NH = 10, NKV = 2, D = 64, kv_width = NKV * D;
+  const auto q = random_f32(size_t(T * NH * D), rng, 1.0f), k = random_f32(size_t(T * kv_width), rng, 1.0f),
+             v = random_f32(size_t(T * kv_width), rng, 1.0f);
+  std::vector<int32_t> positions(T);
+  std::vector<int64_t> positions64(T), slots(T);
+  for (int64_t t = 0; t < T; ++t) positions[t] = int32_t(rng() % 4000), positions64[t] = positions[t], slots[t] = T - 1 - t;
+  std::vector<float> rq = q, rk = k;
+  ref::rope_interleaved(rq.data(), T, NH, D, positions64.data(), 5e5);
+  ref::rope_interleaved(rk.data(), T, NKV, D, positions64.data(), 5e5);
+  test::DeviceBuffer<float> d_q(q), d_k(k), d_v(v), d_qrot(q.size()), d_freq(ref::rope_inv_freq(5e5, D));
+  test::DeviceBuffer<uint16_t> d_kc(size_t(T * kv_width)), d_vc(size_t(T * kv_width));
+  test::DeviceBuffer<int32_t> d_pos(positions);
+  test::DeviceBuffer<int64_t> d_slots(slots);
+  const cuda::QkvLayout layout{T, NH, NKV, D, d_pos.get(), d_slots.get(), d_freq.get(), true};
+  ASSERT_TRUE(cuda::qk_norm_rope_store(d_q.get(), d_k.get(), d_v.get(), layout, nullptr, nullptr, 1e-5f, d_qrot.get(),
+                                       d_kc.get(), d_vc.get(), nullptr).is_ok());
+  NIB_CUDA_CHECK(cudaDeviceSynchronize());
+  // fp32 cos/sin of angles up to 4e3 within a few ulp (as the neox test above).
+  EXPECT_LE(max_rel(d_qrot.to_host(), rq, 1e-2), 2e-4);
+  std::vector<float> want_k(size_t(T * kv_width)), want_v(want_k.size());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < kv_width; ++i) {
+      want_k[slots[t] * kv_width + i] = bf16_decode(bf16_encode(rk[t * kv_width + i]));
+      want_v[slots[t] * kv_width + i] = bf16_decode(bf16_encode(v[t * kv_width + i]));
+    }
+  EXPECT_LE(max_rel(decode(d_kc.to_host()), want_k, 1e-2), 1.0 / 128);
+  EXPECT_EQ(decode(d_vc.to_host()), want_v);
+}
+
 TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaOps.QkNormRopeStoreAndPagedAttention");

@@ -120,7 +120,7 @@ TEST(CudaRunner, MatchesTheCpuReferenceInEveryMode) {
     const int64_t V = cpu->config().vocab_size;
     std::mt19937_64 rng(seed);
     std::vector<int32_t> prompt(45);
-    for (auto& t : prompt) t = int32_t(rng() % 150000);
+    for (auto& t : prompt) t = int32_t(rng() % V);
     std::vector<float> lg, lc, ln;
     ASSERT_TRUE(gpu->forward_logits(one_sequence(prompt, 0, 8), lg).is_ok());
     ASSERT_TRUE(cpu->forward_logits(one_sequence(prompt, 0, 8), lc).is_ok());
@@ -169,8 +169,8 @@ TEST(CudaRunner, MixedBatchesGiveEachSequenceItsOwnResult) {
   ASSERT_TRUE(gpu);
   const int64_t V = gpu->config().vocab_size;
   std::vector<int32_t> a(30), b(21);
-  for (auto& t : a) t = int32_t(rng() % 150000);
-  for (auto& t : b) t = int32_t(rng() % 150000);
+  for (auto& t : a) t = int32_t(rng() % V);
+  for (auto& t : b) t = int32_t(rng() % V);
   // Alone: a's 30 tokens in blocks 0–3, b in blocks 8–11 as a 16-token chunk and then 5 more.
   std::vector<float> a_alone, b_chunk, b_alone;
   ASSERT_TRUE(gpu->forward_logits(one_sequence(a, 0, 4), a_alone).is_ok());
@@ -210,7 +210,7 @@ TEST(CudaRunner, DecodeGraphsMatchEagerSteps) {
   std::vector<models::BatchSequence> seqs(3);
   for (int s = 0; s < 3; ++s) {
     std::vector<int32_t> prompt(10 + 7 * s);
-    for (auto& t : prompt) t = int32_t(rng() % 150000);
+    for (auto& t : prompt) t = int32_t(rng() % V);
     const auto prefill = one_sequence(prompt, 0, 4, 4 * s);
     std::vector<float> ignored;
     ASSERT_TRUE(graphs->forward_logits(prefill, ignored).is_ok());
@@ -222,7 +222,7 @@ TEST(CudaRunner, DecodeGraphsMatchEagerSteps) {
   for (int step = 0; step < 4; ++step) {
     models::Batch decode;
     decode.sequences = seqs;
-    for (int s = 0; s < 3; ++s) decode.token_ids.push_back(int32_t(rng() % 150000)), decode.logits_rows.push_back(s);
+    for (int s = 0; s < 3; ++s) decode.token_ids.push_back(int32_t(rng() % V)), decode.logits_rows.push_back(s);
     std::vector<float> lg, le;
     ASSERT_TRUE(graphs->forward_logits(decode, lg).is_ok());
     ASSERT_TRUE(eager->forward_logits(decode, le).is_ok());
