@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device session's work (run on the GPU machine from the repo root, build-device/ from scripts/device_bundle.sh carried there):
+# One device session's work (run on the GPU machine from the repo root with build-device/ from scripts/device_bundle.sh
+# and .whl/ from scripts/device_wheels.sh carried there):
 # every GPU test binary, the full-size synth checkpoint timing, logs under $OUT, a short table last.
 set -uo pipefail
 OUT=${OUT:-/tmp/nibble-device}
@@ -64,13 +65,18 @@ results+=("$(printf '%-28s       %s' "serve cuda: completion" "$(echo "$completi
 results+=("$(printf '%-28s       %s' "serve cuda: chat stream" "$chat_events data events (8 tokens + role + finish/usage + DONE expected)")")
 
 
-# The openai-client server tests against nibble serve --backend cuda (when the machine's python has them).
+# The openai-client server tests against nibble serve --backend cuda: the machine's python has no
+# openai, pytest or requests; scripts/device_wheels.sh fetches them here as wheels (carry ".whl").
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$OUT/wheels.log" 2>&1 && export PYTHONPATH=/tmp/site
+fi
 if python3 -c "import openai, pytest, requests" 2>/dev/null; then
   NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe NIBBLE_TEST_SERVE_ARGS="--backend cuda" \
     python3 -m pytest -q -p no:cacheprovider tests/python/test_server_openai.py > "$OUT/pytest_server_cuda.log" 2>&1
   results+=("$(printf '%-28s rc=%d  %s' "openai tests, serve cuda" "$?" "$(tail -1 "$OUT/pytest_server_cuda.log")")")
 else
-  results+=("$(printf '%-28s       %s' "openai tests, serve cuda" "skipped: no openai/pytest/requests in this python")")
+  results+=("$(printf '%-28s       %s' "openai tests, serve cuda" "skipped: no openai/pytest/requests (run scripts/device_wheels.sh here and carry .whl)")")
 fi
 
 grep -h "differ" "$OUT"/test_cuda_*.log > "$OUT/differ.txt"
