@@ -1,4 +1,4 @@
-// Host-side logic of the CUDA layer, which runs without a GPU: backend names, the MoE tiling choice
+// Host-side logic of the CUDA layer, which runs without a GPU: backend names and AUTO's choices, the MoE tiling choice
 // (every choice must have a k-step dividing both in_features, or the GEMM launch refuses), and the
 // grid bound max_expert_tiles against the tiles random routings actually need (a low bound would
 // leave tiles without a CTA, i.e. rows never computed).
@@ -10,16 +10,52 @@
 #include "cuda/attention.cuh"
 #include "cuda/linear_nvfp4.cuh"
 #include "cuda/moe_gemm.cuh"
+#include "cuda/moe.cuh"
 #include "cuda/moe_grouping.cuh"
+#include "cuda/moe_router.cuh"
+#include "cuda/skinny_gemm.cuh"
 #include "test_seed.h"
 
 using namespace nibble;
 
 TEST(CudaHost, GemmBackendNamesRoundTrip) {
-  for (cuda::GemmBackend b : {cuda::GemmBackend::AUTO, cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS})
+  for (cuda::GemmBackend b : {cuda::GemmBackend::AUTO, cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS,
+                              cuda::GemmBackend::SKINNY})
     EXPECT_EQ(cuda::parse_gemm_backend(cuda::gemm_backend_name(b)), b);
   EXPECT_FALSE(cuda::parse_gemm_backend("cublas").has_value());
   EXPECT_FALSE(cuda::parse_gemm_backend("").has_value());
+}
+
+// Which kernels AUTO picks: skinny for few rows where in_features allows it (multiples of 128, up to
+// 8192), the earlier rules elsewhere; an explicit SKINNY that cannot run falls back rather than fail.
+TEST(CudaHost, AutoPicksTheSkinnyKernelsForFewRows) {
+  using cuda::GemmBackend;
+  EXPECT_TRUE(cuda::skinny_supported(2048) && cuda::skinny_supported(768) && cuda::skinny_supported(8192));
+  EXPECT_FALSE(cuda::skinny_supported(96) || cuda::skinny_supported(8320) || cuda::skinny_supported(0));
+  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, 1, 2048), GemmBackend::SKINNY);
+  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_MAX_M, 4096), GemmBackend::SKINNY);
+  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_MAX_M + 1, 4096), GemmBackend::DEQUANT_CUBLAS);
+  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, 1, 192), GemmBackend::FUSED);  // K not a multiple of 128
+  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::SKINNY, 1, 192), GemmBackend::FUSED);
+  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::FUSED, 1, 2048), GemmBackend::FUSED);
+
+  cuda::DeviceMoeWeights qwen3;
+  qwen3.hidden = 2048, qwen3.intermediate = 768;
+  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 1, qwen3), GemmBackend::SKINNY);
+  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_MOE_MAX_TOKENS, qwen3), GemmBackend::SKINNY);
+  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_MOE_MAX_TOKENS + 1, qwen3), GemmBackend::FUSED);
+  cuda::DeviceMoeWeights odd = qwen3;
+  odd.intermediate = 192;
+  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::SKINNY, 1, odd), GemmBackend::FUSED);
+  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::DEQUANT_CUBLAS, 1, qwen3), GemmBackend::DEQUANT_CUBLAS);
+
+  // The one-launch router: a few tokens, experts within one CTA's grouping, hidden in 256-wide chunks.
+  EXPECT_TRUE(cuda::route_small_supported(1, 128, 2048, 8));
+  EXPECT_TRUE(cuda::route_small_supported(cuda::ROUTER_SMALL_MAX_TOKENS, 64, 2560, 6));
+  EXPECT_FALSE(cuda::route_small_supported(cuda::ROUTER_SMALL_MAX_TOKENS + 1, 128, 2048, 8));
+  EXPECT_FALSE(cuda::route_small_supported(1, 512, 2048, 8));
+  EXPECT_FALSE(cuda::route_small_supported(1, 128, 2000, 8));
+  EXPECT_FALSE(cuda::route_small_supported(1, 128, 8192, 8));
 }
 
 TEST(CudaHost, MoeTilingFitsEveryShape) {
