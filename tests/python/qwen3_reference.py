@@ -78,11 +78,13 @@ FRAGILE_REL = 3e-6
 
 
 @contextlib.contextmanager
-def patched_experts(mode: str, scales: dict | None, observe: dict | None, fragile: set | None = None):
-    """Qwen3MoeExperts.forward with fake-quantized inputs (shared static scales from `scales`, or
-    per token / per (token, expert) row), optional amax observation per expert, and the tokens
-    whose quantization is fragile collected into `fragile`."""
-    original = modeling_qwen3_moe.Qwen3MoeExperts.forward
+def patched_experts(mode: str, scales: dict | None, observe: dict | None, fragile: set | None = None,
+                    experts_class=modeling_qwen3_moe.Qwen3MoeExperts):
+    """Qwen3MoeExperts.forward (or another experts class with the same fused layout, e.g.
+    Ernie4_5_MoeExperts) with fake-quantized inputs (shared static scales from `scales`, or per token
+    / per (token, expert) row), optional amax observation per expert, and the tokens whose
+    quantization is fragile collected into `fragile`."""
+    original = experts_class.forward
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         final = torch.zeros_like(hidden_states)
@@ -112,11 +114,11 @@ def patched_experts(mode: str, scales: dict | None, observe: dict | None, fragil
             final.index_add_(0, token_idx, y)
         return final
 
-    modeling_qwen3_moe.Qwen3MoeExperts.forward = forward
+    experts_class.forward = forward
     try:
         yield
     finally:
-        modeling_qwen3_moe.Qwen3MoeExperts.forward = original
+        experts_class.forward = original
 
 
 def tag_layers(model):

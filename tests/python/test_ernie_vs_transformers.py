@@ -6,12 +6,13 @@ NVFP4QTensor; router and bias fp32, embeddings and norms BF16, as ModelOpt expor
 logits of every generated position against transformers' on the dequantized weights: within 1e-3
 relative (fp32 with another summation order; the gap seen is ~1e-6), and identical greedy tokens.
 The same against transformers' own BF16 save quantized by `nibble quantize` (weights read back with
-ModelOpt's NVFP4QTensor), and the synth presets against transformers' layout. W4A16 here; the W4A4
-modes share their code with Qwen3 (test_reference_vs_transformers.py).
+ModelOpt's NVFP4QTensor), and the synth presets against transformers' layout. All three activation
+modes: W4A4 against the reference with every quantized linear's input fake-quantized (DESIGN.md §1),
+as test_reference_vs_transformers.py does for Qwen3.
 
-Top-k routing is discontinuous: a position whose k-th and (k+1)-th biased scores sit within
-FRAGILE_REL of each other may flip under fp32 reordering; positions from the first such one on are
-not compared (and greedy agreement is not required past it)."""
+Top-k routing and quantization are discontinuous: a position whose k-th and (k+1)-th biased scores,
+or one of whose quantized values, sit within FRAGILE_REL of a boundary may flip under fp32
+reordering; positions from the first such one on are not compared (nor greedy tokens past it)."""
 import json
 import subprocess
 
@@ -22,6 +23,8 @@ from modelopt.torch.quantization.qtensor.nvfp4_tensor import NVFP4QTensor
 from safetensors.torch import save_file
 from transformers import Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM
 from transformers.models.ernie4_5_moe import modeling_ernie4_5_moe
+
+import qwen3_reference
 
 PROMPT = [5, 17, 300, 2, 99, 411, 7, 256, 81, 3, 150, 42]
 N_GENERATED = 24
@@ -86,10 +89,24 @@ def fusion_key(name: str) -> str:
 
 
 def build(seed: int, out_dir):
-    """Writes the NVFP4 checkpoint; returns the fp32 model holding the dequantized weights."""
+    """Writes the NVFP4 checkpoint; returns the fp32 model holding the dequantized weights and the
+    static input scales (per fused input, and per MoE layer's gate_up and down, as nibble shares them)."""
     model = make_model(seed)
+    qwen3_reference.tag_layers(model)
+    linears = linear_modules(model)
+    # Max calibration of every quantized linear's input (ModelOpt's max calibrator), fused inputs sharing it.
+    amax = {}
+    calib = torch.randint(0, SHAPE["vocab_size"], (4, 24), generator=torch.Generator().manual_seed(seed))
+    dense = {n for n, _ in linears if ".experts." not in n}
+    with torch.no_grad(), qwen3_reference.dense_hooks(model, dense, "none", None, amax), \
+            qwen3_reference.patched_experts("none", None, amax, experts_class=modeling_ernie4_5_moe.Ernie4_5_MoeExperts):
+        model(calib)
+    fused_amax = {}
+    for name, _ in linears:
+        fused_amax[fusion_key(name)] = max(fused_amax.get(fusion_key(name), 0.0), amax.get(name, 1.0))
+    input_scales = {n: torch.tensor(fused_amax[fusion_key(n)] / 2688.0, dtype=torch.float32) for n, _ in linears}
     tensors, groups = {}, {}
-    for name, weight in linear_modules(model):
+    for name, weight in linears:
         groups.setdefault(fusion_key(name), []).append((name, weight))
     with torch.no_grad():
         for members in groups.values():
@@ -99,8 +116,7 @@ def build(seed: int, out_dir):
                 tensors[name + ".weight"] = q._quantized_data.contiguous()
                 tensors[name + ".weight_scale"] = block_scale.contiguous()
                 tensors[name + ".weight_scale_2"] = scale_2.reshape(()).clone()
-                # W4A16 never reads it; a positive placeholder (a calibrated amax / 2688 in real exports).
-                tensors[name + ".input_scale"] = torch.tensor(1.0 / 2688.0)
+                tensors[name + ".input_scale"] = input_scales[name].clone()
                 weight.copy_(q.dequantize(dtype=torch.float32, scale=block_scale, double_scale=scale_2,
                                           block_sizes={-1: 16}))
     for name, p in model.state_dict().items():
@@ -117,11 +133,20 @@ def build(seed: int, out_dir):
         "producer": {"name": "modelopt", "version": "0.47.0"},
         "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16,
                          "exclude_modules": ["lm_head", "model.layers.*.mlp.gate"]}}))
-    return model
+    static = {n: input_scales[n] for n in dense}
+    for l in range(len(model.model.layers)):
+        for stage, leaves in (("gate_up", ("gate_proj", "up_proj")), ("down", ("down_proj",))):
+            vals = [s for n, s in input_scales.items()
+                    if n.startswith(f"model.layers.{l}.mlp.experts.") and n.rsplit(".", 1)[1] in leaves]
+            if vals:
+                static[f"layer{l}.{stage}"] = max(vals)
+    model._nibble_dense = dense
+    return model, static
 
 
-def reference_logits(model, ids):
-    """(logits [len(ids), vocab], positions whose top-k choice sits on a near-tie)."""
+def reference_logits(model, ids, static=None, mode_moe="none", mode_dense="none"):
+    """(logits [len(ids), vocab], positions whose top-k choice sits on a near-tie or whose activation
+    quantization sits on a rounding boundary) of the reference in the given activation modes."""
     fragile = set()
     original = modeling_ernie4_5_moe.Ernie4_5_MoeTopKRouter.forward
 
@@ -134,39 +159,63 @@ def reference_logits(model, ids):
         return original(self, hidden_states)
 
     modeling_ernie4_5_moe.Ernie4_5_MoeTopKRouter.forward = forward
+    qwen3_reference.tag_layers(model)
+    quantizing = mode_moe != "none" or mode_dense != "none"
     try:
-        with torch.no_grad():
+        with torch.no_grad(), \
+                qwen3_reference.dense_hooks(model, model._nibble_dense if quantizing else set(), mode_dense, static, None,
+                                            fragile), \
+                qwen3_reference.patched_experts(mode_moe, static, None, fragile,
+                                                experts_class=modeling_ernie4_5_moe.Ernie4_5_MoeExperts):
             return model(torch.tensor([ids])).logits[0].float(), fragile
     finally:
         modeling_ernie4_5_moe.Ernie4_5_MoeTopKRouter.forward = original
 
 
-def test_cpu_reference_matches_transformers(build_dir, tmp_path, seed):
-    model = build(seed, tmp_path / "ckpt")
-    dump = tmp_path / "logits.npy"
+def compare(build_dir, model, static, ckpt, tmp_path, mode_moe="none", mode_dense="none"):
+    """nibble's logits of its own greedy continuation against the reference on the same ids, up to the
+    first fragile position; greedy tokens where the reference's margin is clear. Returns positions compared."""
+    dump = tmp_path / f"logits_{mode_moe}_{mode_dense}.npy"
     proc = subprocess.run(
-        [str(build_dir / "nibble"), "generate", "--model", str(tmp_path / "ckpt"), "--backend", "cpu",
+        [str(build_dir / "nibble"), "generate", "--model", str(ckpt), "--backend", "cpu",
          "--prompt-ids", ",".join(map(str, PROMPT)), "--max-tokens", str(N_GENERATED), "--ignore-eos",
-         "--dump-logits", str(dump)], capture_output=True, text=True)
+         "--act-quant-moe", mode_moe, "--act-quant-dense", mode_dense, "--dump-logits", str(dump)],
+        capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     tokens = [int(t) for t in proc.stdout.strip().strip("[]").split(",")]
     logits = torch.from_numpy(np.load(dump))
-
-    ref, fragile = reference_logits(model, PROMPT + tokens[:-1])
+    ref, fragile = reference_logits(model, PROMPT + tokens[:-1], static, mode_moe, mode_dense)
     ref = ref[len(PROMPT) - 1:]
     first_fragile = min(fragile, default=len(PROMPT) + N_GENERATED) - (len(PROMPT) - 1)
-    err = (logits - ref).abs().amax(1) / ref.abs().amax(1)
-    checked = err[:max(0, first_fragile)]
-    print(f"{len(checked)}/{len(err)} positions checked, max relative error {checked.max() if len(checked) else 0:.2e}, "
-          f"fragile positions {sorted(fragile)}")
-    assert len(checked) >= 8 or fragile, "too few positions compared"
-    for i, e in enumerate(checked.tolist()):
+    err = ((logits - ref).abs().amax(1) / ref.abs().amax(1))[:max(0, first_fragile)]
+    print(f"{mode_moe}/{mode_dense}: {len(err)}/{len(tokens)} positions checked, max relative error "
+          f"{err.max() if len(err) else 0:.2e}, fragile positions {sorted(fragile)}")
+    for i, e in enumerate(err.tolist()):
         assert e <= TOLERANCE, f"position {len(PROMPT) - 1 + i}: relative error {e:.2e} > {TOLERANCE:.0e}"
-    # Greedy: each generated token is transformers' argmax at its position, up to the first fragile one.
     for i in range(min(len(tokens), max(0, first_fragile))):
         top2 = ref[i].topk(2).values
         if top2[0] - top2[1] > 1e-4 * top2[0].abs():
             assert tokens[i] == int(ref[i].argmax()), f"greedy token {i} differs"
+    return len(err)
+
+
+def test_cpu_reference_matches_transformers(build_dir, tmp_path, seed):
+    model, static = build(seed, tmp_path / "ckpt")
+    assert compare(build_dir, model, static, tmp_path / "ckpt", tmp_path) >= 8
+
+
+@pytest.mark.parametrize("modes", [("static", "static"), ("per-token", "per-token"), ("per-token", "none")])
+def test_w4a4_modes_match_fake_quant_reference(build_dir, tmp_path, seed, modes):
+    """The W4A4 modes: every quantized linear's input fake-quantized in the reference as DESIGN.md §1
+    says (shared experts and the dense layer in the dense mode, routed experts in the MoE mode)."""
+    # A value on a rounding boundary inside the prompt leaves nothing to compare; such runs are rare,
+    # so the next seed is tried (up to three), and one of them must compare most positions.
+    for attempt in range(3):
+        ckpt = tmp_path / f"ckpt{attempt}"
+        model, static = build(seed + attempt, ckpt)
+        if compare(build_dir, model, static, ckpt, tmp_path, *modes) >= 8:
+            return
+    pytest.fail("three seeds in a row had a fragile value within the first positions")
 
 
 def test_bias_changes_the_routing(tmp_path, seed):
