@@ -1,7 +1,9 @@
 // The Qwen3 / Qwen3-MoE forward on the GPU (reads like qwen3_moe.cpp): embed → per layer (RMSNorm →
 // q/k/v → q/k norm + RoPE + KV store → paged attention → o_proj → residual + RMSNorm → MoE or dense
 // SwiGLU MLP) → final RMSNorm of the rows that need logits → lm_head. Residual stream fp32, GEMM
-// inputs BF16, every op the twin of a ref:: op.
+// inputs BF16, every op the twin of a ref:: op. ERNIE-4.5-MoE's features (fp32 router with a
+// correction bias, shared experts, interleaved RoPE without q/k norm) are here too, opt-in until
+// checked on a GPU (cuda_model_supports).
 #include "models/qwen3_cuda.h"
 
 #include <algorithm>
