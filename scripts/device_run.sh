@@ -50,7 +50,18 @@ ERNIE_DIR=${ERNIE_DIR:-/tmp/small-ernie}
 rm -rf "$ERNIE_DIR"
 build-device/nibble synth --preset small-ernie --out "$ERNIE_DIR" --seed 2 > "$OUT/synth_ernie.log" 2>&1
 NIBBLE_EXPERIMENTAL_ERNIE_GPU=1 NIBBLE_TEST_MODEL="$ERNIE_DIR" build-device/tests/test_cuda_runner > "$OUT/runner_ernie.log" 2>&1
-results+=("$(printf '%-28s rc=%d  %s' "runner vs cpu, small ERNIE" "$?" "$(grep -E '^mode|FAILED  \]' "$OUT/runner_ernie.log" | tr '\n' ' ')")")
+ernie_rc=$?
+results+=("$(printf '%-28s rc=%d  %s' "runner vs cpu, small ERNIE" "$ernie_rc" "$(grep -E '^mode|FAILED  \]' "$OUT/runner_ernie.log" | tr '\n' ' ')")")
+# Where it passes: the full-size synthetic ERNIE-4.5-21B-A3B, as issue 17 asks (pp2048, tg128, 64 sequences).
+if [ "$ernie_rc" = 0 ]; then
+  ERNIE_FULL=/tmp/ernie-4.5-21b-a3b-synth
+  rm -rf "$ERNIE_FULL"
+  build-device/nibble synth --preset ernie-4.5-21b-a3b --out "$ERNIE_FULL" --seed 0 > "$OUT/synth_ernie_full.log" 2>&1
+  NIBBLE_EXPERIMENTAL_ERNIE_GPU=1 build-device/nibble bench latency --model "$ERNIE_FULL" --backend cuda --modes none \
+    --pp 2048 --tg 128 --batches 64 --batch-prompt 1000 --batch-gen 32 > "$OUT/latency_ernie.log" 2>&1
+  results+=("$(printf '%-28s rc=%d' "bench latency, ERNIE" "$?")")
+  rm -rf "$ERNIE_FULL"
+fi
 
 # nibble serve --backend cuda on the full-size checkpoint: a completion and a streamed chat.
 build-device/nibble serve --backend cuda --model "$SYNTH_DIR" --port 8765 --max-num-seqs 64 > "$OUT/serve.log" 2>&1 &
@@ -84,3 +95,4 @@ echo "== device run ($(nproc) cores, disk: $(cat "$OUT/disk.txt")) =="
 for t in "$OUT"/test_cuda_*.log; do grep -hE "Failure|Expected|actual|^mode" "$t" | head -8; done
 printf '%s\n' "${results[@]}"
 grep -vE "^\[nibble" "$OUT/latency.log"
+[ -f "$OUT/latency_ernie.log" ] && grep -vE "^\[nibble" "$OUT/latency_ernie.log"
