@@ -95,4 +95,4 @@ echo "== device run ($(nproc) cores, disk: $(cat "$OUT/disk.txt")) =="
 for t in "$OUT"/test_cuda_*.log; do grep -hE "Failure|Expected|actual|^mode" "$t" | head -8; done
 printf '%s\n' "${results[@]}"
 grep -vE "^\[nibble" "$OUT/latency.log"
-[ -f "$OUT/latency_ernie.log" ] && grep -vE "^\[nibble" "$OUT/latency_ernie.log"
+if [ -f "$OUT/latency_ernie.log" ]; then grep -vE "^\[nibble" "$OUT/latency_ernie.log"; fi
