@@ -5,12 +5,8 @@
 # launch gaps or PDL overlap). Then the MoE block's kernels at T = 1 and 16 from `bench kernels`.
 # Run on the GPU machine with build-device/ carried; logs under $OUT, tables last.
 set -uo pipefail
-OUT=${OUT:-/tmp/nibble-device}
-mkdir -p "$OUT"
-export NIBBLE_DATA_DIR="$PWD/data"
-export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-SYNTH_DIR=${SYNTH_DIR:-/tmp/qwen3-30b-a3b-synth}
-[ -f "$SYNTH_DIR/config.json" ] || build-device/nibble synth --preset qwen3-30b-a3b --out "$SYNTH_DIR" --seed 0 > "$OUT/synth.log" 2>&1
+source "$(dirname "$0")/device_env.sh"
+synth_qwen3_full
 summarize() {  # CSV of ncu on stdin → per-kernel table of the last step (from the last embedding kernel)
   python3 -c "
 import csv, sys, collections

@@ -4,10 +4,7 @@
 # synthetic Qwen3-30B-A3B with and without programmatic dependent launch. Logs under $OUT, a short
 # table last. M=..., MOE_TOKENS=..., MODES=... override what runs.
 set -uo pipefail
-OUT=${OUT:-/tmp/nibble-device}
-mkdir -p "$OUT"
-export NIBBLE_DATA_DIR="$PWD/data"
-export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source "$(dirname "$0")/device_env.sh"
 M=${M:-1,4,16,32,64}
 MOE_TOKENS=${MOE_TOKENS:-1,4,16,32,64,128}
 MODES=${MODES:-none}
@@ -19,8 +16,8 @@ for t in build-device/tests/test_cuda_*; do
 done
 build-device/nibble bench kernels --ops dense,moe --m "$M" --moe-tokens "$MOE_TOKENS" --gemm-backend all \
   --moe-backend all --json "$OUT/kernels.json" > "$OUT/kernels.txt" 2>&1
-SYNTH_DIR=/tmp/qwen3-30b-a3b-synth SLICE_DIR=/tmp/qwen3-30b-a3b-4l
-build-device/nibble synth --preset qwen3-30b-a3b --out "$SYNTH_DIR" --seed 0 > "$OUT/synth.log" 2>&1
+SLICE_DIR=/tmp/qwen3-30b-a3b-4l
+synth_qwen3_full
 build-device/nibble synth --preset qwen3-30b-a3b --layers 4 --out "$SLICE_DIR" --seed 1 > "$OUT/synth4.log" 2>&1
 NIBBLE_TEST_MODEL="$SLICE_DIR" build-device/tests/test_cuda_runner --gtest_filter='*MatchesTheCpu*' > "$OUT/runner_4layer.log" 2>&1
 results+=("$(printf '%-22s rc=%d  %s' "runner vs cpu, 4 layers" "$?" "$(grep -E '^mode' "$OUT/runner_4layer.log" | tr '\n' ' ')")")

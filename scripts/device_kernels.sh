@@ -3,9 +3,7 @@
 # torch BF16 baselines (dense matmul, MoE grouped_mm) in the same call; logs under $OUT, tables last.
 # OPS=dense,moe M=... MOE_TOKENS=... select what runs.
 set -uo pipefail
-OUT=${OUT:-/tmp/nibble-device}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source "$(dirname "$0")/device_env.sh"
 OPS=${OPS:-dense,moe}
 M=${M:-1,8,16,128,1024,8192}
 MOE_TOKENS=${MOE_TOKENS:-1,128,8192}

@@ -3,9 +3,7 @@
 # carried): Nsight Compute's GPU time and executed warp instructions for each kernel at each T, at
 # the GPU's own clocks; then the stall breakdown of the grouped GEMMs. Logs under $OUT, tables last.
 set -uo pipefail
-OUT=${OUT:-/tmp/nibble-device}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source "$(dirname "$0")/device_env.sh"
 TOKENS=${TOKENS:-1 128 8192}
 for T in $TOKENS; do
   # The first forward of `bench kernels --ops moe` is router GEMM, top-k, grouping, gate_up, down, combine.

@@ -3,12 +3,8 @@
 # on the full-size synthetic Qwen3-30B-A3B: prefill of 2048 tokens, single-stream decode, and decode
 # at 64 sequences with 1000-token contexts. Run on the GPU machine with build-device/ carried.
 set -uo pipefail
-OUT=${OUT:-/tmp/nibble-device}
-mkdir -p "$OUT"
-export NIBBLE_DATA_DIR="$PWD/data"
-export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-SYNTH_DIR=${SYNTH_DIR:-/tmp/qwen3-30b-a3b-synth}
-[ -f "$SYNTH_DIR/config.json" ] || build-device/nibble synth --preset qwen3-30b-a3b --out "$SYNTH_DIR" --seed 0 > "$OUT/synth.log" 2>&1
+source "$(dirname "$0")/device_env.sh"
+synth_qwen3_full
 NIBBLE_PROFILE_STEPS=1 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --pp 2048 --tg 64 \
   --batches "" --repeats 1 > "$OUT/profile_single.log" 2>&1
 NIBBLE_PROFILE_STEPS=1 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --pp "" --tg 0 \

@@ -3,10 +3,7 @@
 # and .whl/ from scripts/device_wheels.sh carried there):
 # every GPU test binary, the full-size synth checkpoint timing, logs under $OUT, a short table last.
 set -uo pipefail
-OUT=${OUT:-/tmp/nibble-device}
-mkdir -p "$OUT"
-export NIBBLE_DATA_DIR="$PWD/data"
-export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 results=()
 for t in build-device/tests/test_cuda_*; do
@@ -19,8 +16,7 @@ for t in build-device/tests/test_cuda_*; do
 done
 
 # Full-size Qwen3-30B-A3B synthetic checkpoint: write speed and a clean inspect.
-SYNTH_DIR=${SYNTH_DIR:-/tmp/qwen3-30b-a3b-synth}
-rm -rf "$SYNTH_DIR"
+rm -rf "$SYNTH_DIR"  # written anew here: its time is measured
 df -h "$(dirname "$SYNTH_DIR")" | tail -1 > "$OUT/disk.txt"
 # The disk's own sequential write speed, for comparison (8 GB, synced).
 dd if=/dev/zero of="$SYNTH_DIR.dd" bs=16M count=512 conv=fdatasync 2>&1 | tail -1 > "$OUT/dd.txt"

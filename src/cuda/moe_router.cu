@@ -161,10 +161,12 @@ Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGro
     return Status::error("route_and_group_small: null pointer (a BF16 router: fp32 ones take route())");
   if (tile_rows < 1) return Status::error("route_and_group_small: tile_rows must be positive");
   const unsigned ctas = unsigned((a.experts + SMALL_THREADS / 32 - 1) / (SMALL_THREADS / 32));
+  // The shared-memory limit for the largest hidden size, set once per process (not per launch).
+  static const cudaError_t limit = cudaFuncSetAttribute(
+      route_group_small_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      int(TOKEN_GROUP * ROUTER_SMALL_MAX_HIDDEN * sizeof(uint16_t)));
+  NIB_RETURN_IF_ERROR(cuda_status(limit, "route_and_group_small: shared memory"));
   const size_t smem = size_t(TOKEN_GROUP) * a.hidden * sizeof(uint16_t);
-  NIB_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(route_group_small_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                       int(smem)),
-                                  "route_and_group_small: shared memory"));
   return cuda_status(launch_pdl(route_group_small_kernel, ctas, SMALL_THREADS, smem, stream, a, tile_rows, groups, counter),
                      "route_and_group_small launch");
 }

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/log.h"
+#include "formats/bf16.h"
 
 namespace nibble::io {
 namespace {
@@ -32,6 +33,22 @@ float read_f32(const uint8_t* p) {
 }
 
 }  // namespace
+
+std::vector<float> read_f32_values(const TensorRef& t) {
+  size_t n = 1;
+  for (int64_t d : t.shape) n *= static_cast<size_t>(d);
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (t.dtype == DType::F32) {
+      std::memcpy(&out[i], t.data + 4 * i, 4);
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, t.data + 2 * i, 2);
+      out[i] = formats::bf16_decode(bits);
+    }
+  }
+  return out;
+}
 
 Result<BoundCheckpoint> bind_checkpoint(const SafetensorsReader& reader, const ModelConfig& config,
                                         const QuantConfig& quant) {

@@ -21,6 +21,10 @@ struct TensorRef {
   std::vector<int64_t> shape;
 };
 
+// The values of a parameter the plan keeps in fp32 (ERNIE's router bias), as fp32 whether the file
+// stores them as F32 or BF16 (bind_checkpoint accepts both; the widening is exact).
+std::vector<float> read_f32_values(const TensorRef& t);
+
 // One Linear. BF16: weight is [out, in] BF16. NVFP4: weight is U8 [out, in/2] codes, weight_scale
 // F8_E4M3 [out, in/16], and the two fp32 scalars of the checkpoint.
 struct LinearWeights {

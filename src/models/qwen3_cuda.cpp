@@ -18,7 +18,6 @@
 #include "cuda/moe.cuh"
 #include "cuda/step_profiler.cuh"
 #include "cuda/transformer_ops.cuh"
-#include "formats/bf16.h"
 #include "ref/ops.h"
 
 namespace nibble::models {
@@ -213,13 +212,9 @@ struct CudaModel::Impl {
           m.router = router;
         }
         if (config.router_score_bias) {  // fp32 on the device whatever the checkpoint stores
-          const io::TensorRef& t = b.tensors.at(p + "mlp.moe_statics.e_score_correction_bias");
-          std::vector<float> bias(static_cast<size_t>(config.num_experts));
-          for (size_t e = 0; e < bias.size(); ++e)
-            bias[e] = t.dtype == DType::F32 ? reinterpret_cast<const float*>(t.data)[e]
-                                            : formats::bf16_decode(reinterpret_cast<const uint16_t*>(t.data)[e]);
+          const std::vector<float> bias = io::read_f32_values(b.tensors.at(p + "mlp.moe_statics.e_score_correction_bias"));
           float* d = const_cast<float*>(m.score_bias);
-          NIB_RETURN_IF_ERROR(copy(d, bias.data(), bias.size() * 4, allocate, t.dtype == DType::F32 ? "router bias" : "router bias (BF16)"));
+          NIB_RETURN_IF_ERROR(copy(d, bias.data(), bias.size() * 4, allocate, p + "mlp.moe_statics.e_score_correction_bias"));
           m.score_bias = d;
         }
         m.norm_min = static_cast<float>(config.moe_norm_min);

@@ -132,11 +132,7 @@ class Qwen3Cpu final : public Model {
       if (router.dtype == DType::F32) m.router_f32 = reinterpret_cast<const float*>(router.data);
       else m.router = reinterpret_cast<const uint16_t*>(router.data);
       if (config_.router_score_bias) {
-        const io::TensorRef& bias = b.tensors.at(p + "mlp.moe_statics.e_score_correction_bias");
-        w.score_bias.resize(static_cast<size_t>(config_.num_experts));
-        for (size_t e = 0; e < w.score_bias.size(); ++e)
-          w.score_bias[e] = bias.dtype == DType::F32 ? reinterpret_cast<const float*>(bias.data)[e]
-                                                     : formats::bf16_decode(reinterpret_cast<const uint16_t*>(bias.data)[e]);
+        w.score_bias = io::read_f32_values(b.tensors.at(p + "mlp.moe_statics.e_score_correction_bias"));
         m.score_bias = w.score_bias.data();
       }
       m.norm_min = static_cast<float>(config_.moe_norm_min);

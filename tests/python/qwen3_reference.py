@@ -167,19 +167,15 @@ def dense_hooks(model, quantized: set, mode: str, input_scales: dict | None, obs
             h.remove()
 
 
-def build(shape: dict, seed: int, out_dir: pathlib.Path, quantize_attention: bool = True):
-    """Writes the ModelOpt NVFP4 checkpoint to out_dir; returns the fp32 reference model holding the
-    dequantized weights and a dict of the checkpoint's input scales."""
-    model = make_model(shape, seed)
-    tag_layers(model)
-    linears = linear_modules(model)
-    quantized = {n for n, _ in linears if quantize_attention or ".self_attn." not in n}
-
-    # Max calibration of every quantized linear's input on random tokens (fp32, weights not yet
-    # quantized), as ModelOpt's max calibrator does; fused inputs share the max.
+def calibrate_and_quantize(model, linears, quantized: set, calib: torch.Tensor,
+                           experts_class=modeling_qwen3_moe.Qwen3MoeExperts):
+    """Max calibration of every quantized linear's input on `calib` (fp32, weights not yet quantized),
+    as ModelOpt's max calibrator does, fused inputs sharing the max; then ModelOpt's NVFP4 quantization
+    of those linears (fused groups share weight_scale_2), whose weights in `model` become the
+    dequantized values. Returns (the quantized linears' checkpoint tensors, input scales by name)."""
     amax = {}
-    calib = torch.randint(0, 512, (4, 24), generator=torch.Generator().manual_seed(seed))
-    with torch.no_grad(), dense_hooks(model, quantized, "none", None, amax), patched_experts("none", None, amax):
+    with torch.no_grad(), dense_hooks(model, quantized, "none", None, amax), \
+            patched_experts("none", None, amax, experts_class=experts_class):
         model(calib)
     fused_amax = {}
     for name in quantized:
@@ -187,13 +183,10 @@ def build(shape: dict, seed: int, out_dir: pathlib.Path, quantize_attention: boo
         fused_amax[key] = max(fused_amax.get(key, 0.0), amax.get(name, 1.0))
     input_scales = {n: torch.tensor(fused_amax[fusion_key(n)] / 2688.0, dtype=torch.float32) for n in quantized}
 
-    tensors = {}
-    groups = {}
+    tensors, groups = {}, {}
     for name, weight in linears:
         if name in quantized:
             groups.setdefault(fusion_key(name), []).append((name, weight))
-        else:
-            tensors[name + ".weight"] = weight.to(torch.bfloat16).contiguous()
     with torch.no_grad():
         for members in groups.values():
             shared = max(NVFP4QTensor.get_weights_scaling_factor_2(w) for _, w in members)
@@ -205,31 +198,53 @@ def build(shape: dict, seed: int, out_dir: pathlib.Path, quantize_attention: boo
                 tensors[name + ".input_scale"] = input_scales[name].clone()
                 weight.copy_(q.dequantize(dtype=torch.float32, scale=block_scale, double_scale=scale_2,
                                           block_sizes={-1: 16}))
-    for name, p in model.state_dict().items():
-        if name.endswith("norm.weight") or "embed_tokens" in name or name == "lm_head.weight" \
-                or name.endswith("mlp.gate.weight"):
-            tensors[name] = p.to(torch.bfloat16).contiguous()
+    return tensors, input_scales
 
+
+def write_checkpoint(out_dir: pathlib.Path, model, tensors: dict, exclude: list[str]):
+    """model.safetensors, config.json and ModelOpt's hf_quant_config.json."""
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(tensors, out_dir / "model.safetensors", metadata={"format": "pt"})
     model.config.save_pretrained(out_dir)
-    exclude = ["lm_head", "model.layers.*.mlp.gate"] + ([] if quantize_attention else ["*self_attn*"])
     (out_dir / "hf_quant_config.json").write_text(json.dumps({
         "producer": {"name": "modelopt", "version": "0.47.0"},
         "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16,
                          "exclude_modules": exclude}}))
 
-    # Static mode shares one scale per fused input: q/k/v max, and per MoE layer the max over
-    # experts for gate/up and for down (as the Blackwell MoE kernels do).
-    static = {n: input_scales[n] for n in quantized}
+
+def static_scales(model, input_scales: dict) -> dict:
+    """Static mode shares one scale per fused input: q/k/v max, and per MoE layer the max over
+    experts for gate/up and for down (as the Blackwell MoE kernels do)."""
+    static = dict(input_scales)
     for l in range(len(model.model.layers)):
         for stage, leaves in (("gate_up", ("gate_proj", "up_proj")), ("down", ("down_proj",))):
             vals = [s for n, s in input_scales.items()
                     if n.startswith(f"model.layers.{l}.mlp.experts.") and n.rsplit(".", 1)[1] in leaves]
             if vals:
                 static[f"layer{l}.{stage}"] = max(vals)
+    return static
+
+
+def build(shape: dict, seed: int, out_dir: pathlib.Path, quantize_attention: bool = True):
+    """Writes the ModelOpt NVFP4 checkpoint to out_dir; returns the fp32 reference model holding the
+    dequantized weights and a dict of the checkpoint's input scales."""
+    model = make_model(shape, seed)
+    tag_layers(model)
+    linears = linear_modules(model)
+    quantized = {n for n, _ in linears if quantize_attention or ".self_attn." not in n}
+    calib = torch.randint(0, 512, (4, 24), generator=torch.Generator().manual_seed(seed))
+    tensors, input_scales = calibrate_and_quantize(model, linears, quantized, calib)
+    for name, weight in linears:
+        if name not in quantized:
+            tensors[name + ".weight"] = weight.to(torch.bfloat16).contiguous()
+    for name, p in model.state_dict().items():
+        if name.endswith("norm.weight") or "embed_tokens" in name or name == "lm_head.weight" \
+                or name.endswith("mlp.gate.weight"):
+            tensors[name] = p.to(torch.bfloat16).contiguous()
+    write_checkpoint(out_dir, model, tensors,
+                     ["lm_head", "model.layers.*.mlp.gate"] + ([] if quantize_attention else ["*self_attn*"]))
     model._nibble_quantized = quantized
-    return model, static
+    return model, static_scales(model, input_scales)
 
 
 def reference_logits(model, static_scales: dict, ids: list[int], mode_moe: str, mode_dense: str):

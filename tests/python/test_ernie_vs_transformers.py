@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 import torch
 from modelopt.torch.quantization.qtensor.nvfp4_tensor import NVFP4QTensor
-from safetensors.torch import save_file
 from transformers import Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM
 from transformers.models.ernie4_5_moe import modeling_ernie4_5_moe
 
@@ -82,43 +81,15 @@ def linear_modules(model):
     return out
 
 
-def fusion_key(name: str) -> str:
-    stem, leaf = name.rsplit(".", 1)
-    return stem + (".qkv" if leaf in ("q_proj", "k_proj", "v_proj") else ".gate_up" if leaf in ("gate_proj", "up_proj")
-                   else "." + leaf)
-
-
 def build(seed: int, out_dir):
     """Writes the NVFP4 checkpoint; returns the fp32 model holding the dequantized weights and the
     static input scales (per fused input, and per MoE layer's gate_up and down, as nibble shares them)."""
     model = make_model(seed)
     qwen3_reference.tag_layers(model)
     linears = linear_modules(model)
-    # Max calibration of every quantized linear's input (ModelOpt's max calibrator), fused inputs sharing it.
-    amax = {}
     calib = torch.randint(0, SHAPE["vocab_size"], (4, 24), generator=torch.Generator().manual_seed(seed))
-    dense = {n for n, _ in linears if ".experts." not in n}
-    with torch.no_grad(), qwen3_reference.dense_hooks(model, dense, "none", None, amax), \
-            qwen3_reference.patched_experts("none", None, amax, experts_class=modeling_ernie4_5_moe.Ernie4_5_MoeExperts):
-        model(calib)
-    fused_amax = {}
-    for name, _ in linears:
-        fused_amax[fusion_key(name)] = max(fused_amax.get(fusion_key(name), 0.0), amax.get(name, 1.0))
-    input_scales = {n: torch.tensor(fused_amax[fusion_key(n)] / 2688.0, dtype=torch.float32) for n, _ in linears}
-    tensors, groups = {}, {}
-    for name, weight in linears:
-        groups.setdefault(fusion_key(name), []).append((name, weight))
-    with torch.no_grad():
-        for members in groups.values():
-            shared = max(NVFP4QTensor.get_weights_scaling_factor_2(w) for _, w in members)
-            for name, weight in members:
-                q, block_scale, scale_2 = NVFP4QTensor.quantize(weight.clone(), 16, weights_scaling_factor_2=shared)
-                tensors[name + ".weight"] = q._quantized_data.contiguous()
-                tensors[name + ".weight_scale"] = block_scale.contiguous()
-                tensors[name + ".weight_scale_2"] = scale_2.reshape(()).clone()
-                tensors[name + ".input_scale"] = input_scales[name].clone()
-                weight.copy_(q.dequantize(dtype=torch.float32, scale=block_scale, double_scale=scale_2,
-                                          block_sizes={-1: 16}))
+    tensors, input_scales = qwen3_reference.calibrate_and_quantize(
+        model, linears, {n for n, _ in linears}, calib, experts_class=modeling_ernie4_5_moe.Ernie4_5_MoeExperts)
     for name, p in model.state_dict().items():
         if name.endswith("norm.weight") or "embed_tokens" in name:
             tensors[name] = p.to(torch.bfloat16).contiguous()
@@ -126,22 +97,9 @@ def build(seed: int, out_dir):
             # In memory the bias sits in the router (mlp.gate.moe_statics); on disk, as save_pretrained
             # and the published checkpoints write it, it is mlp.moe_statics.e_score_correction_bias.
             tensors[name.replace("mlp.gate.moe_statics", "mlp.moe_statics")] = p.float().contiguous()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, out_dir / "model.safetensors", metadata={"format": "pt"})
-    model.config.save_pretrained(out_dir)
-    (out_dir / "hf_quant_config.json").write_text(json.dumps({
-        "producer": {"name": "modelopt", "version": "0.47.0"},
-        "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16,
-                         "exclude_modules": ["lm_head", "model.layers.*.mlp.gate"]}}))
-    static = {n: input_scales[n] for n in dense}
-    for l in range(len(model.model.layers)):
-        for stage, leaves in (("gate_up", ("gate_proj", "up_proj")), ("down", ("down_proj",))):
-            vals = [s for n, s in input_scales.items()
-                    if n.startswith(f"model.layers.{l}.mlp.experts.") and n.rsplit(".", 1)[1] in leaves]
-            if vals:
-                static[f"layer{l}.{stage}"] = max(vals)
-    model._nibble_dense = dense
-    return model, static
+    qwen3_reference.write_checkpoint(out_dir, model, tensors, ["lm_head", "model.layers.*.mlp.gate"])
+    model._nibble_dense = {n for n, _ in linears if ".experts." not in n}
+    return model, qwen3_reference.static_scales(model, input_scales)
 
 
 def reference_logits(model, ids, static=None, mode_moe="none", mode_dense="none"):

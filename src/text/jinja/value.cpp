@@ -164,7 +164,7 @@ void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
   for (size_t i = 0; i < s.size();) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (ensure_ascii && c >= 0x80) {  // \uXXXX, astral code points as surrogate pairs (json.dumps)
+    if (ensure_ascii && c >= 0x80) {  // a \u escape of 4 hex digits; astral code points as surrogate pairs (json.dumps)
       const uint32_t cp = text::next_code_point(s, i);
       char buf[16];
       if (cp >= 0x10000) {

@@ -1,0 +1,13 @@
+# Sourced by the device scripts (run on the GPU machine from the repo root, build-device/ carried):
+# $OUT for logs, the carried libraries and the tokenizer data, and the full-size synthetic
+# Qwen3-30B-A3B checkpoint written once per machine (synth_qwen3_full).
+OUT=${OUT:-/tmp/nibble-device}
+mkdir -p "$OUT"
+export NIBBLE_DATA_DIR="$PWD/data"
+export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+SYNTH_DIR=${SYNTH_DIR:-/tmp/qwen3-30b-a3b-synth}
+
+synth_qwen3_full() {
+  [ -f "$SYNTH_DIR/config.json" ] ||
+    build-device/nibble synth --preset qwen3-30b-a3b --out "$SYNTH_DIR" --seed 0 > "$OUT/synth.log" 2>&1
+}
