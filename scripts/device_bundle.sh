@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Collects the binaries a device run needs into build-device/ (stripped, well under the 64 MiB
-# carry limit); send it with carry: ["build-device"] and run scripts/device_run.sh there.
+# Collects the binaries a device run needs into build-device/ (stripped and gzipped into one
+# bins.tar.gz, ~11 MB of the 64 MiB carry limit; scripts/device_env.sh unpacks it there);
+# send it with carry: ["build-device"] and run scripts/device_run.sh there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null
@@ -10,7 +11,9 @@ find build/tests -maxdepth 1 -name "test_cuda_*" -type f -executable -exec cp {}
 strip build-device/nibble build-device/tests/*
 # Debian libraries the device machine does not have (it is not set up by scripts/setup.sh).
 mkdir -p build-device/lib
-for lib in libutf8proc.so.2 libpcre2-8.so.0; do
+for lib in libutf8proc.so.2 libpcre2-8.so.0 libsentencepiece.so.0 libsentencepiece_train.so.0; do
   cp "$(ldd build/nibble | awk -v l="$lib" '$1 == l {print $3}')" build-device/lib/
 done
+tar -C build-device -czf build-device/bins.tar.gz nibble tests
+rm -rf build-device/nibble build-device/tests
 du -sh build-device

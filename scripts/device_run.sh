@@ -80,8 +80,15 @@ if [ -d .whl ]; then
 fi
 if python3 -c "import openai, pytest, requests" 2>/dev/null; then
   NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe NIBBLE_TEST_SERVE_ARGS="--backend cuda" \
+    NIBBLE_TEST_SERVER_MODEL="$SYNTH_DIR" \
     python3 -m pytest -q -p no:cacheprovider tests/python/test_server_openai.py > "$OUT/pytest_server_cuda.log" 2>&1
   results+=("$(printf '%-28s rc=%d  %s' "openai tests, serve cuda" "$?" "$(tail -1 "$OUT/pytest_server_cuda.log")")")
+  if [ "$ernie_rc" = 0 ]; then  # issue 17: the server tests on ERNIE too
+    NIBBLE_EXPERIMENTAL_ERNIE_GPU=1 NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe \
+      NIBBLE_TEST_SERVE_ARGS="--backend cuda" NIBBLE_TEST_SERVER_MODEL="$ERNIE_DIR" \
+      python3 -m pytest -q -p no:cacheprovider tests/python/test_server_openai.py > "$OUT/pytest_server_ernie.log" 2>&1
+    results+=("$(printf '%-28s rc=%d  %s' "openai tests, ERNIE cuda" "$?" "$(tail -1 "$OUT/pytest_server_ernie.log")")")
+  fi
 else
   results+=("$(printf '%-28s       %s' "openai tests, serve cuda" "skipped: no openai/pytest/requests (run scripts/device_wheels.sh here and carry .whl)")")
 fi

@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(cmake ninja-build ccache g++ pkg-config libgtest-dev libbenchmark-dev
-              nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libboost-dev)
+              nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libboost-dev
+              libsentencepiece-dev)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

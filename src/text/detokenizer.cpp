@@ -7,7 +7,28 @@
 namespace nibble::text {
 
 std::string IncrementalDetokenizer::add(int32_t id) {
-  pending_ += tokenizer_.token_bytes(id, skip_special_);
+  if (skip_special_ && tokenizer_.is_special(id)) return {};
+  if (tokenizer_.is_byte_piece(id)) {  // held until the run ends: its validity decides its text
+    byte_run_ += tokenizer_.token_bytes(id);
+    ++byte_run_pieces_;
+    return {};
+  }
+  return emit(end_byte_run() + tokenizer_.token_bytes(id, skip_special_));
+}
+
+std::string IncrementalDetokenizer::end_byte_run() {
+  std::string text = Tokenizer::byte_run_text(byte_run_, byte_run_pieces_);
+  byte_run_.clear();
+  byte_run_pieces_ = 0;
+  return text;
+}
+
+std::string IncrementalDetokenizer::emit(std::string bytes) {
+  if (at_start_ && !bytes.empty()) {  // as decode(): the text's one leading space may be dropped
+    if (bytes[0] == ' ' && tokenizer_.strips_leading_space()) bytes.erase(0, 1);
+    at_start_ = false;
+  }
+  pending_ += bytes;
   // Find where a trailing, still-completable sequence starts (if any): everything before it is final.
   size_t i = 0, hold_from = pending_.size();
   while (i < pending_.size()) {
@@ -24,7 +45,8 @@ std::string IncrementalDetokenizer::add(int32_t id) {
 }
 
 std::string IncrementalDetokenizer::finish() {
-  std::string out = utf8_lossy(pending_);
+  std::string out = emit(end_byte_run());
+  out += utf8_lossy(pending_);
   pending_.clear();
   return out;
 }

@@ -22,7 +22,14 @@ class IncrementalDetokenizer {
  private:
   const Tokenizer& tokenizer_;
   bool skip_special_;
+  // Appends bytes (dropping the text's leading space where decode does); returns what is final.
+  std::string emit(std::string bytes);
+  std::string end_byte_run();
+
   std::string pending_;  // bytes not yet emitted: at most an incomplete UTF-8 sequence
+  bool at_start_ = true;  // no bytes seen yet
+  std::string byte_run_;  // SentencePiece byte pieces since the last other token
+  size_t byte_run_pieces_ = 0;
 };
 
 }  // namespace nibble::text

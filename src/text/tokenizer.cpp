@@ -15,6 +15,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "text/sentencepiece_model.h"
 #include "text/utf8.h"
 
 namespace nibble::text {
@@ -139,6 +140,11 @@ struct Tokenizer::Impl {
   std::vector<std::string> normalizers;  // "NFC", "NFKC", "NFD", "NFKD"
   std::vector<PreTokenizerStep> pre;
   std::vector<int32_t> post_prefix, post_suffix;  // TemplateProcessing around sequence A
+  // A SentencePiece tokenizer.model in place of tokenizer.json's model (ERNIE-4.5); legacy as
+  // tokenizer_config.json's "legacy" (transformers' default true): every chunk between added tokens
+  // gets the dummy prefix, else only a chunk that starts the text.
+  std::unique_ptr<SentencePieceModel> spm;
+  bool spm_legacy = true;
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
 
@@ -254,6 +260,31 @@ struct Tokenizer::Impl {
 
 namespace {
 
+// The bytes of a SentencePiece piece as transformers' converted decoder gives them: "▁" is a
+// space, <0xXX> pieces are their byte (Replace, ByteFallback; convert_slow_tokenizer.py).
+std::string sentencepiece_piece_bytes(const SentencePieceModel& spm, int32_t id) {
+  if (id >= spm.size()) return {};
+  const std::string& piece = spm.piece(id);
+  if (spm.is_byte(id)) return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+  std::string out;
+  for (size_t i = 0; i < piece.size();) {
+    if (piece.compare(i, 3, "\xE2\x96\x81") == 0) {
+      out += ' ';
+      i += 3;
+    } else {
+      out += piece[i++];
+    }
+  }
+  return out;
+}
+
+// tokenizer_config.json's special-token fields are a string or an AddedToken object.
+std::string token_content(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object()) return v.value("content", "");
+  return {};
+}
+
 Status load_normalizer(const json& n, std::vector<std::string>& out) {
   if (n.is_null()) return Status::ok();
   const std::string type = n.value("type", "");
@@ -338,9 +369,54 @@ Status load_post_processor(const json& p, std::vector<int32_t>& prefix, std::vec
 Tokenizer::Tokenizer() : impl_(std::make_unique<Impl>()) {}
 Tokenizer::~Tokenizer() = default;
 
+// A folder with tokenizer.model and no tokenizer.json, read as transformers 5 reads one
+// (TokenizersBackend._convert_from_sentencepiece): the SentencePiece model, with the added tokens,
+// "legacy", add_bos_token and add_eos_token of tokenizer_config.json.
+Result<std::unique_ptr<Tokenizer>> Tokenizer::load_sentencepiece(const std::string& dir) {
+  auto spm = SentencePieceModel::load(dir + "/tokenizer.model");
+  if (!spm) return spm.status();
+  std::unique_ptr<Tokenizer> tok(new Tokenizer());
+  Impl& m = *tok->impl_;
+  m.spm = std::move(*spm);
+  m.id_to_token.resize(static_cast<size_t>(m.spm->size()));
+  for (int32_t id = 0; id < m.spm->size(); ++id) {
+    m.id_to_token[id] = m.spm->piece(id);
+    m.vocab.emplace(m.id_to_token[id], id);
+  }
+  m.unk_id = m.spm->unk_id();
+  const std::string config_file = dir + "/tokenizer_config.json";
+  std::ifstream in(config_file);
+  if (!in) return tok;  // the model alone: no added tokens
+  const json config = json::parse(in, nullptr, false);
+  if (config.is_discarded() || !config.is_object()) return Status::error(config_file + ": not valid JSON");
+  const json added = config.value("added_tokens_decoder", json::object());
+  for (const auto& [key, t] : added.items()) {
+    // Matched on the raw text: SentencePiece normalizes each chunk between them by itself.
+    AddedToken a{std::stoi(key), t.value("content", ""), t.value("special", false), t.value("lstrip", false),
+                 t.value("rstrip", false), t.value("single_word", false), /*normalized=*/false};
+    if (a.id < 0 || a.content.empty()) return Status::error(config_file + ": added token " + key + " without content");
+    if (static_cast<size_t>(a.id) >= m.id_to_token.size()) m.id_to_token.resize(static_cast<size_t>(a.id) + 1);
+    m.id_to_token[a.id] = a.content;
+    m.added_by_id[a.id] = m.added.size();
+    m.added.push_back(a);
+  }
+  m.spm_legacy = config.value("legacy", true);
+  for (const auto& [flag, name, ids] : {std::tuple{"add_bos_token", "bos_token", &m.post_prefix},
+                                        std::tuple{"add_eos_token", "eos_token", &m.post_suffix}}) {
+    if (!config.value(flag, false)) continue;
+    const int32_t id = tok->token_to_id(token_content(config.value(name, json())));
+    if (id < 0) return Status::error(config_file + ": " + flag + " is set but " + name + " is not in the vocabulary");
+    ids->push_back(id);
+  }
+  return tok;
+}
+
 Result<std::unique_ptr<Tokenizer>> Tokenizer::load_unchecked(const std::string& path) {
   std::string file = path;
-  if (std::filesystem::is_directory(path)) file = path + "/tokenizer.json";
+  if (std::filesystem::is_directory(path)) {
+    file = path + "/tokenizer.json";
+    if (!std::filesystem::exists(file) && std::filesystem::exists(path + "/tokenizer.model")) return load_sentencepiece(path);
+  }
   std::ifstream in(file);
   if (!in) return Status::error(file + ": cannot open");
   const json root = json::parse(in, nullptr, false);
@@ -427,9 +503,17 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
   if (add_special_tokens) ids = m.post_prefix;
   std::vector<std::pair<std::string, int32_t>> raw_parts;
   m.split_added(input, parse_special, /*normalized_phase=*/false, raw_parts);
-  for (auto& [segment, id] : raw_parts) {
+  for (size_t part = 0; part < raw_parts.size(); ++part) {
+    const auto& [segment, id] = raw_parts[part];
     if (id >= 0) {
       ids.push_back(id);
+      continue;
+    }
+    if (m.spm) {  // SentencePiece normalizes each chunk itself
+      // Not legacy: transformers' Metaspace prepends only where the normalized text still starts at
+      // offset 0 of the input, so not after leading whitespace (which the normalizer removes).
+      const bool at_text_start = part == 0 && !std::isspace(static_cast<unsigned char>(segment[0]));
+      m.spm->encode(segment, /*with_dummy_prefix=*/m.spm_legacy || at_text_start, ids);
       continue;
     }
     std::vector<std::pair<std::string, int32_t>> parts;
@@ -448,6 +532,7 @@ std::string Tokenizer::token_bytes(int32_t id, bool skip_special_tokens) const {
   if (id < 0 || static_cast<size_t>(id) >= m.id_to_token.size()) return {};
   if (skip_special_tokens && is_special(id)) return {};
   const std::string& token = m.id_to_token[id];
+  if (m.spm && !m.added_by_id.contains(id)) return sentencepiece_piece_bytes(*m.spm, id);
   // ByteLevel decoder: map each character back to its byte; a token with a character outside the
   // byte alphabet (an added token such as "<think>\n") contributes its UTF-8 bytes unchanged.
   std::string bytes;
@@ -460,9 +545,35 @@ std::string Tokenizer::token_bytes(int32_t id, bool skip_special_tokens) const {
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
-  std::string bytes;
-  for (int32_t id : ids) bytes += token_bytes(id, skip_special_tokens);
+  std::string bytes, run;
+  size_t run_pieces = 0;
+  for (int32_t id : ids) {
+    if (skip_special_tokens && is_special(id)) continue;  // skipped before decoding: a byte run goes on
+    if (is_byte_piece(id)) {
+      run += token_bytes(id);
+      ++run_pieces;
+      continue;
+    }
+    bytes += byte_run_text(run, run_pieces) + token_bytes(id, skip_special_tokens);
+    run.clear();
+    run_pieces = 0;
+  }
+  bytes += byte_run_text(run, run_pieces);
+  if (strips_leading_space() && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);
   return utf8_lossy(bytes);
+}
+
+bool Tokenizer::strips_leading_space() const { return impl_->spm && impl_->spm->adds_dummy_prefix(); }
+
+bool Tokenizer::is_byte_piece(int32_t id) const {
+  return impl_->spm && id >= 0 && id < impl_->spm->size() && impl_->spm->is_byte(id) && !impl_->added_by_id.contains(id);
+}
+
+std::string Tokenizer::byte_run_text(const std::string& bytes, size_t n_pieces) {
+  if (utf8_valid(bytes)) return bytes;
+  std::string out;
+  for (size_t i = 0; i < n_pieces; ++i) out += "\xEF\xBF\xBD";  // U+FFFD
+  return out;
 }
 
 bool Tokenizer::is_special(int32_t id) const {

@@ -1,7 +1,8 @@
 // Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (Qwen2/Qwen3, Llama-3,
 // DeepSeek-V3 style): added tokens, NFC normalizer, Split/ByteLevel pre-tokenizers, BPE with
 // string or pair merges, ByteLevel decoder, TemplateProcessing post-processor. Unsupported
-// components are load errors that name them.
+// components are load errors that name them. A folder with a SentencePiece tokenizer.model and no
+// tokenizer.json (ERNIE-4.5) is read as transformers reads it (sentencepiece_model.h).
 #pragma once
 
 #include <memory>
@@ -43,10 +44,17 @@ class Tokenizer {
   // -1 when absent.
   int32_t token_to_id(std::string_view token) const;
   size_t vocab_size() const;  // one past the largest id
+  // decode() drops one leading space (SentencePiece's dummy prefix; transformers' Strip decoder).
+  bool strips_leading_space() const;
+  // A SentencePiece <0xXX> byte-fallback piece: decode() joins a run of them and keeps it only if
+  // it is valid UTF-8, else writes one U+FFFD per piece (tokenizers' ByteFallback decoder).
+  bool is_byte_piece(int32_t id) const;
+  static std::string byte_run_text(const std::string& bytes, size_t n_pieces);
 
  private:
   Tokenizer();
   static Result<std::unique_ptr<Tokenizer>> load_unchecked(const std::string& path);
+  static Result<std::unique_ptr<Tokenizer>> load_sentencepiece(const std::string& dir);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

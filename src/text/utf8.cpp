@@ -77,4 +77,13 @@ uint32_t next_code_point(std::string_view s, size_t& i) {
   return cp;
 }
 
+bool utf8_valid(std::string_view bytes) {
+  for (size_t i = 0; i < bytes.size();) {
+    const int n = utf8_sequence_length(bytes, i);
+    if (n <= 0) return false;
+    i += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 }  // namespace nibble::text

@@ -18,6 +18,9 @@ int utf8_sequence_length(std::string_view s, size_t i);
 // Rust's String::from_utf8_lossy (which Hugging Face tokenizers' decoders use) does.
 std::string utf8_lossy(std::string_view bytes);
 
+// Whether all of bytes is valid UTF-8.
+bool utf8_valid(std::string_view bytes);
+
 // Decodes the code point at s[i] (which must start a valid sequence) and advances i past it.
 uint32_t next_code_point(std::string_view s, size_t& i);
 

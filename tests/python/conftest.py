@@ -24,9 +24,11 @@ def seed(request) -> int:
 
 
 # The server tests run on the GPU too: NIBBLE_TEST_PRESET=small-moe (a checkpoint the GPU kernels
-# take) and NIBBLE_TEST_SERVE_ARGS="--backend cuda" (scripts/device_run.sh sets both).
+# take) and NIBBLE_TEST_SERVE_ARGS="--backend cuda" (scripts/device_run.sh sets both);
+# NIBBLE_TEST_SERVER_MODEL serves an existing checkpoint as model "a" (the full-size synthetic one there).
 PRESET = os.environ.get("NIBBLE_TEST_PRESET", "tiny-moe")
 SERVE_ARGS = os.environ.get("NIBBLE_TEST_SERVE_ARGS", "").split()
+SERVER_MODEL = os.environ.get("NIBBLE_TEST_SERVER_MODEL")
 
 
 def _synth(build_dir: pathlib.Path, out: pathlib.Path, *args: str) -> pathlib.Path:
@@ -40,7 +42,7 @@ def _synth(build_dir: pathlib.Path, out: pathlib.Path, *args: str) -> pathlib.Pa
 def tiny_models(build_dir, tmp_path_factory) -> dict:
     """Tiny random Qwen3-MoE checkpoints: two of the same layout (seeds 0, 1) and one with 3 layers."""
     root = tmp_path_factory.mktemp("models")
-    return {"a": _synth(build_dir, root / "a", "--seed", "0"),
+    return {"a": pathlib.Path(SERVER_MODEL) if SERVER_MODEL else _synth(build_dir, root / "a", "--seed", "0"),
             "b": _synth(build_dir, root / "b", "--seed", "1"),
             "other_layout": _synth(build_dir, root / "c", "--seed", "2", "--layers", "3")}
 
