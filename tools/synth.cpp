@@ -3,6 +3,7 @@
 // ModelOpt's export fuses them; norms near 1; router rows with varied scales so routing is uneven;
 // input_scales from plausible activation ranges.
 #include "tools/synth.h"
+#include "tools/synth_tokenizer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -120,10 +121,11 @@ Preset ernie_4_5_21b_a3b() {
   return {c, 5'000'000'000ull};
 }
 
-// ERNIE at a few MB (its vocabulary: ids only, nibble has no SentencePiece tokenizer yet).
+// ERNIE at a few MB, with a small synthetic SentencePiece tokenizer (synth_tokenizer.cpp).
 Preset tiny_ernie() {
   Preset p = ernie_4_5_21b_a3b();
   io::ModelConfig& c = p.config;
+  c.vocab_size = ERNIE_SYNTH_TOKENIZER_PIECES;
   c.hidden_size = 64;
   c.num_hidden_layers = 3;
   c.num_attention_heads = 4;
@@ -143,6 +145,7 @@ Preset tiny_ernie() {
 Preset small_ernie() {
   Preset p = ernie_4_5_21b_a3b();
   io::ModelConfig& c = p.config;
+  c.vocab_size = ERNIE_SYNTH_TOKENIZER_PIECES;
   c.hidden_size = 640;
   c.num_hidden_layers = 3;
   c.num_attention_heads = 10;
@@ -475,17 +478,7 @@ Result<SynthReport> synth_checkpoint(const SynthOptions& options) {
   const fs::path dir(options.out_dir);
   NIB_RETURN_IF_ERROR(write_json(dir / "config.json", config_json(*config, embedded)));
   NIB_RETURN_IF_ERROR(write_json(dir / "hf_quant_config.json", hf_quant));
-  // Qwen3's generation_config.json (Qwen/Qwen3-30B-A3B).
-  NIB_RETURN_IF_ERROR(write_json(dir / "generation_config.json",
-                                 {{"bos_token_id", 151643}, {"do_sample", true}, {"eos_token_id", {151645, 151643}},
-                                  {"pad_token_id", 151643}, {"temperature", 0.6}, {"top_k", 20}, {"top_p", 0.95},
-                                  {"transformers_version", "4.51.0"}}));
-  const fs::path tokenizer = fs::path(data_dir()) / "qwen3-tokenizer";
-  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
-    std::error_code ec;
-    fs::copy_file(tokenizer / file, dir / file, fs::copy_options::overwrite_existing, ec);
-    if (ec) return Status::error((tokenizer / file).string() + ": cannot copy tokenizer file: " + ec.message());
-  }
+  NIB_RETURN_IF_ERROR(write_tokenizer_files(*config, options.out_dir, data_dir()));
   SynthReport report;
   report.config = *config;
   for (const auto& t : tensors) report.total_bytes += t.nbytes();

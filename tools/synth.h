@@ -1,5 +1,5 @@
 // Synthetic checkpoints in the exact ModelOpt NVFP4 layout (both config forms, sharded safetensors
-// with index, generation_config.json, the Qwen3 tokenizer files), with random weights.
+// with index, generation_config.json, the family's tokenizer files), with random weights.
 #pragma once
 
 #include <atomic>

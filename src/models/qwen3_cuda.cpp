@@ -2,8 +2,7 @@
 // q/k/v → q/k norm + RoPE + KV store → paged attention → o_proj → residual + RMSNorm → MoE or dense
 // SwiGLU MLP) → final RMSNorm of the rows that need logits → lm_head. Residual stream fp32, GEMM
 // inputs BF16, every op the twin of a ref:: op. ERNIE-4.5-MoE's features (fp32 router with a
-// correction bias, shared experts, interleaved RoPE without q/k norm) are here too, opt-in until
-// checked on a GPU (cuda_model_supports).
+// correction bias, shared experts, interleaved RoPE without q/k norm) are here too.
 #include "models/qwen3_cuda.h"
 
 #include <algorithm>
@@ -574,13 +573,6 @@ Status cuda_model_supports(const io::BoundCheckpoint& b) {
   const auto& archs = io::supported_architectures();
   if (std::find(archs.begin(), archs.end(), c.architecture) == archs.end())
     return Status::error("the CUDA runner does not run architecture '" + c.architecture + "'");
-  // ERNIE-4.5's GPU path (fp32 router with its bias, shared experts, interleaved RoPE without q/k
-  // norm) is written but has not yet run against the CPU reference on a GPU (issue 17): until then
-  // it is opt-in, and `--backend auto` takes the CPU reference.
-  const char* opt_in = std::getenv("NIBBLE_EXPERIMENTAL_ERNIE_GPU");
-  if (c.architecture == "Ernie4_5_MoeForCausalLM" && !(opt_in && std::string(opt_in) == "1"))
-    return Status::error("the GPU path for ERNIE-4.5 is not validated yet (set NIBBLE_EXPERIMENTAL_ERNIE_GPU=1 to try "
-                         "it); --backend cpu runs the reference");
   const bool moe = c.num_experts > 0;
   if (c.hidden_size % 64 != 0 || (moe && c.moe_intermediate_size % 64 != 0))
     return Status::error("the GPU kernels need hidden_size and moe_intermediate_size to be multiples of 64 (this "

@@ -77,7 +77,7 @@ Result<std::string> SentencePieceModel::train_bpe(const std::string& text, int v
   for (const std::string& p : control_pieces) controls += (controls.empty() ? "" : ",") + p;
   const std::unordered_map<std::string, std::string> args = {
       {"model_type", "bpe"},          {"vocab_size", std::to_string(vocab_size)},
-      {"hard_vocab_limit", "false"},  {"byte_fallback", "true"},
+      {"hard_vocab_limit", "true"},  {"byte_fallback", "true"},
       {"character_coverage", "1.0"},  {"unk_id", "0"},
       {"bos_id", "1"},                {"eos_id", "2"},
       {"pad_id", "-1"},               {"control_symbols", controls},

@@ -27,8 +27,9 @@ class SentencePieceModel {
   // Whether the normalizer prefixes a chunk with "▁" (normalizer_spec.add_dummy_prefix).
   bool adds_dummy_prefix() const { return adds_dummy_prefix_; }
 
-  // Trains a small BPE model with byte fallback on `text` (one sentence per line), the special
-  // pieces first after <unk> <s> </s>; returns the serialized model (a tokenizer.model file).
+  // Trains a BPE model of exactly vocab_size pieces with byte fallback on `text` (one sentence per
+  // line), the control pieces right after <unk> <s> </s>; returns the serialized model (a
+  // tokenizer.model file), or an error when the text is too small for that many pieces.
   static Result<std::string> train_bpe(const std::string& text, int vocab_size,
                                        const std::vector<std::string>& control_pieces);
 

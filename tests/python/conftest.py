@@ -31,9 +31,9 @@ SERVE_ARGS = os.environ.get("NIBBLE_TEST_SERVE_ARGS", "").split()
 SERVER_MODEL = os.environ.get("NIBBLE_TEST_SERVER_MODEL")
 
 
-def _synth(build_dir: pathlib.Path, out: pathlib.Path, *args: str) -> pathlib.Path:
+def _synth(build_dir: pathlib.Path, out: pathlib.Path, *args: str, preset: str = PRESET) -> pathlib.Path:
     import subprocess
-    subprocess.run([str(build_dir / "nibble"), "synth", "--preset", PRESET, "--out", str(out), *args],
+    subprocess.run([str(build_dir / "nibble"), "synth", "--preset", preset, "--out", str(out), *args],
                    check=True, capture_output=True)
     return out
 

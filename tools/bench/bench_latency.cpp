@@ -48,7 +48,8 @@ class Bench {
     Sequence s;
     const int64_t bs = runner_.block_size();
     for (int32_t b = 0; b < (total + bs - 1) / bs; ++b) s.seq.block_table.push_back(first_block + b);
-    for (int64_t i = 0; i < n; ++i) s.tokens.push_back(static_cast<int32_t>(rng_() % 150000));
+    const uint64_t vocab = static_cast<uint64_t>(runner_.config().vocab_size);
+    for (int64_t i = 0; i < n; ++i) s.tokens.push_back(static_cast<int32_t>(rng_() % vocab));
     return s;
   }
 
