@@ -58,6 +58,9 @@ if [ "$ernie_rc" = 0 ]; then
   build-device/nibble bench latency --model "$ERNIE_FULL" --backend cuda --modes none \
     --pp 2048 --tg 128 --batches 64 --batch-prompt 1000 --batch-gen 32 > "$OUT/latency_ernie.log" 2>&1
   results+=("$(printf '%-28s rc=%d' "bench latency, ERNIE" "$?")")
+  # Where ERNIE's prefill and decode steps spend their time, op by op (eager steps, CUDA events).
+  NIBBLE_PROFILE_STEPS=1 build-device/nibble bench latency --model "$ERNIE_FULL" --backend cuda --pp 2048 --tg 16 \
+    --batches "" --repeats 1 > "$OUT/profile_ernie.log" 2>&1
   rm -rf "$ERNIE_FULL"
 fi
 
@@ -102,3 +105,4 @@ for t in "$OUT"/test_cuda_*.log; do grep -hE "Failure|Expected|actual|^mode" "$t
 printf '%s\n' "${results[@]}"
 if [ -f "$OUT/latency.log" ]; then grep -vE "^\[nibble" "$OUT/latency.log"; fi
 if [ -f "$OUT/latency_ernie.log" ]; then grep -vE "^\[nibble" "$OUT/latency_ernie.log"; fi
+if [ -f "$OUT/profile_ernie.log" ]; then grep -E "steps:" "$OUT/profile_ernie.log" | sed "s/; /;\n    /g"; fi

@@ -199,11 +199,17 @@ std::optional<GemmBackend> parse_gemm_backend(std::string_view name) {
   return std::nullopt;
 }
 
+// The fused GEMV unrolls at most 8 steps of CODES_PER_STEP codes over k (launch_gemv_for_k).
+bool fused_supported(int64_t in_features) { return in_features <= 8 * CODES_PER_STEP; }
+
 GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K) {
-  if (backend == GemmBackend::SKINNY && !skinny_supported(K)) backend = GemmBackend::AUTO;
+  // A kernel that cannot take this K falls back to AUTO's choice (e.g. ERNIE-4.5's dense
+  // down_proj, K = 12,288: dequant-cublas).
+  if ((backend == GemmBackend::SKINNY && !skinny_supported(K)) || (backend == GemmBackend::FUSED && !fused_supported(K)))
+    backend = GemmBackend::AUTO;
   if (backend != GemmBackend::AUTO) return backend;
   if (M <= AUTO_SKINNY_MAX_M && skinny_supported(K)) return GemmBackend::SKINNY;
-  return M <= AUTO_FUSED_MAX_M ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;
+  return M <= AUTO_FUSED_MAX_M && fused_supported(K) ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;
 }
 
 Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStream_t stream) {

@@ -53,7 +53,11 @@ inline constexpr int64_t AUTO_FUSED_MAX_M = 1;
 // 8.9/11.3 at 32, 15.7/11.9 at 64).
 inline constexpr int64_t AUTO_SKINNY_MAX_M = 32;
 
-// The backend AUTO means for M rows and in_features K (other choices are returned as they are).
+// Whether the fused GEMV takes this in_features (up to 8192).
+bool fused_supported(int64_t in_features);
+
+// The backend AUTO means for M rows and in_features K (other choices are returned as they are,
+// unless that kernel cannot take K: then AUTO's choice).
 GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K);
 
 // Ŵ as BF16 [rows, cols], unscaled by weight_scale_2 (so exact).

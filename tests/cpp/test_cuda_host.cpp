@@ -27,7 +27,8 @@ TEST(CudaHost, GemmBackendNamesRoundTrip) {
 }
 
 // Which kernels AUTO picks: skinny for few rows where in_features allows it (multiples of 128, up to
-// 8192), the earlier rules elsewhere; an explicit SKINNY that cannot run falls back rather than fail.
+// 8192), the earlier rules elsewhere; an explicit SKINNY or FUSED that cannot run falls back rather
+// than fail.
 TEST(CudaHost, AutoPicksTheSkinnyKernelsForFewRows) {
   using cuda::GemmBackend;
   EXPECT_TRUE(cuda::skinny_supported(2048) && cuda::skinny_supported(768) && cuda::skinny_supported(8192));
@@ -38,6 +39,9 @@ TEST(CudaHost, AutoPicksTheSkinnyKernelsForFewRows) {
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, 1, 192), GemmBackend::FUSED);  // K not a multiple of 128
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::SKINNY, 1, 192), GemmBackend::FUSED);
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::FUSED, 1, 2048), GemmBackend::FUSED);
+  // ERNIE-4.5's dense down_proj (K = 12,288) is beyond both GEMV kernels.
+  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, 1, 12288), GemmBackend::DEQUANT_CUBLAS);
+  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::FUSED, 1, 12288), GemmBackend::DEQUANT_CUBLAS);
 
   cuda::DeviceMoeWeights qwen3;
   qwen3.hidden = 2048, qwen3.intermediate = 768;
