@@ -162,8 +162,10 @@ __global__ void __launch_bounds__(WARPS * 32) prefill_attention_kernel(const flo
 
 }  // namespace
 
+// Any group up to 16: an item holds floor(64 / G) tokens, and the rows past tokens · G (64 mod G of
+// them, e.g. 4 for ERNIE-4.5's G = 5) are masked as tokens beyond the item.
 bool prefill_attention_supported(int64_t head_dim, int64_t group) {
-  return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= 16 && ROWS % group == 0;
+  return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= 16;
 }
 
 int64_t prefill_item_tokens(int64_t group) { return ROWS / group; }
@@ -173,7 +175,7 @@ Status prefill_attention(const float* q, const uint16_t* k_cache, const uint16_t
   if (b.n_items <= 0) return Status::ok();
   const int64_t G = b.n_heads / b.n_kv_heads;
   if (!prefill_attention_supported(b.head_dim, G))
-    return Status::error("prefill_attention: head_dim 64 or 128 and a query group dividing 64 only");
+    return Status::error("prefill_attention: head_dim 64 or 128 and a query group of at most 16 only");
   const dim3 grid(static_cast<unsigned>(b.n_items), static_cast<unsigned>(b.n_kv_heads));
   if (b.head_dim == 64) prefill_attention_kernel<64><<<grid, WARPS * 32, 0, stream>>>(q, k_cache, v_cache, b, out);
   else prefill_attention_kernel<128><<<grid, WARPS * 32, 0, stream>>>(q, k_cache, v_cache, b, out);

@@ -203,12 +203,12 @@ std::optional<GemmBackend> parse_gemm_backend(std::string_view name) {
 bool fused_supported(int64_t in_features) { return in_features <= 8 * CODES_PER_STEP; }
 
 GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K) {
-  // A kernel that cannot take this K falls back to AUTO's choice (e.g. ERNIE-4.5's dense
-  // down_proj, K = 12,288: dequant-cublas).
-  if ((backend == GemmBackend::SKINNY && !skinny_supported(K)) || (backend == GemmBackend::FUSED && !fused_supported(K)))
+  // A kernel that cannot take this K falls back to AUTO's choice (e.g. the fused GEMV on ERNIE-4.5's
+  // dense down_proj, K = 12,288: skinny).
+  if ((backend == GemmBackend::SKINNY && !skinny_linear_supported(K)) || (backend == GemmBackend::FUSED && !fused_supported(K)))
     backend = GemmBackend::AUTO;
   if (backend != GemmBackend::AUTO) return backend;
-  if (M <= AUTO_SKINNY_MAX_M && skinny_supported(K)) return GemmBackend::SKINNY;
+  if (M <= AUTO_SKINNY_MAX_M && skinny_linear_supported(K)) return GemmBackend::SKINNY;
   return M <= AUTO_FUSED_MAX_M && fused_supported(K) ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;
 }
 

@@ -46,9 +46,23 @@ __device__ __forceinline__ float dot8(const uint4& a, const uint4& b, float acc)
   return acc;
 }
 
+// The same with fp32 weights (ERNIE-4.5's router): 8 BF16 inputs · 8 fp32 weights.
+__device__ __forceinline__ float dot8(const float4& w0, const float4& w1, const uint4& x, float acc) {
+  const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+  const uint32_t xw[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc = fmaf(w[2 * i], __uint_as_float(xw[i] << 16), acc);
+    acc = fmaf(w[2 * i + 1], __uint_as_float(xw[i] & 0xFFFF0000u), acc);
+  }
+  return acc;
+}
+
 // Router logits (a warp per expert: its row in registers, loaded before the PDL wait; x rows staged
 // in shared memory TOKEN_GROUP at a time, every load in flight at once), then the last CTA to
-// finish runs top-k for every token and the grouping, and re-arms the counter.
+// finish runs top-k for every token and the grouping, and re-arms the counter. An fp32 router
+// (F32) is read from global memory in the dot loop instead: its rows would need twice the registers.
+template <bool F32>
 __global__ void __launch_bounds__(SMALL_THREADS)
     route_group_small_kernel(const RouterArgs a, int tile_rows, ExpertGroups groups, int* counter) {
   extern __shared__ uint4 x_stage[];  // [TOKEN_GROUP, hidden / 8]
@@ -60,8 +74,10 @@ __global__ void __launch_bounds__(SMALL_THREADS)
   uint4 w[SMALL_MAX_CHUNKS];
 #pragma unroll
   for (int i = 0; i < SMALL_MAX_CHUNKS; ++i)
-    w[i] = expert < E && i < chunks ? __ldg(reinterpret_cast<const uint4*>(a.router + size_t(expert) * H + i * 256) + lane)
-                                    : make_uint4(0, 0, 0, 0);
+    w[i] = !F32 && expert < E && i < chunks
+               ? __ldg(reinterpret_cast<const uint4*>(a.router + size_t(expert) * H + i * 256) + lane)
+               : make_uint4(0, 0, 0, 0);
+  const float4* w_f32 = F32 ? reinterpret_cast<const float4*>(a.router_f32 + size_t(expert) * H) : nullptr;
   pdl_wait();
   pdl_launch_dependents();
   for (int t0 = 0; t0 < T; t0 += TOKEN_GROUP) {
@@ -84,8 +100,12 @@ __global__ void __launch_bounds__(SMALL_THREADS)
       for (int j = 0; j < n; ++j) {
         float acc = 0.0f;
 #pragma unroll
-        for (int i = 0; i < SMALL_MAX_CHUNKS; ++i)
-          if (i < chunks) acc = dot8(w[i], x_stage[j * row_words + i * 32 + lane], acc);
+        for (int i = 0; i < SMALL_MAX_CHUNKS; ++i) {
+          if (i >= chunks) continue;
+          const uint4 xv = x_stage[j * row_words + i * 32 + lane];
+          acc = F32 ? dot8(__ldg(w_f32 + (i * 256 + lane * 8) / 4), __ldg(w_f32 + (i * 256 + lane * 8) / 4 + 1), xv, acc)
+                    : dot8(w[i], xv, acc);
+        }
         for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, offset);
         if (lane == 0) a.logits[size_t(t0 + j) * E + expert] = acc;
       }
@@ -157,17 +177,20 @@ Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGro
     return Status::error("route_and_group_small: needs 1 to " + std::to_string(ROUTER_SMALL_MAX_TOKENS) +
                          " tokens, experts ≤ 256, top_k ≤ 32 and hidden a multiple of 256 up to " +
                          std::to_string(ROUTER_SMALL_MAX_HIDDEN));
-  if (!a.x || !a.router || !a.logits || !a.expert_ids || !a.weights || !counter || !groups.tiles)
-    return Status::error("route_and_group_small: null pointer (a BF16 router: fp32 ones take route())");
+  if (!a.x || !(a.router || a.router_f32) || !a.logits || !a.expert_ids || !a.weights || !counter || !groups.tiles)
+    return Status::error("route_and_group_small: null pointer");
   if (tile_rows < 1) return Status::error("route_and_group_small: tile_rows must be positive");
   const unsigned ctas = unsigned((a.experts + SMALL_THREADS / 32 - 1) / (SMALL_THREADS / 32));
   // The shared-memory limit for the largest hidden size, set once per process (not per launch).
-  static const cudaError_t limit = cudaFuncSetAttribute(
-      route_group_small_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      int(TOKEN_GROUP * ROUTER_SMALL_MAX_HIDDEN * sizeof(uint16_t)));
+  static const cudaError_t limit = [] {
+    const int bytes = int(TOKEN_GROUP * ROUTER_SMALL_MAX_HIDDEN * sizeof(uint16_t));
+    const cudaError_t e = cudaFuncSetAttribute(route_group_small_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    return e != cudaSuccess ? e : cudaFuncSetAttribute(route_group_small_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  }();
   NIB_RETURN_IF_ERROR(cuda_status(limit, "route_and_group_small: shared memory"));
   const size_t smem = size_t(TOKEN_GROUP) * a.hidden * sizeof(uint16_t);
-  return cuda_status(launch_pdl(route_group_small_kernel, ctas, SMALL_THREADS, smem, stream, a, tile_rows, groups, counter),
+  const auto kernel = a.router_f32 ? route_group_small_kernel<true> : route_group_small_kernel<false>;
+  return cuda_status(launch_pdl(kernel, ctas, SMALL_THREADS, smem, stream, a, tile_rows, groups, counter),
                      "route_and_group_small launch");
 }
 

@@ -21,8 +21,8 @@ struct RouterArgs {
   float* logits = nullptr;           // workspace [tokens, experts] fp32
   int32_t* expert_ids = nullptr;     // [tokens, top_k]
   float* weights = nullptr;          // [tokens, top_k]
-  // ERNIE-4.5: the router in fp32 instead (route() only; x_f32 is a [tokens, hidden] workspace for x
-  // in fp32), a per-expert bias added to the probabilities for the choice only, and the
+  // ERNIE-4.5: the router in fp32 instead (route() needs x_f32, a [tokens, hidden] workspace for x
+  // in fp32, for its cuBLAS GEMM; route_and_group_small does not), a per-expert bias added to the probabilities for the choice only, and the
   // renormalization dividing by max(Σ top-k, norm_min).
   const float* router_f32 = nullptr;
   float* x_f32 = nullptr;
@@ -40,7 +40,7 @@ Status route_topk(const float* logits, int64_t tokens, int64_t experts, int64_t 
 Status route(const RouterArgs& args, cublasHandle_t cublas, cudaStream_t stream);
 
 // Small batches: the router and group_by_expert in one launch — a warp per expert computes the
-// logits (fp32 dot products of the BF16 rows), and the last CTA to finish runs the top-k of every
+// logits (fp32 dot products of the BF16 or fp32 rows), and the last CTA to finish runs the top-k of every
 // token and the grouping with tile_rows. `counter`: a device int, 0 before the first call (each call
 // leaves it 0).
 // The one-launch router wins up to 4 tokens (H200, whole skinny MoE block: 26.1 against 28.6 µs at

@@ -134,7 +134,10 @@ struct DenseSegment {
 struct DenseParams {
   DenseSegment seg[MAX_SEGMENTS];
   int count;
-  int k;
+  int k;         // this launch's k range: [k_offset, k_offset + k) of rows k_stride long
+  int k_stride;
+  int k_offset;
+  bool accumulate;  // y += (a later k range of an in_features beyond SKINNY_MAX_K)
   const uint16_t* x;
   int m;
   const float* row_scales;
@@ -150,14 +153,14 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_kernel(const Dens
   const DenseSegment& seg = p.seg[s];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int m0 = (int(blockIdx.x) - seg.tile_begin) * 16;
-  const size_t code_row = size_t(p.k) / 2, scale_row = size_t(p.k) / 16;
+  const size_t code_row = size_t(p.k_stride) / 2, scale_row = size_t(p.k_stride) / 16;
   const uint8_t* row_codes[2];
   const uint8_t* row_scales[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = m0 + g + 8 * h;
-    row_codes[h] = row < seg.rows ? seg.codes + row * code_row : nullptr;
-    row_scales[h] = seg.scales + min(row, seg.rows - 1) * scale_row;
+    row_codes[h] = row < seg.rows ? seg.codes + row * code_row + p.k_offset / 2 : nullptr;
+    row_scales[h] = seg.scales + min(row, seg.rows - 1) * scale_row + p.k_offset / 16;
   }
   const int kb0 = warp * BLOCKS, nkb = min(BLOCKS, p.k / 128 - kb0);
   WeightFragments<BLOCKS> w;
@@ -169,7 +172,7 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_kernel(const Dens
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
     const int t = t0 + 8 * n + g;
-    x_rows[n] = t < p.m ? p.x + size_t(t) * p.k : nullptr;
+    x_rows[n] = t < p.m ? p.x + size_t(t) * p.k_stride + p.k_offset : nullptr;
   }
   float acc[NT][4] = {};
   mma_blocks<BLOCKS, NT>(w, x_rows, kb0, nkb, c, acc);
@@ -181,7 +184,8 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_kernel(const Dens
       const int t = t0 + 8 * n + 2 * c + (i & 1), row = m0 + g + 8 * (i >> 1);
       if (t >= p.m || row >= seg.rows) continue;
       const float scale = p.row_scales ? seg.alpha * p.row_scales[t] : seg.alpha;
-      seg.y[size_t(t) * seg.rows + row] = acc[n][i] * scale;
+      float& y = seg.y[size_t(t) * seg.rows + row];
+      y = p.accumulate ? y + acc[n][i] * scale : acc[n][i] * scale;
     }
 }
 
@@ -274,17 +278,17 @@ Status launch(Kernel kernel, dim3 grid, int k, int nt, const Params& p, cudaStre
   return cuda_status(launch_pdl(kernel, grid, dim3(unsigned(warps * 32)), smem, stream, p), what);
 }
 
-Status check_in_features(int64_t k, const char* what) {
-  if (skinny_supported(k)) return Status::ok();
-  return Status::error(std::string(what) + ": in_features " + std::to_string(k) + " is not a multiple of 128 up to " +
-                       std::to_string(SKINNY_MAX_K) + " (use another backend)");
+Status check_in_features(int64_t k, bool dense, const char* what) {
+  if (dense ? skinny_linear_supported(k) : skinny_supported(k)) return Status::ok();
+  return Status::error(std::string(what) + ": in_features " + std::to_string(k) + " is not a multiple of 128" +
+                       (dense ? "" : " up to " + std::to_string(SKINNY_MAX_K)) + " (use another backend)");
 }
 
 template <bool GATED>
 Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const DeviceNvfp4Experts* w1,
                   cudaStream_t stream) {
   const char* what = GATED ? "skinny_moe_gate_up" : "skinny_moe_down";
-  NIB_RETURN_IF_ERROR(check_in_features(w0.cols, what));
+  NIB_RETURN_IF_ERROR(check_in_features(w0.cols, false, what));
   if (!a.act || !a.tile_offsets || !a.tiles || !a.out || !w0.packed || !w0.block_scales || !w0.global_scales)
     return Status::error(std::string(what) + ": null pointer");
   if (a.tile_rows != SKINNY_TILE_ROWS)
@@ -312,14 +316,18 @@ bool skinny_supported(int64_t in_features) {
   return in_features > 0 && in_features % SKINNY_K_BLOCK == 0 && in_features <= SKINNY_MAX_K;
 }
 
+bool skinny_linear_supported(int64_t in_features) {
+  return in_features > 0 && in_features % SKINNY_K_BLOCK == 0 && in_features <= INT32_MAX / 2;
+}
+
 Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights, float* const* outputs,
                      int count, const float* row_scales, cudaStream_t stream) {
   if (count < 1 || count > MAX_SEGMENTS) return Status::error("skinny_linear: 1 to 3 weights per launch");
   if (M <= 0 || M > INT32_MAX / 2) return Status::error("skinny_linear: M must be in [1, 2^30)");
   if (!x || reinterpret_cast<uintptr_t>(x) % 16) return Status::error("skinny_linear: x must be 16-byte aligned");
   DenseParams p{};
-  p.count = count, p.k = int(weights[0]->cols), p.x = x, p.m = int(M), p.row_scales = row_scales;
-  NIB_RETURN_IF_ERROR(check_in_features(weights[0]->cols, "skinny_linear"));
+  p.count = count, p.k_stride = int(weights[0]->cols), p.x = x, p.m = int(M), p.row_scales = row_scales;
+  NIB_RETURN_IF_ERROR(check_in_features(weights[0]->cols, true, "skinny_linear"));
   int tiles = 0;
   for (int i = 0; i < count; ++i) {
     const DeviceNvfp4Weight& w = *weights[i];
@@ -332,12 +340,17 @@ Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* cons
   }
   const int nt = M <= 8 ? 1 : 2;
   const dim3 grid(unsigned(tiles), unsigned((M + 8 * nt - 1) / (8 * nt)));
-  const bool four = blocks_per_warp(p.k) == 4;
-  if (nt == 1)
-    return four ? launch(skinny_dense_kernel<4, 1>, grid, p.k, 1, p, stream, "skinny_linear")
-                : launch(skinny_dense_kernel<2, 1>, grid, p.k, 1, p, stream, "skinny_linear");
-  return four ? launch(skinny_dense_kernel<4, 2>, grid, p.k, 2, p, stream, "skinny_linear")
-              : launch(skinny_dense_kernel<2, 2>, grid, p.k, 2, p, stream, "skinny_linear");
+  // in_features beyond one CTA's SKINNY_MAX_K: launches over k ranges, each adding to y in k order
+  // (deterministic; e.g. ERNIE-4.5's dense down_proj, K = 12,288, in two).
+  for (p.k_offset = 0; p.k_offset < p.k_stride; p.k_offset += int(SKINNY_MAX_K)) {
+    p.k = std::min(p.k_stride - p.k_offset, int(SKINNY_MAX_K));
+    p.accumulate = p.k_offset > 0;
+    const bool four = blocks_per_warp(p.k) == 4;
+    const auto kernel = nt == 1 ? (four ? skinny_dense_kernel<4, 1> : skinny_dense_kernel<2, 1>)
+                                : (four ? skinny_dense_kernel<4, 2> : skinny_dense_kernel<2, 2>);
+    NIB_RETURN_IF_ERROR(launch(kernel, grid, p.k, nt, p, stream, "skinny_linear"));
+  }
+  return Status::ok();
 }
 
 Status skinny_moe_gate_up(const GroupedGemmArgs& args, const DeviceNvfp4Experts& gate, const DeviceNvfp4Experts& up,

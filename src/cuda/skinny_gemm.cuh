@@ -24,7 +24,9 @@ inline constexpr int64_t SKINNY_MAX_K = 16 * 4 * SKINNY_K_BLOCK;
 // The MoE kernels take expert tiles of this many sorted rows (one mma n-tile).
 inline constexpr int SKINNY_TILE_ROWS = 8;
 
-bool skinny_supported(int64_t in_features);
+bool skinny_supported(int64_t in_features);  // the MoE kernels (one CTA spans k)
+// skinny_linear: any multiple of 128 (k ranges of SKINNY_MAX_K in successive launches).
+bool skinny_linear_supported(int64_t in_features);
 
 // y_i[M, N_i] fp32 = row_scale · weight_scale_2_i · (x[M, K] · Ŵ_iᵀ) for each of `count` ≤ 3 weights
 // sharing x (the same K); row_scales (device [M]) or null for 1. Any M (token tiles of 16 each

@@ -26,22 +26,25 @@ TEST(CudaHost, GemmBackendNamesRoundTrip) {
   EXPECT_FALSE(cuda::parse_gemm_backend("").has_value());
 }
 
-// Which kernels AUTO picks: skinny for few rows where in_features allows it (multiples of 128, up to
-// 8192), the earlier rules elsewhere; an explicit SKINNY or FUSED that cannot run falls back rather
+// Which kernels AUTO picks: skinny for few rows where in_features allows it (multiples of 128; the
+// MoE kernels up to 8192), the earlier rules elsewhere; an explicit SKINNY or FUSED that cannot run falls back rather
 // than fail.
 TEST(CudaHost, AutoPicksTheSkinnyKernelsForFewRows) {
   using cuda::GemmBackend;
   EXPECT_TRUE(cuda::skinny_supported(2048) && cuda::skinny_supported(768) && cuda::skinny_supported(8192));
   EXPECT_FALSE(cuda::skinny_supported(96) || cuda::skinny_supported(8320) || cuda::skinny_supported(0));
+  EXPECT_TRUE(cuda::skinny_linear_supported(8320) && cuda::skinny_linear_supported(12288));  // k ranges
+  EXPECT_FALSE(cuda::skinny_linear_supported(96) || cuda::skinny_linear_supported(0));
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, 1, 2048), GemmBackend::SKINNY);
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_MAX_M, 4096), GemmBackend::SKINNY);
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_MAX_M + 1, 4096), GemmBackend::DEQUANT_CUBLAS);
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, 1, 192), GemmBackend::FUSED);  // K not a multiple of 128
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::SKINNY, 1, 192), GemmBackend::FUSED);
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::FUSED, 1, 2048), GemmBackend::FUSED);
-  // ERNIE-4.5's dense down_proj (K = 12,288) is beyond both GEMV kernels.
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, 1, 12288), GemmBackend::DEQUANT_CUBLAS);
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::FUSED, 1, 12288), GemmBackend::DEQUANT_CUBLAS);
+  // ERNIE-4.5's dense down_proj (K = 12,288): beyond the fused GEMV, skinny in two k ranges.
+  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, 1, 12288), GemmBackend::SKINNY);
+  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::FUSED, 1, 12288), GemmBackend::SKINNY);
+  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::FUSED, 1, 12288 + 64), GemmBackend::DEQUANT_CUBLAS);  // neither
 
   cuda::DeviceMoeWeights qwen3;
   qwen3.hidden = 2048, qwen3.intermediate = 768;

@@ -149,6 +149,8 @@ TEST(CudaLinearNvfp4, SkinnyMatchesReferenceOnModelShapes) {
     for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::SKINNY, seed + m);
   check(5, {40, 384, "odd rows"}, cuda::GemmBackend::SKINNY, seed);  // rows not a multiple of 16, 3 k-blocks
   check(2, {24, 8192, "long k"}, cuda::GemmBackend::SKINNY, seed);    // 16 warps
+  for (int64_t m : {1, 5, 12})  // ERNIE-4.5's dense down_proj: two k ranges, the second adding to y
+    check(m, {2560, 12288, "k ranges"}, cuda::GemmBackend::SKINNY, seed + 100 + m);
 }
 
 // q, k and v as one launch give what three launches give, bit for bit (each row's sum is the same).
@@ -197,6 +199,7 @@ TEST(CudaLinearNvfp4, W4A4ModesMatchReference) {
       for (int64_t m : {1, 3, 16})
         for (const Shape& s : SHAPES) check(m, s, backend, seed + m, mode);
   check(255, SHAPES[0], cuda::GemmBackend::AUTO, seed, formats::ActQuant::PER_TOKEN);
+  check(3, {2560, 12288, "k ranges"}, cuda::GemmBackend::SKINNY, seed, formats::ActQuant::PER_TOKEN);  // row scales per range
   check(4099, SHAPES[4], cuda::GemmBackend::AUTO, seed, formats::ActQuant::STATIC);
 }
 

@@ -143,6 +143,7 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
       {4, 2, 16, 4, {{0, 9}, {6, 1}}},                                      // tiny-moe, odd sizes
       {6, 6, 32, 8, {{3, 5}}},                                              // MHA
       {32, 4, 128, 16, {{0, 100}, {200, 70}}},                              // prefill chunks only, long contexts
+      {20, 4, 128, 16, {{0, 61}, {40, 13}, {7, 1}}},                        // ERNIE-4.5-21B-A3B: groups of 5
   };
   for (const Case& c : cases) {
     int64_t T = 0, blocks = 0;

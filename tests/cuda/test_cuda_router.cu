@@ -6,6 +6,7 @@
 // two candidates' weights are within that tolerance (a near-tie may break either way).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -80,6 +81,69 @@ TEST(CudaRouter, MatchesReference) {
   for (int64_t t : {1, 3, 17, 255, 4099}) check(t, 128, 8, 2048, false, seed + t);
   check(255, 8, 2, 32, false, seed);
   check(64, 128, 8, 2048, true, seed);
+}
+
+// ERNIE-4.5's router (E = 64, k = 6, H = 2560; fp32 weights, a correction bias that chooses, the
+// renormalization floor) through both GPU paths: route() (fp32 cuBLAS GEMM + top-k) and the one-launch
+// route_and_group_small, against ref::route, weights within check()'s 2e-5 (a near-tie swap of ids
+// stays inside it); the grouping's expert offsets must count the chosen experts.
+TEST(CudaRouter, Fp32RouterWithBiasBothPaths) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaRouter.Fp32RouterWithBiasBothPaths");
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t E = 64, K = 6, H = 2560;
+  std::vector<float> router(static_cast<size_t>(E * H)), bias(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    const float row_scale = 0.02f * std::exp(0.5f * normal(rng));
+    for (int64_t h = 0; h < H; ++h) router[e * H + h] = row_scale * normal(rng);
+    bias[e] = 0.01f * normal(rng);  // the size of ERNIE's e_score_correction_bias spread
+  }
+  for (int64_t tokens : {1, 3, 4}) {
+    std::vector<uint16_t> x_bits(static_cast<size_t>(tokens * H));
+    for (auto& b : x_bits) b = formats::bf16_encode(normal(rng));
+    std::vector<float> x(x_bits.size());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = formats::bf16_decode(x_bits[i]);
+    ref::MoeWeights w;
+    w.router_f32 = router.data();
+    w.score_bias = bias.data();
+    w.norm_min = 1e-12f;
+    w.n_experts = E, w.top_k = K, w.hidden = H;
+    std::vector<int32_t> want_ids(static_cast<size_t>(tokens * K));
+    std::vector<float> want_w(want_ids.size());
+    ref::route(x.data(), tokens, w, want_ids.data(), want_w.data());
+
+    test::DeviceBuffer<uint16_t> d_x(x_bits);
+    test::DeviceBuffer<float> d_router(router), d_bias(bias), d_x32(x.size()), d_logits(static_cast<size_t>(tokens * E)),
+        d_w(want_w.size());
+    test::DeviceBuffer<int32_t> d_ids(want_ids.size()), d_counter(std::vector<int32_t>{0});
+    test::DeviceBuffer<int32_t> d_expert_offsets(static_cast<size_t>(E + 1)), d_tile_offsets(static_cast<size_t>(E + 1)),
+        d_sorted(want_ids.size()), d_rows(want_ids.size());
+    test::DeviceBuffer<int4> d_tiles(static_cast<size_t>(cuda::max_expert_tiles(tokens * K, E, 8)));
+    const cuda::ExpertGroups groups{d_expert_offsets.get(), d_tile_offsets.get(), d_sorted.get(), d_rows.get(), d_tiles.get()};
+    cuda::RouterArgs args{d_x.get(), nullptr, tokens, H, E, K, true, d_logits.get(), d_ids.get(), d_w.get()};
+    args.router_f32 = d_router.get(), args.x_f32 = d_x32.get(), args.score_bias = d_bias.get(), args.norm_min = w.norm_min;
+    cublasHandle_t handle;
+    ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+    for (int small = 0; small < 2; ++small) {
+      const Status s = small ? cuda::route_and_group_small(args, 8, groups, d_counter.get(), nullptr)
+                             : cuda::route(args, handle, nullptr);
+      ASSERT_TRUE(s.is_ok()) << s.message();
+      NIB_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto got_ids = d_ids.to_host();
+      const auto got_w = d_w.to_host();
+      // A swapped id (a near tie) shows as a weight within the tolerance of the reference's.
+      for (size_t i = 0; i < got_ids.size(); ++i)
+        EXPECT_LT(std::fabs(got_w[i] - want_w[i]), 2e-5) << (small ? "small" : "cuBLAS") << " T " << tokens << " slot " << i;
+      if (small) {
+        const auto offsets = d_expert_offsets.to_host();
+        EXPECT_EQ(offsets[E], tokens * K);
+        for (int64_t e = 0; e < E; ++e)
+          EXPECT_EQ(offsets[e + 1] - offsets[e], std::count(got_ids.begin(), got_ids.end(), int32_t(e))) << "expert " << e;
+      }
+    }
+    cublasDestroy(handle);
+  }
 }
 
 TEST(CudaRouter, BadArgumentsAreErrors) {
