@@ -45,9 +45,13 @@ CommandRunner register_bench(CLI::App& root) {
   cmd->add_option("--result-dir", o->result_dir, "Folder for --save-result")->capture_default_str();
   cmd->add_option("--result-filename", o->result_filename, "File name for --save-result");
   cmd->add_flag("--disable-tqdm", o->disable_progress, "No progress bar");
-  auto* kernels = bench->add_subcommand("kernels", "CUDA kernel benchmark on Qwen3-30B-A3B shapes against the floor and cuBLAS BF16");
+  auto* kernels = bench->add_subcommand("kernels", "CUDA kernel benchmark on a model's shapes against the floor and cuBLAS BF16");
   auto k = std::make_shared<BenchKernelsOptions>();
   kernels->add_option("--ops", k->ops, "Benchmarks to run: dense, moe (comma-separated)")->capture_default_str();
+  kernels->add_option("--shapes", k->shapes, "Whose shapes: qwen3-30b-a3b | ernie-4.5-21b-a3b (its MoE also with the "
+                                             "2 shared experts as 2 more routed ones)")
+      ->check(CLI::IsMember({"qwen3-30b-a3b", "ernie-4.5-21b-a3b"}))
+      ->capture_default_str();
   kernels->add_option("--m", k->m_values, "Dense: token counts (rows of x)")->capture_default_str();
   kernels->add_option("--moe-tokens", k->moe_tokens, "MoE: token counts")->capture_default_str();
   const std::vector<std::string> backends{"all", "fused", "dequant-cublas", "skinny", "auto"};

@@ -346,23 +346,31 @@ struct CudaModel::Impl {
   Status swiglu_mlp(const DeviceLinear& gate, const DeviceLinear& up, const DeviceLinear& down, const uint16_t* in,
                     int64_t T, float* out) {
     const ActQuant mode = options.act_quant_dense;
-    NIB_RETURN_IF_ERROR(run_linear(gate, in, T, mode, mlp_gate));
-    NIB_RETURN_IF_ERROR(run_linear(up, in, T, mode, mlp_up));
+    const DeviceLinear* gate_up[2] = {&gate, &up};
+    float* outputs[2] = {mlp_gate, mlp_up};
+    NIB_RETURN_IF_ERROR(run_shared_input(gate_up, outputs, 2, in, T, mode));
     NIB_RETURN_IF_ERROR(cuda::silu_mul_bf16(mlp_gate, mlp_up, T * gate.out, mlp_act, stream()));
     return run_linear(down, mlp_act, T, mode, out);
   }
 
-  // q, k and v share their input (and their static input scale, the maximum of the three): one
-  // launch where the skinny kernels run.
-  Status run_qkv(const DeviceLayer& w, const uint16_t* in, int64_t M, ActQuant mode) {
-    if (!w.q.nvfp4 || !w.k.nvfp4 || !w.v.nvfp4 || options.gemm == cuda::GemmBackend::FUSED) {
-      NIB_RETURN_IF_ERROR(run_linear(w.q, in, M, mode, q));
-      NIB_RETURN_IF_ERROR(run_linear(w.k, in, M, mode, k));
-      return run_linear(w.v, in, M, mode, v);
+  // Linears that share their input (and their static input scale, the maximum of theirs: q/k/v,
+  // gate/up): one launch where the skinny kernels run.
+  Status run_shared_input(const DeviceLinear* const* linears, float* const* outputs, int count, const uint16_t* in,
+                          int64_t M, ActQuant mode) {
+    const bool all_nvfp4 = std::all_of(linears, linears + count, [](const DeviceLinear* l) { return l->nvfp4; });
+    if (!all_nvfp4 || options.gemm == cuda::GemmBackend::FUSED) {
+      for (int i = 0; i < count; ++i) NIB_RETURN_IF_ERROR(run_linear(*linears[i], in, M, mode, outputs[i]));
+      return Status::ok();
     }
-    const cuda::DeviceNvfp4Weight* weights[3] = {&w.q.q, &w.k.q, &w.v.q};
+    const cuda::DeviceNvfp4Weight* weights[3];
+    for (int i = 0; i < count; ++i) weights[i] = &linears[i]->q;
+    return cuda::linear_nvfp4_shared_input(in, M, weights, outputs, count, mode, linears[0]->input_scale, options.gemm, gemm);
+  }
+
+  Status run_qkv(const DeviceLayer& w, const uint16_t* in, int64_t M, ActQuant mode) {
+    const DeviceLinear* qkv[3] = {&w.q, &w.k, &w.v};
     float* outputs[3] = {q, k, v};
-    return cuda::linear_nvfp4_shared_input(in, M, weights, outputs, 3, mode, w.q.input_scale, options.gemm, gemm);
+    return run_shared_input(qkv, outputs, 3, in, M, mode);
   }
 
   // The step's metadata into the pinned buffers, padded to T tokens (padding: token 0 at position 0
@@ -489,7 +497,10 @@ struct CudaModel::Impl {
       if (w.is_moe) {
         // x += the block's output and the next norm (the next layer's, or the final one) in its combine.
         const cuda::ResidualNorm next{x, l + 1 < layers.size() ? layers[l + 1].input_norm : final_norm, eps, h};
-        if (w.has_shared) NIB_RETURN_IF_ERROR(swiglu_mlp(w.shared_gate, w.shared_up, w.shared_down, h, T, shared_out));
+        if (w.has_shared) {
+          NIB_RETURN_IF_ERROR(swiglu_mlp(w.shared_gate, w.shared_up, w.shared_down, h, T, shared_out));
+          profiler.mark("shared experts");
+        }
         NIB_RETURN_IF_ERROR(cuda::moe_forward(h, T, w.moe, options.act_quant_moe, options.moe, *moe_ws, delta, s,
                                               ctx->cublas, &next, w.has_shared ? shared_out : nullptr));
         profiler.mark("MoE block");

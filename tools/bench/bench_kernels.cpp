@@ -31,8 +31,13 @@ struct Shape {
   int64_t n, k;
 };
 // Qwen3-30B-A3B: attention projections and one expert's matrices (DESIGN.md §7).
-constexpr Shape SHAPES[] = {{"q_proj", 4096, 2048}, {"k_proj", 512, 2048}, {"o_proj", 2048, 4096},
-                            {"expert.gate", 768, 2048}, {"expert.down", 2048, 768}};
+const std::vector<Shape> QWEN3_SHAPES = {{"q_proj", 4096, 2048}, {"k_proj", 512, 2048}, {"o_proj", 2048, 4096},
+                                         {"expert.gate", 768, 2048}, {"expert.down", 2048, 768}};
+// ERNIE-4.5-21B-A3B (config.json: hidden 2560, 20/4 heads of 128, experts 1536 wide, 2 shared experts,
+// a dense first layer 12288 wide): its attention, the shared experts as one dense MLP, the dense down.
+const std::vector<Shape> ERNIE_SHAPES = {{"q_proj", 2560, 2560},       {"k_proj", 512, 2560},
+                                         {"o_proj", 2560, 2560},       {"shared.gate", 3072, 2560},
+                                         {"shared.down", 2560, 3072}, {"dense.down", 2560, 12288}};
 
 }  // namespace
 
@@ -61,7 +66,8 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
   std::normal_distribution<float> normal(0.0f, 0.02f);
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());
   const bool dense = o.ops.find("dense") != std::string::npos;
-  for (const Shape& s : SHAPES) {
+  const bool ernie = o.shapes == "ernie-4.5-21b-a3b";
+  for (const Shape& s : ernie ? ERNIE_SHAPES : QWEN3_SHAPES) {
     if (!dense) break;
     // Weights: one random NVFP4 matrix, copied until the copies exceed 2 × L2.
     std::vector<float> w(static_cast<size_t>(s.n * s.k));
@@ -137,7 +143,14 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
     for (int c = 0; c < copies; ++c) cudaFree(packed[c]), cudaFree(scales[c]), cudaFree(bf16[c]);
     cudaFree(x), cudaFree(y), cudaFree(workspace), cudaFree(x_hat), cudaFree(row_scales);
   }
-  if (o.ops.find("moe") != std::string::npos && run_bench_moe(o, stream, cublas, rows) != 0) return 1;
+  // ERNIE's MoE also with its 2 shared experts (2 × 1536 wide) as 2 more experts every token routes to:
+  // what one expert group for both would cost, against the dense shared.* rows plus the routed block.
+  const std::vector<MoeShape> moe_shapes =
+      ernie ? std::vector<MoeShape>{{"ernie-4.5-21b-a3b", 64, 6, 2560, 1536}, {"ernie+shared-as-experts", 66, 8, 2560, 1536}}
+            : std::vector<MoeShape>{{"qwen3-30b-a3b", 128, 8, 2048, 768}};
+  if (o.ops.find("moe") != std::string::npos)
+    for (const MoeShape& shape : moe_shapes)
+      if (run_bench_moe(o, shape, stream, cublas, rows) != 0) return 1;
   cublasDestroy(cublas);
   if (!o.json_out.empty()) std::ofstream(o.json_out) << rows.dump(1) << "\n";
   return 0;

@@ -1,4 +1,4 @@
-// `nibble bench kernels`: times the CUDA ops on Qwen3-30B-A3B shapes against their floor
+// `nibble bench kernels`: times the CUDA ops on a model's shapes (Qwen3-30B-A3B or ERNIE-4.5-21B-A3B) against their floor
 // (DESIGN.md §6: max(bytes / HBM bandwidth, FLOPs / BF16 peak)) and cuBLAS BF16 on the same shape.
 #pragma once
 
@@ -8,6 +8,7 @@ namespace nibble::tools {
 
 struct BenchKernelsOptions {
   std::string ops = "dense,moe";                 // which benchmarks: dense linear, the MoE block
+  std::string shapes = "qwen3-30b-a3b";          // whose shapes: qwen3-30b-a3b | ernie-4.5-21b-a3b
   std::string m_values = "1,8,16,128,1024,8192";  // dense: rows of x
   std::string moe_tokens = "1,128,8192";         // MoE: tokens
   std::string gemm_backend = "all";              // dense backends timed: all | fused | dequant-cublas | auto
@@ -20,5 +21,11 @@ struct BenchKernelsOptions {
 };
 
 int run_bench_kernels(const BenchKernelsOptions& options);
+
+// One MoE block's shape for the MoE benchmark.
+struct MoeShape {
+  const char* label;
+  int64_t experts, top_k, hidden, intermediate;
+};
 
 }  // namespace nibble::tools

@@ -1,5 +1,5 @@
-// MoE block benchmark: Qwen3-30B-A3B's MoE (E = 128, k = 8, H = 2048, I = 768) end to end, from
-// BF16 hidden states through the router, grouping, gate_up+SwiGLU, down and combine to the fp32
+// MoE block benchmark: one model's MoE (Qwen3-30B-A3B: E = 128, k = 8, H = 2048, I = 768) end to
+// end, from BF16 hidden states through the router, grouping, gate_up+SwiGLU, down and combine to the fp32
 // output. Random NVFP4 experts in two copies and eight different inputs (so each launch routes to
 // other experts and the touched weights exceed L2), a CUDA graph per batch for the fused backend
 // (dequant-cublas reads expert counts back and is issued directly). The floor counts the weight
@@ -20,7 +20,6 @@
 namespace nibble::tools {
 namespace {
 
-constexpr int64_t E = 128, TOP_K = 8, H = 2048, I = 768;
 constexpr int WEIGHT_COPIES = 2, INPUT_COPIES = 8;
 
 struct DeviceExperts {
@@ -29,7 +28,7 @@ struct DeviceExperts {
   std::vector<float> host_global;
 };
 
-int upload_experts(int64_t rows, int64_t cols, std::mt19937_64& rng, DeviceExperts& d) {
+int upload_experts(int64_t E, int64_t rows, int64_t cols, std::mt19937_64& rng, DeviceExperts& d) {
   std::vector<uint8_t> packed(size_t(E * rows * cols / 2)), scales(size_t(E * rows * cols / 16));
   for (size_t i = 0; i < packed.size(); i += 8) {
     const uint64_t bits = rng();
@@ -48,7 +47,9 @@ int upload_experts(int64_t rows, int64_t cols, std::mt19937_64& rng, DeviceExper
 
 }  // namespace
 
-int run_bench_moe(const BenchKernelsOptions& o, cudaStream_t stream, cublasHandle_t cublas, nlohmann::json& rows) {
+int run_bench_moe(const BenchKernelsOptions& o, const MoeShape& shape, cudaStream_t stream, cublasHandle_t cublas,
+                  nlohmann::json& rows) {
+  const int64_t E = shape.experts, TOP_K = shape.top_k, H = shape.hidden, I = shape.intermediate;
   std::vector<int64_t> token_counts;
   std::stringstream list(o.moe_tokens);
   for (std::string item; std::getline(list, item, ',');) token_counts.push_back(std::stoll(item));
@@ -65,7 +66,7 @@ int run_bench_moe(const BenchKernelsOptions& o, cudaStream_t stream, cublasHandl
   BENCH_CUDA(cudaMalloc(&router, router_host.size() * 2));
   BENCH_CUDA(cudaMemcpy(router, router_host.data(), router_host.size() * 2, cudaMemcpyHostToDevice));
   for (int c = 0; c < WEIGHT_COPIES; ++c) {
-    if (upload_experts(I, H, rng, gate[c]) || upload_experts(I, H, rng, up[c]) || upload_experts(H, I, rng, down[c]))
+    if (upload_experts(E, I, H, rng, gate[c]) || upload_experts(E, I, H, rng, up[c]) || upload_experts(E, H, I, rng, down[c]))
       return 1;
     cuda::DeviceMoeWeights& w = weights[c];
     w.router = router;
@@ -91,7 +92,7 @@ int run_bench_moe(const BenchKernelsOptions& o, cudaStream_t stream, cublasHandl
     return 1;
   }
 
-  std::printf("\nMoE block (E=%lld, k=%lld, H=%lld, I=%lld), router to combined output\n", (long long)E,
+  std::printf("\nMoE block %s (E=%lld, k=%lld, H=%lld, I=%lld), router to combined output\n", shape.label, (long long)E,
               (long long)TOP_K, (long long)H, (long long)I);
   std::printf("%-6s %6s %-30s %10s %9s %9s %8s %8s %16s\n", "op", "T", "backend/mode", "time(us)", "GB/s", "TFLOP/s",
               "%floor", "experts", "vs dequant-cublas");
@@ -137,7 +138,7 @@ int run_bench_moe(const BenchKernelsOptions& o, cudaStream_t stream, cublasHandl
         if (t_baseline > 0) std::snprintf(versus, sizeof versus, "%.2fx", t_baseline / t);
         std::printf("%-6s %6lld %-30s %10.2f %9.0f %9.1f %7.0f%% %8d %17s\n", "moe", (long long)tokens, label.c_str(),
                     t * 1e6, bytes / t / 1e9, flops / t / 1e12, 100.0 * floor / t, active, versus);
-        rows.push_back({{"op", "moe"}, {"tokens", tokens}, {"backend", cuda::gemm_backend_name(backend)},
+        rows.push_back({{"op", "moe"}, {"shape", shape.label}, {"tokens", tokens}, {"backend", cuda::gemm_backend_name(backend)},
                         {"mode", bench_mode_label(mode)}, {"time_us", t * 1e6}, {"gb_s", bytes / t / 1e9},
                         {"tflops", flops / t / 1e12}, {"pct_floor", 100.0 * floor / t}, {"experts_active", active}});
       }

@@ -1,4 +1,4 @@
-// `nibble bench kernels`, MoE part: the whole MoE block of Qwen3-30B-A3B on the GPU per token count,
+// `nibble bench kernels`, MoE part: the whole MoE block of one shape on the GPU per token count,
 // activation mode and backend. Only built with the CUDA backend.
 #pragma once
 
@@ -12,6 +12,7 @@
 namespace nibble::tools {
 
 // Prints a table and appends one JSON row per measurement; 0 on success.
-int run_bench_moe(const BenchKernelsOptions& o, cudaStream_t stream, cublasHandle_t cublas, nlohmann::json& rows);
+int run_bench_moe(const BenchKernelsOptions& o, const MoeShape& shape, cudaStream_t stream, cublasHandle_t cublas,
+                  nlohmann::json& rows);
 
 }  // namespace nibble::tools
