@@ -345,7 +345,11 @@ void Engine::accept_token(SeqState& s, sampling::SampledToken&& drawn, Clock::ti
 
 void Engine::finish_sequence(SeqState& s, FinishReason reason) {
   if (s.finish != FinishReason::NONE) return;
-  if (s.stop_string.empty()) s.text.finish();
+  if (s.stop_string.empty()) {  // text held back to the end may hold a stop string: it stops there
+    const bool check = reason != FinishReason::ABORT && s.n_output() >= s.request->request.stop.min_tokens;
+    std::string matched = s.text.finish(check);
+    if (!matched.empty()) reason = FinishReason::STOP, s.stop_string = std::move(matched);
+  }
   s.finish = reason;
   s.changed = true;
   scheduler_.finish(&s);

@@ -17,7 +17,17 @@ TextOutput::TextOutput(const text::Tokenizer& tokenizer, bool skip_special_token
 std::string TextOutput::add(int32_t token, bool check_stop) {
   const size_t old_size = text_.size();
   text_ += detokenizer_.add(token);
-  if (!check_stop || text_.size() == old_size) return "";
+  return check_stop ? cut_at_stop(old_size) : "";
+}
+
+std::string TextOutput::finish(bool check_stop) {
+  const size_t old_size = text_.size();
+  text_ += detokenizer_.finish();
+  return check_stop ? cut_at_stop(old_size) : "";
+}
+
+std::string TextOutput::cut_at_stop(size_t old_size) {
+  if (text_.size() == old_size) return "";
   size_t best = std::string::npos;
   const std::string* matched = nullptr;
   for (const std::string& s : stop_) {
@@ -33,8 +43,6 @@ std::string TextOutput::add(int32_t token, bool check_stop) {
   taken_ = std::min(taken_, text_.size());
   return *matched;
 }
-
-void TextOutput::finish() { text_ += detokenizer_.finish(); }
 
 std::string TextOutput::take(bool final) {
   size_t end = text_.size();

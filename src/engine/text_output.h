@@ -20,12 +20,16 @@ class TextOutput {
   // Adds a token's text. With check_stop, returns the stop string the text now contains (the
   // text is cut before it, or after it with include_stop_string), else "".
   std::string add(int32_t token, bool check_stop);
-  // The sequence ended without a stop string: whatever the detokenizer still holds is final.
-  void finish();
+  // The sequence ended without a stop string: whatever the detokenizer still holds is final (e.g. a
+  // run of SentencePiece byte pieces), and with check_stop a stop string in it cuts it as add() does.
+  std::string finish(bool check_stop);
   // Text not yet taken; a stop string's possible beginning is held back unless `final`.
   std::string take(bool final);
 
  private:
+  // Cuts the text at the first stop string that ends after old_size; returns it, or "".
+  std::string cut_at_stop(size_t old_size);
+
   text::IncrementalDetokenizer detokenizer_;
   std::vector<std::string> stop_;
   bool include_stop_;
