@@ -13,3 +13,14 @@ synth_qwen3_full() {
   [ -f "$SYNTH_DIR/config.json" ] ||
     build-device/nibble synth --preset qwen3-30b-a3b --out "$SYNTH_DIR" --seed 0 > "$OUT/synth.log" 2>&1
 }
+
+# The openai-client server tests need openai, pytest and requests, which the machine's python lacks:
+# scripts/device_wheels.sh fetches them here as wheels (carry ".whl"). Returns 0 when importable.
+test_wheels() {
+  if [ -d .whl ] && [ ! -d /tmp/site ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      > "$OUT/wheels.log" 2>&1
+  fi
+  [ -d /tmp/site ] && export PYTHONPATH=/tmp/site
+  python3 -c "import openai, pytest, requests" 2>/dev/null
+}

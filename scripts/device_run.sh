@@ -43,27 +43,6 @@ if [ "${QWEN_BENCH:-1}" = 1 ]; then  # QWEN_BENCH=0 skips it (~100 s) when only 
   results+=("$(printf '%-28s rc=%d' "bench latency" "$?")")
 fi
 
-# ERNIE-4.5 on the GPU: the runner tests on a small ERNIE against the CPU.
-ERNIE_DIR=${ERNIE_DIR:-/tmp/small-ernie}
-rm -rf "$ERNIE_DIR"
-build-device/nibble synth --preset small-ernie --out "$ERNIE_DIR" --seed 2 > "$OUT/synth_ernie.log" 2>&1
-NIBBLE_TEST_MODEL="$ERNIE_DIR" build-device/tests/test_cuda_runner > "$OUT/runner_ernie.log" 2>&1
-ernie_rc=$?
-results+=("$(printf '%-28s rc=%d  %s' "runner vs cpu, small ERNIE" "$ernie_rc" "$(grep -E '^mode|FAILED  \]' "$OUT/runner_ernie.log" | tr '\n' ' ')")")
-# Where it passes: the full-size synthetic ERNIE-4.5-21B-A3B, as issue 17 asks (pp2048, tg128, 64 sequences).
-if [ "$ernie_rc" = 0 ]; then
-  ERNIE_FULL=/tmp/ernie-4.5-21b-a3b-synth
-  rm -rf "$ERNIE_FULL"
-  build-device/nibble synth --preset ernie-4.5-21b-a3b --out "$ERNIE_FULL" --seed 0 > "$OUT/synth_ernie_full.log" 2>&1
-  build-device/nibble bench latency --model "$ERNIE_FULL" --backend cuda --modes none \
-    --pp 2048 --tg 128 --batches 64 --batch-prompt 1000 --batch-gen 32 > "$OUT/latency_ernie.log" 2>&1
-  results+=("$(printf '%-28s rc=%d' "bench latency, ERNIE" "$?")")
-  # Where ERNIE's prefill and decode steps spend their time, op by op (eager steps, CUDA events).
-  NIBBLE_PROFILE_STEPS=1 build-device/nibble bench latency --model "$ERNIE_FULL" --backend cuda --pp 2048 --tg 16 \
-    --batches "" --repeats 1 > "$OUT/profile_ernie.log" 2>&1
-  rm -rf "$ERNIE_FULL"
-fi
-
 # nibble serve --backend cuda on the full-size checkpoint: a completion and a streamed chat.
 build-device/nibble serve --backend cuda --model "$SYNTH_DIR" --port 8765 --max-num-seqs 64 > "$OUT/serve.log" 2>&1 &
 serve_pid=$!
@@ -77,26 +56,18 @@ results+=("$(printf '%-28s       %s' "serve cuda: completion" "$(echo "$completi
 results+=("$(printf '%-28s       %s' "serve cuda: chat stream" "$chat_events data events (8 tokens + role + finish/usage + DONE expected)")")
 
 
-# The openai-client server tests against nibble serve --backend cuda: the machine's python has no
-# openai, pytest or requests; scripts/device_wheels.sh fetches them here as wheels (carry ".whl").
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    > "$OUT/wheels.log" 2>&1 && export PYTHONPATH=/tmp/site
-fi
-if python3 -c "import openai, pytest, requests" 2>/dev/null; then
+# The openai-client server tests against nibble serve --backend cuda (device_env.sh's test_wheels).
+if test_wheels; then
   NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe NIBBLE_TEST_SERVE_ARGS="--backend cuda" \
     NIBBLE_TEST_SERVER_MODEL="$SYNTH_DIR" \
     python3 -m pytest -q -p no:cacheprovider tests/python/test_server_openai.py > "$OUT/pytest_server_cuda.log" 2>&1
   results+=("$(printf '%-28s rc=%d  %s' "openai tests, serve cuda" "$?" "$(tail -1 "$OUT/pytest_server_cuda.log")")")
-  if [ "$ernie_rc" = 0 ]; then  # issue 17: the server tests on a small ERNIE too
-    NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe \
-      NIBBLE_TEST_SERVE_ARGS="--backend cuda" \
-      python3 -m pytest -q -p no:cacheprovider tests/python/test_server_openai_ernie.py > "$OUT/pytest_server_ernie.log" 2>&1
-    results+=("$(printf '%-28s rc=%d  %s' "openai tests, ERNIE cuda" "$?" "$(tail -1 "$OUT/pytest_server_ernie.log")")")
-  fi
 else
   results+=("$(printf '%-28s       %s' "openai tests, serve cuda" "skipped: no openai/pytest/requests (run scripts/device_wheels.sh here and carry .whl)")")
 fi
+
+# ERNIE-4.5 (issue 17): its own script, its own table.
+bash scripts/device_ernie.sh > "$OUT/ernie.txt" 2>&1
 
 grep -h "differ" "$OUT"/test_cuda_*.log > "$OUT/differ.txt"
 tar -C "$OUT" -czf "$OUT/0logs.tar.gz" --exclude 0logs.tar.gz .  # every log in one file, named to sort first: the tool returns the first few files
@@ -104,5 +75,4 @@ echo "== device run ($(nproc) cores, disk: $(cat "$OUT/disk.txt")) =="
 for t in "$OUT"/test_cuda_*.log; do grep -hE "Failure|Expected|actual|^mode" "$t" | head -8; done
 printf '%s\n' "${results[@]}"
 if [ -f "$OUT/latency.log" ]; then grep -vE "^\[nibble" "$OUT/latency.log"; fi
-if [ -f "$OUT/latency_ernie.log" ]; then grep -vE "^\[nibble" "$OUT/latency_ernie.log"; fi
-if [ -f "$OUT/profile_ernie.log" ]; then grep -E "steps:" "$OUT/profile_ernie.log" | sed "s/; /;\n    /g"; fi
+cat "$OUT/ernie.txt"
