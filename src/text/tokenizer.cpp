@@ -596,7 +596,14 @@ size_t Tokenizer::vocab_size() const { return impl_->id_to_token.size(); }
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& path) {
   try {  // fields of unexpected JSON types throw in nlohmann's accessors
-    return load_unchecked(path);
+    auto tok = load_unchecked(path);
+    // A tokenizer.json converted from SentencePiece (byte-fallback BPE, Metaspace) beside the
+    // tokenizer.model it came from: the model itself, as SentencePiece encodes.
+    if (!tok && std::filesystem::is_directory(path) && std::filesystem::exists(path + "/tokenizer.model")) {
+      auto spm = load_sentencepiece(path);
+      if (spm) return spm;
+    }
+    return tok;
   } catch (const nlohmann::json::exception& e) {
     return Status::error(path + ": tokenizer: " + e.what());
   }

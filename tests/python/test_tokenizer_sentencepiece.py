@@ -130,3 +130,19 @@ def test_ernie_chat_template_matches_transformers(build_dir, tokenizer):
     for r, e, g in zip(requests, expected, got):
         assert g.get("prompt") == e.get("prompt"), f"request {json.dumps(r)}\nnibble: {g!r}\nhf: {e!r}"
     assert expected[0]["prompt"].startswith("<|begin_of_sentence|>")
+
+
+def test_a_converted_tokenizer_json_beside_the_model(build_dir, strings, tokenizer, tmp_path):
+    """transformers saves a SentencePiece tokenizer as tokenizer.json (byte-fallback BPE, Metaspace);
+    with the tokenizer.model beside it nibble reads the model and gives the same ids."""
+    path, hf, prefixes_like_sentencepiece = tokenizer
+    hf.save_pretrained(str(tmp_path))
+    assert (tmp_path / "tokenizer.json").exists()
+    shutil.copy(path / "tokenizer.model", tmp_path / "tokenizer.model")
+    shutil.copy(path / "chat_template.jinja", tmp_path / "chat_template.jinja")
+    saved = AutoTokenizer.from_pretrained(str(tmp_path))
+    sample = [s for s in strings[3000:6000] if not is_exotic(s)]
+    ours_ids = run_tool(build_dir, "encode", sample, tokenizer=tmp_path)
+    theirs = saved(sample, add_special_tokens=False)["input_ids"]
+    bad = [(s, o, t) for s, o, t in zip(sample, ours_ids, theirs) if o != t]
+    assert not bad, f"{len(bad)} of {len(sample)} differ; first: {bad[0]!r}"
