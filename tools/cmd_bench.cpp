@@ -39,7 +39,8 @@ CommandRunner register_bench(CLI::App& root) {
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Ask the server to ignore EOS (exact output lengths)");
   cmd->add_option("--seed", o->random.seed, "Seed for prompts and arrivals")->capture_default_str();
   cmd->add_option("--temperature", o->temperature, "Sampling temperature")->capture_default_str();
-  cmd->add_option("--percentile-metrics", o->percentile_metrics, "Printed metrics: ttft,tpot,itl,e2el")->capture_default_str();
+  cmd->add_option("--percentile-metrics", o->percentile_metrics, "Printed metrics: ttft,tpot,itl,e2el (vLLM's); s_ttft,s_itl,s_e2el,s_decode,input_len,"
+                                                       "s_input_len,output_len (FastDeploy's, from the server's arrival_time)")->capture_default_str();
   cmd->add_option("--metric-percentiles", o->metric_percentiles, "Percentiles, e.g. 80,95,99,99.9")->capture_default_str();
   cmd->add_flag("--save-result", o->save_result, "Write the result JSON (vLLM's field names)");
   cmd->add_option("--result-dir", o->result_dir, "Folder for --save-result")->capture_default_str();

@@ -4,6 +4,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -29,6 +30,7 @@ struct Engine::RequestState {
   int64_t completion_tokens = 0;
   bool first_token_seen = false;
   Clock::time_point first_token_time;
+  std::optional<Clock::time_point> inference_start;  // when a step first ran one of its tokens
   std::string error;
   std::vector<int32_t> masked;  // EOS + stop_token_ids while output < min_tokens
   std::set<int32_t> eos;
@@ -257,7 +259,10 @@ void Engine::run_step(const StepPlan& plan) {
   models::Batch batch;
   std::vector<SeqState*> sampled;
   std::vector<SampleRow> rows;
+  const Clock::time_point step_start = Clock::now();
   for (const ScheduledChunk& c : plan.chunks) {
+    RequestState& owner = *static_cast<SeqState*>(c.seq)->request;
+    if (!owner.inference_start) owner.inference_start = step_start;
     const auto first = c.seq->tokens.begin() + c.start;
     batch.token_ids.insert(batch.token_ids.end(), first, first + c.n_tokens);
     batch.sequences.push_back({c.seq->block_table, c.start, c.n_tokens});
@@ -370,6 +375,8 @@ void Engine::emit(RequestState& r, Clock::time_point now) {
   out.cached_tokens = std::max<int64_t>(r.choices.front()->n_cached_prompt, 0);
   out.finished = r.n_unfinished == 0;
   out.error = r.error;
+  out.seconds_since_inference_start =
+      std::chrono::duration<double>(now - r.inference_start.value_or(r.request.arrival)).count();
   for (auto& sp : r.choices) {
     SeqState& s = *sp;
     if (!s.changed || s.reported_finish) continue;

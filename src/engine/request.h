@@ -45,6 +45,9 @@ struct RequestOutput {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;     // over all choices, so far
   int64_t cached_tokens = 0;         // prompt tokens found in the prefix cache
+  // When this output was made, in seconds since the engine first ran a step with the request
+  // (since it arrived, if none has yet): FastDeploy's per-chunk `arrival_time`.
+  double seconds_since_inference_start = 0.0;
   std::string error;                 // set when the request failed; its choices end with ABORT
 };
 

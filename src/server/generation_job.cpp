@@ -186,6 +186,7 @@ void GenerationJob::on_output(size_t prompt, engine::RequestOutput&& out) {
     completion_tokens_ += c[1];
     cached_tokens_ += c[2];
   }
+  output_seconds_ = out.seconds_since_inference_start;
   for (engine::ChoiceDelta& d : out.choices) {
     Choice& c = choices_[prompt * options_.n + d.index];
     c.token_ids.insert(c.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
@@ -288,6 +289,9 @@ void GenerationJob::stream_choice(Choice& c, engine::ChoiceDelta& d, bool finish
   choice["finish_reason"] = finished ? json(finish_name(c.finish, c.parser && c.parser->tool_call_count() > 0))
                                      : json(nullptr);
   if (finished) choice["stop_reason"] = stop_reason(c.stop_string, c.stop_token);
+  // FastDeploy's server-side timing (serving_chat.py): seconds from the request's inference start
+  // to this output; its benchmark_serving.py derives s_ttft, s_itl, s_e2el and s_decode from it.
+  choice["arrival_time"] = output_seconds_;
   json event = chunk(json::array({std::move(choice)}));
   if (options_.continuous_usage) event["usage"] = usage_json();
   send_event(event);

@@ -66,6 +66,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   int64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
   std::string error_;
   bool done_ = false;
+  double output_seconds_ = 0.0;  // the latest output's seconds since inference start (arrival_time)
   bool begun_ = false;  // begin() ran: headers sent (stream), outputs flow
   std::vector<std::pair<size_t, engine::RequestOutput>> early_;
   std::chrono::steady_clock::time_point started_;

@@ -19,6 +19,14 @@ TTFT_S, ITL_S, FAIL_EVERY = 0.120, 0.040, 5  # mock: first token after 120 ms, t
 JITTER_S = 0.100
 
 
+def server_arrival_time(request: int, chunk: int) -> float:
+    """The mock's scripted FastDeploy arrival_time (s since inference start) of a request's chunk."""
+    return 0.001 * request + S_ITL_S * chunk
+
+
+S_ITL_S = 0.020  # the mock's server-side gap between chunks
+
+
 class MockServer:
     """An OpenAI-style server in a thread: streamed completions with scripted timing, and
     non-streamed completions that answer GSM8K questions right, wrong or not at all."""
@@ -59,7 +67,8 @@ class MockServer:
             await send(200, {"object": "list", "data": [{"id": "mock"}]})
         elif path == "/v1/completions" and body.get("stream"):
             self.count += 1
-            if (self.fail_every and self.count % self.fail_every == 0) or "FAIL" in body.get("prompt", ""):
+            k = self.count  # this request's number (others arrive while it streams)
+            if (self.fail_every and k % self.fail_every == 0) or "FAIL" in body.get("prompt", ""):
                 await send(500, {"error": {"message": "scripted failure", "code": 500}})
             else:
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
@@ -72,7 +81,8 @@ class MockServer:
                 for i in range(body["max_tokens"]):
                     if i:
                         await asyncio.sleep(ITL_S)
-                    chunk({"choices": [{"index": 0, "text": "tok ", "finish_reason": None}]})
+                    chunk({"choices": [{"index": 0, "text": "tok ", "finish_reason": None,
+                                        "arrival_time": server_arrival_time(k, i)}]})
                     await writer.drain()
                 chunk({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": body["max_tokens"]}})
                 chunk(b"[DONE]")
@@ -106,7 +116,8 @@ def test_bench_serve_against_a_scripted_server(build_dir, tmp_path, seed):
         r = run_nibble(build_dir, "bench", "serve", "--base-url", f"http://127.0.0.1:{mock.port}",
                        "--tokenizer", str(pathlib.Path(__file__).parents[2] / "data" / "qwen3-tokenizer"),
                        "--num-prompts", str(n), "--random-input-len", str(in_len), "--random-output-len", str(out_len),
-                       "--seed", str(seed), "--max-concurrency", "8", "--percentile-metrics", "ttft,tpot,itl,e2el",
+                       "--seed", str(seed), "--max-concurrency", "8", "--percentile-metrics",
+                       "s_decode,ttft,s_ttft,tpot,itl,s_itl,e2el,s_e2el,input_len,s_input_len,output_len",
                        "--metric-percentiles", "80,95,99,99.9", "--save-result", "--result-dir", str(tmp_path),
                        "--result-filename", "result.json", "--disable-tqdm")
     finally:
@@ -135,6 +146,29 @@ def test_bench_serve_against_a_scripted_server(build_dir, tmp_path, seed):
             key = f"p{p:g}_{name}_ms"
             assert result[key] == pytest.approx(np.percentile(values, p), rel=1e-12)
             assert printed_value(out, f"P{p:g} {name.upper()} (ms):") == pytest.approx(result[key], abs=0.006)
+    # FastDeploy's server-side metrics (benchmark_serving.py calculate_metrics) from the scripted
+    # arrival_time of each chunk: s_ttft = a[1], s_itl = gaps of a[1:] but the last, s_e2el = a[-1],
+    # s_decode = (tokens - 1) / (a[-1] - a[1]); lengths as counted.
+    good = [k for k in range(1, n + 1) if k % FAIL_EVERY]
+    a = {k: [server_arrival_time(k, i) for i in range(out_len)] for k in good}
+    expected = {"s_ttft": np.array([a[k][1] for k in good]) * 1000,
+                "s_itl": np.array([a[k][j + 2] - a[k][j + 1] for k in good for j in range(out_len - 3)]) * 1000,
+                "s_e2el": np.array([a[k][-1] for k in good]) * 1000}
+    for name, values in expected.items():
+        assert result[f"mean_{name}_ms"] == pytest.approx(values.mean(), rel=1e-9)
+        assert result[f"median_{name}_ms"] == pytest.approx(np.median(values), rel=1e-9)
+        assert result[f"p99_{name}_ms"] == pytest.approx(np.percentile(values, 99), rel=1e-9)
+        assert printed_value(out, f"Mean {name.upper()} (ms):") == pytest.approx(values.mean(), abs=0.006)
+    decode = (out_len - 1) / (S_ITL_S * (out_len - 2))
+    assert result["mean_s_decode"] == pytest.approx(decode, rel=1e-9)
+    assert printed_value(out, "Mean Decode:") == pytest.approx(decode, abs=0.006)
+    assert result["mean_input_len"] == in_len and result["mean_s_input_len"] == 1  # the mock's usage says 1
+    assert result["mean_output_len"] == out_len and result["p99_output_len"] == out_len
+    sections = [line.strip("-") for line in out.splitlines() if line.startswith("--")]
+    assert sections == ["Decode Speed (tok/s)", "Time to First Token", "Infer Time to First Token",
+                        "Time per Output Token (excl. 1st token)", "Inter-token Latency", "Infer Inter-token Latency",
+                        "End-to-end Latency", "Infer End-to-end Latency", "Input Length", "Infer Input Length",
+                        "Output Length"]
     duration = result["duration"]
     assert printed_value(out, "Benchmark duration (s):") == pytest.approx(duration, abs=0.006)
     assert result["request_throughput"] == pytest.approx((n - failed) / duration, rel=1e-12)
@@ -166,6 +200,22 @@ def test_bench_serve_against_nibble_serve(build_dir, server, tiny_models, seed):
         if backend == "openai-completions":
             # The server counted exactly the prompt tokens the benchmark meant to send.
             assert server.metrics()["nibble:prompt_tokens_total"] - before == 240
+
+
+def test_bench_serve_server_side_metrics_from_nibble_serve(build_dir, server, tiny_models, seed, tmp_path):
+    """nibble serve stamps every streamed choice with FastDeploy's arrival_time, so the s_* metrics are
+    the server's own: inside the client's times, the prompt as the server counted it (chat template)."""
+    r = run_nibble(build_dir, "bench", "serve", "--port", str(server.port), "--backend", "openai-chat",
+                   "--tokenizer", str(tiny_models["a"]), "--num-prompts", "10", "--random-input-len", "20",
+                   "--random-output-len", "6", "--ignore-eos", "--seed", str(seed), "--max-concurrency", "4",
+                   "--percentile-metrics", "ttft,s_ttft,s_itl,e2el,s_e2el,s_decode,input_len,s_input_len,output_len",
+                   "--save-result", "--result-dir", str(tmp_path), "--result-filename", "r.json", "--disable-tqdm")
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["completed"] == 10, r.stdout
+    assert 0 < result["mean_s_ttft_ms"] <= result["mean_s_e2el_ms"] <= result["mean_e2el_ms"]
+    assert result["mean_s_itl_ms"] >= 0 and result["mean_s_decode"] > 0
+    assert result["mean_input_len"] == 20 and result["mean_s_input_len"] > 20  # the template's tokens too
+    assert result["mean_output_len"] == 6
 
 
 def test_make_gsm8k_like_is_gsm8k_format_with_correct_arithmetic(build_dir, tmp_path, seed):
@@ -277,9 +327,9 @@ def test_bench_serve_progress_counts_requests_and_metric_names_are_checked(build
         assert progress and "6/6 requests" in progress[-1] and "req/s" in progress[-1], r.stderr
         assert " GB" not in r.stderr
         sent = mock.count
-        bad = subprocess.run([str(build_dir / "nibble"), "bench", "serve", *common, "--percentile-metrics", "ttft,s_ttft"],
+        bad = subprocess.run([str(build_dir / "nibble"), "bench", "serve", *common, "--percentile-metrics", "ttft,res_ttft"],
                              capture_output=True, text=True, timeout=120)
-        assert bad.returncode == 1 and "'s_ttft'" in bad.stderr and "ttft, tpot, itl, e2el" in bad.stderr, bad.stderr
+        assert bad.returncode == 1 and "'res_ttft'" in bad.stderr and "ttft, s_ttft, tpot" in bad.stderr, bad.stderr
         assert mock.count == sent, "no request goes out before the options are checked"
     finally:
         mock.stop()

@@ -53,6 +53,9 @@ def test_chat_non_stream_and_stream_agree(client):
     first = chunks[0].choices[0]
     assert first.delta.role == "assistant" and first.delta.content == "" and first.finish_reason is None
     assert chunks[1].choices[0].delta.content and chunks[1].choices[0].delta.role is None
+    # FastDeploy's server-side timing on every token chunk: seconds since inference start, in order.
+    stamps = [c.choices[0].model_extra["arrival_time"] for c in chunks[1:] if c.choices]
+    assert stamps and all(0 <= a <= b for a, b in zip(stamps, stamps[1:])), stamps
     assert text == (choice.message.content or "")
     assert finish == choice.finish_reason
     assert usage.completion_tokens == whole.usage.completion_tokens

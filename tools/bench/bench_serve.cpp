@@ -89,14 +89,21 @@ RequestOutcome parse_response(const BenchServeOptions& o, const HttpResult& r, c
       ids_seen = std::max(ids_seen, ids);
       out.generated_text = j.value("text", out.generated_text);
       out.output_tokens = static_cast<int64_t>(ids_seen);
+      out.server_prompt_tokens = j.value("meta_info", json::object()).value("prompt_tokens", int64_t{0});
+      if (token) out.arrival_time.push_back(std::chrono::duration<double>(e.at - r.started).count());
       reported = true;
     } else {
       if (j.contains("usage") && j["usage"].is_object() && j["usage"].contains("completion_tokens")) {
         out.output_tokens = j["usage"]["completion_tokens"].get<int64_t>();
+        out.server_prompt_tokens = j["usage"].value("prompt_tokens", out.server_prompt_tokens);
         reported = true;
       }
       if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
         const json& c = j["choices"][0];
+        // FastDeploy's client keeps every choice chunk's server arrival_time (its own clock where absent).
+        const json& at = c.contains("arrival_time") ? c["arrival_time"] : json();
+        out.arrival_time.push_back(at.is_number() ? at.get<double>()
+                                                  : std::chrono::duration<double>(e.at - r.started).count());
         std::string piece;
         if (o.backend == "openai-chat" && c.contains("delta")) {
           for (const char* k : {"reasoning_content", "reasoning", "content"})

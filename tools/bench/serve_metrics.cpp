@@ -62,6 +62,11 @@ double percentile(std::vector<double> values, double p) {
 BenchSummary summarize(const std::vector<RequestOutcome>& outcomes, double duration, const BenchSettings& s) {
   int64_t completed = 0, failed = 0, total_input = 0, total_output = 0;
   std::vector<double> ttfts, tpots, itls, e2els;
+  // FastDeploy's calculate_metrics (benchmark_serving.py): s_ttft = arrival_time[1] (index 0 is a
+  // chat stream's role chunk), s_itl = the gaps of arrival_time[1:] but the last, s_e2el =
+  // arrival_time[-1], s_decode = (output tokens - 1) / (arrival_time[-1] - arrival_time[1]) tok/s
+  // (with more than two chunks); input_len the client's prompt length, s_input_len the server's.
+  std::vector<double> s_ttfts, s_itls, s_e2els, s_decodes, in_lens, s_in_lens, out_lens;
   nlohmann::ordered_json input_lens = nlohmann::json::array(), output_lens = nlohmann::json::array(),
                          ttft_list = nlohmann::json::array(), itl_list = nlohmann::json::array(),
                          texts = nlohmann::json::array(), errors = nlohmann::json::array();
@@ -87,6 +92,17 @@ BenchSummary summarize(const std::vector<RequestOutcome>& outcomes, double durat
     e2els.push_back(o.latency);
     if (o.output_tokens > 1) tpots.push_back((o.latency - o.ttft) / static_cast<double>(o.output_tokens - 1));
     itls.insert(itls.end(), o.itl.begin(), o.itl.end());
+    const std::vector<double>& a = o.arrival_time;
+    if (a.size() >= 2) {
+      s_ttfts.push_back(a[1]);
+      s_e2els.push_back(a.back());
+      for (size_t j = 1; j + 2 < a.size(); ++j) s_itls.push_back(a[j + 1] - a[j]);
+      if (a.size() > 2 && a.back() > a[1])
+        s_decodes.push_back(static_cast<double>(o.output_tokens - 1) / (a.back() - a[1]));
+    }
+    in_lens.push_back(static_cast<double>(o.prompt_len));
+    s_in_lens.push_back(static_cast<double>(o.server_prompt_tokens));
+    out_lens.push_back(static_cast<double>(o.output_tokens));
     double t = o.start_offset + o.ttft;
     ++tokens_per_second[static_cast<int64_t>(t)];
     for (double gap : o.itl) ++tokens_per_second[static_cast<int64_t>(t += gap)];
@@ -147,25 +163,37 @@ BenchSummary summarize(const std::vector<RequestOutcome>& outcomes, double durat
     const char* title;
     const char* short_name;
     const std::vector<double>* values;
+    bool time;  // seconds, reported in ms with an _ms suffix; else a count or rate as it is
   };
-  const Metric metrics[] = {{"ttft", "Time to First Token", "TTFT", &ttfts},
-                            {"tpot", "Time per Output Token (excl. 1st token)", "TPOT", &tpots},
-                            {"itl", "Inter-token Latency", "ITL", &itls},
-                            {"e2el", "End-to-end Latency", "E2EL", &e2els}};
+  // vLLM's four always go into the JSON; FastDeploy's only when asked for, as its script does.
+  const Metric metrics[] = {{"s_decode", "Decode Speed (tok/s)", "Decode", &s_decodes, false},
+                            {"ttft", "Time to First Token", "TTFT", &ttfts, true},
+                            {"s_ttft", "Infer Time to First Token", "S_TTFT", &s_ttfts, true},
+                            {"tpot", "Time per Output Token (excl. 1st token)", "TPOT", &tpots, true},
+                            {"itl", "Inter-token Latency", "ITL", &itls, true},
+                            {"s_itl", "Infer Inter-token Latency", "S_ITL", &s_itls, true},
+                            {"e2el", "End-to-end Latency", "E2EL", &e2els, true},
+                            {"s_e2el", "Infer End-to-end Latency", "S_E2EL", &s_e2els, true},
+                            {"input_len", "Input Length", "Input Length", &in_lens, false},
+                            {"s_input_len", "Infer Input Length", "Input Length", &s_in_lens, false},
+                            {"output_len", "Output Length", "Output Length", &out_lens, false}};
   for (const Metric& m : metrics) {
-    std::vector<double> ms;
-    for (double v : *m.values) ms.push_back(v * 1000.0);
-    const std::string key = m.key;
-    r["mean_" + key + "_ms"] = mean(ms);
-    r["median_" + key + "_ms"] = percentile(ms, 50);
-    r["std_" + key + "_ms"] = stddev(ms);
-    for (double q : s.metric_percentiles) r["p" + p_word(q) + "_" + key + "_ms"] = percentile(ms, q);
-    if (std::find(s.percentile_metrics.begin(), s.percentile_metrics.end(), key) == s.percentile_metrics.end()) continue;
+    std::vector<double> v;
+    for (double x : *m.values) v.push_back(m.time ? x * 1000.0 : x);
+    const std::string key = m.key, suffix = m.time ? "_ms" : "";
+    const bool asked = std::find(s.percentile_metrics.begin(), s.percentile_metrics.end(), key) != s.percentile_metrics.end();
+    const bool vllm = key == "ttft" || key == "tpot" || key == "itl" || key == "e2el";
+    if (!asked && !vllm) continue;
+    r["mean_" + key + suffix] = mean(v);
+    r["median_" + key + suffix] = percentile(v, 50);
+    r["std_" + key + suffix] = stddev(v);
+    for (double q : s.metric_percentiles) r["p" + p_word(q) + "_" + key + suffix] = percentile(v, q);
+    if (!asked) continue;
+    const std::string unit = m.time ? " (ms):" : ":";
     p += rule(m.title, '-');
-    p += row(std::string("Mean ") + m.short_name + " (ms):", fixed2(mean(ms)));
-    p += row(std::string("Median ") + m.short_name + " (ms):", fixed2(percentile(ms, 50)));
-    for (double q : s.metric_percentiles)
-      p += row("P" + p_word(q) + " " + m.short_name + " (ms):", fixed2(percentile(ms, q)));
+    p += row(std::string("Mean ") + m.short_name + unit, fixed2(mean(v)));
+    p += row(std::string("Median ") + m.short_name + unit, fixed2(percentile(v, 50)));
+    for (double q : s.metric_percentiles) p += row("P" + p_word(q) + " " + m.short_name + unit, fixed2(percentile(v, q)));
   }
   p += std::string(50, '=') + "\n";
   return out;

@@ -20,12 +20,19 @@ struct RequestOutcome {
   int64_t prompt_len = 0;
   int64_t output_tokens = 0;
   std::string generated_text;
+  // FastDeploy's server-side timing: each chunk's `arrival_time` (s since the request's inference
+  // start on the server), or the client's s since sending where a chunk has none; and the server's
+  // usage.prompt_tokens (0 when not reported).
+  std::vector<double> arrival_time;
+  int64_t server_prompt_tokens = 0;
 };
 
-double percentile(std::vector<double> values, double p);
+double percentile(std::vector<double> values, double p);  // numpy.percentile, linear; 0 for none
 
-// The latency metrics the summary computes (names as vLLM's --percentile-metrics).
-inline constexpr const char* SUPPORTED_PERCENTILE_METRICS[] = {"ttft", "tpot", "itl", "e2el"};  // numpy.percentile, linear; 0 for none
+// The metrics the summary computes (names as vLLM's --percentile-metrics, and the server-side
+// s_* and length ones of FastDeploy's benchmarks/benchmark_serving.py), in its printing order.
+inline constexpr const char* SUPPORTED_PERCENTILE_METRICS[] = {
+    "s_decode", "ttft", "s_ttft", "tpot", "itl", "s_itl", "e2el", "s_e2el", "input_len", "s_input_len", "output_len"};
 
 struct BenchSummary {
   nlohmann::ordered_json result;  // vLLM's --save-result fields
