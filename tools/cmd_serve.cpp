@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "server/server.h"
 #include "tools/command.h"
+#include "tools/seed_flags.h"
 #include "tools/synth.h"
 #include "tools/version.h"
 
@@ -134,7 +135,18 @@ CommandRunner register_serve(CLI::App& root) {
   option(cmd, "--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on every route but /health and /metrics");
   option(cmd, "--io-threads", o->io_threads, "HTTP threads (0: up to 4)");
   option(cmd, "--weight-version", o->weight_version, "Weight version reported by /get_model_info");
-  return [o] { return run_serve(*o); };
+  // SGLang's name for the MoE kernel choice, and FastDeploy's / SGLang's environment variables
+  // (tools/seed_flags.h): honoured with a start-up line saying what each became.
+  auto moe_runner = std::make_shared<std::string>();
+  cmd->add_option("--moe-runner-backend", *moe_runner, "SGLang's MoE kernel choice: mapped to --moe-backend (docs/api.md)");
+  return [o, moe_runner, cmd] {
+    const ExplicitServeFlags given{cmd->get_option("--moe-backend")->count() > 0,
+                                   cmd->get_option("--gemm-backend")->count() > 0,
+                                   cmd->get_option("--act-quant-moe")->count() > 0};
+    for (const std::string& line : apply_seed_flags(*o, given, *moe_runner, [](const char* n) { return std::getenv(n); }))
+      log_info(line);
+    return run_serve(*o);
+  };
 }
 
 }  // namespace nibble::tools
