@@ -6,7 +6,7 @@ set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 synth_qwen3_full
 NIBBLE_PROFILE_STEPS=1 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --pp 2048 --tg 64 \
-  --batches "" --repeats 1 > "$OUT/profile_single.log" 2>&1
+  --batches "" --repeats 5 > "$OUT/profile_single.log" 2>&1
 NIBBLE_PROFILE_STEPS=1 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --pp "" --tg 0 \
   --batches 64 --batch-prompt 1000 --batch-gen 16 > "$OUT/profile_b64.log" 2>&1
 echo "== single sequence: pp2048 (prefill) and tg64 (decode)"

@@ -30,7 +30,7 @@ struct AttentionBatch {
   int64_t n_decode = 0;
 };
 
-// The tensor-core prefill kernel's shapes: head_dim 64 or 128, a query group dividing 64.
+// The tensor-core prefill kernel's shapes: head_dim 64 or 128, a query group of at most 16.
 bool prefill_attention_supported(int64_t head_dim, int64_t group);
 int64_t prefill_item_tokens(int64_t group);  // tokens per item: 64 query rows / group, rounded down
 // The prefill items alone (paged_attention calls it when batch.n_items > 0).

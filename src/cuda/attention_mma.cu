@@ -1,8 +1,10 @@
 // Tensor-core attention for prefill chunks (flash-attention-2 style on mma.sync m16n8k16, BF16 in,
 // fp32 accumulate). A CTA takes one item — up to 64/G consecutive tokens of one sequence — for one
 // KV head; its 64 query rows are (token, query head of that KV head's group), 16 per warp. Keys
-// come in tiles of 32 through shared memory (K row-major, V transposed, rows padded so fragment
-// loads are bank-conflict free); scores, the online softmax and P·V stay in registers.
+// come in tiles of 32 through shared memory, K and V both row-major (rows padded so fragment and
+// ldmatrix loads are bank-conflict free; V's B fragments come from ldmatrix.trans); the next tile's
+// K and V are loaded into registers with 16-byte loads while this one is computed; scores, the
+// online softmax and P·V stay in registers.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -28,14 +30,24 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Four 8×8 BF16 matrices, transposed: lanes 8j … 8j + 7 give the row addresses of matrix j.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* row) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
 template <int D>
 __global__ void __launch_bounds__(WARPS * 32) prefill_attention_kernel(const float* q, const uint16_t* k_cache,
                                                                        const uint16_t* v_cache, AttentionBatch b,
                                                                        uint16_t* out) {
   constexpr int KS = D / 16, NT = D / 8;      // k-steps over the head dimension, n-tiles of the output
-  constexpr int K_STRIDE = D + 8, V_STRIDE = KT + 8;
-  __shared__ __align__(16) uint16_t ks[KT * K_STRIDE];  // [key][dim]
-  __shared__ __align__(16) uint16_t vt[D * V_STRIDE];   // [dim][key]
+  constexpr int STRIDE = D + 8;               // row stride in BF16: 16 bytes past a multiple of 128
+  constexpr int CHUNKS = D / 8;               // 16-byte chunks per key row
+  constexpr int PER_THREAD = KT * CHUNKS / (WARPS * 32);  // chunks of K (and of V) each thread loads
+  __shared__ __align__(16) uint16_t ks[KT * STRIDE];  // [key][dim]
+  __shared__ __align__(16) uint16_t vs[KT * STRIDE];  // [key][dim]
   const int4 item = b.prefill_items[blockIdx.x];        // (sequence, first row, tokens, first position)
   const int64_t kvh = blockIdx.y;
   const int G = static_cast<int>(b.n_heads / b.n_kv_heads);
@@ -72,29 +84,41 @@ __global__ void __launch_bounds__(WARPS * 32) prefill_attention_kernel(const flo
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
   const int n_keys = item.w + item.z;  // the last token's context
-  for (int start = 0; start < n_keys; start += KT) {
-    __syncthreads();
-    for (int e = threadIdx.x; e < KT * (D / 2); e += WARPS * 32) {
-      const int key = e / (D / 2), c = (e % (D / 2)) * 2;
-      const int p = start + key;
-      uint32_t kw = 0, vw = 0;
+  // A tile's K and V rows in registers: chunk i of this thread is (key e / CHUNKS, 8 dims at e % CHUNKS).
+  uint4 k_next[PER_THREAD], v_next[PER_THREAD];
+  auto load_tile = [&](int start) {
+#pragma unroll
+    for (int i = 0; i < PER_THREAD; ++i) {
+      const int e = threadIdx.x + i * WARPS * 32, p = start + e / CHUNKS;
+      k_next[i] = v_next[i] = make_uint4(0, 0, 0, 0);
       if (p < n_keys) {
         const int64_t slot = int64_t{table[p / b.block_size]} * b.block_size + p % b.block_size;
-        const int64_t at = slot * kv_width + kvh * D + c;
-        kw = *reinterpret_cast<const uint32_t*>(k_cache + at);
-        vw = *reinterpret_cast<const uint32_t*>(v_cache + at);
+        const int64_t at = slot * kv_width + kvh * D + (e % CHUNKS) * 8;
+        k_next[i] = *reinterpret_cast<const uint4*>(k_cache + at);
+        v_next[i] = *reinterpret_cast<const uint4*>(v_cache + at);
       }
-      *reinterpret_cast<uint32_t*>(ks + key * K_STRIDE + c) = kw;
-      vt[c * V_STRIDE + key] = static_cast<uint16_t>(vw);
-      vt[(c + 1) * V_STRIDE + key] = static_cast<uint16_t>(vw >> 16);
     }
+  };
+  auto store_tile = [&] {
+#pragma unroll
+    for (int i = 0; i < PER_THREAD; ++i) {
+      const int e = threadIdx.x + i * WARPS * 32, key = e / CHUNKS, c = (e % CHUNKS) * 8;
+      *reinterpret_cast<uint4*>(ks + key * STRIDE + c) = k_next[i];
+      *reinterpret_cast<uint4*>(vs + key * STRIDE + c) = v_next[i];
+    }
+  };
+  load_tile(0);
+  for (int start = 0; start < n_keys; start += KT) {
+    __syncthreads();  // every warp is done with the previous tile
+    store_tile();
     __syncthreads();
+    if (start + KT < n_keys) load_tile(start + KT);  // in flight while this tile is computed
     // S = Q·Kᵀ for 4 n-tiles of 8 keys.
     float sc[4][4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
-      const uint16_t* krow = ks + (j * 8 + g) * K_STRIDE + 2 * tq;
+      const uint16_t* krow = ks + (j * 8 + g) * STRIDE + 2 * tq;
 #pragma unroll
       for (int s = 0; s < KS; ++s)
         mma_bf16(sc[j], qa[s], *reinterpret_cast<const uint32_t*>(krow + s * 16),
@@ -132,15 +156,18 @@ __global__ void __launch_bounds__(WARPS * 32) prefill_attention_kernel(const flo
       }
 #pragma unroll
     for (int n = 0; n < NT; ++n) o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
-    // O += P·V: P's C fragments of two adjacent n-tiles make one A fragment of 16 keys.
+    // O += P·V: P's C fragments of two adjacent n-tiles make one A fragment of 16 keys; V's B
+    // fragments for two output n-tiles at once (keys kk·16 + lane % 16, dims of tile n + lane / 16).
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk) {
       const uint32_t pa[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
                               pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
 #pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        const uint16_t* vrow = vt + (n * 8 + g) * V_STRIDE + kk * 16 + 2 * tq;
-        mma_bf16(o[n], pa, *reinterpret_cast<const uint32_t*>(vrow), *reinterpret_cast<const uint32_t*>(vrow + 8));
+      for (int n = 0; n < NT; n += 2) {
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, vs + (kk * 16 + (lane & 15)) * STRIDE + (n + (lane >> 4)) * 8);
+        mma_bf16(o[n], pa, vb[0], vb[1]);
+        mma_bf16(o[n + 1], pa, vb[2], vb[3]);
       }
     }
   }
