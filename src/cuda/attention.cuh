@@ -32,7 +32,7 @@ struct AttentionBatch {
 
 // The tensor-core prefill kernel's shapes: head_dim 64 or 128, a query group of at most 16.
 bool prefill_attention_supported(int64_t head_dim, int64_t group);
-int64_t prefill_item_tokens(int64_t group);  // tokens per item: 64 query rows / group, rounded down
+int64_t prefill_item_tokens(int64_t group);  // tokens per item: 128 query rows / group, rounded down
 // The prefill items alone (paged_attention calls it when batch.n_items > 0).
 Status prefill_attention(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const AttentionBatch& batch,
                          uint16_t* out, cudaStream_t stream);
