@@ -31,6 +31,7 @@ struct Engine::RequestState {
   bool first_token_seen = false;
   Clock::time_point first_token_time;
   std::optional<Clock::time_point> inference_start;  // when a step first ran one of its tokens
+  uint64_t touched_step = 0;                         // the last step that changed it
   std::string error;
   std::vector<int32_t> masked;  // EOS + stop_token_ids while output < min_tokens
   std::set<int32_t> eos;
@@ -256,16 +257,26 @@ void Engine::try_weight_update() {
 }
 
 void Engine::run_step(const StepPlan& plan) {
-  models::Batch batch;
-  std::vector<SeqState*> sampled;
-  std::vector<SampleRow> rows;
+  // The step's buffers live across steps, so a steady decode allocates nothing here.
+  models::Batch& batch = step_.batch;
+  std::vector<SeqState*>& sampled = step_.sampled;
+  std::vector<SampleRow>& rows = step_.rows;
+  batch.token_ids.clear();
+  batch.logits_rows.clear();
+  sampled.clear();
+  rows.clear();
+  size_t n_sequences = 0;
   const Clock::time_point step_start = Clock::now();
   for (const ScheduledChunk& c : plan.chunks) {
     RequestState& owner = *static_cast<SeqState*>(c.seq)->request;
     if (!owner.inference_start) owner.inference_start = step_start;
     const auto first = c.seq->tokens.begin() + c.start;
     batch.token_ids.insert(batch.token_ids.end(), first, first + c.n_tokens);
-    batch.sequences.push_back({c.seq->block_table, c.start, c.n_tokens});
+    if (n_sequences == batch.sequences.size()) batch.sequences.emplace_back();
+    models::BatchSequence& bs = batch.sequences[n_sequences++];
+    bs.block_table.assign(c.seq->block_table.begin(), c.seq->block_table.end());  // reuses its capacity
+    bs.start_position = c.start;
+    bs.n_tokens = c.n_tokens;
     if (!c.wants_logits) continue;
     SeqState& s = *static_cast<SeqState*>(c.seq);
     const RequestState& r = *s.request;
@@ -279,21 +290,29 @@ void Engine::run_step(const StepPlan& plan) {
                      before_min ? std::span<const int32_t>(r.masked) : std::span<const int32_t>()},
                     {s.seed, static_cast<uint64_t>(s.tokens.size())}});
   }
-  std::vector<sampling::SampledToken> drawn;
+  batch.sequences.resize(n_sequences);
+  std::vector<sampling::SampledToken>& drawn = step_.drawn;
   const Status status = runner_->step(batch, rows, drawn);
   const Clock::time_point now = Clock::now();
+  ++step_.number;
+  // Each request once, in batch order (a request's n choices share its output).
+  std::vector<RequestState*>& touched = step_.touched;
+  touched.clear();
+  auto touch = [&](RequestState* r) {
+    if (r->touched_step == step_.number) return;
+    r->touched_step = step_.number;
+    touched.push_back(r);
+  };
   if (!status) {
     log_error("step failed: " + status.message());
-    std::set<RequestState*> failed;
-    for (const ScheduledChunk& c : plan.chunks) failed.insert(static_cast<SeqState*>(c.seq)->request);
-    for (RequestState* r : failed) finish_request(*r, FinishReason::ABORT, "model step failed: " + status.message());
+    for (const ScheduledChunk& c : plan.chunks) touch(static_cast<SeqState*>(c.seq)->request);
+    for (RequestState* r : touched) finish_request(*r, FinishReason::ABORT, "model step failed: " + status.message());
     return;
   }
   scheduler_.complete(plan);
-  std::set<RequestState*> touched;
   for (size_t i = 0; i < sampled.size(); ++i) {
     SeqState& s = *sampled[i];
-    touched.insert(s.request);
+    touch(s.request);
     if (s.request->request.stop.max_tokens == 0) finish_sequence(s, FinishReason::LENGTH);  // prefill only
     else accept_token(s, std::move(drawn[i]), now);
   }

@@ -112,6 +112,15 @@ class Engine {
   };
   std::unique_ptr<PendingUpdate> pending_update_;
   bool has_work_ = false;
+  struct StepBuffers {  // run_step's, kept so that steps reuse their memory
+    uint64_t number = 0;
+    models::Batch batch;
+    std::vector<SeqState*> sampled;
+    std::vector<SampleRow> rows;
+    std::vector<sampling::SampledToken> drawn;
+    std::vector<RequestState*> touched;
+  };
+  StepBuffers step_;
 
   mutable std::mutex mutex_;  // guards commands_, stopping_, info_
   std::condition_variable wake_;

@@ -102,7 +102,7 @@ void GenerationJob::abort() {
   });
 }
 
-std::string GenerationJob::token_text(int32_t id) const { return model_->tokenizer->token_bytes(id, false); }
+std::string GenerationJob::token_text(int32_t id) const { return std::string(model_->tokenizer->token_bytes(id, false)); }
 
 json GenerationJob::logprobs_json(const std::vector<sampling::SampledToken>& tokens, size_t text_offset) const {
   if (options_.kind == ApiKind::CHAT) {

@@ -13,7 +13,9 @@ std::string IncrementalDetokenizer::add(int32_t id) {
     ++byte_run_pieces_;
     return {};
   }
-  return emit(end_byte_run() + tokenizer_.token_bytes(id, skip_special_));
+  std::string bytes = byte_run_pieces_ ? end_byte_run() : std::string();
+  bytes += tokenizer_.token_bytes(id, skip_special_);
+  return emit(std::move(bytes));
 }
 
 std::string IncrementalDetokenizer::end_byte_run() {
@@ -28,6 +30,7 @@ std::string IncrementalDetokenizer::emit(std::string bytes) {
     if (bytes[0] == ' ' && tokenizer_.strips_leading_space()) bytes.erase(0, 1);
     at_start_ = false;
   }
+  if (pending_.empty() && utf8_valid(bytes)) return bytes;  // the common case: whole characters
   pending_ += bytes;
   // Find where a trailing, still-completable sequence starts (if any): everything before it is final.
   size_t i = 0, hold_from = pending_.size();

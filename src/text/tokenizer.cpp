@@ -126,6 +126,28 @@ std::vector<std::string> split_piece(const std::string& piece, const PreTokenize
 
 }  // namespace
 
+namespace {
+
+// The bytes of a SentencePiece piece as transformers' converted decoder gives them: "▁" is a
+// space, <0xXX> pieces are their byte (Replace, ByteFallback; convert_slow_tokenizer.py).
+std::string sentencepiece_piece_bytes(const SentencePieceModel& spm, int32_t id) {
+  if (id >= spm.size()) return {};
+  const std::string& piece = spm.piece(id);
+  if (spm.is_byte(id)) return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+  std::string out;
+  for (size_t i = 0; i < piece.size();) {
+    if (piece.compare(i, 3, "\xE2\x96\x81") == 0) {
+      out += ' ';
+      i += 3;
+    } else {
+      out += piece[i++];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 struct Tokenizer::Impl {
   std::unordered_map<std::string, int32_t> vocab;  // byte-level token strings
   std::vector<std::string> id_to_token;
@@ -145,6 +167,26 @@ struct Tokenizer::Impl {
   // gets the dummy prefix, else only a chunk that starts the text.
   std::unique_ptr<SentencePieceModel> spm;
   bool spm_legacy = true;
+  // Each id's bytes in decode (ByteLevel or SentencePiece decoder), made once at load: streaming
+  // detokenization looks them up per generated token.
+  std::vector<std::string> id_bytes;
+  void build_id_bytes() {
+    id_bytes.assign(id_to_token.size(), std::string());
+    for (size_t id = 0; id < id_to_token.size(); ++id) id_bytes[id] = bytes_of(static_cast<int32_t>(id));
+  }
+  std::string bytes_of(int32_t id) const {
+    const std::string& token = id_to_token[id];
+    if (spm && !added_by_id.contains(id)) return sentencepiece_piece_bytes(*spm, id);
+    // ByteLevel decoder: map each character back to its byte; a token with a character outside the
+    // byte alphabet (an added token such as "<think>\n") contributes its UTF-8 bytes unchanged.
+    std::string bytes;
+    for (size_t i = 0; i < token.size();) {
+      auto it = cp_byte.find(next_code_point(token, i));
+      if (it == cp_byte.end()) return token;
+      bytes += static_cast<char>(it->second);
+    }
+    return bytes;
+  }
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
 
@@ -260,24 +302,6 @@ struct Tokenizer::Impl {
 
 namespace {
 
-// The bytes of a SentencePiece piece as transformers' converted decoder gives them: "▁" is a
-// space, <0xXX> pieces are their byte (Replace, ByteFallback; convert_slow_tokenizer.py).
-std::string sentencepiece_piece_bytes(const SentencePieceModel& spm, int32_t id) {
-  if (id >= spm.size()) return {};
-  const std::string& piece = spm.piece(id);
-  if (spm.is_byte(id)) return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
-  std::string out;
-  for (size_t i = 0; i < piece.size();) {
-    if (piece.compare(i, 3, "\xE2\x96\x81") == 0) {
-      out += ' ';
-      i += 3;
-    } else {
-      out += piece[i++];
-    }
-  }
-  return out;
-}
-
 // tokenizer_config.json's special-token fields are a string or an AddedToken object.
 std::string token_content(const json& v) {
   if (v.is_string()) return v.get<std::string>();
@@ -386,7 +410,10 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load_sentencepiece(const std::stri
   m.unk_id = m.spm->unk_id();
   const std::string config_file = dir + "/tokenizer_config.json";
   std::ifstream in(config_file);
-  if (!in) return tok;  // the model alone: no added tokens
+  if (!in) {  // the model alone: no added tokens
+    m.build_id_bytes();
+    return tok;
+  }
   const json config = json::parse(in, nullptr, false);
   if (config.is_discarded() || !config.is_object()) return Status::error(config_file + ": not valid JSON");
   const json added = config.value("added_tokens_decoder", json::object());
@@ -408,6 +435,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load_sentencepiece(const std::stri
     if (id < 0) return Status::error(config_file + ": " + flag + " is set but " + name + " is not in the vocabulary");
     ids->push_back(id);
   }
+  m.build_id_bytes();
   return tok;
 }
 
@@ -493,6 +521,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load_unchecked(const std::string& 
       s = Status::error("decoder '" + decoder.value("type", "") + "' is not supported (ByteLevel only)");
     return s ? s : fail(s.message());
   }());
+  m.build_id_bytes();
   return tok;
 }
 
@@ -527,21 +556,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
   return ids;
 }
 
-std::string Tokenizer::token_bytes(int32_t id, bool skip_special_tokens) const {
+std::string_view Tokenizer::token_bytes(int32_t id, bool skip_special_tokens) const {
   const Impl& m = *impl_;
-  if (id < 0 || static_cast<size_t>(id) >= m.id_to_token.size()) return {};
+  if (id < 0 || static_cast<size_t>(id) >= m.id_bytes.size()) return {};
   if (skip_special_tokens && is_special(id)) return {};
-  const std::string& token = m.id_to_token[id];
-  if (m.spm && !m.added_by_id.contains(id)) return sentencepiece_piece_bytes(*m.spm, id);
-  // ByteLevel decoder: map each character back to its byte; a token with a character outside the
-  // byte alphabet (an added token such as "<think>\n") contributes its UTF-8 bytes unchanged.
-  std::string bytes;
-  for (size_t i = 0; i < token.size();) {
-    auto it = m.cp_byte.find(next_code_point(token, i));
-    if (it == m.cp_byte.end()) return token;
-    bytes += static_cast<char>(it->second);
-  }
-  return bytes;
+  return m.id_bytes[id];
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
@@ -554,7 +573,8 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
       ++run_pieces;
       continue;
     }
-    bytes += byte_run_text(run, run_pieces) + token_bytes(id, skip_special_tokens);
+    bytes += byte_run_text(run, run_pieces);
+    bytes += token_bytes(id, skip_special_tokens);
     run.clear();
     run_pieces = 0;
   }

@@ -37,7 +37,8 @@ class Tokenizer {
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 
   // The bytes one token contributes to decode() (before UTF-8 repair); empty for skipped tokens.
-  std::string token_bytes(int32_t id, bool skip_special_tokens = false) const;
+  // A view into a table made at load, valid while the tokenizer lives.
+  std::string_view token_bytes(int32_t id, bool skip_special_tokens = false) const;
   bool is_special(int32_t id) const;
   // The token's string in the vocabulary (byte-level form), or "" for an unknown id.
   std::string id_to_token(int32_t id) const;
