@@ -210,13 +210,25 @@ void Engine::loop() {
       commands.swap(commands_);
       stopping = stopping_;
     }
+    const Clock::time_point begin = Clock::now();  // not waiting for work from here
     for (Command& command : commands) command();
     if (stopping) break;
     try_weight_update();
     const StepPlan plan = scheduler_.schedule(/*admit_new=*/!pending_update_);
     has_work_ = !plan.empty();
+    step_.model_seconds = 0.0;
     if (!plan.empty()) run_step(plan);
     publish_gauges();
+    if (!plan.empty()) {
+      const double engine_seconds =
+          std::chrono::duration<double>(Clock::now() - begin).count() - step_.model_seconds;
+      metrics_.update([&](MetricsSnapshot& m) {
+        ++m.steps;
+        m.step_model_seconds += step_.model_seconds;
+        m.step_engine_seconds += engine_seconds;
+        m.step_engine.observe(engine_seconds);
+      });
+    }
   }
   // Shutdown: commands that raced with it still run, then every request ends (ABORT) and a
   // waiting weight update is refused.
@@ -292,8 +304,10 @@ void Engine::run_step(const StepPlan& plan) {
   }
   batch.sequences.resize(n_sequences);
   std::vector<sampling::SampledToken>& drawn = step_.drawn;
+  const Clock::time_point model_start = Clock::now();
   const Status status = runner_->step(batch, rows, drawn);
   const Clock::time_point now = Clock::now();
+  step_.model_seconds = std::chrono::duration<double>(now - model_start).count();
   ++step_.number;
   // Each request once, in batch order (a request's n choices share its output).
   std::vector<RequestState*>& touched = step_.touched;

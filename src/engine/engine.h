@@ -114,6 +114,7 @@ class Engine {
   bool has_work_ = false;
   struct StepBuffers {  // run_step's, kept so that steps reuse their memory
     uint64_t number = 0;
+    double model_seconds = 0.0;  // the last step's time inside the runner
     models::Batch batch;
     std::vector<SeqState*> sampled;
     std::vector<SampleRow> rows;

@@ -33,6 +33,12 @@ struct MetricsSnapshot {
   uint64_t prefix_hits = 0;       // of those, tokens found cached
   std::map<std::string, uint64_t> finished;  // by finish reason
   Histogram ttft, tpot, itl, e2e;  // seconds
+  // Where the engine thread's time goes while it steps: inside the runner's step (the model; on
+  // the GPU, the device working), and the engine's own work around it (commands, scheduling, batch
+  // building, detokenizing, outputs) — while steps run back to back, the time the device waits.
+  uint64_t steps = 0;
+  double step_model_seconds = 0.0, step_engine_seconds = 0.0;
+  Histogram step_engine;  // seconds of engine work per step
 };
 
 class Metrics {

@@ -90,6 +90,15 @@ std::string prometheus_text(ServingContext& ctx) {
   w.histogram("nibble:time_per_output_token_seconds", "Mean time per output token after the first, per request.", m.tpot);
   w.histogram("nibble:inter_token_latency_seconds", "Time between consecutive tokens of a sequence.", m.itl);
   w.histogram("nibble:e2e_request_latency_seconds", "Arrival to the last output of a request.", m.e2e);
+  w.metric("nibble:engine_steps_total", "counter", "Model steps run.", static_cast<double>(m.steps));
+  w.metric("nibble:step_model_seconds_total", "counter",
+           "Time inside the model runner's steps (on the GPU: the device computing, plus the runner's host work).",
+           m.step_model_seconds);
+  w.metric("nibble:step_engine_seconds_total", "counter",
+           "The engine's own time around steps (scheduling, batches, detokenizing, outputs): while steps run "
+           "back to back, the time the model waits.",
+           m.step_engine_seconds);
+  w.histogram("nibble:step_engine_seconds", "The engine's own time per step.", m.step_engine);
   return w.str();
 }
 

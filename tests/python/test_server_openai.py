@@ -184,6 +184,21 @@ def test_model_and_server_info(server, tiny_models):
         assert name in text
 
 
+def test_step_timers_split_model_and_engine_time(server):
+    """/metrics splits the engine thread's stepping time into the runner's (the model) and the engine's
+    own; a 5-token completion is at least 5 steps (one prefill, four decodes)."""
+    before = server.metrics()
+    r = requests.post(server.url + "/v1/completions", json={"prompt": [5, 6, 7], "max_tokens": 5, "ignore_eos": True})
+    assert r.status_code == 200
+    after = server.metrics()
+    steps = after["nibble:engine_steps_total"] - before["nibble:engine_steps_total"]
+    assert steps >= 5
+    assert after["nibble:step_model_seconds_total"] > before["nibble:step_model_seconds_total"]
+    assert after["nibble:step_engine_seconds_total"] > before["nibble:step_engine_seconds_total"]
+    assert after["nibble:step_engine_seconds_count"] == after["nibble:engine_steps_total"]
+    assert after["nibble:step_engine_seconds_sum"] == pytest.approx(after["nibble:step_engine_seconds_total"], rel=1e-6)
+
+
 def test_reset_prefix_cache_empties_the_cache(server, seed):
     """vLLM's POST /reset_prefix_cache: the next identical prompt finds nothing cached."""
     prompt = [random.Random(seed).randrange(100, ID_LIMIT) for _ in range(48)]
