@@ -62,6 +62,16 @@ if test_wheels; then
     NIBBLE_TEST_SERVER_MODEL="$SYNTH_DIR" \
     python3 -m pytest -q -p no:cacheprovider tests/python/test_server_openai.py > "$OUT/pytest_server_cuda.log" 2>&1
   results+=("$(printf '%-28s rc=%d  %s' "openai tests, serve cuda" "$?" "$(tail -1 "$OUT/pytest_server_cuda.log")")")
+  # Issue 16: the load tests on the GPU — 2000 open streams, disconnects freeing KV blocks, preemption,
+  # a weight swap under traffic — on the small GPU-sized checkpoints (the swap needs two of a layout),
+  # then the 2000 streams again on the full-size one.
+  NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe NIBBLE_TEST_SERVE_ARGS="--backend cuda" \
+    python3 -m pytest -q -p no:cacheprovider tests/python/test_server_load.py > "$OUT/pytest_load_cuda.log" 2>&1
+  results+=("$(printf '%-28s rc=%d  %s' "load tests, serve cuda" "$?" "$(tail -1 "$OUT/pytest_load_cuda.log")")")
+  NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe NIBBLE_TEST_SERVE_ARGS="--backend cuda" \
+    NIBBLE_TEST_SERVER_MODEL="$SYNTH_DIR" python3 -m pytest -q -s -p no:cacheprovider tests/python/test_server_load.py \
+    -k "2000 or disconnect" > "$OUT/pytest_load_full.log" 2>&1
+  results+=("$(printf '%-28s rc=%d  %s' "2000 streams, full-size cuda" "$?" "$(grep -h '\[load\]' "$OUT/pytest_load_full.log" | head -1) $(tail -1 "$OUT/pytest_load_full.log")")")
 else
   results+=("$(printf '%-28s       %s' "openai tests, serve cuda" "skipped: no openai/pytest/requests (run scripts/device_wheels.sh here and carry .whl)")")
 fi
