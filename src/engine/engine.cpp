@@ -171,7 +171,6 @@ void Engine::add_request(std::shared_ptr<GenerationRequest> shared) {
   GenerationRequest& request = *shared;
   if (requests_.count(request.id)) {
     RequestOutput out;
-    out.request_id = request.id;
     out.finished = true;
     out.error = "a request with id '" + request.id + "' is already running";
     request.on_output(std::move(out));
@@ -402,7 +401,6 @@ void Engine::finish_request(RequestState& r, FinishReason reason, const std::str
 
 void Engine::emit(RequestState& r, Clock::time_point now) {
   RequestOutput out;
-  out.request_id = r.request.id;
   out.prompt_tokens = static_cast<int64_t>(r.request.prompt.size());
   out.completion_tokens = r.completion_tokens;
   out.cached_tokens = std::max<int64_t>(r.choices.front()->n_cached_prompt, 0);
@@ -416,10 +414,8 @@ void Engine::emit(RequestState& r, Clock::time_point now) {
     s.changed = false;
     ChoiceDelta d;
     d.index = s.index;
-    d.token_ids = std::move(s.new_tokens);
-    d.logprobs = std::move(s.new_logprobs);
-    s.new_tokens.clear();
-    s.new_logprobs.clear();
+    d.token_ids.swap(s.new_tokens);  // the sequence starts the next step with an empty list
+    d.logprobs.swap(s.new_logprobs);
     d.text = s.text.take(s.finish != FinishReason::NONE);
     d.finish = s.finish;
     d.stop_string = s.stop_string;
@@ -437,10 +433,14 @@ void Engine::emit(RequestState& r, Clock::time_point now) {
         m.tpot.observe(std::chrono::duration<double>(now - r.first_token_time).count() / (first.n_output() - 1));
     });
   }
-  // Copy what outlives the request before handing the output over.
-  OutputCallback callback = r.request.on_output;
-  const std::string id = r.request.id;
-  if (out.finished) requests_.erase(id);  // destroys r
+  if (!out.finished) {
+    r.request.on_output(std::move(out));
+    return;
+  }
+  // The last output: take what outlives the request before it goes.
+  OutputCallback callback = std::move(r.request.on_output);
+  const std::string id = r.request.id;  // not a reference into the element erase destroys
+  requests_.erase(id);                  // destroys r
   callback(std::move(out));
 }
 

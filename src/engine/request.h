@@ -39,7 +39,6 @@ struct ChoiceDelta {
 };
 
 struct RequestOutput {
-  std::string request_id;
   std::vector<ChoiceDelta> choices;  // the choices that changed in this step
   bool finished = false;             // every choice has finished: the request's last output
   int64_t prompt_tokens = 0;
