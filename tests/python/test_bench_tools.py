@@ -235,6 +235,25 @@ def test_make_gsm8k_like_is_gsm8k_format_with_correct_arithmetic(build_dir, tmp_
     assert again.read_text() == path.read_text()
 
 
+def test_make_gsm8k_like_has_many_multi_step_kinds(build_dir, tmp_path, seed):
+    """Issue 18: at least 20 kinds of problem (question skeletons once numbers and names are masked),
+    most of them multi-step, with answers well past two digits."""
+    path = tmp_path / "gsm.jsonl"
+    run_nibble(build_dir, "eval", "make-gsm8k-like", "--out", str(path), "--n", "3000", "--seed", str(seed))
+    items = [json.loads(line) for line in path.read_text().splitlines()]
+    names = r"\b(Natalia|James|Aisha|Mateo|Priya|Liam|Sofia|Kenji|Amara|Noah|Elena|Omar|Mei|Lucas|Zara|Diego)\b"
+    skeletons = {re.sub(names, "P", re.sub(r"[0-9]+", "#", item["question"])) for item in items}
+    skeletons = {re.sub(r"\b(he|she|his|her|He|She)\b", "x", k) for k in skeletons}
+    skeletons = {re.sub(r"\b(apples|marbles|stickers|pencils|cookies|books|shells|cards|cupcakes|stamps|beads|candles)\b",
+                        "I", k) for k in skeletons}
+    skeletons = {re.sub(r"#(, #)*( and #)?", "#", k) for k in skeletons}  # the average's list of scores
+    assert len(skeletons) >= 20, sorted(skeletons)
+    steps = [len(re.findall(r"<<", item["answer"])) for item in items]
+    assert sum(n >= 2 for n in steps) > 0.6 * len(items)
+    answers = [int(item["answer"].rsplit("#### ", 1)[1]) for item in items]
+    assert max(answers) > 1000 and min(answers) >= 0
+
+
 def test_eval_gsm8k_scores_exactly(build_dir, tmp_path, seed):
     path = tmp_path / "gsm.jsonl"
     run_nibble(build_dir, "eval", "make-gsm8k-like", "--out", str(path), "--n", "40", "--seed", str(seed))

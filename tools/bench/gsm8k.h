@@ -38,6 +38,8 @@ struct Gsm8kOptions {
 };
 int run_gsm8k_eval(const Gsm8kOptions& options);
 
+// Synthetic problems (gsm8k_problems.cpp): n of them, deterministic in seed, over gsm8k_like_kinds() kinds.
 std::vector<Gsm8kItem> make_gsm8k_like(int64_t n, uint64_t seed);
+int64_t gsm8k_like_kinds();
 
 }  // namespace nibble::tools
