@@ -1,0 +1,141 @@
+"""Trains nibble's small default model (issue 18): a Qwen3-MoE of Qwen3-30B-A3B's architecture at a
+few MB, on `nibble eval make-gsm8k-like` problems written as SGLang's few-shot GSM8K prompts
+("Question: q\\nAnswer: a\\n\\n" blocks), with a byte-level BPE trained on that corpus by the
+`tokenizers` library. Deterministic given --seed. Writes OUT/bf16 (a Hugging Face checkpoint with
+its tokenizer) and OUT/nvfp4 (`nibble quantize` of it, calibrated on the training text).
+
+    python3 scripts/train_tiny_moe.py --out /tmp/tiny-moe --nibble build/nibble [--steps 3000]
+
+Runs on the GPU machine in minutes at the default sizes; tiny sizes run on a CPU (the CI smoke test).
+"""
+import argparse
+import json
+import math
+import pathlib
+import random
+import subprocess
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# ChatML, as Qwen's: a chat request renders to the same kind of text the model was trained on.
+CHAT_TEMPLATE = ("{%- for message in messages -%}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n"
+                 "{%- endfor -%}{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}")
+
+
+def args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, type=pathlib.Path)
+    p.add_argument("--nibble", default="build/nibble", help="the nibble binary (make-gsm8k-like, quantize)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--problems", type=int, default=200000, help="training problems (make-gsm8k-like --n)")
+    p.add_argument("--vocab", type=int, default=2048)
+    p.add_argument("--hidden", type=int, default=384)
+    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--heads", type=int, default=6)
+    p.add_argument("--kv-heads", type=int, default=2)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--experts", type=int, default=16)
+    p.add_argument("--top-k", type=int, default=4)
+    p.add_argument("--moe-intermediate", type=int, default=256)
+    p.add_argument("--seq-len", type=int, default=1024, help="tokens per training sequence (8-shot prompts fit)")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--lr", type=float, default=3e-3)
+    return p
+
+
+def corpus(nibble: str, n: int, seed: int, path: pathlib.Path) -> list[dict]:
+    subprocess.run([nibble, "eval", "make-gsm8k-like", "--out", str(path), "--n", str(n), "--seed", str(seed)],
+                   check=True, capture_output=True)
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def block(item: dict) -> str:  # one few-shot example, as tools/bench/gsm8k.cpp (SGLang's get_one_example) writes it
+    return f"Question: {item['question']}\nAnswer: {item['answer']}\n\n"
+
+
+def train_tokenizer(texts: list[str], vocab: int, out: pathlib.Path) -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    # Digits one by one (as Qwen's pre-tokenizer splits them): arithmetic sees every digit.
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated"),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIAL,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+        "bos_token": None, "add_bos_token": False, "chat_template": CHAT_TEMPLATE,
+        "model_max_length": 4096}, indent=2))
+    return tok
+
+
+def batches(ids: list[int], seq_len: int, batch: int, rng: random.Random):
+    """Random windows of the token stream (every window starts at a problem boundary's neighbourhood
+    as often as anywhere: the model sees prompts cut at all places, as 8-shot prompts are)."""
+    while True:
+        starts = [rng.randrange(0, len(ids) - seq_len - 1) for _ in range(batch)]
+        yield torch.tensor([ids[s:s + seq_len] for s in starts], dtype=torch.long)
+
+
+def main() -> None:
+    a = args_parser().parse_args()
+    random.seed(a.seed)
+    torch.manual_seed(a.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    out = a.out
+    bf16_dir = out / "bf16"
+    bf16_dir.mkdir(parents=True, exist_ok=True)
+    items = corpus(a.nibble, a.problems, a.seed, out / "train.jsonl")
+    texts = [block(item) for item in items]
+    tok = train_tokenizer(texts, a.vocab, bf16_dir)
+    eot = tok.token_to_id("<|endoftext|>")
+    ids: list[int] = []
+    for enc in tok.encode_batch(texts):
+        ids.extend(enc.ids)
+    print(f"corpus: {len(items)} problems, {len(ids)} tokens, vocabulary {tok.get_vocab_size()}")
+
+    config = Qwen3MoeConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=a.hidden, intermediate_size=a.moe_intermediate * a.top_k,
+        num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads, head_dim=a.head_dim,
+        num_experts=a.experts, num_experts_per_tok=a.top_k, moe_intermediate_size=a.moe_intermediate,
+        decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True, max_position_embeddings=4096,
+        rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, output_router_logits=True,
+        router_aux_loss_coef=0.01, bos_token_id=None, eos_token_id=tok.token_to_id("<|im_end|>"), pad_token_id=eot)
+    model = Qwen3MoeForCausalLM(config)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    warmup = max(1, a.steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / a.steps))))
+    data = batches(ids, a.seq_len, a.batch, random.Random(a.seed))
+    for step in range(a.steps):
+        x = next(data).to(device)
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
+            loss = model(input_ids=x, labels=x).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % 100 == 0 or step == a.steps - 1:
+            print(f"step {step}: loss {loss.item():.4f}", flush=True)
+
+    model.config.output_router_logits = False
+    model.to(torch.bfloat16).save_pretrained(bf16_dir, safe_serialization=True)
+    (bf16_dir / "generation_config.json").write_text(json.dumps(
+        {"eos_token_id": [config.eos_token_id, eot], "pad_token_id": eot, "do_sample": False}, indent=2))
+    calib = out / "calib.txt"
+    calib.write_text("".join(texts[:512]))
+    subprocess.run([a.nibble, "quantize", "--in", str(bf16_dir), "--out", str(out / "nvfp4"), "--calib", str(calib)],
+                   check=True)
+    print(f"wrote {bf16_dir} and {out / 'nvfp4'}")
+
+
+if __name__ == "__main__":
+    main()
