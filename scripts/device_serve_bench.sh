@@ -2,7 +2,8 @@
 # Issue 16's workload 1 on the GPU machine (build-device/ carried): FastDeploy's NVFP4 MoE PR
 # benchmark shape — chat requests of ShareGPT's lengths (~1136 input / ~200 output tokens, spread
 # ±50%), 64 at a time, --ignore-eos — against nibble serve --backend cuda on the full-size synthetic
-# Qwen3-30B-A3B, with vLLM's client-side and FastDeploy's server-side metrics. NUM_PROMPTS (1000).
+# Qwen3-30B-A3B, with vLLM's client-side and FastDeploy's server-side metrics, then the engine's step
+# timers. NUM_PROMPTS (1000); WORKLOAD2=1 adds issue 16's workload 2 (gsm8k, 1,209 in parallel).
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 synth_qwen3_full
@@ -17,6 +18,24 @@ timeout "${BENCH_TIMEOUT:-420}" build-device/nibble bench serve --port 8766 --ba
   --metric-percentiles 50,90,99 --save-result --result-dir "$OUT" --result-filename workload1.json --disable-tqdm \
   > "$OUT/workload1.txt" 2> "$OUT/workload1.err"
 echo "bench serve rc=$?"
+# The engine's step timers: its own time against the runner's (the device's wait share between
+# back-to-back steps, issue 16's "GPU idle between decode steps").
+curl -s localhost:8766/metrics | grep -E "^nibble:(engine_steps_total|step_model_seconds_total|step_engine_seconds_total)" \
+  | sed 's/{[^}]*}//' > "$OUT/step_timers.txt"
+awk '{v[$1]=$2} END {printf "steps %d: engine %.1f us/step, model %.2f ms/step, engine share %.2f%%\n",
+  v["nibble:engine_steps_total"], 1e6*v["nibble:step_engine_seconds_total"]/v["nibble:engine_steps_total"],
+  1e3*v["nibble:step_model_seconds_total"]/v["nibble:engine_steps_total"],
+  100*v["nibble:step_engine_seconds_total"]/(v["nibble:step_engine_seconds_total"]+v["nibble:step_model_seconds_total"])}' \
+  "$OUT/step_timers.txt"
+# Workload 2 (WORKLOAD2=1): SGLang's per-token PR benchmark shape — 1,209 8-shot GSM8K-like questions
+# all in flight (with random weights every answer runs to its 512-token limit: ~620k output tokens).
+if [ "${WORKLOAD2:-0}" = 1 ]; then
+  build-device/nibble eval make-gsm8k-like --out "$OUT/gsm8k.jsonl" --n 1400 --seed 1 > /dev/null
+  timeout "${BENCH_TIMEOUT:-420}" build-device/nibble eval gsm8k --data "$OUT/gsm8k.jsonl" --num-shots 8 \
+    --num-questions 1209 --parallel 1209 --port 8766 > "$OUT/workload2.txt" 2>&1
+  echo "eval gsm8k rc=$?"; cat "$OUT/workload2.txt"
+  curl -s localhost:8766/metrics | grep -E "^nibble:prefix_cache_(hits|queries)_total"
+fi
 kill -TERM $pid; wait $pid
 grep -E "graph|KV|weights on" "$OUT/serve_bench_server.log" | head -5
 cat "$OUT/workload1.txt"
