@@ -8,7 +8,10 @@ import re
 import subprocess
 import sys
 
+import numpy as np
+import torch
 from tokenizers import Tokenizer
+from transformers import AutoModelForCausalLM
 
 from test_checkpoints import REPO, nibble
 
@@ -42,3 +45,23 @@ def test_train_tiny_moe_end_to_end(build_dir, tmp_path, seed):
     gen = nibble(build_dir, "generate", "--model", nvfp4, "--prompt", "Question: What is 2 + 3?\nAnswer:",
                  "--max-tokens", "4", "--temperature", "0")
     assert "decode" in gen.stderr
+
+
+def test_nibble_reads_the_trained_checkpoint_as_transformers_does(build_dir, tmp_path, seed):
+    """The trained BF16 checkpoint (tied embeddings, its own head shapes): nibble's CPU forward gives
+    transformers' next-token logits (fp32 math on the same BF16 weights: ~1e-5 apart; 1e-3 of the
+    largest logit allows a different summation order, not a wrong weight)."""
+    train(build_dir, tmp_path / "m", seed)
+    bf16 = tmp_path / "m" / "bf16"
+    prompt = Tokenizer.from_file(str(bf16 / "tokenizer.json")).encode("Question: Liam has 12 apples.\nAnswer:").ids
+    dump = tmp_path / "logits.npy"
+    r = subprocess.run([str(build_dir / "nibble"), "generate", "--model", str(bf16), "--backend", "cpu",
+                        "--prompt-ids", ",".join(map(str, prompt)), "--max-tokens", "1", "--ignore-eos",
+                        "--dump-logits", str(dump)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    model = AutoModelForCausalLM.from_pretrained(str(bf16), dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = model(torch.tensor([prompt])).logits[0, -1]
+    got = torch.from_numpy(np.load(dump))[0]
+    assert got.shape == want.shape
+    assert (got - want).abs().max() <= 1e-3 * want.abs().max(), (got - want).abs().max()
