@@ -22,7 +22,7 @@ class SentencePieceModel {
 
   int32_t size() const;
   const std::string& piece(int32_t id) const;
-  bool is_byte(int32_t id) const;  // a <0xXX> byte-fallback piece
+  bool is_byte(int32_t id) const;  // a byte-fallback piece, <0x00> … <0xFF>
   int32_t unk_id() const;
   // Whether the normalizer prefixes a chunk with "▁" (normalizer_spec.add_dummy_prefix).
   bool adds_dummy_prefix() const { return adds_dummy_prefix_; }

@@ -129,7 +129,7 @@ std::vector<std::string> split_piece(const std::string& piece, const PreTokenize
 namespace {
 
 // The bytes of a SentencePiece piece as transformers' converted decoder gives them: "▁" is a
-// space, <0xXX> pieces are their byte (Replace, ByteFallback; convert_slow_tokenizer.py).
+// space, byte pieces (<0x00> … <0xFF>) are their byte (Replace, ByteFallback; convert_slow_tokenizer.py).
 std::string sentencepiece_piece_bytes(const SentencePieceModel& spm, int32_t id) {
   if (id >= spm.size()) return {};
   const std::string& piece = spm.piece(id);

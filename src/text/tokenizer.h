@@ -47,8 +47,8 @@ class Tokenizer {
   size_t vocab_size() const;  // one past the largest id
   // decode() drops one leading space (SentencePiece's dummy prefix; transformers' Strip decoder).
   bool strips_leading_space() const;
-  // A SentencePiece <0xXX> byte-fallback piece: decode() joins a run of them and keeps it only if
-  // it is valid UTF-8, else writes one U+FFFD per piece (tokenizers' ByteFallback decoder).
+  // A SentencePiece byte-fallback piece (<0x00> … <0xFF>): decode() joins a run of them and keeps
+  // it only if it is valid UTF-8, else writes one U+FFFD per piece (tokenizers' ByteFallback decoder).
   bool is_byte_piece(int32_t id) const;
   static std::string byte_run_text(const std::string& bytes, size_t n_pieces);
 
