@@ -1,6 +1,6 @@
 // `nibble serve`: the OpenAI-compatible server. Flags in the style of vLLM/SGLang, each also read
-// from NIBBLE_<FLAG> (e.g. NIBBLE_MAX_MODEL_LEN); without --model it serves a tiny embedded model,
-// synthesized deterministically on first use, so it works on a fresh machine.
+// from NIBBLE_<FLAG> (e.g. NIBBLE_MAX_MODEL_LEN); without --model it serves the small trained model
+// in data/default-model, so it works (and answers GSM8K-like questions) on a fresh machine.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -19,7 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* DEFAULT_MODEL_NAME = "nibble-tiny-moe";
+constexpr const char* DEFAULT_MODEL_NAME = "nibble-tiny-moe-gsm8k";
 
 // NIBBLE_<FLAG>: --max-model-len → NIBBLE_MAX_MODEL_LEN.
 std::string env_name(const std::string& flag) {
@@ -33,29 +33,12 @@ CLI::Option* option(CLI::App* cmd, const std::string& flag, T& value, const std:
   return cmd->add_option(flag, value, help + " [env " + env_name(flag) + "]")->envname(env_name(flag))->capture_default_str();
 }
 
-// The embedded default: the tiny-moe synth preset (seed 0), kept in the user's cache folder.
+// The embedded default: the small trained model shipped in data/default-model (issue 18; made by
+// scripts/train_tiny_moe.py, described in its README.md).
 Result<std::string> default_model() {
-  fs::path root;
-  if (const char* dir = std::getenv("NIBBLE_CACHE_DIR")) root = dir;
-  else if (const char* xdg = std::getenv("XDG_CACHE_HOME")) root = fs::path(xdg) / "nibble";
-  else if (const char* home = std::getenv("HOME")) root = fs::path(home) / ".cache" / "nibble";
-  else root = fs::temp_directory_path() / "nibble";
-  const fs::path dir = root / "default-tiny-moe-v1";
-  if (fs::exists(dir / "config.json")) return dir.string();
-  log_info("no --model: creating the embedded tiny model in " + dir.string());
-  std::error_code ec;
-  fs::create_directories(root, ec);
-  const fs::path staging = root / ("default-tiny-moe-v1.partial-" + std::to_string(::getpid()));
-  SynthOptions options;
-  options.preset = "tiny-moe";
-  options.out_dir = staging.string();
-  options.seed = 0;
-  Result<SynthReport> report = synth_checkpoint(options);
-  if (!report) return report.status();
-  fs::rename(staging, dir, ec);  // atomic: a concurrent start sees all or nothing
-  if (ec && !fs::exists(dir / "config.json"))
-    return Status::error("cannot create " + dir.string() + ": " + ec.message());
-  fs::remove_all(staging, ec);
+  const fs::path dir = fs::path(data_dir()) / "default-model";
+  if (!fs::exists(dir / "config.json"))
+    return Status::error("no --model and no embedded model at " + dir.string() + " (set NIBBLE_DATA_DIR to nibble's data/)");
   return dir.string();
 }
 
@@ -108,7 +91,7 @@ int run_serve(server::ServerOptions options) {
 CommandRunner register_serve(CLI::App& root) {
   auto* cmd = root.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
   auto o = std::make_shared<server::ServerOptions>();
-  option(cmd, "--model", o->model_path, "Model folder (default: a tiny embedded model)");
+  option(cmd, "--model", o->model_path, "Model folder (default: the small trained model in data/default-model)");
   option(cmd, "--served-model-name", o->served_model_name, "Model name in the API (default: the model path)");
   option(cmd, "--host", o->host, "Address to listen on");
   option(cmd, "--port", o->port, "Port");

@@ -86,6 +86,7 @@ int run_gsm8k_eval(const Gsm8kOptions& o) {
   const std::string few_shot = gsm8k_few_shot(*items, o.num_shots);
   const size_t n = std::min<size_t>(items->size(), static_cast<size_t>(o.num_questions));
   std::vector<std::optional<int64_t>> preds(n), labels(n);
+  std::vector<std::string> texts(n);
   int64_t output_tokens = 0, failed = 0;
   std::string first_error;
   boost::asio::io_context io;
@@ -103,7 +104,8 @@ int run_gsm8k_eval(const Gsm8kOptions& o) {
               [&, i](HttpResult&& r) {
                 const json j = json::parse(r.body, nullptr, false);
                 if (r.status == 200 && !j.is_discarded() && j.contains("choices") && !j["choices"].empty()) {
-                  preds[i] = gsm8k_answer_value(j["choices"][0].value("text", ""));
+                  texts[i] = j["choices"][0].value("text", "");
+                  preds[i] = gsm8k_answer_value(texts[i]);
                   if (j.contains("usage")) output_tokens += j["usage"].value("completion_tokens", 0);
                 } else {
                   ++failed;
@@ -121,6 +123,16 @@ int run_gsm8k_eval(const Gsm8kOptions& o) {
   for (size_t i = 0; i < n; ++i) {
     if (!preds[i]) ++invalid;
     else if (preds[i] == labels[i]) ++correct;
+  }
+  if (!o.predictions.empty()) {
+    std::ofstream out(o.predictions);
+    for (size_t i = 0; i < n; ++i) {
+      const json line = {{"index", i}, {"label", labels[i] ? json(*labels[i]) : json(nullptr)},
+                         {"prediction", preds[i] ? json(*preds[i]) : json(nullptr)},
+                         {"correct", preds[i].has_value() && preds[i] == labels[i]}, {"text", texts[i]}};
+      out << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+    }
+    if (!out) return fail(o.predictions + ": cannot write");
   }
   if (failed) std::fprintf(stderr, "%lld requests failed (counted invalid); first: %s\n",
                            static_cast<long long>(failed), first_error.c_str());

@@ -35,6 +35,7 @@ struct Gsm8kOptions {
   int64_t num_questions = 200;
   int64_t parallel = 64;
   int64_t max_tokens = 512;
+  std::string predictions;  // when set: one JSON line per question (label, prediction, correct, text)
 };
 int run_gsm8k_eval(const Gsm8kOptions& options);
 

@@ -49,7 +49,7 @@ using Kind = std::function<Gsm8kItem(Writer&)>;
 const std::vector<Kind>& kinds() {
   static const std::vector<Kind> all = {
       [](Writer& w) {  // buy, then give away
-        const int64_t a = w.pick(5, 400), b = w.pick(2, 300), t = a + b, c = w.pick(1, t), r = t - c;
+        const int64_t a = w.pick(50, 4000), b = w.pick(2, 3000), t = a + b, c = w.pick(1, t), r = t - c;
         return Gsm8kItem{w.name() + " had " + s(a) + " " + w.item + ". " + w.He() + " bought " + s(b) + " more, then gave " +
                              s(c) + " to " + w.other() + ". How many " + w.item + " does " + w.name() + " have now?",
                          "After buying more, " + w.name() + " had " + Writer::step(a, '+', b, t) + " " + w.item +
@@ -57,40 +57,40 @@ const std::vector<Kind>& kinds() {
                              ".\n#### " + s(r)};
       },
       [](Writer& w) {  // boxes
-        const int64_t a = w.pick(3, 48), b = w.pick(2, 60), t = a * b;
+        const int64_t a = w.pick(12, 250), b = w.pick(2, 99), t = a * b;
         return Gsm8kItem{"A box holds " + s(a) + " " + w.item + ". " + w.name() + " fills " + s(b) +
                              " boxes. How many " + w.item + " are in the boxes altogether?",
                          "The boxes hold " + Writer::step(a, '*', b, t) + " " + w.item + ".\n#### " + s(t)};
       },
       [](Writer& w) {  // hourly wage over days
-        const int64_t a = w.pick(8, 60), b = w.pick(2, 12), c = w.pick(2, 30), d = a * b, t = d * c;
+        const int64_t a = w.pick(8, 95), b = w.pick(2, 12), c = w.pick(2, 60), d = a * b, t = d * c;
         return Gsm8kItem{w.name() + " earns $" + s(a) + " an hour and works " + s(b) + " hours a day. How much does " +
                              w.he() + " earn in " + s(c) + " days?",
                          "In a day " + w.he() + " earns " + Writer::step(a, '*', b, d, "$") + ".\nIn " + s(c) + " days " +
                              w.he() + " earns " + Writer::step(d, '*', c, t, "$") + ".\n#### " + s(t)};
       },
       [](Writer& w) {  // equal shares
-        const int64_t b = w.pick(2, 25), each = w.pick(2, 80), a = b * each;
+        const int64_t b = w.pick(2, 60), each = w.pick(2, 250), a = b * each;
         return Gsm8kItem{w.name() + " has " + s(a) + " " + w.item + " and shares them equally among " + s(b) +
                              " friends. How many " + w.item + " does each friend get?",
                          "Each friend gets " + Writer::step(a, '/', b, each) + " " + w.item + ".\n#### " + s(each)};
       },
       [](Writer& w) {  // twice as many the next day
-        const int64_t a = w.pick(5, 300), m = w.pick(2, 5), b = a * m, t = a + b;
+        const int64_t a = w.pick(5, 3000), m = w.pick(2, 9), b = a * m, t = a + b;
         return Gsm8kItem{w.name() + " read " + s(a) + " pages on Monday and " + s(m) +
                              " times as many on Tuesday. How many pages did " + w.he() + " read in the two days?",
                          "On Tuesday " + w.he() + " read " + Writer::step(a, '*', m, b) + " pages.\nIn total " + w.he() +
                              " read " + Writer::step(a, '+', b, t) + " pages.\n#### " + s(t)};
       },
       [](Writer& w) {  // change from a bill
-        const int64_t a = w.pick(2, 45), b = w.pick(1, 12), cost = a * b, bill = (cost / 50 + 1) * 50, change = bill - cost;
+        const int64_t a = w.pick(2, 95), b = w.pick(1, 12), cost = a * b, bill = (cost / 50 + 1) * 50, change = bill - cost;
         return Gsm8kItem{"A shop sells " + w.item + " for $" + s(a) + " each. " + w.name() + " buys " + s(b) +
                              " and pays with $" + s(bill) + ". How much change does " + w.he() + " get?",
                          "The " + w.item + " cost " + Writer::step(a, '*', b, cost, "$") + ".\nThe change is " +
                              Writer::step(bill, '-', cost, change, "$") + ".\n#### " + s(change)};
       },
       [](Writer& w) {  // percent discount
-        const int64_t pct = 5 * w.pick(1, 15), price = 20 * w.pick(1, 40), off = price * pct / 100, pay = price - off;
+        const int64_t pct = 5 * w.pick(1, 15), price = 20 * w.pick(1, 150), off = price * pct / 100, pay = price - off;
         return Gsm8kItem{"A jacket costs $" + s(price) + ". " + w.name() + " gets a " + s(pct) +
                              "% discount. How much does " + w.he() + " pay?",
                          "The discount is " + s(price) + " * " + s(pct) + " / 100 = $<<" + s(price) + "*" + s(pct) + "/100=" +
@@ -98,7 +98,7 @@ const std::vector<Kind>& kinds() {
                              ".\n#### " + s(pay)};
       },
       [](Writer& w) {  // fraction of a collection, then more
-        const int64_t d = w.pick(2, 8), part = w.pick(3, 60), total = d * part, extra = w.pick(1, 90), r = part + extra;
+        const int64_t d = w.pick(2, 12), part = w.pick(3, 300), total = d * part, extra = w.pick(1, 90), r = part + extra;
         return Gsm8kItem{w.name() + " has " + s(total) + " " + w.item + ". " + w.He() + " gives 1/" + s(d) + " of them to " +
                              w.other() + ", who already had " + s(extra) + ". How many " + w.item + " does " + w.other() +
                              " have now?",
@@ -106,7 +106,7 @@ const std::vector<Kind>& kinds() {
                              Writer::step(part, '+', extra, r) + " " + w.item + ".\n#### " + s(r)};
       },
       [](Writer& w) {  // speed, time, distance over two legs
-        const int64_t v1 = w.pick(20, 90), t1 = w.pick(1, 6), v2 = w.pick(20, 90), t2 = w.pick(1, 6);
+        const int64_t v1 = w.pick(20, 90), t1 = w.pick(1, 12), v2 = w.pick(20, 90), t2 = w.pick(1, 12);
         const int64_t d1 = v1 * t1, d2 = v2 * t2, d = d1 + d2;
         return Gsm8kItem{w.name() + " drives " + s(t1) + " hours at " + s(v1) + " miles per hour, then " + s(t2) +
                              " hours at " + s(v2) + " miles per hour. How many miles does " + w.he() + " drive in all?",
@@ -125,8 +125,8 @@ const std::vector<Kind>& kinds() {
                              Writer::step(sum_now, '+', twice, sum_later) + ".\n#### " + s(sum_later)};
       },
       [](Writer& w) {  // rectangle: area and fencing
-        const int64_t l = w.pick(3, 80), b = w.pick(3, 60), twice_l = 2 * l, twice_b = 2 * b, per = twice_l + twice_b,
-                      cost = w.pick(2, 15), total = per * cost;
+        const int64_t l = w.pick(3, 300), b = w.pick(3, 250), twice_l = 2 * l, twice_b = 2 * b, per = twice_l + twice_b,
+                      cost = w.pick(2, 40), total = per * cost;
         return Gsm8kItem{"A garden is " + s(l) + " meters long and " + s(b) + " meters wide. Fencing costs $" + s(cost) +
                              " per meter. How much does it cost to fence the whole garden?",
                          "The two long sides are " + Writer::step(l, '*', 2, twice_l) + " meters and the two short sides " +
@@ -153,7 +153,7 @@ const std::vector<Kind>& kinds() {
                              Writer::step(sum, '/', n, avg) + ".\n#### " + s(avg)};
       },
       [](Writer& w) {  // weekly savings toward a goal
-        const int64_t have = w.pick(10, 200), per_week = w.pick(5, 60), weeks = w.pick(2, 20), need = per_week * weeks,
+        const int64_t have = w.pick(10, 200), per_week = w.pick(5, 150), weeks = w.pick(2, 40), need = per_week * weeks,
                       goal = have + need;
         return Gsm8kItem{w.name() + " wants a bike that costs $" + s(goal) + ". " + w.He() + " has $" + s(have) +
                              " and saves $" + s(per_week) + " a week. How many weeks until " + w.he() + " can buy it?",
@@ -161,7 +161,7 @@ const std::vector<Kind>& kinds() {
                              Writer::step(need, '/', per_week, weeks) + " weeks.\n#### " + s(weeks)};
       },
       [](Writer& w) {  // unit conversion: hours and minutes
-        const int64_t h = w.pick(1, 9), m = 5 * w.pick(1, 11), hm = h * 60, total = hm + m, days = w.pick(2, 7),
+        const int64_t h = w.pick(1, 9), m = 5 * w.pick(1, 11), hm = h * 60, total = hm + m, days = w.pick(2, 30),
                       all = total * days;
         return Gsm8kItem{w.name() + " practices piano for " + s(h) + " hours and " + s(m) + " minutes every day. How many " +
                              "minutes does " + w.he() + " practice in " + s(days) + " days?",
@@ -170,7 +170,7 @@ const std::vector<Kind>& kinds() {
                              Writer::step(total, '*', days, all) + " minutes.\n#### " + s(all)};
       },
       [](Writer& w) {  // ratio split
-        const int64_t a = w.pick(1, 7), b = w.pick(1, 7), unit = w.pick(2, 40), parts = a + b, total = parts * unit,
+        const int64_t a = w.pick(1, 7), b = w.pick(1, 7), unit = w.pick(2, 150), parts = a + b, total = parts * unit,
                       share = a * unit;
         return Gsm8kItem{w.name() + " and " + w.other() + " share " + s(total) + " " + w.item + " in the ratio " + s(a) + ":" +
                              s(b) + ". How many " + w.item + " does " + w.name() + " get?",
@@ -179,7 +179,7 @@ const std::vector<Kind>& kinds() {
                              Writer::step(a, '*', unit, share) + " " + w.item + ".\n#### " + s(share)};
       },
       [](Writer& w) {  // leftover after packing (remainder)
-        const int64_t per = w.pick(3, 12), full = w.pick(2, 40), left = w.pick(1, per - 1), packed = per * full,
+        const int64_t per = w.pick(3, 12), full = w.pick(2, 150), left = w.pick(1, per - 1), packed = per * full,
                       total = packed + left;
         return Gsm8kItem{w.name() + " packs " + s(total) + " " + w.item + " into bags of " + s(per) +
                              ". How many " + w.item + " are left over after filling as many bags as possible?",
@@ -188,7 +188,7 @@ const std::vector<Kind>& kinds() {
                              Writer::step(total, '-', packed, left) + " " + w.item + ".\n#### " + s(left)};
       },
       [](Writer& w) {  // two prices, several of each
-        const int64_t a = w.pick(2, 30), na = w.pick(1, 9), b = w.pick(2, 30), nb = w.pick(1, 9), ca = a * na, cb = b * nb,
+        const int64_t a = w.pick(2, 99), na = w.pick(1, 9), b = w.pick(2, 99), nb = w.pick(1, 9), ca = a * na, cb = b * nb,
                       t = ca + cb;
         return Gsm8kItem{"Notebooks cost $" + s(a) + " and pens cost $" + s(b) + ". " + w.name() + " buys " + s(na) +
                              " notebooks and " + s(nb) + " pens. How much does " + w.he() + " spend?",
@@ -197,7 +197,7 @@ const std::vector<Kind>& kinds() {
                              ".\n#### " + s(t)};
       },
       [](Writer& w) {  // work rate: two machines
-        const int64_t r1 = w.pick(5, 60), r2 = w.pick(5, 60), hours = w.pick(2, 12), rate = r1 + r2, total = rate * hours;
+        const int64_t r1 = w.pick(5, 60), r2 = w.pick(5, 60), hours = w.pick(2, 40), rate = r1 + r2, total = rate * hours;
         return Gsm8kItem{"One machine makes " + s(r1) + " " + w.item + " an hour and another makes " + s(r2) +
                              ". How many " + w.item + " do both make together in " + s(hours) + " hours?",
                          "Together they make " + Writer::step(r1, '+', r2, rate) + " " + w.item + " an hour.\nIn " +
@@ -205,7 +205,7 @@ const std::vector<Kind>& kinds() {
                              ".\n#### " + s(total)};
       },
       [](Writer& w) {  // tax added
-        const int64_t price = 10 * w.pick(2, 90), pct = w.pick(2, 12), product = price * pct;
+        const int64_t price = 10 * w.pick(2, 400), pct = w.pick(2, 12), product = price * pct;
         if (product % 100) return Gsm8kItem{};  // redrawn: keep the cents out
         const int64_t tax = product / 100, total = price + tax;
         return Gsm8kItem{"A bike costs $" + s(price) + " before a " + s(pct) + "% sales tax. How much does " + w.name() +
@@ -233,7 +233,7 @@ const std::vector<Kind>& kinds() {
                              ".\nThe change is " + Writer::step(bill, '-', t, change, "$") + ".\n#### " + s(change)};
       },
       [](Writer& w) {  // growth over days
-        const int64_t start = w.pick(2, 50), per_day = w.pick(2, 25), days = w.pick(3, 30), grown = per_day * days,
+        const int64_t start = w.pick(2, 50), per_day = w.pick(2, 60), days = w.pick(3, 90), grown = per_day * days,
                       height = start + grown;
         return Gsm8kItem{"A plant is " + s(start) + " centimeters tall and grows " + s(per_day) +
                              " centimeters a day. How tall is it after " + s(days) + " days?",
@@ -241,14 +241,14 @@ const std::vector<Kind>& kinds() {
                              Writer::step(start, '+', grown, height) + " centimeters tall.\n#### " + s(height)};
       },
       [](Writer& w) {  // comparing two people's collections
-        const int64_t a = w.pick(10, 500), m = w.pick(2, 6), b = a * m, more = b - a;
+        const int64_t a = w.pick(10, 5000), m = w.pick(2, 6), b = a * m, more = b - a;
         return Gsm8kItem{w.name() + " has " + s(a) + " " + w.item + ". " + w.other() + " has " + s(m) + " times as many. How " +
                              "many more " + w.item + " does " + w.other() + " have than " + w.name() + "?",
                          w.other() + " has " + Writer::step(a, '*', m, b) + " " + w.item + ".\nThat is " +
                              Writer::step(b, '-', a, more) + " more.\n#### " + s(more)};
       },
       [](Writer& w) {  // pages left after reading for days
-        const int64_t per_day = w.pick(5, 60), days = w.pick(2, 14), read = per_day * days, left = w.pick(1, 400),
+        const int64_t per_day = w.pick(5, 150), days = w.pick(2, 40), read = per_day * days, left = w.pick(1, 400),
                       total = read + left;
         return Gsm8kItem{"A book has " + s(total) + " pages. " + w.name() + " reads " + s(per_day) + " pages a day for " +
                              s(days) + " days. How many pages are left?",
