@@ -6,6 +6,7 @@
 
 #include "core/parallel.h"
 #include "formats/bf16.h"
+#include "ref/dot.h"
 
 namespace nibble::ref {
 namespace {
@@ -44,9 +45,7 @@ void paged_attention(const float* q, int64_t n_heads, const PagedKvLayer& kv, co
     float max_score = -INFINITY;
     for (int64_t j = 0; j < n_keys; ++j) {
       const float* kr = kv.k + slot_of(kv, seq, j) * width + kvh * d;
-      float dot = 0.0f;
-      for (int64_t c = 0; c < d; ++c) dot += qv[c] * kr[c];
-      scores[j] = dot * scale;
+      scores[j] = dot(qv, kr, d) * scale;
       max_score = std::max(max_score, scores[j]);
     }
     float sum = 0.0f;

@@ -8,6 +8,7 @@
 
 #include "core/parallel.h"
 #include "formats/bf16.h"
+#include "ref/dot.h"
 
 namespace nibble::ref {
 
@@ -15,11 +16,8 @@ void route(const float* x, int64_t n_tokens, const MoeWeights& w, int32_t* exper
   std::vector<float> logits(static_cast<size_t>(n_tokens * w.n_experts));
   if (w.router_f32) {
     for (int64_t t = 0; t < n_tokens; ++t)
-      for (int64_t e = 0; e < w.n_experts; ++e) {
-        float acc = 0.0f;
-        for (int64_t i = 0; i < w.hidden; ++i) acc += x[t * w.hidden + i] * w.router_f32[e * w.hidden + i];
-        logits[t * w.n_experts + e] = acc;
-      }
+      for (int64_t e = 0; e < w.n_experts; ++e)
+        logits[t * w.n_experts + e] = dot(x + t * w.hidden, w.router_f32 + e * w.hidden, w.hidden);
   } else {
     linear_bf16(x, n_tokens, w.router, w.n_experts, w.hidden, logits.data());
   }

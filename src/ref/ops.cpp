@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "ref/dot.h"
 #include "formats/bf16.h"
 
 namespace nibble::ref {
@@ -74,11 +75,7 @@ void linear_bf16(const float* x, int64_t n_tokens, const uint16_t* w, int64_t ou
   parallel_for(static_cast<size_t>(out_features), [&](size_t n) {
     std::vector<float> row(in_features);
     for (int64_t k = 0; k < in_features; ++k) row[k] = bf16_decode(w[n * in_features + k]);
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      float acc = 0.0f;
-      for (int64_t k = 0; k < in_features; ++k) acc += x[t * in_features + k] * row[k];
-      y[t * out_features + n] = acc;
-    }
+    for (int64_t t = 0; t < n_tokens; ++t) y[t * out_features + n] = dot(x + t * in_features, row.data(), in_features);
   });
 }
 
@@ -105,11 +102,7 @@ Status linear_nvfp4(const float* x, int64_t n_tokens, const formats::Nvfp4Weight
   parallel_for(static_cast<size_t>(N), [&](size_t n) {
     std::vector<float> row(K);
     formats::decode_row_unscaled(w, static_cast<int64_t>(n), row.data());
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      float acc = 0.0f;
-      for (int64_t k = 0; k < K; ++k) acc += a[t * K + k] * row[k];
-      y[t * N + n] = acc * row_scale[t];
-    }
+    for (int64_t t = 0; t < n_tokens; ++t) y[t * N + n] = dot(a + t * K, row.data(), K) * row_scale[t];
   });
   return Status::ok();
 }
