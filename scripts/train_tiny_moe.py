@@ -1,9 +1,10 @@
 """Trains nibble's small default model (issue 18): a Qwen3-MoE of Qwen3-30B-A3B's architecture at a
 few MB, on `nibble eval make-gsm8k-like` problems written as SGLang's few-shot GSM8K prompts
 ("Question: q\\nAnswer: a\\n\\n" blocks) and, a quarter of them, as ChatML turns, with a byte-level
-BPE trained on that corpus by the `tokenizers` library. Deterministic given --seed. Writes OUT/bf16
-(a Hugging Face checkpoint with its tokenizer) and OUT/nvfp4 (`nibble quantize` of it, calibrated on
-the training text).
+BPE trained on that corpus by the `tokenizers` library. Deterministic given --seed (bit for bit on
+the CPU; on the GPU cuDNN's attention backward is not, so weights differ in their last bits). Writes
+OUT/bf16 (a Hugging Face checkpoint with its tokenizer) and OUT/nvfp4 (`nibble quantize` of it,
+calibrated on the training text).
 
     python3 scripts/train_tiny_moe.py --out /tmp/tiny-moe --nibble build/nibble [--steps N]
 
