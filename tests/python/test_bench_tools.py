@@ -5,13 +5,17 @@ saved per-request data, the timings against the script within scheduling jitter)
 import asyncio
 import json
 import pathlib
+import random
 import re
 import subprocess
+import sys
 import threading
 
 import numpy as np
 import pytest
 import requests
+
+from conftest import REPO
 
 TTFT_S, ITL_S, FAIL_EVERY = 0.120, 0.040, 5  # mock: first token after 120 ms, then one per 40 ms; every 5th request fails
 # Scheduling and loopback delays: the mock runs in a Python thread beside pytest on a 2-core CI
@@ -276,9 +280,20 @@ def test_eval_gsm8k_scores_exactly(build_dir, tmp_path, seed):
     mock = MockServer(answers)
     try:
         r = run_nibble(build_dir, "eval", "gsm8k", "--data", str(path), "--num-questions", "40", "--num-shots", "3",
-                       "--parallel", "7", "--base-url", f"http://127.0.0.1:{mock.port}")
+                       "--parallel", "7", "--base-url", f"http://127.0.0.1:{mock.port}",
+                       "--predictions", str(tmp_path / "pred.jsonl"))
     finally:
         mock.stop()
+    # --predictions: one line per question, in question order, with what the summary counted.
+    predictions = [json.loads(line) for line in (tmp_path / "pred.jsonl").read_text().splitlines()]
+    assert [p["index"] for p in predictions] == list(range(40))
+    for item, p in zip(items, predictions):
+        value, kind = int(item["answer"].rsplit("#### ", 1)[1]), kinds[item["question"]]
+        assert p["label"] == value
+        assert p["prediction"] == [value, value + 1, None][kind]
+        assert p["correct"] == (kind == 0)
+        if kind < 2:
+            assert p["text"] == answers[item["question"]]
     lines = r.stdout.splitlines()
     assert lines[0] == f"Accuracy: {correct / 40:.3f}"
     assert lines[1] == f"Invalid: {invalid / 40:.3f}"
@@ -287,6 +302,28 @@ def test_eval_gsm8k_scores_exactly(build_dir, tmp_path, seed):
     assert re.fullmatch(r"Output throughput: \d+\.\d{3} token/s", lines[3])
     # 7 completion tokens per answer over the latency (printed rounded to the millisecond).
     assert 40 * 7 / (latency + 0.0005) - 0.001 <= float(lines[3].split()[2]) <= 40 * 7 / max(latency - 0.0005, 1e-6) + 0.001
+
+
+def test_gsm8k_compare_counts_and_tests_pairs(tmp_path, seed):
+    """scripts/gsm8k_compare.py on two random prediction files: accuracies, the discordant counts and
+    McNemar's exact p (scipy's two-sided binomial test on the discordant questions, p = 1/2)."""
+    from scipy.stats import binomtest
+    rng = random.Random(seed)
+    n = 300
+    a = [rng.random() < 0.8 for _ in range(n)]
+    b = [x if rng.random() < 0.9 else not x for x in a]
+    for name, flags in (("a", a), ("b", b)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(
+            {"index": i, "label": 1, "prediction": 1 if ok else 2, "correct": ok, "text": ""}) + "\n"
+            for i, ok in enumerate(flags)))
+    r = subprocess.run([sys.executable, str(REPO / "scripts/gsm8k_compare.py"), f"A={tmp_path / 'a.jsonl'}",
+                        f"B={tmp_path / 'b.jsonl'}"], capture_output=True, text=True, check=True)
+    row = r.stdout.splitlines()[2].split()
+    only_a = sum(x and not y for x, y in zip(a, b))
+    only_b = sum(y and not x for x, y in zip(a, b))
+    assert row[0] == "B" and float(row[2]) == round(sum(b) / n, 3)
+    assert (int(row[5]), int(row[6])) == (only_a, only_b)
+    assert abs(float(row[7]) - binomtest(only_a, only_a + only_b, 0.5).pvalue) < 1e-3
 
 
 def test_eval_gsm8k_against_nibble_serve(build_dir, server, tmp_path):
