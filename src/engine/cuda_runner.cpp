@@ -180,6 +180,7 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
   mo.act_quant_dense = o.act_quant_dense;
   mo.gemm = to_cuda(o.gemm);
   mo.moe = to_cuda(o.moe);
+  mo.decode_attention_tensor_core = o.decode_attention == DecodeAttention::TENSOR_CORE;
   mo.max_tokens = std::max<int64_t>(o.max_num_batched_tokens, 1);
   mo.max_rows = std::max<int64_t>(o.max_num_seqs, 1);
   mo.max_seqs = std::max<int64_t>(o.max_num_seqs, 1);

@@ -25,6 +25,13 @@ std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<DecodeAttention> parse_decode_attention(std::string_view name) {
+  if (name == "auto") return DecodeAttention::AUTO;
+  if (name == "split-kv") return DecodeAttention::SPLIT_KV;
+  if (name == "tensor-core") return DecodeAttention::TENSOR_CORE;
+  return std::nullopt;
+}
+
 const char* backend_name(Backend backend) {
   switch (backend) {
     case Backend::AUTO: return "auto";

@@ -15,10 +15,14 @@ namespace nibble::engine {
 enum class Backend { AUTO, CPU, CUDA };            // auto: CUDA when a GPU is visible
 enum class KernelChoice { AUTO, FUSED, DEQUANT_CUBLAS, SKINNY };
 enum class KvCacheDtype { AUTO, BF16, FP32 };      // auto: BF16; FP32 only on the CPU (reference runs)
+// Decode tokens' attention on the GPU: the split-KV CUDA-core kernel, or the tensor-core prefill
+// kernel with one item per token (a CTA per token and KV head over its whole context).
+enum class DecodeAttention { AUTO, SPLIT_KV, TENSOR_CORE };  // auto: split-kv until measured otherwise
 
 std::optional<Backend> parse_backend(std::string_view name);           // auto | cpu | cuda
 std::optional<KernelChoice> parse_kernel_choice(std::string_view name);  // auto | fused | dequant-cublas | skinny
 std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name); // auto | bf16 | fp32
+std::optional<DecodeAttention> parse_decode_attention(std::string_view name);  // auto | split-kv | tensor-core
 const char* backend_name(Backend backend);
 const char* kernel_choice_name(KernelChoice choice);
 
@@ -26,6 +30,7 @@ struct RunnerOptions {
   Backend backend = Backend::AUTO;
   KernelChoice gemm = KernelChoice::AUTO;  // dense NVFP4 linears (CUDA)
   KernelChoice moe = KernelChoice::AUTO;   // the MoE block (CUDA)
+  DecodeAttention decode_attention = DecodeAttention::AUTO;  // (CUDA)
   formats::ActQuant act_quant_moe = formats::ActQuant::NONE;
   formats::ActQuant act_quant_dense = formats::ActQuant::NONE;
   KvCacheDtype kv_dtype = KvCacheDtype::AUTO;

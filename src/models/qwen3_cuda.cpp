@@ -381,15 +381,18 @@ struct CudaModel::Impl {
     const int64_t G = config.num_attention_heads / config.num_key_value_heads;
     int64_t t = 0;
     step_max_keys = 0;
-    // Prefill chunks go to the tensor-core attention in items; decode tokens to the per-token kernel.
-    step_lists = eager && cuda::prefill_attention_supported(config.head_dim, G);
+    // Prefill chunks go to the tensor-core attention in items; decode tokens to the per-token
+    // split-KV kernel, or (decode_attention_tensor_core) one item each, graph padding included.
+    const bool supported = cuda::prefill_attention_supported(config.head_dim, G);
+    const bool decode_items = supported && options.decode_attention_tensor_core;
+    step_lists = supported && (eager || decode_items);
     step_items = step_decode = 0;
     if (step_lists) {
       const int64_t per_item = cuda::prefill_item_tokens(G);
       int64_t row = 0;
       for (int64_t s = 0; s < S; ++s) {
         const BatchSequence& seq = batch.sequences[static_cast<size_t>(s)];
-        if (seq.n_tokens == 1) h_decode_rows[step_decode++] = static_cast<int32_t>(row);
+        if (seq.n_tokens == 1 && !decode_items) h_decode_rows[step_decode++] = static_cast<int32_t>(row);
         else
           for (int64_t i = 0; i < seq.n_tokens; i += per_item)
             h_items[step_items++] = make_int4(static_cast<int>(s), static_cast<int>(row + i),
@@ -397,6 +400,8 @@ struct CudaModel::Impl {
                                               static_cast<int>(seq.start_position + i));
         row += seq.n_tokens;
       }
+      if (decode_items)  // padding rows: the trash sequence S, one key at position 0
+        for (; row < T; ++row) h_items[step_items++] = make_int4(static_cast<int>(S), static_cast<int>(row), 1, 0);
     }
     for (int64_t s = 0; s < S; ++s) {
       const BatchSequence& seq = batch.sequences[static_cast<size_t>(s)];

@@ -21,6 +21,7 @@ struct CudaModelOptions {
   formats::ActQuant act_quant_dense = formats::ActQuant::NONE;
   cuda::GemmBackend gemm = cuda::GemmBackend::AUTO;
   cuda::GemmBackend moe = cuda::GemmBackend::AUTO;
+  bool decode_attention_tensor_core = false;  // decode tokens as tensor-core items (RunnerOptions)
   int64_t max_tokens = 8192;  // tokens in one step
   int64_t max_rows = 256;     // rows that want logits in one step
   int64_t max_seqs = 256;     // sequences in one step

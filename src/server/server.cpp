@@ -35,6 +35,7 @@ engine::RunnerOptions runner_options(const ServerOptions& o) {
   r.backend = *engine::parse_backend(o.backend);
   r.gemm = *engine::parse_kernel_choice(o.gemm_backend);
   r.moe = *engine::parse_kernel_choice(o.moe_backend);
+  r.decode_attention = *engine::parse_decode_attention(o.decode_attention);
   r.act_quant_moe = formats::parse_act_quant(o.act_quant_moe).value();
   r.act_quant_dense = formats::parse_act_quant(o.act_quant_dense).value();
   r.kv_dtype = *engine::parse_kv_cache_dtype(o.kv_cache_dtype);
@@ -117,8 +118,9 @@ void raise_open_file_limit() {
 
 Status validate_options(const ServerOptions& o) {
   NIB_RETURN_IF_ERROR(check_member("--backend", o.backend, {"auto", "cpu", "cuda"}));
-  NIB_RETURN_IF_ERROR(check_member("--moe-backend", o.moe_backend, {"auto", "fused", "dequant-cublas"}));
-  NIB_RETURN_IF_ERROR(check_member("--gemm-backend", o.gemm_backend, {"auto", "fused", "dequant-cublas"}));
+  NIB_RETURN_IF_ERROR(check_member("--moe-backend", o.moe_backend, {"auto", "fused", "dequant-cublas", "skinny"}));
+  NIB_RETURN_IF_ERROR(check_member("--gemm-backend", o.gemm_backend, {"auto", "fused", "dequant-cublas", "skinny"}));
+  NIB_RETURN_IF_ERROR(check_member("--decode-attention", o.decode_attention, {"auto", "split-kv", "tensor-core"}));
   NIB_RETURN_IF_ERROR(check_member("--act-quant-moe", o.act_quant_moe, {"none", "static", "per-token"}));
   NIB_RETURN_IF_ERROR(check_member("--act-quant-dense", o.act_quant_dense, {"none", "static", "per-token"}));
   NIB_RETURN_IF_ERROR(check_member("--reasoning-parser", o.reasoning_parser, {"auto", "qwen3", "none"}));

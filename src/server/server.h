@@ -28,8 +28,9 @@ struct ServerOptions {
   bool enable_prefix_caching = true;
   std::string kv_cache_dtype = "auto";  // auto | bf16
   std::string backend = "auto";         // auto | cpu | cuda
-  std::string moe_backend = "auto";     // fused | dequant-cublas | auto (CUDA backend)
+  std::string moe_backend = "auto";     // fused | dequant-cublas | skinny | auto (CUDA backend)
   std::string gemm_backend = "auto";
+  std::string decode_attention = "auto";  // split-kv | tensor-core | auto (CUDA backend)
   std::string act_quant_moe = "none";   // none | static | per-token
   std::string act_quant_dense = "none";
   int64_t tensor_parallel_size = 1;

@@ -53,9 +53,11 @@ std::string test_model() {
 }
 
 std::unique_ptr<engine::ModelRunner> runner(engine::Backend backend, formats::ActQuant mode, int64_t blocks = 64,
-                                            bool eager = false) {
+                                            bool eager = false,
+                                            engine::DecodeAttention attention = engine::DecodeAttention::AUTO) {
   engine::RunnerOptions o;
   o.enforce_eager = eager;
+  o.decode_attention = attention;
   o.cpu_gpu_rounding = true;
   o.backend = backend;
   o.act_quant_moe = o.act_quant_dense = mode;
@@ -230,6 +232,55 @@ TEST(CudaRunner, DecodeGraphsMatchEagerSteps) {
     EXPECT_LE(row_error(lg, le, V), 1e-3) << "step " << step;
     for (auto& s : seqs) ++s.start_position;
   }
+}
+
+// --decode-attention tensor-core: decode tokens go to the tensor-core kernel as one-token items, in
+// graphs (with a padding row) and eagerly beside a prefill chunk. Against the split-KV kernel the
+// logits agree within 5e-3 of max|logit|: the tensor cores see Q and P rounded to BF16 (as in
+// MixedBatchesGiveEachSequenceItsOwnResult); contexts of 40–140 keys span several 32-key tiles.
+TEST(CudaRunner, TensorCoreDecodeAttentionMatchesSplitKv) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaRunner.TensorCoreDecodeAttentionMatchesSplitKv");
+  std::mt19937_64 rng(seed);
+  auto split = runner(engine::Backend::CUDA, formats::ActQuant::NONE);
+  auto graphs = runner(engine::Backend::CUDA, formats::ActQuant::NONE, 64, false, engine::DecodeAttention::TENSOR_CORE);
+  auto eager = runner(engine::Backend::CUDA, formats::ActQuant::NONE, 64, true, engine::DecodeAttention::TENSOR_CORE);
+  ASSERT_TRUE(split && graphs && eager);
+  const int64_t V = split->config().vocab_size;
+  std::vector<models::BatchSequence> seqs(3);
+  for (int s = 0; s < 3; ++s) {
+    std::vector<int32_t> prompt(40 + 50 * s);
+    for (auto& t : prompt) t = int32_t(rng() % V);
+    const auto prefill = one_sequence(prompt, 0, 12, 12 * s);
+    std::vector<float> ignored;
+    for (auto* r : {split.get(), graphs.get(), eager.get()}) ASSERT_TRUE(r->forward_logits(prefill, ignored).is_ok());
+    seqs[s] = prefill.sequences[0];
+    seqs[s].start_position = int64_t(prompt.size());
+    seqs[s].n_tokens = 1;
+  }
+  for (int step = 0; step < 4; ++step) {
+    models::Batch decode;
+    decode.sequences = seqs;
+    for (int s = 0; s < 3; ++s) decode.token_ids.push_back(int32_t(rng() % V)), decode.logits_rows.push_back(s);
+    std::vector<float> want, lg, le;
+    ASSERT_TRUE(split->forward_logits(decode, want).is_ok());
+    ASSERT_TRUE(graphs->forward_logits(decode, lg).is_ok());
+    ASSERT_TRUE(eager->forward_logits(decode, le).is_ok());
+    EXPECT_LE(row_error(lg, want, V), 5e-3) << "graph, step " << step;
+    EXPECT_LE(row_error(le, want, V), 5e-3) << "eager, step " << step;
+    for (auto& s : seqs) ++s.start_position;
+  }
+  // A mixed step: the first sequence decodes beside a fresh 20-token prompt in blocks 48–51.
+  std::vector<int32_t> fresh(20);
+  for (auto& t : fresh) t = int32_t(rng() % V);
+  models::Batch mixed = one_sequence(fresh, 0, 4, 48);
+  mixed.token_ids.insert(mixed.token_ids.begin(), int32_t(rng() % V));
+  mixed.sequences.insert(mixed.sequences.begin(), seqs[0]);
+  mixed.logits_rows = {0, 20};
+  std::vector<float> want, got;
+  ASSERT_TRUE(split->forward_logits(mixed, want).is_ok());
+  ASSERT_TRUE(eager->forward_logits(mixed, got).is_ok());
+  EXPECT_LE(row_error(got, want, V), 5e-3);
 }
 
 // /update_weights_from_disk on the GPU: the new weights go into the same device buffers, and the

@@ -137,7 +137,10 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     engine::RunnerOptions ro;
     const auto backend = engine::parse_backend(o.backend);
     const auto gemm = engine::parse_kernel_choice(o.gemm_backend), moe = engine::parse_kernel_choice(o.moe_backend);
-    if (!backend || !gemm || !moe) return fail("--backend / --gemm-backend / --moe-backend: unknown name");
+    const auto decode_attention = engine::parse_decode_attention(o.decode_attention);
+    if (!backend || !gemm || !moe || !decode_attention)
+      return fail("--backend / --gemm-backend / --moe-backend / --decode-attention: unknown name");
+    ro.decode_attention = *decode_attention;
     ro.backend = *backend;
     ro.gemm = *gemm;
     ro.moe = *moe;
