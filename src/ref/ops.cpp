@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "ref/dot.h"
 #include "formats/bf16.h"
+#include "ref/dot.h"
 
 namespace nibble::ref {
 

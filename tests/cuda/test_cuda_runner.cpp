@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <initializer_list>
 #include <random>
 
 #include "cuda_test_util.cuh"
@@ -163,6 +164,35 @@ TEST(CudaRunner, MatchesTheCpuReferenceInEveryMode) {
   }
 }
 
+// Prefills n sequences of first_len, first_len + len_step, … random tokens (sequence s in blocks
+// [blocks·s, blocks·s + blocks)) on every runner; returns them placed for their first decode token.
+std::vector<models::BatchSequence> prefill_for_decode(std::initializer_list<engine::ModelRunner*> runners, int n,
+                                                      int64_t first_len, int64_t len_step, int32_t blocks,
+                                                      std::mt19937_64& rng) {
+  const int64_t V = (*runners.begin())->config().vocab_size;
+  std::vector<models::BatchSequence> seqs(n);
+  for (int s = 0; s < n; ++s) {
+    std::vector<int32_t> prompt(first_len + len_step * s);
+    for (auto& t : prompt) t = int32_t(rng() % V);
+    const auto prefill = one_sequence(prompt, 0, blocks, blocks * s);
+    std::vector<float> ignored;
+    for (auto* r : runners) EXPECT_TRUE(r->forward_logits(prefill, ignored).is_ok());
+    seqs[s] = prefill.sequences[0];
+    seqs[s].start_position = int64_t(prompt.size());
+    seqs[s].n_tokens = 1;
+  }
+  return seqs;
+}
+
+// One decode step of the sequences: a random token each, every row wanting logits.
+models::Batch decode_step(const std::vector<models::BatchSequence>& seqs, std::mt19937_64& rng, int64_t V) {
+  models::Batch decode;
+  decode.sequences = seqs;
+  for (size_t s = 0; s < seqs.size(); ++s)
+    decode.token_ids.push_back(int32_t(rng() % V)), decode.logits_rows.push_back(int64_t(s));
+  return decode;
+}
+
 TEST(CudaRunner, MixedBatchesGiveEachSequenceItsOwnResult) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaRunner.MixedBatchesGiveEachSequenceItsOwnResult");
@@ -209,22 +239,10 @@ TEST(CudaRunner, DecodeGraphsMatchEagerSteps) {
   auto eager = runner(engine::Backend::CUDA, formats::ActQuant::NONE, 64, true);
   ASSERT_TRUE(graphs && eager);
   const int64_t V = graphs->config().vocab_size;
-  std::vector<models::BatchSequence> seqs(3);
-  for (int s = 0; s < 3; ++s) {
-    std::vector<int32_t> prompt(10 + 7 * s);
-    for (auto& t : prompt) t = int32_t(rng() % V);
-    const auto prefill = one_sequence(prompt, 0, 4, 4 * s);
-    std::vector<float> ignored;
-    ASSERT_TRUE(graphs->forward_logits(prefill, ignored).is_ok());
-    ASSERT_TRUE(eager->forward_logits(prefill, ignored).is_ok());
-    seqs[s] = prefill.sequences[0];
-    seqs[s].start_position = int64_t(prompt.size());
-    seqs[s].n_tokens = 1;
-  }
+  std::vector<models::BatchSequence> seqs = prefill_for_decode({graphs.get(), eager.get()}, 3, 10, 7, 4, rng);
+  ASSERT_FALSE(HasFailure()) << "prefill failed";
   for (int step = 0; step < 4; ++step) {
-    models::Batch decode;
-    decode.sequences = seqs;
-    for (int s = 0; s < 3; ++s) decode.token_ids.push_back(int32_t(rng() % V)), decode.logits_rows.push_back(s);
+    const models::Batch decode = decode_step(seqs, rng, V);
     std::vector<float> lg, le;
     ASSERT_TRUE(graphs->forward_logits(decode, lg).is_ok());
     ASSERT_TRUE(eager->forward_logits(decode, le).is_ok());
@@ -247,21 +265,11 @@ TEST(CudaRunner, TensorCoreDecodeAttentionMatchesSplitKv) {
   auto eager = runner(engine::Backend::CUDA, formats::ActQuant::NONE, 64, true, engine::DecodeAttention::TENSOR_CORE);
   ASSERT_TRUE(split && graphs && eager);
   const int64_t V = split->config().vocab_size;
-  std::vector<models::BatchSequence> seqs(3);
-  for (int s = 0; s < 3; ++s) {
-    std::vector<int32_t> prompt(40 + 50 * s);
-    for (auto& t : prompt) t = int32_t(rng() % V);
-    const auto prefill = one_sequence(prompt, 0, 12, 12 * s);
-    std::vector<float> ignored;
-    for (auto* r : {split.get(), graphs.get(), eager.get()}) ASSERT_TRUE(r->forward_logits(prefill, ignored).is_ok());
-    seqs[s] = prefill.sequences[0];
-    seqs[s].start_position = int64_t(prompt.size());
-    seqs[s].n_tokens = 1;
-  }
+  std::vector<models::BatchSequence> seqs =
+      prefill_for_decode({split.get(), graphs.get(), eager.get()}, 3, 40, 50, 12, rng);
+  ASSERT_FALSE(HasFailure()) << "prefill failed";
   for (int step = 0; step < 4; ++step) {
-    models::Batch decode;
-    decode.sequences = seqs;
-    for (int s = 0; s < 3; ++s) decode.token_ids.push_back(int32_t(rng() % V)), decode.logits_rows.push_back(s);
+    const models::Batch decode = decode_step(seqs, rng, V);
     std::vector<float> want, lg, le;
     ASSERT_TRUE(split->forward_logits(decode, want).is_ok());
     ASSERT_TRUE(graphs->forward_logits(decode, lg).is_ok());

@@ -120,16 +120,18 @@ int run_gsm8k_eval(const Gsm8kOptions& o) {
   io.run();
   const double latency = std::chrono::duration<double>(SteadyClock::now() - start).count();
   int64_t correct = 0, invalid = 0;
+  std::vector<bool> right(n);
   for (size_t i = 0; i < n; ++i) {
-    if (!preds[i]) ++invalid;
-    else if (preds[i] == labels[i]) ++correct;
+    right[i] = preds[i].has_value() && preds[i] == labels[i];
+    invalid += !preds[i];
+    correct += right[i];
   }
   if (!o.predictions.empty()) {
     std::ofstream out(o.predictions);
     for (size_t i = 0; i < n; ++i) {
       const json line = {{"index", i}, {"label", labels[i] ? json(*labels[i]) : json(nullptr)},
                          {"prediction", preds[i] ? json(*preds[i]) : json(nullptr)},
-                         {"correct", preds[i].has_value() && preds[i] == labels[i]}, {"text", texts[i]}};
+                         {"correct", bool(right[i])}, {"text", texts[i]}};
       out << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     }
     if (!out) return fail(o.predictions + ": cannot write");
