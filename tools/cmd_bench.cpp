@@ -2,6 +2,7 @@
 // `vllm bench serve` names them.
 #include <limits>
 
+#include "engine/runner_options.h"
 #include "tools/bench/bench_kernels.h"
 #include "tools/bench/bench_latency.h"
 #include "tools/bench/bench_serve.h"
@@ -55,10 +56,13 @@ CommandRunner register_bench(CLI::App& root) {
       ->capture_default_str();
   kernels->add_option("--m", k->m_values, "Dense: token counts (rows of x)")->capture_default_str();
   kernels->add_option("--moe-tokens", k->moe_tokens, "MoE: token counts")->capture_default_str();
-  const std::vector<std::string> backends{"all", "fused", "dequant-cublas", "skinny", "auto"};
-  kernels->add_option("--gemm-backend", k->gemm_backend, "Dense backends to time: all | fused | dequant-cublas | skinny | auto")
+  std::vector<std::string> backends = engine::kernel_choice_names();
+  std::string choices;
+  for (const std::string& b : backends) choices += (choices.empty() ? "" : " | ") + b;
+  backends.insert(backends.begin(), "all");
+  kernels->add_option("--gemm-backend", k->gemm_backend, "Dense backends to time: all | " + choices)
       ->check(CLI::IsMember(backends))->envname("NIBBLE_GEMM_BACKEND")->capture_default_str();
-  kernels->add_option("--moe-backend", k->moe_backend, "MoE backends to time: all | fused | dequant-cublas | skinny | auto")
+  kernels->add_option("--moe-backend", k->moe_backend, "MoE backends to time: all | " + choices)
       ->check(CLI::IsMember(backends))->envname("NIBBLE_MOE_BACKEND")->capture_default_str();
   kernels->add_option("--hbm-tb-s", k->hbm_tb_s, "HBM bandwidth for the floor")->capture_default_str();
   kernels->add_option("--bf16-tflops", k->bf16_tflops, "BF16 peak for the floor")->capture_default_str();
@@ -70,8 +74,8 @@ CommandRunner register_bench(CLI::App& root) {
   latency->add_option("--model", l->model, "Model folder")->required();
   latency->add_option("--backend", l->backend, "auto | cpu | cuda")->capture_default_str();
   latency->add_option("--modes", l->modes, "Activation modes (MoE and dense alike): none,static,per-token")->capture_default_str();
-  latency->add_option("--gemm-backend", l->gemm_backend, "auto | fused | dequant-cublas | skinny")->capture_default_str();
-  latency->add_option("--moe-backend", l->moe_backend, "auto | fused | dequant-cublas | skinny")->capture_default_str();
+  latency->add_option("--gemm-backend", l->gemm_backend, choices)->capture_default_str();
+  latency->add_option("--moe-backend", l->moe_backend, choices)->capture_default_str();
   latency->add_option("--decode-attention", l->decode_attention, "auto | split-kv | tensor-core")->capture_default_str();
   latency->add_option("--pp", l->pp, "Prefill lengths (ppN)")->capture_default_str();
   latency->add_option("--tg", l->tg, "Single-stream decode tokens (tgN; 0: skip)")->capture_default_str();

@@ -159,7 +159,7 @@ CommandRunner register_generate(CLI::App& root) {
   cmd->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->default_val(16)->check(CLI::PositiveNumber);
   cmd->add_option("--temperature", o->temperature, "0 = greedy")->default_val(0.0f)->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", o->seed, "Sampling seed")->default_val(0);
-  const std::vector<std::string> kernels = {"auto", "fused", "dequant-cublas", "skinny"};
+  const std::vector<std::string>& kernels = engine::kernel_choice_names();
   cmd->add_option("--backend", o->backend, "auto (CUDA when a GPU is visible) | cpu (reference, fp32 KV) | cuda")
       ->default_val("auto")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--gemm-backend", o->gemm_backend, "Dense NVFP4 kernels (CUDA)")->default_val("auto")->check(CLI::IsMember(kernels));

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "cuda/check.cuh"
+#include "cuda/nvfp4_wgmma.cuh"
 #include "cuda/quantize_nvfp4.cuh"
 #include "cuda/skinny_gemm.cuh"
 #include "formats/bf16.h"
@@ -188,13 +189,14 @@ const char* gemm_backend_name(GemmBackend backend) {
     case GemmBackend::FUSED: return "fused";
     case GemmBackend::DEQUANT_CUBLAS: return "dequant-cublas";
     case GemmBackend::SKINNY: return "skinny";
+    case GemmBackend::WGMMA: return "wgmma";
     case GemmBackend::AUTO: break;
   }
   return "auto";
 }
 
 std::optional<GemmBackend> parse_gemm_backend(std::string_view name) {
-  for (GemmBackend b : {GemmBackend::AUTO, GemmBackend::FUSED, GemmBackend::DEQUANT_CUBLAS, GemmBackend::SKINNY})
+  for (GemmBackend b : {GemmBackend::AUTO, GemmBackend::FUSED, GemmBackend::DEQUANT_CUBLAS, GemmBackend::SKINNY, GemmBackend::WGMMA})
     if (name == gemm_backend_name(b)) return b;
   return std::nullopt;
 }
@@ -205,7 +207,8 @@ bool fused_supported(int64_t in_features) { return in_features <= 8 * CODES_PER_
 GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K) {
   // A kernel that cannot take this K falls back to AUTO's choice (e.g. the fused GEMV on ERNIE-4.5's
   // dense down_proj, K = 12,288: skinny).
-  if ((backend == GemmBackend::SKINNY && !skinny_linear_supported(K)) || (backend == GemmBackend::FUSED && !fused_supported(K)))
+  if ((backend == GemmBackend::SKINNY && !skinny_linear_supported(K)) || (backend == GemmBackend::FUSED && !fused_supported(K)) ||
+      (backend == GemmBackend::WGMMA && !wgmma_supported(2, K)))
     backend = GemmBackend::AUTO;
   if (backend != GemmBackend::AUTO) return backend;
   if (M <= AUTO_SKINNY_MAX_M && skinny_linear_supported(K)) return GemmBackend::SKINNY;
@@ -226,12 +229,14 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
   NIB_RETURN_IF_ERROR(check_weight(w));
   if (M <= 0 || M > INT32_MAX) return Status::error("linear_nvfp4: M must be in [1, 2^31)");
   if (!x || !y) return Status::error("linear_nvfp4: null activation or output");
+  if (backend == GemmBackend::WGMMA && !wgmma_supported(w.rows, w.cols)) backend = GemmBackend::AUTO;  // odd out_features
   backend = resolve_gemm_backend(backend, M, w.cols);
   if (backend == GemmBackend::SKINNY) {
     const DeviceNvfp4Weight* weights[1] = {&w};
     float* outputs[1] = {y};
     return skinny_linear(x, M, weights, outputs, 1, row_scales, ctx.stream);
   }
+  if (backend == GemmBackend::WGMMA) return wgmma_linear(x, M, w, y, row_scales, ctx.stream);
   const int K = int(w.cols), N = int(w.rows);
   if (backend == GemmBackend::FUSED) {
     if (reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(w.packed) % 16)

@@ -28,9 +28,9 @@ struct DeviceNvfp4Weight {
   float weight_scale_2 = 1.0f;
 };
 
-enum class GemmBackend { AUTO, FUSED, DEQUANT_CUBLAS, SKINNY };
+enum class GemmBackend { AUTO, FUSED, DEQUANT_CUBLAS, SKINNY, WGMMA };
 const char* gemm_backend_name(GemmBackend backend);
-// From the command-line name: "auto", "fused", "dequant-cublas", "skinny"; nullopt for anything else.
+// From the command-line name: "auto", "fused", "dequant-cublas", "skinny", "wgmma"; nullopt for anything else.
 std::optional<GemmBackend> parse_gemm_backend(std::string_view name);
 
 struct GemmContext {

@@ -12,6 +12,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/moe_router.cuh"
+#include "cuda/nvfp4_wgmma.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/quantize_nvfp4.cuh"
 #include "cuda/skinny_gemm.cuh"
@@ -169,16 +170,20 @@ Status quantize_act(const DeviceMoeWeights& w, formats::ActQuant mode, int64_t p
                                             ws.act_hat, ws.act_row_scales, stream);
 }
 
-// The grouped GEMMs (FUSED: moe_gemm.cu; SKINNY: skinny_gemm.cu) on the grouping in ws.groups.
-Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_t tokens, int tile_rows, bool skinny,
-                   const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws, cudaStream_t stream) {
+// The grouped GEMMs (FUSED: moe_gemm.cu; SKINNY: skinny_gemm.cu; WGMMA: nvfp4_wgmma.cu) on the
+// grouping in ws.groups.
+Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_t tokens, int tile_rows,
+                   GemmBackend backend, const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws,
+                   cudaStream_t stream) {
   const int64_t pairs = tokens * w.top_k;
   GroupedGemmArgs gate_up;
   gate_up.act = gate_up_in, gate_up.sorted_pairs = ws.groups.sorted_pairs, gate_up.top_k = w.top_k;
   gate_up.row_scales = token_scales, gate_up.expert_offsets = ws.groups.expert_offsets;
   gate_up.tile_offsets = ws.groups.tile_offsets, gate_up.tiles = ws.groups.tiles, gate_up.tile_rows = tile_rows;
   gate_up.pairs = pairs, gate_up.out = ws.act, gate_up.out_fp32 = is_w4a4(mode);
-  NIB_RETURN_IF_ERROR(skinny ? skinny_moe_gate_up(gate_up, w.gate, w.up, stream) : moe_gemm_gate_up(gate_up, w.gate, w.up, stream));
+  NIB_RETURN_IF_ERROR(backend == GemmBackend::SKINNY  ? skinny_moe_gate_up(gate_up, w.gate, w.up, stream)
+                      : backend == GemmBackend::WGMMA ? wgmma_moe_gate_up(gate_up, w.gate, w.up, stream)
+                                                      : moe_gemm_gate_up(gate_up, w.gate, w.up, stream));
   GroupedGemmArgs down = gate_up;
   down.act = static_cast<const uint16_t*>(ws.act), down.sorted_pairs = nullptr, down.top_k = 1, down.row_scales = nullptr;
   down.out = ws.y, down.out_fp32 = false;
@@ -186,7 +191,9 @@ Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_
     NIB_RETURN_IF_ERROR(quantize_act(w, mode, pairs, ws, stream));
     down.act = ws.act_hat, down.row_scales = ws.act_row_scales;
   }
-  return skinny ? skinny_moe_down(down, w.down, stream) : moe_gemm_down(down, w.down, stream);
+  return backend == GemmBackend::SKINNY  ? skinny_moe_down(down, w.down, stream)
+         : backend == GemmBackend::WGMMA ? wgmma_moe_down(down, w.down, stream)
+                                         : moe_gemm_down(down, w.down, stream);
 }
 
 // One cuBLAS grouped call: each non-empty expert e is one problem C_e = alpha_e · A_eᵀ · B_e with A_e a
@@ -301,9 +308,13 @@ Status run_dequant_cublas(const uint16_t* gate_up_in, const float* token_scales,
 
 GemmBackend resolve_moe_backend(GemmBackend backend, int64_t tokens, const DeviceMoeWeights& w) {
   const bool skinny_fits = skinny_supported(w.hidden) && skinny_supported(w.intermediate);
-  if (backend == GemmBackend::SKINNY && !skinny_fits) return GemmBackend::FUSED;
+  const bool wgmma_fits = wgmma_supported(w.intermediate, w.hidden) && wgmma_supported(w.hidden, w.intermediate);
+  if ((backend == GemmBackend::SKINNY && !skinny_fits) || (backend == GemmBackend::WGMMA && !wgmma_fits))
+    return GemmBackend::FUSED;
   if (backend != GemmBackend::AUTO) return backend;
-  return tokens <= AUTO_SKINNY_MOE_MAX_TOKENS && skinny_fits ? GemmBackend::SKINNY : GemmBackend::FUSED;
+  if (tokens <= AUTO_SKINNY_MOE_MAX_TOKENS && skinny_fits) return GemmBackend::SKINNY;
+  const bool wgmma_rows = tokens * w.top_k >= AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT * w.experts;
+  return wgmma_fits && wgmma_rows ? GemmBackend::WGMMA : GemmBackend::FUSED;
 }
 
 template <class T>
@@ -371,10 +382,12 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   const RouterArgs router{x,         w.router,      tokens,       w.hidden,        w.experts,
                           w.top_k,   w.norm_topk_prob, ws.logits, ws.expert_ids, ws.route_weights,
                           w.router_f32, ws.x_f32,    w.score_bias, w.norm_min};
-  const bool skinny = resolve_moe_backend(backend, tokens, w) == GemmBackend::SKINNY;
+  const GemmBackend kernels = resolve_moe_backend(backend, tokens, w);
   const int64_t pairs = tokens * w.top_k;
   // The grouping and the GEMMs share the tile height.
-  const int tile_rows = skinny ? SKINNY_TILE_ROWS : moe_tile_rows(pairs, w.experts, w.hidden, w.intermediate);
+  const int tile_rows = kernels == GemmBackend::SKINNY  ? SKINNY_TILE_ROWS
+                        : kernels == GemmBackend::WGMMA ? WGMMA_TILE_ROWS
+                                                        : moe_tile_rows(pairs, w.experts, w.hidden, w.intermediate);
   if (route_small_supported(tokens, w.experts, w.hidden, w.top_k) && backend != GemmBackend::DEQUANT_CUBLAS) {
     NIB_RETURN_IF_ERROR(route_and_group_small(router, tile_rows, ws.groups, ws.route_counter, stream));
   } else {
@@ -391,7 +404,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   }
   const bool cublas_backend = backend == GemmBackend::DEQUANT_CUBLAS;
   if (cublas_backend) NIB_RETURN_IF_ERROR(run_dequant_cublas(gate_up_in, token_scales, tokens, w, mode, ws, stream, cublas));
-  else NIB_RETURN_IF_ERROR(run_grouped(gate_up_in, token_scales, tokens, tile_rows, skinny, w, mode, ws, stream));
+  else NIB_RETURN_IF_ERROR(run_grouped(gate_up_in, token_scales, tokens, tile_rows, kernels, w, mode, ws, stream));
   // The fused down GEMM applied the W4A4 row scales; cuBLAS (alpha per expert only) leaves them to the combine.
   const float* down_row_scales = cublas_backend && is_w4a4(mode) ? ws.act_row_scales : nullptr;
   const ResidualNorm fused = norm ? *norm : ResidualNorm{};

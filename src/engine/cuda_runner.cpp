@@ -17,6 +17,7 @@ cuda::GemmBackend to_cuda(KernelChoice c) {
     case KernelChoice::FUSED: return cuda::GemmBackend::FUSED;
     case KernelChoice::DEQUANT_CUBLAS: return cuda::GemmBackend::DEQUANT_CUBLAS;
     case KernelChoice::SKINNY: return cuda::GemmBackend::SKINNY;
+    case KernelChoice::WGMMA: return cuda::GemmBackend::WGMMA;
     default: return cuda::GemmBackend::AUTO;
   }
 }
@@ -180,7 +181,9 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
   mo.act_quant_dense = o.act_quant_dense;
   mo.gemm = to_cuda(o.gemm);
   mo.moe = to_cuda(o.moe);
-  mo.decode_attention_tensor_core = o.decode_attention == DecodeAttention::TENSOR_CORE;
+  mo.tensor_core_decode_min_rows = o.decode_attention == DecodeAttention::TENSOR_CORE ? 1
+                                   : o.decode_attention == DecodeAttention::SPLIT_KV ? INT64_MAX
+                                                                                     : models::AUTO_TENSOR_CORE_DECODE_MIN_ROWS;
   mo.max_tokens = std::max<int64_t>(o.max_num_batched_tokens, 1);
   mo.max_rows = std::max<int64_t>(o.max_num_seqs, 1);
   mo.max_seqs = std::max<int64_t>(o.max_num_seqs, 1);

@@ -10,12 +10,22 @@ std::optional<Backend> parse_backend(std::string_view name) {
   return std::nullopt;
 }
 
+constexpr KernelChoice KERNEL_CHOICES[] = {KernelChoice::AUTO, KernelChoice::FUSED, KernelChoice::DEQUANT_CUBLAS,
+                                           KernelChoice::SKINNY, KernelChoice::WGMMA};
+
 std::optional<KernelChoice> parse_kernel_choice(std::string_view name) {
-  if (name == "auto") return KernelChoice::AUTO;
-  if (name == "fused") return KernelChoice::FUSED;
-  if (name == "dequant-cublas") return KernelChoice::DEQUANT_CUBLAS;
-  if (name == "skinny") return KernelChoice::SKINNY;
+  for (KernelChoice c : KERNEL_CHOICES)
+    if (name == kernel_choice_name(c)) return c;
   return std::nullopt;
+}
+
+const std::vector<std::string>& kernel_choice_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (KernelChoice c : KERNEL_CHOICES) v.emplace_back(kernel_choice_name(c));
+    return v;
+  }();
+  return names;
 }
 
 std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name) {
@@ -47,6 +57,7 @@ const char* kernel_choice_name(KernelChoice choice) {
     case KernelChoice::FUSED: return "fused";
     case KernelChoice::DEQUANT_CUBLAS: return "dequant-cublas";
     case KernelChoice::SKINNY: return "skinny";
+    case KernelChoice::WGMMA: return "wgmma";
   }
   return "?";
 }

@@ -7,24 +7,28 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "formats/nvfp4.h"
 
 namespace nibble::engine {
 
 enum class Backend { AUTO, CPU, CUDA };            // auto: CUDA when a GPU is visible
-enum class KernelChoice { AUTO, FUSED, DEQUANT_CUBLAS, SKINNY };
+enum class KernelChoice { AUTO, FUSED, DEQUANT_CUBLAS, SKINNY, WGMMA };
 enum class KvCacheDtype { AUTO, BF16, FP32 };      // auto: BF16; FP32 only on the CPU (reference runs)
 // Decode tokens' attention on the GPU: the split-KV CUDA-core kernel, or the tensor-core prefill
 // kernel with one item per token (a CTA per token and KV head over its whole context).
-enum class DecodeAttention { AUTO, SPLIT_KV, TENSOR_CORE };  // auto: split-kv until measured otherwise
+// auto: tensor-core from 16 decode rows in a step, split-kv below (models::AUTO_TENSOR_CORE_DECODE_MIN_ROWS).
+enum class DecodeAttention { AUTO, SPLIT_KV, TENSOR_CORE };
 
 std::optional<Backend> parse_backend(std::string_view name);           // auto | cpu | cuda
-std::optional<KernelChoice> parse_kernel_choice(std::string_view name);  // auto | fused | dequant-cublas | skinny
+std::optional<KernelChoice> parse_kernel_choice(std::string_view name);  // one of kernel_choice_names()
 std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name); // auto | bf16 | fp32
 std::optional<DecodeAttention> parse_decode_attention(std::string_view name);  // auto | split-kv | tensor-core
 const char* backend_name(Backend backend);
 const char* kernel_choice_name(KernelChoice choice);
+// Every KernelChoice by name (auto first): what --gemm-backend / --moe-backend accept.
+const std::vector<std::string>& kernel_choice_names();
 
 struct RunnerOptions {
   Backend backend = Backend::AUTO;

@@ -382,9 +382,12 @@ struct CudaModel::Impl {
     int64_t t = 0;
     step_max_keys = 0;
     // Prefill chunks go to the tensor-core attention in items; decode tokens to the per-token
-    // split-KV kernel, or (decode_attention_tensor_core) one item each, graph padding included.
+    // split-KV kernel, or (from tensor_core_decode_min_rows of them) one item each, graph padding
+    // included. A graph's choice depends on its size only (its rows are all decode or padding).
     const bool supported = cuda::prefill_attention_supported(config.head_dim, G);
-    const bool decode_items = supported && options.decode_attention_tensor_core;
+    int64_t decode_count = T - static_cast<int64_t>(batch.token_ids.size());
+    for (const BatchSequence& seq : batch.sequences) decode_count += seq.n_tokens == 1;
+    const bool decode_items = supported && decode_count >= options.tensor_core_decode_min_rows;
     step_lists = supported && (eager || decode_items);
     step_items = step_decode = 0;
     if (step_lists) {

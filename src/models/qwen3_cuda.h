@@ -16,12 +16,19 @@
 
 namespace nibble::models {
 
+// --decode-attention auto's threshold. H200, full-size Qwen3-30B-A3B, 1000-token contexts (docs/perf.md):
+// split-KV / tensor-core 236 / 186 tok/s at 1 sequence (one CTA walks a whole context), 1,537 / 1,667
+// at 16, 2,760 / 3,635 at 64, 3,528 / 4,730 at 128.
+inline constexpr int64_t AUTO_TENSOR_CORE_DECODE_MIN_ROWS = 16;
+
 struct CudaModelOptions {
   formats::ActQuant act_quant_moe = formats::ActQuant::NONE;
   formats::ActQuant act_quant_dense = formats::ActQuant::NONE;
   cuda::GemmBackend gemm = cuda::GemmBackend::AUTO;
   cuda::GemmBackend moe = cuda::GemmBackend::AUTO;
-  bool decode_attention_tensor_core = false;  // decode tokens as tensor-core items (RunnerOptions)
+  // Decode tokens go to the tensor-core attention as one-token items when a step has at least this
+  // many of them (graph padding rows included), else to the split-KV kernel (RunnerOptions).
+  int64_t tensor_core_decode_min_rows = AUTO_TENSOR_CORE_DECODE_MIN_ROWS;
   int64_t max_tokens = 8192;  // tokens in one step
   int64_t max_rows = 256;     // rows that want logits in one step
   int64_t max_seqs = 256;     // sequences in one step

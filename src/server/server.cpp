@@ -21,9 +21,10 @@
 namespace nibble::server {
 namespace {
 
-Status check_member(const char* flag, const std::string& value, std::initializer_list<const char*> allowed) {
+template <class Names>
+Status check_member(const char* flag, const std::string& value, const Names& allowed) {
   std::string list;
-  for (const char* a : allowed) {
+  for (const auto& a : allowed) {
     if (value == a) return Status::ok();
     list += (list.empty() ? "" : ", ") + std::string(a);
   }
@@ -117,13 +118,14 @@ void raise_open_file_limit() {
 }  // namespace
 
 Status validate_options(const ServerOptions& o) {
-  NIB_RETURN_IF_ERROR(check_member("--backend", o.backend, {"auto", "cpu", "cuda"}));
-  NIB_RETURN_IF_ERROR(check_member("--moe-backend", o.moe_backend, {"auto", "fused", "dequant-cublas", "skinny"}));
-  NIB_RETURN_IF_ERROR(check_member("--gemm-backend", o.gemm_backend, {"auto", "fused", "dequant-cublas", "skinny"}));
-  NIB_RETURN_IF_ERROR(check_member("--decode-attention", o.decode_attention, {"auto", "split-kv", "tensor-core"}));
-  NIB_RETURN_IF_ERROR(check_member("--act-quant-moe", o.act_quant_moe, {"none", "static", "per-token"}));
-  NIB_RETURN_IF_ERROR(check_member("--act-quant-dense", o.act_quant_dense, {"none", "static", "per-token"}));
-  NIB_RETURN_IF_ERROR(check_member("--reasoning-parser", o.reasoning_parser, {"auto", "qwen3", "none"}));
+  using Names = std::initializer_list<const char*>;
+  NIB_RETURN_IF_ERROR(check_member("--backend", o.backend, Names{"auto", "cpu", "cuda"}));
+  NIB_RETURN_IF_ERROR(check_member("--moe-backend", o.moe_backend, engine::kernel_choice_names()));
+  NIB_RETURN_IF_ERROR(check_member("--gemm-backend", o.gemm_backend, engine::kernel_choice_names()));
+  NIB_RETURN_IF_ERROR(check_member("--decode-attention", o.decode_attention, Names{"auto", "split-kv", "tensor-core"}));
+  NIB_RETURN_IF_ERROR(check_member("--act-quant-moe", o.act_quant_moe, Names{"none", "static", "per-token"}));
+  NIB_RETURN_IF_ERROR(check_member("--act-quant-dense", o.act_quant_dense, Names{"none", "static", "per-token"}));
+  NIB_RETURN_IF_ERROR(check_member("--reasoning-parser", o.reasoning_parser, Names{"auto", "qwen3", "none"}));
   if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "bf16")
     return Status::error("--kv-cache-dtype '" + o.kv_cache_dtype + "' is not supported yet (supported: auto, bf16)");
   if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1))

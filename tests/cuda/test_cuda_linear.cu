@@ -191,11 +191,22 @@ TEST(CudaLinearNvfp4, DequantCublasMatchesReferenceOnModelShapes) {
   check(4099, SHAPES[4], cuda::GemmBackend::AUTO, seed + 1);
 }
 
+TEST(CudaLinearNvfp4, WgmmaMatchesReferenceOnModelShapes) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaLinearNvfp4.Wgmma");
+  for (int64_t m : {1, 64, 129, 300})  // one row; a half-empty second warpgroup; a partial row tile
+    for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::WGMMA, seed + m);
+  check(4099, SHAPES[2], cuda::GemmBackend::WGMMA, seed);
+  check(70, {200, 192, "partial weight tile"}, cuda::GemmBackend::WGMMA, seed);  // 200 of 256 rows, 3 k-steps
+  check(9, {41, 128, "odd rows"}, cuda::GemmBackend::WGMMA, seed);  // falls back to AUTO's kernel
+}
+
 TEST(CudaLinearNvfp4, W4A4ModesMatchReference) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaLinearNvfp4.W4A4");
   for (formats::ActQuant mode : {formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN})
-    for (cuda::GemmBackend backend : {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::SKINNY})
+    for (cuda::GemmBackend backend : {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::SKINNY,
+                                      cuda::GemmBackend::WGMMA})
       for (int64_t m : {1, 3, 16})
         for (const Shape& s : SHAPES) check(m, s, backend, seed + m, mode);
   check(255, SHAPES[0], cuda::GemmBackend::AUTO, seed, formats::ActQuant::PER_TOKEN);

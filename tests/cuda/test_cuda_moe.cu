@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cuda/moe.cuh"
+#include "cuda/nvfp4_wgmma.cuh"
 #include "cuda/skinny_gemm.cuh"
 #include "cuda_test_util.cuh"
 #include "formats/bf16.h"
@@ -150,7 +151,9 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
   for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
     std::vector<float> expected = expected_none;
     std::vector<std::vector<float>> outputs;  // per backend
-    for (cuda::GemmBackend backend : {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::SKINNY}) {
+    const cuda::GemmBackend backends[] = {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS,
+                                          cuda::GemmBackend::SKINNY, cuda::GemmBackend::WGMMA};
+    for (cuda::GemmBackend backend : backends) {
       NIB_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, x.size() * sizeof(float)));  // NaN: nothing left unwritten
       const Status s = cuda::moe_forward(d_x.get(), tokens, dw, mode, backend, **ws, d_out.get(), nullptr, handle);
       ASSERT_TRUE(s.is_ok()) << s.message();
@@ -187,9 +190,10 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
           ASSERT_EQ(rows[sorted[r]], r);
         }
       // The tile list the GEMMs walk: each expert's rows in tiles of the backend's height, in order.
-      const int tile_rows = cuda::resolve_moe_backend(backend, tokens, dw) == cuda::GemmBackend::SKINNY
-                                ? cuda::SKINNY_TILE_ROWS
-                                : cuda::moe_tile_rows(pairs, c.experts, c.hidden, c.intermediate);
+      const cuda::GemmBackend kernels = cuda::resolve_moe_backend(backend, tokens, dw);
+      const int tile_rows = kernels == cuda::GemmBackend::SKINNY  ? cuda::SKINNY_TILE_ROWS
+                            : kernels == cuda::GemmBackend::WGMMA ? cuda::WGMMA_TILE_ROWS
+                                                                  : cuda::moe_tile_rows(pairs, c.experts, c.hidden, c.intermediate);
       std::vector<int32_t> tile_offsets(static_cast<size_t>(c.experts + 1));
       NIB_CUDA_CHECK(cudaMemcpy(tile_offsets.data(), (*ws)->groups.tile_offsets, (c.experts + 1) * 4, cudaMemcpyDeviceToHost));
       std::vector<int4> tiles(static_cast<size_t>(tile_offsets[c.experts]));
@@ -241,8 +245,8 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
       if (w4a4) EXPECT_LT(p999_rel, 5e-3) << what;
     }
     if (mode == formats::ActQuant::NONE) continue;
-    // W4A4: fused and skinny against dequant-cublas (same quantizer, same routing), relative to max|ref|.
-    for (size_t b : {size_t{0}, size_t{2}}) {
+    // W4A4: fused, skinny and wgmma against dequant-cublas (same quantizer, same routing), relative to max|ref|.
+    for (size_t b : {size_t{0}, size_t{2}, size_t{3}}) {
       double max_ref = 0, sum_diff = 0;
       std::vector<double> diffs;
       for (size_t i = 0; i < expected.size(); ++i) {
@@ -252,7 +256,7 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
       }
       const size_t p999 = diffs.size() * 999 / 1000;
       std::nth_element(diffs.begin(), diffs.begin() + p999, diffs.end());
-      std::printf("    %s vs dequant-cublas: p99.9 %.2e mean %.2e\n", b == 0 ? "fused" : "skinny", diffs[p999] / max_ref,
+      std::printf("    %s vs dequant-cublas: p99.9 %.2e mean %.2e\n", cuda::gemm_backend_name(backends[b]), diffs[p999] / max_ref,
                   sum_diff / diffs.size() / max_ref);
       EXPECT_LT(diffs[p999] / max_ref, 1e-2) << formats::act_quant_name(mode);
       EXPECT_LT(sum_diff / diffs.size() / max_ref, 1e-3) << formats::act_quant_name(mode);

@@ -253,9 +253,10 @@ TEST(CudaRunner, DecodeGraphsMatchEagerSteps) {
 }
 
 // --decode-attention tensor-core: decode tokens go to the tensor-core kernel as one-token items, in
-// graphs (with a padding row) and eagerly beside a prefill chunk. Against the split-KV kernel the
-// logits agree within 5e-3 of max|logit|: the tensor cores see Q and P rounded to BF16 (as in
-// MixedBatchesGiveEachSequenceItsOwnResult); contexts of 40–140 keys span several 32-key tiles.
+// graphs (with a padding row) and eagerly beside a prefill chunk; contexts of 40–140 keys span
+// several 32-key tiles. Judged against the CPU reference (fp32 KV): the tensor cores see Q and P
+// rounded to BF16, which the random tiny model can amplify to a few 1e-2 of max|logit| in a step,
+// so each step's error may be at most twice the split-KV kernel's own error or TOLERANCE.
 TEST(CudaRunner, TensorCoreDecodeAttentionMatchesSplitKv) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaRunner.TensorCoreDecodeAttentionMatchesSplitKv");
@@ -263,19 +264,25 @@ TEST(CudaRunner, TensorCoreDecodeAttentionMatchesSplitKv) {
   auto split = runner(engine::Backend::CUDA, formats::ActQuant::NONE);
   auto graphs = runner(engine::Backend::CUDA, formats::ActQuant::NONE, 64, false, engine::DecodeAttention::TENSOR_CORE);
   auto eager = runner(engine::Backend::CUDA, formats::ActQuant::NONE, 64, true, engine::DecodeAttention::TENSOR_CORE);
-  ASSERT_TRUE(split && graphs && eager);
+  auto cpu = runner(engine::Backend::CPU, formats::ActQuant::NONE);
+  ASSERT_TRUE(split && graphs && eager && cpu);
   const int64_t V = split->config().vocab_size;
   std::vector<models::BatchSequence> seqs =
-      prefill_for_decode({split.get(), graphs.get(), eager.get()}, 3, 40, 50, 12, rng);
+      prefill_for_decode({split.get(), graphs.get(), eager.get(), cpu.get()}, 3, 40, 50, 12, rng);
   ASSERT_FALSE(HasFailure()) << "prefill failed";
   for (int step = 0; step < 4; ++step) {
     const models::Batch decode = decode_step(seqs, rng, V);
-    std::vector<float> want, lg, le;
-    ASSERT_TRUE(split->forward_logits(decode, want).is_ok());
+    std::vector<float> want, split_logits, lg, le;
+    ASSERT_TRUE(cpu->forward_logits(decode, want).is_ok());
+    ASSERT_TRUE(split->forward_logits(decode, split_logits).is_ok());
     ASSERT_TRUE(graphs->forward_logits(decode, lg).is_ok());
     ASSERT_TRUE(eager->forward_logits(decode, le).is_ok());
-    EXPECT_LE(row_error(lg, want, V), 5e-3) << "graph, step " << step;
-    EXPECT_LE(row_error(le, want, V), 5e-3) << "eager, step " << step;
+    const double split_error = row_error(split_logits, want, V), bound = std::max(2 * split_error, TOLERANCE);
+    std::printf("step %d: error against the CPU: split-KV %.2e, tensor-core graph %.2e, eager %.2e\n", step,
+                split_error, row_error(lg, want, V), row_error(le, want, V));
+    EXPECT_LE(row_error(lg, want, V), bound) << "graph, step " << step;
+    EXPECT_LE(row_error(le, want, V), bound) << "eager, step " << step;
+    EXPECT_LE(row_error(lg, le, V), 1e-3) << "graph against eager, step " << step;
     for (auto& s : seqs) ++s.start_position;
   }
   // A mixed step: the first sequence decodes beside a fresh 20-token prompt in blocks 48–51.

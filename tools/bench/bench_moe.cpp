@@ -116,7 +116,9 @@ int run_bench_moe(const BenchKernelsOptions& o, const MoeShape& shape, cudaStrea
     const double floor = std::max(bytes / (o.hbm_tb_s * 1e12), flops / (o.bf16_tflops * 1e12));
     double t_baseline = 0;
     std::vector<cuda::GemmBackend> backends = backends_to_time(o.moe_backend);
-    std::reverse(backends.begin(), backends.end());  // dequant-cublas first: the other rows compare to it
+    std::stable_partition(backends.begin(), backends.end(), [](cuda::GemmBackend b) {
+      return b == cuda::GemmBackend::DEQUANT_CUBLAS;  // first: the other rows compare to it
+    });
     for (cuda::GemmBackend backend : backends)
       for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
         bool ok = true;

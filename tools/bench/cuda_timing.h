@@ -28,9 +28,10 @@ inline std::string bench_mode_label(formats::ActQuant mode) {
   return mode == formats::ActQuant::NONE ? "w4a16" : std::string("w4a4-") + formats::act_quant_name(mode);
 }
 
-// The backends a --gemm-backend / --moe-backend value names ("all": fused and dequant-cublas).
+// The backends a --gemm-backend / --moe-backend value names ("all": every one but auto).
 inline std::vector<cuda::GemmBackend> backends_to_time(const std::string& name) {
-  if (name == "all") return {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::SKINNY};
+  if (name == "all")
+    return {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::SKINNY, cuda::GemmBackend::WGMMA};
   return {cuda::parse_gemm_backend(name).value_or(cuda::GemmBackend::AUTO)};
 }
 

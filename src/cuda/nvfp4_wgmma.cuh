@@ -1,0 +1,32 @@
+// NVFP4 × BF16 GEMMs on Hopper's warpgroup MMA (wgmma, sm_90a) for prefill-sized batches: the MoE's
+// grouped gate_up (+SwiGLU) and down over the expert tile list, and the dense linear. Each CTA
+// decodes its weight tile once into shared memory as BF16 (exact) for two warpgroups of 64 rows.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "cuda/linear_nvfp4.cuh"
+#include "cuda/moe_gemm.cuh"
+
+namespace nibble::cuda {
+
+// Rows (tokens or expert-sorted pairs) per CTA; the MoE grouping must use it as tile_rows.
+inline constexpr int WGMMA_TILE_ROWS = 128;
+
+// Whether the kernels take a weight of these rows (out_features) and cols (in_features): cols a
+// multiple of 64, rows even (outputs are written in pairs).
+bool wgmma_supported(int64_t rows, int64_t cols);
+
+// As moe_gemm_gate_up / moe_gemm_down (moe_gemm.cuh), with args.tile_rows == WGMMA_TILE_ROWS.
+Status wgmma_moe_gate_up(const GroupedGemmArgs& args, const DeviceNvfp4Experts& gate, const DeviceNvfp4Experts& up,
+                         cudaStream_t stream);
+Status wgmma_moe_down(const GroupedGemmArgs& args, const DeviceNvfp4Experts& down, cudaStream_t stream);
+
+// y[M, N] (fp32) = row_scales[m] · weight_scale_2 · (x[M, K] · Ŵᵀ), as linear_nvfp4_w4a16.
+Status wgmma_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, float* y, const float* row_scales,
+                    cudaStream_t stream);
+
+}  // namespace nibble::cuda
