@@ -7,7 +7,8 @@ source "$(dirname "$0")/device_env.sh"
 KERNEL=${KERNEL:-nvfp4_wgmma}
 ARGS=${ARGS:---ops dense --m 8192 --gemm-backend wgmma}
 ncu --clock-control none --kernel-name "regex:$KERNEL" --launch-count 1 --section SpeedOfLight --section SchedulerStats \
-  --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+  --section WarpStateStats --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
+  --section ComputeWorkloadAnalysis --metrics smsp__inst_executed_pipe_tensor_op_gmma.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active \
   build-device/nibble bench kernels $ARGS --iterations 1 --batches 1 > "$OUT/ncu.txt" 2>&1
 cuobjdump -sass build-device/nibble > "$OUT/all.sass" 2>&1
 python3 - "$OUT/all.sass" "$KERNEL" > "$OUT/kernel.sass" <<'PY'
@@ -21,4 +22,4 @@ print("\n".join(out))
 PY
 gzip -k "$OUT/all.sass" && rm "$OUT/all.sass"
 grep -cE "HGMMA" "$OUT/kernel.sass" | sed 's/^/HGMMA instructions: /'
-grep -E "Duration|Throughput|Issued Warp|No Eligible|Active Warps|Warp Cycles|Stall|Bank|L1/TEX Hit|L2 Hit|Pipe" "$OUT/ncu.txt" | head -60
+sed -n '/Section: GPU Speed Of Light/,$p' "$OUT/ncu.txt" | grep -vE "^ *-+ *$|^ *$|OPT|Section:|Metric Name" | head -90

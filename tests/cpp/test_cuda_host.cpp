@@ -13,6 +13,7 @@
 #include "cuda/moe.cuh"
 #include "cuda/moe_grouping.cuh"
 #include "cuda/moe_router.cuh"
+#include "cuda/nvfp4_wgmma.cuh"
 #include "cuda/skinny_gemm.cuh"
 #include "test_seed.h"
 
@@ -47,13 +48,24 @@ TEST(CudaHost, AutoPicksTheSkinnyKernelsForFewRows) {
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::FUSED, 1, 12288 + 64), GemmBackend::DEQUANT_CUBLAS);  // neither
 
   cuda::DeviceMoeWeights qwen3;
-  qwen3.hidden = 2048, qwen3.intermediate = 768;
+  qwen3.hidden = 2048, qwen3.intermediate = 768, qwen3.experts = 128, qwen3.top_k = 8;
   EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 1, qwen3), GemmBackend::SKINNY);
   EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_MOE_MAX_TOKENS, qwen3), GemmBackend::SKINNY);
   EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_MOE_MAX_TOKENS + 1, qwen3), GemmBackend::FUSED);
+  // wgmma from 32 rows per expert on average: 512 tokens · top-8 over 128 experts.
+  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 511, qwen3), GemmBackend::FUSED);
+  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 512, qwen3), GemmBackend::WGMMA);
+  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::WGMMA, 1, qwen3), GemmBackend::WGMMA);
+  EXPECT_TRUE(cuda::wgmma_supported(768, 2048) && cuda::wgmma_supported(2048, 768));
+  EXPECT_FALSE(cuda::wgmma_supported(768, 96) || cuda::wgmma_supported(41, 128) || cuda::wgmma_supported(2, 0));
+  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::WGMMA, 4096, 2048), GemmBackend::WGMMA);
+  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::WGMMA, 4096, 96), GemmBackend::DEQUANT_CUBLAS);  // K not a multiple of 64
   cuda::DeviceMoeWeights odd = qwen3;
   odd.intermediate = 192;
   EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::SKINNY, 1, odd), GemmBackend::FUSED);
+  odd.intermediate = 96;  // not a multiple of 64: no wgmma
+  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::WGMMA, 4096, odd), GemmBackend::FUSED);
+  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 4096, odd), GemmBackend::FUSED);
   EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::DEQUANT_CUBLAS, 1, qwen3), GemmBackend::DEQUANT_CUBLAS);
 
   // The one-launch router: a few tokens, experts within one CTA's grouping, hidden in 256-wide chunks.
