@@ -42,6 +42,7 @@ constexpr int SCALE_OFFSET = CODE_OFFSET + STAGES * CODE_STAGE;
 constexpr int BARRIER_OFFSET = SCALE_OFFSET + STAGES * SCALE_STAGE;
 constexpr int ROWS_OFFSET = BARRIER_OFFSET + 2 * STAGES * 8;
 constexpr int SMEM_BYTES = ROWS_OFFSET + BT * int(sizeof(int)) + 1024;  // + alignment slack
+static_assert(SMEM_BYTES <= 227 * 1024, "Hopper's shared memory per block");
 
 struct Params {
   const uint8_t* codes[2];  // gate, up (gated) or down in [0]
