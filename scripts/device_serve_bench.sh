@@ -3,7 +3,8 @@
 # benchmark shape — chat requests of ShareGPT's lengths (~1136 input / ~200 output tokens, spread
 # ±50%), 64 at a time, --ignore-eos — against nibble serve --backend cuda on the full-size synthetic
 # Qwen3-30B-A3B, with vLLM's client-side and FastDeploy's server-side metrics, then the engine's step
-# timers. NUM_PROMPTS (1000); WORKLOAD2=1 adds issue 16's workload 2 (gsm8k, 1,209 in parallel).
+# timers. NUM_PROMPTS (1000); WORKLOAD2=1 adds issue 16's workload 2 (gsm8k, 1,209 in parallel);
+# WORKLOAD1=0 skips workload 1.
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 synth_qwen3_full
@@ -11,6 +12,7 @@ build-device/nibble serve --backend cuda --model "$SYNTH_DIR" --port 8766 --max-
   > "$OUT/serve_bench_server.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 180); do curl -sf localhost:8766/health >/dev/null && break; sleep 1; done
+if [ "${WORKLOAD1:-1}" = 1 ]; then
 timeout "${BENCH_TIMEOUT:-420}" build-device/nibble bench serve --port 8766 --backend openai-chat \
   --tokenizer "$SYNTH_DIR" --dataset-name random --num-prompts "${NUM_PROMPTS:-1000}" \
   --random-input-len 1136 --random-output-len 200 --random-range-ratio 0.5 --max-concurrency 64 --ignore-eos \
@@ -18,11 +20,12 @@ timeout "${BENCH_TIMEOUT:-420}" build-device/nibble bench serve --port 8766 --ba
   --metric-percentiles 50,90,99 --save-result --result-dir "$OUT" --result-filename workload1.json --disable-tqdm \
   > "$OUT/workload1.txt" 2> "$OUT/workload1.err"
 echo "bench serve rc=$?"
+fi
 # The engine's step timers: its own time against the runner's (the device's wait share between
 # back-to-back steps, issue 16's "GPU idle between decode steps").
 curl -s localhost:8766/metrics | grep -E "^nibble:(engine_steps_total|step_model_seconds_total|step_engine_seconds_total)" \
   | sed 's/{[^}]*}//' > "$OUT/step_timers.txt"
-awk '{v[$1]=$2} END {printf "steps %d: engine %.1f us/step, model %.2f ms/step, engine share %.2f%%\n",
+awk '{v[$1]=$2} END {if (v["nibble:engine_steps_total"] > 0) printf "steps %d: engine %.1f us/step, model %.2f ms/step, engine share %.2f%%\n",
   v["nibble:engine_steps_total"], 1e6*v["nibble:step_engine_seconds_total"]/v["nibble:engine_steps_total"],
   1e3*v["nibble:step_model_seconds_total"]/v["nibble:engine_steps_total"],
   100*v["nibble:step_engine_seconds_total"]/(v["nibble:step_engine_seconds_total"]+v["nibble:step_model_seconds_total"])}' \
@@ -38,5 +41,4 @@ if [ "${WORKLOAD2:-0}" = 1 ]; then
 fi
 kill -TERM $pid; wait $pid
 grep -E "graph|KV|weights on" "$OUT/serve_bench_server.log" | head -5
-cat "$OUT/workload1.txt"
-tail -3 "$OUT/workload1.err"
+[ -f "$OUT/workload1.txt" ] && cat "$OUT/workload1.txt" && tail -3 "$OUT/workload1.err"
