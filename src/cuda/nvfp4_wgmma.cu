@@ -183,12 +183,12 @@ __global__ void __launch_bounds__(CONSUMERS + 32 * PRODUCER_WARPS, 1) nvfp4_wgmm
         *reinterpret_cast<uint4*>(b + wgmma::swizzled_offset(tid, chunk)) = v;
       }
     }
-    // The BF16 tile (st.shared) and the activation tile this thread saw land (cp.async, via `full`)
-    // are generic-proxy writes; wgmma reads through the async proxy.
-    wgmma::fence_shared_for_async();
   };
 
+  // The BF16 tiles (st.shared) and the activation tiles this thread saw land (cp.async, via `full`)
+  // are generic-proxy writes that wgmma reads through the async proxy: a proxy fence, then a barrier.
   decode(0, 0);
+  wgmma::fence_shared_for_async();
   consumer_sync();
   float acc[128];  // acc[4j + q]: column block j of the 256 B rows (the m64n256 accumulator)
 #pragma unroll
@@ -205,13 +205,16 @@ __global__ void __launch_bounds__(CONSUMERS + 32 * PRODUCER_WARPS, 1) nvfp4_wgmm
       wgmma::mma_m64n256k16(acc, wgmma::descriptor(a + kk * 32), wgmma::descriptor(b + kk * 32));
     }
     wgmma::commit();
-    wgmma::wait<1>();  // this warpgroup's step kt − 1 is done; step kt runs on
-    if (kt > 0 && tid % 32 == 0) barrier_arrive(&empty[(kt - 1) % STAGES]);  // its stage may be refilled
-    consumer_sync();   // every warpgroup is past step kt − 1: B tile (kt + 1) % 2 is free
+    // Step kt + 1 is decoded while the MMAs of step kt run (its B tile was read by step kt − 1, which
+    // every warpgroup finished before the last barrier). The proxy fence (MEMBAR.ALL.CTA in SASS: it
+    // waits for whatever the thread has in flight) comes after this thread's MMAs are done; fencing
+    // with them in flight measured 4% slower (q_proj M = 8192: 390 against 375 µs).
     if (kt + 1 < k_tiles) decode(kt + 1, (kt + 1) % 2);
+    wgmma::wait<0>();
+    wgmma::fence_shared_for_async();
+    if (tid % 32 == 0) barrier_arrive(&empty[kt % STAGES]);  // stage kt is consumed: refill it
     consumer_sync();
   }
-  wgmma::wait<0>();
   if (warpgroup * 64 >= rows) return;
 
   // Epilogue: acc[64h + 4j + q] is sorted row 64·warpgroup + 16·warp + lane/4 + 8·(q/2) and B row
