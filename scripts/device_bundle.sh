@@ -8,6 +8,7 @@ bash scripts/build.sh >/dev/null
 rm -rf build-device && mkdir -p build-device/tests
 cp build/nibble build-device/
 find build/tests -maxdepth 1 -name "test_cuda_*" -type f -executable -exec cp {} build-device/tests/ \;
+cp build/tests/route_table_tool build-device/tests/  # test_server_load.py's api-key test reads the route table
 strip build-device/nibble build-device/tests/*
 # Debian libraries the device machine does not have (it is not set up by scripts/setup.sh).
 mkdir -p build-device/lib

@@ -65,7 +65,9 @@ if test_wheels; then
   # Issue 16: the load tests on the GPU — 2000 open streams, disconnects freeing KV blocks, preemption,
   # a weight swap under traffic — on the small GPU-sized checkpoints (the swap needs two of a layout),
   # then the 2000 streams again on the full-size one.
-  NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe NIBBLE_TEST_SERVE_ARGS="--backend cuda" \
+  # A fixed KV budget per server: several tests run a second server beside the module's, and the
+  # measured sizing counts the first one's memory against the card's share.
+  NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe NIBBLE_TEST_SERVE_ARGS="--backend cuda --kv-cache-memory-gb 2" \
     python3 -m pytest -q -p no:cacheprovider tests/python/test_server_load.py > "$OUT/pytest_load_cuda.log" 2>&1
   results+=("$(printf '%-28s rc=%d  %s' "load tests, serve cuda" "$?" "$(tail -1 "$OUT/pytest_load_cuda.log")")")
   NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe NIBBLE_TEST_SERVE_ARGS="--backend cuda" \

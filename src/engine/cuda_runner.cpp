@@ -197,18 +197,25 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
   cuda::DeviceContext& c = *runner->context();
   const int64_t block_bytes = runner->model().kv_bytes_per_block();
   int64_t n_blocks = o.num_kv_blocks;
+  std::string sizing;  // how the budget came about, for the error below
   if (n_blocks <= 0) {
     double budget = o.kv_cache_memory_gb * double(1ull << 30);
+    sizing = "--kv-cache-memory-gb " + std::to_string(o.kv_cache_memory_gb);
     if (!(budget > 0)) {
       const double used = static_cast<double>(c.total_memory - c.free_memory());
       budget = o.gpu_memory_utilization * static_cast<double>(c.total_memory) - used;
+      // Memory other processes hold counts against the share too (vLLM's rule): say so.
+      sizing = std::to_string(int64_t(used) >> 20) + " MiB of the card in use (other processes included) of the " +
+               std::to_string(int64_t(o.gpu_memory_utilization * double(c.total_memory)) >> 20) +
+               " MiB --gpu-memory-utilization allows";
     }
     n_blocks = static_cast<int64_t>(budget / static_cast<double>(block_bytes));
   }
   if (n_blocks < 1)
-    return Status::error("--backend cuda: no memory left for the KV cache after the weights (" +
-                         std::to_string(c.arena.bytes() >> 20) + " MiB on the GPU; raise --gpu-memory-utilization or "
-                         "lower --max-num-batched-tokens)");
+    return Status::error("--backend cuda: no memory left for the KV cache (this model's weights and workspaces: " +
+                         std::to_string(c.arena.bytes() >> 20) + " MiB; " + sizing +
+                         "); raise --gpu-memory-utilization, give --kv-cache-memory-gb or --num-kv-blocks, or lower "
+                         "--max-num-batched-tokens");
   NIB_RETURN_IF_ERROR(runner->model().allocate_kv_cache(n_blocks));
   if (o.enforce_eager) log_info("decode steps run eagerly (--enforce-eager)");
   else if (mo.moe == cuda::GemmBackend::DEQUANT_CUBLAS)

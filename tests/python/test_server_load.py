@@ -3,6 +3,7 @@
 free their KV blocks, preemption under a tiny KV budget, and a graceful SIGTERM."""
 import asyncio
 import json
+import os
 import random
 import resource
 import signal
@@ -306,8 +307,9 @@ def test_startup_errors_are_clear(build_dir, tmp_path):
         r = subprocess.run([str(build_dir / "nibble"), "serve", "--model", str(tmp_path), "--port", "0", flag, value],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and f"{flag} '{value}' is not one of" in r.stderr, r.stderr
+    clean_env = {k: v for k, v in os.environ.items() if not k.startswith("NIBBLE_")}  # keeps LD_LIBRARY_PATH
     env_bad = subprocess.run([str(build_dir / "nibble"), "serve", "--model", str(tmp_path), "--port", "0"],
-                             capture_output=True, text=True, timeout=60, env={"NIBBLE_BACKEND": "tpu"})
+                             capture_output=True, text=True, timeout=60, env=dict(clean_env, NIBBLE_BACKEND="tpu"))
     assert env_bad.returncode != 0 and "--backend" in env_bad.stderr
     missing = subprocess.run([str(build_dir / "nibble"), "serve", "--model", str(tmp_path / "nope"), "--port", "0"],
                              capture_output=True, text=True, timeout=60)
