@@ -164,6 +164,40 @@ TEST(CudaRunner, MatchesTheCpuReferenceInEveryMode) {
   }
 }
 
+// A 512-token prompt in one step: 128 rows per expert, so AUTO runs the MoE on the wgmma kernels
+// (from 32 rows per expert) and the dense linears on dequant-cublas; logits of rows across the
+// prompt against the CPU reference, with the tolerances of the test above.
+TEST(CudaRunner, LongPromptOnTheWgmmaMoeMatchesTheCpu) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaRunner.LongPromptOnTheWgmmaMoeMatchesTheCpu");
+  std::mt19937_64 rng(seed);
+  auto cpu_w4a16 = runner(engine::Backend::CPU, formats::ActQuant::NONE);
+  ASSERT_TRUE(cpu_w4a16);
+  const int64_t V = cpu_w4a16->config().vocab_size;
+  std::vector<int32_t> prompt(512);
+  for (auto& t : prompt) t = int32_t(rng() % V);
+  models::Batch batch = one_sequence(prompt, 0, 32);
+  batch.logits_rows = {0, 101, 255, 386, 511};
+  std::vector<float> ln;
+  ASSERT_TRUE(cpu_w4a16->forward_logits(batch, ln).is_ok());
+  for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
+    auto gpu = runner(engine::Backend::CUDA, mode), cpu = runner(engine::Backend::CPU, mode);
+    ASSERT_TRUE(gpu && cpu);
+    std::vector<float> lg, lc;
+    ASSERT_TRUE(gpu->forward_logits(batch, lg).is_ok());
+    ASSERT_TRUE(cpu->forward_logits(batch, lc).is_ok());
+    const double worst = row_error(lg, lc, V), l2_cpu = mean_l2(lg, lc, V), l2_noise = mean_l2(lc, ln, V);
+    std::printf("512-token prompt, mode %s: max row error %.2e; mean L2 GPU-CPU %.3e, mode noise %.3e\n",
+                formats::act_quant_name(mode), worst, l2_cpu, l2_noise);
+    if (mode == formats::ActQuant::NONE) {
+      EXPECT_LE(worst, TOLERANCE);
+      EXPECT_LE(l2_cpu, MEAN_TOLERANCE);
+    } else {
+      EXPECT_LE(l2_cpu, l2_noise) << formats::act_quant_name(mode);
+    }
+  }
+}
+
 // Prefills n sequences of first_len, first_len + len_step, … random tokens (sequence s in blocks
 // [blocks·s, blocks·s + blocks)) on every runner; returns them placed for their first decode token.
 std::vector<models::BatchSequence> prefill_for_decode(std::initializer_list<engine::ModelRunner*> runners, int n,
