@@ -5,8 +5,8 @@
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 OPS=${OPS:-dense,moe}
-M=${M:-1,8,16,128,1024,8192}
-MOE_TOKENS=${MOE_TOKENS:-1,128,8192}
+M=${M:-1,2,4,8,16,64,128,8192}
+MOE_TOKENS=${MOE_TOKENS:-1,4,16,64,128,512,2048,8192}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt"
 build-device/nibble bench kernels --ops "$OPS" --m "$M" --moe-tokens "$MOE_TOKENS" --json "$OUT/kernels.json" \
   > "$OUT/kernels.txt" 2>&1
