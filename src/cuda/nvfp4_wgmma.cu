@@ -1,11 +1,11 @@
 // NVFP4 × BF16 GEMMs for prefill-sized batches on Hopper's warpgroup MMA (wgmma, sm_90a). A CTA
 // computes 128 rows (expert-sorted pairs of one expert, or dense tokens) × 256 weight rows (gate_up:
 // 128 gate and the same 128 up features; down and dense: 256 output features). Per 64-wide k-step a
-// producer warp cp.asyncs the FP4 codes, E4M3 scales and (gathered) activation rows into a 4-stage
-// ring; each of 256 consumer threads decodes one weight row once into a BF16 tile (E2M1 × E4M3 is
-// exact in BF16) that both warpgroups read through wgmma descriptors while the tensor cores run the
-// previous k-step: the decode is done once per CTA, not per warp and token tile as in moe_gemm.cu's
-// mma.sync kernel. Twin of ref::moe's projections and ref::linear_nvfp4.
+// producer warpgroup cp.asyncs the FP4 codes, E4M3 scales and (gathered) activation rows into a
+// 4-stage ring; each of 256 consumer threads decodes one weight row once into a BF16 tile (E2M1 ×
+// E4M3 is exact in BF16) that both consumer warpgroups read through wgmma descriptors while the
+// tensor cores run the previous k-step: the decode is done once per CTA, not per warp and token tile
+// as in moe_gemm.cu's mma.sync kernel. Twin of ref::moe's projections and ref::linear_nvfp4.
 #include <cuda_bf16.h>
 
 #include "cuda/nvfp4_wgmma.cuh"
@@ -19,10 +19,10 @@ namespace nibble::cuda {
 namespace {
 
 constexpr int BT = WGMMA_TILE_ROWS;  // sorted rows per CTA: two warpgroups of 64
-constexpr int BN = 256;                  // weight rows per CTA, one per thread
-constexpr int BK = 64;                   // k per step: one 128-byte swizzled row of BF16
-constexpr int STAGES = 4;                // k-steps of raw data in flight
-constexpr int CONSUMERS = 256;  // two warpgroups: decode and MMA
+constexpr int BN = 256;              // weight rows per CTA, one per consumer thread
+constexpr int BK = 64;               // k per step: one 128-byte swizzled row of BF16
+constexpr int STAGES = 4;            // k-steps of raw data in flight (6 measured no faster)
+constexpr int CONSUMERS = 256;       // two warpgroups: decode and MMA
 // One warpgroup of producers: with a single producer warp its address arithmetic and 56 copies per
 // lane per step made it the bottleneck (H200, q_proj M = 8192: 659 µs, against 390 µs with four).
 constexpr int PRODUCER_WARPS = 4;
