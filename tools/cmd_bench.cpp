@@ -57,8 +57,7 @@ CommandRunner register_bench(CLI::App& root) {
   kernels->add_option("--m", k->m_values, "Dense: token counts (rows of x)")->capture_default_str();
   kernels->add_option("--moe-tokens", k->moe_tokens, "MoE: token counts")->capture_default_str();
   std::vector<std::string> backends = engine::kernel_choice_names();
-  std::string choices;
-  for (const std::string& b : backends) choices += (choices.empty() ? "" : " | ") + b;
+  const std::string choices = engine::kernel_choice_help();
   backends.insert(backends.begin(), "all");
   kernels->add_option("--gemm-backend", k->gemm_backend, "Dense backends to time: all | " + choices)
       ->check(CLI::IsMember(backends))->envname("NIBBLE_GEMM_BACKEND")->capture_default_str();

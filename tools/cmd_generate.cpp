@@ -162,8 +162,8 @@ CommandRunner register_generate(CLI::App& root) {
   const std::vector<std::string>& kernels = engine::kernel_choice_names();
   cmd->add_option("--backend", o->backend, "auto (CUDA when a GPU is visible) | cpu (reference, fp32 KV) | cuda")
       ->default_val("auto")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->add_option("--gemm-backend", o->gemm_backend, "Dense NVFP4 kernels (CUDA)")->default_val("auto")->check(CLI::IsMember(kernels));
-  cmd->add_option("--moe-backend", o->moe_backend, "MoE kernels (CUDA)")->default_val("auto")->check(CLI::IsMember(kernels));
+  cmd->add_option("--gemm-backend", o->gemm_backend, "Dense NVFP4 kernels (CUDA): " + engine::kernel_choice_help())->default_val("auto")->check(CLI::IsMember(kernels));
+  cmd->add_option("--moe-backend", o->moe_backend, "MoE kernels (CUDA): " + engine::kernel_choice_help())->default_val("auto")->check(CLI::IsMember(kernels));
   cmd->add_option("--decode-attention", o->decode_attention, "Decode attention (CUDA): auto | split-kv | tensor-core")
       ->default_val("auto")->check(CLI::IsMember({"auto", "split-kv", "tensor-core"}));
   cmd->add_option("--act-quant-moe", o->act_quant_moe, "MoE activation quantization")

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "engine/runner_options.h"
 #include "server/server.h"
 #include "tools/command.h"
 #include "tools/seed_flags.h"
@@ -110,8 +111,8 @@ CommandRunner register_serve(CLI::App& root) {
   option(cmd, "--enforce-eager", o->enforce_eager, "CUDA backend: no CUDA graphs for decode steps");
   option(cmd, "--tensor-parallel-size", o->tensor_parallel_size, "GPUs per model (1 for now)");
   option(cmd, "--backend", o->backend, "auto (the GPU when one is visible and takes the checkpoint, else the CPU) | cpu | cuda");
-  option(cmd, "--moe-backend", o->moe_backend, "fused | dequant-cublas | skinny | auto (CUDA backend)");
-  option(cmd, "--gemm-backend", o->gemm_backend, "fused | dequant-cublas | skinny | auto (CUDA backend)");
+  option(cmd, "--moe-backend", o->moe_backend, engine::kernel_choice_help() + " (CUDA backend)");
+  option(cmd, "--gemm-backend", o->gemm_backend, engine::kernel_choice_help() + " (CUDA backend)");
   option(cmd, "--decode-attention", o->decode_attention, "auto | split-kv | tensor-core (CUDA backend)");
   option(cmd, "--act-quant-moe", o->act_quant_moe, "MoE activation quantization: none | static | per-token");
   option(cmd, "--act-quant-dense", o->act_quant_dense, "Dense activation quantization: none | static | per-token");

@@ -28,6 +28,12 @@ const std::vector<std::string>& kernel_choice_names() {
   return names;
 }
 
+std::string kernel_choice_help() {
+  std::string help;
+  for (const std::string& name : kernel_choice_names()) help += (help.empty() ? "" : " | ") + name;
+  return help;
+}
+
 std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name) {
   if (name == "auto") return KvCacheDtype::AUTO;
   if (name == "bf16") return KvCacheDtype::BF16;

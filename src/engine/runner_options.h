@@ -27,8 +27,10 @@ std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name); // auto
 std::optional<DecodeAttention> parse_decode_attention(std::string_view name);  // auto | split-kv | tensor-core
 const char* backend_name(Backend backend);
 const char* kernel_choice_name(KernelChoice choice);
-// Every KernelChoice by name (auto first): what --gemm-backend / --moe-backend accept.
+// Every KernelChoice by name (auto first): what --gemm-backend / --moe-backend accept; and the same
+// as one help string, "auto | fused | …".
 const std::vector<std::string>& kernel_choice_names();
+std::string kernel_choice_help();
 
 struct RunnerOptions {
   Backend backend = Backend::AUTO;
