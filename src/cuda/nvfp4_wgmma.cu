@@ -97,9 +97,9 @@ __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;
 
 // Roles: warps 0–7 (two warpgroups) decode the weight tiles and run the MMAs; warps 8–11 only issue
 // the cp.async copies of every stage and never wait on them (the copies arrive on the stage's `full`
-// barrier as they land). Decoding threads then hold no global copies in flight, so the proxy fence
-// their BF16 tiles need before wgmma (MEMBAR.ALL.CTA in SASS, which also waits for a thread's own
-// pending copies) costs little: with every thread loading, that fence serialized each step's loads.
+// barrier as they land). Decoding threads then hold no global copies in flight when they run the
+// proxy fence their BF16 tiles need before wgmma (MEMBAR.ALL.CTA in SASS, which waits for a thread's
+// own pending copies too). Measured on q_proj M = 8192: 431 µs with every thread loading, 390 so.
 template <bool GATED>
 __global__ void __launch_bounds__(CONSUMERS + 32 * PRODUCER_WARPS, 1) nvfp4_wgmma_kernel(const Params p) {
   constexpr int PRODUCERS = 32 * PRODUCER_WARPS;

@@ -1,5 +1,5 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) from shared memory: the matrix descriptor of a K-major BF16 tile
-// in the 128-byte swizzle, and m64n128k16 / m64n256k16 BF16 × BF16 → fp32 with fence / commit / wait.
+// in the 128-byte swizzle, and m64n256k16 BF16 × BF16 → fp32 with its fence / commit / wait.
 // Facts from the PTX ISA (sections "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
 // Instructions" and "Matrix Descriptor Format"), written here for our one tile shape.
 #pragma once
@@ -31,31 +31,9 @@ __device__ __forceinline__ void wait() {
 // the async proxy that wgmma reads through; a barrier after it publishes them to the warpgroups.
 __device__ __forceinline__ void fence_shared_for_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// d += A · Bᵀ for one warpgroup: A 64 × 16 and B 128 × 16, both K-major in shared memory (descriptors),
-// d fp32 64 × 128 over the warpgroup's 128 threads: d[4j + q] is row 16·warp + lane/4 + 8·(q/2),
-// column 8j + 2·(lane%4) + q%2 (the m16n8 accumulator layout, repeated over 16 column blocks).
-__device__ __forceinline__ void mma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, 1, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(a), "l"(b));
-}
-
-// As mma_m64n128k16 with B 256 × 16: d[4j + q] for column blocks j = 0…31 (A is read once for all 256).
+// d += A · Bᵀ for one warpgroup: A 64 × 16 and B 256 × 16, both K-major in shared memory (descriptors),
+// d fp32 64 × 256 over the warpgroup's 128 threads: d[4j + q] is row 16·warp + lane/4 + 8·(q/2),
+// column 8j + 2·(lane%4) + q%2 (the m16n8 accumulator layout, repeated over 32 column blocks).
 __device__ __forceinline__ void mma_m64n256k16(float (&d)[128], uint64_t a, uint64_t b) {
   asm volatile(
       "{\n"

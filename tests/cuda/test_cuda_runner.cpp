@@ -101,6 +101,13 @@ double mean_l2(const std::vector<float>& a, const std::vector<float>& b, int64_t
   return total / double(rows);
 }
 
+// n random token ids below the vocabulary size V.
+std::vector<int32_t> random_tokens(int64_t n, std::mt19937_64& rng, int64_t V) {
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (auto& t : tokens) t = int32_t(rng() % V);
+  return tokens;
+}
+
 models::Batch one_sequence(const std::vector<int32_t>& tokens, int64_t start, int64_t blocks, int32_t first_block = 0) {
   models::Batch b;
   b.token_ids = tokens;
@@ -122,8 +129,7 @@ TEST(CudaRunner, MatchesTheCpuReferenceInEveryMode) {
     ASSERT_TRUE(gpu && cpu && cpu_w4a16);
     const int64_t V = cpu->config().vocab_size;
     std::mt19937_64 rng(seed);
-    std::vector<int32_t> prompt(45);
-    for (auto& t : prompt) t = int32_t(rng() % V);
+    const std::vector<int32_t> prompt = random_tokens(45, rng, V);
     std::vector<float> lg, lc, ln;
     ASSERT_TRUE(gpu->forward_logits(one_sequence(prompt, 0, 8), lg).is_ok());
     ASSERT_TRUE(cpu->forward_logits(one_sequence(prompt, 0, 8), lc).is_ok());
@@ -174,8 +180,7 @@ TEST(CudaRunner, LongPromptOnTheWgmmaMoeMatchesTheCpu) {
   auto cpu_w4a16 = runner(engine::Backend::CPU, formats::ActQuant::NONE);
   ASSERT_TRUE(cpu_w4a16);
   const int64_t V = cpu_w4a16->config().vocab_size;
-  std::vector<int32_t> prompt(512);
-  for (auto& t : prompt) t = int32_t(rng() % V);
+  const std::vector<int32_t> prompt = random_tokens(512, rng, V);
   models::Batch batch = one_sequence(prompt, 0, 32);
   batch.logits_rows = {0, 101, 255, 386, 511};
   std::vector<float> ln;
@@ -206,8 +211,7 @@ std::vector<models::BatchSequence> prefill_for_decode(std::initializer_list<engi
   const int64_t V = (*runners.begin())->config().vocab_size;
   std::vector<models::BatchSequence> seqs(n);
   for (int s = 0; s < n; ++s) {
-    std::vector<int32_t> prompt(first_len + len_step * s);
-    for (auto& t : prompt) t = int32_t(rng() % V);
+    const std::vector<int32_t> prompt = random_tokens(first_len + len_step * s, rng, V);
     const auto prefill = one_sequence(prompt, 0, blocks, blocks * s);
     std::vector<float> ignored;
     for (auto* r : runners) EXPECT_TRUE(r->forward_logits(prefill, ignored).is_ok());
@@ -234,9 +238,7 @@ TEST(CudaRunner, MixedBatchesGiveEachSequenceItsOwnResult) {
   auto gpu = runner(engine::Backend::CUDA, formats::ActQuant::NONE);
   ASSERT_TRUE(gpu);
   const int64_t V = gpu->config().vocab_size;
-  std::vector<int32_t> a(30), b(21);
-  for (auto& t : a) t = int32_t(rng() % V);
-  for (auto& t : b) t = int32_t(rng() % V);
+  const std::vector<int32_t> a = random_tokens(30, rng, V), b = random_tokens(21, rng, V);
   // Alone: a's 30 tokens in blocks 0–3, b in blocks 8–11 as a 16-token chunk and then 5 more.
   std::vector<float> a_alone, b_chunk, b_alone;
   ASSERT_TRUE(gpu->forward_logits(one_sequence(a, 0, 4), a_alone).is_ok());
@@ -320,8 +322,7 @@ TEST(CudaRunner, TensorCoreDecodeAttentionMatchesSplitKv) {
     for (auto& s : seqs) ++s.start_position;
   }
   // A mixed step: the first sequence decodes beside a fresh 20-token prompt in blocks 48–51.
-  std::vector<int32_t> fresh(20);
-  for (auto& t : fresh) t = int32_t(rng() % V);
+  const std::vector<int32_t> fresh = random_tokens(20, rng, V);
   models::Batch mixed = one_sequence(fresh, 0, 4, 48);
   mixed.token_ids.insert(mixed.token_ids.begin(), int32_t(rng() % V));
   mixed.sequences.insert(mixed.sequences.begin(), seqs[0]);
