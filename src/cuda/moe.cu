@@ -386,7 +386,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   const int64_t pairs = tokens * w.top_k;
   // The grouping and the GEMMs share the tile height.
   const int tile_rows = kernels == GemmBackend::SKINNY  ? SKINNY_TILE_ROWS
-                        : kernels == GemmBackend::WGMMA ? WGMMA_TILE_ROWS
+                        : kernels == GemmBackend::WGMMA ? wgmma_tile_rows(pairs, w.experts)
                                                         : moe_tile_rows(pairs, w.experts, w.hidden, w.intermediate);
   if (route_small_supported(tokens, w.experts, w.hidden, w.top_k) && backend != GemmBackend::DEQUANT_CUBLAS) {
     NIB_RETURN_IF_ERROR(route_and_group_small(router, tile_rows, ws.groups, ws.route_counter, stream));

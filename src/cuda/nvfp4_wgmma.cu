@@ -8,8 +8,11 @@
 // as in moe_gemm.cu's mma.sync kernel. Twin of ref::moe's projections and ref::linear_nvfp4.
 #include <cuda_bf16.h>
 
+#include <cstdlib>
+
 #include "cuda/nvfp4_wgmma.cuh"
 
+#include "cuda/async_copy.cuh"
 #include "cuda/check.cuh"
 #include "cuda/moe_grouping.cuh"
 #include "cuda/nvfp4_fragments.cuh"
@@ -18,7 +21,7 @@
 namespace nibble::cuda {
 namespace {
 
-constexpr int BT = WGMMA_TILE_ROWS;  // sorted rows per CTA: two warpgroups of 64
+constexpr int BT = 128;  // sorted rows per CTA: two warpgroups of 64
 constexpr int BN = 256;              // weight rows per CTA, one per consumer thread
 constexpr int BK = 64;               // k per step: one 128-byte swizzled row of BF16
 constexpr int STAGES = 4;            // k-steps of raw data in flight (6 measured no faster)
@@ -61,37 +64,6 @@ struct Params {
   bool out_fp32;
 };
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int bytes_valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes_valid));
-}
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int bytes_valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes_valid));
-}
-
-// Shared-memory mbarriers (PTX ISA, "Parallel Synchronization and Communication Instructions: mbarrier").
-__device__ __forceinline__ uint32_t smem_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void barrier_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
-}
-// Arrives on `bar` once every cp.async this thread issued so far has landed (counted in its init).
-__device__ __forceinline__ void barrier_arrive_on_copies(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(bar)) : "memory");
-}
-// Waits until the phase of parity `parity` has completed.
-__device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_address(bar)), "r"(parity)
-        : "memory");
-}
 // The 256 consumer threads only (named barrier 1; the producer warp never joins it).
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
@@ -308,17 +280,30 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
 
 bool wgmma_supported(int64_t rows, int64_t cols) { return cols >= BK && cols % BK == 0 && rows >= 2 && rows % 2 == 0; }
 
+// NIBBLE_WGMMA_SS=1: the shared-memory-operand kernels of this file instead of nvfp4_wgmma_rs.cu's.
+static bool shared_memory_kernels() {
+  static const bool ss = std::getenv("NIBBLE_WGMMA_SS") != nullptr;
+  return ss;
+}
+
+int wgmma_tile_rows(int64_t pairs, int64_t experts) {
+  return shared_memory_kernels() ? BT : wgmma_rs_tile_rows(pairs, experts);
+}
+
 Status wgmma_moe_gate_up(const GroupedGemmArgs& a, const DeviceNvfp4Experts& gate, const DeviceNvfp4Experts& up,
                          cudaStream_t stream) {
+  if (!shared_memory_kernels()) return wgmma_rs_moe_gate_up(a, gate, up, stream);
   return grouped(a, gate, &up, stream);
 }
 
 Status wgmma_moe_down(const GroupedGemmArgs& a, const DeviceNvfp4Experts& down, cudaStream_t stream) {
+  if (!shared_memory_kernels()) return wgmma_rs_moe_down(a, down, stream);
   return grouped(a, down, nullptr, stream);
 }
 
 Status wgmma_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, float* y, const float* row_scales,
                     cudaStream_t stream) {
+  if (!shared_memory_kernels()) return wgmma_rs_linear(x, M, w, y, row_scales, stream);
   NIB_RETURN_IF_ERROR(check_weight(w.packed, w.block_scales, w.rows, w.cols));
   if (!x || !y) return Status::error("wgmma linear: null activation or output");
   if (reinterpret_cast<uintptr_t>(x) % 16) return Status::error("wgmma linear: x not 16-byte aligned");

@@ -13,8 +13,9 @@
 
 namespace nibble::cuda {
 
-// Rows (tokens or expert-sorted pairs) per CTA; the MoE grouping must use it as tile_rows.
-inline constexpr int WGMMA_TILE_ROWS = 128;
+// Rows (tokens or expert-sorted pairs) per CTA for a batch of `pairs` rows over `experts` (1 for a
+// dense GEMM); the MoE grouping must use it as tile_rows.
+int wgmma_tile_rows(int64_t pairs, int64_t experts);
 
 // Whether the kernels take a weight of these rows (out_features) and cols (in_features): cols a
 // multiple of 64, rows even (outputs are written in pairs).
@@ -28,5 +29,13 @@ Status wgmma_moe_down(const GroupedGemmArgs& args, const DeviceNvfp4Experts& dow
 // y[M, N] (fp32) = row_scales[m] · weight_scale_2 · (x[M, K] · Ŵᵀ), as linear_nvfp4_w4a16.
 Status wgmma_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, float* y, const float* row_scales,
                     cudaStream_t stream);
+
+// The register-operand kernels (nvfp4_wgmma_rs.cu), under comparison with the shared-memory ones.
+int wgmma_rs_tile_rows(int64_t pairs, int64_t experts);
+Status wgmma_rs_moe_gate_up(const GroupedGemmArgs& args, const DeviceNvfp4Experts& gate, const DeviceNvfp4Experts& up,
+                            cudaStream_t stream);
+Status wgmma_rs_moe_down(const GroupedGemmArgs& args, const DeviceNvfp4Experts& down, cudaStream_t stream);
+Status wgmma_rs_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, float* y, const float* row_scales,
+                       cudaStream_t stream);
 
 }  // namespace nibble::cuda

@@ -192,7 +192,7 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
       // The tile list the GEMMs walk: each expert's rows in tiles of the backend's height, in order.
       const cuda::GemmBackend kernels = cuda::resolve_moe_backend(backend, tokens, dw);
       const int tile_rows = kernels == cuda::GemmBackend::SKINNY  ? cuda::SKINNY_TILE_ROWS
-                            : kernels == cuda::GemmBackend::WGMMA ? cuda::WGMMA_TILE_ROWS
+                            : kernels == cuda::GemmBackend::WGMMA ? cuda::wgmma_tile_rows(pairs, c.experts)
                                                                   : cuda::moe_tile_rows(pairs, c.experts, c.hidden, c.intermediate);
       std::vector<int32_t> tile_offsets(static_cast<size_t>(c.experts + 1));
       NIB_CUDA_CHECK(cudaMemcpy(tile_offsets.data(), (*ws)->groups.tile_offsets, (c.experts + 1) * 4, cudaMemcpyDeviceToHost));

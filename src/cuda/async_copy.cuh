@@ -1,0 +1,41 @@
+// cp.async copies and shared-memory mbarriers for producer/consumer kernels on sm_90 (PTX ISA,
+// "Data Movement and Conversion Instructions: cp.async" and "Parallel Synchronization and
+// Communication Instructions: mbarrier").
+#pragma once
+
+#include <cstdint>
+
+namespace nibble::cuda {
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+// 16 (or 4) bytes global → shared, zero-filled past bytes_valid (0: a zero chunk, nothing read).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int bytes_valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(gmem), "r"(bytes_valid));
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int bytes_valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(smem)), "l"(gmem), "r"(bytes_valid));
+}
+
+__device__ __forceinline__ void barrier_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
+}
+// Arrives on `bar` once every cp.async this thread issued so far has landed (counted in its init).
+__device__ __forceinline__ void barrier_arrive_on_copies(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(bar)) : "memory");
+}
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_address(bar)), "r"(parity)
+        : "memory");
+}
+
+}  // namespace nibble::cuda

@@ -1,0 +1,305 @@
+// NVFP4 × BF16 GEMMs on Hopper's warpgroup MMA with the weights as the register operand (wgmma RS,
+// sm_90a): a CTA computes 128 weight rows (two consumer warpgroups of 64; gate_up: 64 features, gate
+// and up of each in one thread) × N token rows (N = 32…256, the tile height). A producer warpgroup
+// cp.asyncs each 64-wide k-step — FP4 codes, E4M3 scales and the (gathered) BF16 activation rows — into
+// a ring of stages; each consumer thread decodes its two weight rows' codes straight into wgmma A
+// fragments (E2M1 × E4M3 is exact in BF16) while the previous half-step's MMAs run, and the
+// activations are wgmma's B operand in shared memory. Nothing decoded goes through shared memory and
+// the warpgroups never wait on each other. Twin of ref::moe's projections and ref::linear_nvfp4.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "cuda/async_copy.cuh"
+#include "cuda/check.cuh"
+#include "cuda/moe_grouping.cuh"
+#include "cuda/nvfp4_fragments.cuh"
+#include "cuda/nvfp4_wgmma.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace nibble::cuda {
+namespace {
+
+constexpr int BM = 128;        // weight rows per CTA
+constexpr int BK = 64;         // k per stage: one 128-byte swizzled row of BF16 activations
+constexpr int CONSUMERS = 256;  // two warpgroups, 64 weight rows each
+constexpr int PRODUCERS = 128;  // one warpgroup of copy issuers
+
+// Shared memory per stage: the activation tile (wgmma B, N rows × 128 B in the 128-byte swizzle,
+// 1024-byte aligned), the codes chunk-major ([2 chunks][BM rows][16 B]: a quarter-warp's reads of
+// eight rows fall in distinct banks) and the scales ([BM rows][4 B]).
+template <int N>
+struct Layout {
+  static constexpr int ACT_STAGE = N * 128;
+  static constexpr int CODE_STAGE = BM * BK / 2;
+  static constexpr int SCALE_STAGE = BM * BK / 16;
+  static constexpr int STAGE = ACT_STAGE + CODE_STAGE + SCALE_STAGE;
+  static constexpr int STAGES = std::min(8, (192 * 1024) / STAGE);  // bytes in flight for the memory-bound small N
+  static constexpr int ACT_OFFSET = 0;
+  static constexpr int CODE_OFFSET = STAGES * ACT_STAGE;
+  static constexpr int SCALE_OFFSET = CODE_OFFSET + STAGES * CODE_STAGE;
+  static constexpr int BARRIER_OFFSET = SCALE_OFFSET + STAGES * SCALE_STAGE;
+  static constexpr int ROWS_OFFSET = BARRIER_OFFSET + 2 * STAGES * 8;
+  static constexpr int BYTES = ROWS_OFFSET + N * int(sizeof(int)) + 1024;  // + alignment slack
+  static_assert(BYTES <= 227 * 1024, "Hopper's shared memory per block");
+};
+
+struct Params {
+  const uint8_t* codes[2];  // gate, up (gated) or down / dense in [0]
+  const uint8_t* scales[2];
+  const float* global_scales[2];  // per expert; null: `scale` (the dense weight's weight_scale_2)
+  float scale;
+  int n, k;  // weight rows per expert (per projection), in_features
+  const uint16_t* act;
+  const int32_t* sorted_pairs;
+  int top_k;
+  const float* row_scales;
+  const int32_t* tile_offsets;  // the MoE tile list; null for a dense GEMM of m rows
+  const int4* tiles;
+  int experts, m;
+  void* out;
+  bool out_fp32;
+};
+
+// Local weight row → (projection, weight row). A consumer thread owns local rows 64g + 16w + i and
+// that + 8 (warpgroup g, warp w, i = lane / 4: its two A-fragment rows). Gated, those two are the gate
+// and the up row of one feature, so SwiGLU needs nothing from another thread.
+template <bool GATED>
+__device__ __forceinline__ int weight_row(int local, int& which) {
+  if constexpr (GATED) {
+    which = (local / 8) % 2;
+    return blockIdx.x * (BM / 2) + 32 * (local / 64) + 8 * ((local % 64) / 16) + local % 8;
+  } else {
+    which = 0;
+    return blockIdx.x * BM + local;
+  }
+}
+
+// Byte q of each word of a 16-byte chunk, in word order: the code pairs of k 2q, 2q + 1 in each group
+// of 8 — what an A fragment's thread q holds (k 2q, 2q + 1 and 2q + 8, 2q + 9 of each k16 block).
+__device__ __forceinline__ uint32_t gather_bytes(uint4 chunk, uint32_t select) {
+  return __byte_perm(__byte_perm(chunk.x, chunk.y, select), __byte_perm(chunk.z, chunk.w, select), 0x5410);
+}
+
+template <bool GATED, int N>
+__global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 1) nvfp4_wgmma_rs_kernel(const Params p) {
+  using L = Layout<N>;
+  constexpr int STAGES = L::STAGES;
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  // 1024-byte aligned for the swizzle by an offset from the __shared__ array (rounding the generic
+  // address loses the state space: every shared access becomes a generic one).
+  uint8_t* smem = smem_raw + ((1024u - (smem_address(smem_raw) & 1023u)) & 1023u);
+  int expert = 0, row0 = blockIdx.y * N, rows = min(N, p.m - row0);
+  if (p.tiles) {
+    if (int(blockIdx.y) >= p.tile_offsets[p.experts]) return;
+    const int4 tile = p.tiles[blockIdx.y];
+    expert = tile.x, row0 = tile.y, rows = tile.z;
+  }
+  const int tid = threadIdx.x;
+  int* src_rows = reinterpret_cast<int*>(smem + L::ROWS_OFFSET);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::BARRIER_OFFSET);  // [STAGES]: the stage's copies landed
+  uint64_t* empty = full + STAGES;                                         // [STAGES]: the stage was consumed
+  if (tid < N) src_rows[tid] = tid < rows ? (p.sorted_pairs ? p.sorted_pairs[row0 + tid] / p.top_k : row0 + tid) : -1;
+  if (tid < STAGES) {
+    barrier_init(&full[tid], PRODUCERS);        // each producer thread's copies
+    barrier_init(&empty[tid], CONSUMERS / 32);  // lane 0 of each consumer warp
+  }
+  __syncthreads();
+  const int k_tiles = p.k / BK;
+  // Warp-uniform as ptxas can see (a shuffle), so the wgmma below are not serialized.
+  const int warpgroup = __shfl_sync(0xffffffffu, tid / 128, 0);
+
+  if (warpgroup == CONSUMERS / 128) {  // the producers: local weight row `lane`, activation chunks
+    // Registers go to the consumers (N = 256 holds 128 accumulators and 16 fragment registers):
+    // 40 + 2 · 232 per thread of the three warpgroups fits the 65,536 of an SM.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    const int lane = tid - CONSUMERS;
+    int which;
+    const int row = weight_row<GATED>(lane, which);
+    const bool valid = row < p.n;
+    const size_t row_index = size_t(expert) * p.n + (valid ? row : 0);
+    const uint8_t* code_src = p.codes[which] + row_index * (p.k / 2);
+    const uint8_t* scale_src = p.scales[which] + row_index * (p.k / 16);
+    const int chunk = lane % 8;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int slot = kt % STAGES;
+      if (kt >= STAGES) barrier_wait(&empty[slot], (kt / STAGES - 1) & 1);
+      uint8_t* codes = smem + L::CODE_OFFSET + slot * L::CODE_STAGE;
+      cp_async16(codes + lane * 16, code_src + kt * (BK / 2), valid ? 16 : 0);
+      cp_async16(codes + (BM + lane) * 16, code_src + kt * (BK / 2) + 16, valid ? 16 : 0);
+      cp_async4(smem + L::SCALE_OFFSET + slot * L::SCALE_STAGE + lane * 4, scale_src + kt * (BK / 16), valid ? 4 : 0);
+      uint8_t* a = smem + L::ACT_OFFSET + slot * L::ACT_STAGE;
+#pragma unroll 8
+      for (int i = 0; i < N * 8 / PRODUCERS; ++i) {  // row t, 16-byte chunk lane % 8
+        const int t = lane / 8 + (PRODUCERS / 8) * i, src = src_rows[t];
+        cp_async16(a + wgmma::swizzled_offset(t, chunk), p.act + size_t(src >= 0 ? src : 0) * p.k + kt * BK + chunk * 8,
+                   src >= 0 ? 16 : 0);
+      }
+      barrier_arrive_on_copies(&full[slot]);
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int lane = tid & 31, warp = (tid / 32) % 4, q = lane % 4;
+  const int local0 = 64 * warpgroup + 16 * warp + lane / 4, local1 = local0 + 8;
+  const uint32_t select = uint32_t(q) | uint32_t(q + 4) << 4;
+  float acc[N / 2];
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
+  uint32_t frag[2][2][4];  // [half of the k-step][k16 block in it][A register]
+
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int slot = kt % STAGES;
+    barrier_wait(&full[slot], (kt / STAGES) & 1);
+    // The activation tile landed through cp.async (the generic proxy); wgmma reads it through the
+    // async proxy.
+    wgmma::fence_shared_for_async();
+    const uint8_t* codes = smem + L::CODE_OFFSET + slot * L::CODE_STAGE;
+    const uint8_t* scales = smem + L::SCALE_OFFSET + slot * L::SCALE_STAGE;
+    const uint32_t scale_word0 = *reinterpret_cast<const uint32_t*>(scales + local0 * 4);
+    const uint32_t scale_word1 = *reinterpret_cast<const uint32_t*>(scales + local1 * 4);
+    const uint8_t* act = smem + L::ACT_OFFSET + slot * L::ACT_STAGE;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      // Chunk `half` is k 32·half … +31; its gathered bytes give k16 blocks 2·half and 2·half + 1.
+      uint32_t pair0[4], pair1[4];
+      e2m1x8_to_bf16(gather_bytes(*reinterpret_cast<const uint4*>(codes + (half * BM + local0) * 16), select), pair0);
+      e2m1x8_to_bf16(gather_bytes(*reinterpret_cast<const uint4*>(codes + (half * BM + local1) * 16), select), pair1);
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int block = 2 * half + b;  // the 16-wide scale block too
+        const uint32_t scale0 = e4m3_scale_bf16x2(scale_word0 >> (8 * block));
+        const uint32_t scale1 = e4m3_scale_bf16x2(scale_word1 >> (8 * block));
+        frag[half][b][0] = bf16x2_mul(pair0[2 * b], scale0);
+        frag[half][b][1] = bf16x2_mul(pair1[2 * b], scale1);
+        frag[half][b][2] = bf16x2_mul(pair0[2 * b + 1], scale0);
+        frag[half][b][3] = bf16x2_mul(pair1[2 * b + 1], scale1);
+      }
+      wgmma::fence();
+#pragma unroll
+      for (int b = 0; b < 2; ++b) wgmma::mma_rs<N>(acc, frag[half][b], wgmma::descriptor(act + (2 * half + b) * 32));
+      wgmma::commit();
+      // The group before this one is done: its fragments may be rewritten, and after the first half
+      // the previous stage has no reader left.
+      wgmma::wait<1>();
+      if (half == 0 && kt > 0 && lane == 0) barrier_arrive(&empty[(kt - 1) % STAGES]);
+    }
+  }
+  wgmma::wait<0>();
+
+  // Epilogue: acc[4j + c] is weight row local0 (c < 2) or local1, token column 8j + 2q + c % 2.
+  const float scale0 = p.global_scales[0] ? p.global_scales[0][expert] : p.scale;
+  const float scale1 = GATED ? p.global_scales[1][expert] : 0.0f;
+  int which;
+  const int f0 = weight_row<GATED>(local0, which), f1 = weight_row<GATED>(local1, which);
+  auto store = [&](size_t index, float v) {
+    if (p.out_fp32) static_cast<float*>(p.out)[index] = v;
+    else static_cast<__nv_bfloat16*>(p.out)[index] = __float2bfloat16_rn(v);
+  };
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int t = 8 * j + 2 * q + c;
+      if (t >= rows) continue;
+      const float row_scale = p.row_scales ? p.row_scales[src_rows[t]] : 1.0f;
+      const size_t out_row = size_t(row0 + t) * p.n;
+      if constexpr (GATED) {
+        const float gate = acc[4 * j + c] * scale0 * row_scale, up = acc[4 * j + 2 + c] * scale1 * row_scale;
+        if (f0 < p.n) store(out_row + f0, gate / (1.0f + expf(-gate)) * up);  // silu(gate) · up, as ref::silu_mul
+      } else {
+        if (f0 < p.n) store(out_row + f0, acc[4 * j + c] * scale0 * row_scale);
+        if (f1 < p.n) store(out_row + f1, acc[4 * j + 2 + c] * scale0 * row_scale);
+      }
+    }
+}
+
+template <bool GATED, int N>
+Status launch_n(const Params& p, int64_t row_tiles, cudaStream_t stream) {
+  auto kernel = nvfp4_wgmma_rs_kernel<GATED, N>;
+  constexpr int bytes = Layout<N>::BYTES;
+  NIB_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+                                  "wgmma gemm: shared memory"));
+  const int rows_per_cta = GATED ? BM / 2 : BM;
+  const dim3 grid(unsigned((p.n + rows_per_cta - 1) / rows_per_cta), unsigned(row_tiles));
+  kernel<<<grid, CONSUMERS + PRODUCERS, bytes, stream>>>(p);
+  return cuda_status(cudaGetLastError(), GATED ? "wgmma gate_up launch" : "wgmma gemm launch");
+}
+
+template <bool GATED>
+Status launch(const Params& p, int tile_rows, int64_t row_tiles, cudaStream_t stream) {
+  if (row_tiles > 65535) return Status::error("wgmma gemm: more than 65,535 row tiles (grid limit)");
+  switch (tile_rows) {
+    case 32: return launch_n<GATED, 32>(p, row_tiles, stream);
+    case 64: return launch_n<GATED, 64>(p, row_tiles, stream);
+    case 128: return launch_n<GATED, 128>(p, row_tiles, stream);
+    case 256: return launch_n<GATED, 256>(p, row_tiles, stream);
+    default: return Status::error("wgmma gemm: tile rows " + std::to_string(tile_rows) + " (32, 64, 128 or 256)");
+  }
+}
+
+Status check_weight(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols) {
+  if (!packed || !scales) return Status::error("wgmma gemm: null weight pointer");
+  if (!wgmma_supported(rows, cols) || rows > INT32_MAX || cols > INT32_MAX)
+    return Status::error("wgmma gemm: weight [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                         "] needs in_features a multiple of 64");
+  if (reinterpret_cast<uintptr_t>(packed) % 16 || reinterpret_cast<uintptr_t>(scales) % 4)
+    return Status::error("wgmma gemm: weight is not 16-byte aligned");
+  return Status::ok();
+}
+
+Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const DeviceNvfp4Experts* w1, cudaStream_t stream) {
+  NIB_RETURN_IF_ERROR(check_weight(w0.packed, w0.block_scales, w0.rows, w0.cols));
+  if (w1 && (w1->rows != w0.rows || w1->cols != w0.cols || w1->experts != w0.experts))
+    return Status::error("wgmma gate_up: gate and up weights differ in shape");
+  if (!a.act || !a.tile_offsets || !a.tiles || !a.out || !w0.global_scales || (w1 && !w1->global_scales))
+    return Status::error("wgmma moe gemm: null pointer");
+  if (reinterpret_cast<uintptr_t>(a.act) % 16) return Status::error("wgmma moe gemm: activations not 16-byte aligned");
+  if (a.pairs == 0) return Status::ok();
+  Params p{};
+  p.codes[0] = w0.packed, p.scales[0] = w0.block_scales, p.global_scales[0] = w0.global_scales;
+  if (w1) p.codes[1] = w1->packed, p.scales[1] = w1->block_scales, p.global_scales[1] = w1->global_scales;
+  p.n = int(w0.rows), p.k = int(w0.cols);
+  p.act = a.act, p.sorted_pairs = a.sorted_pairs, p.top_k = int(a.top_k), p.row_scales = a.row_scales;
+  p.tile_offsets = a.tile_offsets, p.tiles = a.tiles, p.experts = int(w0.experts);
+  p.out = a.out, p.out_fp32 = a.out_fp32;
+  const int64_t row_tiles = max_expert_tiles(a.pairs, p.experts, a.tile_rows);
+  return w1 ? launch<true>(p, a.tile_rows, row_tiles, stream) : launch<false>(p, a.tile_rows, row_tiles, stream);
+}
+
+}  // namespace
+
+int wgmma_rs_tile_rows(int64_t pairs, int64_t experts) {
+  if (const char* forced = std::getenv("NIBBLE_WGMMA_N")) return std::atoi(forced);
+  const int64_t per_expert = pairs / std::max<int64_t>(experts, 1);
+  return per_expert >= 192 ? 256 : per_expert >= 96 ? 128 : per_expert >= 48 ? 64 : 32;
+}
+
+Status wgmma_rs_moe_gate_up(const GroupedGemmArgs& a, const DeviceNvfp4Experts& gate, const DeviceNvfp4Experts& up,
+                            cudaStream_t stream) {
+  return grouped(a, gate, &up, stream);
+}
+
+Status wgmma_rs_moe_down(const GroupedGemmArgs& a, const DeviceNvfp4Experts& down, cudaStream_t stream) {
+  return grouped(a, down, nullptr, stream);
+}
+
+Status wgmma_rs_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, float* y, const float* row_scales,
+                       cudaStream_t stream) {
+  NIB_RETURN_IF_ERROR(check_weight(w.packed, w.block_scales, w.rows, w.cols));
+  if (!x || !y) return Status::error("wgmma linear: null activation or output");
+  if (reinterpret_cast<uintptr_t>(x) % 16) return Status::error("wgmma linear: x not 16-byte aligned");
+  if (M <= 0 || M > INT32_MAX) return Status::error("wgmma linear: M must be in [1, 2^31)");
+  Params p{};
+  p.codes[0] = w.packed, p.scales[0] = w.block_scales, p.scale = w.weight_scale_2;
+  p.n = int(w.rows), p.k = int(w.cols), p.m = int(M);
+  p.act = x, p.top_k = 1, p.row_scales = row_scales;
+  p.out = y, p.out_fp32 = true;
+  const int tile_rows = wgmma_rs_tile_rows(M, 1);
+  return launch<false>(p, tile_rows, (M + tile_rows - 1) / tile_rows, stream);
+}
+
+}  // namespace nibble::cuda
