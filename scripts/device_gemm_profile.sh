@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Profile of one GEMM kernel on the device machine (build-device/ carried): Nsight Compute's speed of
 # light, scheduler and warp-state sections for KERNEL (a regex) in `nibble bench kernels ARGS`, and
-# the kernel's SASS (cuobjdump), logs under $OUT.
+# the kernel's SASS (cuobjdump) and its per-instruction stall samples (source.csv), logs under $OUT.
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 KERNEL=${KERNEL:-nvfp4_wgmma}
@@ -9,7 +9,10 @@ ARGS=${ARGS:---ops dense --m 8192 --gemm-backend wgmma}
 ncu --clock-control none --kernel-name "regex:$KERNEL" --launch-count 1 --section SpeedOfLight --section SchedulerStats \
   --section WarpStateStats --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
   --section ComputeWorkloadAnalysis --section SourceCounters --metrics smsp__inst_executed_pipe_tensor_op_gmma.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active \
-  build-device/nibble bench kernels $ARGS --iterations 1 --batches 1 > "$OUT/ncu.txt" 2>&1
+  --import-source no -o "$OUT/profile" build-device/nibble bench kernels $ARGS --iterations 1 --batches 1 > "$OUT/ncu_run.txt" 2>&1
+ncu -i "$OUT/profile.ncu-rep" --print-details all > "$OUT/ncu.txt" 2>&1
+# Per-SASS-instruction counters (warp stall samples by reason, executed instructions) of the kernel.
+ncu -i "$OUT/profile.ncu-rep" --page source --csv --print-source sass > "$OUT/source.csv" 2>&1
 cuobjdump -sass build-device/nibble > "$OUT/all.sass" 2>&1
 python3 - "$OUT/all.sass" "$KERNEL" > "$OUT/kernel.sass" <<'PY'
 import sys, re

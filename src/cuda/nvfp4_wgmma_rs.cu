@@ -25,6 +25,8 @@ constexpr int BM = 128;        // weight rows per CTA
 constexpr int BK = 64;         // k per stage: one 128-byte swizzled row of BF16 activations
 constexpr int CONSUMERS = 256;  // two warpgroups, 64 weight rows each
 constexpr int PRODUCERS = 128;  // one warpgroup of copy issuers
+// setmaxnreg: 128 · (56 + 2 · 216) = 62,464 of the SM's 65,536 registers (multiples of 8).
+constexpr int PRODUCER_REGISTERS = 56, CONSUMER_REGISTERS = 216;
 
 // Shared memory per stage: the activation tile (wgmma B, N rows × 128 B in the 128-byte swizzle,
 // 1024-byte aligned), the codes chunk-major ([2 chunks][BM rows][16 B]: a quarter-warp's reads of
@@ -111,9 +113,8 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 1) nvfp4_wgmma_rs_kerne
   const int warpgroup = __shfl_sync(0xffffffffu, tid / 128, 0);
 
   if (warpgroup == CONSUMERS / 128) {  // the producers: local weight row `lane`, activation chunks
-    // Registers go to the consumers (N = 256 holds 128 accumulators and 16 fragment registers):
-    // 40 + 2 · 232 per thread of the three warpgroups fits the 65,536 of an SM.
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    // Registers go to the consumers (N = 256 holds 128 accumulators and 16 fragment registers).
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS) : "memory");
     const int lane = tid - CONSUMERS;
     int which;
     const int row = weight_row<GATED>(lane, which);
@@ -121,7 +122,18 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 1) nvfp4_wgmma_rs_kerne
     const size_t row_index = size_t(expert) * p.n + (valid ? row : 0);
     const uint8_t* code_src = p.codes[which] + row_index * (p.k / 2);
     const uint8_t* scale_src = p.scales[which] + row_index * (p.k / 16);
-    const int chunk = lane % 8;
+    // Activation chunk (lane % 8) of rows t_i = lane / 8 + 16·i: their source offsets, found once (the
+    // rows do not change with k; looking them up per step made the producers the bottleneck), and
+    // their swizzled place, which is the same chunk for every i as t_i % 8 = (lane / 8) % 8.
+    constexpr int CHUNKS = N * 8 / PRODUCERS;
+    uint32_t act_offset[CHUNKS], act_valid = 0;
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) {
+      const int src = src_rows[lane / 8 + 16 * i];
+      act_offset[i] = src >= 0 ? uint32_t(src) * uint32_t(p.k) + (lane % 8) * 8 : 0u;
+      act_valid |= src >= 0 ? 1u << i : 0u;
+    }
+    const int act_place = wgmma::swizzled_offset(lane / 8, lane % 8);
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int slot = kt % STAGES;
       if (kt >= STAGES) barrier_wait(&empty[slot], (kt / STAGES - 1) & 1);
@@ -129,20 +141,18 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 1) nvfp4_wgmma_rs_kerne
       cp_async16(codes + lane * 16, code_src + kt * (BK / 2), valid ? 16 : 0);
       cp_async16(codes + (BM + lane) * 16, code_src + kt * (BK / 2) + 16, valid ? 16 : 0);
       cp_async4(smem + L::SCALE_OFFSET + slot * L::SCALE_STAGE + lane * 4, scale_src + kt * (BK / 16), valid ? 4 : 0);
-      uint8_t* a = smem + L::ACT_OFFSET + slot * L::ACT_STAGE;
-#pragma unroll 8
-      for (int i = 0; i < N * 8 / PRODUCERS; ++i) {  // row t, 16-byte chunk lane % 8
-        const int t = lane / 8 + (PRODUCERS / 8) * i, src = src_rows[t];
-        cp_async16(a + wgmma::swizzled_offset(t, chunk), p.act + size_t(src >= 0 ? src : 0) * p.k + kt * BK + chunk * 8,
-                   src >= 0 ? 16 : 0);
-      }
+      uint8_t* a = smem + L::ACT_OFFSET + slot * L::ACT_STAGE + act_place;
+      const uint16_t* act = p.act + kt * BK;
+#pragma unroll
+      for (int i = 0; i < CHUNKS; ++i)
+        cp_async16(a + i * 16 * 128, act + act_offset[i], (act_valid >> i) & 1 ? 16 : 0);
       barrier_arrive_on_copies(&full[slot]);
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGISTERS) : "memory");
   const int lane = tid & 31, warp = (tid / 32) % 4, q = lane % 4;
   const int local0 = 64 * warpgroup + 16 * warp + lane / 4, local1 = local0 + 8;
   const uint32_t select = uint32_t(q) | uint32_t(q + 4) << 4;
@@ -259,6 +269,7 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
     return Status::error("wgmma moe gemm: null pointer");
   if (reinterpret_cast<uintptr_t>(a.act) % 16) return Status::error("wgmma moe gemm: activations not 16-byte aligned");
   if (a.pairs == 0) return Status::ok();
+  if (a.pairs * w0.cols >= (int64_t(1) << 32)) return Status::error("wgmma moe gemm: rows · in_features ≥ 2^32");
   Params p{};
   p.codes[0] = w0.packed, p.scales[0] = w0.block_scales, p.global_scales[0] = w0.global_scales;
   if (w1) p.codes[1] = w1->packed, p.scales[1] = w1->block_scales, p.global_scales[1] = w1->global_scales;
@@ -292,7 +303,7 @@ Status wgmma_rs_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w,
   NIB_RETURN_IF_ERROR(check_weight(w.packed, w.block_scales, w.rows, w.cols));
   if (!x || !y) return Status::error("wgmma linear: null activation or output");
   if (reinterpret_cast<uintptr_t>(x) % 16) return Status::error("wgmma linear: x not 16-byte aligned");
-  if (M <= 0 || M > INT32_MAX) return Status::error("wgmma linear: M must be in [1, 2^31)");
+  if (M <= 0 || M * w.cols >= (int64_t(1) << 32)) return Status::error("wgmma linear: M must be ≥ 1 with M · K < 2^32");
   Params p{};
   p.codes[0] = w.packed, p.scales[0] = w.block_scales, p.scale = w.weight_scale_2;
   p.n = int(w.rows), p.k = int(w.cols), p.m = int(M);
