@@ -229,7 +229,7 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
   NIB_RETURN_IF_ERROR(check_weight(w));
   if (M <= 0 || M > INT32_MAX) return Status::error("linear_nvfp4: M must be in [1, 2^31)");
   if (!x || !y) return Status::error("linear_nvfp4: null activation or output");
-  if (backend == GemmBackend::WGMMA && !wgmma_supported(w.rows, w.cols)) backend = GemmBackend::AUTO;  // odd out_features
+  if (backend == GemmBackend::WGMMA && !wgmma_supported(w.rows, w.cols)) backend = GemmBackend::AUTO;  // k not a multiple of 64
   backend = resolve_gemm_backend(backend, M, w.cols);
   if (backend == GemmBackend::SKINNY) {
     const DeviceNvfp4Weight* weights[1] = {&w};

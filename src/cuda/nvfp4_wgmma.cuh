@@ -1,6 +1,6 @@
 // NVFP4 × BF16 GEMMs on Hopper's warpgroup MMA (wgmma, sm_90a) for prefill-sized batches: the MoE's
-// grouped gate_up (+SwiGLU) and down over the expert tile list, and the dense linear. Each CTA
-// decodes its weight tile once into shared memory as BF16 (exact) for two warpgroups of 64 rows.
+// grouped gate_up (+SwiGLU) and down over the expert tile list, and the dense linear. Weights are
+// decoded (exact) straight into wgmma's register operand; token rows are the N of the MMA.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,12 +13,12 @@
 
 namespace nibble::cuda {
 
-// Rows (tokens or expert-sorted pairs) per CTA for a batch of `pairs` rows over `experts` (1 for a
-// dense GEMM); the MoE grouping must use it as tile_rows.
-int wgmma_tile_rows(int64_t pairs, int64_t experts);
+// Rows (tokens or expert-sorted pairs) per CTA, 32…256, for a batch of `rows` rows over `experts` (1
+// for a dense GEMM); the MoE grouping must use it as tile_rows.
+int wgmma_tile_rows(int64_t rows, int64_t experts);
 
 // Whether the kernels take a weight of these rows (out_features) and cols (in_features): cols a
-// multiple of 64, rows even (outputs are written in pairs).
+// multiple of 64.
 bool wgmma_supported(int64_t rows, int64_t cols);
 
 // As moe_gemm_gate_up / moe_gemm_down (moe_gemm.cuh), with args.tile_rows == WGMMA_TILE_ROWS.
@@ -29,13 +29,5 @@ Status wgmma_moe_down(const GroupedGemmArgs& args, const DeviceNvfp4Experts& dow
 // y[M, N] (fp32) = row_scales[m] · weight_scale_2 · (x[M, K] · Ŵᵀ), as linear_nvfp4_w4a16.
 Status wgmma_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, float* y, const float* row_scales,
                     cudaStream_t stream);
-
-// The register-operand kernels (nvfp4_wgmma_rs.cu), under comparison with the shared-memory ones.
-int wgmma_rs_tile_rows(int64_t pairs, int64_t experts);
-Status wgmma_rs_moe_gate_up(const GroupedGemmArgs& args, const DeviceNvfp4Experts& gate, const DeviceNvfp4Experts& up,
-                            cudaStream_t stream);
-Status wgmma_rs_moe_down(const GroupedGemmArgs& args, const DeviceNvfp4Experts& down, cudaStream_t stream);
-Status wgmma_rs_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, float* y, const float* row_scales,
-                       cudaStream_t stream);
 
 }  // namespace nibble::cuda

@@ -194,11 +194,12 @@ TEST(CudaLinearNvfp4, DequantCublasMatchesReferenceOnModelShapes) {
 TEST(CudaLinearNvfp4, WgmmaMatchesReferenceOnModelShapes) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaLinearNvfp4.Wgmma");
-  for (int64_t m : {1, 64, 129, 300})  // one row; a half-empty second warpgroup; a partial row tile
+  for (int64_t m : {1, 40, 64, 129, 300})  // tile heights 32, 64, 128, 256 (a partial one at 300)
     for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::WGMMA, seed + m);
   check(4099, SHAPES[2], cuda::GemmBackend::WGMMA, seed);
   check(70, {200, 192, "partial weight tile"}, cuda::GemmBackend::WGMMA, seed);  // 200 of 256 rows, 3 k-steps
-  check(9, {41, 128, "odd rows"}, cuda::GemmBackend::WGMMA, seed);  // falls back to AUTO's kernel
+  check(9, {41, 128, "odd rows"}, cuda::GemmBackend::WGMMA, seed);  // 41 of 128 weight rows
+  check(9, {40, 96, "k not a multiple of 64"}, cuda::GemmBackend::WGMMA, seed);  // falls back to AUTO's kernel
 }
 
 TEST(CudaLinearNvfp4, W4A4ModesMatchReference) {
