@@ -285,14 +285,17 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
 
 bool wgmma_supported(int64_t rows, int64_t cols) { return cols >= BK && cols % BK == 0 && rows >= 1; }
 
-// Measured on the H200 (Qwen3-30B-A3B MoE, docs/perf.md): 256 rows win from 128 rows per expert
-// (T = 2048: 727 µs against 811 with 128), 64 at 32 per expert (T = 512: 444 against 519 and 573).
-// NIBBLE_WGMMA_N=32|64|128|256 forces one height (scripts/device_wgmma.sh compares them).
+// Measured on the H200 (Qwen3-30B-A3B, docs/perf.md): from 96 rows per expert 256 wins everywhere
+// (T = 2048: 727 µs against 811 with 128). At 32 per expert (T = 512) the best height depends on the
+// routing, which the host does not see: balanced (bench kernels) 64 takes 444 µs, 128 519, 256 665;
+// the synthetic checkpoint's skewed routing prefers 256 (pp512 29.6k tok/s, 128 28.2k, 64 24.4k).
+// 128 is never more than 17% off either. NIBBLE_WGMMA_N=32|64|128|256 forces one height
+// (scripts/device_wgmma.sh PARTS=variants compares them).
 int wgmma_tile_rows(int64_t rows, int64_t experts) {
   static const int forced = std::getenv("NIBBLE_WGMMA_N") ? std::atoi(std::getenv("NIBBLE_WGMMA_N")) : 0;
   if (forced == 32 || forced == 64 || forced == 128 || forced == 256) return forced;
   const int64_t per_expert = rows / std::max<int64_t>(experts, 1);
-  return per_expert >= 96 ? 256 : per_expert >= 48 ? 128 : per_expert >= 16 ? 64 : 32;
+  return per_expert >= 96 ? 256 : per_expert >= 16 ? 128 : per_expert >= 8 ? 64 : 32;
 }
 
 Status wgmma_moe_gate_up(const GroupedGemmArgs& a, const DeviceNvfp4Experts& gate, const DeviceNvfp4Experts& up,
