@@ -15,8 +15,25 @@ import time
 import pytest
 import requests
 
-from conftest import PRESET
+from conftest import PRESET, SERVE_ARGS
 from nibble_server import NibbleServer
+
+# On the GPU (scripts/device_run.sh), a request's kernels depend on the batch it runs in (skinny,
+# fused or wgmma GEMMs by row count; split-KV or tensor-core decode attention), which sum in other
+# orders: its logits differ between batches by ~1e-3 (test_cuda_runner bounds each against the CPU
+# at 5e-3 on these models). The CPU model is batch-invariant and is held to equality. On the GPU a
+# greedy token may change only where the two best logprobs were closer than GPU_NEAR_TIE, and the
+# sequence is compared no further.
+ON_GPU = "cuda" in SERVE_ARGS
+GPU_NEAR_TIE = 0.02
+
+
+def agree_up_to_near_tie(expected: list[tuple], got: list) -> bool:
+    """expected: (token, top-2 logprob margin) per position; got: tokens."""
+    for (token, margin), other in zip(expected, got):
+        if token != other:
+            return margin < GPU_NEAR_TIE
+    return len(expected) == len(got)
 
 
 def raise_fd_limit(need: int) -> None:
@@ -69,6 +86,18 @@ def completion_text(events: list) -> tuple[str, str]:
     return text, finish
 
 
+def stream_tokens(events: list) -> list[tuple[str, float]]:
+    """(token text, top-2 logprob margin) per generated token of a stream asked for logprobs=2."""
+    out = []
+    for e in events[:-1]:
+        for c in e["choices"]:
+            lp = c.get("logprobs") or {"tokens": [], "top_logprobs": []}
+            for token, top in zip(lp["tokens"], lp["top_logprobs"]):
+                best = sorted(top.values(), reverse=True)
+                out.append((token, best[0] - best[1] if len(best) > 1 else float("inf")))
+    return out
+
+
 def test_200_concurrent_streams_match_the_same_prompts_run_alone(server, seed):
     rng = random.Random(seed)
     payloads = []
@@ -77,16 +106,26 @@ def test_200_concurrent_streams_match_the_same_prompts_run_alone(server, seed):
         sampled = i % 2 == 1  # half greedy, half seeded sampling: both must not depend on the batch
         payloads.append({"prompt": prompt, "max_tokens": rng.randrange(1, 12), "stream": True, "ignore_eos": True,
                          "temperature": 0.8 if sampled else 0.0, "seed": rng.randrange(2**31)})
-    alone = {}
-    for i in range(0, len(payloads), 6):
-        alone[i] = completion_text(asyncio.run(sse_request(server.port, "/v1/completions", payloads[i])))
+        if ON_GPU:
+            payloads[-1]["logprobs"] = 2
+    alone = {i: asyncio.run(sse_request(server.port, "/v1/completions", payloads[i])) for i in range(0, len(payloads), 6)}
 
     async def all_at_once():
         return await asyncio.gather(*(sse_request(server.port, "/v1/completions", p) for p in payloads))
-    together = [completion_text(events) for events in asyncio.run(all_at_once())]
-    assert all(finish == "length" for _, finish in together)
+    together = asyncio.run(all_at_once())
+    assert all(completion_text(events)[1] == "length" for events in together)
+    sampled_changed = 0
     for i, expected in alone.items():
-        assert together[i] == expected, (i, payloads[i])
+        if not ON_GPU:
+            assert completion_text(together[i]) == completion_text(expected), (i, payloads[i])
+        elif payloads[i]["temperature"] == 0:
+            got = [token for token, _ in stream_tokens(together[i])]
+            assert agree_up_to_near_tie(stream_tokens(expected), got), (i, stream_tokens(expected), got)
+        else:
+            # A seeded draw changes only if it falls within ~1e-3 of a boundary of the cumulative
+            # distribution: expected about once in a thousand tokens, so at most one of these 20.
+            sampled_changed += stream_tokens(expected) != stream_tokens(together[i])
+    assert sampled_changed <= 1
 
 
 def test_2000_open_streaming_connections(server, seed):
@@ -192,11 +231,17 @@ def test_flush_cache_is_refused_while_requests_run(server):
     wait_idle(server)
 
 
-def greedy(url: str, prompt: list[int], n: int = 8) -> list[int]:
-    r = requests.post(url + "/generate", json={"input_ids": prompt, "sampling_params": {
-        "max_new_tokens": n, "temperature": 0, "ignore_eos": True}})
+def greedy(url: str, prompt: list[int], n: int = 8, margins: bool = False) -> list:
+    """Greedy ids, or (id, top-2 logprob margin) pairs with margins=True."""
+    request = {"input_ids": prompt, "sampling_params": {"max_new_tokens": n, "temperature": 0, "ignore_eos": True}}
+    if margins:
+        request.update(return_logprob=True, top_logprobs_num=2)
+    r = requests.post(url + "/generate", json=request)
     assert r.status_code == 200, r.text
-    return r.json()["output_ids"]
+    if not margins:
+        return r.json()["output_ids"]
+    top = r.json()["meta_info"]["output_top_logprobs"]
+    return [(token, t[0][0] - t[1][0]) for token, t in zip(r.json()["output_ids"], top)]
 
 
 def fingerprint(url: str, prompt: list[int]) -> list:
@@ -209,10 +254,23 @@ def fingerprint(url: str, prompt: list[int]) -> list:
     return r.json()["meta_info"]["output_token_logprobs"]
 
 
+def same_fingerprint(a: list, b: list) -> bool:
+    """Equal on the CPU; on the GPU the same ids with logprobs within GPU_NEAR_TIE up to the first
+    changed id (the first position must agree: nothing before it can differ)."""
+    if not ON_GPU:
+        return a == b
+    for j, ((lp_a, id_a, _), (lp_b, id_b, _)) in enumerate(zip(a, b)):
+        if id_a != id_b:
+            return j > 0
+        if abs(lp_a - lp_b) >= GPU_NEAR_TIE:
+            return False
+    return len(a) == len(b)
+
+
 def test_preemption_under_a_tiny_kv_budget_keeps_outputs(server, build_dir, tiny_models, tmp_path, seed):
     rng = random.Random(seed)
     prompts = [[rng.randrange(0, 150000) for _ in range(rng.randrange(4, 12))] for _ in range(8)]
-    expected = [greedy(server.url, p, 20) for p in prompts]
+    expected = [greedy(server.url, p, 20, margins=ON_GPU) for p in prompts]
     # 12 blocks of 4 tokens: room for 48 tokens, while 8 requests want up to 8 × 32.
     small = NibbleServer(build_dir, tiny_models["a"], tmp_path / "small.log", "--num-kv-blocks", "12",
                          "--block-size", "4", "--max-model-len", "40", "--max-num-batched-tokens", "16")
@@ -224,7 +282,10 @@ def test_preemption_under_a_tiny_kv_budget_keeps_outputs(server, build_dir, tiny
         m = small.metrics()
     finally:
         assert small.stop() == 0
-    assert got == expected
+    if ON_GPU:
+        assert all(agree_up_to_near_tie(e, g) for e, g in zip(expected, got)), (expected, got)
+    else:
+        assert got == expected
     assert m["nibble:num_preemptions_total"] > 0, "the budget did not force a preemption"
 
 
@@ -254,11 +315,11 @@ def test_weight_swap_under_traffic_loses_nothing(build_dir, tiny_models, tmp_pat
         bad = requests.post(s.url + "/update_weights_from_disk", json={"model_path": str(tiny_models["other_layout"])})
         assert bad.status_code == 400 and bad.json()["success"] is False
         assert "num_hidden_layers" in bad.json()["message"]
-        assert fingerprint(s.url, probe) == expected_a
+        assert same_fingerprint(fingerprint(s.url, probe), expected_a)
         swap = requests.post(s.url + "/update_weights_from_disk",
                              json={"model_path": str(tiny_models["b"]), "weight_version": "v2"})
         assert swap.status_code == 200 and swap.json()["success"] is True, swap.text
-        assert fingerprint(s.url, probe) == expected_b
+        assert same_fingerprint(fingerprint(s.url, probe), expected_b)
         time.sleep(0.3)
         stop.set()
         for w in workers:
@@ -278,7 +339,7 @@ def test_weight_swap_under_traffic_loses_nothing(build_dir, tiny_models, tmp_pat
         t.join(30)
         assert swap.json()["success"] is True
         assert completion_text(events)[1] == "abort"
-        assert fingerprint(s.url, probe) == expected_a
+        assert same_fingerprint(fingerprint(s.url, probe), expected_a)
     finally:
         assert s.stop() == 0
 
