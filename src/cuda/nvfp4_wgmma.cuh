@@ -21,7 +21,7 @@ int wgmma_tile_rows(int64_t rows, int64_t experts);
 // multiple of 64.
 bool wgmma_supported(int64_t rows, int64_t cols);
 
-// As moe_gemm_gate_up / moe_gemm_down (moe_gemm.cuh), with args.tile_rows == WGMMA_TILE_ROWS.
+// As moe_gemm_gate_up / moe_gemm_down (moe_gemm.cuh), with args.tile_rows == wgmma_tile_rows(pairs, experts).
 Status wgmma_moe_gate_up(const GroupedGemmArgs& args, const DeviceNvfp4Experts& gate, const DeviceNvfp4Experts& up,
                          cudaStream_t stream);
 Status wgmma_moe_down(const GroupedGemmArgs& args, const DeviceNvfp4Experts& down, cudaStream_t stream);
