@@ -1,8 +1,9 @@
 // cuda::moe_forward (router → grouping → gate_up+SwiGLU → down → combine) against ref::moe, both
 // backends and all three activation modes, on Qwen3-30B-A3B's MoE (E = 128, k = 8, H = 2048,
 // I = 768) at T = 1, 3, 17, 255, 1000, 4099 (every wgmma tile height), with every token identical (8
-// experts get every token, 120 get none), and on a small odd config. Weights are random NVFP4 codes with random E4M3 block scales
-// and a different weight_scale_2 for gate, up and down of every expert (each half keeps its own).
+// experts get every token, 120 get none), and on a small odd config. Weights are random NVFP4 codes
+// with random E4M3 block scales and a different weight_scale_2 for gate, up and down of every expert
+// (each half keeps its own).
 // Tolerances, relative to max|ref|: W4A16 max 8e-3, mean 1.5e-3 — the GPU keeps the SwiGLU output
 // and each expert's down output in BF16 (two roundings of ≤ 2⁻⁹ relative each that the fp32
 // reference does not have); the GEMMs themselves are exact up to fp32 summation order. W4A4: the
