@@ -9,12 +9,22 @@ namespace nibble::cuda {
 
 __device__ __forceinline__ uint32_t smem_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
-// 16 (or 4) bytes global → shared, zero-filled past bytes_valid (0: a zero chunk, nothing read).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int bytes_valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(gmem), "r"(bytes_valid));
+// SIZE bytes (4, 8 or 16) global → shared, of which the first bytes_valid are read and the rest
+// zero-filled (0: a zero chunk, nothing read). 16-byte copies bypass L1 (.cg; smaller sizes cannot).
+template <int SIZE>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes_valid) {
+  static_assert(SIZE == 4 || SIZE == 8 || SIZE == 16, "cp.async copies 4, 8 or 16 bytes");
+  if constexpr (SIZE == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(gmem), "r"(bytes_valid));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_address(smem)), "l"(gmem), "n"(SIZE),
+                 "r"(bytes_valid));
 }
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int bytes_valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(smem)), "l"(gmem), "r"(bytes_valid));
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 __device__ __forceinline__ void barrier_init(uint64_t* bar, int count) {

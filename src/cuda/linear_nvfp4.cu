@@ -208,7 +208,7 @@ GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K) {
   // A kernel that cannot take this K falls back to AUTO's choice (e.g. the fused GEMV on ERNIE-4.5's
   // dense down_proj, K = 12,288: skinny).
   if ((backend == GemmBackend::SKINNY && !skinny_linear_supported(K)) || (backend == GemmBackend::FUSED && !fused_supported(K)) ||
-      (backend == GemmBackend::WGMMA && !wgmma_supported(2, K)))
+      (backend == GemmBackend::WGMMA && !wgmma_supported(1, K)))
     backend = GemmBackend::AUTO;
   if (backend != GemmBackend::AUTO) return backend;
   if (M <= AUTO_SKINNY_MAX_M && skinny_linear_supported(K)) return GemmBackend::SKINNY;
@@ -229,7 +229,6 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
   NIB_RETURN_IF_ERROR(check_weight(w));
   if (M <= 0 || M > INT32_MAX) return Status::error("linear_nvfp4: M must be in [1, 2^31)");
   if (!x || !y) return Status::error("linear_nvfp4: null activation or output");
-  if (backend == GemmBackend::WGMMA && !wgmma_supported(w.rows, w.cols)) backend = GemmBackend::AUTO;  // k not a multiple of 64
   backend = resolve_gemm_backend(backend, M, w.cols);
   if (backend == GemmBackend::SKINNY) {
     const DeviceNvfp4Weight* weights[1] = {&w};

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 
+#include "cuda/async_copy.cuh"
 #include "cuda/check.cuh"
 #include "cuda/moe_grouping.cuh"
 #include "cuda/nvfp4_fragments.cuh"
@@ -71,21 +72,6 @@ struct KernelParams {
   void* out;
   bool out_fp32;
 };
-
-// Copies SIZE bytes, of which the first bytes_valid are read and the rest zero-filled.
-template <int SIZE>
-__device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes_valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  if constexpr (SIZE == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes_valid));
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(gmem), "n"(SIZE), "r"(bytes_valid));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 // The CTA's tile: its expert, first sorted row and number of rows (≤ BT).
 struct TileInfo {

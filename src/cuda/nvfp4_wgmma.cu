@@ -65,18 +65,18 @@ struct Params {
   bool out_fp32;
 };
 
-// Local weight row → (projection, weight row). A consumer thread owns local rows 64g + 16w + i and
-// that + 8 (warpgroup g, warp w, i = lane / 4: its two A-fragment rows). Gated, those two are the gate
-// and the up row of one feature, so SwiGLU needs nothing from another thread.
+// A local weight row's projection (0: gate, or the only one; 1: up) and its weight row in it. A
+// consumer thread owns local rows 64g + 16w + i and that + 8 (warpgroup g, warp w, i = lane / 4: its
+// two A-fragment rows). Gated, those two are the gate and the up row of one feature, so SwiGLU needs
+// nothing from another thread.
 template <bool GATED>
-__device__ __forceinline__ int weight_row(int local, int& which) {
-  if constexpr (GATED) {
-    which = (local / 8) % 2;
-    return blockIdx.x * (BM / 2) + 32 * (local / 64) + 8 * ((local % 64) / 16) + local % 8;
-  } else {
-    which = 0;
-    return blockIdx.x * BM + local;
-  }
+__device__ __forceinline__ int projection(int local) {
+  return GATED ? (local / 8) % 2 : 0;
+}
+template <bool GATED>
+__device__ __forceinline__ int weight_row(int local) {
+  if constexpr (GATED) return blockIdx.x * (BM / 2) + 32 * (local / 64) + 8 * ((local % 64) / 16) + local % 8;
+  else return blockIdx.x * BM + local;
 }
 
 // Byte q of each word of a 16-byte chunk, in word order: the code pairs of k 2q, 2q + 1 in each group
@@ -117,8 +117,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 1) nvfp4_wgmma_kernel(c
     // Registers go to the consumers (N = 256 holds 128 accumulators and 16 fragment registers).
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS) : "memory");
     const int lane = tid - CONSUMERS;
-    int which;
-    const int row = weight_row<GATED>(lane, which);
+    const int which = projection<GATED>(lane), row = weight_row<GATED>(lane);
     const bool valid = row < p.n;
     const size_t row_index = size_t(expert) * p.n + (valid ? row : 0);
     const uint8_t* code_src = p.codes[which] + row_index * (p.k / 2);
@@ -139,17 +138,17 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 1) nvfp4_wgmma_kernel(c
       const int slot = kt % STAGES;
       if (kt >= STAGES) barrier_wait(&empty[slot], (kt / STAGES - 1) & 1);
       uint8_t* codes = smem + L::CODE_OFFSET + slot * L::CODE_STAGE;
-      cp_async16(codes + lane * 16, code_src + kt * (BK / 2), valid ? 16 : 0);
-      cp_async16(codes + (BM + lane) * 16, code_src + kt * (BK / 2) + 16, valid ? 16 : 0);
-      cp_async4(smem + L::SCALE_OFFSET + slot * L::SCALE_STAGE + lane * 4, scale_src + kt * (BK / 16), valid ? 4 : 0);
+      cp_async<16>(codes + lane * 16, code_src + kt * (BK / 2), valid ? 16 : 0);
+      cp_async<16>(codes + (BM + lane) * 16, code_src + kt * (BK / 2) + 16, valid ? 16 : 0);
+      cp_async<4>(smem + L::SCALE_OFFSET + slot * L::SCALE_STAGE + lane * 4, scale_src + kt * (BK / 16), valid ? 4 : 0);
       uint8_t* a = smem + L::ACT_OFFSET + slot * L::ACT_STAGE + act_place;
       const uint16_t* act = p.act + kt * BK;
 #pragma unroll
       for (int i = 0; i < CHUNKS; ++i)
-        cp_async16(a + i * 16 * 128, act + act_offset[i], (act_valid >> i) & 1 ? 16 : 0);
+        cp_async<16>(a + i * 16 * 128, act + act_offset[i], (act_valid >> i) & 1 ? 16 : 0);
       barrier_arrive_on_copies(&full[slot]);
     }
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // the copies were never committed to a group
     return;
   }
 
@@ -204,8 +203,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 1) nvfp4_wgmma_kernel(c
   // Epilogue: acc[4j + c] is weight row local0 (c < 2) or local1, token column 8j + 2q + c % 2.
   const float scale0 = p.global_scales[0] ? p.global_scales[0][expert] : p.scale;
   const float scale1 = GATED ? p.global_scales[1][expert] : 0.0f;
-  int which;
-  const int f0 = weight_row<GATED>(local0, which), f1 = weight_row<GATED>(local1, which);
+  const int f0 = weight_row<GATED>(local0), f1 = weight_row<GATED>(local1);
   auto store = [&](size_t index, float v) {
     if (p.out_fp32) static_cast<float*>(p.out)[index] = v;
     else static_cast<__nv_bfloat16*>(p.out)[index] = __float2bfloat16_rn(v);
@@ -232,8 +230,9 @@ template <bool GATED, int N>
 Status launch_n(const Params& p, int64_t row_tiles, cudaStream_t stream) {
   auto kernel = nvfp4_wgmma_kernel<GATED, N>;
   constexpr int bytes = Layout<N>::BYTES;
-  NIB_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-                                  "wgmma gemm: shared memory"));
+  // Set once per instantiation and process, not per launch.
+  static const cudaError_t limit = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  NIB_RETURN_IF_ERROR(cuda_status(limit, "wgmma gemm: shared memory"));
   const int rows_per_cta = GATED ? BM / 2 : BM;
   const dim3 grid(unsigned((p.n + rows_per_cta - 1) / rows_per_cta), unsigned(row_tiles));
   kernel<<<grid, CONSUMERS + PRODUCERS, bytes, stream>>>(p);

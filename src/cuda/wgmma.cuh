@@ -36,17 +36,6 @@ __device__ __forceinline__ void fence_shared_for_async() { asm volatile("fence.p
 // 2·(lane%4) +0/1; a[1] row lane/4 + 8, same k; a[2] and a[3] the same rows at k + 8. d fp32 64 × N
 // over the warpgroup's 128 threads: d[4j + q] is row 16·warp + lane/4 + 8·(q/2), column 8j + 2·(lane%4)
 // + q%2 (the m16n8 accumulator layout over N/8 column blocks, N/2 registers). The A registers must stay unchanged until the group is waited on.
-__device__ __forceinline__ void mma_rs_m64n16k16(float (&d)[8], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile(
-      "{\n"
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7}, "
-      "{%8, %9, %10, %11}, %12, 1, 1, 1, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-}
-
 __device__ __forceinline__ void mma_rs_m64n32k16(float (&d)[16], const uint32_t (&a)[4], uint64_t b) {
   asm volatile(
       "{\n"
@@ -130,8 +119,8 @@ __device__ __forceinline__ void mma_rs_m64n256k16(float (&d)[128], const uint32_
 
 template <int N>
 __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (N == 16) mma_rs_m64n16k16(d, a, b);
-  else if constexpr (N == 32) mma_rs_m64n32k16(d, a, b);
+  static_assert(N == 32 || N == 64 || N == 128 || N == 256, "the tile heights nvfp4_wgmma.cu uses");
+  if constexpr (N == 32) mma_rs_m64n32k16(d, a, b);
   else if constexpr (N == 64) mma_rs_m64n64k16(d, a, b);
   else if constexpr (N == 128) mma_rs_m64n128k16(d, a, b);
   else mma_rs_m64n256k16(d, a, b);
