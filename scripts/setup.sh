@@ -32,3 +32,31 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; 
   "$VENV/bin/pip" install -q --disable-pip-version-check -r tests/requirements.txt
   echo "$want" > "$STAMP"
 fi
+
+# FlashInfer's header-only CUDA templates (attention), with the CCCL headers they need, from one
+# pinned, hash-checked flashinfer-python wheel (DESIGN.md §4): used at build time only, never copied
+# into the repository; src/cuda/flashinfer_attention.cu is the one file that includes them.
+FLASHINFER_VERSION=0.7.2.post1
+FLASHINFER_SHA256=bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49
+FLASHINFER_DIR=.deps/flashinfer-$FLASHINFER_VERSION
+if [ ! -f "$FLASHINFER_DIR/.complete" ]; then
+  echo "setup: fetching flashinfer-python $FLASHINFER_VERSION headers (pip download, sha256-checked)"
+  rm -rf "$FLASHINFER_DIR" && mkdir -p "$FLASHINFER_DIR"
+  wheel_dir=$(mktemp -d)
+  "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps --only-binary :all: \
+    "flashinfer-python==$FLASHINFER_VERSION" -d "$wheel_dir"
+  wheel=$(ls "$wheel_dir"/flashinfer_python-*.whl)
+  echo "$FLASHINFER_SHA256  $wheel" | sha256sum -c --quiet -
+  # Only the headers (FlashInfer's include/, CCCL) and the licences.
+  "$VENV/bin/python" - "$wheel" "$FLASHINFER_DIR" <<'PY'
+import sys, zipfile
+wheel, out = sys.argv[1], sys.argv[2]
+keep = ("flashinfer/data/include/", "flashinfer/data/cccl/")
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        if name.startswith(keep) or "LICENSE" in name.upper().split("/")[-1]:
+            z.extract(name, out)
+PY
+  rm -rf "$wheel_dir"
+  touch "$FLASHINFER_DIR/.complete"
+fi

@@ -75,7 +75,8 @@ CommandRunner register_bench(CLI::App& root) {
   latency->add_option("--modes", l->modes, "Activation modes (MoE and dense alike): none,static,per-token")->capture_default_str();
   latency->add_option("--gemm-backend", l->gemm_backend, choices)->capture_default_str();
   latency->add_option("--moe-backend", l->moe_backend, choices)->capture_default_str();
-  latency->add_option("--decode-attention", l->decode_attention, "auto | split-kv | tensor-core")->capture_default_str();
+  latency->add_option("--attention-backend", l->attention_backend, "auto | flashinfer | native")->capture_default_str();
+  latency->add_option("--decode-attention", l->decode_attention, "Native attention's decode kernel: auto | split-kv | tensor-core")->capture_default_str();
   latency->add_option("--pp", l->pp, "Prefill lengths (ppN)")->capture_default_str();
   latency->add_option("--tg", l->tg, "Single-stream decode tokens (tgN; 0: skip)")->capture_default_str();
   latency->add_option("--batches", l->batches, "Batched decode: parallel sequences (S_TG)")->capture_default_str();

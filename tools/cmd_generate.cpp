@@ -26,6 +26,7 @@ struct GenerateOptions {
   std::string backend = "auto";
   std::string gemm_backend = "auto";
   std::string moe_backend = "auto";
+  std::string attention_backend = "auto";
   std::string decode_attention = "auto";
   std::string act_quant_moe = "none";
   std::string act_quant_dense = "none";
@@ -60,6 +61,7 @@ int run_generate(const GenerateOptions& o) {
   options.backend = *engine::parse_backend(o.backend);
   options.gemm = *engine::parse_kernel_choice(o.gemm_backend);
   options.moe = *engine::parse_kernel_choice(o.moe_backend);
+  options.attention = *engine::parse_attention_backend(o.attention_backend);
   options.decode_attention = *engine::parse_decode_attention(o.decode_attention);
   options.act_quant_moe = formats::parse_act_quant(o.act_quant_moe).value();
   options.act_quant_dense = formats::parse_act_quant(o.act_quant_dense).value();
@@ -164,7 +166,9 @@ CommandRunner register_generate(CLI::App& root) {
       ->default_val("auto")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--gemm-backend", o->gemm_backend, "Dense NVFP4 kernels (CUDA): " + engine::kernel_choice_help())->default_val("auto")->check(CLI::IsMember(kernels));
   cmd->add_option("--moe-backend", o->moe_backend, "MoE kernels (CUDA): " + engine::kernel_choice_help())->default_val("auto")->check(CLI::IsMember(kernels));
-  cmd->add_option("--decode-attention", o->decode_attention, "Decode attention (CUDA): auto | split-kv | tensor-core")
+  cmd->add_option("--attention-backend", o->attention_backend, "Attention kernels (CUDA): auto | flashinfer | native")
+      ->default_val("auto")->check(CLI::IsMember({"auto", "flashinfer", "native"}));
+  cmd->add_option("--decode-attention", o->decode_attention, "Native attention's decode kernel (CUDA): auto | split-kv | tensor-core")
       ->default_val("auto")->check(CLI::IsMember({"auto", "split-kv", "tensor-core"}));
   cmd->add_option("--act-quant-moe", o->act_quant_moe, "MoE activation quantization")
       ->default_val("none")->check(CLI::IsMember(modes));

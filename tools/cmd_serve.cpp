@@ -113,7 +113,8 @@ CommandRunner register_serve(CLI::App& root) {
   option(cmd, "--backend", o->backend, "auto (the GPU when one is visible and takes the checkpoint, else the CPU) | cpu | cuda");
   option(cmd, "--moe-backend", o->moe_backend, engine::kernel_choice_help() + " (CUDA backend)");
   option(cmd, "--gemm-backend", o->gemm_backend, engine::kernel_choice_help() + " (CUDA backend)");
-  option(cmd, "--decode-attention", o->decode_attention, "auto | split-kv | tensor-core (CUDA backend)");
+  option(cmd, "--attention-backend", o->attention_backend, "auto | flashinfer | native (CUDA backend)");
+  option(cmd, "--decode-attention", o->decode_attention, "Native attention's decode kernel: auto | split-kv | tensor-core (CUDA backend)");
   option(cmd, "--act-quant-moe", o->act_quant_moe, "MoE activation quantization: none | static | per-token");
   option(cmd, "--act-quant-dense", o->act_quant_dense, "Dense activation quantization: none | static | per-token");
   option(cmd, "--reasoning-parser", o->reasoning_parser, "Split <think> into reasoning_content: auto | qwen3 | none");

@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
 // One warp per (token, head); heads [0, NH) are q, [NH, NH + NKV) k, then NKV v heads.
 __global__ void qk_norm_rope_store_kernel(const float* q, const float* k, const float* v, QkvLayout l,
                                           const uint16_t* q_norm, const uint16_t* k_norm, float eps,
-                                          float* q_out, uint16_t* k_cache, uint16_t* v_cache) {
+                                          float* q_out, uint16_t* q_out_bf16, uint16_t* k_cache, uint16_t* v_cache) {
   pdl_wait();
   pdl_launch_dependents();
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
@@ -128,7 +128,11 @@ __global__ void qk_norm_rope_store_kernel(const float* q, const float* k, const 
     const float angle = position * l.inv_freq[i];  // ref::rope_neox / rope_interleaved: fp32 angle, cos and sin
     const float c = cosf(angle), s = sinf(angle);
     const float x0 = a * c - b * s, x1 = b * c + a * s;
-    if (is_q) {
+    if (is_q && q_out_bf16) {
+      uint16_t* dst = q_out_bf16 + (t * l.n_heads + head) * D;
+      dst[first(i)] = float_to_bf16(x0);
+      dst[second(i)] = float_to_bf16(x1);
+    } else if (is_q) {
       float* dst = q_out + (t * l.n_heads + head) * D;
       dst[first(i)] = x0;
       dst[second(i)] = x1;
@@ -178,7 +182,7 @@ Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t 
 
 Status qk_norm_rope_store(const float* q, const float* k, const float* v, const QkvLayout& layout,
                           const uint16_t* q_norm, const uint16_t* k_norm, float eps, float* q_out,
-                          uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream) {
+                          uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream, uint16_t* q_out_bf16) {
   if (layout.tokens <= 0) return Status::ok();
   if (layout.head_dim % 2 != 0 || layout.head_dim > 512)
     return Status::error("qk_norm_rope_store: head_dim must be even and at most 512");
@@ -187,7 +191,7 @@ Status qk_norm_rope_store(const float* q, const float* k, const float* v, const 
   const int threads = 256;
   const int64_t blocks = (warps * 32 + threads - 1) / threads;
   return cuda_status(launch_pdl(qk_norm_rope_store_kernel, dim3(unsigned(blocks)), dim3(threads), 0, stream, q, k, v, layout,
-                                q_norm, k_norm, eps, q_out, k_cache, v_cache),
+                                q_norm, k_norm, eps, q_out, q_out_bf16, k_cache, v_cache),
                      "qk_norm_rope_store");
 }
 

@@ -33,11 +33,13 @@ struct QkvLayout {
 };
 
 // q [T, NH·D] and k, v [T, NKV·D] fp32 (the projections): per-head RMSNorm of q and k with their
-// weights (both null: no norm), neox or interleaved RoPE (layout.inv_freq), then q_out fp32 [T, NH, D] and K/V rounded to BF16 into the paged
-// cache [blocks, block_size, NKV, D] at each token's slot (ref::rmsnorm, ref::rope_neox, ref::kv_store).
+// weights (both null: no norm), neox or interleaved RoPE (layout.inv_freq), then q_out fp32 [T, NH, D]
+// (or, when q_out_bf16 is given, q rounded to BF16 there instead: FlashInfer's input) and K/V rounded
+// to BF16 into the paged cache [blocks, block_size, NKV, D] at each token's slot (ref::rmsnorm,
+// ref::rope_neox, ref::kv_store).
 Status qk_norm_rope_store(const float* q, const float* k, const float* v, const QkvLayout& layout,
                           const uint16_t* q_norm, const uint16_t* k_norm, float eps, float* q_out,
-                          uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream);
+                          uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream, uint16_t* q_out_bf16 = nullptr);
 
 // out = BF16(silu(gate) · up) over n values, gate and up fp32 (ref::silu_mul, for dense MLP layers).
 Status silu_mul_bf16(const float* gate, const float* up, int64_t n, uint16_t* out, cudaStream_t stream);

@@ -6,6 +6,7 @@
 
 #include "core/log.h"
 #include "cuda/check.cuh"
+#include "cuda/flashinfer_attention.cuh"
 #include "cuda/sampler.cuh"
 #include "models/qwen3_cuda.h"
 
@@ -184,6 +185,10 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
   mo.tensor_core_decode_min_rows = o.decode_attention == DecodeAttention::TENSOR_CORE ? 1
                                    : o.decode_attention == DecodeAttention::SPLIT_KV ? INT64_MAX
                                                                                      : models::AUTO_TENSOR_CORE_DECODE_MIN_ROWS;
+  if (o.attention == AttentionBackend::FLASHINFER && !cuda::flashinfer_attention_supported(checkpoint->bound.config.head_dim))
+    return Status::error("--attention-backend flashinfer: head_dim " + std::to_string(checkpoint->bound.config.head_dim) +
+                         " is not compiled in (64, 128); use auto or native");
+  mo.flashinfer = o.attention != AttentionBackend::NATIVE;
   mo.max_tokens = std::max<int64_t>(o.max_num_batched_tokens, 1);
   mo.max_rows = std::max<int64_t>(o.max_num_seqs, 1);
   mo.max_seqs = std::max<int64_t>(o.max_num_seqs, 1);

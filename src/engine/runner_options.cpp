@@ -48,6 +48,13 @@ std::optional<DecodeAttention> parse_decode_attention(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<AttentionBackend> parse_attention_backend(std::string_view name) {
+  if (name == "auto") return AttentionBackend::AUTO;
+  if (name == "flashinfer") return AttentionBackend::FLASHINFER;
+  if (name == "native") return AttentionBackend::NATIVE;
+  return std::nullopt;
+}
+
 const char* backend_name(Backend backend) {
   switch (backend) {
     case Backend::AUTO: return "auto";

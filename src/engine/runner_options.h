@@ -20,11 +20,16 @@ enum class KvCacheDtype { AUTO, BF16, FP32 };      // auto: BF16; FP32 only on t
 // kernel with one item per token (a CTA per token and KV head over its whole context).
 // auto: tensor-core from 16 decode rows in a step, split-kv below (models::AUTO_TENSOR_CORE_DECODE_MIN_ROWS).
 enum class DecodeAttention { AUTO, SPLIT_KV, TENSOR_CORE };
+// Attention on the GPU (SGLang's --attention-backend): FlashInfer's paged kernels for every step
+// (head dims 64 and 128), or nibble's own (native: tensor-core prefill + --decode-attention's
+// choice). auto: FlashInfer where the head dim allows, native otherwise.
+enum class AttentionBackend { AUTO, FLASHINFER, NATIVE };
 
 std::optional<Backend> parse_backend(std::string_view name);           // auto | cpu | cuda
 std::optional<KernelChoice> parse_kernel_choice(std::string_view name);  // one of kernel_choice_names()
 std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name); // auto | bf16 | fp32
 std::optional<DecodeAttention> parse_decode_attention(std::string_view name);  // auto | split-kv | tensor-core
+std::optional<AttentionBackend> parse_attention_backend(std::string_view name);  // auto | flashinfer | native
 const char* backend_name(Backend backend);
 const char* kernel_choice_name(KernelChoice choice);
 // Every KernelChoice by name (auto first): what --gemm-backend / --moe-backend accept; and the same
@@ -36,7 +41,8 @@ struct RunnerOptions {
   Backend backend = Backend::AUTO;
   KernelChoice gemm = KernelChoice::AUTO;  // dense NVFP4 linears (CUDA)
   KernelChoice moe = KernelChoice::AUTO;   // the MoE block (CUDA)
-  DecodeAttention decode_attention = DecodeAttention::AUTO;  // (CUDA)
+  AttentionBackend attention = AttentionBackend::AUTO;        // (CUDA)
+  DecodeAttention decode_attention = DecodeAttention::AUTO;  // (CUDA, native attention)
   formats::ActQuant act_quant_moe = formats::ActQuant::NONE;
   formats::ActQuant act_quant_dense = formats::ActQuant::NONE;
   KvCacheDtype kv_dtype = KvCacheDtype::AUTO;

@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "cuda/attention.cuh"
 #include "cuda/check.cuh"
+#include "cuda/flashinfer_attention.cuh"
 #include "cuda/moe.cuh"
 #include "cuda/step_profiler.cuh"
 #include "cuda/transformer_ops.cuh"
@@ -71,6 +72,12 @@ struct CudaModel::Impl {
   int32_t* h_decode_rows = nullptr;
   int64_t step_items = 0, step_decode = 0;
   bool step_lists = false;
+  // FlashInfer attention (null: the native kernels only), its BF16 query input, whether this step
+  // uses it, and the plan each decode graph was captured with (a replay needs the same launch shape).
+  std::unique_ptr<cuda::FlashInferAttention> flashinfer;
+  uint16_t* q_bf16 = nullptr;
+  bool step_flashinfer = false;
+  std::map<int64_t, std::vector<int64_t>> graph_plans;
   // Pinned host copies of the step metadata (copied to the device asynchronously).
   int32_t *h_ids = nullptr, *h_positions = nullptr, *h_token_seq = nullptr, *h_block_tables = nullptr, *h_rows = nullptr;
   int64_t* h_slots = nullptr;
@@ -330,6 +337,13 @@ struct CudaModel::Impl {
     const int64_t split_tokens = std::min<int64_t>(T, 528);
     NIB_RETURN_IF_ERROR(a.alloc(attention_ws, static_cast<size_t>(cuda::attention_workspace_floats(split_tokens, NH, D, 32)),
                                 "the split-KV attention scratch"));
+    if (options.flashinfer && cuda::flashinfer_attention_supported(D)) {
+      const int64_t S = options.max_seqs;  // decode graphs pad to at most max_seqs requests
+      auto fi = cuda::FlashInferAttention::create({NH, NKV, D, options.block_size}, T, S, S * max_blocks_per_seq + S, a);
+      if (!fi) return fi.status();
+      flashinfer = std::move(fi.value());
+      NIB_RETURN_IF_ERROR(a.alloc(q_bf16, T * NH * D, "q after RoPE (BF16)"));
+    }
     return Status::ok();
   }
 
@@ -387,8 +401,19 @@ struct CudaModel::Impl {
     const bool supported = cuda::prefill_attention_supported(config.head_dim, G);
     int64_t decode_count = T - static_cast<int64_t>(batch.token_ids.size());
     for (const BatchSequence& seq : batch.sequences) decode_count += seq.n_tokens == 1;
-    const bool decode_items = supported && decode_count >= options.tensor_core_decode_min_rows;
-    step_lists = supported && (eager || decode_items);
+    const bool decode_only = decode_count == T;
+    // FlashInfer takes the whole step, graph padding included (one key in the trash block each).
+    step_flashinfer = flashinfer && (!decode_only || T >= options.flashinfer_decode_min_rows);
+    if (step_flashinfer) {
+      flashinfer->clear();
+      for (const BatchSequence& seq : batch.sequences)
+        NIB_RETURN_IF_ERROR(flashinfer->add(seq.n_tokens, seq.start_position + seq.n_tokens, seq.block_table.data()));
+      for (int64_t row = static_cast<int64_t>(batch.token_ids.size()); row < T; ++row)
+        NIB_RETURN_IF_ERROR(flashinfer->add(1, 1, &trash_block));
+      NIB_RETURN_IF_ERROR(flashinfer->plan(!eager, stream()));
+    }
+    const bool decode_items = !step_flashinfer && supported && decode_count >= options.tensor_core_decode_min_rows;
+    step_lists = !step_flashinfer && supported && (eager || decode_items);
     step_items = step_decode = 0;
     if (step_lists) {
       const int64_t per_item = cuda::prefill_item_tokens(G);
@@ -493,9 +518,15 @@ struct CudaModel::Impl {
       profiler.mark("q/k/v projections");
       uint16_t* kc = k_cache + l * layer_kv;
       uint16_t* vc = v_cache + l * layer_kv;
-      NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(q, k, v, qkv, w.q_norm, w.k_norm, eps, q_rot, kc, vc, s));
-      profiler.mark("q/k norm, RoPE, KV store");
-      NIB_RETURN_IF_ERROR(cuda::paged_attention(q_rot, kc, vc, att, attn, s, attention_ws));
+      if (step_flashinfer) {
+        NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(q, k, v, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16));
+        profiler.mark("q/k norm, RoPE, KV store");
+        NIB_RETURN_IF_ERROR(flashinfer->run(q_bf16, kc, vc, attn, s));
+      } else {
+        NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(q, k, v, qkv, w.q_norm, w.k_norm, eps, q_rot, kc, vc, s));
+        profiler.mark("q/k norm, RoPE, KV store");
+        NIB_RETURN_IF_ERROR(cuda::paged_attention(q_rot, kc, vc, att, attn, s, attention_ws));
+      }
       profiler.mark("attention");
       NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta));
       profiler.mark("o projection");
@@ -545,7 +576,13 @@ struct CudaModel::Impl {
     const int64_t T = static_cast<int64_t>(batch.token_ids.size()), R = static_cast<int64_t>(batch.logits_rows.size());
     if (const int64_t padded = graph_size(batch)) {
       NIB_RETURN_IF_ERROR(stage(batch, padded, padded, false));
-      return cuda::cuda_status(cudaGraphLaunch(graphs.at(padded), stream()), "replaying the decode graph");
+      // FlashInfer's graph plans depend on the request count only; should one ever differ from the
+      // captured launch shape, the step runs eagerly (after this step's copies, so nothing overlaps).
+      auto captured = graph_plans.find(padded);
+      if (!step_flashinfer || (captured != graph_plans.end() && captured->second == flashinfer->plan_info()))
+        return cuda::cuda_status(cudaGraphLaunch(graphs.at(padded), stream()), "replaying the decode graph");
+      log_warn("FlashInfer's plan for a decode batch of " + std::to_string(padded) + " differs from its graph's: running eagerly");
+      NIB_RETURN_IF_ERROR(ctx->synchronize());
     }
     NIB_RETURN_IF_ERROR(stage(batch, T, R, true));
     profiler.begin(stream(), static_cast<int64_t>(batch.sequences.size()) == T ? "decode" : "prefill/mixed");
@@ -564,6 +601,7 @@ struct CudaModel::Impl {
       Batch dummy;  // all padding: staged buffers get valid contents for the capture
       NIB_RETURN_IF_ERROR(stage(dummy, B, B, false));
       NIB_RETURN_IF_ERROR(ctx->synchronize());
+      if (step_flashinfer) graph_plans[B] = flashinfer->plan_info();
       cudaGraph_t graph = nullptr;
       NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), "graph capture"));
       const Status ran = run(B, B, cuda::attention_splits(B, config.num_key_value_heads, 0));

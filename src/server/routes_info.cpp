@@ -43,7 +43,7 @@ void handle_server_info(ServingContext& ctx, const HttpRequest&, Responder respo
                {"max_num_seqs", o.max_num_seqs}, {"max_num_batched_tokens", o.max_num_batched_tokens},
                {"block_size", o.block_size}, {"kv_cache_dtype", o.kv_cache_dtype}, {"backend", o.backend},
                {"moe_backend", o.moe_backend}, {"gemm_backend", o.gemm_backend},
-               {"decode_attention", o.decode_attention},
+               {"attention_backend", o.attention_backend}, {"decode_attention", o.decode_attention},
                {"act_quant_moe", o.act_quant_moe}, {"act_quant_dense", o.act_quant_dense},
                {"tensor_parallel_size", o.tensor_parallel_size}, {"enable_prefix_caching", o.enable_prefix_caching}};
   if (auto model = ctx.model()) {

@@ -30,7 +30,8 @@ struct ServerOptions {
   std::string backend = "auto";         // auto | cpu | cuda
   std::string moe_backend = "auto";     // fused | dequant-cublas | skinny | auto (CUDA backend)
   std::string gemm_backend = "auto";
-  std::string decode_attention = "auto";  // split-kv | tensor-core | auto (CUDA backend)
+  std::string attention_backend = "auto";  // flashinfer | native | auto (CUDA backend)
+  std::string decode_attention = "auto";  // split-kv | tensor-core | auto (CUDA backend, native attention)
   std::string act_quant_moe = "none";   // none | static | per-token
   std::string act_quant_dense = "none";
   int64_t tensor_parallel_size = 1;

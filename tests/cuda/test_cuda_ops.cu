@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "cuda/attention.cuh"
+#include "cuda/device_context.cuh"
+#include "cuda/flashinfer_attention.cuh"
 #include "cuda/sampler.cuh"
 #include "cuda/transformer_ops.cuh"
 #include "cuda_test_util.cuh"
@@ -144,6 +146,7 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
       {6, 6, 32, 8, {{3, 5}}},                                              // MHA
       {32, 4, 128, 16, {{0, 100}, {200, 70}}},                              // prefill chunks only, long contexts
       {20, 4, 128, 16, {{0, 61}, {40, 13}, {7, 1}}},                        // ERNIE-4.5-21B-A3B: groups of 5
+      {32, 4, 128, 16, {{999, 1}, {0, 1}, {15, 1}, {16, 1}, {1500, 1}, {63, 1}, {7, 1}, {300, 1}, {2047, 1}}},  // decodes
   };
   for (const Case& c : cases) {
     int64_t T = 0, blocks = 0;
@@ -267,10 +270,62 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
                   (long long)c.NH, (long long)c.NKV, (long long)c.D, items.size(), decode_rows.size(), worst2, max_abs);
       EXPECT_LE(worst2, 8e-3 * max_abs) << "tensor-core prefill, NH " << c.NH << " D " << c.D;
     }
+    // FlashInfer's FA2 paged kernels over the same cache (q rounded to BF16, its input: ~2^-9
+    // relative, inside the same bound), planned as an eager step and, for decode-only steps, as a
+    // CUDA-graph step (split over the KV length, partial softmaxes merged).
+    if (cuda::flashinfer_attention_supported(c.D)) {
+      bool decode_only = true;
+      for (auto [cached, fresh] : c.seqs) decode_only &= fresh == 1;
+      std::vector<uint16_t> q_bf16(rq.size());
+      for (size_t i = 0; i < rq.size(); ++i) q_bf16[i] = bf16_encode(rq[i]);
+      test::DeviceBuffer<uint16_t> d_qb(q_bf16), d_out3(q.size());
+      cuda::DeviceArena arena;
+      auto fi = cuda::FlashInferAttention::create({c.NH, c.NKV, c.D, c.block_size}, T, int64_t(seqs.size()), blocks, arena);
+      ASSERT_TRUE(fi.is_ok()) << fi.status().message();
+      for (bool graph : {false, true}) {
+        if (graph && !decode_only) continue;
+        (*fi)->clear();
+        for (const auto& sq : seqs) ASSERT_TRUE((*fi)->add(sq.n_tokens, sq.start_position + sq.n_tokens, sq.block_table).is_ok());
+        ASSERT_TRUE((*fi)->plan(graph, nullptr).is_ok());
+        ASSERT_TRUE((*fi)->run(d_qb.get(), d_kc2.get(), d_vc2.get(), d_out3.get(), nullptr).is_ok());
+        NIB_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got3 = decode(d_out3.to_host());
+        double worst3 = 0;
+        for (size_t i = 0; i < got3.size(); ++i) worst3 = std::max(worst3, std::fabs(double(got3[i]) - want[i]));
+        std::printf("NH %lld NKV %lld D %lld: FlashInfer (%s plan) max error %.2e of max|out| %.2f\n", (long long)c.NH,
+                    (long long)c.NKV, (long long)c.D, graph ? "graph" : "eager", worst3, max_abs);
+        EXPECT_LE(worst3, 8e-3 * max_abs) << "FlashInfer, NH " << c.NH << " D " << c.D << (graph ? " (graph plan)" : "");
+      }
+      EXPECT_FALSE((*fi)->add(1, 1, seqs[0].block_table).is_ok()) << "past the requests it was sized for";
+    }
   }
   // Bad shapes are errors.
   cuda::AttentionBatch bad{1, 3, 2, 64, 16, nullptr, nullptr, nullptr, 1, 1};
   EXPECT_FALSE(cuda::paged_attention(nullptr, nullptr, nullptr, bad, nullptr, nullptr).is_ok());
+}
+
+// A decode graph is captured after one FlashInfer plan and replayed after others: the launch shape
+// (grid, tile height, workspace offsets) must depend on the request count only, not on the contexts.
+TEST(CudaOps, FlashInferGraphPlansDependOnTheRequestCountOnly) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaOps.FlashInferGraphPlansDependOnTheRequestCountOnly");
+  std::mt19937_64 rng(seed);
+  cuda::DeviceArena arena;
+  const int64_t requests = 24, max_blocks = 300;
+  auto fi = cuda::FlashInferAttention::create({32, 4, 128, 16}, requests, requests, requests * max_blocks, arena);
+  ASSERT_TRUE(fi.is_ok()) << fi.status().message();
+  std::vector<int32_t> table(max_blocks);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
+  std::vector<int64_t> first;
+  for (int trial = 0; trial < 4; ++trial) {
+    (*fi)->clear();
+    std::uniform_int_distribution<int64_t> keys(1, trial == 0 ? 1 : max_blocks * 16);  // trial 0: capture's all-padding
+    for (int64_t r = 0; r < requests; ++r) ASSERT_TRUE((*fi)->add(1, keys(rng), table.data()).is_ok());
+    ASSERT_TRUE((*fi)->plan(true, nullptr).is_ok());
+    if (trial == 0) first = (*fi)->plan_info();
+    EXPECT_EQ((*fi)->plan_info(), first) << "trial " << trial;
+  }
+  NIB_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 TEST(CudaOps, SamplerDrawsTheCpuSamplersTokens) {

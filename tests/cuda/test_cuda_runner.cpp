@@ -55,10 +55,12 @@ std::string test_model() {
 
 std::unique_ptr<engine::ModelRunner> runner(engine::Backend backend, formats::ActQuant mode, int64_t blocks = 64,
                                             bool eager = false,
-                                            engine::DecodeAttention attention = engine::DecodeAttention::AUTO) {
+                                            engine::DecodeAttention attention = engine::DecodeAttention::AUTO,
+                                            engine::AttentionBackend kernels = engine::AttentionBackend::AUTO) {
   engine::RunnerOptions o;
   o.enforce_eager = eager;
   o.decode_attention = attention;
+  o.attention = kernels;
   o.cpu_gpu_rounding = true;
   o.backend = backend;
   o.act_quant_moe = o.act_quant_dense = mode;
@@ -288,37 +290,47 @@ TEST(CudaRunner, DecodeGraphsMatchEagerSteps) {
   }
 }
 
-// --decode-attention tensor-core: decode tokens go to the tensor-core kernel as one-token items, in
-// graphs (with a padding row) and eagerly beside a prefill chunk; contexts of 40–140 keys span
-// several 32-key tiles. Judged against the CPU reference (fp32 KV): the tensor cores see Q and P
-// rounded to BF16, which the random tiny model can amplify to a few 1e-2 of max|logit| in a step,
-// so each step's error may be at most twice the split-KV kernel's own error or TOLERANCE.
+// The decode attention kernels side by side — native split-KV, native tensor-core (one-token items),
+// FlashInfer — in graphs (with a padding row) and eagerly, and beside a prefill chunk; contexts of
+// 40–140 keys span several tiles. Judged against the CPU reference (fp32 KV): the tensor cores see Q
+// and P rounded to BF16, which the random tiny model can amplify to a few 1e-2 of max|logit| in a
+// step, so each step's error may be at most twice the split-KV kernel's own error or TOLERANCE.
 TEST(CudaRunner, TensorCoreDecodeAttentionMatchesSplitKv) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaRunner.TensorCoreDecodeAttentionMatchesSplitKv");
   std::mt19937_64 rng(seed);
-  auto split = runner(engine::Backend::CUDA, formats::ActQuant::NONE);
-  auto graphs = runner(engine::Backend::CUDA, formats::ActQuant::NONE, 64, false, engine::DecodeAttention::TENSOR_CORE);
-  auto eager = runner(engine::Backend::CUDA, formats::ActQuant::NONE, 64, true, engine::DecodeAttention::TENSOR_CORE);
-  auto cpu = runner(engine::Backend::CPU, formats::ActQuant::NONE);
-  ASSERT_TRUE(split && graphs && eager && cpu);
+  const auto native = engine::AttentionBackend::NATIVE, flashinfer = engine::AttentionBackend::FLASHINFER;
+  const auto none = formats::ActQuant::NONE;
+  auto split = runner(engine::Backend::CUDA, none, 64, false, engine::DecodeAttention::SPLIT_KV, native);
+  auto graphs = runner(engine::Backend::CUDA, none, 64, false, engine::DecodeAttention::TENSOR_CORE, native);
+  auto eager = runner(engine::Backend::CUDA, none, 64, true, engine::DecodeAttention::TENSOR_CORE, native);
+  auto fi_graphs = runner(engine::Backend::CUDA, none, 64, false, engine::DecodeAttention::AUTO, flashinfer);
+  auto fi_eager = runner(engine::Backend::CUDA, none, 64, true, engine::DecodeAttention::AUTO, flashinfer);
+  auto cpu = runner(engine::Backend::CPU, none);
+  ASSERT_TRUE(split && graphs && eager && fi_graphs && fi_eager && cpu);
   const int64_t V = split->config().vocab_size;
-  std::vector<models::BatchSequence> seqs =
-      prefill_for_decode({split.get(), graphs.get(), eager.get(), cpu.get()}, 3, 40, 50, 12, rng);
+  std::vector<models::BatchSequence> seqs = prefill_for_decode(
+      {split.get(), graphs.get(), eager.get(), fi_graphs.get(), fi_eager.get(), cpu.get()}, 3, 40, 50, 12, rng);
   ASSERT_FALSE(HasFailure()) << "prefill failed";
   for (int step = 0; step < 4; ++step) {
     const models::Batch decode = decode_step(seqs, rng, V);
-    std::vector<float> want, split_logits, lg, le;
+    std::vector<float> want, split_logits, lg, le, fg, fe;
     ASSERT_TRUE(cpu->forward_logits(decode, want).is_ok());
     ASSERT_TRUE(split->forward_logits(decode, split_logits).is_ok());
     ASSERT_TRUE(graphs->forward_logits(decode, lg).is_ok());
     ASSERT_TRUE(eager->forward_logits(decode, le).is_ok());
+    ASSERT_TRUE(fi_graphs->forward_logits(decode, fg).is_ok());
+    ASSERT_TRUE(fi_eager->forward_logits(decode, fe).is_ok());
     const double split_error = row_error(split_logits, want, V), bound = std::max(2 * split_error, TOLERANCE);
-    std::printf("step %d: error against the CPU: split-KV %.2e, tensor-core graph %.2e, eager %.2e\n", step,
-                split_error, row_error(lg, want, V), row_error(le, want, V));
+    std::printf("step %d: error against the CPU: split-KV %.2e, tensor-core graph %.2e, eager %.2e, "
+                "FlashInfer graph %.2e, eager %.2e\n", step, split_error, row_error(lg, want, V), row_error(le, want, V),
+                row_error(fg, want, V), row_error(fe, want, V));
     EXPECT_LE(row_error(lg, want, V), bound) << "graph, step " << step;
     EXPECT_LE(row_error(le, want, V), bound) << "eager, step " << step;
+    EXPECT_LE(row_error(fg, want, V), bound) << "FlashInfer graph, step " << step;
+    EXPECT_LE(row_error(fe, want, V), bound) << "FlashInfer eager, step " << step;
     EXPECT_LE(row_error(lg, le, V), 1e-3) << "graph against eager, step " << step;
+    EXPECT_LE(row_error(fg, fe, V), 1e-3) << "FlashInfer graph against eager, step " << step;
     for (auto& s : seqs) ++s.start_position;
   }
   // A mixed step: the first sequence decodes beside a fresh 20-token prompt in blocks 48–51.
@@ -331,6 +343,8 @@ TEST(CudaRunner, TensorCoreDecodeAttentionMatchesSplitKv) {
   ASSERT_TRUE(split->forward_logits(mixed, want).is_ok());
   ASSERT_TRUE(eager->forward_logits(mixed, got).is_ok());
   EXPECT_LE(row_error(got, want, V), 5e-3);
+  ASSERT_TRUE(fi_eager->forward_logits(mixed, got).is_ok());
+  EXPECT_LE(row_error(got, want, V), 5e-3) << "FlashInfer, mixed step";
 }
 
 // /update_weights_from_disk on the GPU: the new weights go into the same device buffers, and the

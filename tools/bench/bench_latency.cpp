@@ -138,9 +138,11 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     const auto backend = engine::parse_backend(o.backend);
     const auto gemm = engine::parse_kernel_choice(o.gemm_backend), moe = engine::parse_kernel_choice(o.moe_backend);
     const auto decode_attention = engine::parse_decode_attention(o.decode_attention);
-    if (!backend || !gemm || !moe || !decode_attention)
-      return fail("--backend / --gemm-backend / --moe-backend / --decode-attention: unknown name");
+    const auto attention = engine::parse_attention_backend(o.attention_backend);
+    if (!backend || !gemm || !moe || !decode_attention || !attention)
+      return fail("--backend / --gemm-backend / --moe-backend / --attention-backend / --decode-attention: unknown name");
     ro.decode_attention = *decode_attention;
+    ro.attention = *attention;
     ro.backend = *backend;
     ro.gemm = *gemm;
     ro.moe = *moe;

@@ -1,0 +1,192 @@
+// The FlashInfer attention wrapper: the step's page table staged through pinned memory, FlashInfer's
+// planner (host) splitting the work over CTAs, and the launch of its FA2 paged kernels
+// (flashinfer_attention_hd*.cu). FlashInfer throws flashinfer::Error: caught here, returned as Status.
+#include "cuda/flashinfer_attention.cuh"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "cuda/check.cuh"
+#include "cuda/flashinfer_attention_launch.cuh"
+#include "cuda/pdl.cuh"
+
+namespace nibble::cuda {
+
+namespace glue = flashinfer_glue;
+
+bool flashinfer_attention_supported(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
+struct FlashInferAttention::Impl {
+  Shape shape;
+  int64_t max_rows = 0, max_requests = 0, max_pages = 0;
+  // Step metadata, one block: qo_indptr [R+1], kv page indptr [R+1], last_page_len [R], page ids
+  // [max_pages] (R = max_requests): fixed offsets, so a captured graph reads the next step's.
+  int32_t *h_meta = nullptr, *d_meta = nullptr;
+  int64_t n = 0, rows = 0, pages = 0;
+  // FlashInfer's workspaces: split-KV partial outputs (device), its schedule (device, staged in pinned memory).
+  void* float_ws = nullptr;
+  void* int_ws = nullptr;
+  void* h_int_ws = nullptr;
+  size_t float_bytes = 0, int_bytes = 0;
+  flashinfer::PrefillPlanInfo info;
+  std::vector<int64_t> info_vec;
+  bool planned = false;
+
+  int32_t* qo_indptr(int32_t* base) const { return base; }
+  int32_t* kv_indptr(int32_t* base) const { return base + max_requests + 1; }
+  int32_t* last_page_len(int32_t* base) const { return base + 2 * (max_requests + 1); }
+  int32_t* indices(int32_t* base) const { return base + 3 * max_requests + 2; }
+
+  ~Impl() {
+    if (h_meta) cudaFreeHost(h_meta);
+    if (h_int_ws) cudaFreeHost(h_int_ws);
+  }
+};
+
+FlashInferAttention::FlashInferAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+FlashInferAttention::~FlashInferAttention() = default;
+
+Result<std::unique_ptr<FlashInferAttention>> FlashInferAttention::create(const Shape& shape, int64_t max_rows,
+                                                                         int64_t max_requests, int64_t max_pages,
+                                                                         DeviceArena& arena) {
+  if (!flashinfer_attention_supported(shape.head_dim))
+    return Status::error("FlashInfer attention: head_dim " + std::to_string(shape.head_dim) + " is not compiled in (64, 128)");
+  if (shape.n_kv_heads <= 0 || shape.n_heads % shape.n_kv_heads != 0 || shape.page_size <= 0)
+    return Status::error("FlashInfer attention: n_heads must be a multiple of n_kv_heads");
+  auto impl = std::make_unique<Impl>();
+  impl->shape = shape;
+  impl->max_rows = max_rows, impl->max_requests = max_requests, impl->max_pages = max_pages;
+  const size_t meta_ints = static_cast<size_t>(3 * max_requests + 2 + max_pages);
+  NIB_RETURN_IF_ERROR(cuda_status(cudaHostAlloc(reinterpret_cast<void**>(&impl->h_meta), meta_ints * 4, cudaHostAllocDefault),
+                                  "FlashInfer step metadata (pinned)"));
+  NIB_RETURN_IF_ERROR(arena.alloc(impl->d_meta, meta_ints, "the FlashInfer page table"));
+  // Split-KV partials: the planner reserves NH · ceil(P · cta_tile_q / group) rows of head_dim + 1
+  // floats, P (CTAs) at most max(2 · SMs / NKV, CUDA-graph requests, query tiles), cta_tile_q ≤ 128
+  // (flashinfer/attention/scheduler.cuh, PrefillPlanImpl). It only splits when P ≤ 2 · SMs / NKV or
+  // for graphs, whose requests have one row each (P = requests).
+  int device = 0, sms = 0;
+  NIB_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "cudaGetDevice"));
+  NIB_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count"));
+  const int64_t group = shape.n_heads / shape.n_kv_heads;
+  const int64_t ctas = std::max<int64_t>(2 * sms / shape.n_kv_heads, max_requests);
+  const int64_t partial_rows = (ctas * 128 + group - 1) / group;
+  impl->float_bytes = static_cast<size_t>(shape.n_heads * partial_rows * (shape.head_dim + 1) * 4) + 4096;
+  // The schedule: a few ints per CTA (at most one per 16 packed query rows plus one per request,
+  // or the split bound above) and one per query row, 16-byte aligned pieces.
+  const int64_t tiles = std::max(ctas, (max_rows * group + 15) / 16 + max_requests);
+  impl->int_bytes = static_cast<size_t>(4 * (4 * tiles + max_requests + max_rows + 8) + 256);
+  auto fw = arena.alloc(impl->float_bytes, "the FlashInfer split-KV workspace");
+  if (!fw) return fw.status();
+  impl->float_ws = *fw;
+  auto iw = arena.alloc(impl->int_bytes, "the FlashInfer schedule");
+  if (!iw) return iw.status();
+  impl->int_ws = *iw;
+  NIB_RETURN_IF_ERROR(cuda_status(cudaHostAlloc(&impl->h_int_ws, impl->int_bytes, cudaHostAllocDefault),
+                                  "FlashInfer schedule (pinned)"));
+  return std::unique_ptr<FlashInferAttention>(new FlashInferAttention(std::move(impl)));
+}
+
+void FlashInferAttention::clear() {
+  Impl& m = *impl_;
+  m.n = m.rows = m.pages = 0;
+  m.qo_indptr(m.h_meta)[0] = 0;
+  m.kv_indptr(m.h_meta)[0] = 0;
+}
+
+Status FlashInferAttention::add(int64_t q_rows, int64_t kv_tokens, const int32_t* block_table) {
+  Impl& m = *impl_;
+  const int64_t ps = m.shape.page_size, n_pages = (kv_tokens + ps - 1) / ps;
+  if (q_rows < 1 || kv_tokens < q_rows) return Status::error("FlashInfer attention: a request needs 1 ≤ query rows ≤ keys");
+  if (m.n + 1 > m.max_requests || m.rows + q_rows > m.max_rows || m.pages + n_pages > m.max_pages)
+    return Status::error("FlashInfer attention: the step exceeds the sizes the workspaces were made for");
+  std::copy(block_table, block_table + n_pages, m.indices(m.h_meta) + m.pages);
+  m.rows += q_rows, m.pages += n_pages;
+  m.last_page_len(m.h_meta)[m.n] = static_cast<int32_t>(kv_tokens - (n_pages - 1) * ps);
+  ++m.n;
+  m.qo_indptr(m.h_meta)[m.n] = static_cast<int32_t>(m.rows);
+  m.kv_indptr(m.h_meta)[m.n] = static_cast<int32_t>(m.pages);
+  return Status::ok();
+}
+
+Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
+  Impl& m = *impl_;
+  if (m.n == 0) return Status::error("FlashInfer attention: an empty step");
+  // The metadata block up to the last page id in use; the caller waits for each step before staging
+  // the next, so the pinned copies are never rewritten while a copy reads them.
+  const size_t used = static_cast<size_t>(3 * m.max_requests + 2 + m.pages) * 4;
+  NIB_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(m.d_meta, m.h_meta, used, cudaMemcpyHostToDevice, stream),
+                                  "FlashInfer page table"));
+  const Shape& s = m.shape;
+  try {
+    const cudaError_t e = flashinfer::PrefillPlan<int32_t>(
+        m.float_ws, m.float_bytes, m.int_ws, m.h_int_ws, m.int_bytes, m.info, m.qo_indptr(m.h_meta), m.kv_indptr(m.h_meta),
+        static_cast<uint32_t>(m.rows), static_cast<uint32_t>(m.n), static_cast<uint32_t>(s.n_heads),
+        static_cast<uint32_t>(s.n_kv_heads), static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(s.head_dim),
+        static_cast<uint32_t>(s.page_size), graph, /*sizeof_dtype_o=*/2, /*window_left=*/-1, /*fixed_split_size=*/-1,
+        /*disable_split_kv=*/false, /*num_colocated_ctas=*/0, /*uniform_q_len=*/graph ? 1 : 0, stream);
+    NIB_RETURN_IF_ERROR(cuda_status(e, "FlashInfer attention plan"));
+  } catch (const std::exception& error) {
+    return Status::error(std::string("FlashInfer attention plan: ") + error.what());
+  }
+  m.info_vec = m.info.ToVector();
+  m.planned = true;
+  return Status::ok();
+}
+
+const std::vector<int64_t>& FlashInferAttention::plan_info() const { return impl_->info_vec; }
+
+Status FlashInferAttention::run(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache, uint16_t* out,
+                                cudaStream_t stream) const {
+  const Impl& m = *impl_;
+  if (!m.planned) return Status::error("FlashInfer attention: run before plan");
+  const Shape& s = m.shape;
+  using glue::DTypeKV;
+  glue::LaunchArgs a{};
+  glue::PagedParams& p = a.params;
+  p.q = reinterpret_cast<glue::DTypeQ*>(const_cast<uint16_t*>(q));
+  p.paged_kv = flashinfer::paged_kv_t<DTypeKV, int32_t>(
+      static_cast<uint32_t>(s.n_kv_heads), static_cast<uint32_t>(s.page_size), static_cast<uint32_t>(s.head_dim),
+      static_cast<uint32_t>(m.n), flashinfer::QKVLayout::kNHD, reinterpret_cast<DTypeKV*>(const_cast<uint16_t*>(k_cache)),
+      reinterpret_cast<DTypeKV*>(const_cast<uint16_t*>(v_cache)), m.indices(m.d_meta), m.kv_indptr(m.d_meta),
+      m.last_page_len(m.d_meta));
+  p.q_indptr = m.qo_indptr(m.d_meta);
+  p.o = reinterpret_cast<glue::DTypeO*>(out);
+  p.lse = nullptr;
+  p.group_size = flashinfer::uint_fastdiv(static_cast<uint32_t>(s.n_heads / s.n_kv_heads));
+  p.sm_scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+  p.rope_rcp_scale = 1.0, p.rope_rcp_theta = 1.0, p.logits_soft_cap = 0.0;
+  p.num_qo_heads = static_cast<uint32_t>(s.n_heads);
+  p.q_stride_n = static_cast<int32_t>(s.n_heads * s.head_dim);
+  p.q_stride_h = static_cast<int32_t>(s.head_dim);
+  p.window_left = -1;
+  void* iw = m.int_ws;
+  const flashinfer::PrefillPlanInfo& info = m.info;
+  p.request_indices = flashinfer::GetPtrFromBaseOffset<int32_t>(iw, info.request_indices_offset);
+  p.qo_tile_indices = flashinfer::GetPtrFromBaseOffset<int32_t>(iw, info.qo_tile_indices_offset);
+  p.kv_tile_indices = flashinfer::GetPtrFromBaseOffset<int32_t>(iw, info.kv_tile_indices_offset);
+  p.o_indptr = flashinfer::GetPtrFromBaseOffset<int32_t>(iw, info.o_indptr_offset);
+  p.kv_chunk_size_ptr = flashinfer::GetPtrFromBaseOffset<int32_t>(iw, info.kv_chunk_size_ptr_offset);
+  if (info.split_kv) {
+    p.merge_indptr = flashinfer::GetPtrFromBaseOffset<int32_t>(iw, info.merge_indptr_offset);
+    a.tmp_v = flashinfer::GetPtrFromBaseOffset<glue::DTypeO>(m.float_ws, info.v_offset);
+    a.tmp_s = flashinfer::GetPtrFromBaseOffset<float>(m.float_ws, info.s_offset);
+  }
+  p.padded_batch_size = static_cast<uint32_t>(info.padded_batch_size);
+  p.max_total_num_rows = static_cast<uint32_t>(info.total_num_rows);
+  if (info.enable_cuda_graph) {
+    p.block_valid_mask = flashinfer::GetPtrFromBaseOffset<bool>(iw, info.block_valid_mask_offset);
+    p.total_num_rows = flashinfer::GetPtrFromBaseOffset<uint32_t>(iw, info.total_num_rows_offset);
+  }
+  a.cta_tile_q = info.cta_tile_q;
+  a.enable_pdl = pdl_enabled();
+  a.stream = stream;
+  try {
+    const cudaError_t e = s.head_dim == 128 ? glue::launch_paged<128>(a) : glue::launch_paged<64>(a);
+    return cuda_status(e, "FlashInfer paged attention");
+  } catch (const std::exception& error) {
+    return Status::error(std::string("FlashInfer paged attention: ") + error.what());
+  }
+}
+
+}  // namespace nibble::cuda

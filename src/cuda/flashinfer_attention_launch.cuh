@@ -1,0 +1,124 @@
+// Internal to the FlashInfer wrapper: the parameter block FlashInfer's FA2 paged batch-prefill
+// kernel reads (the fields its Python glue declares, csrc/batch_prefill_customize_config.jinja of
+// flashinfer-python 0.7.2.post1) and the launch for one head dim, instantiated once per head dim in
+// flashinfer_attention_hd*.cu so the kernels compile in parallel. Included only by those files.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <flashinfer/attention/prefill.cuh>
+#include <flashinfer/attention/scheduler.cuh>
+#include <flashinfer/attention/variants.cuh>
+#include <flashinfer/page.cuh>
+
+#include <cstdint>
+#include <vector>
+
+// A named namespace: type aliases in an anonymous one broke nvcc's host stubs
+// (../shared/notes/flashinfer-headers.md).
+namespace nibble::cuda::flashinfer_glue {
+
+using DTypeQ = __nv_bfloat16;
+using DTypeKV = __nv_bfloat16;
+using DTypeO = __nv_bfloat16;
+using IdType = int32_t;
+
+struct PagedParams {
+  using DTypeQ = flashinfer_glue::DTypeQ;
+  using DTypeKV = flashinfer_glue::DTypeKV;
+  using DTypeO = flashinfer_glue::DTypeO;
+  using IdType = flashinfer_glue::IdType;
+
+  DTypeQ* q;
+  flashinfer::paged_kv_t<DTypeKV, IdType> paged_kv;
+  IdType* q_indptr;
+  DTypeO* o;
+  float* lse;
+  flashinfer::uint_fastdiv group_size;
+
+  // The glue's "additional params" of the default FA2 variant (all unused here: null / neutral).
+  uint8_t* maybe_custom_mask;
+  int32_t* maybe_mask_indptr;
+  float* maybe_alibi_slopes;
+  uint32_t* maybe_prefix_len_ptr;
+  uint16_t* maybe_token_pos_in_items_ptr;
+  uint16_t* maybe_max_item_len_ptr;
+  uint8_t* maybe_k_cache_sf;
+  uint8_t* maybe_v_cache_sf;
+  double logits_soft_cap;
+  double sm_scale;
+  double rope_rcp_scale;
+  double rope_rcp_theta;
+  int64_t token_pos_in_items_len;
+
+  uint32_t num_qo_heads;
+  IdType q_stride_n;
+  IdType q_stride_h;
+  uint32_t k_sf_stride_page;
+  uint32_t k_sf_stride_n;
+  uint32_t k_sf_stride_h;
+  uint32_t v_sf_stride_page;
+  uint32_t v_sf_stride_n;
+  uint32_t v_sf_stride_h;
+  int32_t window_left;
+
+  IdType* request_indices;
+  IdType* qo_tile_indices;
+  IdType* kv_tile_indices;
+  IdType* merge_indptr;
+  IdType* o_indptr;
+  bool* block_valid_mask;
+  IdType* kv_chunk_size_ptr;
+  uint32_t max_total_num_rows;
+  uint32_t* total_num_rows;
+  uint32_t padded_batch_size;
+  bool partition_kv;
+
+  __host__ __device__ __forceinline__ uint32_t get_qo_len(uint32_t batch_idx) const {
+    return q_indptr[batch_idx + 1] - q_indptr[batch_idx];
+  }
+  __host__ __device__ __forceinline__ uint32_t get_kv_len(uint32_t batch_idx) const {
+    return paged_kv.get_length(batch_idx);
+  }
+};
+
+// Causal, no custom mask, no sliding window, no soft cap, no ALiBi.
+using Variant = flashinfer::DefaultAttention<false, false, false, false>;
+
+// Everything one launch needs besides the head dim.
+struct LaunchArgs {
+  PagedParams params;
+  DTypeO* tmp_v;
+  float* tmp_s;
+  int64_t cta_tile_q;
+  bool enable_pdl;
+  cudaStream_t stream;
+};
+
+template <uint32_t HEAD_DIM>
+cudaError_t launch_paged(const LaunchArgs& a);
+
+#ifdef NIBBLE_FLASHINFER_INSTANTIATE
+// The CTA heights FlashInfer's planner picks below head dim 512 (FA2DetermineCtaTileQ): 16, 64, 128.
+template <uint32_t HEAD_DIM>
+cudaError_t launch_paged(const LaunchArgs& a) {
+  using flashinfer::MaskMode;
+  using flashinfer::PosEncodingMode;
+  switch (a.cta_tile_q) {
+#define NIBBLE_FI_CASE(TILE)                                                                                            \
+  case TILE:                                                                                                            \
+    return flashinfer::BatchPrefillWithPagedKVCacheDispatched</*SAME_KV_STRIDES=*/true, TILE, HEAD_DIM, HEAD_DIM,     \
+                                                              PosEncodingMode::kNone, false, MaskMode::kCausal,       \
+                                                              Variant, PagedParams>(a.params, a.tmp_v, a.tmp_s,        \
+                                                                                    a.enable_pdl, a.stream);
+    NIBBLE_FI_CASE(16)
+    NIBBLE_FI_CASE(64)
+    NIBBLE_FI_CASE(128)
+#undef NIBBLE_FI_CASE
+    default:
+      return cudaErrorInvalidConfiguration;
+  }
+}
+#endif
+
+}  // namespace nibble::cuda::flashinfer_glue
