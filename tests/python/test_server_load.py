@@ -364,7 +364,7 @@ def test_startup_errors_are_clear(build_dir, tmp_path):
     bad = subprocess.run([str(build_dir / "nibble"), "serve", "--model", str(tmp_path), "--port", "0",
                           "--kv-cache-dtype", "fp8"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--kv-cache-dtype" in bad.stderr
-    for flag, value in (("--decode-attention", "flash"), ("--moe-backend", "cutlass")):
+    for flag, value in (("--decode-attention", "flash"), ("--attention-backend", "fa3"), ("--moe-backend", "cutlass")):
         r = subprocess.run([str(build_dir / "nibble"), "serve", "--model", str(tmp_path), "--port", "0", flag, value],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and f"{flag} '{value}' is not one of" in r.stderr, r.stderr
