@@ -263,15 +263,16 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
 }
 
 Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, formats::ActQuant mode,
-                    float input_scale, float* y, GemmBackend backend, const GemmContext& ctx) {
+                    float input_scale, float* y, GemmBackend backend, const GemmContext& ctx, bool x_quantized) {
   if (mode == formats::ActQuant::NONE) return linear_nvfp4_w4a16(x, M, w, y, backend, ctx);
   if (mode == formats::ActQuant::STATIC && !(input_scale > 0.0f))
     return Status::error("linear_nvfp4 (static): input_scale must be > 0");
   if (!ctx.act_workspace || !ctx.row_scales || ctx.act_workspace_elements < size_t(M * w.cols))
     return Status::error("linear_nvfp4 (W4A4): needs an activation workspace of " + std::to_string(M * w.cols) +
                          " BF16 values and " + std::to_string(M) + " row scales");
-  NIB_RETURN_IF_ERROR(quantize_dequantize_activation_bf16(x, M, w.cols, mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
-                                                          ctx.act_workspace, ctx.row_scales, ctx.stream));
+  if (!x_quantized)
+    NIB_RETURN_IF_ERROR(quantize_dequantize_activation_bf16(x, M, w.cols, mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
+                                                            ctx.act_workspace, ctx.row_scales, ctx.stream));
   if (mode == formats::ActQuant::PER_TOKEN) return linear_nvfp4_w4a16(ctx.act_workspace, M, w, y, backend, ctx, ctx.row_scales);
   // Static: one scale for every row, folded into the GEMM's alpha (no pass over y).
   DeviceNvfp4Weight scaled = w;
@@ -281,12 +282,12 @@ Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, fo
 
 Status linear_nvfp4_shared_input(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights,
                                  float* const* outputs, int count, formats::ActQuant mode, float input_scale,
-                                 GemmBackend backend, const GemmContext& ctx) {
+                                 GemmBackend backend, const GemmContext& ctx, bool x_quantized) {
   const bool one_launch = count > 1 && count <= 3 && resolve_gemm_backend(backend, M, weights[0]->cols) == GemmBackend::SKINNY &&
                           std::all_of(weights, weights + count, [&](const DeviceNvfp4Weight* w) { return w->cols == weights[0]->cols; });
   if (!one_launch) {
     for (int i = 0; i < count; ++i)
-      NIB_RETURN_IF_ERROR(linear_nvfp4(x, M, *weights[i], mode, input_scale, outputs[i], backend, ctx));
+      NIB_RETURN_IF_ERROR(linear_nvfp4(x, M, *weights[i], mode, input_scale, outputs[i], backend, ctx, x_quantized));
     return Status::ok();
   }
   for (int i = 0; i < count; ++i) NIB_RETURN_IF_ERROR(check_weight(*weights[i]));
@@ -297,9 +298,10 @@ Status linear_nvfp4_shared_input(const uint16_t* x, int64_t M, const DeviceNvfp4
     return Status::error("linear_nvfp4 (W4A4): needs an activation workspace of " + std::to_string(M * weights[0]->cols) +
                          " BF16 values and " + std::to_string(M) + " row scales");
   // x̂ once for all; row_scales holds the token scale (per-token) or input_scale (static) of each row.
-  NIB_RETURN_IF_ERROR(quantize_dequantize_activation_bf16(x, M, weights[0]->cols,
-                                                          mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
-                                                          ctx.act_workspace, ctx.row_scales, ctx.stream));
+  if (!x_quantized)
+    NIB_RETURN_IF_ERROR(quantize_dequantize_activation_bf16(x, M, weights[0]->cols,
+                                                            mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
+                                                            ctx.act_workspace, ctx.row_scales, ctx.stream));
   return skinny_linear(ctx.act_workspace, M, weights, outputs, count, ctx.row_scales, ctx.stream);
 }
 

@@ -69,14 +69,15 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
                           const GemmContext& ctx, const float* row_scales = nullptr);
 
 // Any activation mode: NONE is linear_nvfp4_w4a16; STATIC (input_scale > 0) and PER_TOKEN quantize
-// x into ctx.act_workspace / ctx.row_scales first.
+// x into ctx.act_workspace / ctx.row_scales first — unless x_quantized: a norm already wrote x̂ and
+// the row scales there (add_rmsnorm's NormActQuant, with this input_scale).
 Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, formats::ActQuant mode,
-                    float input_scale, float* y, GemmBackend backend, const GemmContext& ctx);
+                    float input_scale, float* y, GemmBackend backend, const GemmContext& ctx, bool x_quantized = false);
 
 // Several weights on the same input (q, k and v): one launch where the backend is SKINNY (x
 // quantized once in the W4A4 modes), else linear_nvfp4 for each. outputs[i]: [M, rows_i] fp32.
 Status linear_nvfp4_shared_input(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights,
                                  float* const* outputs, int count, formats::ActQuant mode, float input_scale,
-                                 GemmBackend backend, const GemmContext& ctx);
+                                 GemmBackend backend, const GemmContext& ctx, bool x_quantized = false);
 
 }  // namespace nibble::cuda

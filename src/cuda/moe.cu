@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "cuda/check.cuh"
+#include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/moe_router.cuh"
 #include "cuda/nvfp4_wgmma.cuh"
 #include "cuda/pdl.cuh"
@@ -32,6 +33,44 @@ constexpr int COMBINE_MAX_CHUNKS = 4;  // hidden ≤ THREADS · 8 · 4 with the 
 // into shared memory, then each thread sums 8 consecutive h with 16-byte loads. With NORM the sum
 // is not stored: residual += it, then norm.out = BF16(rmsnorm(residual) · weight) (add_rmsnorm's
 // math, fused so the next layer's norm is not a launch of its own).
+// x̂ of the fused norm's BF16 output (kept: this thread's 8 consecutive values per chunk; a 16-value
+// block is a pair of threads), as quantize_dequantize_activation_bf16 computes it.
+__device__ void quantize_output(const float (&kept)[COMBINE_MAX_CHUNKS][8], int hidden, int t, const NormActQuant& q,
+                                float* partial) {
+  float row_amax = 0.0f;
+  if (q.input_scale == 0.0f) {
+#pragma unroll
+    for (int c = 0; c < COMBINE_MAX_CHUNKS; ++c)
+      if ((c * THREADS + int(threadIdx.x)) * 8 < hidden)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) row_amax = fmaxf(row_amax, fabsf(kept[c][i]));
+    for (int offset = 16; offset > 0; offset >>= 1) row_amax = fmaxf(row_amax, __shfl_xor_sync(0xFFFFFFFFu, row_amax, offset));
+    __syncthreads();  // partial[] is reused
+    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = row_amax;
+    __syncthreads();
+    for (int w = 0; w < THREADS / 32; ++w) row_amax = fmaxf(row_amax, partial[w]);
+  }
+  float global, row_scale;
+  act_row_scales(q.input_scale, row_amax, global, row_scale);
+  if (threadIdx.x == 0) q.row_scales[t] = row_scale;
+#pragma unroll
+  for (int c = 0; c < COMBINE_MAX_CHUNKS; ++c) {
+    if (c * THREADS * 8 >= hidden) break;  // uniform over the block: the shuffles stay converged
+    const int h = (c * THREADS + threadIdx.x) * 8;
+    const bool in = h < hidden;
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, in ? fabsf(kept[c][i]) : 0.0f);
+    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+    if (!in) continue;
+    const ActBlockScale block(amax, global);
+    uint32_t packed[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) packed[i] = block.bf16(kept[c][2 * i]) | block.bf16(kept[c][2 * i + 1]) << 16;
+    *reinterpret_cast<uint4*>(q.x_hat + size_t(t) * hidden + h) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  }
+}
+
 template <bool NORM>
 __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_rows,
                                const float* __restrict__ weights, const float* __restrict__ row_scales, int top_k,
@@ -107,9 +146,11 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
         const float hi = kept[c][2 * i + 1] * inv * formats::bf16_decode(norm.weight[h + 2 * i + 1]);
         packed[i] = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
                     uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16;
+        kept[c][2 * i] = __uint_as_float(packed[i] << 16), kept[c][2 * i + 1] = __uint_as_float(packed[i] & 0xFFFF0000u);
       }
       *reinterpret_cast<uint4*>(norm.out + size_t(t) * hidden + h) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
     }
+    if (norm.quant.x_hat) quantize_output(kept, hidden, t, norm.quant, partial);
   }
 }
 
@@ -372,11 +413,13 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
 
 Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
                    GemmBackend backend, MoeWorkspace& ws, float* out, cudaStream_t stream, cublasHandle_t cublas,
-                   const ResidualNorm* norm, const float* add) {
+                   const ResidualNorm* norm, const float* add, bool x_quantized) {
   NIB_RETURN_IF_ERROR(check_call(x, tokens, w, mode, ws, norm ? norm->residual : out));
   if (norm && (!norm->weight || !norm->out || w.hidden > THREADS * 8 * COMBINE_MAX_CHUNKS))
     return Status::error("moe_forward: the fused residual norm needs its weight and output, and hidden ≤ " +
                          std::to_string(THREADS * 8 * COMBINE_MAX_CHUNKS));
+  if (norm && norm->quant.x_hat && (!norm->quant.row_scales || !(norm->quant.input_scale >= 0.0f)))
+    return Status::error("moe_forward: the fused norm's x̂ needs row scales and an input_scale ≥ 0");
   if (tokens == 0) return Status::ok();
   if (!cublas) return Status::error("moe_forward: the router GEMM needs a cuBLAS handle");
   const RouterArgs router{x,         w.router,      tokens,       w.hidden,        w.experts,
@@ -397,9 +440,10 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   const uint16_t* gate_up_in = x;
   const float* token_scales = nullptr;
   if (is_w4a4(mode)) {
-    NIB_RETURN_IF_ERROR(quantize_dequantize_activation_bf16(
-        x, tokens, w.hidden, mode == formats::ActQuant::STATIC ? w.gate_up_input_scale : 0.0f, ws.x_hat,
-        ws.x_row_scales, stream));
+    if (!x_quantized)
+      NIB_RETURN_IF_ERROR(quantize_dequantize_activation_bf16(
+          x, tokens, w.hidden, mode == formats::ActQuant::STATIC ? w.gate_up_input_scale : 0.0f, ws.x_hat,
+          ws.x_row_scales, stream));
     gate_up_in = ws.x_hat, token_scales = ws.x_row_scales;
   }
   const bool cublas_backend = backend == GemmBackend::DEQUANT_CUBLAS;

@@ -14,6 +14,7 @@
 #include "cuda/linear_nvfp4.cuh"
 #include "cuda/moe_gemm.cuh"
 #include "cuda/moe_grouping.cuh"
+#include "cuda/transformer_ops.cuh"
 #include "formats/nvfp4.h"
 
 namespace nibble::cuda {
@@ -91,13 +92,16 @@ struct ResidualNorm {
   const uint16_t* weight = nullptr;  // BF16 [hidden]
   float eps = 0.0f;
   uint16_t* out = nullptr;           // BF16 [tokens, hidden] (may be the block's own input x)
+  NormActQuant quant;                // optional x̂ of out for the next W4A4 GEMM (transformer_ops.cuh)
 };
 
 // out: fp32 [tokens, hidden] (unused with `norm`); `add` (fp32 [tokens, hidden], ERNIE's shared
 // experts) is added to the routed sum when given. FUSED, SKINNY and AUTO run without host synchronization (CUDA-graph safe);
-// DEQUANT_CUBLAS reads the expert counts back to size cublasGemmGroupedBatchedEx.
+// DEQUANT_CUBLAS reads the expert counts back to size cublasGemmGroupedBatchedEx. x_quantized (W4A4):
+// a norm already wrote x̂ and the row scales into ws.x_hat / ws.x_row_scales (NormActQuant with
+// w.gate_up_input_scale in static mode), so the block does not quantize x itself.
 Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
                    GemmBackend backend, MoeWorkspace& ws, float* out, cudaStream_t stream, cublasHandle_t cublas,
-                   const ResidualNorm* norm = nullptr, const float* add = nullptr);
+                   const ResidualNorm* norm = nullptr, const float* add = nullptr, bool x_quantized = false);
 
 }  // namespace nibble::cuda

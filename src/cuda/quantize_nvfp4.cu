@@ -2,6 +2,7 @@
 // The block math is formats/nvfp4_block.h with rcp.approx.ftz, as TensorRT-LLM's
 // cvt_warp_fp16_to_fp4 computes it on Blackwell.
 #include "cuda/check.cuh"
+#include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/quantize_nvfp4.cuh"
 #include "formats/bf16.h"
@@ -11,14 +12,6 @@ namespace nibble::cuda {
 namespace {
 
 constexpr int THREADS = 128;
-
-struct ApproxReciprocal {
-  __device__ float operator()(float x) const {
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-  }
-};
 
 __device__ float block_reduce_max(float v) {
   __shared__ float partial[THREADS / 32];
@@ -76,15 +69,6 @@ __device__ void load_block(const float* src, float* values) {
   }
 }
 
-// e2m1_decode(e2m1_encode(v)): v rounded to the nearest E2M1 value (ties to even, saturating at 6,
-// sign kept), computed on the value grid — spacing 0.5 below 2, 1 below 4, 2 up to 6 — with rint,
-// whose half-to-even on that grid is the E2M1 tie rule (0.25→0, 0.75→1, 2.5→2, 5→4, ...).
-__device__ __forceinline__ float e2m1_round_value(float v) {
-  const float a = fabsf(v);
-  const float step = a < 2.0f ? 0.5f : a < 4.0f ? 1.0f : 2.0f;
-  return copysignf(fminf(rintf(a * (1.0f / step)) * step, formats::E2M1_MAX), v);  // exact: step is 2^k
-}
-
 // The W4A4 modes on Hopper: the same quantization, then x̂ = e2m1 · e4m3 (unscaled by G; exact in
 // BF16) written as BF16 for the BF16 tensor cores, and the row's scale (token scale, or input_scale).
 // A warp per row (rows of 768 have only 48 blocks), a lane per block of 16.
@@ -100,37 +84,26 @@ __global__ void quantize_dequantize_kernel(const In* __restrict__ x, int64_t row
   if (row >= rows) return;
   const In* x_row = x + row * cols;
   const int64_t n_blocks = cols / formats::NVFP4_BLOCK;
-  float global, scale;
-  if (input_scale > 0.0f) {
-    scale = input_scale;
-    global = 1.0f / input_scale;
-  } else {
-    float amax = 0.0f;
+  float row_amax = 0.0f;
+  if (input_scale == 0.0f) {
     for (int64_t b = lane; b < n_blocks; b += 32) {
       float values[formats::NVFP4_BLOCK];
       load_block(x_row + b * formats::NVFP4_BLOCK, values);
-      for (float v : values) amax = fmaxf(amax, fabsf(v));
+      for (float v : values) row_amax = fmaxf(row_amax, fabsf(v));
     }
-    for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-    scale = formats::per_token_scale(amax);
-    global = formats::per_token_global(scale);
+    for (int offset = 16; offset > 0; offset /= 2) row_amax = fmaxf(row_amax, __shfl_xor_sync(0xffffffffu, row_amax, offset));
   }
+  float global, scale;
+  act_row_scales(input_scale, row_amax, global, scale);
   if (lane == 0) row_scales[row] = scale;
   for (int64_t b = lane; b < n_blocks; b += 32) {
     float values[formats::NVFP4_BLOCK];
     load_block(x_row + b * formats::NVFP4_BLOCK, values);
     float amax = 0.0f;
     for (float v : values) amax = fmaxf(amax, fabsf(v));
-    float out_scale;
-    const float block_scale =
-        formats::e4m3_decode(formats::activation_block_scale(amax, global, out_scale, ApproxReciprocal()));
+    const ActBlockScale block(amax, global);
     uint32_t out[formats::NVFP4_BLOCK / 2];
-    for (int i = 0; i < formats::NVFP4_BLOCK / 2; ++i) {
-      // e2m1 · e4m3 has at most 6 significant bits: exact in BF16 (the truncation drops zeros).
-      const uint32_t lo = __float_as_uint(e2m1_round_value(values[2 * i] * out_scale) * block_scale) >> 16;
-      const uint32_t hi = __float_as_uint(e2m1_round_value(values[2 * i + 1] * out_scale) * block_scale) >> 16;
-      out[i] = lo | hi << 16;
-    }
+    for (int i = 0; i < formats::NVFP4_BLOCK / 2; ++i) out[i] = block.bf16(values[2 * i]) | block.bf16(values[2 * i + 1]) << 16;
     uint4* dst = reinterpret_cast<uint4*>(x_hat + row * cols + b * formats::NVFP4_BLOCK);
     dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
     dst[1] = make_uint4(out[4], out[5], out[6], out[7]);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cuda/check.cuh"
+#include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/transformer_ops.cuh"
 
@@ -37,7 +38,7 @@ constexpr int NORM_MAX_PER_THREAD = 32;  // width ≤ 8192
 // the weights are read before the PDL wait (they do not depend on earlier kernels).
 __global__ void __launch_bounds__(NORM_THREADS)
     add_rmsnorm_kernel(float* residual, const float* delta, int64_t width, const uint16_t* weight, float eps,
-                       uint16_t* out, const int32_t* rows) {
+                       uint16_t* out, const int32_t* rows, NormActQuant quant) {
   float w[NORM_MAX_PER_THREAD], v[NORM_MAX_PER_THREAD];
 #pragma unroll
   for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) {
@@ -71,8 +72,31 @@ __global__ void __launch_bounds__(NORM_THREADS)
 #pragma unroll
   for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) {
     const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
-    if (i >= width) break;
-    out[r * width + i] = float_to_bf16(v[k] * inv * w[k]);
+    v[k] = i < width ? bf16_to_float(float_to_bf16(v[k] * inv * w[k])) : 0.0f;  // the BF16 output, kept for x̂
+    if (i < width) out[r * width + i] = float_to_bf16(v[k]);
+  }
+  if (!quant.x_hat) return;
+  // x̂: a 16-value block is 16 consecutive threads of one k (width is a multiple of 16).
+  float row_amax = 0.0f;
+  if (quant.input_scale == 0.0f) {
+#pragma unroll
+    for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) row_amax = fmaxf(row_amax, fabsf(v[k]));
+    for (int offset = 16; offset > 0; offset >>= 1) row_amax = fmaxf(row_amax, __shfl_xor_sync(0xffffffffu, row_amax, offset));
+    __syncthreads();  // partial[] is reused
+    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = row_amax;
+    __syncthreads();
+    for (int k = 0; k < NORM_THREADS / 32; ++k) row_amax = fmaxf(row_amax, partial[k]);
+  }
+  float global, row_scale;
+  act_row_scales(quant.input_scale, row_amax, global, row_scale);
+  if (threadIdx.x == 0) quant.row_scales[r] = row_scale;
+#pragma unroll
+  for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) {
+    if (int64_t{k} * NORM_THREADS >= width) break;  // uniform over the block: the shuffles stay converged
+    float amax = fabsf(v[k]);
+    for (int offset = 1; offset < 16; offset <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
+    if (i < width) quant.x_hat[r * width + i] = static_cast<uint16_t>(ActBlockScale(amax, global).bf16(v[k]));
   }
 }
 
@@ -170,13 +194,15 @@ Status embedding_gather(const int32_t* ids, int64_t tokens, const uint16_t* tabl
 }
 
 Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t width, const uint16_t* weight, float eps,
-                   uint16_t* out, cudaStream_t stream, const int32_t* rows) {
+                   uint16_t* out, cudaStream_t stream, const int32_t* rows, const NormActQuant& quant) {
   if (n_rows <= 0) return Status::ok();
+  if (quant.x_hat && (width % 16 != 0 || !quant.row_scales || !(quant.input_scale >= 0.0f)))
+    return Status::error("add_rmsnorm: x̂ needs width a multiple of 16, row scales and an input_scale ≥ 0");
   if (rows && delta) return Status::error("add_rmsnorm: a row selection reads the residual only (no delta)");
   if (width > NORM_THREADS * NORM_MAX_PER_THREAD)
     return Status::error("add_rmsnorm: width " + std::to_string(width) + " > " + std::to_string(NORM_THREADS * NORM_MAX_PER_THREAD));
   return cuda_status(launch_pdl(add_rmsnorm_kernel, dim3(unsigned(n_rows)), dim3(NORM_THREADS), 0, stream, residual, delta,
-                                width, weight, eps, out, rows),
+                                width, weight, eps, out, rows, quant),
                      "add_rmsnorm");
 }
 

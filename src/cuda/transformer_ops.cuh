@@ -16,11 +16,22 @@ namespace nibble::cuda {
 Status embedding_gather(const int32_t* ids, int64_t tokens, const uint16_t* table, int64_t hidden, float* out,
                         cudaStream_t stream);
 
+// A norm's optional W4A4 output (x_hat null: none): x̂ [rows, width] BF16 of its BF16 output and
+// each row's scale, bit for bit what quantize_dequantize_activation_bf16 computes from that output
+// (input_scale > 0: static; 0: per-token) — the row is in one CTA already, so no launch of its own.
+struct NormActQuant {
+  float input_scale = 0.0f;
+  uint16_t* x_hat = nullptr;
+  float* row_scales = nullptr;
+};
+
 // residual += delta (when delta is not null), then out = BF16(rmsnorm(residual) · weight)
 // (ref::add_inplace + ref::rmsnorm). rows: when not null, row r reads residual row rows[r] (the
-// final norm of the rows that need logits); residual is then read only.
+// final norm of the rows that need logits); residual is then read only. quant: x̂ of out as well
+// (width a multiple of 16).
 Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t width, const uint16_t* weight,
-                   float eps, uint16_t* out, cudaStream_t stream, const int32_t* rows = nullptr);
+                   float eps, uint16_t* out, cudaStream_t stream, const int32_t* rows = nullptr,
+                   const NormActQuant& quant = {});
 
 // Where each token of a step goes: its position (RoPE) and its KV-cache slot (block · block_size +
 // offset), both per token.

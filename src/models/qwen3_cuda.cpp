@@ -347,13 +347,14 @@ struct CudaModel::Impl {
     return Status::ok();
   }
 
-  Status run_linear(const DeviceLinear& l, const uint16_t* in, int64_t M, ActQuant mode, float* out) {
+  Status run_linear(const DeviceLinear& l, const uint16_t* in, int64_t M, ActQuant mode, float* out,
+                    bool in_quantized = false) {
     if (!l.nvfp4) return cuda::linear_bf16(in, M, l.bf16, l.out, l.in, out, ctx->cublas);
     const cuda::GemmBackend backend =
         options.gemm == cuda::GemmBackend::FUSED && M > cuda::FUSED_MAX_M ? cuda::GemmBackend::DEQUANT_CUBLAS : options.gemm;
     if (backend == cuda::GemmBackend::DEQUANT_CUBLAS && !gemm.workspace)
       return Status::error("--gemm-backend fused: this step has more than " + std::to_string(cuda::FUSED_MAX_M) + " rows");
-    return cuda::linear_nvfp4(in, M, l.q, mode, l.input_scale, out, backend, gemm);
+    return cuda::linear_nvfp4(in, M, l.q, mode, l.input_scale, out, backend, gemm, in_quantized);
   }
 
   // out = down(silu(gate(in)) · up(in)) in the dense activation mode (dense layers, shared experts).
@@ -370,21 +371,35 @@ struct CudaModel::Impl {
   // Linears that share their input (and their static input scale, the maximum of theirs: q/k/v,
   // gate/up): one launch where the skinny kernels run.
   Status run_shared_input(const DeviceLinear* const* linears, float* const* outputs, int count, const uint16_t* in,
-                          int64_t M, ActQuant mode) {
+                          int64_t M, ActQuant mode, bool in_quantized = false) {
     const bool all_nvfp4 = std::all_of(linears, linears + count, [](const DeviceLinear* l) { return l->nvfp4; });
     if (!all_nvfp4 || options.gemm == cuda::GemmBackend::FUSED) {
-      for (int i = 0; i < count; ++i) NIB_RETURN_IF_ERROR(run_linear(*linears[i], in, M, mode, outputs[i]));
+      for (int i = 0; i < count; ++i) NIB_RETURN_IF_ERROR(run_linear(*linears[i], in, M, mode, outputs[i], in_quantized));
       return Status::ok();
     }
     const cuda::DeviceNvfp4Weight* weights[3];
     for (int i = 0; i < count; ++i) weights[i] = &linears[i]->q;
-    return cuda::linear_nvfp4_shared_input(in, M, weights, outputs, count, mode, linears[0]->input_scale, options.gemm, gemm);
+    return cuda::linear_nvfp4_shared_input(in, M, weights, outputs, count, mode, linears[0]->input_scale, options.gemm, gemm,
+                                           in_quantized);
   }
 
-  Status run_qkv(const DeviceLayer& w, const uint16_t* in, int64_t M, ActQuant mode) {
+  Status run_qkv(const DeviceLayer& w, const uint16_t* in, int64_t M, ActQuant mode, bool in_quantized) {
     const DeviceLinear* qkv[3] = {&w.q, &w.k, &w.v};
     float* outputs[3] = {q, k, v};
-    return run_shared_input(qkv, outputs, 3, in, M, mode);
+    return run_shared_input(qkv, outputs, 3, in, M, mode, in_quantized);
+  }
+
+  // W4A4: the norms before q/k/v and before the MoE write x̂ and the row scales beside h (their
+  // CTAs hold whole rows), so those GEMMs need no quantize launch; {} where nothing consumes it.
+  cuda::NormActQuant qkv_quant(const DeviceLayer& w) const {
+    const ActQuant mode = options.act_quant_dense;
+    if (mode == ActQuant::NONE || !w.q.nvfp4 || !w.k.nvfp4 || !w.v.nvfp4 || !gemm.act_workspace) return {};
+    return {mode == ActQuant::STATIC ? w.q.input_scale : 0.0f, gemm.act_workspace, gemm.row_scales};
+  }
+  cuda::NormActQuant moe_quant(const DeviceLayer& w) const {
+    const ActQuant mode = options.act_quant_moe;
+    if (mode == ActQuant::NONE || !w.is_moe) return {};
+    return {mode == ActQuant::STATIC ? w.moe.gate_up_input_scale : 0.0f, moe_ws->x_hat, moe_ws->x_row_scales};
   }
 
   // The step's metadata into the pinned buffers, padded to T tokens (padding: token 0 at position 0
@@ -511,10 +526,12 @@ struct CudaModel::Impl {
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& w = layers[l];
       // x += the previous layer's MLP output, then the input norm.
-      if (!normed) NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, l == 0 ? nullptr : delta, T, H, w.input_norm, eps, h, s));
+      const cuda::NormActQuant qkv_in = qkv_quant(w);  // written by whichever norm makes h
+      if (!normed)
+        NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, l == 0 ? nullptr : delta, T, H, w.input_norm, eps, h, s, nullptr, qkv_in));
       profiler.mark("norms");
       const ActQuant dense = options.act_quant_dense;
-      NIB_RETURN_IF_ERROR(run_qkv(w, h, T, dense));
+      NIB_RETURN_IF_ERROR(run_qkv(w, h, T, dense, qkv_in.x_hat != nullptr));
       profiler.mark("q/k/v projections");
       uint16_t* kc = k_cache + l * layer_kv;
       uint16_t* vc = v_cache + l * layer_kv;
@@ -530,18 +547,21 @@ struct CudaModel::Impl {
       profiler.mark("attention");
       NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta));
       profiler.mark("o projection");
-      NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s));
+      const cuda::NormActQuant moe_in = moe_quant(w);
+      NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s, nullptr, moe_in));
       profiler.mark("norms");
       normed = w.is_moe;
       if (w.is_moe) {
         // x += the block's output and the next norm (the next layer's, or the final one) in its combine.
-        const cuda::ResidualNorm next{x, l + 1 < layers.size() ? layers[l + 1].input_norm : final_norm, eps, h};
+        const bool last = l + 1 == layers.size();
+        const cuda::ResidualNorm next{x, last ? final_norm : layers[l + 1].input_norm, eps, h,
+                                      last ? cuda::NormActQuant{} : qkv_quant(layers[l + 1])};
         if (w.has_shared) {
           NIB_RETURN_IF_ERROR(swiglu_mlp(w.shared_gate, w.shared_up, w.shared_down, h, T, shared_out));
           profiler.mark("shared experts");
         }
         NIB_RETURN_IF_ERROR(cuda::moe_forward(h, T, w.moe, options.act_quant_moe, options.moe, *moe_ws, delta, s,
-                                              ctx->cublas, &next, w.has_shared ? shared_out : nullptr));
+                                              ctx->cublas, &next, w.has_shared ? shared_out : nullptr, moe_in.x_hat != nullptr));
         profiler.mark("MoE block");
       } else {
         NIB_RETURN_IF_ERROR(swiglu_mlp(w.gate, w.up, w.down, h, T, delta));

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cuda/moe.cuh"
+#include "cuda/quantize_nvfp4.cuh"
 #include "cuda/nvfp4_wgmma.cuh"
 #include "cuda/skinny_gemm.cuh"
 #include "cuda_test_util.cuh"
@@ -161,6 +162,24 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
       NIB_CUDA_CHECK(cudaDeviceSynchronize());
       const std::vector<float> got = d_out.to_host();
       outputs.push_back(got);
+      if (mode != formats::ActQuant::NONE && backend == cuda::GemmBackend::SKINNY) {
+        // The combine's fused next norm, also writing x̂ for the next W4A4 GEMM: bit for bit what the
+        // quantize kernel makes of the norm's BF16 output (static with an arbitrary scale, per-token).
+        std::vector<float> residual(x.size());
+        for (float& v : residual) v = normal(rng);
+        std::vector<uint16_t> norm_w(static_cast<size_t>(c.hidden));
+        for (auto& v : norm_w) v = formats::bf16_encode(1.0f + 0.1f * normal(rng));
+        test::DeviceBuffer<float> d_res(residual), d_rows(static_cast<size_t>(tokens)), d_rows2(static_cast<size_t>(tokens));
+        test::DeviceBuffer<uint16_t> d_nw(norm_w), d_h(x.size()), d_xq(x.size()), d_xq2(x.size());
+        const float scale = mode == formats::ActQuant::STATIC ? 0.0173f : 0.0f;
+        const cuda::ResidualNorm norm{d_res.get(), d_nw.get(), 1e-6f, d_h.get(), {scale, d_xq.get(), d_rows.get()}};
+        ASSERT_TRUE(cuda::moe_forward(d_x.get(), tokens, dw, mode, backend, **ws, nullptr, nullptr, handle, &norm).is_ok());
+        ASSERT_TRUE(cuda::quantize_dequantize_activation_bf16(d_h.get(), tokens, c.hidden, scale, d_xq2.get(), d_rows2.get(),
+                                                              nullptr).is_ok());
+        NIB_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(d_xq.to_host(), d_xq2.to_host()) << "x̂ of the fused norm, hidden " << c.hidden;
+        EXPECT_EQ(d_rows.to_host(), d_rows2.to_host()) << "row scales of the fused norm";
+      }
       if (mode != formats::ActQuant::NONE && backend == cuda::GemmBackend::FUSED) {
         // The reference experts on the GPU's x̂ · row scale, with the reference routing of x: re-quantizing
         // x̂ · s reproduces x̂ exactly (each block's maximum is 6 · its scale), so what remains is the

@@ -13,6 +13,7 @@
 #include "cuda/attention.cuh"
 #include "cuda/device_context.cuh"
 #include "cuda/flashinfer_attention.cuh"
+#include "cuda/quantize_nvfp4.cuh"
 #include "cuda/sampler.cuh"
 #include "cuda/transformer_ops.cuh"
 #include "cuda_test_util.cuh"
@@ -92,6 +93,19 @@ TEST(CudaOps, EmbeddingAndRmsnorm) {
     std::vector<float> want_sel(normed.begin() + (tokens - 1) * hidden, normed.begin() + tokens * hidden);
     want_sel.insert(want_sel.end(), normed.begin(), normed.begin() + hidden);
     EXPECT_LE(max_rel(sel, want_sel, 1e-3), 1.0 / 128);
+    // With x̂ for the next W4A4 GEMM: bit for bit what the quantize kernel makes of the BF16 output.
+    for (const float input_scale : {0.0173f, 0.0f}) {  // static, per-token
+      test::DeviceBuffer<uint16_t> d_h(want.size()), d_xq(want.size()), d_xq2(want.size());
+      test::DeviceBuffer<float> d_rs(static_cast<size_t>(tokens)), d_rs2(static_cast<size_t>(tokens));
+      const cuda::NormActQuant quant{input_scale, d_xq.get(), d_rs.get()};
+      ASSERT_TRUE(cuda::add_rmsnorm(d_res.get(), nullptr, tokens, hidden, d_w.get(), 1e-6f, d_h.get(), nullptr, nullptr, quant).is_ok());
+      ASSERT_TRUE(cuda::quantize_dequantize_activation_bf16(d_h.get(), tokens, hidden, input_scale, d_xq2.get(), d_rs2.get(),
+                                                            nullptr).is_ok());
+      NIB_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_EQ(d_h.to_host(), d_out.to_host()) << "the norm's own output is unchanged by x̂";
+      EXPECT_EQ(d_xq.to_host(), d_xq2.to_host()) << "x̂, hidden " << hidden << " input_scale " << input_scale;
+      EXPECT_EQ(d_rs.to_host(), d_rs2.to_host()) << "row scales, hidden " << hidden;
+    }
   }
 }
 

@@ -1,0 +1,53 @@
+// The W4A4 activation block math on the device, shared by the quantize kernel and the norms that
+// write x̂ beside their output: a value of a 16-value block → x̂ = e2m1 · e4m3 as BF16 (exact), with
+// formats/nvfp4_block.h's scale rule and rcp.approx.ftz, as TensorRT-LLM's cvt_warp_fp16_to_fp4.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "formats/nvfp4_block.h"
+
+namespace nibble::cuda {
+
+struct ApproxReciprocal {
+  __device__ float operator()(float x) const {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+  }
+};
+
+// e2m1_decode(e2m1_encode(v)): v rounded to the nearest E2M1 value (ties to even, saturating at 6,
+// sign kept), computed on the value grid — spacing 0.5 below 2, 1 below 4, 2 up to 6 — with rint,
+// whose half-to-even on that grid is the E2M1 tie rule (0.25→0, 0.75→1, 2.5→2, 5→4, ...).
+__device__ __forceinline__ float e2m1_round_value(float v) {
+  const float a = fabsf(v);
+  const float step = a < 2.0f ? 0.5f : a < 4.0f ? 1.0f : 2.0f;
+  return copysignf(fminf(rintf(a * (1.0f / step)) * step, formats::E2M1_MAX), v);  // exact: step is 2^k
+}
+
+// A block's scales from its amax under the global scale G: x̂ = e2m1_round(v · out_scale) · block_scale.
+struct ActBlockScale {
+  float out_scale, block_scale;
+  __device__ ActBlockScale(float amax, float global) {
+    block_scale = formats::e4m3_decode(formats::activation_block_scale(amax, global, out_scale, ApproxReciprocal()));
+  }
+  // x̂ of v as BF16 bits: e2m1 · e4m3 has at most 6 significant bits, exact in BF16 (the truncation drops zeros).
+  __device__ uint32_t bf16(float v) const { return __float_as_uint(e2m1_round_value(v * out_scale) * block_scale) >> 16; }
+};
+
+// The row's (global, row scale): static G = 1/input_scale, row scale input_scale; per-token
+// (input_scale 0) from the row's amax, as formats::per_token_scale / per_token_global.
+__device__ __forceinline__ void act_row_scales(float input_scale, float row_amax, float& global, float& row_scale) {
+  if (input_scale > 0.0f) {
+    row_scale = input_scale;
+    global = 1.0f / input_scale;
+  } else {
+    row_scale = formats::per_token_scale(row_amax);
+    global = formats::per_token_global(row_scale);
+  }
+}
+
+}  // namespace nibble::cuda
