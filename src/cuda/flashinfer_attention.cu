@@ -30,7 +30,6 @@ struct FlashInferAttention::Impl {
   void* h_int_ws = nullptr;
   size_t float_bytes = 0, int_bytes = 0;
   flashinfer::PrefillPlanInfo info;
-  std::vector<int64_t> info_vec;
   bool planned = false;
 
   int32_t* qo_indptr(int32_t* base) const { return base; }
@@ -129,12 +128,11 @@ Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
   } catch (const std::exception& error) {
     return Status::error(std::string("FlashInfer attention plan: ") + error.what());
   }
-  m.info_vec = m.info.ToVector();
   m.planned = true;
   return Status::ok();
 }
 
-const std::vector<int64_t>& FlashInferAttention::plan_info() const { return impl_->info_vec; }
+std::vector<int64_t> FlashInferAttention::plan_info() const { return impl_->info.ToVector(); }
 
 Status FlashInferAttention::run(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache, uint16_t* out,
                                 cudaStream_t stream) const {

@@ -1,7 +1,7 @@
 // Paged attention through FlashInfer's FA2 batch-prefill kernels (headers of the pinned
 // flashinfer-python wheel that scripts/setup.sh fetches): prefill chunks, mixed steps and decode
-// tokens (query length 1, still on the tensor cores) in one kernel. Only flashinfer_attention.cu
-// includes FlashInfer; the rest of nibble sees this class. Twin of ref::paged_attention.
+// tokens (query length 1, still on the tensor cores) in one kernel. Only flashinfer_attention*.cu(h)
+// include FlashInfer; the rest of nibble sees this class. Twin of ref::paged_attention.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,7 +41,7 @@ class FlashInferAttention {
   // shape then depends on the request count only, so a graph captured after one such plan replays
   // after any other of the same count (plan_info() says whether it matches).
   Status plan(bool graph, cudaStream_t stream);
-  const std::vector<int64_t>& plan_info() const;
+  std::vector<int64_t> plan_info() const;
   // q BF16 [rows, n_heads, head_dim] → out BF16 [rows, n_heads · head_dim]; k_cache / v_cache: one
   // layer's [pages, page_size, n_kv_heads, head_dim] BF16. Uses the last plan.
   Status run(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache, uint16_t* out, cudaStream_t stream) const;

@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <vector>
 
-// A named namespace: type aliases in an anonymous one broke nvcc's host stubs
-// (../shared/notes/flashinfer-headers.md).
+// A named namespace, not an anonymous one: with these type aliases in an anonymous namespace, the
+// host stubs nvcc generates for FlashInfer's kernel templates fail to compile (nvcc 13.0).
 namespace nibble::cuda::flashinfer_glue {
 
 using DTypeQ = __nv_bfloat16;

@@ -28,11 +28,6 @@ constexpr int MAX_TOP_K = 64;
 
 constexpr int COMBINE_MAX_CHUNKS = 4;  // hidden ≤ THREADS · 8 · 4 with the fused norm
 
-// out[t, h] = Σ_slot weight[t, slot] · row_scale[r] · y[r, h], r = pair_rows[t·k + slot], summed in slot
-// order from 0 as ref::moe does. y is BF16. One CTA per token; the k (row, weight) pairs are read once
-// into shared memory, then each thread sums 8 consecutive h with 16-byte loads. With NORM the sum
-// is not stored: residual += it, then norm.out = BF16(rmsnorm(residual) · weight) (add_rmsnorm's
-// math, fused so the next layer's norm is not a launch of its own).
 // x̂ of the fused norm's BF16 output (kept: this thread's 8 consecutive values per chunk; a 16-value
 // block is a pair of threads), as quantize_dequantize_activation_bf16 computes it.
 __device__ void quantize_output(const float (&kept)[COMBINE_MAX_CHUNKS][8], int hidden, int t, const NormActQuant& q,
@@ -44,11 +39,7 @@ __device__ void quantize_output(const float (&kept)[COMBINE_MAX_CHUNKS][8], int 
       if ((c * THREADS + int(threadIdx.x)) * 8 < hidden)
 #pragma unroll
         for (int i = 0; i < 8; ++i) row_amax = fmaxf(row_amax, fabsf(kept[c][i]));
-    for (int offset = 16; offset > 0; offset >>= 1) row_amax = fmaxf(row_amax, __shfl_xor_sync(0xFFFFFFFFu, row_amax, offset));
-    __syncthreads();  // partial[] is reused
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = row_amax;
-    __syncthreads();
-    for (int w = 0; w < THREADS / 32; ++w) row_amax = fmaxf(row_amax, partial[w]);
+    row_amax = cta_max(row_amax, partial);
   }
   float global, row_scale;
   act_row_scales(q.input_scale, row_amax, global, row_scale);
@@ -71,6 +62,11 @@ __device__ void quantize_output(const float (&kept)[COMBINE_MAX_CHUNKS][8], int 
   }
 }
 
+// out[t, h] = Σ_slot weight[t, slot] · row_scale[r] · y[r, h], r = pair_rows[t·k + slot], summed in slot
+// order from 0 as ref::moe does. y is BF16. One CTA per token; the k (row, weight) pairs are read once
+// into shared memory, then each thread sums 8 consecutive h with 16-byte loads. With NORM the sum
+// is not stored: residual += it, then norm.out = BF16(rmsnorm(residual) · weight) (add_rmsnorm's
+// math, fused so the next layer's norm is not a launch of its own).
 template <bool NORM>
 __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_rows,
                                const float* __restrict__ weights, const float* __restrict__ row_scales, int top_k,

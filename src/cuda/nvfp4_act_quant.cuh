@@ -38,6 +38,17 @@ struct ActBlockScale {
   __device__ uint32_t bf16(float v) const { return __float_as_uint(e2m1_round_value(v * out_scale) * block_scale) >> 16; }
 };
 
+// The maximum of v over the CTA, returned to every thread (a per-token row's amax when a CTA holds the
+// row). partial: blockDim.x / 32 floats of shared memory, free for reuse once every thread is here.
+__device__ __forceinline__ float cta_max(float v, float* partial) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  __syncthreads();  // earlier readers of partial[] are done
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  for (unsigned w = 0; w < blockDim.x / 32; ++w) v = fmaxf(v, partial[w]);
+  return v;
+}
+
 // The row's (global, row scale): static G = 1/input_scale, row scale input_scale; per-token
 // (input_scale 0) from the row's amax, as formats::per_token_scale / per_token_global.
 __device__ __forceinline__ void act_row_scales(float input_scale, float row_amax, float& global, float& row_scale) {

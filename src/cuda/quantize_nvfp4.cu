@@ -13,16 +13,6 @@ namespace {
 
 constexpr int THREADS = 128;
 
-__device__ float block_reduce_max(float v) {
-  __shared__ float partial[THREADS / 32];
-  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = partial[0];
-  for (int w = 1; w < THREADS / 32; ++w) v = fmaxf(v, partial[w]);
-  return v;
-}
-
 __global__ void quantize_activation_nvfp4_kernel(const float* __restrict__ x, int64_t cols,
                                                  float static_global, uint8_t* __restrict__ packed,
                                                  uint8_t* __restrict__ block_scales,
@@ -33,7 +23,8 @@ __global__ void quantize_activation_nvfp4_kernel(const float* __restrict__ x, in
   if (static_global == 0.0f) {  // per-token: G = 1/(amax(row)/2688), exact division as on the CPU
     float amax = 0.0f;
     for (int64_t c = threadIdx.x; c < cols; c += THREADS) amax = fmaxf(amax, fabsf(x_row[c]));
-    amax = block_reduce_max(amax);
+    __shared__ float partial[THREADS / 32];
+    amax = cta_max(amax, partial);
     const float token_scale = formats::per_token_scale(amax);
     global = formats::per_token_global(token_scale);
     if (threadIdx.x == 0) row_scales[row] = token_scale;

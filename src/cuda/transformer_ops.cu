@@ -81,11 +81,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
   if (quant.input_scale == 0.0f) {
 #pragma unroll
     for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) row_amax = fmaxf(row_amax, fabsf(v[k]));
-    for (int offset = 16; offset > 0; offset >>= 1) row_amax = fmaxf(row_amax, __shfl_xor_sync(0xffffffffu, row_amax, offset));
-    __syncthreads();  // partial[] is reused
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = row_amax;
-    __syncthreads();
-    for (int k = 0; k < NORM_THREADS / 32; ++k) row_amax = fmaxf(row_amax, partial[k]);
+    row_amax = cta_max(row_amax, partial);
   }
   float global, row_scale;
   act_row_scales(quant.input_scale, row_amax, global, row_scale);

@@ -72,11 +72,10 @@ struct CudaModel::Impl {
   int32_t* h_decode_rows = nullptr;
   int64_t step_items = 0, step_decode = 0;
   bool step_lists = false;
-  // FlashInfer attention (null: the native kernels only), its BF16 query input, whether this step
-  // uses it, and the plan each decode graph was captured with (a replay needs the same launch shape).
+  // FlashInfer attention for every step (null: the native kernels), its BF16 query input, and the
+  // plan each decode graph was captured with (a replay needs the same launch shape).
   std::unique_ptr<cuda::FlashInferAttention> flashinfer;
   uint16_t* q_bf16 = nullptr;
-  bool step_flashinfer = false;
   std::map<int64_t, std::vector<int64_t>> graph_plans;
   // Pinned host copies of the step metadata (copied to the device asynchronously).
   int32_t *h_ids = nullptr, *h_positions = nullptr, *h_token_seq = nullptr, *h_block_tables = nullptr, *h_rows = nullptr;
@@ -416,10 +415,8 @@ struct CudaModel::Impl {
     const bool supported = cuda::prefill_attention_supported(config.head_dim, G);
     int64_t decode_count = T - static_cast<int64_t>(batch.token_ids.size());
     for (const BatchSequence& seq : batch.sequences) decode_count += seq.n_tokens == 1;
-    const bool decode_only = decode_count == T;
     // FlashInfer takes the whole step, graph padding included (one key in the trash block each).
-    step_flashinfer = flashinfer && (!decode_only || T >= options.flashinfer_decode_min_rows);
-    if (step_flashinfer) {
+    if (flashinfer) {
       flashinfer->clear();
       for (const BatchSequence& seq : batch.sequences)
         NIB_RETURN_IF_ERROR(flashinfer->add(seq.n_tokens, seq.start_position + seq.n_tokens, seq.block_table.data()));
@@ -427,8 +424,8 @@ struct CudaModel::Impl {
         NIB_RETURN_IF_ERROR(flashinfer->add(1, 1, &trash_block));
       NIB_RETURN_IF_ERROR(flashinfer->plan(!eager, stream()));
     }
-    const bool decode_items = !step_flashinfer && supported && decode_count >= options.tensor_core_decode_min_rows;
-    step_lists = !step_flashinfer && supported && (eager || decode_items);
+    const bool decode_items = !flashinfer && supported && decode_count >= options.tensor_core_decode_min_rows;
+    step_lists = !flashinfer && supported && (eager || decode_items);
     step_items = step_decode = 0;
     if (step_lists) {
       const int64_t per_item = cuda::prefill_item_tokens(G);
@@ -535,7 +532,7 @@ struct CudaModel::Impl {
       profiler.mark("q/k/v projections");
       uint16_t* kc = k_cache + l * layer_kv;
       uint16_t* vc = v_cache + l * layer_kv;
-      if (step_flashinfer) {
+      if (flashinfer) {
         NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(q, k, v, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16));
         profiler.mark("q/k norm, RoPE, KV store");
         NIB_RETURN_IF_ERROR(flashinfer->run(q_bf16, kc, vc, attn, s));
@@ -599,7 +596,7 @@ struct CudaModel::Impl {
       // FlashInfer's graph plans depend on the request count only; should one ever differ from the
       // captured launch shape, the step runs eagerly (after this step's copies, so nothing overlaps).
       auto captured = graph_plans.find(padded);
-      if (!step_flashinfer || (captured != graph_plans.end() && captured->second == flashinfer->plan_info()))
+      if (!flashinfer || (captured != graph_plans.end() && captured->second == flashinfer->plan_info()))
         return cuda::cuda_status(cudaGraphLaunch(graphs.at(padded), stream()), "replaying the decode graph");
       log_warn("FlashInfer's plan for a decode batch of " + std::to_string(padded) + " differs from its graph's: running eagerly");
       NIB_RETURN_IF_ERROR(ctx->synchronize());
@@ -621,7 +618,7 @@ struct CudaModel::Impl {
       Batch dummy;  // all padding: staged buffers get valid contents for the capture
       NIB_RETURN_IF_ERROR(stage(dummy, B, B, false));
       NIB_RETURN_IF_ERROR(ctx->synchronize());
-      if (step_flashinfer) graph_plans[B] = flashinfer->plan_info();
+      if (flashinfer) graph_plans[B] = flashinfer->plan_info();
       cudaGraph_t graph = nullptr;
       NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), "graph capture"));
       const Status ran = run(B, B, cuda::attention_splits(B, config.num_key_value_heads, 0));

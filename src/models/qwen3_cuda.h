@@ -29,11 +29,10 @@ struct CudaModelOptions {
   // Decode tokens go to the tensor-core attention as one-token items when a step has at least this
   // many of them (graph padding rows included), else to the split-KV kernel (RunnerOptions).
   int64_t tensor_core_decode_min_rows = AUTO_TENSOR_CORE_DECODE_MIN_ROWS;
-  // Attention through FlashInfer (cuda/flashinfer_attention.cuh) where the head dim is compiled in:
-  // every step with a prefill chunk, and decode steps from flashinfer_decode_min_rows rows (graph
-  // padding included); the native kernels above otherwise.
+  // Attention through FlashInfer (cuda/flashinfer_attention.cuh) for every step where the head dim
+  // is compiled in (it measured faster than the native kernels at every decode batch size and for
+  // pp2048, docs/perf.md); the native kernels above otherwise.
   bool flashinfer = true;
-  int64_t flashinfer_decode_min_rows = 1;
   int64_t max_tokens = 8192;  // tokens in one step
   int64_t max_rows = 256;     // rows that want logits in one step
   int64_t max_seqs = 256;     // sequences in one step
