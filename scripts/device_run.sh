@@ -52,8 +52,8 @@ if has slice; then
 fi
 # nibble bench latency on the full-size checkpoint (~100 s).
 if has latency; then
-  timeout 240 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --modes none,static,per-token \
-    --pp 512,2048 --tg 128 --batches 1,16,64,128 --batch-prompt 1000 --batch-gen 32 --json "$OUT/latency.json" \
+  timeout 300 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --modes none,static,per-token \
+    --pp 512,2048 --tg 128 --batches 1,16,64,128,256 --batch-prompt 1000 --batch-gen 32 --json "$OUT/latency.json" \
     > "$OUT/latency.log" 2>&1
   results+=("$(printf '%-28s rc=%d' "bench latency" "$?")")
 fi

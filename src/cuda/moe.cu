@@ -354,6 +354,12 @@ GemmBackend resolve_moe_backend(GemmBackend backend, int64_t tokens, const Devic
   return wgmma_fits && wgmma_rows ? GemmBackend::WGMMA : GemmBackend::FUSED;
 }
 
+int moe_grouping_tile_rows(GemmBackend kernels, int64_t pairs, const DeviceMoeWeights& w) {
+  if (kernels == GemmBackend::SKINNY) return skinny_moe_tile_rows(pairs, w.experts);
+  if (kernels == GemmBackend::WGMMA) return wgmma_tile_rows(pairs, w.experts);
+  return moe_tile_rows(pairs, w.experts, w.hidden, w.intermediate);
+}
+
 template <class T>
 Status MoeWorkspace::alloc(T*& ptr, size_t count) {
   void* p = nullptr;
@@ -382,7 +388,7 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.tile_offsets, E + 1));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.sorted_pairs, P));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.pair_rows, P));
-  NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.tiles, size_t(max_expert_tiles(int64_t(P), w.experts, SKINNY_TILE_ROWS))));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.tiles, size_t(max_expert_tiles(int64_t(P), w.experts, SKINNY_MIN_TILE_ROWS))));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->route_counter, 1));
   if (w.router_f32) NIB_RETURN_IF_ERROR(ws->alloc(ws->x_f32, T * H));
   NIB_RETURN_IF_ERROR(cuda_status(cudaMemset(ws->route_counter, 0, sizeof(int)), "MoeWorkspace: route counter"));
@@ -424,9 +430,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   const GemmBackend kernels = resolve_moe_backend(backend, tokens, w);
   const int64_t pairs = tokens * w.top_k;
   // The grouping and the GEMMs share the tile height.
-  const int tile_rows = kernels == GemmBackend::SKINNY  ? SKINNY_TILE_ROWS
-                        : kernels == GemmBackend::WGMMA ? wgmma_tile_rows(pairs, w.experts)
-                                                        : moe_tile_rows(pairs, w.experts, w.hidden, w.intermediate);
+  const int tile_rows = moe_grouping_tile_rows(kernels, pairs, w);
   if (route_small_supported(tokens, w.experts, w.hidden, w.top_k) && backend != GemmBackend::DEQUANT_CUBLAS) {
     NIB_RETURN_IF_ERROR(route_and_group_small(router, tile_rows, ws.groups, ws.route_counter, stream));
   } else {

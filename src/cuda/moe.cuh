@@ -73,10 +73,10 @@ struct MoeWorkspace {
 };
 
 // AUTO takes SKINNY up to this many tokens (when hidden and intermediate allow it), WGMMA or FUSED above.
-// H200, Qwen3-30B-A3B shapes (docs/perf.md): skinny/fused 26/33 µs at T = 1, 130/186 at 16,
-// 163/268 at 32, 193/314 at 64, 248/254 at 128 — but 128-sequence decode ran 3% slower end to end
-// with skinny there (3,432 against 3,551 tok/s), so fused keeps T > 64.
-inline constexpr int64_t AUTO_SKINNY_MOE_MAX_TOKENS = 64;
+// H200, Qwen3-30B-A3B shapes (docs/perf.md "Skinny MoE tiles of 16 and 32 rows"): skinny/fused 28/33 µs
+// at T = 1, 130/186 at 16, 195/314 at 64, 226/254 at 128 and 324/FUSED_T256 at 256 now that skinny tiles
+// grow with the batch (one decoded weight fragment feeds up to four n-tiles).
+inline constexpr int64_t AUTO_SKINNY_MOE_MAX_TOKENS = 256;
 // Above that, AUTO takes WGMMA where experts average at least this many rows (its tiles are 128
 // rows). H200, Qwen3-30B-A3B shapes, W4A16 (docs/perf.md): wgmma/fused 485/255 µs at T = 128 (8 rows
 // per expert), 506/578 at 512 (32), 779/1,080 at 2,048, 2,345/3,295 at 8,192.
@@ -84,6 +84,8 @@ inline constexpr int64_t AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT = 32;
 // The backend moe_forward runs for `backend` (AUTO resolved; SKINNY falls back to FUSED for shapes
 // it does not take).
 GemmBackend resolve_moe_backend(GemmBackend backend, int64_t tokens, const DeviceMoeWeights& w);
+// The tile height (sorted rows per GEMM tile) the grouping uses for `pairs` rows on the resolved backend.
+int moe_grouping_tile_rows(GemmBackend kernels, int64_t pairs, const DeviceMoeWeights& w);
 
 // The next norm fused into the MoE block's combine: residual += the block's output, then
 // out = BF16(rmsnorm(residual) · weight) (add_rmsnorm's math), in place of writing the output.

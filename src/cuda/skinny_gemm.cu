@@ -212,7 +212,8 @@ __device__ __forceinline__ int source_row(const MoeParams& p, int sorted_row) {
 // GATED: the m16 tile is gate rows f0 … f0 + 7 (fragment rows g) over up rows of the same features
 // (rows g + 8), so one lane ends with gate and up of feature f0 + g for its two token columns.
 // Otherwise 16 rows of the down weight.
-template <int BLOCKS, bool GATED>
+// NT n-tiles: tiles of 8 · NT sorted rows, each weight fragment decoded once for all of them.
+template <int BLOCKS, bool GATED, int NT>
 __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_moe_kernel(const MoeParams p) {
   extern __shared__ float partial[];
   pdl_wait();  // the tile list comes from the routing kernels
@@ -236,13 +237,16 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_moe_kernel(const MoePar
   const int kb0 = warp * BLOCKS, nkb = min(BLOCKS, p.k / 128 - kb0);
   WeightFragments<BLOCKS> w;
   w.load(row_codes, row_scales, kb0, nkb, c);
-  const uint16_t* x_rows[1] = {g < rows ? p.act + size_t(source_row(p, row0 + g)) * p.k : nullptr};
-  float acc[1][4] = {};
-  mma_blocks<BLOCKS, 1>(w, x_rows, kb0, nkb, c, acc);
-  if (!reduce_warps<1>(acc, partial)) return;
+  const uint16_t* x_rows[NT];
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {  // token columns 2c, 2c + 1
-    const int r = 2 * c + j;
+  for (int n = 0; n < NT; ++n)
+    x_rows[n] = 8 * n + g < rows ? p.act + size_t(source_row(p, row0 + 8 * n + g)) * p.k : nullptr;
+  float acc[NT][4] = {};
+  mma_blocks<BLOCKS, NT>(w, x_rows, kb0, nkb, c, acc);
+  if (!reduce_warps<NT>(acc, partial)) return;
+#pragma unroll
+  for (int i = 0; i < 2 * NT; ++i) {  // token columns 8n + 2c + j of n-tile n = i / 2
+    const int n = i >> 1, j = i & 1, r = 8 * n + 2 * c + j;
     if (r >= rows) continue;
     const float row_scale = p.row_scales ? p.row_scales[source_row(p, row0 + r)] : 1.0f;
     const size_t out_row = size_t(row0 + r) * p.n;
@@ -251,12 +255,12 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_moe_kernel(const MoePar
       float value;
       int feature;
       if constexpr (GATED) {
-        const float gate = acc[0][j] * p.global_scales[0][expert] * row_scale;
-        const float up = acc[0][2 + j] * p.global_scales[1][expert] * row_scale;
+        const float gate = acc[n][j] * p.global_scales[0][expert] * row_scale;
+        const float up = acc[n][2 + j] * p.global_scales[1][expert] * row_scale;
         value = gate / (1.0f + expf(-gate)) * up;  // silu(gate) · up, as ref::silu_mul
         feature = m0 + g;
       } else {
-        value = acc[0][2 * h + j] * p.global_scales[0][expert] * row_scale;
+        value = acc[n][2 * h + j] * p.global_scales[0][expert] * row_scale;
         feature = m0 + g + 8 * h;
       }
       if (feature >= p.n) continue;
@@ -291,8 +295,8 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
   NIB_RETURN_IF_ERROR(check_in_features(w0.cols, false, what));
   if (!a.act || !a.tile_offsets || !a.tiles || !a.out || !w0.packed || !w0.block_scales || !w0.global_scales)
     return Status::error(std::string(what) + ": null pointer");
-  if (a.tile_rows != SKINNY_TILE_ROWS)
-    return Status::error(std::string(what) + ": the grouping must use tiles of " + std::to_string(SKINNY_TILE_ROWS) + " rows");
+  if (a.tile_rows != 8 && a.tile_rows != 16 && a.tile_rows != 32)
+    return Status::error(std::string(what) + ": the grouping must use tiles of 8, 16 or 32 rows (skinny_moe_tile_rows)");
   if (reinterpret_cast<uintptr_t>(a.act) % 16 || reinterpret_cast<uintptr_t>(w0.packed) % 16)
     return Status::error(std::string(what) + ": activations and weights must be 16-byte aligned");
   if (a.pairs <= 0) return Status::ok();
@@ -305,12 +309,20 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
   p.out = a.out, p.out_fp32 = a.out_fp32;
   const int rows_per_cta = GATED ? 8 : 16;
   const dim3 grid(unsigned((p.n + rows_per_cta - 1) / rows_per_cta),
-                  unsigned(max_expert_tiles(a.pairs, w0.experts, SKINNY_TILE_ROWS)));
-  if (blocks_per_warp(p.k) == 4) return launch(skinny_moe_kernel<4, GATED>, grid, p.k, 1, p, stream, what);
-  return launch(skinny_moe_kernel<2, GATED>, grid, p.k, 1, p, stream, what);
+                  unsigned(max_expert_tiles(a.pairs, w0.experts, a.tile_rows)));
+  const bool four = blocks_per_warp(p.k) == 4;
+  switch (a.tile_rows) {
+    case 32: return launch(four ? skinny_moe_kernel<4, GATED, 4> : skinny_moe_kernel<2, GATED, 4>, grid, p.k, 4, p, stream, what);
+    case 16: return launch(four ? skinny_moe_kernel<4, GATED, 2> : skinny_moe_kernel<2, GATED, 2>, grid, p.k, 2, p, stream, what);
+    default: return launch(four ? skinny_moe_kernel<4, GATED, 1> : skinny_moe_kernel<2, GATED, 1>, grid, p.k, 1, p, stream, what);
+  }
 }
 
 }  // namespace
+
+int skinny_moe_tile_rows(int64_t pairs, int64_t experts) {
+  return pairs < 4 * experts ? 8 : pairs < 16 * experts ? 16 : 32;
+}
 
 bool skinny_supported(int64_t in_features) {
   return in_features > 0 && in_features % SKINNY_K_BLOCK == 0 && in_features <= SKINNY_MAX_K;

@@ -21,8 +21,13 @@ namespace nibble::cuda {
 // most SKINNY_MAX_K (16 warps of 4 k-blocks).
 inline constexpr int64_t SKINNY_K_BLOCK = 128;
 inline constexpr int64_t SKINNY_MAX_K = 16 * 4 * SKINNY_K_BLOCK;
-// The MoE kernels take expert tiles of this many sorted rows (one mma n-tile).
-inline constexpr int SKINNY_TILE_ROWS = 8;
+// The MoE kernels' tiles of sorted rows are 8, 16 or 32 rows (one, two or four mma n-tiles sharing each
+// decoded weight fragment); the grouping's tile list is sized for the smallest.
+inline constexpr int SKINNY_MIN_TILE_ROWS = 8;
+// The tile height for `pairs` rows over `experts`: 8 while experts average fewer than 4 rows, 16 below
+// 16, else 32. H200, Qwen3-30B-A3B (docs/perf.md): MoE block at T = 128 226 µs with 16-row tiles
+// against 269 with 8; T = 256 324 (32) against 438 (8); 16-row tiles cost 6% at T = 16.
+int skinny_moe_tile_rows(int64_t pairs, int64_t experts);
 
 bool skinny_supported(int64_t in_features);  // the MoE kernels (one CTA spans k)
 // skinny_linear: any multiple of 128 (k ranges of SKINNY_MAX_K in successive launches).
@@ -34,7 +39,7 @@ bool skinny_linear_supported(int64_t in_features);
 Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights, float* const* outputs,
                      int count, const float* row_scales, cudaStream_t stream);
 
-// The MoE projections over tiles of SKINNY_TILE_ROWS rows (args.tile_rows must be that): gate_up
+// The MoE projections over tiles of skinny_moe_tile_rows rows (args.tile_rows must be one of them): gate_up
 // writes silu(g) · u per sorted row, down the expert outputs, both as moe_gemm_gate_up and
 // moe_gemm_down define them.
 Status skinny_moe_gate_up(const GroupedGemmArgs& args, const DeviceNvfp4Experts& gate, const DeviceNvfp4Experts& up,

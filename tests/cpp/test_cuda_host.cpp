@@ -52,6 +52,13 @@ TEST(CudaHost, AutoPicksTheSkinnyKernelsForFewRows) {
   EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 1, qwen3), GemmBackend::SKINNY);
   EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_MOE_MAX_TOKENS, qwen3), GemmBackend::SKINNY);
   EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_MOE_MAX_TOKENS + 1, qwen3), GemmBackend::FUSED);
+  // Skinny tiles grow with the rows per expert: 8 below 4 on average, 16 below 16, else 32.
+  EXPECT_EQ(cuda::skinny_moe_tile_rows(8, 128), 8);
+  EXPECT_EQ(cuda::skinny_moe_tile_rows(63 * 8, 128), 8);
+  EXPECT_EQ(cuda::skinny_moe_tile_rows(64 * 8, 128), 16);
+  EXPECT_EQ(cuda::skinny_moe_tile_rows(255 * 8, 128), 16);
+  EXPECT_EQ(cuda::skinny_moe_tile_rows(256 * 8, 128), 32);
+  EXPECT_EQ(cuda::moe_grouping_tile_rows(GemmBackend::SKINNY, 128 * 8, qwen3), 16);
   // wgmma from 32 rows per expert on average: 512 tokens · top-8 over 128 experts.
   EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 511, qwen3), GemmBackend::FUSED);
   EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 512, qwen3), GemmBackend::WGMMA);

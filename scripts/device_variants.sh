@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One device call (build-device/ carried) comparing kernel variants chosen by environment: for each
+# VARIANTS entry (e.g. "NIBBLE_MOE_STREAM=1,NIBBLE_STREAM_STAGES=3"; "base" for none) the GPU kernel
+# tests, the BACKEND rows of `nibble bench kernels` (OPS, M, MOE_TOKENS) and, with LATENCY set (bench
+# latency flags), `nibble bench latency` on the full-size synthetic Qwen3-30B-A3B. Short table last.
+set -uo pipefail
+source "$(dirname "$0")/device_env.sh"
+BACKEND=${BACKEND:-skinny}
+OPS=${OPS:-moe}
+M=${M:-1,4,16,64}
+MOE_TOKENS=${MOE_TOKENS:-1,4,16,64,128,256}
+TESTS=${TESTS:-test_cuda_moe}
+results=()
+[ -n "${LATENCY:-}" ] && synth_qwen3_full
+for v in ${VARIANTS:-base}; do
+  vars=""; [ "$v" != base ] && vars="${v//,/ }"
+  for t in $TESTS; do
+    env $vars timeout 200 "build-device/tests/$t" > "$OUT/${t}_$v.log" 2>&1
+    results+=("$(printf '%-48s rc=%d  %s' "$t $v" "$?" "$(grep -E "^\[  (PASSED|FAILED) " "$OUT/${t}_$v.log" | tr '\n' ' ')")")
+  done
+  env $vars timeout 200 build-device/nibble bench kernels --ops "$OPS" --m "$M" --moe-tokens "$MOE_TOKENS" \
+    --gemm-backend "$BACKEND" --moe-backend "$BACKEND" > "$OUT/kernels_$v.txt" 2>&1
+  results+=("$(printf '%-48s rc=%d  %s' "kernels $v" "$?" "$(awk -v b="$BACKEND/w4a16" '$3 == b {printf "%s:%s=%s ", $1, $2, $4}' "$OUT/kernels_$v.txt")")")
+  if [ -n "${LATENCY:-}" ]; then
+    # shellcheck disable=SC2086
+    env $vars timeout 240 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 \
+      --batch-gen 32 $LATENCY > "$OUT/latency_$v.log" 2>&1
+    results+=("$(printf '%-48s rc=%d  %s' "latency $v" "$?" "$(awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}' "$OUT/latency_$v.log")")")
+  fi
+done
+for t in "$OUT"/test_cuda_*.log; do grep -hE "Failure|Expected|actual|error|Which is" "$t" | head -6; done
+(cd "$OUT" && tar -czf 0logs.tar.gz ./*.log ./*.txt 2> /dev/null)
+printf '%s\n' "${results[@]}"
