@@ -73,9 +73,9 @@ struct MoeWorkspace {
 };
 
 // AUTO takes SKINNY up to this many tokens (when hidden and intermediate allow it), WGMMA or FUSED above.
-// H200, Qwen3-30B-A3B shapes (docs/perf.md "Skinny MoE tiles of 16 and 32 rows"): skinny/fused 28/33 µs
-// at T = 1, 130/186 at 16, 195/314 at 64, 226/254 at 128 and 324/FUSED_T256 at 256 now that skinny tiles
-// grow with the batch (one decoded weight fragment feeds up to four n-tiles).
+// H200, Qwen3-30B-A3B shapes, W4A16 (docs/perf.md "Skinny MoE tiles of 16 and 32 rows"): skinny/fused
+// 27/37 µs at T = 1, 128/166 at 16, 201/245 at 64, 229/255 at 128, 331/358 at 256 (417/427 at 384:
+// too close to move the line), with skinny's tiles growing with the batch (skinny_moe_tile_rows).
 inline constexpr int64_t AUTO_SKINNY_MOE_MAX_TOKENS = 256;
 // Above that, AUTO takes WGMMA where experts average at least this many rows (its tiles are 128
 // rows). H200, Qwen3-30B-A3B shapes, W4A16 (docs/perf.md): wgmma/fused 485/255 µs at T = 128 (8 rows
