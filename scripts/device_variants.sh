@@ -14,18 +14,19 @@ results=()
 [ -n "${LATENCY:-}" ] && synth_qwen3_full
 for v in ${VARIANTS:-base}; do
   vars=""; [ "$v" != base ] && vars="${v//,/ }"
+  name=$(printf '%s' "$v" | tr '=,' '-_')  # log names the device tool brings back
   for t in $TESTS; do
-    env $vars timeout 200 "build-device/tests/$t" > "$OUT/${t}_$v.log" 2>&1
-    results+=("$(printf '%-48s rc=%d  %s' "$t $v" "$?" "$(grep -E "^\[  (PASSED|FAILED) " "$OUT/${t}_$v.log" | tr '\n' ' ')")")
+    env $vars timeout 200 "build-device/tests/$t" > "$OUT/${t}_$name.log" 2>&1
+    results+=("$(printf '%-48s rc=%d  %s' "$t $v" "$?" "$(grep -E "^\[  (PASSED|FAILED) " "$OUT/${t}_$name.log" | tr '\n' ' ')")")
   done
   env $vars timeout 200 build-device/nibble bench kernels --ops "$OPS" --m "$M" --moe-tokens "$MOE_TOKENS" \
-    --gemm-backend "$BACKEND" --moe-backend "$BACKEND" > "$OUT/kernels_$v.txt" 2>&1
-  results+=("$(printf '%-48s rc=%d  %s' "kernels $v" "$?" "$(awk -v b="$BACKEND/w4a16" '$3 == b {printf "%s:%s=%s ", $1, $2, $4}' "$OUT/kernels_$v.txt")")")
+    --gemm-backend "$BACKEND" --moe-backend "$BACKEND" > "$OUT/kernels_$name.txt" 2>&1
+  results+=("$(printf '%-48s rc=%d  %s' "kernels $v" "$?" "$(awk -v b="$BACKEND/w4a16" '$3 == b {printf "%s:%s=%s ", $1, $2, $4}' "$OUT/kernels_$name.txt")")")
   if [ -n "${LATENCY:-}" ]; then
     # shellcheck disable=SC2086
     env $vars timeout 240 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 \
-      --batch-gen 32 $LATENCY > "$OUT/latency_$v.log" 2>&1
-    results+=("$(printf '%-48s rc=%d  %s' "latency $v" "$?" "$(awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}' "$OUT/latency_$v.log")")")
+      --batch-gen 32 $LATENCY > "$OUT/latency_$name.log" 2>&1
+    results+=("$(printf '%-48s rc=%d  %s' "latency $v" "$?" "$(awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}' "$OUT/latency_$name.log")")")
   fi
 done
 for t in "$OUT"/test_cuda_*.log; do grep -hE "Failure|Expected|actual|error|Which is" "$t" | head -6; done

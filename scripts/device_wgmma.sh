@@ -2,9 +2,8 @@
 # One device call (build-device/ carried) for the wgmma GEMMs and the decode-attention choice: the
 # GPU tests of the kernels and the runner, `nibble bench kernels` at prefill sizes for every
 # backend, then `nibble bench latency` on the full-size synthetic Qwen3-30B-A3B: prefill with each
-# MoE / dense backend, decode with each --decode-attention. PARTS=tests,kernels,prefill,decode picks;
-# PARTS=variants runs the kernel tests and the wgmma rows of `bench kernels` once per VARIANTS entry
-# (an environment assignment, e.g. NIBBLE_WGMMA_N=64; "base" for none).
+# MoE / dense backend, decode with each --decode-attention. PARTS=tests,kernels,prefill,decode picks.
+# (Kernel variants chosen by environment: scripts/device_variants.sh with BACKEND=wgmma.)
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 PARTS=${PARTS:-tests,kernels,prefill,decode}
@@ -16,18 +15,6 @@ if has tests; then
   for t in test_cuda_linear test_cuda_moe test_cuda_runner; do
     timeout 150 "build-device/tests/$t" > "$OUT/$t.log" 2>&1
     results+=("$(printf '%-18s rc=%d  %s' "$t" "$?" "$(grep -E "^\[  (PASSED|FAILED) " "$OUT/$t.log" | tr '\n' ' ')")")
-  done
-fi
-if has variants; then
-  for v in ${VARIANTS:-base}; do
-    vars=""; [ "$v" != base ] && vars="${v//,/ }"
-    for t in test_cuda_linear test_cuda_moe; do
-      env $vars timeout 150 "build-device/tests/$t" > "$OUT/${t}_$v.log" 2>&1
-      results+=("$(printf '%-40s rc=%d  %s' "$t $v" "$?" "$(grep -E "^\[  (PASSED|FAILED) " "$OUT/${t}_$v.log" | tr '\n' ' ')")")
-    done
-    env $vars timeout 200 build-device/nibble bench kernels --ops dense,moe --m "$M" --moe-tokens "$MOE_TOKENS" \
-      --gemm-backend wgmma --moe-backend wgmma > "$OUT/kernels_$v.txt" 2>&1
-    results+=("$(printf '%-40s rc=%d  %s' "kernels $v" "$?" "$(awk '$3 ~ /^wgmma\/w4a16/ {printf "%s:%s=%s ", $1, $2, $4}' "$OUT/kernels_$v.txt")")")
   done
 fi
 if has kernels; then
