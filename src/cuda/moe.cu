@@ -32,18 +32,14 @@ constexpr int COMBINE_MAX_CHUNKS = 4;  // hidden ≤ THREADS · 8 · 4 with the 
 // block is a pair of threads), as quantize_dequantize_activation_bf16 computes it.
 __device__ void quantize_output(const float (&kept)[COMBINE_MAX_CHUNKS][8], int hidden, int t, const NormActQuant& q,
                                 float* partial) {
-  float row_amax = 0.0f;
-  if (q.input_scale == 0.0f) {
+  float thread_amax = 0.0f;
+  if (q.input_scale == 0.0f)
 #pragma unroll
     for (int c = 0; c < COMBINE_MAX_CHUNKS; ++c)
       if ((c * THREADS + int(threadIdx.x)) * 8 < hidden)
 #pragma unroll
-        for (int i = 0; i < 8; ++i) row_amax = fmaxf(row_amax, fabsf(kept[c][i]));
-    row_amax = cta_max(row_amax, partial);
-  }
-  float global, row_scale;
-  act_row_scales(q.input_scale, row_amax, global, row_scale);
-  if (threadIdx.x == 0) q.row_scales[t] = row_scale;
+        for (int i = 0; i < 8; ++i) thread_amax = fmaxf(thread_amax, fabsf(kept[c][i]));
+  const float global = cta_row_global(q.input_scale, thread_amax, partial, q.row_scales + t);
 #pragma unroll
   for (int c = 0; c < COMBINE_MAX_CHUNKS; ++c) {
     if (c * THREADS * 8 >= hidden) break;  // uniform over the block: the shuffles stay converged

@@ -61,4 +61,16 @@ __device__ __forceinline__ void act_row_scales(float input_scale, float row_amax
   }
 }
 
+// For a kernel holding a whole row per CTA (every thread calls it): the row's scales from each
+// thread's share of the row's |values| (`thread_amax`, read only per-token, input_scale 0), thread 0
+// storing the row scale at *row_scale_out; returns the global scale G.
+__device__ __forceinline__ float cta_row_global(float input_scale, float thread_amax, float* partial,
+                                                float* row_scale_out) {
+  const float row_amax = input_scale == 0.0f ? cta_max(thread_amax, partial) : 0.0f;
+  float global, row_scale;
+  act_row_scales(input_scale, row_amax, global, row_scale);
+  if (threadIdx.x == 0) *row_scale_out = row_scale;
+  return global;
+}
+
 }  // namespace nibble::cuda

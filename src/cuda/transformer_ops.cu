@@ -77,15 +77,11 @@ __global__ void __launch_bounds__(NORM_THREADS)
   }
   if (!quant.x_hat) return;
   // x̂: a 16-value block is 16 consecutive threads of one k (width is a multiple of 16).
-  float row_amax = 0.0f;
-  if (quant.input_scale == 0.0f) {
+  float thread_amax = 0.0f;
+  if (quant.input_scale == 0.0f)
 #pragma unroll
-    for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) row_amax = fmaxf(row_amax, fabsf(v[k]));
-    row_amax = cta_max(row_amax, partial);
-  }
-  float global, row_scale;
-  act_row_scales(quant.input_scale, row_amax, global, row_scale);
-  if (threadIdx.x == 0) quant.row_scales[r] = row_scale;
+    for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) thread_amax = fmaxf(thread_amax, fabsf(v[k]));
+  const float global = cta_row_global(quant.input_scale, thread_amax, partial, quant.row_scales + r);
 #pragma unroll
   for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) {
     if (int64_t{k} * NORM_THREADS >= width) break;  // uniform over the block: the shuffles stay converged
