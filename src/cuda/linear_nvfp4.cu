@@ -1,8 +1,8 @@
 // Dense NVFP4 W4A16 kernels. FUSED: each warp owns two output rows; each lane loads all its
-// 16-byte pieces of codes (32 weights, two blocks each) up front, decodes byte → two floats through a
-// 256-entry shared table, and multiplies with up to 8 rows of x staged in shared memory (fp32
-// accumulators); a warp reduction writes y. DEQUANT_CUBLAS: an
-// elementwise dequantize to BF16, then cublasGemmEx with alpha = weight_scale_2.
+// 16-byte pieces of codes (32 weights, two blocks each) up front, decodes them (nvfp4_layout.h) to
+// floats and multiplies with up to 8 rows of x staged in shared memory (fp32 accumulators); a warp
+// reduction writes y. DEQUANT_CUBLAS: an elementwise dequantize to BF16, then cublasGemmEx with
+// alpha = weight_scale_2.
 #include "cuda/linear_nvfp4.cuh"
 
 #include <cuda_bf16.h>
@@ -10,11 +10,11 @@
 #include <algorithm>
 
 #include "cuda/check.cuh"
+#include "cuda/nvfp4_fragments.cuh"
 #include "cuda/nvfp4_wgmma.cuh"
 #include "cuda/quantize_nvfp4.cuh"
 #include "cuda/skinny_gemm.cuh"
 #include "formats/bf16.h"
-#include "formats/e2m1.h"
 #include "formats/e4m3.h"
 
 namespace nibble::cuda {
@@ -26,22 +26,20 @@ constexpr int ROWS_PER_BLOCK = WARPS_PER_BLOCK * ROWS_PER_WARP;
 constexpr int CODES_PER_LANE = 32;  // one 16-byte load
 constexpr int CODES_PER_STEP = 32 * CODES_PER_LANE;
 constexpr int M_TILE = 8;           // rows of x per block (grid.y covers the rest)
-constexpr int PAIR_TABLE_BYTES = 256 * sizeof(float2);
 
 // STEPS = ceil(K / 1024): every weight load of a lane is issued before any is used, so a warp keeps
 // STEPS × ROWS_PER_WARP 16-byte loads per lane in flight (what a memory-bound GEMV needs). x rows
-// are staged once per block in shared memory (BF16), after the byte → value-pair table.
+// are staged once per block in shared memory (BF16).
 template <int MT, int STEPS>
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
     gemv_nvfp4_kernel(const uint16_t* __restrict__ x, int M, int K, const uint8_t* __restrict__ packed,
                       const uint8_t* __restrict__ scales, int N, float alpha, const float* __restrict__ row_scales,
                       float* __restrict__ y) {
   extern __shared__ __align__(16) uint8_t smem[];
-  float2* pair_value = reinterpret_cast<float2*>(smem);  // byte → (low-nibble value, high-nibble value)
-  uint16_t* xs = reinterpret_cast<uint16_t*>(smem + PAIR_TABLE_BYTES);
+  uint16_t* xs = reinterpret_cast<uint16_t*>(smem);
   const int lane = threadIdx.x & 31;
   const int n0 = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5) * ROWS_PER_WARP;
-  // The weight loads go out first, so their latency overlaps the table fill and the x staging.
+  // The weight loads go out first, so their latency overlaps the x staging.
   uint4 codes[ROWS_PER_WARP][STEPS];
   uint16_t scale_bits[ROWS_PER_WARP][STEPS];
 #pragma unroll
@@ -55,8 +53,6 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
         scale_bits[r][s] = __ldg(reinterpret_cast<const uint16_t*>(scales + size_t(n) * (K / 16) + k0 / 16));
       }
     }
-  for (int i = threadIdx.x; i < 256; i += blockDim.x)
-    pair_value[i] = make_float2(formats::e2m1_decode(i & 15), formats::e2m1_decode(i >> 4));
   const int m0 = blockIdx.y * MT;
   const int rows = min(MT, M - m0);
   const int x_words = rows * K / 8;  // uint4 = 8 BF16
@@ -78,13 +74,15 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
       const uint32_t words[4] = {codes[r][s].x, codes[r][s].y, codes[r][s].z, codes[r][s].w};
       float w[CODES_PER_LANE];
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
+      for (int j = 0; j < 4; ++j) {
+        uint32_t pair[4];  // E2M1 × 2⁻¹²⁶ as BF16 pairs: × 2¹²⁶ in fp32 is the code's value, exactly
+        decode_code_word(words[j], pair);
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
-          const float2 v = pair_value[(words[j] >> (8 * b)) & 0xFF];
-          w[8 * j + 2 * b] = v.x;
-          w[8 * j + 2 * b + 1] = v.y;
+          w[8 * j + 2 * b] = __uint_as_float(pair[b] << 16) * 0x1p126f;
+          w[8 * j + 2 * b + 1] = __uint_as_float(pair[b] & 0xFFFF0000u) * 0x1p126f;
         }
+      }
       const float scale0 = formats::e4m3_decode(uint8_t(scale_bits[r][s] & 0xFF));
       const float scale1 = formats::e4m3_decode(uint8_t(scale_bits[r][s] >> 8));
 #pragma unroll
@@ -122,7 +120,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
 template <int MT, int STEPS>
 Status launch_gemv(const uint16_t* x, int M, int K, const DeviceNvfp4Weight& w, const float* row_scales, float* y,
                    cudaStream_t stream) {
-  const size_t smem = PAIR_TABLE_BYTES + size_t(MT) * K * sizeof(uint16_t);
+  const size_t smem = size_t(MT) * K * sizeof(uint16_t);
   auto kernel = gemv_nvfp4_kernel<MT, STEPS>;
   if (smem > 48 * 1024)
     NIB_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
@@ -145,25 +143,20 @@ Status launch_gemv_for_k(const uint16_t* x, int M, int K, const DeviceNvfp4Weigh
   return Status::error("linear_nvfp4 (fused): in_features " + std::to_string(K) + " > 8192; use dequant-cublas");
 }
 
-// Each thread: 4 bytes of codes (8 weights of one block half) → 8 BF16 values.
+// Each thread: one repacked word of codes (8 weights of one block half) → 8 BF16 values, exact
+// (e2m1 · e4m3 has at most 6 significant bits): the GEMMs' decode, then × 2⁸ to undo its 2⁻⁸.
 __global__ void dequantize_kernel(const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scales,
                                   int64_t n_words, uint16_t* __restrict__ out) {
-  __shared__ float code_value[16];  // formats::e2m1_decode once per block, not a local-memory table per lookup
-  if (threadIdx.x < 16) code_value[threadIdx.x] = formats::e2m1_decode(uint8_t(threadIdx.x));
-  __syncthreads();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_words) return;
   const uint32_t word = __ldg(reinterpret_cast<const uint32_t*>(packed) + i);
-  const float scale = formats::e4m3_decode(scales[i / 2]);  // 8 weights per word, 16 per block
+  const uint32_t scale = e4m3_scale_bf16x2(scales[i / 2]);  // 8 weights per word, 16 per block
+  constexpr uint32_t EPILOGUE = 0x43804380u;  // BF16 pair of 256 = WEIGHT_DECODE_EPILOGUE
+  static_assert(WEIGHT_DECODE_EPILOGUE == 256.0f);
   uint32_t result[4];
+  decode_code_word(word, result);
 #pragma unroll
-  for (int b = 0; b < 4; ++b) {
-    const uint32_t byte = (word >> (8 * b)) & 0xFF;
-    // e2m1 · e4m3 has at most 6 significant bits: exact in BF16 (the rounding below never rounds).
-    const __nv_bfloat16 lo = __float2bfloat16_rn(code_value[byte & 15] * scale);
-    const __nv_bfloat16 hi = __float2bfloat16_rn(code_value[byte >> 4] * scale);
-    result[b] = uint32_t(__bfloat16_as_ushort(lo)) | uint32_t(__bfloat16_as_ushort(hi)) << 16;
-  }
+  for (int b = 0; b < 4; ++b) result[b] = bf16x2_mul(bf16x2_mul(result[b], scale), EPILOGUE);
   reinterpret_cast<uint4*>(out)[i] = make_uint4(result[0], result[1], result[2], result[3]);
 }
 

@@ -4,7 +4,8 @@
 // (exact), row_scale = input_scale or the token scale. Twin of ref::linear_nvfp4. Two backends: FUSED (a warp per output row decodes the FP4 codes in registers: the small-M,
 // memory-bound case) and DEQUANT_CUBLAS (weights dequantized to a BF16 workspace, then cuBLAS; any
 // M, and the in-house baseline); SKINNY (skinny_gemm.cuh: tensor cores fed from registers, for few
-// rows). Weights stay in the checkpoint's layout.
+// rows). The codes on the GPU are repacked once at load (nvfp4_layout.h); scales stay as the
+// checkpoint stores them.
 #pragma once
 
 #include <cublas_v2.h>
@@ -19,14 +20,18 @@
 
 namespace nibble::cuda {
 
-// An NVFP4 weight in device memory, laid out as the checkpoint stores it.
+// An NVFP4 weight in device memory: the checkpoint's tensors, the codes repacked by repack_nvfp4_codes.
 struct DeviceNvfp4Weight {
-  const uint8_t* packed = nullptr;        // [rows, cols/2], element 2j in the low nibble
+  const uint8_t* packed = nullptr;        // [rows, cols/2]: each 32-bit word k 8w … 8w + 7, in the GPU layout
   const uint8_t* block_scales = nullptr;  // [rows, cols/16] E4M3
   int64_t rows = 0;                       // N (out features)
   int64_t cols = 0;                       // K (in features)
   float weight_scale_2 = 1.0f;
 };
+
+// The checkpoint's code bytes (element 2j in the low nibble) → the GPU layout (nvfp4_layout.h), in
+// place on `stream`: every weight's codes pass through it once after they reach the GPU.
+Status repack_nvfp4_codes(uint8_t* packed, size_t bytes, cudaStream_t stream);
 
 enum class GemmBackend { AUTO, FUSED, DEQUANT_CUBLAS, SKINNY, WGMMA };
 const char* gemm_backend_name(GemmBackend backend);

@@ -345,7 +345,7 @@ GemmBackend resolve_moe_backend(GemmBackend backend, int64_t tokens, const Devic
   if ((backend == GemmBackend::SKINNY && !skinny_fits) || (backend == GemmBackend::WGMMA && !wgmma_fits))
     return GemmBackend::FUSED;
   if (backend != GemmBackend::AUTO) return backend;
-  if (tokens <= AUTO_SKINNY_MOE_MAX_TOKENS && skinny_fits) return GemmBackend::SKINNY;
+  if (tokens * w.top_k < AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT * w.experts && skinny_fits) return GemmBackend::SKINNY;
   const bool wgmma_rows = tokens * w.top_k >= AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT * w.experts;
   return wgmma_fits && wgmma_rows ? GemmBackend::WGMMA : GemmBackend::FUSED;
 }

@@ -72,14 +72,15 @@ struct MoeWorkspace {
   std::vector<void*> allocations_;
 };
 
-// AUTO takes SKINNY up to this many tokens (when hidden and intermediate allow it), WGMMA or FUSED above.
-// H200, Qwen3-30B-A3B shapes, W4A16 (docs/perf.md "Skinny MoE tiles of 16 and 32 rows"): skinny/fused
-// 27/37 µs at T = 1, 128/166 at 16, 201/245 at 64, 229/255 at 128, 331/358 at 256 (417/427 at 384:
-// too close to move the line), with skinny's tiles growing with the batch (skinny_moe_tile_rows).
-inline constexpr int64_t AUTO_SKINNY_MOE_MAX_TOKENS = 256;
-// Above that, AUTO takes WGMMA where experts average at least this many rows (its tiles are 128
-// rows). H200, Qwen3-30B-A3B shapes, W4A16 (docs/perf.md): wgmma/fused 485/255 µs at T = 128 (8 rows
-// per expert), 506/578 at 512 (32), 779/1,080 at 2,048, 2,345/3,295 at 8,192.
+// AUTO takes SKINNY while experts average fewer than this many rows (tokens · top_k / experts; when
+// hidden and intermediate allow it), FUSED above, WGMMA from AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT.
+// H200, Qwen3-30B-A3B shapes, W4A16, codes in the GPU layout (docs/perf.md "Repacked NVFP4 codes"):
+// skinny/fused 26/33 µs at T = 1, 121/135 at 16, 190/191 at 64 (4 rows per expert), 206/194 at 96,
+// 224/199 at 128, 325/276 at 256; wgmma/fused 483/453 at 512 (32 rows), 493/613 at 768, 686/974 at
+// 2,048, 1,845/2,960 at 8,192 (the benchmark routes evenly). End to end (`bench latency`, the
+// synthetic checkpoint's skewed routing) wgmma wins from 32 rows: pp512 27,697 tok/s against 20,233
+// on fused; fused wins decode at 128 and 256 sequences (7,838 / 10,508 tok/s against skinny's 7,260 / 9,502).
+inline constexpr int64_t AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT = 6;
 inline constexpr int64_t AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT = 32;
 // The backend moe_forward runs for `backend` (AUTO resolved; SKINNY falls back to FUSED for shapes
 // it does not take).

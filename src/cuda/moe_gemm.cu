@@ -257,8 +257,9 @@ __global__ void __launch_bounds__(C::THREADS) moe_gemm_kernel(const KernelParams
   }
 
   // Epilogue: accumulator (t, u, q) is weight row g + 8·(q/2) of m-tile t, sorted row 2c + q%2 of n-tile u.
-  const float scale0 = p.global_scales[0][tile.expert];
-  const float scale1 = GATED ? p.global_scales[1][tile.expert] : 0.0f;
+  // The decoded weights are × 2⁻⁸ (nvfp4_layout.h): the epilogue's factor restores them, exactly.
+  const float scale0 = p.global_scales[0][tile.expert] * WEIGHT_DECODE_EPILOGUE;
+  const float scale1 = GATED ? p.global_scales[1][tile.expert] * WEIGHT_DECODE_EPILOGUE : 0.0f;
   constexpr int OUT_TILES = GATED ? C::WM / 2 : C::WM;
 #pragma unroll
   for (int u = 0; u < C::WN; ++u)

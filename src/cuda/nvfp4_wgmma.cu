@@ -80,10 +80,14 @@ __device__ __forceinline__ int weight_row(int local) {
   else return blockIdx.x * BM + local;
 }
 
-// Byte q of each word of a 16-byte chunk, in word order: the code pairs of k 2q, 2q + 1 in each group
-// of 8 — what an A fragment's thread q holds (k 2q, 2q + 1 and 2q + 8, 2q + 9 of each k16 block).
-__device__ __forceinline__ uint32_t gather_bytes(uint4 chunk, uint32_t select) {
-  return __byte_perm(__byte_perm(chunk.x, chunk.y, select), __byte_perm(chunk.z, chunk.w, select), 0x5410);
+// Pair q of each word of a 16-byte chunk (k 32·half … +31 of a row), in word order, as BF16 pairs: the
+// codes of k 2q, 2q + 1 in each group of 8 — what an A fragment's thread q holds (k 2q, 2q + 1 and
+// 2q + 8, 2q + 9 of each k16 block). magnitude_rotation / sign_rotation are pair q's (nvfp4_layout.h).
+__device__ __forceinline__ void decode_lane_pairs(uint4 chunk, int magnitude_rotation, int sign_rotation,
+                                                  uint32_t (&pair)[4]) {
+  const uint32_t words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) pair[i] = decode_code_pair(words[i], magnitude_rotation, sign_rotation);
 }
 
 template <bool GATED, int N>
@@ -163,7 +167,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 1) nvfp4_wgmma_kernel(c
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGISTERS) : "memory");
   const int lane = tid & 31, warp = (tid / 32) % 4, q = lane % 4;
   const int local0 = 64 * warpgroup + 16 * warp + lane / 4, local1 = local0 + 8;
-  const uint32_t select = uint32_t(q) | uint32_t(q + 4) << 4;
+  const int magnitude_rotation = pair_magnitude_rotation(q), sign_rotation = pair_sign_rotation(q);
   float acc[N / 2];
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
@@ -184,8 +188,10 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 1) nvfp4_wgmma_kernel(c
     for (int half = 0; half < 2; ++half) {
       // Chunk `half` is k 32·half … +31; its gathered bytes give k16 blocks 2·half and 2·half + 1.
       uint32_t pair0[4], pair1[4];
-      e2m1x8_to_bf16(gather_bytes(*reinterpret_cast<const uint4*>(codes + (half * BM + local0) * 16), select), pair0);
-      e2m1x8_to_bf16(gather_bytes(*reinterpret_cast<const uint4*>(codes + (half * BM + local1) * 16), select), pair1);
+      decode_lane_pairs(*reinterpret_cast<const uint4*>(codes + (half * BM + local0) * 16), magnitude_rotation,
+                        sign_rotation, pair0);
+      decode_lane_pairs(*reinterpret_cast<const uint4*>(codes + (half * BM + local1) * 16), magnitude_rotation,
+                        sign_rotation, pair1);
 #pragma unroll
       for (int b = 0; b < 2; ++b) {
         const int block = 2 * half + b;  // the 16-wide scale block too
@@ -209,8 +215,9 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 1) nvfp4_wgmma_kernel(c
   wgmma::wait<0>();
 
   // Epilogue: acc[4j + c] is weight row local0 (c < 2) or local1, token column 8j + 2q + c % 2.
-  const float scale0 = p.global_scales[0] ? p.global_scales[0][expert] : p.scale;
-  const float scale1 = GATED ? p.global_scales[1][expert] : 0.0f;
+  // The decoded weights are × 2⁻⁸ (nvfp4_layout.h): the factor restores them, exactly.
+  const float scale0 = (p.global_scales[0] ? p.global_scales[0][expert] : p.scale) * WEIGHT_DECODE_EPILOGUE;
+  const float scale1 = GATED ? p.global_scales[1][expert] * WEIGHT_DECODE_EPILOGUE : 0.0f;
   const int f0 = weight_row<GATED>(local0), f1 = weight_row<GATED>(local1);
   auto store = [&](size_t index, float v) {
     if (p.out_fp32) static_cast<float*>(p.out)[index] = v;

@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "cuda/check.cuh"
 #include "cuda/moe_grouping.cuh"
@@ -59,7 +60,8 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int q) { return q ==
 
 // acc[n] += Ŵ(rows g, g+8) · x(column g of n-tile n) over the warp's k-blocks; x_rows[n] is the
 // lane's token row (null: a zero column). With one n-tile every x load is issued before the first
-// mma (one L2 round trip, not one per k-block); two n-tiles load per block (registers).
+// mma (one L2 round trip, not one per k-block); more n-tiles load per block (registers: preloading
+// two n-tiles' x for two blocks took 114-118 registers and made dense M = 32-64 1.3x slower, H200).
 template <int BLOCKS, int NT>
 __device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS>& w, const uint16_t* const (&x_rows)[NT],
                                            int kb0, int nkb, int c, float (&acc)[NT][4]) {
@@ -255,12 +257,12 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_moe_kernel(const MoePar
       float value;
       int feature;
       if constexpr (GATED) {
-        const float gate = acc[n][j] * p.global_scales[0][expert] * row_scale;
-        const float up = acc[n][2 + j] * p.global_scales[1][expert] * row_scale;
+        const float gate = acc[n][j] * (p.global_scales[0][expert] * WEIGHT_DECODE_EPILOGUE) * row_scale;
+        const float up = acc[n][2 + j] * (p.global_scales[1][expert] * WEIGHT_DECODE_EPILOGUE) * row_scale;
         value = gate / (1.0f + expf(-gate)) * up;  // silu(gate) · up, as ref::silu_mul
         feature = m0 + g;
       } else {
-        value = acc[n][2 * h + j] * p.global_scales[0][expert] * row_scale;
+        value = acc[n][2 * h + j] * (p.global_scales[0][expert] * WEIGHT_DECODE_EPILOGUE) * row_scale;
         feature = m0 + g + 8 * h;
       }
       if (feature >= p.n) continue;
@@ -270,13 +272,23 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_moe_kernel(const MoePar
   }
 }
 
-// k-blocks per warp: 4 (more loads in flight per lane) unless the k range is short. (Measured on the
-// H200, 2026-12-01: 2 blocks per warp always, or x loaded block by block, change tg128 by < 2%.)
-int blocks_per_warp(int k) { return k / 128 >= 8 ? 4 : 2; }
+// k-blocks per warp: 4 (more loads in flight per lane) for long k ranges, but 2 — twice the warps —
+// for the MoE's 8-row tiles and dense launches of two n-tiles. H200, codes in the GPU layout
+// (docs/perf.md "Repacked NVFP4 codes"), 4/2 blocks: MoE block T = 1 26.4/25.2 µs, T = 16 121/127;
+// dense M = 16 k_proj 4.75/4.17, M = 32 q_proj 10.3/9.1, M = 1 q_proj 4.13/4.43.
+// Never more than MAX_WARPS warps: 4 blocks a warp beyond 2 · MAX_WARPS blocks. NIBBLE_SKINNY_BLOCKS=2
+// or 4 forces one where it fits (an experiment switch for scripts/device_ab.sh).
+int blocks_per_warp(int k, bool dense, int nt) {
+  static const int forced = std::getenv("NIBBLE_SKINNY_BLOCKS") ? std::atoi(std::getenv("NIBBLE_SKINNY_BLOCKS")) : 0;
+  const int blocks = k / 128;
+  if (blocks > 2 * MAX_WARPS) return 4;
+  if (forced == 2 || (forced == 4 && blocks >= 4)) return forced;
+  return blocks < 8 || (dense ? nt > 1 : nt == 1) ? 2 : 4;
+}
 
+// `kernel` is instantiated for per_warp k-blocks per warp and nt n-tiles.
 template <class Kernel, class Params>
-Status launch(Kernel kernel, dim3 grid, int k, int nt, const Params& p, cudaStream_t stream, const char* what) {
-  const int per_warp = blocks_per_warp(k);
+Status launch(Kernel kernel, dim3 grid, int k, int per_warp, int nt, const Params& p, cudaStream_t stream, const char* what) {
   const int warps = (k / 128 + per_warp - 1) / per_warp;
   const size_t smem = size_t(warps - 1) * nt * 4 * 32 * sizeof(float);
   return cuda_status(launch_pdl(kernel, grid, dim3(unsigned(warps * 32)), smem, stream, p), what);
@@ -310,11 +322,12 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
   const int rows_per_cta = GATED ? 8 : 16;
   const dim3 grid(unsigned((p.n + rows_per_cta - 1) / rows_per_cta),
                   unsigned(max_expert_tiles(a.pairs, w0.experts, a.tile_rows)));
-  const bool four = blocks_per_warp(p.k) == 4;
-  switch (a.tile_rows) {
-    case 32: return launch(four ? skinny_moe_kernel<4, GATED, 4> : skinny_moe_kernel<2, GATED, 4>, grid, p.k, 4, p, stream, what);
-    case 16: return launch(four ? skinny_moe_kernel<4, GATED, 2> : skinny_moe_kernel<2, GATED, 2>, grid, p.k, 2, p, stream, what);
-    default: return launch(four ? skinny_moe_kernel<4, GATED, 1> : skinny_moe_kernel<2, GATED, 1>, grid, p.k, 1, p, stream, what);
+  const int nt = a.tile_rows / 8, per_warp = blocks_per_warp(p.k, false, nt);
+  const bool four = per_warp == 4;
+  switch (nt) {
+    case 4: return launch(four ? skinny_moe_kernel<4, GATED, 4> : skinny_moe_kernel<2, GATED, 4>, grid, p.k, per_warp, 4, p, stream, what);
+    case 2: return launch(four ? skinny_moe_kernel<4, GATED, 2> : skinny_moe_kernel<2, GATED, 2>, grid, p.k, per_warp, 2, p, stream, what);
+    default: return launch(four ? skinny_moe_kernel<4, GATED, 1> : skinny_moe_kernel<2, GATED, 1>, grid, p.k, per_warp, 1, p, stream, what);
   }
 }
 
@@ -347,7 +360,8 @@ Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* cons
     if (w.cols != weights[0]->cols) return Status::error("skinny_linear: the weights of one launch share in_features");
     if (w.rows < 1 || w.rows > INT32_MAX / 2) return Status::error("skinny_linear: bad out_features");
     if (reinterpret_cast<uintptr_t>(w.packed) % 16) return Status::error("skinny_linear: weights must be 16-byte aligned");
-    p.seg[i] = {w.packed, w.block_scales, w.weight_scale_2, outputs[i], int(w.rows), tiles};
+    // The decoded weights are × 2⁻⁸ (nvfp4_layout.h): alpha's factor restores them, exactly.
+    p.seg[i] = {w.packed, w.block_scales, w.weight_scale_2 * WEIGHT_DECODE_EPILOGUE, outputs[i], int(w.rows), tiles};
     tiles += int((w.rows + 15) / 16);
   }
   const int nt = M <= 8 ? 1 : 2;
@@ -357,10 +371,11 @@ Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* cons
   for (p.k_offset = 0; p.k_offset < p.k_stride; p.k_offset += int(SKINNY_MAX_K)) {
     p.k = std::min(p.k_stride - p.k_offset, int(SKINNY_MAX_K));
     p.accumulate = p.k_offset > 0;
-    const bool four = blocks_per_warp(p.k) == 4;
+    const int per_warp = blocks_per_warp(p.k, true, nt);
+    const bool four = per_warp == 4;
     const auto kernel = nt == 1 ? (four ? skinny_dense_kernel<4, 1> : skinny_dense_kernel<2, 1>)
                                 : (four ? skinny_dense_kernel<4, 2> : skinny_dense_kernel<2, 2>);
-    NIB_RETURN_IF_ERROR(launch(kernel, grid, p.k, nt, p, stream, "skinny_linear"));
+    NIB_RETURN_IF_ERROR(launch(kernel, grid, p.k, per_warp, nt, p, stream, "skinny_linear"));
   }
   return Status::ok();
 }

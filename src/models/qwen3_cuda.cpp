@@ -136,6 +136,7 @@ struct CudaModel::Impl {
     uint8_t* packed = const_cast<uint8_t*>(l.q.packed);
     uint8_t* scales = const_cast<uint8_t*>(l.q.block_scales);
     NIB_RETURN_IF_ERROR(copy(packed, lw.weight.data, n / 2, allocate, name + ".weight"));
+    NIB_RETURN_IF_ERROR(cuda::repack_nvfp4_codes(packed, n / 2, nullptr));  // after the copy, on its stream
     NIB_RETURN_IF_ERROR(copy(scales, lw.weight_scale.data, n / 16, allocate, name + ".weight_scale"));
     l.q = {packed, scales, l.out, l.in, lw.weight_scale_2};
     l.input_scale = lw.input_scale;
@@ -169,6 +170,7 @@ struct CudaModel::Impl {
       host_scales[static_cast<size_t>(e)] = lw.weight_scale_2;
       input_scale = std::max(input_scale, lw.input_scale);
     }
+    NIB_RETURN_IF_ERROR(cuda::repack_nvfp4_codes(packed, packed_bytes * E, nullptr));  // after the copies, on their stream
     NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemcpy(global, host_scales.data(), E * sizeof(float), cudaMemcpyHostToDevice),
                                           "expert global scales"));
     d = {packed, scales, global, E, rows, cols};
@@ -247,6 +249,8 @@ struct CudaModel::Impl {
         w.gate.input_scale = w.up.input_scale = std::max(w.gate.input_scale, w.up.input_scale);
       }
     }
+    // The repacks ran on the legacy stream, which the runner's non-blocking stream does not wait for.
+    NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaStreamSynchronize(nullptr), "weight repack"));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - upload_start).count();
     log_info("weights on the GPU: " + std::to_string(bytes_uploaded / 1e9).substr(0, 6) + " GB in " +
              std::to_string(s).substr(0, 5) + " s (" + std::to_string(s > 0 ? bytes_uploaded / 1e9 / s : 0.0).substr(0, 5) +

@@ -1,9 +1,11 @@
 // Host-side logic of the CUDA layer, which runs without a GPU: backend names and AUTO's choices, the MoE tiling choice
 // (every choice must have a k-step dividing both in_features, or the GEMM launch refuses), and the
 // grid bound max_expert_tiles against the tiles random routings actually need (a low bound would
-// leave tiles without a CTA, i.e. rows never computed).
+// leave tiles without a CTA, i.e. rows never computed), and the GPU layout of the NVFP4 codes.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -13,8 +15,10 @@
 #include "cuda/moe.cuh"
 #include "cuda/moe_grouping.cuh"
 #include "cuda/moe_router.cuh"
+#include "cuda/nvfp4_layout.h"
 #include "cuda/nvfp4_wgmma.cuh"
 #include "cuda/skinny_gemm.cuh"
+#include "formats/e2m1.h"
 #include "test_seed.h"
 
 using namespace nibble;
@@ -50,8 +54,9 @@ TEST(CudaHost, AutoPicksTheSkinnyKernelsForFewRows) {
   cuda::DeviceMoeWeights qwen3;
   qwen3.hidden = 2048, qwen3.intermediate = 768, qwen3.experts = 128, qwen3.top_k = 8;
   EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 1, qwen3), GemmBackend::SKINNY);
-  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_MOE_MAX_TOKENS, qwen3), GemmBackend::SKINNY);
-  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_MOE_MAX_TOKENS + 1, qwen3), GemmBackend::FUSED);
+  // Skinny while experts average fewer than 6 rows: 95 tokens · top-8 over 128 experts, not 96.
+  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 95, qwen3), GemmBackend::SKINNY);
+  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 96, qwen3), GemmBackend::FUSED);
   // Skinny tiles grow with the rows per expert: 8 below 4 on average, 16 below 16, else 32.
   EXPECT_EQ(cuda::skinny_moe_tile_rows(8, 128), 8);
   EXPECT_EQ(cuda::skinny_moe_tile_rows(63 * 8, 128), 8);
@@ -136,4 +141,43 @@ TEST(CudaHost, AttentionSplitsStayInBounds) {
       if (keys > 0) ASSERT_LE(s, (keys + 63) / 64);
     }
   EXPECT_EQ(cuda::attention_splits(1, 4, 0), 32);  // a captured decode graph for one sequence
+}
+
+// The GPU layout of NVFP4 codes (nvfp4_layout.h) against the E2M1 codec: every pair of codes in every
+// position of a word, repacked and decoded, gives BF16 bits whose value × 2¹²⁶ is the code's value
+// (so × the 2¹¹⁸-scaled block scale it is the weight × 2⁻⁸, undone by WEIGHT_DECODE_EPILOGUE); the
+// one-pair decode the wgmma lanes use agrees with the whole-word decode; random words survive.
+TEST(CudaHost, RepackedCodesDecodeToTheE2m1Values) {
+  auto bf16_value = [](uint32_t bits16) {
+    const uint32_t f = bits16 << 16;
+    float v;
+    std::memcpy(&v, &f, 4);
+    return v;
+  };
+  for (int p = 0; p < 4; ++p)
+    for (uint32_t lo = 0; lo < 16; ++lo)
+      for (uint32_t hi = 0; hi < 16; ++hi) {
+        // The other pairs hold the complement codes, so stray bits would show.
+        uint32_t word = 0;
+        for (int q = 0; q < 4; ++q) word |= (q == p ? (lo | hi << 4) : (~(lo | hi << 4) & 0xFFu)) << (8 * q);
+        const uint32_t w = cuda::repack_code_word(word);
+        uint32_t pair[4];
+        cuda::decode_code_word(w, pair);
+        for (int q = 0; q < 4; ++q) {
+          const uint32_t code_lo = (word >> (8 * q)) & 0xF, code_hi = (word >> (8 * q + 4)) & 0xF;
+          ASSERT_EQ(bf16_value(pair[q] & 0xFFFF) * 0x1p126f, formats::e2m1_decode(uint8_t(code_lo))) << p << " " << q;
+          ASSERT_EQ(bf16_value(pair[q] >> 16) * 0x1p126f, formats::e2m1_decode(uint8_t(code_hi))) << p << " " << q;
+          ASSERT_EQ(std::signbit(bf16_value(pair[q] & 0xFFFF)), (code_lo & 8) != 0);  // -0 keeps its sign
+          ASSERT_EQ(cuda::decode_code_pair(w, cuda::pair_magnitude_rotation(q), cuda::pair_sign_rotation(q)), pair[q]);
+        }
+      }
+  std::mt19937_64 rng(test::test_seed("RepackedCodesDecodeToTheE2m1Values"));
+  for (int i = 0; i < 100000; ++i) {
+    const uint32_t word = uint32_t(rng());
+    uint32_t pair[4];
+    cuda::decode_code_word(cuda::repack_code_word(word), pair);
+    for (int q = 0; q < 8; ++q)
+      ASSERT_EQ(bf16_value((pair[q / 2] >> (16 * (q % 2))) & 0xFFFF) * 0x1p126f,
+                formats::e2m1_decode(uint8_t((word >> (4 * q)) & 0xF)));
+  }
 }

@@ -1,12 +1,16 @@
-// GPU test helpers: skip visibly where there is no CUDA device; device buffers that free themselves.
+// GPU test helpers: skip visibly where there is no CUDA device; device buffers that free themselves;
+// NVFP4 codes uploaded as the model loads them (repacked into the GPU layout).
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "cuda/check.cuh"
+#include "cuda/linear_nvfp4.cuh"
 
 #define NIB_SKIP_WITHOUT_GPU()                                                   \
   do {                                                                           \
@@ -37,6 +41,19 @@ class DeviceBuffer {
  private:
   size_t n_;
   T* ptr_ = nullptr;
+};
+
+// The checkpoint's code bytes on the GPU in its layout (cuda::repack_nvfp4_codes), as the model's
+// upload leaves them; to_host() returns the repacked bytes.
+class DeviceCodes : public DeviceBuffer<uint8_t> {
+ public:
+  explicit DeviceCodes(const std::vector<uint8_t>& host) : DeviceBuffer<uint8_t>(host) {
+    const Status s = cuda::repack_nvfp4_codes(get(), host.size(), nullptr);
+    if (!s.is_ok() || cudaStreamSynchronize(nullptr) != cudaSuccess) {
+      std::fprintf(stderr, "DeviceCodes: %s\n", s.is_ok() ? "repack failed" : s.message().c_str());
+      std::abort();
+    }
+  }
 };
 
 }  // namespace nibble::test

@@ -67,7 +67,8 @@ void check(int64_t m, const Shape& s, cuda::GemmBackend backend, uint64_t seed,
   std::vector<float> expected(static_cast<size_t>(m * s.n));
 
   test::DeviceBuffer<uint16_t> d_x(p.x_bf16), d_workspace(static_cast<size_t>(s.n * s.k));
-  test::DeviceBuffer<uint8_t> d_packed(p.w.packed), d_scales(p.w.block_scales);
+  test::DeviceCodes d_packed(p.w.packed);
+  test::DeviceBuffer<uint8_t> d_scales(p.w.block_scales);
   test::DeviceBuffer<float> d_y(expected.size()), d_row_scales(static_cast<size_t>(m));
   test::DeviceBuffer<uint16_t> d_x_hat(p.x_bf16.size());
   cublasHandle_t handle;
@@ -161,11 +162,12 @@ TEST(CudaLinearNvfp4, SkinnyThreeWeightsInOneLaunch) {
   std::vector<Problem> problems;
   for (int i = 0; i < 3; ++i) problems.push_back(make_problem(m, {rows[i], k, "qkv"}, seed + i));
   test::DeviceBuffer<uint16_t> d_x(problems[0].x_bf16);
-  std::vector<std::unique_ptr<test::DeviceBuffer<uint8_t>>> packed, scales;
+  std::vector<std::unique_ptr<test::DeviceCodes>> packed;
+  std::vector<std::unique_ptr<test::DeviceBuffer<uint8_t>>> scales;
   std::vector<std::unique_ptr<test::DeviceBuffer<float>>> together, alone;
   std::vector<cuda::DeviceNvfp4Weight> w;
   for (int i = 0; i < 3; ++i) {
-    packed.push_back(std::make_unique<test::DeviceBuffer<uint8_t>>(problems[i].w.packed));
+    packed.push_back(std::make_unique<test::DeviceCodes>(problems[i].w.packed));
     scales.push_back(std::make_unique<test::DeviceBuffer<uint8_t>>(problems[i].w.block_scales));
     together.push_back(std::make_unique<test::DeviceBuffer<float>>(static_cast<size_t>(m * rows[i])));
     alone.push_back(std::make_unique<test::DeviceBuffer<float>>(static_cast<size_t>(m * rows[i])));

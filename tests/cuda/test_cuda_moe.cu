@@ -96,7 +96,8 @@ Problem make_problem(const Config& c, uint64_t seed) {
 }
 
 struct DeviceProjection {
-  test::DeviceBuffer<uint8_t> packed, scales;
+  test::DeviceCodes packed;
+  test::DeviceBuffer<uint8_t> scales;
   test::DeviceBuffer<float> global;
   explicit DeviceProjection(const HostProjection& h) : packed(h.packed), scales(h.scales), global(h.global) {}
   cuda::DeviceNvfp4Experts view(int64_t experts, int64_t rows, int64_t cols) {

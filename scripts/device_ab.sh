@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# One device call comparing this build with a baseline build in the same run: build-device/ (this
+# tree, scripts/device_bundle.sh) and build-base/ (BASE_DIR; the baseline commit's stripped nibble,
+# alone or gzipped as bins.tar.gz, e.g. built in a `git worktree` of that commit).
+# PARTS (default tests,slice,kernels,latency): every GPU test of this build, the 4-layer slice
+# against the CPU, `nibble bench kernels` rows (MOE_ROWS, DENSE_ROWS), `nibble bench latency`
+# (LATENCY flags) of both builds on the full-size synthetic Qwen3-30B-A3B, and with "profile" Nsight
+# Compute's key counters for PROFILE_KERNEL in `bench kernels PROFILE_ARGS`. VARIANTS (environment
+# settings, e.g. "base NIBBLE_SKINNY_BLOCKS=2") repeat this build's kernel rows under each, and
+# LATENCY_VARIANTS (extra flags, commas for spaces, e.g. "--moe-backend,skinny") its latency run. Logs
+# under $OUT; table last.
+set -uo pipefail
+source "$(dirname "$0")/device_env.sh"
+BASE_DIR=${BASE_DIR:-build-base}
+PARTS=${PARTS:-tests,slice,kernels,latency}
+# "backend:tokens" groups of `bench kernels --ops moe` and "backend:M" of `--ops dense`.
+MOE_ROWS=${MOE_ROWS:-all:1,16,64,128,256,512,2048,8192}
+DENSE_ROWS=${DENSE_ROWS:-all:1,16,32,64,8192}
+LATENCY=${LATENCY:---modes none --pp 2048 --tg 128 --batches 16,64,128,256}
+PROFILE_KERNEL=${PROFILE_KERNEL:-skinny_moe_kernel}
+PROFILE_ARGS=${PROFILE_ARGS:---ops moe --moe-tokens 64 --moe-backend skinny}
+PROFILE_METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,\
+smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,\
+sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,\
+sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,\
+smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio
+has() { [[ ",$PARTS," == *",$1,"* ]]; }
+if [ -f "$BASE_DIR/bins.tar.gz" ] && [ ! -x "$BASE_DIR/nibble" ]; then tar -C "$BASE_DIR" -xzf "$BASE_DIR/bins.tar.gz"; fi
+results=()
+if has tests; then
+  for t in build-device/tests/test_cuda_*; do
+    name=$(basename "$t")
+    timeout 240 "$t" > "$OUT/$name.log" 2>&1
+    results+=("$(printf '%-30s rc=%d  %s' "$name" "$?" "$(grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/$name.log" | tr '\n' ' ')")")
+  done
+fi
+if has slice; then
+  SLICE_DIR=/tmp/qwen3-30b-a3b-4l
+  [ -f "$SLICE_DIR/config.json" ] || build-device/nibble synth --preset qwen3-30b-a3b --layers 4 --out "$SLICE_DIR" --seed 1 \
+    > "$OUT/synth4.log" 2>&1
+  NIBBLE_TEST_MODEL="$SLICE_DIR" timeout 240 build-device/tests/test_cuda_runner --gtest_filter='*MatchesTheCpu*' \
+    > "$OUT/runner_4layer.log" 2>&1
+  results+=("$(printf '%-30s rc=%d  %s' "runner vs cpu, 4-layer slice" "$?" "$(grep -E '^\[  (PASSED|FAILED) ' "$OUT/runner_4layer.log" | tr '\n' ' ')")")
+fi
+for build in base new; do
+  bin=build-device/nibble; [ $build = base ] && bin=$BASE_DIR/nibble
+  [ -x "$bin" ] || { results+=("$build: no $bin"); continue; }
+  if has kernels; then
+    for ops in moe dense; do
+      rows=$MOE_ROWS; flag=--moe-tokens; [ $ops = dense ] && rows=$DENSE_ROWS && flag=--m
+      for group in $rows; do
+        backend=${group%%:*}
+        timeout 150 "$bin" bench kernels --ops $ops $flag "${group#*:}" --gemm-backend "$backend" --moe-backend "$backend" \
+          >> "$OUT/kernels_$build.txt" 2>&1
+      done
+    done
+    results+=("$(printf '%-8s kernels: %s' "$build" "$(awk '$3 ~ /\/w4a16$/ {printf "%s:%s:%s=%s ", $1, $2, $3, $4}' "$OUT/kernels_$build.txt")")")
+    if [ $build = new ]; then
+      for v in ${VARIANTS:-}; do
+        [ "$v" = base ] && continue
+        name=$(printf '%s' "$v" | tr '=,' '-_')
+        for ops in moe dense; do
+          rows=$MOE_ROWS; flag=--moe-tokens; [ $ops = dense ] && rows=$DENSE_ROWS && flag=--m
+          for group in $rows; do
+            backend=${group%%:*}
+            env ${v//,/ } timeout 150 "$bin" bench kernels --ops $ops $flag "${group#*:}" --gemm-backend "$backend" \
+              --moe-backend "$backend" >> "$OUT/kernels_$name.txt" 2>&1
+          done
+        done
+        results+=("$(printf '%-8s kernels: %s' "$v" "$(awk '$3 ~ /\/w4a16$/ {printf "%s:%s:%s=%s ", $1, $2, $3, $4}' "$OUT/kernels_$name.txt")")")
+      done
+    fi
+  fi
+  if has profile; then
+    # shellcheck disable=SC2086
+    timeout 150 ncu --clock-control none --kernel-name "regex:$PROFILE_KERNEL" --launch-count 2 --csv --metrics "$PROFILE_METRICS" \
+      "$bin" bench kernels $PROFILE_ARGS --iterations 1 --batches 1 > "$OUT/profile_$build.csv" 2>&1
+    results+=("$(printf '%-8s profile %s' "$build" "$(python3 -c "
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 12 and r[-3] != 'Metric Name']
+for r in rows: print(r[4].split('(')[0].split('<')[-1][:24], r[-3].split('.')[0].replace('smsp__average_warps_issue_stalled_', 'stall_'), r[-1], end='; ')
+" "$OUT/profile_$build.csv" 2>&1)")")
+  fi
+  if has latency && { [ $build = new ] || [ "${BASE_LATENCY:-1}" = 1 ]; }; then  # BASE_LATENCY=0: this build's only
+    synth_qwen3_full
+    # shellcheck disable=SC2086
+    timeout 240 "$bin" bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 --batch-gen 32 $LATENCY \
+      > "$OUT/latency_$build.log" 2>&1
+    results+=("$(printf '%-8s latency rc=%d  %s' "$build" "$?" "$(awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}' "$OUT/latency_$build.log")")")
+    if [ $build = new ]; then
+      for v in ${LATENCY_VARIANTS:-}; do
+        name=$(printf '%s' "$v" | tr -d '-' | tr ',' '_')
+        # shellcheck disable=SC2086
+        timeout 240 "$bin" bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 --batch-gen 32 $LATENCY \
+          ${v//,/ } > "$OUT/latency_$name.log" 2>&1
+        results+=("$(printf '%-8s latency rc=%d  %s' "$v" "$?" "$(awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}' "$OUT/latency_$name.log")")")
+      done
+    fi
+  fi
+done
+for t in "$OUT"/test_cuda_*.log "$OUT"/runner_4layer.log; do [ -f "$t" ] && grep -hE "Failure|Expected|actual|Which is" "$t" | head -6; done
+(cd "$OUT" && tar -czf 0logs.tar.gz ./*.log ./*.txt 2> /dev/null)
+printf '%s\n' "${results[@]}"
