@@ -45,33 +45,35 @@ if has slice; then
     > "$OUT/runner_4layer.log" 2>&1
   results+=("$(printf '%-30s rc=%d  %s' "runner vs cpu, 4-layer slice" "$?" "$(grep -E '^\[  (PASSED|FAILED) ' "$OUT/runner_4layer.log" | tr '\n' ' ')")")
 fi
+# kernel_rows LABEL BIN [ENV...]: the MOE_ROWS and DENSE_ROWS groups of `bench kernels` under ENV.
+kernel_rows() {
+  local label=$1 bin=$2 ops rows flag group; shift 2
+  local log="$OUT/kernels_$(printf '%s' "$label" | tr '=,' '-_').txt"
+  for ops in moe dense; do
+    rows=$MOE_ROWS; flag=--moe-tokens; [ $ops = dense ] && rows=$DENSE_ROWS && flag=--m
+    for group in $rows; do
+      env "$@" timeout 150 "$bin" bench kernels --ops $ops $flag "${group#*:}" --gemm-backend "${group%%:*}" \
+        --moe-backend "${group%%:*}" >> "$log" 2>&1
+    done
+  done
+  results+=("$(printf '%-8s kernels: %s' "$label" "$(awk '$3 ~ /\/w4a16$/ {printf "%s:%s:%s=%s ", $1, $2, $3, $4}' "$log")")")
+}
+# latency_run LABEL BIN [FLAGS...]: `bench latency` with LATENCY and FLAGS.
+latency_run() {
+  local label=$1 bin=$2; shift 2
+  local log="$OUT/latency_$(printf '%s' "$label" | tr -d '-' | tr ',' '_').log"
+  # shellcheck disable=SC2086
+  timeout 240 "$bin" bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 --batch-gen 32 $LATENCY "$@" \
+    > "$log" 2>&1
+  results+=("$(printf '%-8s latency rc=%d  %s' "$label" "$?" "$(awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}' "$log")")")
+}
 for build in base new; do
   bin=build-device/nibble; [ $build = base ] && bin=$BASE_DIR/nibble
   [ -x "$bin" ] || { results+=("$build: no $bin"); continue; }
   if has kernels; then
-    for ops in moe dense; do
-      rows=$MOE_ROWS; flag=--moe-tokens; [ $ops = dense ] && rows=$DENSE_ROWS && flag=--m
-      for group in $rows; do
-        backend=${group%%:*}
-        timeout 150 "$bin" bench kernels --ops $ops $flag "${group#*:}" --gemm-backend "$backend" --moe-backend "$backend" \
-          >> "$OUT/kernels_$build.txt" 2>&1
-      done
-    done
-    results+=("$(printf '%-8s kernels: %s' "$build" "$(awk '$3 ~ /\/w4a16$/ {printf "%s:%s:%s=%s ", $1, $2, $3, $4}' "$OUT/kernels_$build.txt")")")
+    kernel_rows $build "$bin"
     if [ $build = new ]; then
-      for v in ${VARIANTS:-}; do
-        [ "$v" = base ] && continue
-        name=$(printf '%s' "$v" | tr '=,' '-_')
-        for ops in moe dense; do
-          rows=$MOE_ROWS; flag=--moe-tokens; [ $ops = dense ] && rows=$DENSE_ROWS && flag=--m
-          for group in $rows; do
-            backend=${group%%:*}
-            env ${v//,/ } timeout 150 "$bin" bench kernels --ops $ops $flag "${group#*:}" --gemm-backend "$backend" \
-              --moe-backend "$backend" >> "$OUT/kernels_$name.txt" 2>&1
-          done
-        done
-        results+=("$(printf '%-8s kernels: %s' "$v" "$(awk '$3 ~ /\/w4a16$/ {printf "%s:%s:%s=%s ", $1, $2, $3, $4}' "$OUT/kernels_$name.txt")")")
-      done
+      for v in ${VARIANTS:-}; do [ "$v" = base ] || kernel_rows "$v" "$bin" ${v//,/ }; done
     fi
   fi
   if has profile; then
@@ -86,18 +88,9 @@ for r in rows: print(r[4].split('(')[0].split('<')[-1][:24], r[-3].split('.')[0]
   fi
   if has latency && { [ $build = new ] || [ "${BASE_LATENCY:-1}" = 1 ]; }; then  # BASE_LATENCY=0: this build's only
     synth_qwen3_full
-    # shellcheck disable=SC2086
-    timeout 240 "$bin" bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 --batch-gen 32 $LATENCY \
-      > "$OUT/latency_$build.log" 2>&1
-    results+=("$(printf '%-8s latency rc=%d  %s' "$build" "$?" "$(awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}' "$OUT/latency_$build.log")")")
+    latency_run $build "$bin"
     if [ $build = new ]; then
-      for v in ${LATENCY_VARIANTS:-}; do
-        name=$(printf '%s' "$v" | tr -d '-' | tr ',' '_')
-        # shellcheck disable=SC2086
-        timeout 240 "$bin" bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 --batch-gen 32 $LATENCY \
-          ${v//,/ } > "$OUT/latency_$name.log" 2>&1
-        results+=("$(printf '%-8s latency rc=%d  %s' "$v" "$?" "$(awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}' "$OUT/latency_$name.log")")")
-      done
+      for v in ${LATENCY_VARIANTS:-}; do latency_run "$v" "$bin" ${v//,/ }; done
     fi
   fi
 done
