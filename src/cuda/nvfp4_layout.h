@@ -12,12 +12,13 @@ namespace nibble::cuda {
 
 // Pair p of a word is elements 2p (the low BF16 half) and 2p + 1 (the high half). Element 2p's
 // magnitude bits (code & 7: e1 e0 m, m lowest) sit at bits 3p … 3p + 2 and its sign at
-// pair_sign_bit(p) (13, 12, 15, 14); element 2p + 1's at the same places + 16. Decoding moves a pair's magnitudes to
-// BF16 bits 6 … 8 and 22 … 24 (the lowest exponent bits and the top mantissa bit) and its signs to
-// bits 15 and 31: the BF16 value is the E2M1 value × 2⁻¹²⁶ exactly (code 1, 0.5, becomes the BF16
-// subnormal 2⁻¹²⁷; e ≥ 1 gives 2^(e-127)·(1 + m/2) against E2M1's 2^(e-1)·(1 + m/2)). The sign bits
-// are placed so pairs 1 and 2 need one shift and one mask, pairs 0 and 3 two of each — the fewest
-// a search over all such layouts found (no layout gives every pair a single shift).
+// pair_sign_bit(p) (13, 12, 15, 14); element 2p + 1's at the same places + 16. Decoding moves a
+// pair's magnitudes to BF16 bits 6 … 8 and 22 … 24 (the lowest exponent bits and the top mantissa
+// bit) and its signs to bits 15 and 31: the BF16 value is the E2M1 value × 2⁻¹²⁶ exactly (code 1,
+// 0.5, becomes the BF16 subnormal 2⁻¹²⁷; e ≥ 1 gives 2^(e-127)·(1 + m/2) against E2M1's
+// 2^(e-1)·(1 + m/2)). The sign bits are placed so pairs 1 and 2 need one shift and one mask, pairs 0
+// and 3 two of each — the fewest a search over all such layouts found (no layout gives every pair a
+// single shift).
 inline constexpr uint32_t DECODED_MAGNITUDE_BITS = 0x01C001C0u, DECODED_SIGN_BITS = 0x80008000u;
 inline constexpr uint32_t DECODED_BITS = DECODED_MAGNITUDE_BITS | DECODED_SIGN_BITS;
 // Left rotations that bring pair p's magnitudes / signs into place: 6, 3, 0, 29 (a right shift by
