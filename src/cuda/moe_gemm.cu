@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(C::THREADS) moe_gemm_kernel(const KernelParams
               *reinterpret_cast<const uint32_t*>(codes + C::code_offset(srow, j) + 4 * c);
           const uint32_t scale = e4m3_scale_bf16x2(scales[srow * C::SCALE_ROW + 2 * j + (c >> 1)]);
           uint32_t pair[4];
-          e2m1x8_to_bf16(word, pair);
+          decode_code_word(word, pair);
 #pragma unroll
           for (int b = 0; b < 4; ++b)  // pair b is physical k 8c + 2b, +1: step b/2, first or second k half
             a[t][b >> 1][(b & 1) * 2 + h] = bf16x2_mul(pair[b], scale);

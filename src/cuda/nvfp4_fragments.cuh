@@ -1,5 +1,5 @@
-// Device helpers shared by the NVFP4 tensor-core kernels: the BF16 mma.sync, repacked E2M1 codes →
-// BF16 pairs (exact, a few shifts and masks) and E4M3 block scales → BF16 pairs.
+// Device helpers shared by the NVFP4 tensor-core kernels: the BF16 mma.sync, BF16 pair multiplies and
+// E4M3 block scales → BF16 pairs; the codes decode with nvfp4_layout.h's decode_code_word.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -26,10 +26,6 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
                                    *reinterpret_cast<const __nv_bfloat162*>(&b));
   return *reinterpret_cast<const uint32_t*>(&r);
 }
-
-// Eight codes of a repacked word (nvfp4_layout.h) → four BF16 pairs, pair b holding elements 2b (low
-// half) and 2b + 1, each the E2M1 value × 2⁻¹²⁶ (exact).
-__device__ __forceinline__ void e2m1x8_to_bf16(uint32_t word, uint32_t (&pair)[4]) { decode_code_word(word, pair); }
 
 // An E4M3 block scale (non-negative) → BF16 pair of scale × 2^DECODED_SCALE_EXPONENT, the operand that
 // turns a decoded pair into weight × 2⁻⁸ (nvfp4_layout.h). Its bits eeee mmm at fp32 bits 26..20 give

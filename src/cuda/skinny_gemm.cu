@@ -92,8 +92,8 @@ __device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS>& w, con
 #pragma unroll
     for (int q = 0; q < 4; ++q) {  // code word q: physical k 32c + 8q … + 7, mma steps 2q and 2q + 1
       uint32_t lo[4], hi[4];
-      e2m1x8_to_bf16(word_of(w.codes[0][b], q), lo);
-      e2m1x8_to_bf16(word_of(w.codes[1][b], q), hi);
+      decode_code_word(word_of(w.codes[0][b], q), lo);
+      decode_code_word(word_of(w.codes[1][b], q), hi);
 #pragma unroll
       for (int i = 0; i < 4; ++i) lo[i] = bf16x2_mul(lo[i], scale[0][q >> 1]), hi[i] = bf16x2_mul(hi[i], scale[1][q >> 1]);
       const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
