@@ -19,14 +19,6 @@ DENSE_ROWS=${DENSE_ROWS:-all:1,16,32,64,8192}
 LATENCY=${LATENCY:---modes none --pp 2048 --tg 128 --batches 16,64,128,256}
 PROFILE_KERNEL=${PROFILE_KERNEL:-skinny_moe_kernel}
 PROFILE_ARGS=${PROFILE_ARGS:---ops moe --moe-tokens 64 --moe-backend skinny}
-PROFILE_METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,\
-smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,\
-sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,\
-sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,\
-smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,\
-smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,\
-smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,\
-smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio
 has() { [[ ",$PARTS," == *",$1,"* ]]; }
 if [ -f "$BASE_DIR/bins.tar.gz" ] && [ ! -x "$BASE_DIR/nibble" ]; then tar -C "$BASE_DIR" -xzf "$BASE_DIR/bins.tar.gz"; fi
 results=()
@@ -78,13 +70,7 @@ for build in base new; do
   fi
   if has profile; then
     # shellcheck disable=SC2086
-    timeout 150 ncu --clock-control none --kernel-name "regex:$PROFILE_KERNEL" --launch-count 2 --csv --metrics "$PROFILE_METRICS" \
-      "$bin" bench kernels $PROFILE_ARGS --iterations 1 --batches 1 > "$OUT/profile_$build.csv" 2>&1
-    results+=("$(printf '%-8s profile %s' "$build" "$(python3 -c "
-import csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 12 and r[-3] != 'Metric Name']
-for r in rows: print(r[4].split('(')[0].split('<')[-1][:24], r[-3].split('.')[0].replace('smsp__average_warps_issue_stalled_', 'stall_'), r[-1], end='; ')
-" "$OUT/profile_$build.csv" 2>&1)")")
+    results+=("$(printf '%-8s profile %s' "$build" "$(key_metrics "$OUT/profile_$build.csv" "$bin" $PROFILE_ARGS)")")
   fi
   if has latency && { [ $build = new ] || [ "${BASE_LATENCY:-1}" = 1 ]; }; then  # BASE_LATENCY=0: this build's only
     synth_qwen3_full

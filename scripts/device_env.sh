@@ -24,3 +24,37 @@ test_wheels() {
   [ -d /tmp/site ] && export PYTHONPATH=/tmp/site
   python3 -c "import openai, pytest, requests" 2>/dev/null
 }
+
+# Nsight Compute's key counters (time, DRAM, issue, pipes, stall reasons) of PROFILE_KERNEL (a regex;
+# its first two launches) in `BIN bench kernels ARGS...`: key_metrics CSV BIN ARGS... prints one line.
+KEY_METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,\
+lts__t_sector_hit_rate.pct,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,\
+sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,\
+sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,\
+smsp__inst_executed.sum,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio
+key_metrics() {
+  local csv=$1 bin=$2; shift 2
+  timeout 150 ncu --clock-control none --kernel-name "regex:$PROFILE_KERNEL" --launch-count 2 --csv --metrics "$KEY_METRICS" \
+    "$bin" bench kernels "$@" --iterations 1 --batches 1 > "$csv" 2>&1
+  python3 -c "
+import csv, re, sys
+short = {'gpu__time_duration': 'us', 'dram__throughput': 'dram%', 'lts__t_sector_hit_rate': 'l2hit%',
+         'smsp__issue_active': 'issue%', 'sm__warps_active': 'warps%', 'sm__inst_executed_pipe_alu': 'alu%',
+         'sm__inst_executed_pipe_fma': 'fma%', 'sm__inst_executed_pipe_lsu': 'lsu%',
+         'sm__pipe_tensor_op_gmma_cycles_active': 'gmma%', 'smsp__inst_executed': 'inst'}
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 12 and r[-3] != 'Metric Name']
+last = None
+for r in rows:
+    m = re.search(r'(\\w+_kernel)(<[^>]*>)?', r[4])
+    name = (m.group(1) + (m.group(2) or '')).replace(' ', '') if m else r[4][:24]
+    if (r[0], name) != last: print('|', name, end=' '); last = (r[0], name)
+    metric = r[-3].split('.')[0]
+    label = short.get(metric, metric.replace('smsp__average_warps_issue_stalled_', '').replace('_per_issue_active', ''))
+    value = r[-1].replace(',', '')
+    if metric == 'gpu__time_duration': value = '%.1f' % (float(value) / (1000 if r[-2] == 'nsecond' else 1))
+    print(label + '=' + value, end=' ')
+" "$csv" 2>&1
+}

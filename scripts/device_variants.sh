@@ -22,6 +22,10 @@ for v in ${VARIANTS:-base}; do
   env $vars timeout 200 build-device/nibble bench kernels --ops "$OPS" --m "$M" --moe-tokens "$MOE_TOKENS" \
     --gemm-backend "$BACKEND" --moe-backend "$BACKEND" > "$OUT/kernels_$name.txt" 2>&1
   results+=("$(printf '%-48s rc=%d  %s' "kernels $v" "$?" "$(awk -v b="$BACKEND/w4a16" '$3 == b {printf "%s:%s=%s ", $1, $2, $4}' "$OUT/kernels_$name.txt")")")
+  if [ -n "${PROFILE_KERNEL:-}" ]; then
+    # shellcheck disable=SC2086
+    results+=("$(printf '%-48s %s' "profile $v" "$( (for kv in $vars; do export "$kv"; done; key_metrics "$OUT/profile_$name.csv" build-device/nibble $PROFILE_ARGS) )")")
+  fi
   if [ -n "${LATENCY:-}" ]; then
     # shellcheck disable=SC2086
     env $vars timeout 240 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 \

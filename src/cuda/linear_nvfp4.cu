@@ -15,7 +15,6 @@
 #include "cuda/quantize_nvfp4.cuh"
 #include "cuda/skinny_gemm.cuh"
 #include "formats/bf16.h"
-#include "formats/e4m3.h"
 
 namespace nibble::cuda {
 namespace {
@@ -83,8 +82,8 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
           w[8 * j + 2 * b + 1] = __uint_as_float(pair[b] & 0xFFFF0000u) * 0x1p126f;
         }
       }
-      const float scale0 = formats::e4m3_decode(uint8_t(scale_bits[r][s] & 0xFF));
-      const float scale1 = formats::e4m3_decode(uint8_t(scale_bits[r][s] >> 8));
+      const float scale0 = block_scale_value(scale_bits[r][s] & 0xFF);
+      const float scale1 = block_scale_value(scale_bits[r][s] >> 8);
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         if (m >= rows) break;
@@ -150,7 +149,7 @@ __global__ void dequantize_kernel(const uint8_t* __restrict__ packed, const uint
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_words) return;
   const uint32_t word = __ldg(reinterpret_cast<const uint32_t*>(packed) + i);
-  const uint32_t scale = e4m3_scale_bf16x2(scales[i / 2]);  // 8 weights per word, 16 per block
+  const uint32_t scale = block_scale_bf16x2(scales[i / 2], 0);  // 8 weights per word, 16 per block
   constexpr uint32_t EPILOGUE = 0x43804380u;  // BF16 pair of 256 = WEIGHT_DECODE_EPILOGUE
   static_assert(WEIGHT_DECODE_EPILOGUE == 256.0f);
   uint32_t result[4];

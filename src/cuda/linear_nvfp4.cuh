@@ -20,18 +20,19 @@
 
 namespace nibble::cuda {
 
-// An NVFP4 weight in device memory: the checkpoint's tensors, the codes repacked by repack_nvfp4_codes.
+// An NVFP4 weight in device memory: the checkpoint's tensors, repacked by repack_nvfp4.
 struct DeviceNvfp4Weight {
   const uint8_t* packed = nullptr;        // [rows, cols/2]: each 32-bit word k 8w … 8w + 7, in the GPU layout
-  const uint8_t* block_scales = nullptr;  // [rows, cols/16] E4M3
+  const uint8_t* block_scales = nullptr;  // [rows, cols/16] scale codes (nvfp4_layout.h)
   int64_t rows = 0;                       // N (out features)
   int64_t cols = 0;                       // K (in features)
   float weight_scale_2 = 1.0f;
 };
 
-// The checkpoint's code bytes (element 2j in the low nibble) → the GPU layout (nvfp4_layout.h), in
-// place on `stream`: every weight's codes pass through it once after they reach the GPU.
-Status repack_nvfp4_codes(uint8_t* packed, size_t bytes, cudaStream_t stream);
+// The checkpoint's code bytes (element 2j in the low nibble) and E4M3 block scales of `blocks` 16-code
+// blocks → the GPU layout (nvfp4_layout.h), in place on `stream`: every weight passes through it once
+// after it reaches the GPU.
+Status repack_nvfp4(uint8_t* packed, uint8_t* block_scales, size_t blocks, cudaStream_t stream);
 
 enum class GemmBackend { AUTO, FUSED, DEQUANT_CUBLAS, SKINNY, WGMMA };
 const char* gemm_backend_name(GemmBackend backend);

@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(C::THREADS) moe_gemm_kernel(const KernelParams
           const int srow = (warp_m * C::WM + t) * 16 + g + 8 * h;
           const uint32_t word =
               *reinterpret_cast<const uint32_t*>(codes + C::code_offset(srow, j) + 4 * c);
-          const uint32_t scale = e4m3_scale_bf16x2(scales[srow * C::SCALE_ROW + 2 * j + (c >> 1)]);
+          const uint32_t scale = block_scale_bf16x2(scales[srow * C::SCALE_ROW + 2 * j + (c >> 1)], 0);
           uint32_t pair[4];
           decode_code_word(word, pair);
 #pragma unroll

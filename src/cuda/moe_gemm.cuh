@@ -14,8 +14,8 @@ namespace nibble::cuda {
 
 // One projection of every expert, stacked in expert order as the checkpoint's per-expert tensors are.
 struct DeviceNvfp4Experts {
-  const uint8_t* packed = nullptr;        // [experts, rows, cols/2], repacked (repack_nvfp4_codes)
-  const uint8_t* block_scales = nullptr;  // [experts, rows, cols/16] E4M3
+  const uint8_t* packed = nullptr;        // [experts, rows, cols/2], repacked (repack_nvfp4)
+  const uint8_t* block_scales = nullptr;  // [experts, rows, cols/16] scale codes (repack_nvfp4)
   const float* global_scales = nullptr;   // device [experts]: each expert's weight_scale_2
   int64_t experts = 0, rows = 0, cols = 0;
 };

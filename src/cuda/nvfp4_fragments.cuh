@@ -1,5 +1,5 @@
 // Device helpers shared by the NVFP4 tensor-core kernels: the BF16 mma.sync, BF16 pair multiplies and
-// E4M3 block scales → BF16 pairs; the codes decode with nvfp4_layout.h's decode_code_word.
+// scale codes → BF16 pairs; the codes decode with nvfp4_layout.h's decode_code_word.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,15 +27,16 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   return *reinterpret_cast<const uint32_t*>(&r);
 }
 
-// An E4M3 block scale (non-negative) → BF16 pair of scale × 2^DECODED_SCALE_EXPONENT, the operand that
-// turns a decoded pair into weight × 2⁻⁸ (nvfp4_layout.h). Its bits eeee mmm at fp32 bits 26..20 give
-// the value × 2⁻¹²⁰ (subnormals as fp32 subnormals), × 2¹²⁰ and × 2¹¹⁸ in fp32 (exact: no flush, built
-// without ftz; ≤ 448 · 2¹¹⁸ < 2¹²⁸), then the top half of the fp32 bits (exact: ≤ 4 significant bits).
-__device__ __forceinline__ uint32_t e4m3_scale_bf16x2(uint32_t byte) {
-  static_assert(DECODED_SCALE_EXPONENT == 118);
-  const float scale = __uint_as_float((byte & 0x7Fu) << 20) * 0x1p120f;
-  const uint32_t bits = __float_as_uint(scale * 0x1p118f) >> 16;
-  return bits | bits << 16;
+// Byte `byte` (0…3) of `bits`, a scale code (nvfp4_layout.h), → the BF16 pair of scale × 2¹¹⁸, the
+// operand that turns a decoded pair into weight × 2⁻⁸: a byte permute and a multiply-add.
+__device__ __forceinline__ uint32_t block_scale_bf16x2(uint32_t bits, int byte) {
+  const uint32_t code = __byte_perm(bits, 0u, 0x4440u | unsigned(byte));  // the byte alone
+  return code * 0x00100010u + (SCALE_OPERAND_BIAS | SCALE_OPERAND_BIAS << 16);
+}
+
+// A scale code's value as fp32 (the operand's BF16 × 2⁻¹¹⁸, exact: a normal fp32).
+__device__ __forceinline__ float block_scale_value(uint32_t code) {
+  return __uint_as_float(scale_operand_bits(code) << 16) * 0x1p-118f;
 }
 
 }  // namespace nibble::cuda

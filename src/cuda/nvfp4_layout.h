@@ -1,7 +1,8 @@
-// The GPU layout of NVFP4 weight codes, made once at load (repack_nvfp4_codes): every 32-bit word
-// keeps the checkpoint's eight codes (k 8w … 8w + 7 of its row) but moves their bits so that
-// E2M1 → BF16 is one or two shifts and masks per pair of codes, with no tables (docs/format.md).
-// Plain C++ (host and device), so the CPU tests check the layout against the codec.
+// The GPU layout of NVFP4 weights, made once at load (repack_nvfp4): every 32-bit word keeps the
+// checkpoint's eight codes (k 8w … 8w + 7 of its row) but moves their bits so that E2M1 → BF16 is one
+// or two shifts and masks per pair of codes, and every E4M3 block scale becomes a one-byte scale code
+// whose BF16 operand is one multiply-add, with no tables (docs/format.md). Plain C++ (host and
+// device), so the CPU tests check the layout against the codecs.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,27 @@ NIB_HD int pair_sign_bit(int p) { return 15 - pair_sign_rotation(p); }
 inline constexpr int DECODED_SCALE_EXPONENT = 118;
 inline constexpr float WEIGHT_DECODE_EPILOGUE = 256.0f;
 
+// Scale codes. Every non-zero E4M3 magnitude is 2^E · (1 + f/8) with E in [-9, 8] (subnormals
+// normalized) and a 3-bit f; its code is (E + 10) << 3 | f (8 … 150), so the BF16 bits of
+// scale × 2¹¹⁸ are code · 16 + SCALE_OPERAND_BIAS (exponent field E + 245 in [236, 253]) — one
+// multiply-add, or two with the byte's extraction, against six operations decoding E4M3 itself.
+// The code has no sign and no zero: a block with a negative scale gets its sixteen codes' signs
+// flipped (−c · s = c · −s), one with a zero scale all-zero codes (its weights are ±0 either way);
+// NaN (E4M3 0x7F / 0xFF) becomes SCALE_CODE_NAN, whose operand is a BF16 NaN.
+inline constexpr uint32_t SCALE_OPERAND_BIAS = 235u << 7;
+inline constexpr uint8_t SCALE_CODE_NAN = 20u << 3 | 7u;
+
+// A non-zero, non-NaN E4M3 magnitude (sign bit clear) → its scale code.
+NIB_HD uint8_t scale_code(uint8_t magnitude) {
+  const int e = magnitude >> 3, m = magnitude & 7;
+  if (e > 0) return uint8_t(magnitude + 24);  // (e - 7 + 10) << 3 | m
+  const int p = m >= 4 ? 2 : m >= 2 ? 1 : 0;  // m · 2⁻⁹ = 2^(p - 9) · (m / 2^p)
+  return uint8_t((p + 1) << 3 | ((m << (3 - p)) & 7));
+}
+
+// The BF16 bits (low 16) of a scale code's operand, scale × 2¹¹⁸.
+NIB_HD uint32_t scale_operand_bits(uint32_t code) { return code * 16u + SCALE_OPERAND_BIAS; }
+
 // The checkpoint's word (element j in bits 4j … 4j + 3) → the GPU layout.
 NIB_HD uint32_t repack_code_word(uint32_t word) {
   uint32_t out = 0;
@@ -58,6 +80,22 @@ NIB_HD void decode_code_word(uint32_t w, uint32_t (&pair)[4]) {
   pair[1] = (w << 3) & DECODED_BITS;
   pair[2] = w & DECODED_BITS;
   pair[3] = ((w >> 3) & DECODED_MAGNITUDE_BITS) | ((w << 1) & DECODED_SIGN_BITS);
+}
+
+// One 16-code block of the checkpoint (its two code words and its E4M3 scale) → the GPU layout.
+NIB_HD void repack_block(uint32_t& word0, uint32_t& word1, uint8_t& scale) {
+  const uint8_t magnitude = scale & 0x7Fu;
+  if (magnitude == 0) {
+    word0 = word1 = 0, scale = 0;
+    return;
+  }
+  if (magnitude == 0x7Fu) {
+    scale = SCALE_CODE_NAN;
+  } else {
+    if (scale & 0x80u) word0 ^= 0x88888888u, word1 ^= 0x88888888u;  // every code's sign bit
+    scale = scale_code(magnitude);
+  }
+  word0 = repack_code_word(word0), word1 = repack_code_word(word1);
 }
 
 // Pair p alone, given its two rotations (p known only at run time: each lane of the wgmma kernels

@@ -26,19 +26,29 @@ constexpr int BM = 128;        // weight rows per CTA
 constexpr int BK = 64;         // k per stage: one 128-byte swizzled row of BF16 activations
 constexpr int CONSUMERS = 256;  // two warpgroups, 64 weight rows each
 constexpr int PRODUCERS = 128;  // one warpgroup of copy issuers
-// setmaxnreg: 128 · (56 + 2 · 216) = 62,464 of the SM's 65,536 registers (multiples of 8).
-constexpr int PRODUCER_REGISTERS = 56, CONSUMER_REGISTERS = 216;
+// Tiles of ≤ 64 rows run two CTAs an SM: twice the warps to hide the decode's latency and one CTA's
+// pipeline fill behind the other's work (H200, MoE block T = 64 / 128 with 32-row tiles: 372 → 290
+// and 374 → 294 µs; T = 512 with 64-row tiles: 421 → 351).
+template <int N>
+constexpr int CTAS_PER_SM = N <= 64 ? 2 : 1;
+// setmaxnreg (multiples of 8): one CTA an SM, 128 · (56 + 2 · 216) = 62,464 of the SM's 65,536
+// registers; two, 128 · (40 + 2 · 96) = 29,696 of a CTA's 384 · 80.
+template <int CTAS>
+constexpr int PRODUCER_REGISTERS = CTAS == 1 ? 56 : 40;
+template <int CTAS>
+constexpr int CONSUMER_REGISTERS = CTAS == 1 ? 216 : 96;
 
 // Shared memory per stage: the activation tile (wgmma B, N rows × 128 B in the 128-byte swizzle,
 // 1024-byte aligned), the codes chunk-major ([2 chunks][BM rows][16 B]: a quarter-warp's reads of
 // eight rows fall in distinct banks) and the scales ([BM rows][4 B]).
-template <int N>
+template <int N, int CTAS = CTAS_PER_SM<N>>
 struct Layout {
   static constexpr int ACT_STAGE = N * 128;
   static constexpr int CODE_STAGE = BM * BK / 2;
   static constexpr int SCALE_STAGE = BM * BK / 16;
   static constexpr int STAGE = ACT_STAGE + CODE_STAGE + SCALE_STAGE;
-  static constexpr int STAGES = std::min(8, (192 * 1024) / STAGE);  // bytes in flight for the memory-bound small N
+  // Bytes in flight for the memory-bound small N; two CTAs an SM share its 227 KB.
+  static constexpr int STAGES = std::min(8, (CTAS == 1 ? 192 * 1024 : 100 * 1024) / STAGE);
   static constexpr int ACT_OFFSET = 0;
   static constexpr int CODE_OFFSET = STAGES * ACT_STAGE;
   static constexpr int SCALE_OFFSET = CODE_OFFSET + STAGES * CODE_STAGE;
@@ -46,7 +56,7 @@ struct Layout {
   static constexpr int ROWS_OFFSET = BARRIER_OFFSET + 2 * STAGES * 8;
   static constexpr int ROW_SCALES_OFFSET = ROWS_OFFSET + N * int(sizeof(int));
   static constexpr int BYTES = ROW_SCALES_OFFSET + N * int(sizeof(float)) + 1024;  // + alignment slack
-  static_assert(BYTES <= 227 * 1024, "Hopper's shared memory per block");
+  static_assert(BYTES * CTAS <= 227 * 1024, "Hopper's shared memory per SM");
 };
 
 struct Params {
@@ -90,8 +100,8 @@ __device__ __forceinline__ void decode_lane_pairs(uint4 chunk, int magnitude_rot
   for (int i = 0; i < 4; ++i) pair[i] = decode_code_pair(words[i], magnitude_rotation, sign_rotation);
 }
 
-template <bool GATED, int N>
-__global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 1) nvfp4_wgmma_kernel(const Params p) {
+template <bool GATED, int N, int CTAS = CTAS_PER_SM<N>>
+__global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kernel(const Params p) {
   using L = Layout<N>;
   constexpr int STAGES = L::STAGES;
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -127,7 +137,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 1) nvfp4_wgmma_kernel(c
 
   if (warpgroup == CONSUMERS / 128) {  // the producers: local weight row `lane`, activation chunks
     // Registers go to the consumers (N = 256 holds 128 accumulators and 16 fragment registers).
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS) : "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS<CTAS>) : "memory");
     const int lane = tid - CONSUMERS;
     const int which = projection<GATED>(lane), row = weight_row<GATED>(lane);
     const bool valid = row < p.n;
@@ -164,7 +174,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 1) nvfp4_wgmma_kernel(c
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGISTERS) : "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGISTERS<CTAS>) : "memory");
   const int lane = tid & 31, warp = (tid / 32) % 4, q = lane % 4;
   const int local0 = 64 * warpgroup + 16 * warp + lane / 4, local1 = local0 + 8;
   const int magnitude_rotation = pair_magnitude_rotation(q), sign_rotation = pair_sign_rotation(q);
@@ -173,17 +183,21 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 1) nvfp4_wgmma_kernel(c
   for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
   uint32_t frag[2][2][4];  // [half of the k-step][k16 block in it][A register]
 
+  // The activation tile's descriptors: that of stage 0's first k16 block, plus 16-byte units.
+  const uint64_t act_descriptor = wgmma::descriptor(smem + L::ACT_OFFSET);
+  int slot = 0, prev_slot = 0;
+  uint32_t phase = 0;
   for (int kt = 0; kt < k_tiles; ++kt) {
-    const int slot = kt % STAGES;
-    barrier_wait(&full[slot], (kt / STAGES) & 1);
+    barrier_wait(&full[slot], phase);
     // The activation tile landed through cp.async (the generic proxy); wgmma reads it through the
-    // async proxy.
+    // async proxy. (Fencing on the producer side instead, after cp.async.wait_group, made the 1-CTA
+    // tiles 3-8% slower on the H200: the fence waits for all of that thread's copies in flight.)
     wgmma::fence_shared_for_async();
     const uint8_t* codes = smem + L::CODE_OFFSET + slot * L::CODE_STAGE;
     const uint8_t* scales = smem + L::SCALE_OFFSET + slot * L::SCALE_STAGE;
     const uint32_t scale_word0 = *reinterpret_cast<const uint32_t*>(scales + local0 * 4);
     const uint32_t scale_word1 = *reinterpret_cast<const uint32_t*>(scales + local1 * 4);
-    const uint8_t* act = smem + L::ACT_OFFSET + slot * L::ACT_STAGE;
+    const uint64_t stage_descriptor = act_descriptor + uint32_t(slot * (L::ACT_STAGE / 16));
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       // Chunk `half` is k 32·half … +31; its gathered bytes give k16 blocks 2·half and 2·half + 1.
@@ -195,8 +209,8 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 1) nvfp4_wgmma_kernel(c
 #pragma unroll
       for (int b = 0; b < 2; ++b) {
         const int block = 2 * half + b;  // the 16-wide scale block too
-        const uint32_t scale0 = e4m3_scale_bf16x2(scale_word0 >> (8 * block));
-        const uint32_t scale1 = e4m3_scale_bf16x2(scale_word1 >> (8 * block));
+        const uint32_t scale0 = block_scale_bf16x2(scale_word0, block);
+        const uint32_t scale1 = block_scale_bf16x2(scale_word1, block);
         frag[half][b][0] = bf16x2_mul(pair0[2 * b], scale0);
         frag[half][b][1] = bf16x2_mul(pair1[2 * b], scale1);
         frag[half][b][2] = bf16x2_mul(pair0[2 * b + 1], scale0);
@@ -204,13 +218,15 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 1) nvfp4_wgmma_kernel(c
       }
       wgmma::fence();
 #pragma unroll
-      for (int b = 0; b < 2; ++b) wgmma::mma_rs<N>(acc, frag[half][b], wgmma::descriptor(act + (2 * half + b) * 32));
+      for (int b = 0; b < 2; ++b) wgmma::mma_rs<N>(acc, frag[half][b], stage_descriptor + (2 * half + b) * 2);
       wgmma::commit();
       // The group before this one is done: its fragments may be rewritten, and after the first half
       // the previous stage has no reader left.
       wgmma::wait<1>();
-      if (half == 0 && kt > 0 && lane == 0) barrier_arrive(&empty[(kt - 1) % STAGES]);
+      if (half == 0 && kt > 0 && lane == 0) barrier_arrive(&empty[prev_slot]);
     }
+    prev_slot = slot;
+    if (++slot == STAGES) slot = 0, phase ^= 1;
   }
   wgmma::wait<0>();
 

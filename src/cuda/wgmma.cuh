@@ -15,7 +15,8 @@ __device__ __forceinline__ int swizzled_offset(int row, int chunk) { return row 
 
 // Descriptor of such a tile starting at `smem` (+32 bytes per k16 step inside the 64): start address,
 // leading-dimension offset (unused for swizzled K-major; 16 bytes by convention), stride between
-// 8-row groups 1024 bytes, swizzle mode 1 = 128 B (bits 62–63).
+// 8-row groups 1024 bytes, swizzle mode 1 = 128 B (bits 62–63). The start address is the low field in
+// 16-byte units, so descriptor(smem + bytes) = descriptor(smem) + bytes / 16 (shared addresses < 256 KB).
 __device__ __forceinline__ uint64_t descriptor(const void* smem) {
   const uint64_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   return ((address & 0x3FFFF) >> 4) | (uint64_t(16 >> 4) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);

@@ -136,8 +136,8 @@ struct CudaModel::Impl {
     uint8_t* packed = const_cast<uint8_t*>(l.q.packed);
     uint8_t* scales = const_cast<uint8_t*>(l.q.block_scales);
     NIB_RETURN_IF_ERROR(copy(packed, lw.weight.data, n / 2, allocate, name + ".weight"));
-    NIB_RETURN_IF_ERROR(cuda::repack_nvfp4_codes(packed, n / 2, nullptr));  // after the copy, on its stream
     NIB_RETURN_IF_ERROR(copy(scales, lw.weight_scale.data, n / 16, allocate, name + ".weight_scale"));
+    NIB_RETURN_IF_ERROR(cuda::repack_nvfp4(packed, scales, n / 16, nullptr));  // after the copies, on their stream
     l.q = {packed, scales, l.out, l.in, lw.weight_scale_2};
     l.input_scale = lw.input_scale;
     return Status::ok();
@@ -170,7 +170,7 @@ struct CudaModel::Impl {
       host_scales[static_cast<size_t>(e)] = lw.weight_scale_2;
       input_scale = std::max(input_scale, lw.input_scale);
     }
-    NIB_RETURN_IF_ERROR(cuda::repack_nvfp4_codes(packed, packed_bytes * E, nullptr));  // after the copies, on their stream
+    NIB_RETURN_IF_ERROR(cuda::repack_nvfp4(packed, scales, scale_bytes * E, nullptr));  // after the copies, on their stream
     NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemcpy(global, host_scales.data(), E * sizeof(float), cudaMemcpyHostToDevice),
                                           "expert global scales"));
     d = {packed, scales, global, E, rows, cols};

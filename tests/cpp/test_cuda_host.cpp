@@ -19,6 +19,7 @@
 #include "cuda/nvfp4_wgmma.cuh"
 #include "cuda/skinny_gemm.cuh"
 #include "formats/e2m1.h"
+#include "formats/e4m3.h"
 #include "test_seed.h"
 
 using namespace nibble;
@@ -147,13 +148,15 @@ TEST(CudaHost, AttentionSplitsStayInBounds) {
 // position of a word, repacked and decoded, gives BF16 bits whose value × 2¹²⁶ is the code's value
 // (so × the 2¹¹⁸-scaled block scale it is the weight × 2⁻⁸, undone by WEIGHT_DECODE_EPILOGUE); the
 // one-pair decode the wgmma lanes use agrees with the whole-word decode; random words survive.
+// The value of BF16 bits (the low 16 of bits16).
+static float bf16_value(uint32_t bits16) {
+  const uint32_t f = bits16 << 16;
+  float v;
+  std::memcpy(&v, &f, 4);
+  return v;
+}
+
 TEST(CudaHost, RepackedCodesDecodeToTheE2m1Values) {
-  auto bf16_value = [](uint32_t bits16) {
-    const uint32_t f = bits16 << 16;
-    float v;
-    std::memcpy(&v, &f, 4);
-    return v;
-  };
   for (int p = 0; p < 4; ++p)
     for (uint32_t lo = 0; lo < 16; ++lo)
       for (uint32_t hi = 0; hi < 16; ++hi) {
@@ -180,4 +183,32 @@ TEST(CudaHost, RepackedCodesDecodeToTheE2m1Values) {
       ASSERT_EQ(bf16_value((pair[q / 2] >> (16 * (q % 2))) & 0xFFFF) * 0x1p126f,
                 formats::e2m1_decode(uint8_t((word >> (4 * q)) & 0xF)));
   }
+}
+
+// Every E4M3 block scale, with random codes: the repacked block's decoded pairs × its scale operand
+// are the checkpoint's weights × 2⁻⁸ exactly (NaN for a NaN scale), the operand a normal BF16.
+TEST(CudaHost, RepackedBlocksDecodeToTheirWeights) {
+  const uint64_t seed = test::test_seed("RepackedBlocksDecodeToTheirWeights");
+  std::mt19937_64 rng(seed);
+  for (int s = 0; s < 256; ++s)
+    for (int trial = 0; trial < 64; ++trial) {
+      const uint32_t words[2] = {uint32_t(rng()), uint32_t(rng())};
+      uint32_t w0 = words[0], w1 = words[1];
+      uint8_t code = uint8_t(s);
+      cuda::repack_block(w0, w1, code);
+      const float operand = bf16_value(cuda::scale_operand_bits(code));
+      const float scale = formats::e4m3_decode(uint8_t(s));
+      if (!std::isnan(scale)) ASSERT_TRUE(std::isnormal(operand)) << s;
+      for (int h = 0; h < 2; ++h) {
+        uint32_t pair[4];
+        cuda::decode_code_word(h ? w1 : w0, pair);
+        for (int q = 0; q < 8; ++q) {
+          const float decoded = bf16_value((pair[q / 2] >> (16 * (q % 2))) & 0xFFFF);
+          const float expected = formats::e2m1_decode(uint8_t((words[h] >> (4 * q)) & 0xF)) * scale;
+          const float got = decoded * operand * 0x1p8f;  // exact in fp32: ≤ 6 significant bits
+          if (std::isnan(scale)) ASSERT_TRUE(std::isnan(got)) << s;
+          else ASSERT_EQ(got, expected) << "scale 0x" << std::hex << s << " seed " << std::dec << seed;
+        }
+      }
+    }
 }

@@ -43,14 +43,17 @@ class DeviceBuffer {
   T* ptr_ = nullptr;
 };
 
-// The checkpoint's code bytes on the GPU in its layout (cuda::repack_nvfp4_codes), as the model's
-// upload leaves them; to_host() returns the repacked bytes.
-class DeviceCodes : public DeviceBuffer<uint8_t> {
- public:
-  explicit DeviceCodes(const std::vector<uint8_t>& host) : DeviceBuffer<uint8_t>(host) {
-    const Status s = cuda::repack_nvfp4_codes(get(), host.size(), nullptr);
+// A checkpoint's NVFP4 codes and E4M3 block scales on the GPU in its layout (cuda::repack_nvfp4), as
+// the model's upload leaves them.
+struct DeviceNvfp4 {
+  DeviceBuffer<uint8_t> packed, scales;
+  DeviceNvfp4(const std::vector<uint8_t>& host_packed, const std::vector<uint8_t>& host_scales)
+      : packed(host_packed), scales(host_scales) {
+    const Status s = host_packed.size() == 8 * host_scales.size()
+                         ? cuda::repack_nvfp4(packed.get(), scales.get(), host_scales.size(), nullptr)
+                         : Status::error("codes and scales differ in block count");
     if (!s.is_ok() || cudaStreamSynchronize(nullptr) != cudaSuccess) {
-      std::fprintf(stderr, "DeviceCodes: %s\n", s.is_ok() ? "repack failed" : s.message().c_str());
+      std::fprintf(stderr, "DeviceNvfp4: %s\n", s.is_ok() ? "repack failed" : s.message().c_str());
       std::abort();
     }
   }

@@ -67,13 +67,12 @@ void check(int64_t m, const Shape& s, cuda::GemmBackend backend, uint64_t seed,
   std::vector<float> expected(static_cast<size_t>(m * s.n));
 
   test::DeviceBuffer<uint16_t> d_x(p.x_bf16), d_workspace(static_cast<size_t>(s.n * s.k));
-  test::DeviceCodes d_packed(p.w.packed);
-  test::DeviceBuffer<uint8_t> d_scales(p.w.block_scales);
+  test::DeviceNvfp4 d_w(p.w.packed, p.w.block_scales);
   test::DeviceBuffer<float> d_y(expected.size()), d_row_scales(static_cast<size_t>(m));
   test::DeviceBuffer<uint16_t> d_x_hat(p.x_bf16.size());
   cublasHandle_t handle;
   ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
-  const cuda::DeviceNvfp4Weight w{d_packed.get(), d_scales.get(), s.n, s.k, p.w.scale};
+  const cuda::DeviceNvfp4Weight w{d_w.packed.get(), d_w.scales.get(), s.n, s.k, p.w.scale};
   const cuda::GemmContext ctx{nullptr, handle, d_workspace.get(), static_cast<size_t>(s.n * s.k),
                               d_x_hat.get(), d_row_scales.get(), p.x_bf16.size()};
   const Status status = cuda::linear_nvfp4(d_x.get(), m, w, mode, input_scale, d_y.get(), backend, ctx);
@@ -162,16 +161,14 @@ TEST(CudaLinearNvfp4, SkinnyThreeWeightsInOneLaunch) {
   std::vector<Problem> problems;
   for (int i = 0; i < 3; ++i) problems.push_back(make_problem(m, {rows[i], k, "qkv"}, seed + i));
   test::DeviceBuffer<uint16_t> d_x(problems[0].x_bf16);
-  std::vector<std::unique_ptr<test::DeviceCodes>> packed;
-  std::vector<std::unique_ptr<test::DeviceBuffer<uint8_t>>> scales;
+  std::vector<std::unique_ptr<test::DeviceNvfp4>> device_weights;
   std::vector<std::unique_ptr<test::DeviceBuffer<float>>> together, alone;
   std::vector<cuda::DeviceNvfp4Weight> w;
   for (int i = 0; i < 3; ++i) {
-    packed.push_back(std::make_unique<test::DeviceCodes>(problems[i].w.packed));
-    scales.push_back(std::make_unique<test::DeviceBuffer<uint8_t>>(problems[i].w.block_scales));
+    device_weights.push_back(std::make_unique<test::DeviceNvfp4>(problems[i].w.packed, problems[i].w.block_scales));
     together.push_back(std::make_unique<test::DeviceBuffer<float>>(static_cast<size_t>(m * rows[i])));
     alone.push_back(std::make_unique<test::DeviceBuffer<float>>(static_cast<size_t>(m * rows[i])));
-    w.push_back({packed[i]->get(), scales[i]->get(), rows[i], k, problems[i].w.scale});
+    w.push_back({device_weights[i]->packed.get(), device_weights[i]->scales.get(), rows[i], k, problems[i].w.scale});
   }
   const cuda::DeviceNvfp4Weight* weights[3] = {&w[0], &w[1], &w[2]};
   float* outs[3] = {together[0]->get(), together[1]->get(), together[2]->get()};

@@ -61,8 +61,12 @@ HostProjection random_projection(int64_t experts, int64_t rows, int64_t cols, st
     const uint64_t bits = rng();
     for (size_t b = 0; b < 8 && i + b < p.packed.size(); ++b) p.packed[i + b] = uint8_t(bits >> (8 * b));
   }
-  // Mostly E4M3 0x30..0x40 (0.5 … 2); one block in 16 anywhere in 0x01..0x2F, E4M3 subnormals included.
-  for (uint8_t& s : p.scales) s = rng() % 16 ? uint8_t(0x30 + rng() % 17) : uint8_t(1 + rng() % 0x2F);
+  // Mostly E4M3 0x30..0x40 (0.5 … 2); one block in 16 anywhere in 0x01..0x2F, E4M3 subnormals included;
+  // one in 256 a zero or negative scale, which the GPU layout folds into the codes (nvfp4_layout.h).
+  for (uint8_t& s : p.scales) {
+    s = rng() % 16 ? uint8_t(0x30 + rng() % 17) : uint8_t(1 + rng() % 0x2F);
+    if (rng() % 256 == 0) s = rng() % 2 ? uint8_t(0x80 * (rng() % 2)) : uint8_t(s | 0x80);
+  }
   std::uniform_real_distribution<float> spread(0.5f, 2.0f);
   for (int64_t e = 0; e < experts; ++e) p.global.push_back(0.004f * spread(rng) / std::sqrt(float(cols) / 768.0f));
   return p;
@@ -96,12 +100,11 @@ Problem make_problem(const Config& c, uint64_t seed) {
 }
 
 struct DeviceProjection {
-  test::DeviceCodes packed;
-  test::DeviceBuffer<uint8_t> scales;
+  test::DeviceNvfp4 weights;
   test::DeviceBuffer<float> global;
-  explicit DeviceProjection(const HostProjection& h) : packed(h.packed), scales(h.scales), global(h.global) {}
+  explicit DeviceProjection(const HostProjection& h) : weights(h.packed, h.scales), global(h.global) {}
   cuda::DeviceNvfp4Experts view(int64_t experts, int64_t rows, int64_t cols) {
-    return {packed.get(), scales.get(), global.get(), experts, rows, cols};
+    return {weights.packed.get(), weights.scales.get(), global.get(), experts, rows, cols};
   }
 };
 

@@ -84,9 +84,10 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
       BENCH_CUDA(cudaMalloc(&scales[c], q->block_scales.size()));
       BENCH_CUDA(cudaMalloc(&bf16[c], bf16_bytes));
       BENCH_CUDA(cudaMemcpy(packed[c], q->packed.data(), q->packed.size(), cudaMemcpyHostToDevice));
-      if (!cuda::repack_nvfp4_codes(packed[c], q->packed.size(), nullptr)) return 1;  // the GPU layout, as the model loads it
-      BENCH_CUDA(cudaStreamSynchronize(nullptr));
       BENCH_CUDA(cudaMemcpy(scales[c], q->block_scales.data(), q->block_scales.size(), cudaMemcpyHostToDevice));
+      // The GPU layout, as the model loads it.
+      if (!cuda::repack_nvfp4(packed[c], scales[c], q->block_scales.size(), nullptr)) return 1;
+      BENCH_CUDA(cudaStreamSynchronize(nullptr));
       const cuda::DeviceNvfp4Weight dw{packed[c], scales[c], s.n, s.k, q->scale};
       if (!cuda::dequantize_nvfp4_bf16(dw, bf16[c], stream)) return 1;
     }

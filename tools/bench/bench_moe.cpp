@@ -40,9 +40,9 @@ int upload_experts(int64_t E, int64_t rows, int64_t cols, std::mt19937_64& rng, 
   BENCH_CUDA(cudaMalloc(&d.scales, scales.size()));
   BENCH_CUDA(cudaMalloc(&d.global, E * sizeof(float)));
   BENCH_CUDA(cudaMemcpy(d.packed, packed.data(), packed.size(), cudaMemcpyHostToDevice));
-  if (!cuda::repack_nvfp4_codes(d.packed, packed.size(), nullptr)) return 1;  // the GPU layout, as the model loads it
-  BENCH_CUDA(cudaStreamSynchronize(nullptr));
   BENCH_CUDA(cudaMemcpy(d.scales, scales.data(), scales.size(), cudaMemcpyHostToDevice));
+  if (!cuda::repack_nvfp4(d.packed, d.scales, scales.size(), nullptr)) return 1;  // the GPU layout, as the model loads it
+  BENCH_CUDA(cudaStreamSynchronize(nullptr));
   BENCH_CUDA(cudaMemcpy(d.global, d.host_global.data(), E * sizeof(float), cudaMemcpyHostToDevice));
   return 0;
 }
