@@ -7,7 +7,8 @@
 # (LATENCY flags) of both builds on the full-size synthetic Qwen3-30B-A3B, and with "profile" Nsight
 # Compute's key counters for PROFILE_KERNEL in `bench kernels PROFILE_ARGS`. VARIANTS (environment
 # settings, e.g. "base NIBBLE_SKINNY_BLOCKS=2") repeat this build's kernel rows under each, and
-# LATENCY_VARIANTS (extra flags, commas for spaces, e.g. "--moe-backend,skinny") its latency run. Logs
+# LATENCY_VARIANTS (extra flags or NAME=VALUE settings, commas for spaces, e.g. "--moe-backend,skinny"
+# or "NIBBLE_WGMMA_N=64") its latency run. Logs
 # under $OUT; table last.
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -50,13 +51,15 @@ kernel_rows() {
   done
   results+=("$(printf '%-8s kernels: %s' "$label" "$(awk '$3 ~ /\/w4a16$/ {printf "%s:%s:%s=%s ", $1, $2, $3, $4}' "$log")")")
 }
-# latency_run LABEL BIN [FLAGS...]: `bench latency` with LATENCY and FLAGS.
+# latency_run LABEL BIN [ARGS...]: `bench latency` with LATENCY and ARGS, where NAME=VALUE arguments
+# are set in its environment and the rest are flags.
 latency_run() {
-  local label=$1 bin=$2; shift 2
-  local log="$OUT/latency_$(printf '%s' "$label" | tr -d '-' | tr ',' '_').log"
+  local label=$1 bin=$2 arg; shift 2
+  local log="$OUT/latency_$(printf '%s' "$label" | tr -d '-' | tr ',=' '__').log" vars=() flags=()
+  for arg in "$@"; do if [[ $arg =~ ^[A-Z_][A-Z0-9_]*= ]]; then vars+=("$arg"); else flags+=("$arg"); fi; done
   # shellcheck disable=SC2086
-  timeout 240 "$bin" bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 --batch-gen 32 $LATENCY "$@" \
-    > "$log" 2>&1
+  env "${vars[@]}" timeout 240 "$bin" bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 --batch-gen 32 \
+    $LATENCY "${flags[@]}" > "$log" 2>&1
   results+=("$(printf '%-8s latency rc=%d  %s' "$label" "$?" "$(awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}' "$log")")")
 }
 for build in base new; do
