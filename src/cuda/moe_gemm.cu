@@ -1,6 +1,6 @@
 // Grouped NVFP4 × BF16 GEMM with mma.sync m16n8k16 (fp32 accumulate). The weight tile is the MMA's
 // A operand (16 output features per m-tile) and tokens are its B operand (8 per n-tile), so a tile
-// of one token wastes little at decode. Per k-step (64–256 wide) a CTA stages FP4 codes, E4M3 scales and
+// of one token wastes little at decode. Per k-step (64–256 wide) a CTA stages FP4 codes, scale codes and
 // gathered BF16 activation rows in shared memory (cp.async, multi-stage), and each warp decodes its
 // A fragments in registers: eight E2M1 codes → BF16 through byte-permute tables, × the block scale —
 // exact, since an E2M1 · E4M3 product has ≤ 6 significant bits. Within each 32-wide k-chunk,

@@ -1,7 +1,7 @@
 // NVFP4 × BF16 GEMMs for prefill-sized batches on Hopper's warpgroup MMA with the weights as the
 // register operand (wgmma RS, sm_90a): a CTA computes 128 weight rows (two consumer warpgroups of 64;
 // gate_up: 64 features, gate and up of each in one thread) × N token rows (N = 32…256, the tile
-// height). A producer warpgroup cp.asyncs each 64-wide k-step — FP4 codes, E4M3 scales and the
+// height). A producer warpgroup cp.asyncs each 64-wide k-step — FP4 codes, scale codes and the
 // (gathered) BF16 activation rows — into a ring of stages; each consumer thread decodes its two weight
 // rows' codes straight into wgmma A fragments (E2M1 × E4M3 is exact in BF16) while the previous
 // half-step's MMAs run, and the activations are wgmma's B operand in shared memory. Nothing decoded

@@ -1,6 +1,6 @@
 // Skinny NVFP4 GEMM kernels. The k permutation: within each 128-wide k-block, lane (g, c) of a warp
 // (g = lane / 4, c = lane % 4) holds physical k 32c … 32c + 31 of its two rows (g and g + 8 of the
-// m16 tile): 16 code bytes per row, one load, and the two E4M3 scales 2c, 2c + 1 of the block. Its
+// m16 tile): 16 code bytes per row, one load, and the scale codes 2c, 2c + 1 of the block. Its
 // mma step s (8 per block) feeds physical k 32c + 4s … + 3 as the fragment's logical k 2c, 2c + 1,
 // 2c + 8, 2c + 9 — and takes the same physical k of its token column g from x (one 16-byte load per
 // two steps). A and B agree on the order, so the products are the plain dot products; every

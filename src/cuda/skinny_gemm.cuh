@@ -1,6 +1,6 @@
 // NVFP4 GEMMs for few token rows (decode and small batches) on BF16 tensor cores, with no
 // shared-memory staging: each warp owns one m16 tile of weight rows over a range of k and loads its
-// E2M1 codes and E4M3 scales straight into mma fragment registers, up to 16 (dense) or 32 (MoE)
+// E2M1 codes and scale codes straight into mma fragment registers, up to 16 (dense) or 32 (MoE)
 // token columns come from L1-cached loads of the activations, and the CTA's warps split k and sum
 // their parts in a fixed order. Dense (up to three weights sharing one input: q/k/v as one launch)
 // and the MoE's gate_up (+SwiGLU) and down over the expert tile list of group_by_expert. Twins of
