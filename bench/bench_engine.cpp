@@ -1,7 +1,10 @@
 // The engine's own CPU time per step (issue 16: ≤ 150 µs at 256 sequences): the real engine,
 // scheduler, block manager, detokenizer (the Qwen3 tokenizer) and output callbacks, over a runner
 // that does no model work and returns at once — so the time between one step's return and the next
-// step's call is the engine's. Usage: bench_engine [sequences=256] [prompt=1000] [output=200]
+// step's call is the engine's. Usage: bench_engine [sequences=256] [prompt=1000] [output=200] [requests]
+// With `requests` (> sequences) it is issue 16's workload 1 shape instead: that many requests, at most
+// `sequences` in flight (a new one as one finishes, as a client's --max-concurrency does), prompt and
+// output lengths spread ±50% around the given ones; every step counts.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -63,6 +66,8 @@ double percentile(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   const int64_t sequences = argc > 1 ? std::atoll(argv[1]) : 256, prompt_len = argc > 2 ? std::atoll(argv[2]) : 1000,
                 output_len = argc > 3 ? std::atoll(argv[3]) : 200;
+  const int64_t requests = argc > 4 ? std::max<int64_t>(std::atoll(argv[4]), sequences) : sequences;
+  const bool spread = requests > sequences;
   auto tokenizer = text::Tokenizer::load(std::string(NIBBLE_SOURCE_DATA_DIR) + "/qwen3-tokenizer");
   if (!tokenizer) {
     std::fprintf(stderr, "bench_engine: %s\n", tokenizer.status().message().c_str());
@@ -84,13 +89,17 @@ int main(int argc, char** argv) {
   std::mutex mutex;
   int64_t finished = 0, text_bytes = 0;
   std::mt19937_64 rng(0);
+  auto length = [&](int64_t mean) {  // ±50%, as bench serve's --random-range-ratio 0.5
+    return spread ? mean / 2 + static_cast<int64_t>(rng() % static_cast<uint64_t>(mean + 1)) : mean;
+  };
   const Clock::time_point start = Clock::now();
-  for (int64_t i = 0; i < sequences; ++i) {
+  auto submit = [&](int64_t i) {
     engine::GenerationRequest r;
     r.id = "r" + std::to_string(i);
-    for (int64_t t = 0; t < prompt_len; ++t) r.prompt.push_back(static_cast<int32_t>(1000 + rng() % 100000));
+    const int64_t n_prompt = length(prompt_len);
+    for (int64_t t = 0; t < n_prompt; ++t) r.prompt.push_back(static_cast<int32_t>(1000 + rng() % 100000));
     r.sampling.temperature = 0.0f;
-    r.stop.max_tokens = output_len;
+    r.stop.max_tokens = std::max<int64_t>(length(output_len), 1);
     r.stop.ignore_eos = true;
     r.stop.stop = {"\n\nUser:"};  // a stop string to watch for, as chat clients send
     r.on_output = [&](engine::RequestOutput&& out) {  // what the server's callback does: take the text
@@ -98,17 +107,22 @@ int main(int argc, char** argv) {
       for (const auto& c : out.choices) text_bytes += static_cast<int64_t>(c.text.size());
       finished += out.finished;
     };
-    if (Status s = eng.submit(std::move(r)); !s) {
-      std::fprintf(stderr, "bench_engine: %s\n", s.message().c_str());
-      return 1;
-    }
-  }
+    return eng.submit(std::move(r));
+  };
+  int64_t submitted = 0;
   for (;;) {
+    int64_t done;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      if (finished == sequences) break;
+      done = finished;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (done == requests) break;
+    for (; submitted < std::min(requests, done + sequences); ++submitted)
+      if (Status s = submit(submitted); !s) {
+        std::fprintf(stderr, "bench_engine: %s\n", s.message().c_str());
+        return 1;
+      }
+    std::this_thread::sleep_for(std::chrono::microseconds(spread ? 200 : 5000));
   }
   const double total = std::chrono::duration<double>(Clock::now() - start).count();
   const engine::MetricsSnapshot m = eng.metrics();
@@ -120,17 +134,18 @@ int main(int argc, char** argv) {
   const auto& steps = null_runner->steps;
   for (size_t i = 1; i < steps.size(); ++i) {
     runner_us.push_back(std::chrono::duration<double, std::micro>(steps[i].returned - steps[i].called).count());
-    if (steps[i].rows == sequences && steps[i].tokens == sequences && steps[i - 1].rows == sequences)
+    if (spread || (steps[i].rows == sequences && steps[i].tokens == sequences && steps[i - 1].rows == sequences))
       gaps_us.push_back(std::chrono::duration<double, std::micro>(steps[i].called - steps[i - 1].returned).count());
   }
   double mean = 0;
   for (double g : gaps_us) mean += g / static_cast<double>(gaps_us.size());
-  std::printf("sequences %lld, prompt %lld, output %lld: %zu steps (%zu full decode steps), %.2f s, %lld text bytes\n",
-              (long long)sequences, (long long)prompt_len, (long long)output_len, steps.size(), gaps_us.size(), total,
+  std::printf("sequences %lld, prompt %lld, output %lld%s, %lld requests: %zu steps (%zu %s), %.2f s, %lld text bytes\n",
+              (long long)sequences, (long long)prompt_len, (long long)output_len, spread ? " (±50%)" : "",
+              (long long)requests, steps.size(), gaps_us.size(), spread ? "timed" : "full decode steps", total,
               (long long)text_bytes);
-  std::printf("engine CPU time per decode step: mean %.1f us, p50 %.1f, p90 %.1f, p99 %.1f (%.2f us per sequence); "
+  std::printf("engine CPU time per %sstep: mean %.1f us, p50 %.1f, p90 %.1f, p99 %.1f (%.2f us per sequence); "
               "null runner %.1f us\n",
-              mean, percentile(gaps_us, 50), percentile(gaps_us, 90), percentile(gaps_us, 99),
+              spread ? "" : "decode ", mean, percentile(gaps_us, 50), percentile(gaps_us, 90), percentile(gaps_us, 99),
               mean / static_cast<double>(sequences), percentile(runner_us, 50));
   std::printf("the engine's own step timers (/metrics): %.1f us of engine work and %.1f us in the runner per step, "
               "over all %llu steps\n",

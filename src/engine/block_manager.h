@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <list>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -18,7 +17,7 @@ class BlockManager {
 
   int64_t block_size() const { return block_size_; }
   int64_t n_blocks() const { return static_cast<int64_t>(blocks_.size()); }
-  int64_t n_free() const { return static_cast<int64_t>(free_.size()); }  // cached-but-unused blocks count as free
+  int64_t n_free() const { return n_free_; }  // cached-but-unused blocks count as free
   int64_t n_used() const { return n_blocks() - n_free(); }
   static int64_t blocks_for(int64_t tokens, int64_t block_size) { return (tokens + block_size - 1) / block_size; }
 
@@ -47,20 +46,29 @@ class BlockManager {
  private:
   struct Block {
     int32_t ref_count = 0;
-    bool cached = false;           // registered in by_hash_
-    uint64_t hash = 0;
-    std::vector<int32_t> tokens;   // the block's tokens, so a hash collision is never a false hit
-    std::list<int32_t>::iterator free_position;
+    bool cached = false;  // registered in by_hash_, its tokens in tokens_
     bool in_free_list = false;
+    uint64_t hash = 0;
+    int32_t prev = -1, next = -1;  // free-list neighbours
   };
   uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens) const;
-  void take(int32_t id);      // out of the free list, ref 1 (evicting its cache entry if fresh use)
+  void take(int32_t id);  // out of the free list, one more reference
   void forget(int32_t id);
+  // A cached block's tokens, so that a hash collision is never a false hit.
+  std::span<int32_t> tokens_of(int32_t id) {
+    return {tokens_.data() + static_cast<size_t>(id) * static_cast<size_t>(block_size_), static_cast<size_t>(block_size_)};
+  }
+  // The free list, an LRU threaded through blocks_ (no allocation per step): front evicted first.
+  void link_front(int32_t id);
+  void link_back(int32_t id);
+  void unlink(int32_t id);
 
   int64_t block_size_;
   bool prefix_caching_;
   std::vector<Block> blocks_;
-  std::list<int32_t> free_;  // front: evicted first
+  std::vector<int32_t> tokens_;  // [blocks, block_size]
+  int32_t free_front_ = -1, free_back_ = -1;
+  int64_t n_free_ = 0;
   std::unordered_map<uint64_t, int32_t> by_hash_;
   int64_t queried_tokens_ = 0, hit_tokens_ = 0;
 };

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <list>
 #include <map>
 #include <memory>
 #include <random>
@@ -69,6 +70,89 @@ TEST(BlockManager, ResetForgetsTheCache) {
   blocks.release(table, hashes);
   blocks.reset_prefix_cache();
   EXPECT_EQ(blocks.match_prefix(tokens, table, hashes), 0);
+}
+
+// The free list's LRU order and the prefix cache, checked against a plain model (a std::list of
+// ids: released cached blocks to the back, plain ones to the front; a map from a block's whole token
+// prefix to the block caching it): under random allocations, releases, prefix registrations and
+// lookups, the block manager finds the same prefixes, hands out the same ids and counts the same
+// free blocks.
+TEST(BlockManager, FreeListAndPrefixCacheMatchAPlainModel) {
+  const uint64_t seed = test::test_seed("FreeListAndPrefixCacheMatchAPlainModel");
+  std::mt19937_64 rng(seed);
+  constexpr int64_t N = 24, B = 2;
+  BlockManager blocks(N, B, true);
+  std::list<int32_t> model_free;
+  for (int32_t id = 0; id < N; ++id) model_free.push_back(id);
+  std::map<int32_t, int> refs;
+  std::map<std::vector<int32_t>, int32_t> by_prefix;  // tokens [0, (j + 1)·B) → the block j caching them
+  std::map<int32_t, std::vector<int32_t>> cached;     // block → its key in by_prefix
+  struct Holder {
+    std::vector<int32_t> tokens, table;
+    std::vector<uint64_t> hashes;
+  };
+  std::vector<Holder> holders;
+  auto release = [&](const std::vector<int32_t>& table) {
+    for (auto it = table.rbegin(); it != table.rend(); ++it)
+      if (--refs[*it] == 0) {
+        if (cached.count(*it)) model_free.push_back(*it);
+        else model_free.push_front(*it);
+      }
+  };
+  for (int op = 0; op < 4000; ++op) {
+    if (rng() % 3 == 0 || holders.empty()) {  // a new sequence: prefix lookup, then fresh blocks
+      Holder h;
+      const int len = 1 + static_cast<int>(rng() % 9);
+      for (int i = 0; i < len; ++i) h.tokens.push_back(static_cast<int32_t>(rng() % 3));  // few values: many hits
+      std::vector<int32_t> expected_hits;
+      for (int64_t j = 0; j < (len - 1) / B; ++j) {
+        auto it = by_prefix.find(std::vector<int32_t>(h.tokens.begin(), h.tokens.begin() + (j + 1) * B));
+        if (it == by_prefix.end()) break;
+        expected_hits.push_back(it->second);
+      }
+      const int64_t hit = blocks.match_prefix(h.tokens, h.table, h.hashes);
+      ASSERT_EQ(h.table, expected_hits) << "seed " << seed;
+      ASSERT_EQ(hit, static_cast<int64_t>(expected_hits.size()) * B);
+      for (int32_t id : h.table)
+        if (refs[id]++ == 0) model_free.remove(id);
+      const int64_t need = BlockManager::blocks_for(len, B) - hit / B;
+      const bool fits = need <= static_cast<int64_t>(model_free.size());
+      ASSERT_EQ(blocks.allocate(need, h.table), fits) << "seed " << seed;
+      if (!fits) {
+        const std::vector<int32_t> shared = h.table;
+        blocks.release(h.table, h.hashes);
+        release(shared);
+        continue;
+      }
+      for (int64_t i = 0; i < need; ++i) {
+        const int32_t id = model_free.front();
+        model_free.pop_front();
+        ASSERT_EQ(h.table[h.table.size() - static_cast<size_t>(need) + static_cast<size_t>(i)], id) << "seed " << seed;
+        if (auto c = cached.find(id); c != cached.end()) {  // evicted on reuse
+          by_prefix.erase(c->second);
+          cached.erase(c);
+        }
+        refs[id] = 1;
+      }
+      blocks.register_full_blocks(h.tokens, len, h.table, h.hashes);
+      for (int64_t j = 0; j < len / B; ++j) {
+        std::vector<int32_t> key(h.tokens.begin(), h.tokens.begin() + (j + 1) * B);
+        const int32_t id = h.table[static_cast<size_t>(j)];
+        if (cached.count(id) || by_prefix.count(key)) continue;  // shared already, or a duplicate
+        by_prefix[key] = id;
+        cached[id] = std::move(key);
+      }
+      holders.push_back(std::move(h));
+    } else {  // a sequence ends
+      const size_t i = rng() % holders.size();
+      Holder h = std::move(holders[i]);
+      holders.erase(holders.begin() + static_cast<std::ptrdiff_t>(i));
+      const std::vector<int32_t> table = h.table;
+      blocks.release(h.table, h.hashes);
+      release(table);
+    }
+    ASSERT_EQ(blocks.n_free(), static_cast<int64_t>(model_free.size())) << "seed " << seed;
+  }
 }
 
 struct Trace {
