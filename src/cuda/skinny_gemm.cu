@@ -145,8 +145,10 @@ struct DenseParams {
   const float* row_scales;
 };
 
-// Two n-tiles of 2 k-blocks a warp fit 64 registers: two 16-warp CTAs an SM. The scale codes' decode
-// let ptxas take 71 without the bound, one CTA an SM: q_proj M = 16 5.77 -> 7.05 us (H200).
+// Two n-tiles of 2 k-blocks a warp fit 64 registers: 2048 threads an SM. The scale codes' decode let
+// ptxas take 71 without the bound (1.5x fewer resident CTAs), and launches of more CTAs than then fit
+// took more waves: q_proj M = 64 16.4 -> 18.8 us, o_proj M = 64 16.9 -> 21.2 (H200; M = 17-32 launch
+// half as many CTAs, still more than fit at 71). Two words spill, outside the k loop.
 template <int BLOCKS, int NT>
 __global__ void __launch_bounds__(MAX_WARPS * 32, BLOCKS == 2 && NT == 2 ? 2 : 1) skinny_dense_kernel(const DenseParams p) {
   extern __shared__ float partial[];
