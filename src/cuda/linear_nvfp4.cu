@@ -237,15 +237,19 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
     return launch_gemv_for_k<M_TILE>(x, int(M), K, w, row_scales, y, ctx.stream);
   }
   if (!ctx.cublas) return Status::error("linear_nvfp4 (dequant-cublas): no cuBLAS handle");
-  if (ctx.workspace_elements < size_t(w.rows * w.cols))
-    return Status::error("linear_nvfp4 (dequant-cublas): workspace holds " + std::to_string(ctx.workspace_elements) +
-                         " BF16 values, the weight needs " + std::to_string(w.rows * w.cols));
-  NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(w, ctx.workspace, ctx.stream));
+  const uint16_t* dequantized = w.bf16;
+  if (!dequantized) {
+    if (ctx.workspace_elements < size_t(w.rows * w.cols))
+      return Status::error("linear_nvfp4 (dequant-cublas): workspace holds " + std::to_string(ctx.workspace_elements) +
+                           " BF16 values, the weight needs " + std::to_string(w.rows * w.cols));
+    NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(w, ctx.workspace, ctx.stream));
+    dequantized = ctx.workspace;
+  }
   cublasStatus_t s = cublasSetStream(ctx.cublas, ctx.stream);
   // Row-major y[M,N] = x[M,K]·Wᵀ is column-major yᵀ[N,M] = W(col-major K×N)ᵀ · xᵀ(col-major K×M).
   const float alpha = w.weight_scale_2, beta = 0.0f;
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, int(M), K, &alpha, ctx.workspace, CUDA_R_16BF, K, x,
+    s = cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, int(M), K, &alpha, dequantized, CUDA_R_16BF, K, x,
                      CUDA_R_16BF, K, &beta, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   NIB_RETURN_IF_ERROR(cublas_status(s, "linear_nvfp4 (dequant-cublas)"));
   if (!row_scales) return Status::ok();

@@ -27,6 +27,9 @@ struct DeviceNvfp4Weight {
   int64_t rows = 0;                       // N (out features)
   int64_t cols = 0;                       // K (in features)
   float weight_scale_2 = 1.0f;
+  // The weight dequantized once (exact BF16 values, before weight_scale_2), or null: dequant-cublas
+  // then dequantizes into the GemmContext's workspace at every call.
+  const uint16_t* bf16 = nullptr;
 };
 
 // The checkpoint's code bytes (element 2j in the low nibble) and E4M3 block scales of `blocks` 16-code

@@ -97,7 +97,7 @@ struct CudaModel::Impl {
   uint16_t *k_cache = nullptr, *v_cache = nullptr;
   int64_t n_blocks = 0;
   // Upload bookkeeping.
-  uint64_t bytes_uploaded = 0, bytes_total = 0;
+  uint64_t bytes_uploaded = 0, bytes_total = 0, bf16_copy_bytes = 0;
   int next_quarter = 1;
   std::chrono::steady_clock::time_point upload_start;
 
@@ -135,10 +135,19 @@ struct CudaModel::Impl {
     if (!l.nvfp4) return copy(l.bf16, lw.weight.data, n * 2, allocate, name + ".weight");
     uint8_t* packed = const_cast<uint8_t*>(l.q.packed);
     uint8_t* scales = const_cast<uint8_t*>(l.q.block_scales);
+    uint16_t* dense = const_cast<uint16_t*>(l.q.bf16);  // a reload keeps all three buffers
     NIB_RETURN_IF_ERROR(copy(packed, lw.weight.data, n / 2, allocate, name + ".weight"));
     NIB_RETURN_IF_ERROR(copy(scales, lw.weight_scale.data, n / 16, allocate, name + ".weight_scale"));
     NIB_RETURN_IF_ERROR(cuda::repack_nvfp4(packed, scales, n / 16, nullptr));  // after the copies, on their stream
     l.q = {packed, scales, l.out, l.in, lw.weight_scale_2};
+    // Batches over AUTO_SKINNY_MAX_M rows run dense NVFP4 weights through cuBLAS in BF16: dequantized
+    // here once (the same exact values the per-call dequantize made), and again on a reload.
+    if (options.gemm == cuda::GemmBackend::AUTO || options.gemm == cuda::GemmBackend::DEQUANT_CUBLAS) {
+      if (allocate) NIB_RETURN_IF_ERROR(ctx->arena.alloc(dense, n, name + " (BF16 for large batches)"));
+      l.q.bf16 = dense;
+      NIB_RETURN_IF_ERROR(cuda::dequantize_nvfp4_bf16(l.q, dense, nullptr));  // after the repack, on its stream
+      bf16_copy_bytes += n * 2;
+    }
     l.input_scale = lw.input_scale;
     return Status::ok();
   }
@@ -179,7 +188,7 @@ struct CudaModel::Impl {
 
   // Every weight to the device in a fixed order; `allocate` on the first load, in place on reloads.
   Status upload(const io::BoundCheckpoint& b, bool allocate) {
-    bytes_uploaded = 0;
+    bytes_uploaded = 0, bf16_copy_bytes = 0;
     next_quarter = 1;
     bytes_total = 0;
     for (const io::ModuleSpec& m : b.modules) bytes_total += m.nbytes();
@@ -254,7 +263,11 @@ struct CudaModel::Impl {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - upload_start).count();
     log_info("weights on the GPU: " + std::to_string(bytes_uploaded / 1e9).substr(0, 6) + " GB in " +
              std::to_string(s).substr(0, 5) + " s (" + std::to_string(s > 0 ? bytes_uploaded / 1e9 / s : 0.0).substr(0, 5) +
-             " GB/s)");
+             " GB/s)" +
+             (bf16_copy_bytes ? ", and " + std::to_string(bf16_copy_bytes / 1e9).substr(0, 5) +
+                                    " GB of dense NVFP4 weights in BF16 for batches over " +
+                                    std::to_string(cuda::AUTO_SKINNY_MAX_M) + " rows"
+                              : std::string()));
     return Status::ok();
   }
 
