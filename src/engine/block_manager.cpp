@@ -15,24 +15,18 @@ BlockManager::BlockManager(int64_t n_blocks, int64_t block_size, bool prefix_cac
       prefix_caching_(prefix_caching),
       blocks_(static_cast<size_t>(n_blocks)),
       tokens_(prefix_caching ? static_cast<size_t>(n_blocks * block_size) : 0) {
-  for (int32_t id = 0; id < n_blocks; ++id) link_back(id);
+  for (int32_t id = 0; id < n_blocks; ++id) link(id, false);
   if (prefix_caching) by_hash_.reserve(static_cast<size_t>(n_blocks));
 }
 
-void BlockManager::link_front(int32_t id) {
+void BlockManager::link(int32_t id, bool front) {
   Block& b = blocks_[id];
-  b.prev = -1, b.next = free_front_;
-  (free_front_ >= 0 ? blocks_[free_front_].prev : free_back_) = id;
-  free_front_ = id;
-  b.in_free_list = true;
-  ++n_free_;
-}
-
-void BlockManager::link_back(int32_t id) {
-  Block& b = blocks_[id];
-  b.next = -1, b.prev = free_back_;
-  (free_back_ >= 0 ? blocks_[free_back_].next : free_front_) = id;
-  free_back_ = id;
+  int32_t& end = front ? free_front_ : free_back_;
+  (front ? b.prev : b.next) = -1;
+  (front ? b.next : b.prev) = end;
+  if (end >= 0) (front ? blocks_[end].prev : blocks_[end].next) = id;
+  else (front ? free_back_ : free_front_) = id;  // the list was empty: id is both ends
+  end = id;
   b.in_free_list = true;
   ++n_free_;
 }
@@ -113,8 +107,7 @@ void BlockManager::release(std::vector<int32_t>& table, std::vector<uint64_t>& h
     NIB_CHECK(b.ref_count > 0);
     if (--b.ref_count > 0) continue;
     // Cached blocks go to the back (kept longest); plain ones to the front (reused first).
-    if (b.cached) link_back(*it);
-    else link_front(*it);
+    link(*it, /*front=*/!b.cached);
   }
   table.clear();
   hashes.clear();

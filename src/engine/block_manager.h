@@ -59,8 +59,7 @@ class BlockManager {
     return {tokens_.data() + static_cast<size_t>(id) * static_cast<size_t>(block_size_), static_cast<size_t>(block_size_)};
   }
   // The free list, an LRU threaded through blocks_ (no allocation per step): front evicted first.
-  void link_front(int32_t id);
-  void link_back(int32_t id);
+  void link(int32_t id, bool front);
   void unlink(int32_t id);
 
   int64_t block_size_;
