@@ -8,8 +8,7 @@
 # Compute's key counters for PROFILE_KERNEL in `bench kernels PROFILE_ARGS`. VARIANTS (environment
 # settings, e.g. "base NIBBLE_SKINNY_BLOCKS=2") repeat this build's kernel rows under each, and
 # LATENCY_VARIANTS (extra flags or NAME=VALUE settings, commas for spaces, e.g. "--moe-backend,skinny"
-# or "NIBBLE_WGMMA_N=64") its latency run. Logs
-# under $OUT; table last.
+# or "NIBBLE_WGMMA_N=64") its latency run. Logs under $OUT; table last.
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 BASE_DIR=${BASE_DIR:-build-base}

@@ -2,7 +2,7 @@
 // A operand (16 output features per m-tile) and tokens are its B operand (8 per n-tile), so a tile
 // of one token wastes little at decode. Per k-step (64–256 wide) a CTA stages FP4 codes, scale codes and
 // gathered BF16 activation rows in shared memory (cp.async, multi-stage), and each warp decodes its
-// A fragments in registers: eight E2M1 codes → BF16 through byte-permute tables, × the block scale —
+// A fragments in registers: eight repacked E2M1 codes → BF16 in shifts and masks, × the block scale —
 // exact, since an E2M1 · E4M3 product has ≤ 6 significant bits. Within each 32-wide k-chunk,
 // thread c of a quad takes physical k 8c…8c+7 for both operands (MMA k order is free as long as A
 // and B agree), so its codes are one 32-bit word and its activations one 16-byte load. Small

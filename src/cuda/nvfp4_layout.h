@@ -41,7 +41,7 @@ inline constexpr float WEIGHT_DECODE_EPILOGUE = 256.0f;
 // The code has no sign and no zero: a block with a negative scale gets its sixteen codes' signs
 // flipped (−c · s = c · −s), one with a zero scale all-zero codes (its weights are ±0 either way);
 // NaN (E4M3 0x7F / 0xFF) becomes SCALE_CODE_NAN, whose operand is a BF16 NaN.
-inline constexpr uint32_t SCALE_OPERAND_BIAS = 235u << 7;
+inline constexpr uint32_t SCALE_OPERAND_BIAS = uint32_t(DECODED_SCALE_EXPONENT + 127 - 10) << 7;  // 235 << 7
 inline constexpr uint8_t SCALE_CODE_NAN = 20u << 3 | 7u;
 
 // A non-zero, non-NaN E4M3 magnitude (sign bit clear) → its scale code.

@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     const uint64_t stage_descriptor = act_descriptor + uint32_t(slot * (L::ACT_STAGE / 16));
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      // Chunk `half` is k 32·half … +31; its gathered bytes give k16 blocks 2·half and 2·half + 1.
+      // Chunk `half` is k 32·half … +31; its pairs give k16 blocks 2·half and 2·half + 1.
       uint32_t pair0[4], pair1[4];
       decode_lane_pairs(*reinterpret_cast<const uint4*>(codes + (half * BM + local0) * 16), magnitude_rotation,
                         sign_rotation, pair0);

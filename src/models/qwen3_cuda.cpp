@@ -306,11 +306,12 @@ struct CudaModel::Impl {
       if (!ws) return ws.status();
       moe_ws = std::move(ws.value());
     }
-    // Dense NVFP4 GEMMs: the largest weight for dequant-cublas, the largest input for W4A4.
+    // Dense NVFP4 GEMMs: the largest weight dequant-cublas must dequantize per call (those without a
+    // BF16 copy, see linear()), the largest input for W4A4.
     int64_t max_weight = 0, max_in = 0;
     auto note = [&](const DeviceLinear& l) {
       if (!l.nvfp4) return;
-      max_weight = std::max(max_weight, l.out * l.in);
+      if (!l.q.bf16) max_weight = std::max(max_weight, l.out * l.in);
       max_in = std::max(max_in, l.in);
     };
     note(lm_head);
@@ -319,11 +320,11 @@ struct CudaModel::Impl {
         note(*d);
     gemm.stream = stream();
     gemm.cublas = ctx->cublas;
-    if (max_weight > 0) {
-      if (options.gemm != cuda::GemmBackend::FUSED) {
-        NIB_RETURN_IF_ERROR(a.alloc(gemm.workspace, static_cast<size_t>(max_weight), "the dequantized weight"));
-        gemm.workspace_elements = static_cast<size_t>(max_weight);
-      }
+    if (max_weight > 0 && options.gemm != cuda::GemmBackend::FUSED) {
+      NIB_RETURN_IF_ERROR(a.alloc(gemm.workspace, static_cast<size_t>(max_weight), "the dequantized weight"));
+      gemm.workspace_elements = static_cast<size_t>(max_weight);
+    }
+    if (max_in > 0) {
       NIB_RETURN_IF_ERROR(a.alloc(gemm.act_workspace, static_cast<size_t>(T * max_in), "the quantized activations"));
       NIB_RETURN_IF_ERROR(a.alloc(gemm.row_scales, static_cast<size_t>(T), "the activation row scales"));
       gemm.act_workspace_elements = static_cast<size_t>(T * max_in);

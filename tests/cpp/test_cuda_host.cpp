@@ -1,7 +1,7 @@
 // Host-side logic of the CUDA layer, which runs without a GPU: backend names and AUTO's choices, the MoE tiling choice
 // (every choice must have a k-step dividing both in_features, or the GEMM launch refuses), and the
 // grid bound max_expert_tiles against the tiles random routings actually need (a low bound would
-// leave tiles without a CTA, i.e. rows never computed), and the GPU layout of the NVFP4 codes.
+// leave tiles without a CTA, i.e. rows never computed), and the GPU layout of the NVFP4 codes and scales.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -144,10 +144,6 @@ TEST(CudaHost, AttentionSplitsStayInBounds) {
   EXPECT_EQ(cuda::attention_splits(1, 4, 0), 32);  // a captured decode graph for one sequence
 }
 
-// The GPU layout of NVFP4 codes (nvfp4_layout.h) against the E2M1 codec: every pair of codes in every
-// position of a word, repacked and decoded, gives BF16 bits whose value × 2¹²⁶ is the code's value
-// (so × the 2¹¹⁸-scaled block scale it is the weight × 2⁻⁸, undone by WEIGHT_DECODE_EPILOGUE); the
-// one-pair decode the wgmma lanes use agrees with the whole-word decode; random words survive.
 // The value of BF16 bits (the low 16 of bits16).
 static float bf16_value(uint32_t bits16) {
   const uint32_t f = bits16 << 16;
@@ -155,6 +151,11 @@ static float bf16_value(uint32_t bits16) {
   std::memcpy(&v, &f, 4);
   return v;
 }
+
+// The GPU layout of NVFP4 codes (nvfp4_layout.h) against the E2M1 codec: every pair of codes in every
+// position of a word, repacked and decoded, gives BF16 bits whose value × 2¹²⁶ is the code's value
+// (so × the 2¹¹⁸-scaled block scale it is the weight × 2⁻⁸, undone by WEIGHT_DECODE_EPILOGUE); the
+// one-pair decode the wgmma lanes use agrees with the whole-word decode; random words survive.
 
 TEST(CudaHost, RepackedCodesDecodeToTheE2m1Values) {
   for (int p = 0; p < 4; ++p)

@@ -1,5 +1,5 @@
 // GPU test helpers: skip visibly where there is no CUDA device; device buffers that free themselves;
-// NVFP4 codes uploaded as the model loads them (repacked into the GPU layout).
+// NVFP4 codes and scales uploaded as the model loads them (repacked into the GPU layout).
 #pragma once
 
 #include <cuda_runtime.h>
