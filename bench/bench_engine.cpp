@@ -1,7 +1,7 @@
 // The engine's own CPU time per step (issue 16: ≤ 150 µs at 256 sequences): the real engine,
 // scheduler, block manager, detokenizer (the Qwen3 tokenizer) and output callbacks, over a runner
-// that does no model work and returns at once — so the time between one step's return and the next
-// step's call is the engine's. Usage: bench_engine [sequences=256] [prompt=1000] [output=200] [requests]
+// that does no model work and returns at once — so the time between one launch's return and the
+// next launch's call (collecting the step before included) is the engine's. Usage: bench_engine [sequences=256] [prompt=1000] [output=200] [requests]
 // With `requests` (> sequences) it is issue 16's workload 1 shape instead: that many requests, at most
 // `sequences` in flight (a new one as one finishes, as a client's --max-concurrency does), prompt and
 // output lengths spread ±50% around the given ones; every step counts.
@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <mutex>
 #include <random>
 #include <string>
@@ -22,7 +23,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 // Draws a fixed pseudo-random token per (sequence seed, position): real token ids, so the
-// detokenizer does real work; records when each step was called and returned.
+// detokenizer does real work; records when each launch was called and returned.
 class NullRunner : public engine::ModelRunner {
  public:
   explicit NullRunner(io::ModelConfig config) : config_(std::move(config)) {}
@@ -30,9 +31,9 @@ class NullRunner : public engine::ModelRunner {
   int64_t n_kv_blocks() const override { return 40000; }
   int64_t block_size() const override { return 16; }
   std::string describe() const override { return "null (no model work)"; }
-  Status step(const models::Batch& batch, std::span<const engine::SampleRow> rows,
-              std::vector<sampling::SampledToken>& out) override {
+  Status launch(const models::Batch& batch, std::span<const engine::SampleRow> rows) override {
     const Clock::time_point called = Clock::now();
+    std::vector<sampling::SampledToken>& out = uncollected_.emplace_back();
     out.resize(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) {
       const uint64_t h = (rows[i].key.seed + 1) * 0x9E3779B97F4A7C15ull ^ rows[i].key.position * 0xBF58476D1CE4E5B9ull;
@@ -40,6 +41,12 @@ class NullRunner : public engine::ModelRunner {
       out[i].token = static_cast<int32_t>(1000 + (h >> 33) % 100000);  // ordinary text tokens of Qwen3
     }
     steps.push_back({called, Clock::now(), static_cast<int64_t>(rows.size()), static_cast<int64_t>(batch.token_ids.size())});
+    return Status::ok();
+  }
+  Status collect(engine::StepOutput& out) override {
+    if (uncollected_.empty()) return Status::error("collect: no step was launched");
+    out.tokens = std::move(uncollected_.front());
+    uncollected_.pop_front();
     return Status::ok();
   }
   Status forward_logits(const models::Batch&, std::vector<float>&) override { return Status::error("not a model"); }
@@ -53,6 +60,7 @@ class NullRunner : public engine::ModelRunner {
 
  private:
   io::ModelConfig config_;
+  std::deque<std::vector<sampling::SampledToken>> uncollected_;
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -128,7 +136,7 @@ int main(int argc, char** argv) {
   const engine::MetricsSnapshot m = eng.metrics();
   eng.shutdown();
 
-  // Engine time per step: from one step's return to the next one's call, over steps that decode
+  // Engine time per step: from one launch's return to the next one's call, over steps that decode
   // every sequence (rows == sequences, one token each).
   std::vector<double> gaps_us, runner_us;
   const auto& steps = null_runner->steps;

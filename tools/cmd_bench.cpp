@@ -84,6 +84,9 @@ CommandRunner register_bench(CLI::App& root) {
   latency->add_option("--batch-gen", l->batch_gen, "Batched decode: timed steps")->capture_default_str();
   latency->add_option("--repeats", l->repeats, "pp/tg: runs (median)")->check(CLI::PositiveNumber)->capture_default_str();
   latency->add_flag("--enforce-eager", l->enforce_eager, "No CUDA graphs");
+  latency->add_flag("--disable-overlap-schedule", l->disable_overlap_schedule,
+                    "Collect each decode step before launching the next (default: launched as the serving engine "
+                    "does, step k + 1 on step k's pending tokens)");
   latency->add_option("--json", l->json_out, "Also write the rows as JSON");
   return [o, rate, cmd, kernels, k, latency, l]() -> int {
     if (kernels->parsed()) return run_bench_kernels(*k);

@@ -109,6 +109,9 @@ CommandRunner register_serve(CLI::App& root) {
   option(cmd, "--kv-cache-dtype", o->kv_cache_dtype, "KV-cache dtype: auto | bf16");
   option(cmd, "--enable-prefix-caching", o->enable_prefix_caching, "Reuse KV blocks of shared prompt prefixes");
   option(cmd, "--enforce-eager", o->enforce_eager, "CUDA backend: no CUDA graphs for decode steps");
+  option(cmd, "--disable-overlap-schedule", o->disable_overlap_schedule,
+         "Build each step after the last one's tokens are back (default: the next step is built and queued "
+         "while the GPU runs the current one)");
   option(cmd, "--tensor-parallel-size", o->tensor_parallel_size, "GPUs per model (1 for now)");
   option(cmd, "--backend", o->backend, "auto (the GPU when one is visible and takes the checkpoint, else the CPU) | cpu | cuda");
   option(cmd, "--moe-backend", o->moe_backend, engine::kernel_choice_help() + " (CUDA backend)");

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -35,6 +36,45 @@ class DeviceArena {
  private:
   std::vector<void*> blocks_;
   size_t bytes_ = 0;
+};
+
+// Page-locked host memory (cudaHostAlloc) that async copies read from or write into; freed with its
+// owner. resize() drops the contents.
+template <class T>
+class PinnedArray {
+ public:
+  PinnedArray() = default;
+  ~PinnedArray() { release(); }
+  PinnedArray(const PinnedArray&) = delete;
+  PinnedArray& operator=(const PinnedArray&) = delete;
+  PinnedArray(PinnedArray&& other) noexcept { swap(other); }
+  PinnedArray& operator=(PinnedArray&& other) noexcept {
+    swap(other);
+    return *this;
+  }
+  Status resize(size_t count, const std::string& what) {
+    release();
+    void* p = nullptr;
+    if (count && cudaHostAlloc(&p, count * sizeof(T), cudaHostAllocDefault) != cudaSuccess)
+      return Status::error("pinned host memory for " + what + ": " + std::to_string(count * sizeof(T)) + " bytes");
+    data_ = static_cast<T*>(p), size_ = count;
+    return Status::ok();
+  }
+  T* data() const { return data_; }
+  size_t size() const { return size_; }
+  T& operator[](size_t i) const { return data_[i]; }
+
+ private:
+  void release() {
+    if (data_) cudaFreeHost(data_);
+    data_ = nullptr, size_ = 0;
+  }
+  void swap(PinnedArray& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(size_, other.size_);
+  }
+  T* data_ = nullptr;
+  size_t size_ = 0;
 };
 
 struct DeviceContext {

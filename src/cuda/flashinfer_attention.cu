@@ -21,13 +21,18 @@ struct FlashInferAttention::Impl {
   Shape shape;
   int64_t max_rows = 0, max_requests = 0, max_pages = 0;
   // Step metadata, one block: qo_indptr [R+1], kv page indptr [R+1], last_page_len [R], page ids
-  // [max_pages] (R = max_requests): fixed offsets, so a captured graph reads the next step's.
+  // [max_pages] (R = max_requests): fixed offsets, so a captured graph reads the next step's. The
+  // pinned staging (of it and of the schedule) twice over, alternating by step: a step is planned
+  // while the one before may still wait for its copies (overlapped scheduling).
+  PinnedArray<int32_t> h_metas[2];
+  PinnedArray<char> h_int_wss[2];
+  int parity = 0;
   int32_t *h_meta = nullptr, *d_meta = nullptr;
   int64_t n = 0, rows = 0, pages = 0;
   // FlashInfer's workspaces: split-KV partial outputs (device), its schedule (device, staged in pinned memory).
   void* float_ws = nullptr;
   void* int_ws = nullptr;
-  void* h_int_ws = nullptr;
+  void* h_int_ws = nullptr;  // h_int_wss[parity]
   size_t float_bytes = 0, int_bytes = 0;
   flashinfer::PrefillPlanInfo info;
   bool planned = false;
@@ -37,9 +42,10 @@ struct FlashInferAttention::Impl {
   int32_t* last_page_len(int32_t* base) const { return base + 2 * (max_requests + 1); }
   int32_t* indices(int32_t* base) const { return base + 3 * max_requests + 2; }
 
-  ~Impl() {
-    if (h_meta) cudaFreeHost(h_meta);
-    if (h_int_ws) cudaFreeHost(h_int_ws);
+  void flip() {
+    parity ^= 1;
+    h_meta = h_metas[parity].data();
+    h_int_ws = h_int_wss[parity].data();
   }
 };
 
@@ -57,8 +63,7 @@ Result<std::unique_ptr<FlashInferAttention>> FlashInferAttention::create(const S
   impl->shape = shape;
   impl->max_rows = max_rows, impl->max_requests = max_requests, impl->max_pages = max_pages;
   const size_t meta_ints = static_cast<size_t>(3 * max_requests + 2 + max_pages);
-  NIB_RETURN_IF_ERROR(cuda_status(cudaHostAlloc(reinterpret_cast<void**>(&impl->h_meta), meta_ints * 4, cudaHostAllocDefault),
-                                  "FlashInfer step metadata (pinned)"));
+  for (PinnedArray<int32_t>& h : impl->h_metas) NIB_RETURN_IF_ERROR(h.resize(meta_ints, "the FlashInfer step metadata"));
   NIB_RETURN_IF_ERROR(arena.alloc(impl->d_meta, meta_ints, "the FlashInfer page table"));
   // Split-KV partials: the planner reserves NH · ceil(P · cta_tile_q / group) rows of head_dim + 1
   // floats, P (CTAs) at most max(2 · SMs / NKV, CUDA-graph requests, query tiles), cta_tile_q ≤ 128
@@ -81,13 +86,14 @@ Result<std::unique_ptr<FlashInferAttention>> FlashInferAttention::create(const S
   auto iw = arena.alloc(impl->int_bytes, "the FlashInfer schedule");
   if (!iw) return iw.status();
   impl->int_ws = *iw;
-  NIB_RETURN_IF_ERROR(cuda_status(cudaHostAlloc(&impl->h_int_ws, impl->int_bytes, cudaHostAllocDefault),
-                                  "FlashInfer schedule (pinned)"));
+  for (PinnedArray<char>& h : impl->h_int_wss) NIB_RETURN_IF_ERROR(h.resize(impl->int_bytes, "the FlashInfer schedule"));
+  impl->flip();
   return std::unique_ptr<FlashInferAttention>(new FlashInferAttention(std::move(impl)));
 }
 
 void FlashInferAttention::clear() {
   Impl& m = *impl_;
+  m.flip();
   m.n = m.rows = m.pages = 0;
   m.qo_indptr(m.h_meta)[0] = 0;
   m.kv_indptr(m.h_meta)[0] = 0;
@@ -111,8 +117,8 @@ Status FlashInferAttention::add(int64_t q_rows, int64_t kv_tokens, const int32_t
 Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
   Impl& m = *impl_;
   if (m.n == 0) return Status::error("FlashInfer attention: an empty step");
-  // The metadata block up to the last page id in use; the caller waits for each step before staging
-  // the next, so the pinned copies are never rewritten while a copy reads them.
+  // The metadata block up to the last page id in use; the caller waits for a step before staging the
+  // one after next, so a copy never reads a pinned buffer being rewritten.
   const size_t used = static_cast<size_t>(3 * m.max_requests + 2 + m.pages) * 4;
   NIB_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(m.d_meta, m.h_meta, used, cudaMemcpyHostToDevice, stream),
                                   "FlashInfer page table"));

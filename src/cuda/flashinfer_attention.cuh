@@ -32,6 +32,7 @@ class FlashInferAttention {
   FlashInferAttention& operator=(const FlashInferAttention&) = delete;
 
   // The step, request by request in batch-row order (each request's query rows are consecutive):
+  // clear() starts it (in the other of two pinned stagings: the step before may still be copying),
   // its q_rows queries are the last q_rows of its kv_tokens positions (causal), its keys live in the
   // pages block_table[0, ceil(kv_tokens / page_size)).
   void clear();

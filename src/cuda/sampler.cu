@@ -128,6 +128,13 @@ __global__ void __launch_bounds__(THREADS) sample_kernel(SamplerBatch b) {
   if (processed == w)
     for (int64_t t = threadIdx.x; t < V; t += THREADS) w[t] = raw[t];
   for (int64_t k = threadIdx.x; k < 2 * words; k += THREADS) seen_all[k] = 0;
+  // The row's own lists (disjoint from other rows'): pending ids become the tokens they stand for.
+  if (b.drawn) {
+    for (int k = threadIdx.x; k < P.prompt_len + P.output_len; k += THREADS)
+      if (int32_t& t = b.tokens[P.prompt_offset + k]; t < 0) t = b.drawn[-1 - t];
+    for (int k = threadIdx.x; k < P.masked_len; k += THREADS)
+      if (int32_t& t = b.tokens[P.masked_offset + k]; t < 0) t = b.drawn[-1 - t];
+  }
   __syncthreads();
   const int32_t* mask = b.tokens + P.masked_offset;
   for (int k = threadIdx.x; k < P.masked_len; k += THREADS)

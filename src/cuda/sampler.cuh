@@ -30,7 +30,10 @@ struct SamplerBatch {
   int64_t rows = 0, vocab = 0;
   const float* logits = nullptr;      // [rows, vocab]
   const SamplerRow* params = nullptr; // device [rows]
-  const int32_t* tokens = nullptr;    // device: every row's prompt, output and masked tokens
+  // Device: every row's prompt, output and masked tokens. Pending ids (models::pending_token(j),
+  // negative) are replaced in place by drawn[j], the token the step before drew for its row j.
+  int32_t* tokens = nullptr;
+  const int32_t* drawn = nullptr;
   float* work = nullptr;              // scratch [rows, vocab]
   uint32_t* seen = nullptr;           // scratch [rows, 2 · ceil(vocab / 32)]
   int32_t* out_tokens = nullptr;      // [rows]

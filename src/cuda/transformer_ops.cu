@@ -22,11 +22,13 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-__global__ void embedding_kernel(const int32_t* ids, const uint16_t* table, int64_t hidden, float* out) {
+__global__ void embedding_kernel(const int32_t* ids, const int32_t* drawn, const uint16_t* table, int64_t hidden,
+                                 float* out) {
   pdl_wait();
   pdl_launch_dependents();
   const int64_t t = blockIdx.x;
-  const uint16_t* row = table + static_cast<int64_t>(ids[t]) * hidden;
+  const int32_t id = ids[t] >= 0 ? ids[t] : drawn[-1 - ids[t]];
+  const uint16_t* row = table + static_cast<int64_t>(id) * hidden;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[t * hidden + i] = bf16_to_float(row[i]);
 }
 
@@ -179,9 +181,9 @@ int grid_for(int64_t n, int threads) { return static_cast<int>(std::min<int64_t>
 }  // namespace
 
 Status embedding_gather(const int32_t* ids, int64_t tokens, const uint16_t* table, int64_t hidden, float* out,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, const int32_t* drawn) {
   if (tokens <= 0) return Status::ok();
-  return cuda_status(launch_pdl(embedding_kernel, dim3(unsigned(tokens)), dim3(256), 0, stream, ids, table, hidden, out),
+  return cuda_status(launch_pdl(embedding_kernel, dim3(unsigned(tokens)), dim3(256), 0, stream, ids, drawn, table, hidden, out),
                      "embedding_gather");
 }
 

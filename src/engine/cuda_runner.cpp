@@ -40,10 +40,24 @@ class CudaRunner : public ModelRunner {
     NIB_RETURN_IF_ERROR(a.alloc(out_logprobs_, static_cast<size_t>(max_rows), "sampled logprobs"));
     NIB_RETURN_IF_ERROR(a.alloc(out_top_tokens_, static_cast<size_t>(max_rows * cuda::MAX_TOP_LOGPROBS), "top tokens"));
     NIB_RETURN_IF_ERROR(a.alloc(out_top_logprobs_, static_cast<size_t>(max_rows * cuda::MAX_TOP_LOGPROBS), "top logprobs"));
+    const size_t R = static_cast<size_t>(max_rows), top = R * cuda::MAX_TOP_LOGPROBS;
+    for (Slot& slot : slots_) {
+      NIB_RETURN_IF_ERROR(slot.params.resize(R, "sampling parameters"));
+      NIB_RETURN_IF_ERROR(slot.ids.resize(R, "sampled tokens"));
+      NIB_RETURN_IF_ERROR(slot.logprobs.resize(R, "sampled logprobs"));
+      NIB_RETURN_IF_ERROR(slot.top_ids.resize(top, "top tokens"));
+      NIB_RETURN_IF_ERROR(slot.top_logprobs.resize(top, "top logprobs"));
+      for (cudaEvent_t* e : {&slot.start, &slot.end})
+        NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaEventCreate(e), "a step event"));
+    }
     return Status::ok();
   }
 
   ~CudaRunner() override {
+    if (ctx_) (void)ctx_->synchronize();  // nothing in flight writes into the slots below
+    for (Slot& slot : slots_)
+      for (cudaEvent_t e : {slot.start, slot.end})
+        if (e) cudaEventDestroy(e);
     const std::string report = model_ ? model_->profile_report() : std::string();
     if (!report.empty()) log_info("step profile (NIBBLE_PROFILE_STEPS=1):\n" + report);
   }
@@ -65,22 +79,111 @@ class CudaRunner : public ModelRunner {
     return ctx_->synchronize();
   }
 
-  Status step(const models::Batch& batch, std::span<const SampleRow> rows,
-              std::vector<sampling::SampledToken>& out) override {
-    if (rows.size() != batch.logits_rows.size()) return Status::error("step: one sample row per logits row");
+  // Queues the step: the forward, the sampler, and the copies of what it drew into the step's pinned
+  // slot; nothing waits. Pending ids (the uncollected step's draws) are read on the device from the
+  // model's drawn tokens, which each step's sampler output refreshes after its own sampling.
+  Status launch(const models::Batch& batch, std::span<const SampleRow> rows) override {
+    if (rows.size() != batch.logits_rows.size()) return Status::error("launch: one sample row per logits row");
     const int64_t R = static_cast<int64_t>(rows.size());
-    if (R > max_rows_) return Status::error("step: more than " + std::to_string(max_rows_) + " rows to sample");
+    if (R > max_rows_) return Status::error("launch: more than " + std::to_string(max_rows_) + " rows to sample");
+    if (n_uncollected_ == 2) return Status::error("launch: two steps are already uncollected");
+    for (int32_t id : batch.token_ids)
+      if (models::is_pending_token(id) && models::pending_row(id) >= last_rows_)
+        return Status::error("launch: a pending token names row " + std::to_string(models::pending_row(id)) +
+                             " of a step that drew " + std::to_string(last_rows_));
+    Slot& slot = slots_[launched_ % SLOTS];
+    const cudaStream_t s = ctx_->stream;
+    NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaEventRecord(slot.start, s), "recording a step event"));
     NIB_RETURN_IF_ERROR(model_->forward(batch));
-    out.assign(rows.size(), {});
-    if (R == 0) return ctx_->synchronize();
-    // Every row's parameters and token lists in one upload.
-    std::vector<cuda::SamplerRow> params(rows.size());
-    std::vector<int32_t> tokens;
+    slot.rows = R;
+    slot.top_counts.resize(rows.size());
+    if (R > 0) NIB_RETURN_IF_ERROR(sample(rows, slot));
+    NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaEventRecord(slot.end, s), "recording a step event"));
+    last_rows_ = R;
+    ++launched_;
+    ++n_uncollected_;
+    return Status::ok();
+  }
+
+  Status collect(StepOutput& out) override {
+    if (n_uncollected_ == 0) return Status::error("collect: no step was launched");
+    const uint64_t index = launched_ - static_cast<uint64_t>(n_uncollected_);
+    --n_uncollected_;
+    Slot& slot = slots_[index % SLOTS];
+    NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaEventSynchronize(slot.end), "the step"));
+    out.tokens.resize(static_cast<size_t>(slot.rows));
+    for (size_t i = 0; i < out.tokens.size(); ++i) {
+      sampling::SampledToken& t = out.tokens[i];
+      t.token = slot.ids[i];
+      t.top.clear();
+      const int32_t k = slot.top_counts[i];
+      if (k < 0) continue;
+      t.logprob = slot.logprobs[i];
+      for (int32_t j = 0; j < k && j < cuda::MAX_TOP_LOGPROBS; ++j)
+        t.top.push_back({slot.top_ids[i * cuda::MAX_TOP_LOGPROBS + j], slot.top_logprobs[i * cuda::MAX_TOP_LOGPROBS + j]});
+    }
+    // The events of the step before are intact: a slot is reused three launches later.
+    out.device_seconds = elapsed(slot.start, slot.end);
+    out.device_idle_seconds = index == 0 ? -1.0 : elapsed(slots_[(index - 1) % SLOTS].end, slot.start);
+    return Status::ok();
+  }
+
+  Status replace_weights(const std::string& path) override {
+    if (n_uncollected_ > 0) return Status::error("replace_weights: a step is still uncollected");
+    auto loaded = load_same_layout(checkpoint_->bound, path);
+    if (!loaded) return loaded.status();
+    std::shared_ptr<const io::LoadedCheckpoint> checkpoint = std::move(loaded.value());
+    NIB_RETURN_IF_ERROR(model_->reload(checkpoint));
+    checkpoint_ = std::move(checkpoint);
+    return Status::ok();
+  }
+
+ private:
+  // What one launched step stages and brings back, in pinned memory, and its start and end events.
+  // Three slots: a step in flight, the one before it being collected, and the one before that,
+  // whose end event measures the device's idle time before the step being collected.
+  struct Slot {
+    cuda::PinnedArray<cuda::SamplerRow> params;
+    cuda::PinnedArray<int32_t> tokens;  // every row's token lists (penalties, mask)
+    cuda::PinnedArray<int32_t> ids, top_ids;
+    cuda::PinnedArray<float> logprobs, top_logprobs;
+    std::vector<int32_t> top_counts;    // per row: the logprobs asked (-1: none)
+    int64_t rows = 0;
+    cudaEvent_t start = nullptr, end = nullptr;
+  };
+  static constexpr uint64_t SLOTS = 3;
+
+  static double elapsed(cudaEvent_t from, cudaEvent_t to) {
+    float ms = 0.0f;
+    return cudaEventElapsedTime(&ms, from, to) == cudaSuccess ? 1e-3 * ms : -1.0;
+  }
+
+  // Every row's parameters and token lists in one upload each, the sampler, then the drawn tokens
+  // to the model (what the next step's pending ids read) and to the slot.
+  Status sample(std::span<const SampleRow> rows, Slot& slot) {
+    const int64_t R = static_cast<int64_t>(rows.size());
+    size_t n_tokens = 0;
+    for (const SampleRow& row : rows)
+      n_tokens += row.context.masked.size() +
+                  (row.params->has_penalties() ? row.context.prompt.size() + row.context.output.size() : 0);
+    if (n_tokens > slot.tokens.size()) {
+      // Grows for every slot at once (rare: long sequences with penalties), once nothing is in flight.
+      const size_t capacity = std::max(n_tokens, 2 * slot.tokens.size());
+      NIB_RETURN_IF_ERROR(ctx_->synchronize());
+      for (Slot& each : slots_) NIB_RETURN_IF_ERROR(each.tokens.resize(capacity, "the sampler's token lists"));
+      NIB_RETURN_IF_ERROR(ctx_->arena.alloc(tokens_, capacity, "the sampler's token lists"));
+    }
     int32_t max_logprobs = -1;
+    size_t used = 0;
+    auto append = [&](std::span<const int32_t> list) {
+      std::copy(list.begin(), list.end(), slot.tokens.data() + used);
+      used += list.size();
+    };
     for (size_t i = 0; i < rows.size(); ++i) {
       const sampling::SamplingParams& p = *rows[i].params;
       const sampling::SequenceContext& c = rows[i].context;
-      cuda::SamplerRow& g = params[i];
+      cuda::SamplerRow& g = slot.params[i];
+      g = {};
       g.temperature = p.temperature;
       g.top_k = p.top_k;
       g.top_p = p.top_p;
@@ -91,72 +194,49 @@ class CudaRunner : public ModelRunner {
       g.seed = rows[i].key.seed;
       g.position = rows[i].key.position;
       g.logprobs = p.logprobs;
+      slot.top_counts[i] = p.logprobs;
       max_logprobs = std::max(max_logprobs, p.logprobs);
-      const bool needs_tokens = p.has_penalties();
-      g.prompt_offset = static_cast<int32_t>(tokens.size());
-      if (needs_tokens) {
-        tokens.insert(tokens.end(), c.prompt.begin(), c.prompt.end());
-        tokens.insert(tokens.end(), c.output.begin(), c.output.end());
+      g.prompt_offset = static_cast<int32_t>(used);
+      if (p.has_penalties()) {
+        append(c.prompt);
+        append(c.output);
         g.prompt_len = static_cast<int32_t>(c.prompt.size());
         g.output_len = static_cast<int32_t>(c.output.size());
       }
-      g.masked_offset = static_cast<int32_t>(tokens.size());
-      tokens.insert(tokens.end(), c.masked.begin(), c.masked.end());
+      g.masked_offset = static_cast<int32_t>(used);
+      append(c.masked);
       g.masked_len = static_cast<int32_t>(c.masked.size());
     }
-    if (static_cast<int64_t>(tokens.size()) > token_capacity_) {
-      token_capacity_ = std::max<int64_t>(static_cast<int64_t>(tokens.size()), 2 * token_capacity_);
-      NIB_RETURN_IF_ERROR(ctx_->synchronize());
-      NIB_RETURN_IF_ERROR(ctx_->arena.alloc(tokens_, static_cast<size_t>(token_capacity_), "the sampler's token lists"));
-    }
     const cudaStream_t s = ctx_->stream;
-    NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemcpyAsync(params_, params.data(), params.size() * sizeof(params[0]),
-                                                          cudaMemcpyHostToDevice, s), "sampling parameters"));
-    if (!tokens.empty())
-      NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemcpyAsync(tokens_, tokens.data(), tokens.size() * 4,
-                                                            cudaMemcpyHostToDevice, s), "sampler token lists"));
-    const cuda::SamplerBatch sb{R, config().vocab_size, model_->logits(), params_, tokens_, work_, seen_,
+    auto copy = [&](void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {
+      return cuda::cuda_status(cudaMemcpyAsync(dst, src, bytes, kind, s), what);
+    };
+    NIB_RETURN_IF_ERROR(copy(params_, slot.params.data(), R * sizeof(cuda::SamplerRow), cudaMemcpyHostToDevice, "sampling parameters"));
+    if (used) NIB_RETURN_IF_ERROR(copy(tokens_, slot.tokens.data(), used * 4, cudaMemcpyHostToDevice, "sampler token lists"));
+    int32_t* drawn = model_->drawn_tokens();
+    const cuda::SamplerBatch sb{R, config().vocab_size, model_->logits(), params_, tokens_, drawn, work_, seen_,
                                 out_tokens_, out_logprobs_, out_top_tokens_, out_top_logprobs_};
     NIB_RETURN_IF_ERROR(cuda::sample_rows(sb, s));
-    std::vector<int32_t> ids(rows.size());
-    std::vector<float> lps(rows.size());
-    std::vector<int32_t> top_ids;
-    std::vector<float> top_lps;
-    NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemcpyAsync(ids.data(), out_tokens_, ids.size() * 4, cudaMemcpyDeviceToHost, s), "sampled ids"));
+    NIB_RETURN_IF_ERROR(copy(drawn, out_tokens_, R * 4, cudaMemcpyDeviceToDevice, "drawn tokens"));
+    NIB_RETURN_IF_ERROR(copy(slot.ids.data(), out_tokens_, R * 4, cudaMemcpyDeviceToHost, "sampled ids"));
     if (max_logprobs >= 0) {
-      top_ids.resize(rows.size() * cuda::MAX_TOP_LOGPROBS);
-      top_lps.resize(top_ids.size());
-      NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemcpyAsync(lps.data(), out_logprobs_, lps.size() * 4, cudaMemcpyDeviceToHost, s), "logprobs"));
-      NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemcpyAsync(top_ids.data(), out_top_tokens_, top_ids.size() * 4, cudaMemcpyDeviceToHost, s), "top ids"));
-      NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemcpyAsync(top_lps.data(), out_top_logprobs_, top_lps.size() * 4, cudaMemcpyDeviceToHost, s), "top logprobs"));
-    }
-    NIB_RETURN_IF_ERROR(ctx_->synchronize());
-    for (size_t i = 0; i < rows.size(); ++i) {
-      out[i].token = ids[i];
-      const int32_t k = rows[i].params->logprobs;
-      if (k < 0) continue;
-      out[i].logprob = lps[i];
-      for (int32_t j = 0; j < k && j < cuda::MAX_TOP_LOGPROBS; ++j)
-        out[i].top.push_back({top_ids[i * cuda::MAX_TOP_LOGPROBS + j], top_lps[i * cuda::MAX_TOP_LOGPROBS + j]});
+      const size_t top = static_cast<size_t>(R) * cuda::MAX_TOP_LOGPROBS;
+      NIB_RETURN_IF_ERROR(copy(slot.logprobs.data(), out_logprobs_, R * 4, cudaMemcpyDeviceToHost, "logprobs"));
+      NIB_RETURN_IF_ERROR(copy(slot.top_ids.data(), out_top_tokens_, top * 4, cudaMemcpyDeviceToHost, "top ids"));
+      NIB_RETURN_IF_ERROR(copy(slot.top_logprobs.data(), out_top_logprobs_, top * 4, cudaMemcpyDeviceToHost, "top logprobs"));
     }
     return Status::ok();
   }
 
-  Status replace_weights(const std::string& path) override {
-    auto loaded = load_same_layout(checkpoint_->bound, path);
-    if (!loaded) return loaded.status();
-    std::shared_ptr<const io::LoadedCheckpoint> checkpoint = std::move(loaded.value());
-    NIB_RETURN_IF_ERROR(model_->reload(checkpoint));
-    checkpoint_ = std::move(checkpoint);
-    return Status::ok();
-  }
-
- private:
   RunnerOptions options_;
   std::unique_ptr<cuda::DeviceContext> ctx_;
   std::unique_ptr<models::CudaModel> model_;
   std::shared_ptr<const io::LoadedCheckpoint> checkpoint_;
-  int64_t max_rows_ = 0, token_capacity_ = 0;
+  Slot slots_[SLOTS];
+  uint64_t launched_ = 0;   // steps launched so far; step i used slot i % SLOTS
+  int n_uncollected_ = 0;
+  int64_t last_rows_ = 0;   // rows the last launched step draws (what pending ids may name)
+  int64_t max_rows_ = 0;
   float* work_ = nullptr;
   uint32_t* seen_ = nullptr;
   cuda::SamplerRow* params_ = nullptr;

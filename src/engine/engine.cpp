@@ -1,6 +1,6 @@
-// Engine: the command queue, the step loop (schedule → forward → sample → stop checks → outputs)
-// and the weight swap. Everything below runs on the engine thread except submit's checks, post()
-// and the public wrappers that only queue commands.
+// Engine: the command queue, the step loop (schedule → launch step N + 1 → collect step N: stop
+// checks, outputs — overlapped with the device's work) and the weight swap. Everything below runs on
+// the engine thread except submit's checks, post() and the public wrappers that only queue commands.
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -23,7 +23,7 @@ const char* finish_reason_name(FinishReason reason) {
   return "";
 }
 
-struct Engine::RequestState {
+struct Engine::RequestState : std::enable_shared_from_this<Engine::RequestState> {
   GenerationRequest request;
   std::vector<std::unique_ptr<SeqState>> choices;
   int32_t n_unfinished = 0;
@@ -31,7 +31,7 @@ struct Engine::RequestState {
   bool first_token_seen = false;
   Clock::time_point first_token_time;
   std::optional<Clock::time_point> inference_start;  // when a step first ran one of its tokens
-  uint64_t touched_step = 0;                         // the last step that changed it
+  uint64_t mark = 0;                                 // the last pass over a step that met it
   std::string error;
   std::vector<int32_t> masked;  // EOS + stop_token_ids while output < min_tokens
   std::set<int32_t> eos;
@@ -176,7 +176,7 @@ void Engine::add_request(std::shared_ptr<GenerationRequest> shared) {
     request.on_output(std::move(out));
     return;
   }
-  auto state = std::make_unique<RequestState>();
+  auto state = std::make_shared<RequestState>();
   RequestState& r = *state;
   r.request = std::move(request);
   const StopParams& stop = r.request.stop;
@@ -203,6 +203,7 @@ void Engine::loop() {
   for (;;) {
     std::deque<Command> commands;
     bool stopping;
+    const bool back_to_back = has_work_;  // steps follow without waiting for new work
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [this] { return !commands_.empty() || stopping_ || has_work_; });
@@ -214,21 +215,24 @@ void Engine::loop() {
     if (stopping) break;
     try_weight_update();
     const StepPlan plan = scheduler_.schedule(/*admit_new=*/!pending_update_);
-    has_work_ = !plan.empty();
-    step_.model_seconds = 0.0;
-    if (!plan.empty()) run_step(plan);
+    step_.runner_seconds = 0.0;
+    if (!plan.empty()) launch_step(plan, back_to_back);
+    // Overlapped, the step before the one just launched is collected while the device runs this one.
+    if (n_in_flight_ > (config_.overlap && !plan.empty() ? 1 : 0)) collect_step();
+    has_work_ = !plan.empty() || n_in_flight_ > 0 || pending_update_;  // (a swap waits for the last collect)
     publish_gauges();
     if (!plan.empty()) {
       const double engine_seconds =
-          std::chrono::duration<double>(Clock::now() - begin).count() - step_.model_seconds;
+          std::chrono::duration<double>(Clock::now() - begin).count() - step_.runner_seconds;
       metrics_.update([&](MetricsSnapshot& m) {
         ++m.steps;
-        m.step_model_seconds += step_.model_seconds;
+        m.step_model_seconds += step_.runner_seconds;
         m.step_engine_seconds += engine_seconds;
         m.step_engine.observe(engine_seconds);
       });
     }
   }
+  while (n_in_flight_ > 0) collect_step();  // the device's last steps, before every request ends
   // Shutdown: commands that raced with it still run, then every request ends (ABORT) and a
   // waiting weight update is refused.
   std::deque<Command> rest;
@@ -244,7 +248,8 @@ void Engine::loop() {
 }
 
 void Engine::try_weight_update() {
-  if (!pending_update_ || !scheduler_.running().empty() || scheduler_.n_started_waiting() > 0) return;
+  if (!pending_update_ || !scheduler_.running().empty() || scheduler_.n_started_waiting() > 0 || n_in_flight_ > 0)
+    return;
   const WeightUpdate& u = pending_update_->update;
   WeightUpdateResult result;
   result.num_paused_requests = static_cast<int64_t>(requests_.size());
@@ -267,21 +272,35 @@ void Engine::try_weight_update() {
   done(std::move(result));
 }
 
-void Engine::run_step(const StepPlan& plan) {
+// Whether the token drawn into tokens[slot] ends the sequence by length whatever it is: then no
+// step is built on it (the scheduler lets the sequence sit out until the token is collected).
+static bool ends_by_length(const Sequence& s, int64_t slot, const StopParams& stop, int64_t max_model_len) {
+  return stop.max_tokens == 0 || slot + 1 - s.prompt_len >= stop.max_tokens || slot + 1 >= max_model_len;
+}
+
+void Engine::launch_step(const StepPlan& plan, bool back_to_back) {
   // The step's buffers live across steps, so a steady decode allocates nothing here.
   models::Batch& batch = step_.batch;
-  std::vector<SeqState*>& sampled = step_.sampled;
   std::vector<SampleRow>& rows = step_.rows;
+  InFlight& f = in_flight_[(oldest_ + n_in_flight_) % 2];
   batch.token_ids.clear();
   batch.logits_rows.clear();
-  sampled.clear();
   rows.clear();
+  f.sampled.clear();
+  f.slots.clear();
+  f.requests.clear();
+  f.back_to_back = back_to_back;
+  const uint64_t pass = ++step_.pass;
   size_t n_sequences = 0;
   const Clock::time_point step_start = Clock::now();
   for (const ScheduledChunk& c : plan.chunks) {
     RequestState& owner = *static_cast<SeqState*>(c.seq)->request;
     if (!owner.inference_start) owner.inference_start = step_start;
-    const auto first = c.seq->tokens.begin() + c.start;
+    if (owner.mark != pass) {
+      owner.mark = pass;
+      f.requests.push_back(owner.shared_from_this());
+    }
+    const auto first = c.seq->tokens.begin() + c.start;  // pending ids where the step before draws them
     batch.token_ids.insert(batch.token_ids.end(), first, first + c.n_tokens);
     if (n_sequences == batch.sequences.size()) batch.sequences.emplace_back();
     models::BatchSequence& bs = batch.sequences[n_sequences++];
@@ -292,7 +311,7 @@ void Engine::run_step(const StepPlan& plan) {
     SeqState& s = *static_cast<SeqState*>(c.seq);
     const RequestState& r = *s.request;
     batch.logits_rows.push_back(static_cast<int64_t>(batch.token_ids.size()) - 1);
-    sampled.push_back(&s);
+    f.sampled.push_back(&s);
     const bool before_min = s.n_output() < r.request.stop.min_tokens;
     // A draw depends on (logits, seed, position) only, never on the batch around it.
     rows.push_back({&r.request.sampling,
@@ -302,46 +321,89 @@ void Engine::run_step(const StepPlan& plan) {
                     {s.seed, static_cast<uint64_t>(s.tokens.size())}});
   }
   batch.sequences.resize(n_sequences);
-  std::vector<sampling::SampledToken>& drawn = step_.drawn;
-  const Clock::time_point model_start = Clock::now();
-  const Status status = runner_->step(batch, rows, drawn);
+  const Clock::time_point launch_start = Clock::now();
+  const Status status = runner_->launch(batch, rows);
+  step_.runner_seconds += std::chrono::duration<double>(Clock::now() - launch_start).count();
+  if (!status) {
+    log_error("step failed: " + status.message());
+    for (auto& r : f.requests) finish_request(*r, FinishReason::ABORT, "model step failed: " + status.message());
+    f.requests.clear();
+    return;
+  }
+  ++n_in_flight_;
+  scheduler_.complete(plan);
+  // Each drawn token's place: a pending id the next step can run on, unless it ends the sequence.
+  for (size_t i = 0; i < f.sampled.size(); ++i) {
+    SeqState& s = *f.sampled[i];
+    const int64_t slot = s.n_tokens();
+    f.slots.push_back(slot);
+    if (ends_by_length(s, slot, s.request->request.stop, config_.max_model_len)) continue;
+    s.tokens.push_back(models::pending_token(static_cast<int64_t>(i)));
+    ++s.n_pending;
+  }
+}
+
+void Engine::collect_step() {
+  InFlight& f = in_flight_[oldest_];
+  oldest_ = (oldest_ + 1) % 2;
+  --n_in_flight_;
+  StepOutput& out = step_.output;
+  const Clock::time_point wait_start = Clock::now();
+  const Status status = runner_->collect(out);
   const Clock::time_point now = Clock::now();
-  step_.model_seconds = std::chrono::duration<double>(now - model_start).count();
-  ++step_.number;
+  step_.runner_seconds += std::chrono::duration<double>(now - wait_start).count();
   // Each request once, in batch order (a request's n choices share its output).
   std::vector<RequestState*>& touched = step_.touched;
   touched.clear();
+  const uint64_t pass = ++step_.pass;
   auto touch = [&](RequestState* r) {
-    if (r->touched_step == step_.number) return;
-    r->touched_step = step_.number;
+    if (r->mark == pass) return;
+    r->mark = pass;
     touched.push_back(r);
   };
   if (!status) {
     log_error("step failed: " + status.message());
-    for (const ScheduledChunk& c : plan.chunks) touch(static_cast<SeqState*>(c.seq)->request);
-    for (RequestState* r : touched) finish_request(*r, FinishReason::ABORT, "model step failed: " + status.message());
+    blocks_.reset_prefix_cache();  // blocks it registered at launch may lack their K/V
+    for (auto& r : f.requests) finish_request(*r, FinishReason::ABORT, "model step failed: " + status.message());
+    f.requests.clear();
     return;
   }
-  scheduler_.complete(plan);
-  for (size_t i = 0; i < sampled.size(); ++i) {
-    SeqState& s = *sampled[i];
+  if (f.back_to_back && out.device_seconds >= 0 && out.device_idle_seconds >= 0)
+    metrics_.update([&](MetricsSnapshot& m) {
+      ++m.device_steps;
+      m.device_step_seconds += out.device_seconds;
+      m.device_idle_seconds += out.device_idle_seconds;
+      m.device_idle.observe(out.device_idle_seconds);
+    });
+  for (size_t i = 0; i < f.sampled.size(); ++i) {
+    SeqState& s = *f.sampled[i];
+    if (s.finish != FinishReason::NONE) continue;  // ended (stop, abort) while the step ran: its token goes
     touch(s.request);
     if (s.request->request.stop.max_tokens == 0) finish_sequence(s, FinishReason::LENGTH);  // prefill only
-    else accept_token(s, std::move(drawn[i]), now);
+    else accept_token(s, std::move(out.tokens[i]), f.slots[i], now);
   }
   for (RequestState* r : touched) emit(*r, now);
+  f.requests.clear();  // the step no longer holds them
 }
 
-void Engine::accept_token(SeqState& s, sampling::SampledToken&& drawn, Clock::time_point now) {
+// The token drawn into tokens[slot]: the pending id there (a later step in flight may already run on
+// it), or appended when the sequence ends with it.
+void Engine::accept_token(SeqState& s, sampling::SampledToken&& drawn, int64_t slot, Clock::time_point now) {
   RequestState& r = *s.request;
   const StopParams& stop = r.request.stop;
   const int32_t token = drawn.token;
-  s.tokens.push_back(token);
+  if (slot == s.n_tokens()) {
+    s.tokens.push_back(token);
+  } else {
+    s.tokens[static_cast<size_t>(slot)] = token;
+    --s.n_pending;
+  }
+  const int64_t n_output = slot + 1 - s.prompt_len;  // this token's count (later ones may be pending)
   s.new_tokens.push_back(token);
   if (r.request.sampling.logprobs >= 0) s.new_logprobs.push_back(std::move(drawn));
   s.changed = true;
   ++r.completion_tokens;
-  const bool first_of_sequence = s.n_output() == 1;
+  const bool first_of_sequence = n_output == 1;
   metrics_.update([&](MetricsSnapshot& m) {
     ++m.generation_tokens;
     if (!first_of_sequence) m.itl.observe(std::chrono::duration<double>(now - s.last_token_time).count());
@@ -357,7 +419,7 @@ void Engine::accept_token(SeqState& s, sampling::SampledToken&& drawn, Clock::ti
   s.last_token_time = now;
 
   // Stop checks in vLLM's order (vllm/v1/core/sched/utils.py check_stop); none before min_tokens.
-  const bool stops_allowed = s.n_output() >= stop.min_tokens;
+  const bool stops_allowed = n_output >= stop.min_tokens;
   FinishReason finish = FinishReason::NONE;
   if (stops_allowed && r.eos.count(token)) {
     finish = FinishReason::STOP;
@@ -374,14 +436,14 @@ void Engine::accept_token(SeqState& s, sampling::SampledToken&& drawn, Clock::ti
       s.stop_string = std::move(matched);
     }
   }
-  if (finish == FinishReason::NONE &&
-      (s.n_output() >= stop.max_tokens || s.n_tokens() >= config_.max_model_len))
-    finish = FinishReason::LENGTH;
+  if (finish == FinishReason::NONE && ends_by_length(s, slot, stop, config_.max_model_len)) finish = FinishReason::LENGTH;
   if (finish != FinishReason::NONE) finish_sequence(s, finish);
 }
 
 void Engine::finish_sequence(SeqState& s, FinishReason reason) {
   if (s.finish != FinishReason::NONE) return;
+  s.tokens.resize(s.tokens.size() - static_cast<size_t>(s.n_pending));  // draws in flight are dropped
+  s.n_pending = 0;
   if (s.stop_string.empty()) {  // text held back to the end may hold a stop string: it stops there
     const bool check = reason != FinishReason::ABORT && s.n_output() >= s.request->request.stop.min_tokens;
     std::string matched = s.text.finish(check);

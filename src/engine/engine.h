@@ -28,6 +28,10 @@ struct EngineConfig {
   SchedulerLimits limits;
   int64_t max_model_len = 0;
   bool prefix_caching = true;
+  // Overlapped scheduling: build and launch step N + 1 while the device runs step N, then collect
+  // step N (its tokens reach step N + 1 on the device). Off: each step is collected before the next
+  // is built (SGLang's --disable-overlap-schedule).
+  bool overlap = true;
   std::vector<int32_t> eos_token_ids;  // config.json and generation_config.json
 };
 
@@ -86,8 +90,9 @@ class Engine {
   bool post(Command command);  // false once the engine thread has ended
   void loop();
   void add_request(std::shared_ptr<GenerationRequest> request);
-  void run_step(const StepPlan& plan);
-  void accept_token(SeqState& s, sampling::SampledToken&& token, Clock::time_point now);
+  void launch_step(const StepPlan& plan, bool back_to_back);
+  void collect_step();
+  void accept_token(SeqState& s, sampling::SampledToken&& token, int64_t slot, Clock::time_point now);
   void finish_sequence(SeqState& s, FinishReason reason);
   void finish_request(RequestState& r, FinishReason reason, const std::string& error);
   void abort_every_request();
@@ -103,8 +108,8 @@ class Engine {
   Scheduler scheduler_;
   Metrics metrics_;
 
-  // Engine-thread state.
-  std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
+  // Engine-thread state. A request lives while it runs and while a step in flight holds it.
+  std::unordered_map<std::string, std::shared_ptr<RequestState>> requests_;
   uint64_t next_seq_id_ = 0;
   struct PendingUpdate {
     WeightUpdate update;
@@ -112,13 +117,22 @@ class Engine {
   };
   std::unique_ptr<PendingUpdate> pending_update_;
   bool has_work_ = false;
-  struct StepBuffers {  // run_step's, kept so that steps reuse their memory
-    uint64_t number = 0;
-    double model_seconds = 0.0;  // the last step's time inside the runner
+  // A launched step until it is collected: at most two (overlapped, the one just launched and the
+  // one before it). Kept in a ring so that steps reuse their memory.
+  struct InFlight {
+    std::vector<SeqState*> sampled;  // row i's sequence
+    std::vector<int64_t> slots;      // the index row i's token takes in its sequence's tokens
+    std::vector<std::shared_ptr<RequestState>> requests;  // each request of the step, kept alive
+    bool back_to_back = false;       // launched without the engine running out of work since the last
+  };
+  InFlight in_flight_[2];
+  int oldest_ = 0, n_in_flight_ = 0;
+  struct StepBuffers {  // launch_step's and collect_step's, kept so that steps reuse their memory
+    uint64_t pass = 0;           // a number per pass over a step's requests (RequestState::mark)
+    double runner_seconds = 0.0;  // this loop turn's time inside the runner
     models::Batch batch;
-    std::vector<SeqState*> sampled;
     std::vector<SampleRow> rows;
-    std::vector<sampling::SampledToken> drawn;
+    StepOutput output;
     std::vector<RequestState*> touched;
   };
   StepBuffers step_;

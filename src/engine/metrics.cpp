@@ -24,6 +24,7 @@ Metrics::Metrics() {
   data_.e2e = Histogram({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                          240.0, 480.0, 960.0, 1920.0, 7680.0});
   data_.step_engine = Histogram({25e-6, 50e-6, 100e-6, 150e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.1});
+  data_.device_idle = Histogram({1e-6, 5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 5e-3, 0.025});
 }
 
 MetricsSnapshot Metrics::snapshot() const {

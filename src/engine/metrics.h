@@ -39,6 +39,12 @@ struct MetricsSnapshot {
   uint64_t steps = 0;
   double step_model_seconds = 0.0, step_engine_seconds = 0.0;
   Histogram step_engine;  // seconds of engine work per step
+  // On the GPU, per step launched back to back with the one before (the engine had work between
+  // them): the step's own device time, and how long the device sat idle before it started
+  // (waiting for the host to queue it; overlapped scheduling builds a step while the last one runs).
+  uint64_t device_steps = 0;
+  double device_step_seconds = 0.0, device_idle_seconds = 0.0;
+  Histogram device_idle;
 };
 
 class Metrics {

@@ -47,16 +47,53 @@ class CpuRunner : public ModelRunner {
     return model_->forward(batch, cache_, logits);
   }
 
-  Status step(const models::Batch& batch, std::span<const SampleRow> rows,
-              std::vector<sampling::SampledToken>& out) override {
-    if (rows.size() != batch.logits_rows.size()) return Status::error("step: one sample row per logits row");
-    NIB_RETURN_IF_ERROR(model_->forward(batch, cache_, logits_));
+  // The CPU computes at launch; collect hands the tokens over. Pending ids resolve from the tokens
+  // of the step launched before (kept in drawn_).
+  Status launch(const models::Batch& batch, std::span<const SampleRow> rows) override {
+    if (rows.size() != batch.logits_rows.size()) return Status::error("launch: one sample row per logits row");
+    if (n_uncollected_ == 2) return Status::error("launch: two steps are already uncollected");
+    const bool pending = std::any_of(batch.token_ids.begin(), batch.token_ids.end(), models::is_pending_token);
+    const models::Batch* run = &batch;
+    if (pending) {
+      resolved_batch_ = batch;
+      for (int32_t& id : resolved_batch_.token_ids) NIB_RETURN_IF_ERROR(resolve(id));
+      run = &resolved_batch_;
+    }
+    // Token lists the sampler reads (the penalties' prompt and output, the mask) that hold pending
+    // ids, resolved into copies (their buffers stay put as `lists` grows: it was reserved).
+    std::vector<std::vector<int32_t>> lists;
+    lists.reserve(3 * rows.size());
+    std::vector<SampleRow> resolved(rows.begin(), rows.end());
+    for (SampleRow& row : resolved) {
+      const bool penalties = row.params->has_penalties();
+      for (std::span<const int32_t>* list : {&row.context.prompt, &row.context.output, &row.context.masked}) {
+        if (list != &row.context.masked && !penalties) continue;
+        if (std::none_of(list->begin(), list->end(), models::is_pending_token)) continue;
+        std::vector<int32_t>& copy = lists.emplace_back(list->begin(), list->end());
+        for (int32_t& id : copy) NIB_RETURN_IF_ERROR(resolve(id));
+        *list = copy;
+      }
+    }
+    NIB_RETURN_IF_ERROR(model_->forward(*run, cache_, logits_));
     const size_t vocab = static_cast<size_t>(config().vocab_size);
+    std::vector<sampling::SampledToken>& out = results_[n_uncollected_];
     out.assign(rows.size(), {});
     parallel_for(rows.size(), [&](size_t i) {
       const std::span<const float> row(logits_.data() + i * vocab, vocab);
-      out[i] = sampling::sample_next(row, *rows[i].params, rows[i].context, rows[i].key);
+      out[i] = sampling::sample_next(row, *resolved[i].params, resolved[i].context, resolved[i].key);
     });
+    drawn_.resize(out.size());
+    for (size_t i = 0; i < out.size(); ++i) drawn_[i] = out[i].token;
+    ++n_uncollected_;
+    return Status::ok();
+  }
+
+  Status collect(StepOutput& out) override {
+    if (n_uncollected_ == 0) return Status::error("collect: no step was launched");
+    out.tokens = std::move(results_[0]);
+    out.device_seconds = out.device_idle_seconds = -1.0;
+    std::swap(results_[0], results_[1]);
+    --n_uncollected_;
     return Status::ok();
   }
 
@@ -75,8 +112,22 @@ class CpuRunner : public ModelRunner {
   models::ModelOptions model_options_;
   std::shared_ptr<const io::LoadedCheckpoint> checkpoint_;
   std::unique_ptr<models::Model> model_;
+  Status resolve(int32_t& id) const {
+    if (!models::is_pending_token(id)) return Status::ok();
+    const int64_t row = models::pending_row(id);
+    if (row >= static_cast<int64_t>(drawn_.size()))
+      return Status::error("a pending token names row " + std::to_string(row) + " of a step that drew " +
+                           std::to_string(drawn_.size()));
+    id = drawn_[static_cast<size_t>(row)];
+    return Status::ok();
+  }
+
   models::KvCache cache_;
   std::vector<float> logits_;
+  models::Batch resolved_batch_;
+  std::vector<int32_t> drawn_;                        // the last launched step's tokens, by row
+  std::vector<sampling::SampledToken> results_[2];   // uncollected steps, oldest first
+  int n_uncollected_ = 0;
 };
 
 Result<std::unique_ptr<ModelRunner>> create_cpu_runner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
@@ -103,6 +154,15 @@ Result<std::unique_ptr<ModelRunner>> create_cpu_runner(std::shared_ptr<const io:
 }
 
 }  // namespace
+
+Status ModelRunner::step(const models::Batch& batch, std::span<const SampleRow> rows,
+                         std::vector<sampling::SampledToken>& out) {
+  NIB_RETURN_IF_ERROR(launch(batch, rows));
+  StepOutput result;
+  NIB_RETURN_IF_ERROR(collect(result));
+  out = std::move(result.tokens);
+  return Status::ok();
+}
 
 bool cuda_available() { return cuda_runner_available(); }
 

@@ -27,6 +27,14 @@ struct SampleRow {
   sampling::DrawKey key;              // the sequence's seed and the position being drawn
 };
 
+struct StepOutput {
+  std::vector<sampling::SampledToken> tokens;  // one per SampleRow of the step
+  // On the GPU: the step's own device time, and how long the device sat idle between the end of
+  // the step launched before it and its start (waiting for the host to queue it); -1 where not
+  // measured (the CPU; the idle time of a first step).
+  double device_seconds = -1.0, device_idle_seconds = -1.0;
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -35,9 +43,16 @@ class ModelRunner {
   virtual int64_t block_size() const = 0;
   // "cpu" or "cuda (NVIDIA H200)": for start-up lines and /server_info.
   virtual std::string describe() const = 0;
-  // Runs the batch and draws one token per row (+ logprobs when a row's params ask).
-  virtual Status step(const models::Batch& batch, std::span<const SampleRow> rows,
-                      std::vector<sampling::SampledToken>& out) = 0;
+  // Starts a step: runs the batch and draws one token per row (+ logprobs when a row's params
+  // ask). On the GPU it only queues the work, so the engine can build the next step meanwhile: a
+  // step may be launched while the one before it is still uncollected (never two), and its token
+  // ids and its rows' token lists may then hold models::pending_token(j), the token that uncollected
+  // step draws for its row j.
+  virtual Status launch(const models::Batch& batch, std::span<const SampleRow> rows) = 0;
+  // Waits for the oldest uncollected step and returns what it drew, row by row.
+  virtual Status collect(StepOutput& out) = 0;
+  // launch, then collect (nothing else in flight).
+  Status step(const models::Batch& batch, std::span<const SampleRow> rows, std::vector<sampling::SampledToken>& out);
   // Runs the batch and returns the logits of batch.logits_rows, [rows, vocab] fp32 (tests,
   // --dump-logits).
   virtual Status forward_logits(const models::Batch& batch, std::vector<float>& logits) = 0;

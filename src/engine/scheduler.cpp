@@ -50,6 +50,10 @@ StepPlan Scheduler::schedule(bool admit_new) {
       continue;
     }
     const int64_t n = std::min(seq->n_tokens() - seq->n_computed, budget);
+    if (n == 0) {  // its next token comes from a step in flight that it ends with (length)
+      kept.push_back(seq);
+      continue;
+    }
     bool placed = false;
     while (!(placed = grow_to(seq, seq->n_computed + n))) {
       if (running_.size() - 1 == i) break;  // no newer sequence left to preempt
@@ -98,7 +102,8 @@ void Scheduler::complete(const StepPlan& plan) {
     Sequence* seq = c.seq;
     if (seq->status == SequenceStatus::FINISHED) continue;
     seq->n_computed = c.start + c.n_tokens;
-    blocks_.register_full_blocks(seq->tokens, seq->n_computed, seq->block_table, seq->block_hashes);
+    const int64_t drawn = std::min(seq->n_computed, seq->n_tokens() - seq->n_pending);
+    blocks_.register_full_blocks(seq->tokens, drawn, seq->block_table, seq->block_hashes);
   }
 }
 

@@ -1,6 +1,7 @@
 // The continuous-batching scheduler (plain C++, no device code). Each step it serves running
 // sequences first (one decode token each, or the next chunk of an unfinished prefill), then admits
-// waiting ones first-come first-served, within max_num_seqs, the token budget and the KV blocks.
+// waiting ones first-come first-served, within max_num_seqs, the token budget and the KV blocks. A
+// running sequence with nothing to compute (its last token is still being drawn) sits a step out.
 // When blocks run out it preempts the most recent running sequence (recompute: its blocks are
 // freed and it waits at the front of the queue), so nothing is lost and the oldest always progress.
 #pragma once
@@ -41,7 +42,8 @@ class Scheduler {
   // Builds the next step. With admit_new false only sequences already started are served
   // (running ones, and preempted ones waiting to resume): a weight reload drains with it.
   StepPlan schedule(bool admit_new = true);
-  // After the step ran: the scheduled tokens are in the cache; full blocks join the prefix cache.
+  // Once the step is launched (the device runs steps in order, so a later step sees its K/V): the
+  // scheduled tokens count as computed; full blocks of drawn (not pending) tokens join the prefix cache.
   void complete(const StepPlan& plan);
   // Removes a sequence (finished or aborted) wherever it is and releases its blocks.
   void finish(Sequence* seq);

@@ -12,6 +12,9 @@ enum class SequenceStatus { WAITING, RUNNING, FINISHED };
 struct Sequence {
   uint64_t id = 0;                  // arrival order: lower ids are served first and preempted last
   std::vector<int32_t> tokens;      // prompt + generated
+  // The last n_pending tokens are still being drawn by steps in flight (overlapped scheduling):
+  // their ids are models::pending_token placeholders until the engine collects those steps.
+  int64_t n_pending = 0;
   int64_t prompt_len = 0;
   int64_t n_computed = 0;           // tokens whose K/V are in the cache
   std::vector<int32_t> block_table;

@@ -68,8 +68,6 @@ struct CudaModel::Impl {
   // Eager steps with prefill chunks: tensor-core items and the decode rows beside them.
   int4* items = nullptr;
   int32_t* decode_rows = nullptr;
-  int4* h_items = nullptr;
-  int32_t* h_decode_rows = nullptr;
   int64_t step_items = 0, step_decode = 0;
   bool step_lists = false;
   // FlashInfer attention for every step (null: the native kernels), its BF16 query input, and the
@@ -77,9 +75,18 @@ struct CudaModel::Impl {
   std::unique_ptr<cuda::FlashInferAttention> flashinfer;
   uint16_t* q_bf16 = nullptr;
   std::map<int64_t, std::vector<int64_t>> graph_plans;
-  // Pinned host copies of the step metadata (copied to the device asynchronously).
-  int32_t *h_ids = nullptr, *h_positions = nullptr, *h_token_seq = nullptr, *h_block_tables = nullptr, *h_rows = nullptr;
-  int64_t* h_slots = nullptr;
+  // Pinned host copies of the step metadata, copied to the device asynchronously: two, as a step is
+  // staged while the one before it may still be waiting for its copies (overlapped scheduling).
+  struct HostStep {
+    cuda::PinnedArray<int32_t> ids, positions, token_seq, block_tables, rows, decode_rows;
+    cuda::PinnedArray<int64_t> slots;
+    cuda::PinnedArray<int4> items;
+  };
+  HostStep host_steps[2];
+  int host_parity = 0;
+  // The tokens the last step drew, by logits row (the runner's sampler writes them): what the
+  // pending ids of the next step's batch read (models::pending_token).
+  int32_t* drawn = nullptr;
   // Decode graphs by padded batch size. Padding tokens write into the trash block (one past the
   // engine's blocks) through a sequence row of their own.
   std::map<int64_t, cudaGraphExec_t> graphs;
@@ -88,10 +95,6 @@ struct CudaModel::Impl {
 
   ~Impl() {
     for (auto& [size, graph] : graphs) cudaGraphExecDestroy(graph);
-    for (void* p : {static_cast<void*>(h_ids), static_cast<void*>(h_positions), static_cast<void*>(h_token_seq),
-                    static_cast<void*>(h_block_tables), static_cast<void*>(h_rows), static_cast<void*>(h_slots),
-                    static_cast<void*>(h_items), static_cast<void*>(h_decode_rows)})
-      if (p) cudaFreeHost(p);
   }
   // KV cache: [layers, blocks, block_size, NKV, D] BF16 for K and for V.
   uint16_t *k_cache = nullptr, *v_cache = nullptr;
@@ -336,20 +339,21 @@ struct CudaModel::Impl {
     NIB_RETURN_IF_ERROR(a.alloc(slots, T, "KV slots"));
     NIB_RETURN_IF_ERROR(a.alloc(rows, R, "logits rows"));
     NIB_RETURN_IF_ERROR(a.alloc(block_tables, (options.max_seqs + 1) * max_blocks_per_seq, "block tables"));
-    auto pinned = [](auto*& p, int64_t n) {
-      return cuda::cuda_status(cudaHostAlloc(reinterpret_cast<void**>(&p), static_cast<size_t>(n) * sizeof(*p), cudaHostAllocDefault),
-                               "pinned step metadata");
-    };
-    NIB_RETURN_IF_ERROR(pinned(h_ids, T));
-    NIB_RETURN_IF_ERROR(pinned(h_positions, T));
-    NIB_RETURN_IF_ERROR(pinned(h_token_seq, T));
-    NIB_RETURN_IF_ERROR(pinned(h_slots, T));
-    NIB_RETURN_IF_ERROR(pinned(h_rows, R));
-    NIB_RETURN_IF_ERROR(pinned(h_block_tables, (options.max_seqs + 1) * max_blocks_per_seq));
+    NIB_RETURN_IF_ERROR(a.alloc(drawn, R, "drawn tokens"));
+    NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemset(drawn, 0, static_cast<size_t>(R) * 4), "drawn tokens"));
     NIB_RETURN_IF_ERROR(a.alloc(items, T, "attention items"));
     NIB_RETURN_IF_ERROR(a.alloc(decode_rows, T, "decode rows"));
-    NIB_RETURN_IF_ERROR(pinned(h_items, T));
-    NIB_RETURN_IF_ERROR(pinned(h_decode_rows, T));
+    const size_t t = static_cast<size_t>(T), tables = static_cast<size_t>((options.max_seqs + 1) * max_blocks_per_seq);
+    for (HostStep& h : host_steps) {
+      const std::string what = "the step metadata";
+      using Int32s = std::pair<cuda::PinnedArray<int32_t>*, size_t>;
+      for (auto [array, n] : std::initializer_list<Int32s>{{&h.ids, t}, {&h.positions, t}, {&h.token_seq, t},
+                                                            {&h.decode_rows, t}, {&h.rows, static_cast<size_t>(R)},
+                                                            {&h.block_tables, tables}})
+        NIB_RETURN_IF_ERROR(array->resize(n, what));
+      NIB_RETURN_IF_ERROR(h.slots.resize(t, what));
+      NIB_RETURN_IF_ERROR(h.items.resize(t, what));
+    }
     // Split-KV steps have fewer than 528 / NKV tokens (cuda::attention_splits), at most 32 splits.
     const int64_t split_tokens = std::min<int64_t>(T, 528);
     NIB_RETURN_IF_ERROR(a.alloc(attention_ws, static_cast<size_t>(cuda::attention_workspace_floats(split_tokens, NH, D, 32)),
@@ -419,11 +423,18 @@ struct CudaModel::Impl {
     return {mode == ActQuant::STATIC ? w.moe.gate_up_input_scale : 0.0f, moe_ws->x_hat, moe_ws->x_row_scales};
   }
 
-  // The step's metadata into the pinned buffers, padded to T tokens (padding: token 0 at position 0
-  // of the trash block), then to the device on the stream. The caller waits for the step before
-  // staging the next one, so the pinned buffers are never overwritten while a copy reads them.
+  // The step's metadata into pinned buffers, padded to T tokens (padding: token 0 at position 0 of
+  // the trash block), then to the device on the stream. The two sets of pinned buffers alternate:
+  // the caller waits for a step before staging the one after next, so a copy never reads a buffer
+  // being rewritten.
   Status stage(const Batch& batch, int64_t T, int64_t n_rows, bool eager) {
     const int64_t S = static_cast<int64_t>(batch.sequences.size()), bs = options.block_size;
+    host_parity ^= 1;
+    HostStep& host = host_steps[host_parity];
+    int32_t *h_ids = host.ids.data(), *h_positions = host.positions.data(), *h_token_seq = host.token_seq.data();
+    int32_t *h_block_tables = host.block_tables.data(), *h_rows = host.rows.data(), *h_decode_rows = host.decode_rows.data();
+    int64_t* h_slots = host.slots.data();
+    int4* h_items = host.items.data();
     const int64_t G = config.num_attention_heads / config.num_key_value_heads;
     int64_t t = 0;
     step_max_keys = 0;
@@ -513,9 +524,9 @@ struct CudaModel::Impl {
     }
     if (total != T) return Status::error("batch: sequence token counts do not add up to the token ids");
     for (int32_t id : batch.token_ids)
-      if (id < 0 || id >= config.vocab_size)
+      if (is_pending_token(id) ? pending_row(id) >= options.max_rows : id >= config.vocab_size)
         return Status::error("token id " + std::to_string(id) + " is outside the vocabulary (size " +
-                             std::to_string(config.vocab_size) + ")");
+                             std::to_string(config.vocab_size) + ") and names no row a step draws");
     for (int64_t r : batch.logits_rows)
       if (r < 0 || r >= T) return Status::error("batch: logits row out of range");
     return Status::ok();
@@ -528,7 +539,7 @@ struct CudaModel::Impl {
     const float eps = static_cast<float>(config.rms_norm_eps);
     const cudaStream_t s = stream();
     const size_t layer_kv = static_cast<size_t>((n_blocks + 1) * options.block_size * NKV * D);
-    NIB_RETURN_IF_ERROR(cuda::embedding_gather(ids, T, embed, H, x, s));
+    NIB_RETURN_IF_ERROR(cuda::embedding_gather(ids, T, embed, H, x, s, drawn));
     profiler.mark("embedding");
     const cuda::QkvLayout qkv{T, NH, NKV, D, positions, slots, inv_freq, config.rope_style == io::RopeStyle::INTERLEAVED};
     cuda::AttentionBatch att{T, NH, NKV, D, options.block_size, token_seq, positions, block_tables,
@@ -737,5 +748,7 @@ Status CudaModel::reload(std::shared_ptr<const io::LoadedCheckpoint> checkpoint)
 Status CudaModel::forward(const Batch& batch) { return impl_->forward(batch); }
 
 const float* CudaModel::logits() const { return impl_->logits; }
+
+int32_t* CudaModel::drawn_tokens() { return impl_->drawn; }
 
 }  // namespace nibble::models

@@ -63,8 +63,12 @@ class CudaModel {
   // Copies another checkpoint of the same layout into the same device buffers (no second copy).
   Status reload(std::shared_ptr<const io::LoadedCheckpoint> checkpoint);
   // One step; the logits of batch.logits_rows are left in logits() ([rows, vocab] fp32, device).
+  // Queued on the stream, nothing waits: a step may be staged while the one before still runs.
   Status forward(const Batch& batch);
   const float* logits() const;
+  // [max_rows] device: the tokens the last step drew, by logits row, which the runner writes after
+  // sampling; pending ids (models::pending_token) in the next batch read them on the device.
+  int32_t* drawn_tokens();
   // With NIBBLE_PROFILE_STEPS=1 in the environment: per-op GPU time of the steps so far.
   std::string profile_report() const;
 

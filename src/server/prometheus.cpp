@@ -92,13 +92,21 @@ std::string prometheus_text(ServingContext& ctx) {
   w.histogram("nibble:e2e_request_latency_seconds", "Arrival to the last output of a request.", m.e2e);
   w.metric("nibble:engine_steps_total", "counter", "Model steps run.", static_cast<double>(m.steps));
   w.metric("nibble:step_model_seconds_total", "counter",
-           "Time inside the model runner's steps (on the GPU: the device computing, plus the runner's host work).",
+           "Time inside the model runner's calls (launching a step, and waiting to collect one: on the GPU "
+           "mostly the device computing).",
            m.step_model_seconds);
   w.metric("nibble:step_engine_seconds_total", "counter",
-           "The engine's own time around steps (scheduling, batches, detokenizing, outputs): while steps run "
-           "back to back, the time the model waits.",
+           "The engine's own time around steps (scheduling, batches, detokenizing, outputs); with overlapped "
+           "scheduling it runs while the device computes the step launched before.",
            m.step_engine_seconds);
   w.histogram("nibble:step_engine_seconds", "The engine's own time per step.", m.step_engine);
+  w.metric("nibble:device_steps_total", "counter", "GPU steps launched back to back with the one before.",
+           static_cast<double>(m.device_steps));
+  w.metric("nibble:device_step_seconds_total", "counter", "The device time of those steps.", m.device_step_seconds);
+  w.metric("nibble:device_idle_seconds_total", "counter",
+           "How long the GPU sat idle before those steps, waiting for the host to queue them.", m.device_idle_seconds);
+  w.histogram("nibble:device_idle_seconds", "The GPU's idle time before each step launched back to back.",
+              m.device_idle);
   return w.str();
 }
 

@@ -92,6 +92,7 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   ec.limits = {o.max_num_seqs, o.max_num_batched_tokens};
   ec.max_model_len = max_model_len;
   ec.prefix_caching = o.enable_prefix_caching;
+  ec.overlap = !o.disable_overlap_schedule;
   for (int64_t id : config.eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
   for (int64_t id : model->generation.eos_token_ids)
     if (std::find(ec.eos_token_ids.begin(), ec.eos_token_ids.end(), id) == ec.eos_token_ids.end())

@@ -26,6 +26,7 @@ struct ServerOptions {
   double gpu_memory_utilization = 0.90;  // vLLM's flag: the GPU memory share weights + KV may take
   bool enforce_eager = false;            // vLLM's flag: no CUDA graphs
   bool enable_prefix_caching = true;
+  bool disable_overlap_schedule = false;  // SGLang's flag: collect each step before building the next
   std::string kv_cache_dtype = "auto";  // auto | bf16
   std::string backend = "auto";         // auto | cpu | cuda
   std::string moe_backend = "auto";     // fused | dequant-cublas | skinny | auto (CUDA backend)

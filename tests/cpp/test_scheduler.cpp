@@ -258,5 +258,52 @@ TEST(Scheduler, ChunkedPrefillRespectsTheTokenBudgetAndDecodesComeFirst) {
   EXPECT_EQ(p2.chunks[1].n_tokens, 9);
 }
 
+// Overlapped scheduling: a drawn-but-pending last token is computed by the next step, never joins
+// the prefix cache as a placeholder, and a sequence whose next token is not queued sits a step out.
+TEST(Scheduler, PendingTokensAreComputedButNotCachedAndIdleSequencesSitOut) {
+  BlockManager blocks(100, 4, true);
+  Scheduler scheduler({4, 64}, blocks);
+  Sequence a, b;
+  a.id = 0, b.id = 1;
+  for (int32_t t = 0; t < 7; ++t) a.tokens.push_back(10 + t), b.tokens.push_back(30 + t);
+  a.prompt_len = b.prompt_len = 7;
+  scheduler.add(&a);
+  scheduler.add(&b);
+  StepPlan p1 = scheduler.schedule();
+  ASSERT_EQ(p1.chunks.size(), 2u);
+  scheduler.complete(p1);
+  // a's next token is in flight (a placeholder, as the engine pushes it); b ends with its draw.
+  a.tokens.push_back(-1);
+  a.n_pending = 1;
+  StepPlan p2 = scheduler.schedule();
+  ASSERT_EQ(p2.chunks.size(), 1u) << "b has nothing to compute until its token is collected";
+  EXPECT_EQ(p2.chunks[0].seq, &a);
+  EXPECT_EQ(p2.chunks[0].start, 7);
+  EXPECT_EQ(p2.chunks[0].n_tokens, 1);
+  EXPECT_EQ(scheduler.running().size(), 2u) << "b is still running";
+  scheduler.complete(p2);
+  EXPECT_EQ(a.n_computed, 8);
+  EXPECT_EQ(a.block_hashes.size(), 1u) << "the block holding the placeholder is not cached yet";
+  // The token arrives; the next step registers the now-drawn block.
+  a.tokens.back() = 99;
+  a.n_pending = 0;
+  a.tokens.push_back(-1);
+  a.n_pending = 1;
+  StepPlan p3 = scheduler.schedule();
+  scheduler.complete(p3);
+  EXPECT_EQ(a.block_hashes.size(), 2u);
+  Sequence c;
+  c.id = 2;
+  c.tokens = {10, 11, 12, 13, 14, 15, 16, 99, 5};
+  c.prompt_len = 9;
+  std::vector<int32_t> table;
+  std::vector<uint64_t> hashes;
+  EXPECT_EQ(blocks.match_prefix(c.tokens, table, hashes), 8) << "the drawn token's block is found by its value";
+  blocks.release(table, hashes);
+  scheduler.finish(&a);
+  scheduler.finish(&b);
+  EXPECT_EQ(blocks.n_used(), 0);
+}
+
 }  // namespace
 }  // namespace nibble::engine

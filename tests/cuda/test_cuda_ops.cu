@@ -18,6 +18,7 @@
 #include "cuda/transformer_ops.cuh"
 #include "cuda_test_util.cuh"
 #include "formats/bf16.h"
+#include "models/batch.h"
 #include "ref/attention.h"
 #include "ref/ops.h"
 #include "sampling/sampler.h"
@@ -72,6 +73,17 @@ TEST(CudaOps, EmbeddingAndRmsnorm) {
     test::DeviceBuffer<float> d_x(want.size());
     ASSERT_TRUE(cuda::embedding_gather(d_ids.get(), tokens, d_table.get(), hidden, d_x.get(), nullptr).is_ok());
     EXPECT_EQ(d_x.to_host(), want) << "embedding is a copy: exact";
+    // The same ids, every other one pending: the token a step before drew for its row j (overlapped steps).
+    std::vector<int32_t> pending = ids, drawn(static_cast<size_t>(tokens));
+    for (size_t t = 0; t < pending.size(); t += 2) {
+      const int64_t j = tokens - 1 - int64_t(t);
+      drawn[size_t(j)] = ids[t];
+      pending[t] = models::pending_token(j);
+    }
+    test::DeviceBuffer<int32_t> d_pending(pending), d_drawn(drawn);
+    test::DeviceBuffer<float> d_x2(want.size());
+    ASSERT_TRUE(cuda::embedding_gather(d_pending.get(), tokens, d_table.get(), hidden, d_x2.get(), nullptr, d_drawn.get()).is_ok());
+    EXPECT_EQ(d_x2.to_host(), want) << "pending ids read the drawn tokens";
 
     // residual += delta, then BF16(rmsnorm · w); and the row-selected form without delta.
     const auto residual = random_f32(want.size(), rng, 1.0f), delta = random_f32(want.size(), rng, 0.3f);
@@ -374,8 +386,11 @@ TEST(CudaOps, SamplerDrawsTheCpuSamplersTokens) {
     std::vector<float> logits = random_f32(size_t(R * V), rng, 2.0f);
     for (int64_t r = 0; r < R; ++r)
       for (int j = 0; j < 5; ++j) logits[size_t(r * V + rng() % V)] += 6.0f;
+    // Every other row's last output token is a pending id, as overlapped steps upload it: the token
+    // the step before drew for some row j, read from `drawn` on the device.
     std::vector<cuda::SamplerRow> params;
-    std::vector<int32_t> tokens;
+    std::vector<int32_t> tokens, drawn(static_cast<size_t>(R));
+    for (int32_t& t : drawn) t = int32_t(rng() % V);
     for (const Row& r : rows) {
       cuda::SamplerRow g;
       g.temperature = r.p.temperature, g.top_k = r.p.top_k, g.top_p = r.p.top_p, g.min_p = r.p.min_p;
@@ -385,15 +400,20 @@ TEST(CudaOps, SamplerDrawsTheCpuSamplersTokens) {
       g.prompt_offset = int32_t(tokens.size()), g.prompt_len = int32_t(r.prompt.size()), g.output_len = int32_t(r.output.size());
       tokens.insert(tokens.end(), r.prompt.begin(), r.prompt.end());
       tokens.insert(tokens.end(), r.output.begin(), r.output.end());
+      if (!r.output.empty() && params.size() % 2 == 0) {
+        const int64_t j = R - 1 - int64_t(params.size());  // a row of its own: drawn[j] is this row's
+        drawn[size_t(j)] = r.output.back();
+        tokens.back() = models::pending_token(j);
+      }
       g.masked_offset = int32_t(tokens.size()), g.masked_len = int32_t(r.masked.size());
       tokens.insert(tokens.end(), r.masked.begin(), r.masked.end());
       params.push_back(g);
     }
     test::DeviceBuffer<float> d_logits(logits), d_work(logits.size()), d_lp(static_cast<size_t>(R)), d_top_lp(static_cast<size_t>(R * cuda::MAX_TOP_LOGPROBS));
     test::DeviceBuffer<uint32_t> d_seen(size_t(R * 2 * ((V + 31) / 32)));
-    test::DeviceBuffer<int32_t> d_tokens(tokens), d_out(static_cast<size_t>(R)), d_top(static_cast<size_t>(R * cuda::MAX_TOP_LOGPROBS));
+    test::DeviceBuffer<int32_t> d_tokens(tokens), d_drawn(drawn), d_out(static_cast<size_t>(R)), d_top(static_cast<size_t>(R * cuda::MAX_TOP_LOGPROBS));
     test::DeviceBuffer<cuda::SamplerRow> d_params(params);
-    const cuda::SamplerBatch b{R, V, d_logits.get(), d_params.get(), d_tokens.get(), d_work.get(), d_seen.get(),
+    const cuda::SamplerBatch b{R, V, d_logits.get(), d_params.get(), d_tokens.get(), d_drawn.get(), d_work.get(), d_seen.get(),
                                d_out.get(), d_lp.get(), d_top.get(), d_top_lp.get()};
     ASSERT_TRUE(cuda::sample_rows(b, nullptr).is_ok());
     NIB_CUDA_CHECK(cudaDeviceSynchronize());

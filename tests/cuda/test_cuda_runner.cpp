@@ -414,4 +414,82 @@ TEST(CudaRunner, StepSamplesAndBadBatchesAreErrors) {
   EXPECT_TRUE(gpu->forward_logits(one_sequence(prompt, 0, 1), logits).is_ok());
 }
 
+// Overlapped steps on the GPU: decode steps launched on the pending tokens of the uncollected step
+// before them (read on the device, by the embedding and by the sampler's penalties) draw what the
+// same steps draw launched on the collected tokens — the same batches on the same kernels, so the
+// same bits. Three sequences (a decode graph is replayed) with penalties, sampling and logprobs.
+TEST(CudaRunner, PendingTokensDrawWhatCollectedTokensDraw) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaRunner.PendingTokensDrawWhatCollectedTokensDraw");
+  std::mt19937_64 rng(seed);
+  auto gpu = runner(engine::Backend::CUDA, formats::ActQuant::NONE);
+  ASSERT_TRUE(gpu);
+  const int64_t V = gpu->config().vocab_size, S = 3, STEPS = 6;
+  std::vector<sampling::SamplingParams> params(S);
+  params[0].temperature = 0.0f;
+  params[1].temperature = 0.8f, params[1].repetition_penalty = 1.3f, params[1].frequency_penalty = 0.5f;
+  params[2].temperature = 1.0f, params[2].presence_penalty = 0.7f, params[2].logprobs = 4;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t s = 0; s < S; ++s) prompts.push_back(random_tokens(5 + 4 * s, rng, V));
+  const uint64_t key = rng();
+  // Runs the prefills then STEPS decode steps; overlapped: each decode is launched before the step
+  // before it is collected, on pending ids (its own outputs' last entries pending too).
+  auto run = [&](bool overlapped) {
+    std::vector<std::vector<int32_t>> outputs(S);
+    std::vector<sampling::SampledToken> drawn;
+    models::Batch prefill;
+    for (int64_t s = 0; s < S; ++s) {
+      prefill.token_ids.insert(prefill.token_ids.end(), prompts[s].begin(), prompts[s].end());
+      prefill.sequences.push_back({{int32_t(2 * s), int32_t(2 * s + 1)}, 0, int64_t(prompts[s].size())});
+      prefill.logits_rows.push_back(int64_t(prefill.token_ids.size()) - 1);
+    }
+    std::vector<engine::SampleRow> rows(S);
+    for (int64_t s = 0; s < S; ++s) rows[s] = {&params[s], {prompts[s], {}, {}}, {key + s, prompts[s].size()}};
+    EXPECT_TRUE(gpu->launch(prefill, rows).is_ok());
+    std::vector<std::vector<int32_t>> views(S);  // what each row's output list shows at launch
+    for (int64_t step = 0; step < STEPS; ++step) {
+      models::Batch decode;
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t position = int64_t(prompts[s].size() + outputs[s].size());
+        views[s] = outputs[s];
+        if (overlapped) views[s].push_back(models::pending_token(s));  // the uncollected step's row s
+        decode.token_ids.push_back(views[s].back());
+        decode.sequences.push_back({{int32_t(2 * s), int32_t(2 * s + 1)}, position, 1});
+        decode.logits_rows.push_back(s);
+        rows[s] = {&params[s], {prompts[s], views[s], {}}, {key + s, uint64_t(position + 1)}};
+      }
+      engine::StepOutput out;
+      if (overlapped) {
+        EXPECT_TRUE(gpu->launch(decode, rows).is_ok());
+        EXPECT_TRUE(gpu->collect(out).is_ok());  // the step before this one
+      } else {
+        EXPECT_TRUE(gpu->collect(out).is_ok());
+        for (int64_t s = 0; s < S; ++s) {
+          outputs[s].push_back(out.tokens[s].token);
+          decode.token_ids[s] = out.tokens[s].token;
+          views[s] = outputs[s];
+          rows[s].context.output = views[s];
+        }
+        EXPECT_TRUE(gpu->launch(decode, rows).is_ok());
+        drawn.insert(drawn.end(), out.tokens.begin(), out.tokens.end());
+        continue;
+      }
+      for (int64_t s = 0; s < S; ++s) outputs[s].push_back(out.tokens[s].token);
+      drawn.insert(drawn.end(), out.tokens.begin(), out.tokens.end());
+    }
+    engine::StepOutput last;
+    EXPECT_TRUE(gpu->collect(last).is_ok());
+    drawn.insert(drawn.end(), last.tokens.begin(), last.tokens.end());
+    return drawn;
+  };
+  const auto plain = run(false), overlapped = run(true);
+  ASSERT_EQ(plain.size(), overlapped.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(overlapped[i].token, plain[i].token) << "draw " << i;
+    EXPECT_EQ(overlapped[i].logprob, plain[i].logprob) << "draw " << i;
+    ASSERT_EQ(overlapped[i].top.size(), plain[i].top.size());
+    for (size_t j = 0; j < plain[i].top.size(); ++j) EXPECT_EQ(overlapped[i].top[j].token, plain[i].top[j].token);
+  }
+}
+
 }  // namespace

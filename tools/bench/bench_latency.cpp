@@ -79,37 +79,48 @@ class Bench {
           ++next;
         }
       }
-      std::vector<sampling::SampledToken> out;
-      NIB_RETURN_IF_ERROR(runner_.step(batch, rows, out));
-      for (size_t i = 0; i < members.size(); ++i) seqs[members[i]].tokens.push_back(out[i].token);
+      engine::StepOutput out;
+      NIB_RETURN_IF_ERROR(runner_.launch(batch, rows));
+      NIB_RETURN_IF_ERROR(runner_.collect(out));
+      for (size_t i = 0; i < members.size(); ++i) seqs[members[i]].tokens.push_back(out.tokens[i].token);
     }
     return Status::ok();
   }
 
-  // One decode step for every sequence (each feeds its last token).
-  Status decode(std::vector<Sequence>& seqs) {
-    models::Batch batch;
-    std::vector<engine::SampleRow> rows;
-    for (Sequence& s : seqs) {
-      batch.token_ids.push_back(s.tokens.back());
-      models::BatchSequence bs = s.seq;
-      bs.n_tokens = 1;
-      batch.sequences.push_back(bs);
-      batch.logits_rows.push_back(static_cast<int64_t>(batch.logits_rows.size()));
-      rows.push_back(row(s));
+  // `steps` decode steps for every sequence (each feeds its last token). Overlapped, as the serving
+  // engine runs them: step k + 1 is launched on step k's pending tokens, then step k is collected.
+  Status decode(std::vector<Sequence>& seqs, int64_t steps, bool overlap) {
+    for (int64_t k = 0; k < steps; ++k) {
+      const bool pending = overlap && k > 0;
+      models::Batch batch;
+      std::vector<engine::SampleRow> rows;
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        Sequence& s = seqs[i];
+        batch.token_ids.push_back(pending ? models::pending_token(static_cast<int64_t>(i)) : s.tokens.back());
+        models::BatchSequence bs = s.seq;
+        bs.n_tokens = 1;
+        batch.sequences.push_back(bs);
+        batch.logits_rows.push_back(static_cast<int64_t>(i));
+        rows.push_back(row(s, pending));
+        s.seq.start_position += 1;
+      }
+      NIB_RETURN_IF_ERROR(runner_.launch(batch, rows));
+      if (overlap && k == 0) continue;
+      NIB_RETURN_IF_ERROR(collect(seqs));
     }
-    std::vector<sampling::SampledToken> out;
-    NIB_RETURN_IF_ERROR(runner_.step(batch, rows, out));
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      seqs[i].seq.start_position += 1;
-      seqs[i].tokens.push_back(out[i].token);
-    }
-    return Status::ok();
+    return overlap && steps > 0 ? collect(seqs) : Status::ok();
   }
 
  private:
-  engine::SampleRow row(const Sequence& s) {
-    return {&greedy_, {std::span<const int32_t>(s.tokens), {}, {}}, {1, static_cast<uint64_t>(s.tokens.size())}};
+  // Greedy rows: no token lists to read. `pending`: a token of the sequence is still being drawn.
+  engine::SampleRow row(const Sequence& s, bool pending = false) {
+    return {&greedy_, {}, {1, static_cast<uint64_t>(s.tokens.size() + pending)}};
+  }
+  Status collect(std::vector<Sequence>& seqs) {
+    engine::StepOutput out;
+    NIB_RETURN_IF_ERROR(runner_.collect(out));
+    for (size_t i = 0; i < seqs.size(); ++i) seqs[i].tokens.push_back(out.tokens[i].token);
+    return Status::ok();
   }
   engine::ModelRunner& runner_;
   std::mt19937_64 rng_;
@@ -166,6 +177,7 @@ int run_bench_latency(const BenchLatencyOptions& o) {
                 static_cast<long long>(capacity), static_cast<long long>(bs));
     std::printf("%-10s %-14s %12s %12s %10s\n", "mode", "test", "tokens", "tok/s", "ms/step");
     Bench bench(r, 42);
+    const bool overlap = !o.disable_overlap_schedule;
     for (int64_t n : pp) {
       if (need_blocks(1, n + 1) > capacity) return fail("pp" + std::to_string(n) + " does not fit the KV cache");
       std::vector<double> times;
@@ -187,8 +199,7 @@ int run_bench_latency(const BenchLatencyOptions& o) {
         Status s = bench.prefill(one, 1);
         if (!s) return fail(s.message());
         const Clock::time_point t = Clock::now();
-        for (int64_t i = 0; i < o.tg; ++i)
-          if (Status d = bench.decode(one); !d) return fail(d.message());
+        if (Status d = bench.decode(one, o.tg, overlap); !d) return fail(d.message());
         if (rep > 0) times.push_back(seconds_since(t));
       }
       const double t = median(times);
@@ -206,10 +217,9 @@ int run_bench_latency(const BenchLatencyOptions& o) {
       for (int64_t i = 0; i < B; ++i) seqs.push_back(bench.make(o.batch_prompt, total, static_cast<int32_t>(i * ((total + bs - 1) / bs))));
       Status s = bench.prefill(seqs, ro.max_num_batched_tokens);
       if (!s) return fail(s.message());
-      if (Status w = bench.decode(seqs); !w) return fail(w.message());  // warm-up step
+      if (Status w = bench.decode(seqs, 1, overlap); !w) return fail(w.message());  // warm-up step
       const Clock::time_point t = Clock::now();
-      for (int64_t i = 0; i < o.batch_gen; ++i)
-        if (Status d = bench.decode(seqs); !d) return fail(d.message());
+      if (Status d = bench.decode(seqs, o.batch_gen, overlap); !d) return fail(d.message());
       const double secs = seconds_since(t);
       report("S_TG b" + std::to_string(B), B * o.batch_gen, B * o.batch_gen / secs, secs * 1e3 / o.batch_gen);
     }

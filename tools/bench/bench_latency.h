@@ -21,6 +21,7 @@ struct BenchLatencyOptions {
   int64_t batch_gen = 64;              // decode steps timed per batch size
   int64_t repeats = 3;                 // median of
   bool enforce_eager = false;
+  bool disable_overlap_schedule = false;  // decode steps each collected before the next is launched
   std::string json_out;
 };
 
