@@ -4,7 +4,8 @@
 # decode rows, then `nibble serve --backend cuda` under one stream (128-token answers) and under
 # workload 1's shape (NUM_PROMPTS chats of 1136 ± 50% in / 200 ± 50% out, 64 at a time), with the
 # GPU's idle time between back-to-back steps from /metrics. Logs under $OUT; a table last.
-# PARTS (default latency,serve) picks parts.
+# PARTS (default latency,serve) picks parts, VARIANTS (default "overlap no-overlap") the variants and
+# SHAPES (default "single workload1") the serving shapes.
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 PARTS=${PARTS:-latency,serve}
@@ -13,7 +14,7 @@ synth_qwen3_full
 rows=()
 
 if has latency; then
-  for variant in overlap no-overlap; do
+  for variant in ${VARIANTS:-overlap no-overlap}; do
     flag=""; [ "$variant" = no-overlap ] && flag=--disable-overlap-schedule
     timeout 240 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --modes none --pp 512 --tg 128 \
       --batches 1,64,128 --batch-prompt 1000 --batch-gen 32 $flag > "$OUT/latency_$variant.log" 2>&1
@@ -32,9 +33,9 @@ step_metrics() {
 
 if has serve; then
   port=8770
-  for variant in overlap no-overlap; do
+  for variant in ${VARIANTS:-overlap no-overlap}; do
     flag=""; [ "$variant" = no-overlap ] && flag=--disable-overlap-schedule
-    for shape in single workload1; do
+    for shape in ${SHAPES:-single workload1}; do
       port=$((port + 1))
       build-device/nibble serve --backend cuda --model "$SYNTH_DIR" --port $port $flag > "$OUT/serve_${variant}_$shape.log" 2>&1 &
       pid=$!

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
+#include <type_traits>
 
 #include "core/log.h"
 #include "engine/runner_options.h"
@@ -29,9 +30,12 @@ std::string env_name(const std::string& flag) {
   return name;
 }
 
+// A bool is a flag, as vLLM's and SGLang's are (`--enforce-eager`; `--enforce-eager=false` also parses).
 template <typename T>
 CLI::Option* option(CLI::App* cmd, const std::string& flag, T& value, const std::string& help) {
-  return cmd->add_option(flag, value, help + " [env " + env_name(flag) + "]")->envname(env_name(flag))->capture_default_str();
+  const std::string text = help + " [env " + env_name(flag) + "]";
+  if constexpr (std::is_same_v<T, bool>) return cmd->add_flag(flag, value, text)->envname(env_name(flag));
+  else return cmd->add_option(flag, value, text)->envname(env_name(flag))->capture_default_str();
 }
 
 // The embedded default: the small trained model shipped in data/default-model (issue 18; made by

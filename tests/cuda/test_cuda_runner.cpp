@@ -453,7 +453,7 @@ TEST(CudaRunner, PendingTokensDrawWhatCollectedTokensDraw) {
         const int64_t position = int64_t(prompts[s].size() + outputs[s].size());
         views[s] = outputs[s];
         if (overlapped) views[s].push_back(models::pending_token(s));  // the uncollected step's row s
-        decode.token_ids.push_back(views[s].back());
+        decode.token_ids.push_back(overlapped ? views[s].back() : 0);  // step by step: set once collected
         decode.sequences.push_back({{int32_t(2 * s), int32_t(2 * s + 1)}, position, 1});
         decode.logits_rows.push_back(s);
         rows[s] = {&params[s], {prompts[s], views[s], {}}, {key + s, uint64_t(position + 1)}};
