@@ -218,8 +218,11 @@ void Engine::loop() {
     step_.runner_seconds = 0.0;
     if (!plan.empty()) launch_step(plan, back_to_back);
     // Overlapped, the step before the one just launched is collected while the device runs this one.
-    if (n_in_flight_ > (config_.overlap && !plan.empty() ? 1 : 0)) collect_step();
-    has_work_ = !plan.empty() || n_in_flight_ > 0 || pending_update_;  // (a swap waits for the last collect)
+    const bool collect = n_in_flight_ > (config_.overlap && !plan.empty() ? 1 : 0);
+    if (collect) collect_step();
+    // Another turn while anything ran: a collected step may have freed the blocks a waiting sequence
+    // needs, or ended what a weight swap waits for.
+    has_work_ = !plan.empty() || collect || n_in_flight_ > 0;
     publish_gauges();
     if (!plan.empty()) {
       const double engine_seconds =

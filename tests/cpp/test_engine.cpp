@@ -148,11 +148,12 @@ struct RunResult {
   MetricsSnapshot metrics;
 };
 
-RunResult run(bool overlap, const std::vector<GenerationRequest>& requests, int64_t blocks) {
+RunResult run(bool overlap, const std::vector<GenerationRequest>& requests, int64_t blocks,
+              SchedulerLimits limits = {8, 48}, int64_t max_model_len = MAX_MODEL_LEN) {
   EngineConfig ec;
   ec.overlap = overlap;
-  ec.max_model_len = MAX_MODEL_LEN;
-  ec.limits = {8, 48};  // few sequences and a small token budget: chunked prefills beside decodes
+  ec.max_model_len = max_model_len;
+  ec.limits = limits;  // few sequences and a small token budget: chunked prefills beside decodes
   ec.eos_token_ids = {151645, 100, 2000, 30000};
   auto tokenizer = text::Tokenizer::load(model_dir());
   EXPECT_TRUE(tokenizer.is_ok()) << tokenizer.status().message();
@@ -212,6 +213,29 @@ TEST(Engine, OverlappedSchedulingDrawsTheSameTokensAsStepByStep) {
   }
   EXPECT_GT(stopped, 3u) << "stop strings, stop tokens and EOS were meant to end some sequences early";
   EXPECT_GT(by_length, 3u);
+}
+
+// test_server_load's preemption case: 12 blocks of 4 tokens for 8 greedy requests of up to 32.
+TEST(Engine, OverlappedSchedulingUnderATinyKvBudget) {
+  const uint64_t seed = test::test_seed("Engine.OverlappedSchedulingUnderATinyKvBudget");
+  std::mt19937_64 rng(seed);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    GenerationRequest r;
+    r.id = "t" + std::to_string(i);
+    for (int j = 0, n = 4 + static_cast<int>(rng() % 8); j < n; ++j) r.prompt.push_back(static_cast<int32_t>(rng() % 150000));
+    r.sampling.temperature = 0.0f;
+    r.stop.max_tokens = 20;
+    r.stop.ignore_eos = true;
+    requests.push_back(std::move(r));
+  }
+  const RunResult plain = run(false, requests, 12, {256, 16}, 40), overlapped = run(true, requests, 12, {256, 16}, 40);
+  EXPECT_GT(overlapped.metrics.preemptions, 0u);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(overlapped.outputs.count(i) && overlapped.outputs.at(i).finished) << "request " << i;
+    EXPECT_EQ(overlapped.outputs.at(i).tokens, plain.outputs.at(i).tokens) << "request " << i;
+  }
+  EXPECT_EQ(overlapped.metrics.kv_usage, 0.0);
 }
 
 TEST(Engine, AbortsWhileStepsAreInFlightLoseNothing) {
