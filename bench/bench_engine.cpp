@@ -1,10 +1,12 @@
 // The engine's own CPU time per step (issue 16: ≤ 150 µs at 256 sequences): the real engine,
 // scheduler, block manager, detokenizer (the Qwen3 tokenizer) and output callbacks, over a runner
 // that does no model work and returns at once — so the time between one launch's return and the
-// next launch's call (collecting the step before included) is the engine's. Usage: bench_engine [sequences=256] [prompt=1000] [output=200] [requests]
+// next launch's call (collecting the step before included) is the engine's.
+// Usage: bench_engine [sequences=256] [prompt=1000] [output=200] [requests]
 // With `requests` (> sequences) it is issue 16's workload 1 shape instead: that many requests, at most
 // `sequences` in flight (a new one as one finishes, as a client's --max-concurrency does), prompt and
-// output lengths spread ±50% around the given ones; every step counts.
+// output lengths spread ±50% around the given ones; every step counts. NIBBLE_DISABLE_OVERLAP_SCHEDULE=1
+// runs the engine without overlapped scheduling.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -91,6 +93,8 @@ int main(int argc, char** argv) {
   ec.limits.max_num_seqs = sequences;
   ec.max_model_len = 4096;
   ec.eos_token_ids = {151645};
+  const char* no_overlap = std::getenv("NIBBLE_DISABLE_OVERLAP_SCHEDULE");  // serve's setting, as it reads it
+  ec.overlap = !(no_overlap && std::string(no_overlap) != "0" && std::string(no_overlap) != "false");
   std::shared_ptr<const text::Tokenizer> shared_tokenizer(std::move(*tokenizer));
   engine::Engine eng(ec, std::move(runner), shared_tokenizer, {"null", "default"});
 
