@@ -46,7 +46,7 @@ void handle_server_info(ServingContext& ctx, const HttpRequest&, Responder respo
                {"attention_backend", o.attention_backend}, {"decode_attention", o.decode_attention},
                {"act_quant_moe", o.act_quant_moe}, {"act_quant_dense", o.act_quant_dense},
                {"tensor_parallel_size", o.tensor_parallel_size}, {"enable_prefix_caching", o.enable_prefix_caching},
-               {"disable_overlap_schedule", o.disable_overlap_schedule}};
+               {"disable_overlap_schedule", o.disable_overlap_schedule}, {"enforce_eager", o.enforce_eager}};
   if (auto model = ctx.model()) {
     const engine::MetricsSnapshot m = model->engine->metrics();
     info["max_model_len"] = model->engine->config().max_model_len;

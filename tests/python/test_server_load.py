@@ -418,8 +418,10 @@ def test_api_key_guards_every_route(build_dir, tiny_models, tmp_path):
 
 def test_metrics_port_api_key_and_env_flags(build_dir, tiny_models, tmp_path):
     metrics_port = free_port()
+    # Bool settings are flags (vLLM's and SGLang's style), also from the environment.
     s = NibbleServer(build_dir, tiny_models["a"], tmp_path / "keyed.log", "--metrics-port", str(metrics_port),
-                     "--api-key", "sekret", env={"NIBBLE_MAX_NUM_SEQS": "3", "NIBBLE_SERVED_MODEL_NAME": "from-env"})
+                     "--api-key", "sekret", "--disable-overlap-schedule", "--enable-prefix-caching=false",
+                     env={"NIBBLE_MAX_NUM_SEQS": "3", "NIBBLE_SERVED_MODEL_NAME": "from-env", "NIBBLE_ENFORCE_EAGER": "1"})
     try:
         body = {"prompt": "hi", "max_tokens": 2}
         assert requests.post(s.url + "/v1/completions", json=body).status_code == 401
@@ -427,6 +429,8 @@ def test_metrics_port_api_key_and_env_flags(build_dir, tiny_models, tmp_path):
         assert ok.status_code == 200 and ok.json()["model"] == "from-env"
         info = requests.get(s.url + "/get_server_info", headers={"Authorization": "Bearer sekret"}).json()
         assert info["max_num_seqs"] == 3
+        assert info["disable_overlap_schedule"] is True and info["enable_prefix_caching"] is False
+        assert info["enforce_eager"] is True
         m = requests.get(f"http://127.0.0.1:{metrics_port}/metrics")
         assert m.status_code == 200 and "nibble:generation_tokens_total" in m.text
         assert requests.get(f"http://127.0.0.1:{metrics_port}/v1/models").status_code == 404
