@@ -1,5 +1,6 @@
 // The CUDA runner: the GPU model, its KV cache sized from measured memory, and the GPU sampler; a
-// step leaves only the sampled ids (and logprobs when asked) to copy back.
+// step is queued without waiting and leaves only the sampled ids (and logprobs when asked) to copy
+// back into pinned memory, where collect finds them.
 #include "engine/cuda_runner.h"
 
 #include <algorithm>

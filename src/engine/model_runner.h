@@ -1,5 +1,6 @@
 // What the engine needs from a backend: run a step over the KV cache it owns and sample each row's
-// next token where the logits are, and swap in new weights of the same shapes. Runners are created
+// next token where the logits are (launched, then collected, so the engine can build the next step
+// while the device runs this one), and swap in new weights of the same shapes. Runners are created
 // in one place (create_runner) from typed options; they read the checkpoint once and size their own
 // KV cache. The CPU runner wraps the reference model and the CPU sampler.
 #pragma once
