@@ -327,12 +327,7 @@ void Engine::launch_step(const StepPlan& plan, bool back_to_back) {
   const Clock::time_point launch_start = Clock::now();
   const Status status = runner_->launch(batch, rows);
   step_.runner_seconds += std::chrono::duration<double>(Clock::now() - launch_start).count();
-  if (!status) {
-    log_error("step failed: " + status.message());
-    for (auto& r : f.requests) finish_request(*r, FinishReason::ABORT, "model step failed: " + status.message());
-    f.requests.clear();
-    return;
-  }
+  if (!status) return abort_step(f, status);
   ++n_in_flight_;
   scheduler_.complete(plan);
   // Each drawn token's place: a pending id the next step can run on, unless it ends the sequence.
@@ -344,6 +339,13 @@ void Engine::launch_step(const StepPlan& plan, bool back_to_back) {
     s.tokens.push_back(models::pending_token(static_cast<int64_t>(i)));
     ++s.n_pending;
   }
+}
+
+// A step that failed to launch or to run: every request in it ends with the error.
+void Engine::abort_step(InFlight& f, const Status& status) {
+  log_error("step failed: " + status.message());
+  for (auto& r : f.requests) finish_request(*r, FinishReason::ABORT, "model step failed: " + status.message());
+  f.requests.clear();
 }
 
 void Engine::collect_step() {
@@ -365,11 +367,8 @@ void Engine::collect_step() {
     touched.push_back(r);
   };
   if (!status) {
-    log_error("step failed: " + status.message());
     blocks_.reset_prefix_cache();  // blocks it registered at launch may lack their K/V
-    for (auto& r : f.requests) finish_request(*r, FinishReason::ABORT, "model step failed: " + status.message());
-    f.requests.clear();
-    return;
+    return abort_step(f, status);
   }
   if (f.back_to_back && out.device_seconds >= 0 && out.device_idle_seconds >= 0)
     metrics_.update([&](MetricsSnapshot& m) {

@@ -127,6 +127,7 @@ class Engine {
   };
   InFlight in_flight_[2];
   int oldest_ = 0, n_in_flight_ = 0;
+  void abort_step(InFlight& f, const Status& status);  // a failed step's requests end with its error
   struct StepBuffers {  // launch_step's and collect_step's, kept so that steps reuse their memory
     uint64_t pass = 0;           // a number per pass over a step's requests (RequestState::mark)
     double runner_seconds = 0.0;  // this loop turn's time inside the runner
