@@ -1,0 +1,151 @@
+// Device helpers of the skinny NVFP4 kernels (dense in skinny_gemm.cu, MoE in skinny_moe.cu): a
+// warp's weight fragments loaded straight from global memory, its mma steps over k-blocks, the
+// CTA's k-split sum, and the launch rules they share. The k permutation is skinny_gemm.cu's.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "core/status.h"
+#include "cuda/check.cuh"
+#include "cuda/nvfp4_fragments.cuh"
+#include "cuda/pdl.cuh"
+#include "cuda/skinny_gemm.cuh"
+
+namespace nibble::cuda::skinny {
+
+inline constexpr int MAX_WARPS = 16;
+
+// Weights are read once: keep them out of L1.
+__device__ __forceinline__ uint4 load_stream(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// One warp's weight fragments: rows g and g + 8 (h = 0, 1) over BLOCKS k-blocks.
+template <int BLOCKS>
+struct WeightFragments {
+  uint4 codes[2][BLOCKS];
+  uint32_t scales[2][BLOCKS];  // scale codes of blocks 2c (low byte) and 2c + 1
+
+  // codes[h] / scales[h]: row g + 8h of the weight (null past the weight: zeros), from k-block kb0.
+  __device__ void load(const uint8_t* const (&row_codes)[2], const uint8_t* const (&row_scales)[2], int kb0, int nkb,
+                       int c) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int b = 0; b < BLOCKS; ++b) {
+        if (b < nkb && row_codes[h]) {
+          codes[h][b] = load_stream(row_codes[h] + (kb0 + b) * 64 + 16 * c);
+          scales[h][b] = __ldg(reinterpret_cast<const uint16_t*>(row_scales[h] + (kb0 + b) * 8 + 2 * c));
+        } else {
+          codes[h][b] = make_uint4(0, 0, 0, 0);
+          scales[h][b] = 0;
+        }
+      }
+  }
+};
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; }
+
+// acc[n] += Ŵ(rows g, g+8) · x(column g of n-tile n) over the warp's k-blocks; x_rows[n] is the
+// lane's token row (null: a zero column). With one n-tile every x load is issued before the first
+// mma (one L2 round trip, not one per k-block); more n-tiles load per block (registers: preloading
+// two n-tiles' x for two blocks took 114-118 registers and made dense M = 32-64 1.3x slower, H200).
+template <int BLOCKS, int NT>
+__device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS>& w, const uint16_t* const (&x_rows)[NT],
+                                           int kb0, int nkb, int c, float (&acc)[NT][4]) {
+  constexpr int PRELOADED = NT == 1 ? BLOCKS : 1;
+  uint4 x_all[PRELOADED][NT][4];
+  auto load_x = [&](int b, uint4 (&xv)[NT][4]) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        xv[n][q] = b < nkb && x_rows[n] ? __ldg(reinterpret_cast<const uint4*>(x_rows[n] + (kb0 + b) * 128 + 32 * c) + q)
+                                        : make_uint4(0, 0, 0, 0);
+  };
+  if constexpr (PRELOADED > 1)
+#pragma unroll
+    for (int b = 0; b < BLOCKS; ++b) load_x(b, x_all[b]);
+#pragma unroll
+  for (int b = 0; b < BLOCKS; ++b) {
+    if (b >= nkb) break;
+    if constexpr (PRELOADED == 1) load_x(b, x_all[0]);
+    const uint4 (&xv)[NT][4] = x_all[PRELOADED > 1 ? b : 0];
+    uint32_t scale[2][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      scale[h][0] = block_scale_bf16x2(w.scales[h][b], 0);
+      scale[h][1] = block_scale_bf16x2(w.scales[h][b], 1);
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {  // code word q: physical k 32c + 8q … + 7, mma steps 2q and 2q + 1
+      uint32_t lo[4], hi[4];
+      decode_code_word(word_of(w.codes[0][b], q), lo);
+      decode_code_word(word_of(w.codes[1][b], q), hi);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) lo[i] = bf16x2_mul(lo[i], scale[0][q >> 1]), hi[i] = bf16x2_mul(hi[i], scale[1][q >> 1]);
+      const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
+      const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        mma_bf16(acc[n], a0, xv[n][q].x, xv[n][q].y);
+        mma_bf16(acc[n], a1, xv[n][q].z, xv[n][q].w);
+      }
+    }
+  }
+}
+
+// The CTA's warps split k; warp 0 ends with the sum over warps in warp order (returns false for
+// the other warps, which are done).
+template <int NT>
+__device__ __forceinline__ bool reduce_warps(float (&acc)[NT][4], float* partial) {
+  const int warps = blockDim.x / 32, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (warps == 1) return true;
+  if (warp > 0)
+#pragma unroll
+    for (int i = 0; i < NT * 4; ++i) partial[((warp - 1) * NT * 4 + i) * 32 + lane] = acc[i / 4][i % 4];
+  __syncthreads();
+  if (warp > 0) return false;
+  for (int w = 0; w < warps - 1; ++w)
+#pragma unroll
+    for (int i = 0; i < NT * 4; ++i) acc[i / 4][i % 4] += partial[(w * NT * 4 + i) * 32 + lane];
+  return true;
+}
+
+// k-blocks per warp: 4 (more loads in flight per lane) for long k ranges, but 2 — twice the warps —
+// for the MoE's 8-row tiles and dense launches of two n-tiles. H200, codes in the GPU layout
+// (docs/perf.md "Repacked NVFP4 codes"), 4/2 blocks: MoE block T = 1 26.4/25.2 µs, T = 16 121/127;
+// dense M = 16 k_proj 4.75/4.17, M = 32 q_proj 10.3/9.1, M = 1 q_proj 4.13/4.43.
+// Never more than MAX_WARPS warps: 4 blocks a warp beyond 2 · MAX_WARPS blocks. NIBBLE_SKINNY_BLOCKS=2
+// or 4 forces one where it fits (an experiment switch for scripts/device_ab.sh).
+inline int blocks_per_warp(int k, bool dense, int nt) {
+  static const int forced = std::getenv("NIBBLE_SKINNY_BLOCKS") ? std::atoi(std::getenv("NIBBLE_SKINNY_BLOCKS")) : 0;
+  const int blocks = k / 128;
+  if (blocks > 2 * MAX_WARPS) return 4;
+  if (forced == 2 || (forced == 4 && blocks >= 4)) return forced;
+  return blocks < 8 || (dense ? nt > 1 : nt == 1) ? 2 : 4;
+}
+
+// `kernel` is instantiated for per_warp k-blocks per warp and nt n-tiles.
+template <class Kernel, class Params>
+Status launch(Kernel kernel, dim3 grid, int k, int per_warp, int nt, const Params& p, cudaStream_t stream, const char* what) {
+  const int warps = (k / 128 + per_warp - 1) / per_warp;
+  const size_t smem = size_t(warps - 1) * nt * 4 * 32 * sizeof(float);
+  return cuda_status(launch_pdl(kernel, grid, dim3(unsigned(warps * 32)), smem, stream, p), what);
+}
+
+inline Status check_in_features(int64_t k, bool dense, const char* what) {
+  if (dense ? skinny_linear_supported(k) : skinny_supported(k)) return Status::ok();
+  return Status::error(std::string(what) + ": in_features " + std::to_string(k) + " is not a multiple of 128" +
+                       (dense ? "" : " up to " + std::to_string(SKINNY_MAX_K)) + " (use another backend)");
+}
+
+}  // namespace nibble::cuda::skinny

@@ -1,0 +1,167 @@
+// The skinny NVFP4 MoE projections: gate_up (+SwiGLU) and down over group_by_expert's tile list,
+// each warp's weight fragments loaded straight into registers (skinny_fragments.cuh; the k
+// permutation is skinny_gemm.cu's), the tokens of a tile as the mma's n dimension.
+#include <algorithm>
+
+#include "cuda/moe_grouping.cuh"
+#include "cuda/skinny_fragments.cuh"
+#include "cuda/skinny_gemm.cuh"
+
+namespace nibble::cuda {
+namespace {
+
+using namespace skinny;
+
+struct MoeParams {
+  const uint8_t* codes[2];  // gate_up: gate, up; down: [0]
+  const uint8_t* scales[2];
+  const float* global_scales[2];
+  int n;  // weight rows per expert
+  int k;
+  const uint16_t* act;
+  const int32_t* sorted_pairs;  // gate_up: source row of a sorted row = sorted_pairs[r] / top_k
+  int top_k;
+  const float* row_scales;  // W4A4: per source row
+  const int32_t* tile_count;  // tile_offsets[experts]
+  const int4* tiles;
+  void* out;
+  bool out_fp32;
+};
+
+__device__ __forceinline__ int source_row(const MoeParams& p, int sorted_row) {
+  return p.sorted_pairs ? p.sorted_pairs[sorted_row] / p.top_k : sorted_row;
+}
+
+// Weight rows of one slice: GATED, the m16 tile is gate rows m0 … m0 + 7 (fragment rows g) over up
+// rows of the same features (rows g + 8), so one lane ends with gate and up of feature m0 + g for its
+// two token columns; otherwise rows m0 … m0 + 15 of the down weight. Null codes past the weight.
+template <bool GATED>
+__device__ __forceinline__ void slice_rows(const MoeParams& p, int expert, int m0, int g, const uint8_t* (&row_codes)[2],
+                                           const uint8_t* (&row_scales)[2]) {
+  const size_t code_row = size_t(p.k) / 2, scale_row = size_t(p.k) / 16;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int which = GATED ? h : 0;
+    const int row = GATED ? m0 + g : m0 + g + 8 * h;
+    const size_t base = size_t(expert) * p.n + min(row, p.n - 1);
+    row_codes[h] = row < p.n ? p.codes[which] + base * code_row : nullptr;
+    row_scales[h] = p.scales[which] + base * scale_row;
+  }
+}
+
+// Warp 0's epilogue: the summed accumulators of tile (expert, row0, rows) × slice m0, scaled (and
+// SwiGLU'd when GATED) into the sorted output rows.
+template <bool GATED, int NT>
+__device__ __forceinline__ void store_slice(const MoeParams& p, int4 tile, int m0, const float (&acc)[NT][4]) {
+  const int expert = tile.x, row0 = tile.y, rows = tile.z;
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 2 * NT; ++i) {  // token columns 8n + 2c + j of n-tile n = i / 2
+    const int n = i >> 1, j = i & 1, r = 8 * n + 2 * c + j;
+    if (r >= rows) continue;
+    const float row_scale = p.row_scales ? p.row_scales[source_row(p, row0 + r)] : 1.0f;
+    const size_t out_row = size_t(row0 + r) * p.n;
+#pragma unroll
+    for (int h = 0; h < (GATED ? 1 : 2); ++h) {
+      float value;
+      int feature;
+      if constexpr (GATED) {
+        const float gate = acc[n][j] * (p.global_scales[0][expert] * WEIGHT_DECODE_EPILOGUE) * row_scale;
+        const float up = acc[n][2 + j] * (p.global_scales[1][expert] * WEIGHT_DECODE_EPILOGUE) * row_scale;
+        value = gate / (1.0f + expf(-gate)) * up;  // silu(gate) · up, as ref::silu_mul
+        feature = m0 + g;
+      } else {
+        value = acc[n][2 * h + j] * (p.global_scales[0][expert] * WEIGHT_DECODE_EPILOGUE) * row_scale;
+        feature = m0 + g + 8 * h;
+      }
+      if (feature >= p.n) continue;
+      if (p.out_fp32) static_cast<float*>(p.out)[out_row + feature] = value;
+      else static_cast<__nv_bfloat16*>(p.out)[out_row + feature] = __float2bfloat16_rn(value);
+    }
+  }
+}
+
+// One CTA per (slice, tile): blockIdx.x is the slice of 8 gated features or 16 down rows, blockIdx.y
+// the tile. NT n-tiles: tiles of 8 · NT sorted rows, each weight fragment decoded once for all of them.
+// MIN_CTAS > 0: at most 4 warps, registers capped so that MIN_CTAS CTAs fit an SM (more loads in
+// flight per SM for the MoE at 2048-wide k, launch_moe); 0: up to MAX_WARPS warps.
+template <int BLOCKS, bool GATED, int NT, int MIN_CTAS = 0>
+__global__ void __launch_bounds__(MIN_CTAS ? 128 : MAX_WARPS * 32, MIN_CTAS ? MIN_CTAS : 1) skinny_moe_kernel(const MoeParams p) {
+  extern __shared__ float partial[];
+  pdl_wait();  // the tile list comes from the routing kernels
+  pdl_launch_dependents();
+  const int4 tile = p.tiles[blockIdx.y];  // in bounds (the grid never exceeds the list); read with the count
+  if (int(blockIdx.y) >= *p.tile_count) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int m0 = blockIdx.x * (GATED ? 8 : 16);
+  const uint8_t* row_codes[2];
+  const uint8_t* row_scales[2];
+  slice_rows<GATED>(p, tile.x, m0, g, row_codes, row_scales);
+  const int kb0 = warp * BLOCKS, nkb = min(BLOCKS, p.k / 128 - kb0);
+  WeightFragments<BLOCKS> w;
+  w.load(row_codes, row_scales, kb0, nkb, c);
+  const uint16_t* x_rows[NT];
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+    x_rows[n] = 8 * n + g < tile.z ? p.act + size_t(source_row(p, tile.y + 8 * n + g)) * p.k : nullptr;
+  float acc[NT][4] = {};
+  mma_blocks<BLOCKS, NT>(w, x_rows, kb0, nkb, c, acc);
+  if (reduce_warps<NT>(acc, partial)) store_slice<GATED, NT>(p, tile, m0, acc);
+}
+
+template <bool GATED>
+Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const DeviceNvfp4Experts* w1,
+                  cudaStream_t stream) {
+  const char* what = GATED ? "skinny_moe_gate_up" : "skinny_moe_down";
+  NIB_RETURN_IF_ERROR(check_in_features(w0.cols, false, what));
+  if (!a.act || !a.tile_offsets || !a.tiles || !a.out || !w0.packed || !w0.block_scales || !w0.global_scales)
+    return Status::error(std::string(what) + ": null pointer");
+  if (a.tile_rows != 8 && a.tile_rows != 16 && a.tile_rows != 32)
+    return Status::error(std::string(what) + ": the grouping must use tiles of 8, 16 or 32 rows (skinny_moe_tile_rows)");
+  if (reinterpret_cast<uintptr_t>(a.act) % 16 || reinterpret_cast<uintptr_t>(w0.packed) % 16)
+    return Status::error(std::string(what) + ": activations and weights must be 16-byte aligned");
+  if (a.pairs <= 0) return Status::ok();
+  MoeParams p{};
+  p.codes[0] = w0.packed, p.scales[0] = w0.block_scales, p.global_scales[0] = w0.global_scales;
+  if (w1) p.codes[1] = w1->packed, p.scales[1] = w1->block_scales, p.global_scales[1] = w1->global_scales;
+  p.n = int(w0.rows), p.k = int(w0.cols);
+  p.act = a.act, p.sorted_pairs = a.sorted_pairs, p.top_k = int(a.top_k), p.row_scales = a.row_scales;
+  p.tile_count = a.tile_offsets + w0.experts, p.tiles = a.tiles;
+  p.out = a.out, p.out_fp32 = a.out_fp32;
+  const int slice_rows = GATED ? 8 : 16, slices = (p.n + slice_rows - 1) / slice_rows;
+  const int64_t max_tiles = max_expert_tiles(a.pairs, w0.experts, a.tile_rows);
+  const int nt = a.tile_rows / 8, per_warp = blocks_per_warp(p.k, false, nt);
+  const bool four = per_warp == 4;
+  const dim3 grid{unsigned(slices), unsigned(max_tiles)};
+  // 16-row tiles at 2048-wide k (4 warps of 4 blocks): registers capped for 5 CTAs an SM (96, no
+  // spills; 6 CTAs would spill), more loads in flight for a kernel that waits on memory. H200
+  // (docs/perf.md "Repacked NVFP4 codes"): MoE block T = 64 193.9 → 183.6 µs, T = 95 211.6 → 199.5,
+  // T = 32 unchanged; S_TG b64 4,722 → 4,828 tok/s.
+  if (four && nt == 2 && p.k == 4 * 4 * 128)
+    return launch(skinny_moe_kernel<4, GATED, 2, 5>, grid, p.k, 4, 2, p, stream, what);
+  switch (nt) {
+    case 4: return launch(four ? skinny_moe_kernel<4, GATED, 4> : skinny_moe_kernel<2, GATED, 4>, grid, p.k, per_warp, 4, p, stream, what);
+    case 2: return launch(four ? skinny_moe_kernel<4, GATED, 2> : skinny_moe_kernel<2, GATED, 2>, grid, p.k, per_warp, 2, p, stream, what);
+    default: return launch(four ? skinny_moe_kernel<4, GATED, 1> : skinny_moe_kernel<2, GATED, 1>, grid, p.k, per_warp, 1, p, stream, what);
+  }
+}
+
+}  // namespace
+
+int skinny_moe_tile_rows(int64_t pairs, int64_t experts) {
+  return pairs < 4 * experts ? 8 : pairs < 16 * experts ? 16 : 32;
+}
+
+Status skinny_moe_gate_up(const GroupedGemmArgs& args, const DeviceNvfp4Experts& gate, const DeviceNvfp4Experts& up,
+                          cudaStream_t stream) {
+  if (up.experts != gate.experts || up.rows != gate.rows || up.cols != gate.cols || !up.packed)
+    return Status::error("skinny_moe_gate_up: gate and up weights differ in shape");
+  return launch_moe<true>(args, gate, &up, stream);
+}
+
+Status skinny_moe_down(const GroupedGemmArgs& args, const DeviceNvfp4Experts& down, cudaStream_t stream) {
+  if (args.sorted_pairs) return Status::error("skinny_moe_down: reads the sorted rows directly (sorted_pairs must be null)");
+  return launch_moe<false>(args, down, nullptr, stream);
+}
+
+}  // namespace nibble::cuda
