@@ -17,6 +17,7 @@
 #include "cuda/pdl.cuh"
 #include "cuda/quantize_nvfp4.cuh"
 #include "cuda/skinny_gemm.cuh"
+#include "cuda/step_profiler.cuh"
 #include "formats/bf16.h"
 
 namespace nibble::cuda {
@@ -214,19 +215,22 @@ Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_
   gate_up.row_scales = token_scales, gate_up.expert_offsets = ws.groups.expert_offsets;
   gate_up.tile_offsets = ws.groups.tile_offsets, gate_up.tiles = ws.groups.tiles, gate_up.tile_rows = tile_rows;
   gate_up.pairs = pairs, gate_up.out = ws.act, gate_up.out_fp32 = is_w4a4(mode);
-  NIB_RETURN_IF_ERROR(backend == GemmBackend::SKINNY  ? skinny_moe_gate_up(gate_up, w.gate, w.up, stream)
-                      : backend == GemmBackend::WGMMA ? wgmma_moe_gate_up(gate_up, w.gate, w.up, stream)
-                                                      : moe_gemm_gate_up(gate_up, w.gate, w.up, stream));
+  for (int i = 0; i < op_repeats("gate_up"); ++i)
+    NIB_RETURN_IF_ERROR(backend == GemmBackend::SKINNY  ? skinny_moe_gate_up(gate_up, w.gate, w.up, stream)
+                        : backend == GemmBackend::WGMMA ? wgmma_moe_gate_up(gate_up, w.gate, w.up, stream)
+                                                        : moe_gemm_gate_up(gate_up, w.gate, w.up, stream));
   GroupedGemmArgs down = gate_up;
   down.act = static_cast<const uint16_t*>(ws.act), down.sorted_pairs = nullptr, down.top_k = 1, down.row_scales = nullptr;
   down.out = ws.y, down.out_fp32 = false;
   if (is_w4a4(mode)) {
-    NIB_RETURN_IF_ERROR(quantize_act(w, mode, pairs, ws, stream));
+    for (int i = 0; i < op_repeats("act_quant"); ++i) NIB_RETURN_IF_ERROR(quantize_act(w, mode, pairs, ws, stream));
     down.act = ws.act_hat, down.row_scales = ws.act_row_scales;
   }
-  return backend == GemmBackend::SKINNY  ? skinny_moe_down(down, w.down, stream)
-         : backend == GemmBackend::WGMMA ? wgmma_moe_down(down, w.down, stream)
-                                         : moe_gemm_down(down, w.down, stream);
+  for (int i = 0; i < op_repeats("down"); ++i)
+    NIB_RETURN_IF_ERROR(backend == GemmBackend::SKINNY  ? skinny_moe_down(down, w.down, stream)
+                        : backend == GemmBackend::WGMMA ? wgmma_moe_down(down, w.down, stream)
+                                                        : moe_gemm_down(down, w.down, stream));
+  return Status::ok();
 }
 
 // One cuBLAS grouped call: each non-empty expert e is one problem C_e = alpha_e · A_eᵀ · B_e with A_e a
@@ -428,10 +432,13 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   // The grouping and the GEMMs share the tile height.
   const int tile_rows = moe_grouping_tile_rows(kernels, pairs, w);
   if (route_small_supported(tokens, w.experts, w.hidden, w.top_k) && backend != GemmBackend::DEQUANT_CUBLAS) {
-    NIB_RETURN_IF_ERROR(route_and_group_small(router, tile_rows, ws.groups, ws.route_counter, stream));
+    for (int i = 0; i < op_repeats("router"); ++i)
+      NIB_RETURN_IF_ERROR(route_and_group_small(router, tile_rows, ws.groups, ws.route_counter, stream));
   } else {
-    NIB_RETURN_IF_ERROR(route(router, cublas, stream));
-    NIB_RETURN_IF_ERROR(group_by_expert(ws.expert_ids, tokens, w.top_k, w.experts, tile_rows, ws.groups, stream));
+    for (int i = 0; i < op_repeats("router"); ++i) {
+      NIB_RETURN_IF_ERROR(route(router, cublas, stream));
+      NIB_RETURN_IF_ERROR(group_by_expert(ws.expert_ids, tokens, w.top_k, w.experts, tile_rows, ws.groups, stream));
+    }
   }
   const uint16_t* gate_up_in = x;
   const float* token_scales = nullptr;
@@ -448,10 +455,13 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   // The fused down GEMM applied the W4A4 row scales; cuBLAS (alpha per expert only) leaves them to the combine.
   const float* down_row_scales = cublas_backend && is_w4a4(mode) ? ws.act_row_scales : nullptr;
   const ResidualNorm fused = norm ? *norm : ResidualNorm{};
-  return cuda_status(launch_pdl(norm ? combine_kernel<true> : combine_kernel<false>, unsigned(tokens), THREADS, 0, stream,
-                                static_cast<const uint16_t*>(ws.y), ws.groups.pair_rows, ws.route_weights, down_row_scales,
-                                int(w.top_k), int(w.hidden), add, out, fused),
-                     "moe combine launch");
+  for (int i = 0; i < op_repeats("combine"); ++i)
+    NIB_RETURN_IF_ERROR(cuda_status(launch_pdl(norm ? combine_kernel<true> : combine_kernel<false>, unsigned(tokens), THREADS,
+                                               0, stream, static_cast<const uint16_t*>(ws.y), ws.groups.pair_rows,
+                                               ws.route_weights, down_row_scales, int(w.top_k), int(w.hidden), add, out,
+                                               fused),
+                                    "moe combine launch"));
+  return Status::ok();
 }
 
 }  // namespace nibble::cuda

@@ -62,34 +62,55 @@ __device__ void load_block(const float* src, float* values) {
 
 // The W4A4 modes on Hopper: the same quantization, then x̂ = e2m1 · e4m3 (unscaled by G; exact in
 // BF16) written as BF16 for the BF16 tensor cores, and the row's scale (token scale, or input_scale).
-// A warp per row (rows of 768 have only 48 blocks), a lane per block of 16.
-constexpr int ROWS_PER_CTA = THREADS / 32;
+// A group of `group` threads (32 to THREADS, a power of two) per row, a block of 16 per thread
+// where the row has no more blocks than that, and every thread issues all its loads before it
+// reduces anything: a decode step's few rows cost one round of loads. (A warp per row took one round
+// a block: 8 dependent rounds for a 4,096-wide row, 16 per-token; in the CUDA graph of single-stream
+// W4A4 decode that quantize cost ~10 us a layer, H200, docs/perf.md.)
+constexpr int MAX_HELD_BLOCKS = 4;  // blocks a thread keeps in registers; further ones are read again
 
 template <class In>
-__global__ void quantize_dequantize_kernel(const In* __restrict__ x, int64_t rows, int64_t cols, float input_scale,
-                                           uint16_t* __restrict__ x_hat, float* __restrict__ row_scales) {
+__global__ void __launch_bounds__(THREADS)
+    quantize_dequantize_kernel(const In* __restrict__ x, int64_t rows, int64_t cols, float input_scale,
+                               uint16_t* __restrict__ x_hat, float* __restrict__ row_scales, int group) {
   pdl_wait();
   pdl_launch_dependents();
-  const int lane = threadIdx.x & 31;
-  const int64_t row = int64_t(blockIdx.x) * ROWS_PER_CTA + (threadIdx.x >> 5);
-  if (row >= rows) return;
-  const In* x_row = x + row * cols;
-  const int64_t n_blocks = cols / formats::NVFP4_BLOCK;
+  __shared__ float warp_amax[THREADS / 32];
+  const int t = threadIdx.x & (group - 1);
+  const int64_t row = int64_t(blockIdx.x) * (THREADS / group) + threadIdx.x / group;
+  const bool live = row < rows;  // every thread stays for the barrier below
+  const int n_blocks = int(cols / formats::NVFP4_BLOCK);
+  const In* x_row = x + (live ? row : 0) * cols;
+  float held[MAX_HELD_BLOCKS][formats::NVFP4_BLOCK];
+#pragma unroll
+  for (int i = 0; i < MAX_HELD_BLOCKS; ++i) {
+    const int b = t + i * group;
+    if (live && b < n_blocks) load_block(x_row + b * formats::NVFP4_BLOCK, held[i]);
+  }
   float row_amax = 0.0f;
-  if (input_scale == 0.0f) {
-    for (int64_t b = lane; b < n_blocks; b += 32) {
+  if (input_scale == 0.0f) {  // uniform over the CTA
+#pragma unroll
+    for (int i = 0; i < MAX_HELD_BLOCKS; ++i)
+      if (live && t + i * group < n_blocks)
+        for (float v : held[i]) row_amax = fmaxf(row_amax, fabsf(v));
+    for (int b = t + MAX_HELD_BLOCKS * group; live && b < n_blocks; b += group) {
       float values[formats::NVFP4_BLOCK];
       load_block(x_row + b * formats::NVFP4_BLOCK, values);
       for (float v : values) row_amax = fmaxf(row_amax, fabsf(v));
     }
     for (int offset = 16; offset > 0; offset /= 2) row_amax = fmaxf(row_amax, __shfl_xor_sync(0xffffffffu, row_amax, offset));
+    if (group > 32) {  // the group's warps meet in shared memory
+      if ((threadIdx.x & 31) == 0) warp_amax[threadIdx.x >> 5] = row_amax;
+      __syncthreads();
+      const int first = (threadIdx.x & ~(group - 1)) >> 5;
+      for (int w = 0; w < group / 32; ++w) row_amax = fmaxf(row_amax, warp_amax[first + w]);
+    }
   }
+  if (!live) return;
   float global, scale;
   act_row_scales(input_scale, row_amax, global, scale);
-  if (lane == 0) row_scales[row] = scale;
-  for (int64_t b = lane; b < n_blocks; b += 32) {
-    float values[formats::NVFP4_BLOCK];
-    load_block(x_row + b * formats::NVFP4_BLOCK, values);
+  if (t == 0) row_scales[row] = scale;
+  auto store = [&](int b, const float (&values)[formats::NVFP4_BLOCK]) {
     float amax = 0.0f;
     for (float v : values) amax = fmaxf(amax, fabsf(v));
     const ActBlockScale block(amax, global);
@@ -98,6 +119,14 @@ __global__ void quantize_dequantize_kernel(const In* __restrict__ x, int64_t row
     uint4* dst = reinterpret_cast<uint4*>(x_hat + row * cols + b * formats::NVFP4_BLOCK);
     dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
     dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+  };
+#pragma unroll
+  for (int i = 0; i < MAX_HELD_BLOCKS; ++i)
+    if (t + i * group < n_blocks) store(t + i * group, held[i]);
+  for (int b = t + MAX_HELD_BLOCKS * group; b < n_blocks; b += group) {
+    float values[formats::NVFP4_BLOCK];
+    load_block(x_row + b * formats::NVFP4_BLOCK, values);
+    store(b, values);
   }
 }
 
@@ -110,8 +139,11 @@ Status quantize_dequantize(const In* x, int64_t rows, int64_t cols, float input_
   if (input_scale < 0.0f || !(input_scale == input_scale))
     return Status::error("quantize_dequantize_activation: input_scale must be > 0 (static) or 0 (per-token)");
   if (rows == 0) return Status::ok();
-  return cuda_status(launch_pdl(quantize_dequantize_kernel<In>, dim3(unsigned((rows + ROWS_PER_CTA - 1) / ROWS_PER_CTA)),
-                                dim3(THREADS), 0, stream, x, rows, cols, input_scale, x_hat, row_scales),
+  int group = 32;  // a block a thread where the row allows
+  while (group < THREADS && group < cols / formats::NVFP4_BLOCK) group *= 2;
+  const int64_t rows_per_cta = THREADS / group;
+  return cuda_status(launch_pdl(quantize_dequantize_kernel<In>, dim3(unsigned((rows + rows_per_cta - 1) / rows_per_cta)),
+                                dim3(THREADS), 0, stream, x, rows, cols, input_scale, x_hat, row_scales, group),
                      "quantize_dequantize_activation launch");
 }
 

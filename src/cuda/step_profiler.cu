@@ -1,11 +1,18 @@
 // StepProfiler: a pool of events reused step after step.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/check.cuh"
 #include "cuda/step_profiler.cuh"
 
 namespace nibble::cuda {
+
+int op_repeats(const char* op) {
+  static const char* repeated = std::getenv("NIBBLE_REPEAT_OP");
+  return repeated && std::strcmp(repeated, op) == 0 ? 2 : 1;
+}
 
 StepProfiler::~StepProfiler() {
   for (cudaEvent_t e : pool_) cudaEventDestroy(e);

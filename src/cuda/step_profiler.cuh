@@ -1,6 +1,7 @@
 // Where a step's GPU time goes: CUDA events between the ops of eager steps, summed per op name and
 // per step kind (decode-only steps apart from prefill and mixed ones). Off unless enabled; a
 // profiled runner runs every step eagerly (events cannot sit between the nodes of a replayed graph).
+// In graphs, op_repeats measures by difference: one op run twice per layer.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +14,13 @@
 #include "core/status.h"
 
 namespace nibble::cuda {
+
+// How many times the model runs op `op` each time it would run it once: 2 for the op named by
+// NIBBLE_REPEAT_OP (qkv, qk_rope_store, attention, o_proj, post_norm, router, gate_up, act_quant,
+// down, combine), else 1. Each of these ops gives the same result run twice, or adds its residual
+// twice (timing only). The step time's increase, CUDA graphs and PDL included, is the op's cost in
+// the running step — what fusing it away could save at most (scripts/device_repeat_ops.sh).
+int op_repeats(const char* op);
 
 class StepProfiler {
  public:

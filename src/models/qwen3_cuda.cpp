@@ -557,24 +557,28 @@ struct CudaModel::Impl {
         NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, l == 0 ? nullptr : delta, T, H, w.input_norm, eps, h, s, nullptr, qkv_in));
       profiler.mark("norms");
       const ActQuant dense = options.act_quant_dense;
-      NIB_RETURN_IF_ERROR(run_qkv(w, h, T, dense, qkv_in.x_hat != nullptr));
+      for (int i = 0; i < cuda::op_repeats("qkv"); ++i) NIB_RETURN_IF_ERROR(run_qkv(w, h, T, dense, qkv_in.x_hat != nullptr));
       profiler.mark("q/k/v projections");
       uint16_t* kc = k_cache + l * layer_kv;
       uint16_t* vc = v_cache + l * layer_kv;
       if (flashinfer) {
-        NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(q, k, v, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16));
+        for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
+          NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(q, k, v, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16));
         profiler.mark("q/k norm, RoPE, KV store");
-        NIB_RETURN_IF_ERROR(flashinfer->run(q_bf16, kc, vc, attn, s));
+        for (int i = 0; i < cuda::op_repeats("attention"); ++i) NIB_RETURN_IF_ERROR(flashinfer->run(q_bf16, kc, vc, attn, s));
       } else {
-        NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(q, k, v, qkv, w.q_norm, w.k_norm, eps, q_rot, kc, vc, s));
+        for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
+          NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(q, k, v, qkv, w.q_norm, w.k_norm, eps, q_rot, kc, vc, s));
         profiler.mark("q/k norm, RoPE, KV store");
-        NIB_RETURN_IF_ERROR(cuda::paged_attention(q_rot, kc, vc, att, attn, s, attention_ws));
+        for (int i = 0; i < cuda::op_repeats("attention"); ++i)
+          NIB_RETURN_IF_ERROR(cuda::paged_attention(q_rot, kc, vc, att, attn, s, attention_ws));
       }
       profiler.mark("attention");
-      NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta));
+      for (int i = 0; i < cuda::op_repeats("o_proj"); ++i) NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta));
       profiler.mark("o projection");
       const cuda::NormActQuant moe_in = moe_quant(w);
-      NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s, nullptr, moe_in));
+      for (int i = 0; i < cuda::op_repeats("post_norm"); ++i)
+        NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s, nullptr, moe_in));
       profiler.mark("norms");
       normed = w.is_moe;
       if (w.is_moe) {

@@ -61,7 +61,7 @@ TEST(CudaOps, EmbeddingAndRmsnorm) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaOps.EmbeddingAndRmsnorm");
   std::mt19937_64 rng(seed);
-  const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {{151936, 2048, 7}, {1000, 96, 33}, {50, 32, 1}};
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {{151936, 2048, 7}, {1000, 4096, 3}, {1000, 96, 33}, {50, 32, 1}};
   for (const auto& [vocab, hidden, tokens] : shapes) {
     const auto table = random_bf16(size_t(vocab * hidden), rng, 0.0f, 0.05f);
     std::vector<int32_t> ids(static_cast<size_t>(tokens));
