@@ -26,7 +26,7 @@ for op in $OPS; do
       'BEGIN {printf "%-14s %-9s tg %.3f ms (+%5.1f us/layer)   b'"$BATCH"' %.3f ms (+%5.1f us/layer)", op, m, tg, 1000*(tg-t0)/L, b, 1000*(b-b0)/L}')")
   done < <(run "$op" "NIBBLE_REPEAT_OP=$op")
 done
-tar -C "$OUT" -czf "$OUT/0logs.tar.gz" --exclude 0logs.tar.gz .
+tar -C "$OUT" -czf /tmp/0logs.tar.gz --exclude 0logs.tar.gz . && mv /tmp/0logs.tar.gz "$OUT/"
 echo "== ops run twice a layer (NIBBLE_REPEAT_OP): step time and its increase per layer =="
 for m in "${!base_tg[@]}"; do printf '%-14s %-9s tg %.3f ms                      b%s %.3f ms\n' base "$m" "${base_tg[$m]}" "$BATCH" "${base_b[$m]}"; done
 printf '%s\n' "${rows[@]}"
