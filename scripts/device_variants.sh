@@ -22,9 +22,11 @@ for v in ${VARIANTS:-base}; do
     env $vars timeout 200 "build-device/tests/$t" > "$OUT/${t}_$name.log" 2>&1
     results+=("$(printf '%-48s rc=%d  %s' "$t $v" "$?" "$(grep -E "^\[  (PASSED|FAILED) " "$OUT/${t}_$name.log" | tr '\n' ' ')")")
   done
-  [ "${KERNELS:-1}" = 1 ] && env $vars timeout 200 build-device/nibble bench kernels --ops "$OPS" --m "$M" --moe-tokens "$MOE_TOKENS" \
-    --gemm-backend "$BACKEND" --moe-backend "$BACKEND" > "$OUT/kernels_$name.txt" 2>&1
-  [ "${KERNELS:-1}" = 1 ] && results+=("$(printf '%-48s rc=%d  %s' "kernels $v" "$?" "$(awk -v b="$BACKEND/w4a16" '$3 == b {printf "%s:%s=%s ", $1, $2, $4}' "$OUT/kernels_$name.txt")")")
+  if [ "${KERNELS:-1}" = 1 ]; then
+    env $vars timeout 200 build-device/nibble bench kernels --ops "$OPS" --m "$M" --moe-tokens "$MOE_TOKENS" \
+      --gemm-backend "$BACKEND" --moe-backend "$BACKEND" > "$OUT/kernels_$name.txt" 2>&1
+    results+=("$(printf '%-48s rc=%d  %s' "kernels $v" "$?" "$(awk -v b="$BACKEND/w4a16" '$3 == b {printf "%s:%s=%s ", $1, $2, $4}' "$OUT/kernels_$name.txt")")")
+  fi
   if [ -n "${PROFILE_KERNEL:-}" ]; then
     # shellcheck disable=SC2086
     results+=("$(printf '%-48s %s' "profile $v" "$( (for kv in $vars; do export "$kv"; done; key_metrics "$OUT/profile_$name.csv" build-device/nibble $PROFILE_ARGS) )")")
