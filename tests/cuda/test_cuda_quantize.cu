@@ -100,7 +100,6 @@ TEST(CudaQuantizeActivation, MatchesHostOnModelShapes) {
 TEST(CudaQuantizeActivation, DequantizedFormIsTheCodesTimesTheirScales) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaQuantizeActivation.Dequantized");
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const Case cases[] = {{1, 4096, 0},    {1, 4096, 0.003f}, {8, 768, 0},      {8, 768, 0.0005f}, {5, 96, 0},
