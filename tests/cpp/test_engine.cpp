@@ -123,7 +123,8 @@ std::vector<GenerationRequest> make_requests(uint64_t seed) {
     GenerationRequest r;
     r.id = "r" + std::to_string(i);
     if (i % 3 == 0) r.prompt = shared_prefix;  // prefix-cache hits
-    const int extra = 1 + static_cast<int>(rng() % 24);
+    // At most 20 + 22 prompt tokens, so that with max_tokens ≤ 30 every request fits MAX_MODEL_LEN.
+    const int extra = 1 + static_cast<int>(rng() % 22);
     for (int j = 0; j < extra; ++j) r.prompt.push_back(token());
     r.sampling.seed = rng();
     r.sampling.temperature = i % 4 == 0 ? 0.0f : 0.7f + 0.1f * static_cast<float>(i % 5);
