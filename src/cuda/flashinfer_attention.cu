@@ -20,6 +20,7 @@ bool flashinfer_attention_supported(int64_t head_dim) { return head_dim == 64 ||
 struct FlashInferAttention::Impl {
   Shape shape;
   int64_t max_rows = 0, max_requests = 0, max_pages = 0;
+  int sms = 0;
   // Step metadata, one block: qo_indptr [R+1], kv page indptr [R+1], last_page_len [R], page ids
   // [max_pages] (R = max_requests): fixed offsets, so a captured graph reads the next step's. The
   // pinned staging (of it and of the schedule) twice over, alternating by step: a step is planned
@@ -72,6 +73,7 @@ Result<std::unique_ptr<FlashInferAttention>> FlashInferAttention::create(const S
   int device = 0, sms = 0;
   NIB_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "cudaGetDevice"));
   NIB_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count"));
+  impl->sms = sms;
   const int64_t group = shape.n_heads / shape.n_kv_heads;
   const int64_t ctas = std::max<int64_t>(2 * sms / shape.n_kv_heads, max_requests);
   const int64_t partial_rows = (ctas * 128 + group - 1) / group;
@@ -123,13 +125,30 @@ Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
   NIB_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(m.d_meta, m.h_meta, used, cudaMemcpyHostToDevice, stream),
                                   "FlashInfer page table"));
   const Shape& s = m.shape;
+  // Split-KV (FlashInfer's planner, and its merge launch) only while the unsplit grid — a CTA per query
+  // tile and KV head — would fill less than half the SMs. A function of the query rows alone, so each
+  // decode graph (one per batch size) keeps its split or its absence on every replay. H200, full-size
+  // Qwen3-30B-A3B, no split against split everywhere (docs/perf.md): pp512 33.8k against 30.1k tok/s,
+  // S_TG b64 5,317 against 5,223, b32 3,344 / 3,306, but b16 2,112 / 2,147 and tg128 at ~600 keys
+  // 408 / 393 (a 5–10 µs merge against 4 CTAs walking every key; longer contexts need the split).
+  const int64_t group = s.n_heads / s.n_kv_heads;
+  int64_t tiles = 0;
+  try {
+    const int64_t avg_packed = graph ? group : m.rows * group / m.n;
+    const int64_t cta_tile_q = flashinfer::FA2DetermineCtaTileQ(avg_packed, static_cast<uint32_t>(s.head_dim));
+    for (int64_t i = 0; i < m.n; ++i)
+      tiles += ((m.qo_indptr(m.h_meta)[i + 1] - m.qo_indptr(m.h_meta)[i]) * group + cta_tile_q - 1) / cta_tile_q;
+  } catch (const std::exception& error) {
+    return Status::error(std::string("FlashInfer attention plan: ") + error.what());
+  }
+  const bool split = 2 * tiles * s.n_kv_heads < m.sms;
   try {
     const cudaError_t e = flashinfer::PrefillPlan<int32_t>(
         m.float_ws, m.float_bytes, m.int_ws, m.h_int_ws, m.int_bytes, m.info, m.qo_indptr(m.h_meta), m.kv_indptr(m.h_meta),
         static_cast<uint32_t>(m.rows), static_cast<uint32_t>(m.n), static_cast<uint32_t>(s.n_heads),
         static_cast<uint32_t>(s.n_kv_heads), static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(s.head_dim),
         static_cast<uint32_t>(s.page_size), graph, /*sizeof_dtype_o=*/2, /*window_left=*/-1, /*fixed_split_size=*/-1,
-        /*disable_split_kv=*/false, /*num_colocated_ctas=*/0, /*uniform_q_len=*/graph ? 1 : 0, stream);
+        /*disable_split_kv=*/!split, /*num_colocated_ctas=*/0, /*uniform_q_len=*/graph ? 1 : 0, stream);
     NIB_RETURN_IF_ERROR(cuda_status(e, "FlashInfer attention plan"));
   } catch (const std::exception& error) {
     return Status::error(std::string("FlashInfer attention plan: ") + error.what());
