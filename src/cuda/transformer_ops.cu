@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
 }
 
 // One warp per (token, head); heads [0, NH) are q, [NH, NH + NKV) k, then NKV v heads.
-__global__ void qk_norm_rope_store_kernel(const float* q, const float* k, const float* v, QkvLayout l,
+__global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
                                           const uint16_t* q_norm, const uint16_t* k_norm, float eps,
                                           float* q_out, uint16_t* q_out_bf16, uint16_t* k_cache, uint16_t* v_cache) {
   pdl_wait();
@@ -106,16 +106,18 @@ __global__ void qk_norm_rope_store_kernel(const float* q, const float* k, const 
   if (warp >= l.tokens * heads) return;
   const int64_t t = warp / heads, h = warp % heads, D = l.head_dim, half = D / 2;
   const int64_t kv_width = l.n_kv_heads * D;
-  if (h >= l.n_heads + l.n_kv_heads) {  // v: stored as it is
-    const int64_t kvh = h - l.n_heads - l.n_kv_heads;
-    const float* src = v + t * kv_width + kvh * D;
-    uint16_t* dst = v_cache + l.slots[t] * kv_width + kvh * D;
-    for (int64_t i = lane; i < D; i += 32) dst[i] = float_to_bf16(src[i]);
+  const int which = h < l.n_heads ? 0 : h < l.n_heads + l.n_kv_heads ? 1 : 2;  // q, k, v
+  const int64_t head = which == 0 ? h : which == 1 ? h - l.n_heads : h - l.n_heads - l.n_kv_heads;
+  const float* base = which == 0 ? in.q : which == 1 ? in.k : in.v;
+  const float* src = base + t * (in.row_stride ? in.row_stride : which == 0 ? l.n_heads * D : kv_width) + head * D;
+  const float row_scale = in.row_scales ? in.row_scales[t] : 1.0f;
+  auto load = [&](int64_t i) { return src[i] * in.scale[which] * row_scale; };  // exact when both are 1
+  if (which == 2) {  // v: stored as it is
+    uint16_t* dst = v_cache + l.slots[t] * kv_width + head * D;
+    for (int64_t i = lane; i < D; i += 32) dst[i] = float_to_bf16(load(i));
     return;
   }
-  const bool is_q = h < l.n_heads;
-  const int64_t head = is_q ? h : h - l.n_heads;
-  const float* src = is_q ? q + t * l.n_heads * D + head * D : k + t * kv_width + head * D;
+  const bool is_q = which == 0;
   const uint16_t* w = is_q ? q_norm : k_norm;  // null: no q/k norm (ERNIE-4.5)
   // Rotation pair i is dimensions (i, i + half) (neox) or (2i, 2i + 1) (interleaved). Lane j holds
   // pairs j, j + 32, …: all loads issued at once.
@@ -125,8 +127,8 @@ __global__ void qk_norm_rope_store_kernel(const float* q, const float* k, const 
 #pragma unroll
   for (int p = 0; p < ROPE_MAX_PAIRS_PER_LANE; ++p) {
     const int64_t i = lane + 32 * p;
-    lo[p] = i < half ? src[first(i)] : 0.0f;
-    hi[p] = i < half ? src[second(i)] : 0.0f;
+    lo[p] = i < half ? load(first(i)) : 0.0f;
+    hi[p] = i < half ? load(second(i)) : 0.0f;
   }
   float inv = 1.0f;
   if (w) {
@@ -200,7 +202,7 @@ Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t 
                      "add_rmsnorm");
 }
 
-Status qk_norm_rope_store(const float* q, const float* k, const float* v, const QkvLayout& layout,
+Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
                           const uint16_t* q_norm, const uint16_t* k_norm, float eps, float* q_out,
                           uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream, uint16_t* q_out_bf16) {
   if (layout.tokens <= 0) return Status::ok();
@@ -210,7 +212,7 @@ Status qk_norm_rope_store(const float* q, const float* k, const float* v, const 
   const int64_t warps = layout.tokens * (layout.n_heads + 2 * layout.n_kv_heads);
   const int threads = 256;
   const int64_t blocks = (warps * 32 + threads - 1) / threads;
-  return cuda_status(launch_pdl(qk_norm_rope_store_kernel, dim3(unsigned(blocks)), dim3(threads), 0, stream, q, k, v, layout,
+  return cuda_status(launch_pdl(qk_norm_rope_store_kernel, dim3(unsigned(blocks)), dim3(threads), 0, stream, in, layout,
                                 q_norm, k_norm, eps, q_out, q_out_bf16, k_cache, v_cache),
                      "qk_norm_rope_store");
 }

@@ -44,12 +44,23 @@ struct QkvLayout {
   bool interleaved = false;            // RoPE pairs (2i, 2i + 1) (ERNIE-4.5) instead of (i, i + D/2)
 };
 
-// q [T, NH·D] and k, v [T, NKV·D] fp32 (the projections): per-head RMSNorm of q and k with their
+// How q, k and v lie in memory and what still multiplies them: each its own [T, width] array (the
+// default), or one GEMM's output [T, row_stride] with q, k, v at column offsets (row_stride > 0), its
+// values before the projections' scales (scale[0..2] for q, k, v; and row_scales[t], per-token W4A4,
+// when not null) — applied as the GEMM epilogue would have: (y · scale) · row_scale, in fp32.
+struct QkvInput {
+  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  int64_t row_stride = 0;
+  float scale[3] = {1.0f, 1.0f, 1.0f};
+  const float* row_scales = nullptr;
+};
+
+// q [T, NH·D] and k, v [T, NKV·D] fp32 (the projections, as QkvInput lays them out): per-head RMSNorm of q and k with their
 // weights (both null: no norm), neox or interleaved RoPE (layout.inv_freq), then q_out fp32 [T, NH, D]
 // (or, when q_out_bf16 is given, q rounded to BF16 there instead: FlashInfer's input) and K/V rounded
 // to BF16 into the paged cache [blocks, block_size, NKV, D] at each token's slot (ref::rmsnorm,
 // ref::rope_neox, ref::kv_store).
-Status qk_norm_rope_store(const float* q, const float* k, const float* v, const QkvLayout& layout,
+Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
                           const uint16_t* q_norm, const uint16_t* k_norm, float eps, float* q_out,
                           uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream, uint16_t* q_out_bf16 = nullptr);
 

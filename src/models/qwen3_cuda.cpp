@@ -15,7 +15,9 @@
 #include "cuda/attention.cuh"
 #include "cuda/check.cuh"
 #include "cuda/flashinfer_attention.cuh"
+#include "cuda/linear_nvfp4.cuh"
 #include "cuda/moe.cuh"
+#include "cuda/quantize_nvfp4.cuh"
 #include "cuda/step_profiler.cuh"
 #include "cuda/transformer_ops.cuh"
 #include "ref/ops.h"
@@ -36,6 +38,9 @@ struct DeviceLinear {
 struct DeviceLayer {
   uint16_t *input_norm = nullptr, *post_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
   DeviceLinear q, k, v, o;
+  // q, k and v's BF16 copies as one weight [q + k + v rows, in] (null: apart or none): one cuBLAS
+  // GEMM for all three where batches take the copies.
+  const uint16_t* qkv_bf16 = nullptr;
   bool is_moe = false;
   cuda::DeviceMoeWeights moe;
   bool has_shared = false;      // ERNIE's shared experts: one SwiGLU MLP beside the routed ones
@@ -55,6 +60,7 @@ struct CudaModel::Impl {
   std::vector<DeviceLayer> layers;
   // Workspaces for max_tokens tokens.
   float *x = nullptr, *delta = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *q_rot = nullptr;
+  cuda::QkvInput qkv_out;  // where run_qkv left this layer's q, k and v
   float *mlp_gate = nullptr, *mlp_up = nullptr, *logits = nullptr, *shared_out = nullptr;
   uint16_t *h = nullptr, *attn = nullptr, *mlp_act = nullptr, *final_rows = nullptr;
   cuda::GemmContext gemm;
@@ -129,7 +135,9 @@ struct CudaModel::Impl {
     return copy(dst, t.data, n * 2, allocate, name);
   }
 
-  Status linear(DeviceLinear& l, const io::BoundCheckpoint& b, const std::string& name, bool allocate) {
+  // dense_at: where the BF16 copy goes on the first load (null: an allocation of its own).
+  Status linear(DeviceLinear& l, const io::BoundCheckpoint& b, const std::string& name, bool allocate,
+                uint16_t* dense_at = nullptr) {
     const io::LinearWeights& lw = b.linears.at(name);
     l.out = lw.module.shape[0];
     l.in = lw.module.shape[1];
@@ -146,12 +154,38 @@ struct CudaModel::Impl {
     // Batches over AUTO_SKINNY_MAX_M rows run dense NVFP4 weights through cuBLAS in BF16: dequantized
     // here once (the same exact values the per-call dequantize made), and again on a reload.
     if (options.gemm == cuda::GemmBackend::AUTO || options.gemm == cuda::GemmBackend::DEQUANT_CUBLAS) {
-      if (allocate) NIB_RETURN_IF_ERROR(ctx->arena.alloc(dense, n, name + " (BF16 for large batches)"));
+      if (allocate && dense_at) dense = dense_at;
+      else if (allocate) NIB_RETURN_IF_ERROR(ctx->arena.alloc(dense, n, name + " (BF16 for large batches)"));
       l.q.bf16 = dense;
       NIB_RETURN_IF_ERROR(cuda::dequantize_nvfp4_bf16(l.q, dense, nullptr));  // after the repack, on its stream
       bf16_copy_bytes += n * 2;
     }
     l.input_scale = lw.input_scale;
+    return Status::ok();
+  }
+
+  // q, k and v; their BF16 copies (when made) side by side in one allocation when all three are NVFP4
+  // of one in_features, so that large batches run them as one GEMM.
+  Status qkv_linears(DeviceLayer& w, const io::BoundCheckpoint& b, const std::string& prefix, bool allocate) {
+    const std::string names[3] = {prefix + "q_proj", prefix + "k_proj", prefix + "v_proj"};
+    DeviceLinear* linears[3] = {&w.q, &w.k, &w.v};
+    uint16_t* merged = const_cast<uint16_t*>(w.qkv_bf16);
+    if (allocate && (options.gemm == cuda::GemmBackend::AUTO || options.gemm == cuda::GemmBackend::DEQUANT_CUBLAS)) {
+      int64_t rows = 0, in = -1;
+      bool mergeable = true;
+      for (const std::string& name : names) {
+        const io::ModuleSpec& m = b.linears.at(name).module;
+        mergeable = mergeable && m.quantized && (in < 0 || m.shape[1] == in);
+        rows += m.shape[0], in = m.shape[1];
+      }
+      if (mergeable) NIB_RETURN_IF_ERROR(ctx->arena.alloc(merged, static_cast<size_t>(rows * in), prefix + "qkv (BF16 for large batches)"));
+    }
+    int64_t offset = 0;
+    for (int i = 0; i < 3; ++i) {
+      NIB_RETURN_IF_ERROR(linear(*linears[i], b, names[i], allocate, merged ? merged + offset : nullptr));
+      offset += linears[i]->out * linears[i]->in;
+    }
+    w.qkv_bf16 = merged;
     return Status::ok();
   }
 
@@ -210,9 +244,7 @@ struct CudaModel::Impl {
         NIB_RETURN_IF_ERROR(tensor(w.q_norm, b, p + "self_attn.q_norm.weight", allocate));
         NIB_RETURN_IF_ERROR(tensor(w.k_norm, b, p + "self_attn.k_norm.weight", allocate));
       }
-      NIB_RETURN_IF_ERROR(linear(w.q, b, p + "self_attn.q_proj", allocate));
-      NIB_RETURN_IF_ERROR(linear(w.k, b, p + "self_attn.k_proj", allocate));
-      NIB_RETURN_IF_ERROR(linear(w.v, b, p + "self_attn.v_proj", allocate));
+      NIB_RETURN_IF_ERROR(qkv_linears(w, b, p + "self_attn.", allocate));
       NIB_RETURN_IF_ERROR(linear(w.o, b, p + "self_attn.o_proj", allocate));
       // q/k/v read one input: static mode quantizes it once with the largest of their scales.
       w.q.input_scale = w.k.input_scale = w.v.input_scale = std::max({w.q.input_scale, w.k.input_scale, w.v.input_scale});
@@ -282,10 +314,10 @@ struct CudaModel::Impl {
     NIB_RETURN_IF_ERROR(a.alloc(x, T * H, "the residual stream"));
     NIB_RETURN_IF_ERROR(a.alloc(delta, T * H, "the layer output"));
     NIB_RETURN_IF_ERROR(a.alloc(h, T * H, "the normed activations"));
-    NIB_RETURN_IF_ERROR(a.alloc(q, T * NH * D, "q"));
+    // q, k and v apart ([T, width] each) or as one GEMM's rows [T, (NH + 2·NKV)·D]: the same floats.
+    NIB_RETURN_IF_ERROR(a.alloc(q, T * (NH + 2 * NKV) * D, "q, k and v"));
+    k = q + T * NH * D, v = k + T * NKV * D;
     NIB_RETURN_IF_ERROR(a.alloc(q_rot, T * NH * D, "q after RoPE"));
-    NIB_RETURN_IF_ERROR(a.alloc(k, T * NKV * D, "k"));
-    NIB_RETURN_IF_ERROR(a.alloc(v, T * NKV * D, "v"));
     NIB_RETURN_IF_ERROR(a.alloc(attn, T * NH * D, "the attention output"));
     const std::vector<float> freq = ref::rope_inv_freq(config.rope_theta, D);
     NIB_RETURN_IF_ERROR(a.alloc(inv_freq, freq.size(), "the RoPE frequencies"));
@@ -404,9 +436,28 @@ struct CudaModel::Impl {
                                            in_quantized);
   }
 
+  // q/k/v of `in` into qkv_out: apart, or where batches run the BF16 copies and those are one weight,
+  // as one cuBLAS GEMM whose scales (as the GEMM epilogues apply them) qk_norm_rope_store applies.
   Status run_qkv(const DeviceLayer& w, const uint16_t* in, int64_t M, ActQuant mode, bool in_quantized) {
+    const int64_t K = w.q.in, rows = w.q.out + w.k.out + w.v.out;
+    if (w.qkv_bf16 && cuda::resolve_gemm_backend(options.gemm, M, K) == cuda::GemmBackend::DEQUANT_CUBLAS) {
+      const DeviceLinear* qkv[3] = {&w.q, &w.k, &w.v};
+      const uint16_t* x = in;
+      if (mode != ActQuant::NONE) {  // x̂ and its row scales (static: each row's is input_scale)
+        if (!in_quantized)
+          NIB_RETURN_IF_ERROR(cuda::quantize_dequantize_activation_bf16(in, M, K, mode == ActQuant::STATIC ? w.q.input_scale : 0.0f,
+                                                                        gemm.act_workspace, gemm.row_scales, stream()));
+        x = gemm.act_workspace;
+      }
+      NIB_RETURN_IF_ERROR(cuda::linear_bf16(x, M, w.qkv_bf16, rows, K, q, ctx->cublas));
+      qkv_out = {q, q + w.q.out, q + w.q.out + w.k.out, rows, {}, mode == ActQuant::PER_TOKEN ? gemm.row_scales : nullptr};
+      for (int i = 0; i < 3; ++i)  // static: the input scale folded in as linear_nvfp4 folds it into alpha
+        qkv_out.scale[i] = mode == ActQuant::STATIC ? qkv[i]->q.weight_scale_2 * w.q.input_scale : qkv[i]->q.weight_scale_2;
+      return Status::ok();
+    }
     const DeviceLinear* qkv[3] = {&w.q, &w.k, &w.v};
     float* outputs[3] = {q, k, v};
+    qkv_out = {q, k, v};
     return run_shared_input(qkv, outputs, 3, in, M, mode, in_quantized);
   }
 
@@ -563,12 +614,12 @@ struct CudaModel::Impl {
       uint16_t* vc = v_cache + l * layer_kv;
       if (flashinfer) {
         for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
-          NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(q, k, v, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16));
+          NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16));
         profiler.mark("q/k norm, RoPE, KV store");
         for (int i = 0; i < cuda::op_repeats("attention"); ++i) NIB_RETURN_IF_ERROR(flashinfer->run(q_bf16, kc, vc, attn, s));
       } else {
         for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
-          NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(q, k, v, qkv, w.q_norm, w.k_norm, eps, q_rot, kc, vc, s));
+          NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, q_rot, kc, vc, s));
         profiler.mark("q/k norm, RoPE, KV store");
         for (int i = 0; i < cuda::op_repeats("attention"); ++i)
           NIB_RETURN_IF_ERROR(cuda::paged_attention(q_rot, kc, vc, att, attn, s, attention_ws));

@@ -141,7 +141,7 @@ TEST(CudaOps, InterleavedRopeWithoutNorm) {
   test::DeviceBuffer<int32_t> d_pos(positions);
   test::DeviceBuffer<int64_t> d_slots(slots);
   const cuda::QkvLayout layout{T, NH, NKV, D, d_pos.get(), d_slots.get(), d_freq.get(), true};
-  ASSERT_TRUE(cuda::qk_norm_rope_store(d_q.get(), d_k.get(), d_v.get(), layout, nullptr, nullptr, 1e-5f, d_qrot.get(),
+  ASSERT_TRUE(cuda::qk_norm_rope_store({d_q.get(), d_k.get(), d_v.get()}, layout, nullptr, nullptr, 1e-5f, d_qrot.get(),
                                        d_kc.get(), d_vc.get(), nullptr).is_ok());
   NIB_CUDA_CHECK(cudaDeviceSynchronize());
   // fp32 cos/sin of angles up to 4e3 within a few ulp (as the neox test above).
@@ -154,6 +154,54 @@ TEST(CudaOps, InterleavedRopeWithoutNorm) {
     }
   EXPECT_LE(max_rel(decode(d_kc.to_host()), want_k, 1e-2), 1.0 / 128);
   EXPECT_EQ(decode(d_vc.to_host()), want_v);
+}
+
+// q/k/v as one GEMM's output (QkvInput: [T, NH·D + 2·NKV·D] rows, before the projections' scales
+// and per-token row scales) against the same values laid out apart and already scaled: powers of two
+// make the division and the kernel's multiplications exact, so q, K and V must match bit for bit.
+TEST(CudaOps, QkNormRopeStoreReadsOneGemmsOutput) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaOps.QkNormRopeStoreReadsOneGemmsOutput");
+  std::mt19937_64 rng(seed);
+  const int64_t T = 19, NH = 32, NKV = 4, D = 128, kv_width = NKV * D, width = NH * D + 2 * kv_width;
+  const float scale[3] = {0.25f, 2.0f, 0.5f};
+  std::vector<float> row_scales(T);
+  for (float& r : row_scales) r = std::ldexp(1.0f, int(rng() % 7) - 3);
+  const auto merged = random_f32(size_t(T * width), rng, 1.0f);
+  std::vector<float> q(size_t(T * NH * D)), k(size_t(T * kv_width)), v(k.size());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < width; ++i) {
+      const int which = i < NH * D ? 0 : i < NH * D + kv_width ? 1 : 2;
+      const float y = merged[t * width + i] * scale[which] * row_scales[t];
+      if (which == 0) q[t * NH * D + i] = y;
+      else if (which == 1) k[t * kv_width + i - NH * D] = y;
+      else v[t * kv_width + i - NH * D - kv_width] = y;
+    }
+  std::vector<int32_t> positions(T);
+  std::vector<int64_t> slots(T);
+  for (int64_t t = 0; t < T; ++t) positions[t] = int32_t(rng() % 3000), slots[t] = (t * 7) % T;
+  const auto q_norm = random_bf16(size_t(D), rng, 1.0f, 0.1f), k_norm = random_bf16(size_t(D), rng, 1.0f, 0.1f);
+  test::DeviceBuffer<float> d_merged(merged), d_q(q), d_k(k), d_v(v), d_rs(row_scales), d_freq(ref::rope_inv_freq(1e6, D));
+  test::DeviceBuffer<uint16_t> d_qn(q_norm), d_kn(k_norm);
+  test::DeviceBuffer<int32_t> d_pos(positions);
+  test::DeviceBuffer<int64_t> d_slots(slots);
+  const cuda::QkvLayout layout{T, NH, NKV, D, d_pos.get(), d_slots.get(), d_freq.get()};
+  std::vector<uint16_t> outputs[2][3];  // [apart, merged][q (BF16), K, V]
+  for (int merged_form = 0; merged_form < 2; ++merged_form) {
+    test::DeviceBuffer<uint16_t> d_qout(q.size()), d_kc(size_t(T * kv_width)), d_vc(size_t(T * kv_width));
+    cuda::QkvInput in{d_q.get(), d_k.get(), d_v.get()};
+    if (merged_form) {
+      in = {d_merged.get(), d_merged.get() + NH * D, d_merged.get() + NH * D + kv_width, width,
+            {scale[0], scale[1], scale[2]}, d_rs.get()};
+    }
+    ASSERT_TRUE(cuda::qk_norm_rope_store(in, layout, d_qn.get(), d_kn.get(), 1e-6f, nullptr, d_kc.get(), d_vc.get(), nullptr,
+                                         d_qout.get()).is_ok());
+    NIB_CUDA_CHECK(cudaDeviceSynchronize());
+    outputs[merged_form][0] = d_qout.to_host(), outputs[merged_form][1] = d_kc.to_host(), outputs[merged_form][2] = d_vc.to_host();
+  }
+  EXPECT_EQ(outputs[1][0], outputs[0][0]) << "q";
+  EXPECT_EQ(outputs[1][1], outputs[0][1]) << "K";
+  EXPECT_EQ(outputs[1][2], outputs[0][2]) << "V";
 }
 
 TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
@@ -229,7 +277,7 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
     test::DeviceBuffer<int64_t> d_slots(slots);
     test::DeviceBuffer<float> d_freq(ref::rope_inv_freq(1e6, c.D));
     const cuda::QkvLayout layout{T, c.NH, c.NKV, c.D, d_pos.get(), d_slots.get(), d_freq.get()};
-    ASSERT_TRUE(cuda::qk_norm_rope_store(d_q.get(), d_k.get(), d_v.get(), layout, d_qn.get(), d_kn.get(), 1e-6f,
+    ASSERT_TRUE(cuda::qk_norm_rope_store({d_q.get(), d_k.get(), d_v.get()}, layout, d_qn.get(), d_kn.get(), 1e-6f,
                                          d_qrot.get(), d_kc.get(), d_vc.get(), nullptr).is_ok());
     // q after norm and RoPE: fp32, summation order and cos/sin within a few ulp at angles up to 1e3.
     EXPECT_LE(max_rel(d_qrot.to_host(), rq, 1e-2), 2e-4) << "NH " << c.NH << " D " << c.D;
