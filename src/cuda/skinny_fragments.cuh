@@ -54,14 +54,15 @@ struct WeightFragments {
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; }
 
-// acc[n] += Ŵ(rows g, g+8) · x(column g of n-tile n) over the warp's k-blocks; x_rows[n] is the
-// lane's token row (null: a zero column). With one n-tile every x load is issued before the first
-// mma (one L2 round trip, not one per k-block); more n-tiles load per block (registers: preloading
-// two n-tiles' x for two blocks took 114-118 registers and made dense M = 32-64 1.3x slower, H200).
-template <int BLOCKS, int NT>
-__device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS>& w, const uint16_t* const (&x_rows)[NT],
-                                           int kb0, int nkb, int c, float (&acc)[NT][4]) {
-  constexpr int PRELOADED = NT == 1 ? BLOCKS : 1;
+// acc[mt · NT + n] += Ŵ(rows g, g+8 of m-tile mt) · x(column g of n-tile n) over the warp's k-blocks;
+// x_rows[n] is the lane's token row (null: a zero column); each x fragment feeds all MT m-tiles. With
+// one n-tile and one m-tile every x load is issued before the first mma (one L2 round trip, not one
+// per k-block); otherwise they load per block (registers: preloading two n-tiles' x for two blocks
+// took 114-118 registers and made dense M = 32-64 1.3x slower, H200).
+template <int BLOCKS, int NT, int MT = 1>
+__device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS> (&w)[MT], const uint16_t* const (&x_rows)[NT],
+                                           int kb0, int nkb, int c, float (&acc)[MT * NT][4]) {
+  constexpr int PRELOADED = NT == 1 && MT == 1 ? BLOCKS : 1;
   uint4 x_all[PRELOADED][NT][4];
   auto load_x = [&](int b, uint4 (&xv)[NT][4]) {
 #pragma unroll
@@ -79,25 +80,29 @@ __device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS>& w, con
     if (b >= nkb) break;
     if constexpr (PRELOADED == 1) load_x(b, x_all[0]);
     const uint4 (&xv)[NT][4] = x_all[PRELOADED > 1 ? b : 0];
-    uint32_t scale[2][2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      scale[h][0] = block_scale_bf16x2(w.scales[h][b], 0);
-      scale[h][1] = block_scale_bf16x2(w.scales[h][b], 1);
-    }
+    for (int mt = 0; mt < MT; ++mt) {
+      uint32_t scale[2][2];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {  // code word q: physical k 32c + 8q … + 7, mma steps 2q and 2q + 1
-      uint32_t lo[4], hi[4];
-      decode_code_word(word_of(w.codes[0][b], q), lo);
-      decode_code_word(word_of(w.codes[1][b], q), hi);
+      for (int h = 0; h < 2; ++h) {
+        scale[h][0] = block_scale_bf16x2(w[mt].scales[h][b], 0);
+        scale[h][1] = block_scale_bf16x2(w[mt].scales[h][b], 1);
+      }
 #pragma unroll
-      for (int i = 0; i < 4; ++i) lo[i] = bf16x2_mul(lo[i], scale[0][q >> 1]), hi[i] = bf16x2_mul(hi[i], scale[1][q >> 1]);
-      const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
-      const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+      for (int q = 0; q < 4; ++q) {  // code word q: physical k 32c + 8q … + 7, mma steps 2q and 2q + 1
+        uint32_t lo[4], hi[4];
+        decode_code_word(word_of(w[mt].codes[0][b], q), lo);
+        decode_code_word(word_of(w[mt].codes[1][b], q), hi);
 #pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        mma_bf16(acc[n], a0, xv[n][q].x, xv[n][q].y);
-        mma_bf16(acc[n], a1, xv[n][q].z, xv[n][q].w);
+        for (int i = 0; i < 4; ++i)
+          lo[i] = bf16x2_mul(lo[i], scale[0][q >> 1]), hi[i] = bf16x2_mul(hi[i], scale[1][q >> 1]);
+        const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
+        const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          mma_bf16(acc[mt * NT + n], a0, xv[n][q].x, xv[n][q].y);
+          mma_bf16(acc[mt * NT + n], a1, xv[n][q].z, xv[n][q].w);
+        }
       }
     }
   }
@@ -105,18 +110,18 @@ __device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS>& w, con
 
 // The CTA's warps split k; warp 0 ends with the sum over warps in warp order (returns false for
 // the other warps, which are done).
-template <int NT>
-__device__ __forceinline__ bool reduce_warps(float (&acc)[NT][4], float* partial) {
+template <int COUNT>
+__device__ __forceinline__ bool reduce_warps(float (&acc)[COUNT][4], float* partial) {
   const int warps = blockDim.x / 32, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (warps == 1) return true;
   if (warp > 0)
 #pragma unroll
-    for (int i = 0; i < NT * 4; ++i) partial[((warp - 1) * NT * 4 + i) * 32 + lane] = acc[i / 4][i % 4];
+    for (int i = 0; i < COUNT * 4; ++i) partial[((warp - 1) * COUNT * 4 + i) * 32 + lane] = acc[i / 4][i % 4];
   __syncthreads();
   if (warp > 0) return false;
   for (int w = 0; w < warps - 1; ++w)
 #pragma unroll
-    for (int i = 0; i < NT * 4; ++i) acc[i / 4][i % 4] += partial[(w * NT * 4 + i) * 32 + lane];
+    for (int i = 0; i < COUNT * 4; ++i) acc[i / 4][i % 4] += partial[(w * COUNT * 4 + i) * 32 + lane];
   return true;
 }
 

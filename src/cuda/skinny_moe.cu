@@ -81,11 +81,12 @@ __device__ __forceinline__ void store_slice(const MoeParams& p, int4 tile, int m
   }
 }
 
-// One CTA per (slice, tile): blockIdx.x is the slice of 8 gated features or 16 down rows, blockIdx.y
-// the tile. NT n-tiles: tiles of 8 · NT sorted rows, each weight fragment decoded once for all of them.
+// One CTA per (slice, tile): blockIdx.x is the slice of MT m-tiles (8 · MT gated features or 16 · MT
+// down rows), blockIdx.y the tile. NT n-tiles: tiles of 8 · NT sorted rows, each weight fragment
+// decoded once for all of them; MT m-tiles: each x fragment loaded once for all of them.
 // MIN_CTAS > 0: at most 4 warps, registers capped so that MIN_CTAS CTAs fit an SM (more loads in
 // flight per SM for the MoE at 2048-wide k, launch_moe); 0: up to MAX_WARPS warps.
-template <int BLOCKS, bool GATED, int NT, int MIN_CTAS = 0>
+template <int BLOCKS, bool GATED, int NT, int MT, int MIN_CTAS = 0>
 __global__ void __launch_bounds__(MIN_CTAS ? 128 : MAX_WARPS * 32, MIN_CTAS ? MIN_CTAS : 1) skinny_moe_kernel(const MoeParams p) {
   extern __shared__ float partial[];
   pdl_wait();  // the tile list comes from the routing kernels
@@ -93,21 +94,37 @@ __global__ void __launch_bounds__(MIN_CTAS ? 128 : MAX_WARPS * 32, MIN_CTAS ? MI
   const int4 tile = p.tiles[blockIdx.y];  // in bounds (the grid never exceeds the list); read with the count
   if (int(blockIdx.y) >= *p.tile_count) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int m0 = blockIdx.x * (GATED ? 8 : 16);
-  const uint8_t* row_codes[2];
-  const uint8_t* row_scales[2];
-  slice_rows<GATED>(p, tile.x, m0, g, row_codes, row_scales);
+  constexpr int M_TILE = GATED ? 8 : 16;  // features (gated) or rows of one m-tile
+  const int m0 = blockIdx.x * M_TILE * MT;
   const int kb0 = warp * BLOCKS, nkb = min(BLOCKS, p.k / 128 - kb0);
-  WeightFragments<BLOCKS> w;
-  w.load(row_codes, row_scales, kb0, nkb, c);
+  WeightFragments<BLOCKS> w[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const uint8_t* row_codes[2];
+    const uint8_t* row_scales[2];
+    slice_rows<GATED>(p, tile.x, m0 + mt * M_TILE, g, row_codes, row_scales);
+    w[mt].load(row_codes, row_scales, kb0, nkb, c);
+  }
   const uint16_t* x_rows[NT];
 #pragma unroll
   for (int n = 0; n < NT; ++n)
     x_rows[n] = 8 * n + g < tile.z ? p.act + size_t(source_row(p, tile.y + 8 * n + g)) * p.k : nullptr;
-  float acc[NT][4] = {};
-  mma_blocks<BLOCKS, NT>(w, x_rows, kb0, nkb, c, acc);
-  if (reduce_warps<NT>(acc, partial)) store_slice<GATED, NT>(p, tile, m0, acc);
+  float acc[MT * NT][4] = {};
+  mma_blocks<BLOCKS, NT, MT>(w, x_rows, kb0, nkb, c, acc);
+  if (!reduce_warps<MT * NT>(acc, partial)) return;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+    store_slice<GATED, NT>(p, tile, m0 + mt * M_TILE, *reinterpret_cast<const float(*)[NT][4]>(&acc[mt * NT]));
 }
+
+// m-tiles a down CTA: two from one row per expert on average (gate_up CTAs take one). Its x rows
+// (gate_up's output, 1.5 KB each) outweigh a 16-row m-tile's weights (16 tokens' 24 KB against
+// 6.9 KB), so a second m-tile halves what a CTA reads from L2 per weight byte. H200, full-size
+// Qwen3-30B-A3B (docs/perf.md): S_TG b16 / b32 / b64 2,164 / 3,375 / 5,689 → 2,220 / 3,427 / 5,955
+// tok/s; MoE block (even routing) T = 64 182.5 → 175.1 µs, T = 128 216.7 → 201.9, T = 16-32 within
+// 1%, T = 1 24.4 → 25.6 (hence one there). Two for gate_up (x 4 KB a row against 18 KB of weights)
+// lost: b64 5,608, T = 64 197.3 µs.
+int down_m_tiles(int64_t pairs, int64_t experts) { return pairs >= experts ? 2 : 1; }
 
 template <bool GATED>
 Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const DeviceNvfp4Experts* w1,
@@ -128,21 +145,28 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
   p.act = a.act, p.sorted_pairs = a.sorted_pairs, p.top_k = int(a.top_k), p.row_scales = a.row_scales;
   p.tile_count = a.tile_offsets + w0.experts, p.tiles = a.tiles;
   p.out = a.out, p.out_fp32 = a.out_fp32;
-  const int slice_rows = GATED ? 8 : 16, slices = (p.n + slice_rows - 1) / slice_rows;
-  const int64_t max_tiles = max_expert_tiles(a.pairs, w0.experts, a.tile_rows);
   const int nt = a.tile_rows / 8, per_warp = blocks_per_warp(p.k, false, nt);
+  // Two m-tiles take 2 k-blocks a warp (4 spill), so k up to 2 · MAX_WARPS blocks; 32-row tiles spill too.
+  const int mt = !GATED && nt <= 2 && p.k / 128 <= 2 * MAX_WARPS ? down_m_tiles(a.pairs, w0.experts) : 1;
+  const int slice_rows = (GATED ? 8 : 16) * mt, slices = (p.n + slice_rows - 1) / slice_rows;
+  const int64_t max_tiles = max_expert_tiles(a.pairs, w0.experts, a.tile_rows);
   const bool four = per_warp == 4;
   const dim3 grid{unsigned(slices), unsigned(max_tiles)};
+  if constexpr (!GATED)
+    if (mt == 2) {
+      const auto kernel = nt == 2 ? skinny_moe_kernel<2, false, 2, 2> : skinny_moe_kernel<2, false, 1, 2>;
+      return launch(kernel, grid, p.k, 2, 2 * nt, p, stream, what);
+    }
   // 16-row tiles at 2048-wide k (4 warps of 4 blocks): registers capped for 5 CTAs an SM (96, no
   // spills; 6 CTAs would spill), more loads in flight for a kernel that waits on memory. H200
   // (docs/perf.md "Repacked NVFP4 codes"): MoE block T = 64 193.9 → 183.6 µs, T = 95 211.6 → 199.5,
   // T = 32 unchanged; S_TG b64 4,722 → 4,828 tok/s.
   if (four && nt == 2 && p.k == 4 * 4 * 128)
-    return launch(skinny_moe_kernel<4, GATED, 2, 5>, grid, p.k, 4, 2, p, stream, what);
+    return launch(skinny_moe_kernel<4, GATED, 2, 1, 5>, grid, p.k, 4, 2, p, stream, what);
   switch (nt) {
-    case 4: return launch(four ? skinny_moe_kernel<4, GATED, 4> : skinny_moe_kernel<2, GATED, 4>, grid, p.k, per_warp, 4, p, stream, what);
-    case 2: return launch(four ? skinny_moe_kernel<4, GATED, 2> : skinny_moe_kernel<2, GATED, 2>, grid, p.k, per_warp, 2, p, stream, what);
-    default: return launch(four ? skinny_moe_kernel<4, GATED, 1> : skinny_moe_kernel<2, GATED, 1>, grid, p.k, per_warp, 1, p, stream, what);
+    case 4: return launch(four ? skinny_moe_kernel<4, GATED, 4, 1> : skinny_moe_kernel<2, GATED, 4, 1>, grid, p.k, per_warp, 4, p, stream, what);
+    case 2: return launch(four ? skinny_moe_kernel<4, GATED, 2, 1> : skinny_moe_kernel<2, GATED, 2, 1>, grid, p.k, per_warp, 2, p, stream, what);
+    default: return launch(four ? skinny_moe_kernel<4, GATED, 1, 1> : skinny_moe_kernel<2, GATED, 1, 1>, grid, p.k, per_warp, 1, p, stream, what);
   }
 }
 
