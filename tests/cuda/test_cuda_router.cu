@@ -1,9 +1,10 @@
 // cuda::route (router GEMM + softmax/top-k/renormalize) against ref::route on Qwen3-30B-A3B's router
-// (E = 128, k = 8, H = 2048) and the tiny model's (E = 8, k = 2), T = 1, 3, 17, 255, 4099, and with
-// every token identical (all tokens on the same experts). The two logit GEMMs sum 2048 fp32 products
-// in different orders, so logits differ by up to ~1e-5 and the renormalized weights (0.05–0.5) by a
-// few 1e-6: weights must agree within 2e-5 absolute, and expert ids must match except where the
-// two candidates' weights are within that tolerance (a near-tie may break either way).
+// (E = 128, k = 8, H = 2048) and the tiny model's (E = 8, k = 2), T = 1 to 4099, and with every token
+// identical (all tokens on the same experts); up to 4 tokens also the one-launch router and grouping.
+// The logit GEMMs sum 2048 fp32 products in different orders, so logits differ by up to ~1e-5 and
+// the renormalized weights (0.05–0.5) by a few 1e-6: weights must agree within 2e-5 absolute, and
+// expert ids must match except where the two candidates' weights are within that tolerance (a
+// near-tie may break either way).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +21,48 @@
 using namespace nibble;
 
 namespace {
+
+// The one-launch router's grouping outputs and counter, and the checks that they group `ids`: the
+// offsets count each expert's pairs, every pair sits at the row pair_rows names (and sorted_pairs
+// inverts it) inside its expert's range, the tile list covers each expert's rows in tiles of
+// tile_rows, and the counter is back to 0.
+struct SmallGrouping {
+  int64_t pairs, experts;
+  test::DeviceBuffer<int32_t> expert_offsets, tile_offsets, sorted, rows, counter;
+  test::DeviceBuffer<int4> tiles;
+  cuda::ExpertGroups groups;
+
+  SmallGrouping(int64_t pairs_, int64_t experts_)
+      : pairs(pairs_), experts(experts_), expert_offsets(static_cast<size_t>(experts_ + 1)),
+        tile_offsets(static_cast<size_t>(experts_ + 1)), sorted(static_cast<size_t>(pairs_)), rows(static_cast<size_t>(pairs_)),
+        counter(std::vector<int32_t>{0}),
+        tiles(static_cast<size_t>(cuda::max_expert_tiles(pairs_, experts_, 8))),
+        groups{expert_offsets.get(), tile_offsets.get(), sorted.get(), rows.get(), tiles.get()} {}
+
+  void expect_consistent(const std::vector<int32_t>& ids, int tile_rows) {
+    const auto offsets = expert_offsets.to_host(), tile_off = tile_offsets.to_host(), sorted_h = sorted.to_host(),
+               rows_h = rows.to_host(), counter_h = counter.to_host();
+    const auto tiles_h = tiles.to_host();
+    ASSERT_EQ(offsets[experts], pairs);
+    for (int64_t e = 0; e < experts; ++e) {
+      const int64_t count = std::count(ids.begin(), ids.end(), int32_t(e));
+      ASSERT_EQ(offsets[e + 1] - offsets[e], count) << "expert " << e;
+      ASSERT_EQ(tile_off[e + 1] - tile_off[e], (count + tile_rows - 1) / tile_rows) << "expert " << e;
+      for (int32_t j = tile_off[e]; j < tile_off[e + 1]; ++j) {
+        const int4 t = tiles_h[j];
+        EXPECT_EQ(t.x, e);
+        EXPECT_EQ(t.y, offsets[e] + (j - tile_off[e]) * tile_rows);
+        EXPECT_EQ(t.z, std::min<int64_t>(tile_rows, offsets[e + 1] - t.y));
+      }
+    }
+    for (int64_t i = 0; i < pairs; ++i) {
+      const int32_t row = rows_h[i], e = ids[i];
+      ASSERT_TRUE(row >= offsets[e] && row < offsets[e + 1]) << "pair " << i;
+      EXPECT_EQ(sorted_h[row], i);
+    }
+    EXPECT_EQ(counter_h[0], 0) << "the counter was left armed";
+  }
+};
 
 void check(int64_t tokens, int64_t experts, int64_t top_k, int64_t hidden, bool identical_tokens, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -51,34 +94,42 @@ void check(int64_t tokens, int64_t experts, int64_t top_k, int64_t hidden, bool 
   ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
   const cuda::RouterArgs args{d_x.get(), d_router.get(), tokens, hidden, experts, top_k, true,
                               d_logits.get(), d_ids.get(), d_w.get()};
-  const Status s = cuda::route(args, handle, nullptr);
-  ASSERT_TRUE(s.is_ok()) << s.message();
-  NIB_CUDA_CHECK(cudaDeviceSynchronize());
-  cublasDestroy(handle);
-  const auto got_ids = d_ids.to_host();
-  const auto got_w = d_w.to_host();
-  int64_t near_ties = 0;
-  double max_w_err = 0;
-  for (size_t i = 0; i < got_ids.size(); ++i) {
-    max_w_err = std::max(max_w_err, double(std::fabs(got_w[i] - want_w[i])));
-    if (got_ids[i] == want_ids[i]) continue;
-    ++near_ties;
-    EXPECT_LT(std::fabs(got_w[i] - want_w[i]), 2e-5) << "token " << i / top_k << " slot " << i % top_k
-                                                     << ": expert " << got_ids[i] << " vs " << want_ids[i];
+  // Both paths where the one-launch router takes the batch: its own logit sums are a third order.
+  const bool small = cuda::route_small_supported(tokens, experts, hidden, top_k);
+  for (int path = 0; path < (small ? 2 : 1); ++path) {
+    NIB_CUDA_CHECK(cudaMemset(d_ids.get(), 0xFF, want_ids.size() * sizeof(int32_t)));
+    SmallGrouping grouping(tokens * top_k, experts);
+    const Status s = path == 0 ? cuda::route(args, handle, nullptr)
+                               : cuda::route_and_group_small(args, 8, grouping.groups, grouping.counter.get(), nullptr);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    NIB_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto got_ids = d_ids.to_host();
+    const auto got_w = d_w.to_host();
+    int64_t near_ties = 0;
+    double max_w_err = 0;
+    for (size_t i = 0; i < got_ids.size(); ++i) {
+      max_w_err = std::max(max_w_err, double(std::fabs(got_w[i] - want_w[i])));
+      if (got_ids[i] == want_ids[i]) continue;
+      ++near_ties;
+      EXPECT_LT(std::fabs(got_w[i] - want_w[i]), 2e-5) << "token " << i / top_k << " slot " << i % top_k
+                                                       << ": expert " << got_ids[i] << " vs " << want_ids[i];
+    }
+    std::printf("route%s E=%lld k=%lld T=%lld%s: %lld near-tie swaps, max weight err %.2e\n", path ? " (one launch)" : "",
+                static_cast<long long>(experts), static_cast<long long>(top_k), static_cast<long long>(tokens),
+                identical_tokens ? " (identical)" : "", static_cast<long long>(near_ties), max_w_err);
+    EXPECT_LT(max_w_err, 2e-5);
+    if (identical_tokens)
+      for (int64_t t = 1; t < tokens; ++t)
+        for (int64_t k = 0; k < top_k; ++k) EXPECT_EQ(got_ids[t * top_k + k], got_ids[k]);
+    if (path == 1) grouping.expect_consistent(got_ids, 8);
   }
-  std::printf("route E=%lld k=%lld T=%lld%s: %lld near-tie swaps, max weight err %.2e\n", static_cast<long long>(experts),
-              static_cast<long long>(top_k), static_cast<long long>(tokens), identical_tokens ? " (identical)" : "",
-              static_cast<long long>(near_ties), max_w_err);
-  EXPECT_LT(max_w_err, 2e-5);
-  if (identical_tokens)
-    for (int64_t t = 1; t < tokens; ++t)
-      for (int64_t k = 0; k < top_k; ++k) EXPECT_EQ(got_ids[t * top_k + k], got_ids[k]);
+  cublasDestroy(handle);
 }
 
 TEST(CudaRouter, MatchesReference) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaRouter.MatchesReference");
-  for (int64_t t : {1, 3, 17, 255, 4099}) check(t, 128, 8, 2048, false, seed + t);
+  for (int64_t t : {1, 3, 4, 17, 255, 4099}) check(t, 128, 8, 2048, false, seed + t);
   check(255, 8, 2, 32, false, seed);
   check(64, 128, 8, 2048, true, seed);
 }
@@ -86,7 +137,7 @@ TEST(CudaRouter, MatchesReference) {
 // ERNIE-4.5's router (E = 64, k = 6, H = 2560; fp32 weights, a correction bias that chooses, the
 // renormalization floor) through both GPU paths: route() (fp32 cuBLAS GEMM + top-k) and the one-launch
 // route_and_group_small, against ref::route, weights within check()'s 2e-5 (a near-tie swap of ids
-// stays inside it); the grouping's expert offsets must count the chosen experts.
+// stays inside it); the one-launch grouping must group the chosen experts (SmallGrouping).
 TEST(CudaRouter, Fp32RouterWithBiasBothPaths) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaRouter.Fp32RouterWithBiasBothPaths");
@@ -116,17 +167,14 @@ TEST(CudaRouter, Fp32RouterWithBiasBothPaths) {
     test::DeviceBuffer<uint16_t> d_x(x_bits);
     test::DeviceBuffer<float> d_router(router), d_bias(bias), d_x32(x.size()), d_logits(static_cast<size_t>(tokens * E)),
         d_w(want_w.size());
-    test::DeviceBuffer<int32_t> d_ids(want_ids.size()), d_counter(std::vector<int32_t>{0});
-    test::DeviceBuffer<int32_t> d_expert_offsets(static_cast<size_t>(E + 1)), d_tile_offsets(static_cast<size_t>(E + 1)),
-        d_sorted(want_ids.size()), d_rows(want_ids.size());
-    test::DeviceBuffer<int4> d_tiles(static_cast<size_t>(cuda::max_expert_tiles(tokens * K, E, 8)));
-    const cuda::ExpertGroups groups{d_expert_offsets.get(), d_tile_offsets.get(), d_sorted.get(), d_rows.get(), d_tiles.get()};
+    test::DeviceBuffer<int32_t> d_ids(want_ids.size());
+    SmallGrouping grouping(tokens * K, E);
     cuda::RouterArgs args{d_x.get(), nullptr, tokens, H, E, K, true, d_logits.get(), d_ids.get(), d_w.get()};
     args.router_f32 = d_router.get(), args.x_f32 = d_x32.get(), args.score_bias = d_bias.get(), args.norm_min = w.norm_min;
     cublasHandle_t handle;
     ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
     for (int small = 0; small < 2; ++small) {
-      const Status s = small ? cuda::route_and_group_small(args, 8, groups, d_counter.get(), nullptr)
+      const Status s = small ? cuda::route_and_group_small(args, 8, grouping.groups, grouping.counter.get(), nullptr)
                              : cuda::route(args, handle, nullptr);
       ASSERT_TRUE(s.is_ok()) << s.message();
       NIB_CUDA_CHECK(cudaDeviceSynchronize());
@@ -135,12 +183,7 @@ TEST(CudaRouter, Fp32RouterWithBiasBothPaths) {
       // A swapped id (a near tie) shows as a weight within the tolerance of the reference's.
       for (size_t i = 0; i < got_ids.size(); ++i)
         EXPECT_LT(std::fabs(got_w[i] - want_w[i]), 2e-5) << (small ? "small" : "cuBLAS") << " T " << tokens << " slot " << i;
-      if (small) {
-        const auto offsets = d_expert_offsets.to_host();
-        EXPECT_EQ(offsets[E], tokens * K);
-        for (int64_t e = 0; e < E; ++e)
-          EXPECT_EQ(offsets[e + 1] - offsets[e], std::count(got_ids.begin(), got_ids.end(), int32_t(e))) << "expert " << e;
-      }
+      if (small) grouping.expect_consistent(got_ids, 8);
     }
     cublasDestroy(handle);
   }
