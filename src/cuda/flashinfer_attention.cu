@@ -129,8 +129,9 @@ Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
   // tile and KV head — would fill less than half the SMs. A function of the query rows alone, so each
   // decode graph (one per batch size) keeps its split or its absence on every replay. H200, full-size
   // Qwen3-30B-A3B, no split against split everywhere (docs/perf.md): pp512 33.8k against 30.1k tok/s,
-  // S_TG b64 5,317 against 5,223, b32 3,344 / 3,306, but b16 2,112 / 2,147 and tg128 at ~600 keys
-  // 408 / 393 (a 5–10 µs merge against 4 CTAs walking every key; longer contexts need the split).
+  // S_TG b64 5,317 against 5,223, b32 3,344 / 3,306, but b16 2,112 / 2,147. Small decode batches
+  // split even at short contexts: no split below 768 / 1,536 keys gave tg128 390 against 398 tok/s,
+  // and S_TG b1 / b4 at ~1,000 keys 333 / 944 against 376 / 1,030.
   const int64_t group = s.n_heads / s.n_kv_heads;
   int64_t tiles = 0;
   try {
