@@ -27,6 +27,7 @@ constexpr int THREADS = 256;
 
 constexpr int MAX_TOP_K = 64;
 
+constexpr int COMBINE_SLOTS_IN_FLIGHT = 8;  // the combine's loads in flight a thread
 constexpr int COMBINE_MAX_CHUNKS = 4;  // hidden ≤ THREADS · 8 · 4 with the fused norm
 
 // x̂ of the fused norm's BF16 output (kept: this thread's 8 consecutive values per chunk; a 16-value
@@ -87,13 +88,22 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
     const int h = (c * THREADS + threadIdx.x) * 8;
     if (h >= hidden) break;
     float acc[8] = {};
-    for (int slot = 0; slot < top_k; ++slot) {
-      const uint4 v = *reinterpret_cast<const uint4*>(y + size_t(rows[slot]) * hidden + h);
-      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+    for (int s0 = 0; s0 < top_k; s0 += COMBINE_SLOTS_IN_FLIGHT) {
+      // The slots' loads first, then their sums in slot order (one load at a time made the
+      // combine latency-bound).
+      uint4 v[COMBINE_SLOTS_IN_FLIGHT];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        acc[2 * i] += scale[slot] * formats::bf16_decode(uint16_t(words[i] & 0xFFFF));
-        acc[2 * i + 1] += scale[slot] * formats::bf16_decode(uint16_t(words[i] >> 16));
+      for (int j = 0; j < COMBINE_SLOTS_IN_FLIGHT; ++j)
+        if (s0 + j < top_k) v[j] = *reinterpret_cast<const uint4*>(y + size_t(rows[s0 + j]) * hidden + h);
+#pragma unroll
+      for (int j = 0; j < COMBINE_SLOTS_IN_FLIGHT; ++j) {
+        if (s0 + j >= top_k) break;
+        const uint32_t words[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          acc[2 * i] += scale[s0 + j] * formats::bf16_decode(uint16_t(words[i] & 0xFFFF));
+          acc[2 * i + 1] += scale[s0 + j] * formats::bf16_decode(uint16_t(words[i] >> 16));
+        }
       }
     }
     if (add)  // ERNIE: routed sum + shared experts, in that order as transformers adds them

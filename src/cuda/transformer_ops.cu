@@ -37,13 +37,16 @@ constexpr int ROPE_MAX_PAIRS_PER_LANE = 8;  // head_dim ≤ 512
 constexpr int NORM_MAX_PER_THREAD = 32;  // width ≤ 8192
 
 // One block per row, one pass: each thread keeps its (strided) values and weights in registers;
-// the weights are read before the PDL wait (they do not depend on earlier kernels).
+// the weights are read before the PDL wait (they do not depend on earlier kernels). PER values a
+// thread (width ≤ NORM_THREADS · PER): sized to the row, so that the registers of unused values do
+// not limit the CTAs an SM holds (PER = 32 took 123 registers, 2 CTAs an SM, for 2,048-wide rows).
+template <int PER>
 __global__ void __launch_bounds__(NORM_THREADS)
     add_rmsnorm_kernel(float* residual, const float* delta, int64_t width, const uint16_t* weight, float eps,
                        uint16_t* out, const int32_t* rows, NormActQuant quant) {
-  float w[NORM_MAX_PER_THREAD], v[NORM_MAX_PER_THREAD];
+  float w[PER], v[PER];
 #pragma unroll
-  for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) {
+  for (int k = 0; k < PER; ++k) {
     const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
     w[k] = i < width ? bf16_to_float(weight[i]) : 0.0f;
   }
@@ -53,12 +56,12 @@ __global__ void __launch_bounds__(NORM_THREADS)
   float* x = residual + src * width;
   float sum_sq = 0.0f;
 #pragma unroll
-  for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) {  // predicated, not `break`: every load in flight at once
+  for (int k = 0; k < PER; ++k) {  // predicated, not `break`: every load in flight at once
     const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
     v[k] = i < width ? (delta ? x[i] + delta[src * width + i] : x[i]) : 0.0f;
   }
 #pragma unroll
-  for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) {
+  for (int k = 0; k < PER; ++k) {
     const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
     if (i >= width) break;
     if (delta) x[i] = v[k];
@@ -72,7 +75,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
   for (int k = 0; k < NORM_THREADS / 32; ++k) total += partial[k];
   const float inv = 1.0f / sqrtf(total / static_cast<float>(width) + eps);
 #pragma unroll
-  for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) {
+  for (int k = 0; k < PER; ++k) {
     const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
     v[k] = i < width ? bf16_to_float(float_to_bf16(v[k] * inv * w[k])) : 0.0f;  // the BF16 output, kept for x̂
     if (i < width) out[r * width + i] = float_to_bf16(v[k]);
@@ -82,10 +85,10 @@ __global__ void __launch_bounds__(NORM_THREADS)
   float thread_amax = 0.0f;
   if (quant.input_scale == 0.0f)
 #pragma unroll
-    for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) thread_amax = fmaxf(thread_amax, fabsf(v[k]));
+    for (int k = 0; k < PER; ++k) thread_amax = fmaxf(thread_amax, fabsf(v[k]));
   const float global = cta_row_global(quant.input_scale, thread_amax, partial, quant.row_scales + r);
 #pragma unroll
-  for (int k = 0; k < NORM_MAX_PER_THREAD; ++k) {
+  for (int k = 0; k < PER; ++k) {
     if (int64_t{k} * NORM_THREADS >= width) break;  // uniform over the block: the shuffles stay converged
     float amax = fabsf(v[k]);
     for (int offset = 1; offset < 16; offset <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
@@ -94,72 +97,95 @@ __global__ void __launch_bounds__(NORM_THREADS)
   }
 }
 
-// One warp per (token, head); heads [0, NH) are q, [NH, NH + NKV) k, then NKV v heads.
+// A warp per ITEMS consecutive (token, head) items: heads [0, NH) are q, [NH, NH + NKV) k, then the
+// NKV v heads; every item's loads are issued before any item's math. Prefill takes 4 items a warp
+// (fewer waves), decode 1 (the shortest chain for a step of few warps). Item indices are 32-bit: the
+// 64-bit divisions by the head count cost more than the rest. PAIRS: rotation pairs a lane holds
+// (head_dim ≤ 64 · PAIRS).
+template <int PAIRS, int ITEMS>
 __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
                                           const uint16_t* q_norm, const uint16_t* k_norm, float eps,
                                           float* q_out, uint16_t* q_out_bf16, uint16_t* k_cache, uint16_t* v_cache) {
   pdl_wait();
   pdl_launch_dependents();
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int warp = int((blockIdx.x * blockDim.x + threadIdx.x) >> 5);
   const int lane = threadIdx.x & 31;
-  const int64_t heads = l.n_heads + 2 * l.n_kv_heads;
-  if (warp >= l.tokens * heads) return;
-  const int64_t t = warp / heads, h = warp % heads, D = l.head_dim, half = D / 2;
-  const int64_t kv_width = l.n_kv_heads * D;
-  const int which = h < l.n_heads ? 0 : h < l.n_heads + l.n_kv_heads ? 1 : 2;  // q, k, v
-  const int64_t head = which == 0 ? h : which == 1 ? h - l.n_heads : h - l.n_heads - l.n_kv_heads;
-  const float* base = which == 0 ? in.q : which == 1 ? in.k : in.v;
-  const float* src = base + t * (in.row_stride ? in.row_stride : which == 0 ? l.n_heads * D : kv_width) + head * D;
-  const float row_scale = in.row_scales ? in.row_scales[t] : 1.0f;
-  auto load = [&](int64_t i) { return src[i] * in.scale[which] * row_scale; };  // exact when both are 1
-  if (which == 2) {  // v: stored as it is
-    uint16_t* dst = v_cache + l.slots[t] * kv_width + head * D;
-    for (int64_t i = lane; i < D; i += 32) dst[i] = float_to_bf16(load(i));
-    return;
-  }
-  const bool is_q = which == 0;
-  const uint16_t* w = is_q ? q_norm : k_norm;  // null: no q/k norm (ERNIE-4.5)
-  // Rotation pair i is dimensions (i, i + half) (neox) or (2i, 2i + 1) (interleaved). Lane j holds
-  // pairs j, j + 32, …: all loads issued at once.
+  const int heads = int(l.n_heads + 2 * l.n_kv_heads), items = int(l.tokens) * heads;
+  const int n_heads = int(l.n_heads), n_kv_heads = int(l.n_kv_heads);
+  const int64_t D = l.head_dim, half = D / 2, kv_width = l.n_kv_heads * D;
+  // Rotation pair i is dimensions (i, i + half) (neox) or (2i, 2i + 1) (interleaved); v moves the
+  // same dimensions unrotated. Lane j holds pairs j, j + 32, ….
   auto first = [&](int64_t i) { return l.interleaved ? 2 * i : i; };
   auto second = [&](int64_t i) { return l.interleaved ? 2 * i + 1 : i + half; };
-  float lo[ROPE_MAX_PAIRS_PER_LANE], hi[ROPE_MAX_PAIRS_PER_LANE];
+  float lo[ITEMS][PAIRS], hi[ITEMS][PAIRS];
 #pragma unroll
-  for (int p = 0; p < ROPE_MAX_PAIRS_PER_LANE; ++p) {
-    const int64_t i = lane + 32 * p;
-    lo[p] = i < half ? load(first(i)) : 0.0f;
-    hi[p] = i < half ? load(second(i)) : 0.0f;
+  for (int j = 0; j < ITEMS; ++j) {
+    const int item = warp * ITEMS + j;
+    if (item >= items) break;
+    const int64_t t = item / heads;
+    const int h = item % heads;
+    const int which = h < n_heads ? 0 : h < n_heads + n_kv_heads ? 1 : 2;  // q, k, v
+    const int64_t head = which == 0 ? h : which == 1 ? h - n_heads : h - n_heads - n_kv_heads;
+    const float* base = which == 0 ? in.q : which == 1 ? in.k : in.v;
+    const float* src = base + t * (in.row_stride ? in.row_stride : which == 0 ? l.n_heads * D : kv_width) + head * D;
+    // (y · scale) · row_scale, as the GEMM epilogue and the row-scale pass round it; exact when both are 1.
+    const float scale = in.scale[which], row_scale = in.row_scales ? in.row_scales[t] : 1.0f;
+#pragma unroll
+    for (int p = 0; p < PAIRS; ++p) {
+      const int64_t i = lane + 32 * p;
+      lo[j][p] = i < half ? src[first(i)] * scale * row_scale : 0.0f;
+      hi[j][p] = i < half ? src[second(i)] * scale * row_scale : 0.0f;
+    }
   }
-  float inv = 1.0f;
-  if (w) {
-    float sum_sq = 0.0f;
 #pragma unroll
-    for (int p = 0; p < ROPE_MAX_PAIRS_PER_LANE; ++p) sum_sq += lo[p] * lo[p] + hi[p] * hi[p];
-    sum_sq = warp_sum(sum_sq);
-    inv = 1.0f / sqrtf(sum_sq / static_cast<float>(D) + eps);
-  }
-  const float position = static_cast<float>(l.positions[t]);
+  for (int j = 0; j < ITEMS; ++j) {
+    const int item = warp * ITEMS + j;
+    if (item >= items) break;
+    const int64_t t = item / heads;
+    const int h = item % heads;
+    if (h >= n_heads + n_kv_heads) {  // v: stored as it is
+      uint16_t* dst = v_cache + l.slots[t] * kv_width + (h - n_heads - n_kv_heads) * D;
 #pragma unroll
-  for (int p = 0; p < ROPE_MAX_PAIRS_PER_LANE; ++p) {
-    const int64_t i = lane + 32 * p;
-    if (i >= half) continue;
-    const float a = w ? lo[p] * inv * bf16_to_float(w[first(i)]) : lo[p];
-    const float b = w ? hi[p] * inv * bf16_to_float(w[second(i)]) : hi[p];
-    const float angle = position * l.inv_freq[i];  // ref::rope_neox / rope_interleaved: fp32 angle, cos and sin
-    const float c = cosf(angle), s = sinf(angle);
-    const float x0 = a * c - b * s, x1 = b * c + a * s;
-    if (is_q && q_out_bf16) {
-      uint16_t* dst = q_out_bf16 + (t * l.n_heads + head) * D;
-      dst[first(i)] = float_to_bf16(x0);
-      dst[second(i)] = float_to_bf16(x1);
-    } else if (is_q) {
-      float* dst = q_out + (t * l.n_heads + head) * D;
-      dst[first(i)] = x0;
-      dst[second(i)] = x1;
-    } else {
-      uint16_t* dst = k_cache + l.slots[t] * kv_width + head * D;
-      dst[first(i)] = float_to_bf16(x0);
-      dst[second(i)] = float_to_bf16(x1);
+      for (int p = 0; p < PAIRS; ++p) {
+        const int64_t i = lane + 32 * p;
+        if (i < half) dst[first(i)] = float_to_bf16(lo[j][p]), dst[second(i)] = float_to_bf16(hi[j][p]);
+      }
+      continue;
+    }
+    const bool is_q = h < n_heads;
+    const int64_t head = is_q ? h : h - n_heads;
+    const uint16_t* w = is_q ? q_norm : k_norm;  // null: no q/k norm (ERNIE-4.5)
+    float inv = 1.0f;
+    if (w) {
+      float sum_sq = 0.0f;
+#pragma unroll
+      for (int p = 0; p < PAIRS; ++p) sum_sq += lo[j][p] * lo[j][p] + hi[j][p] * hi[j][p];
+      sum_sq = warp_sum(sum_sq);
+      inv = 1.0f / sqrtf(sum_sq / static_cast<float>(D) + eps);
+    }
+    const float position = static_cast<float>(l.positions[t]);
+#pragma unroll
+    for (int p = 0; p < PAIRS; ++p) {
+      const int64_t i = lane + 32 * p;
+      if (i >= half) continue;
+      const float a = w ? lo[j][p] * inv * bf16_to_float(w[first(i)]) : lo[j][p];
+      const float b = w ? hi[j][p] * inv * bf16_to_float(w[second(i)]) : hi[j][p];
+      const float angle = position * l.inv_freq[i];  // ref::rope_neox / rope_interleaved: fp32 angle, cos and sin
+      const float c = cosf(angle), s = sinf(angle);
+      const float x0 = a * c - b * s, x1 = b * c + a * s;
+      if (is_q && q_out_bf16) {
+        uint16_t* dst = q_out_bf16 + (t * l.n_heads + head) * D;
+        dst[first(i)] = float_to_bf16(x0);
+        dst[second(i)] = float_to_bf16(x1);
+      } else if (is_q) {
+        float* dst = q_out + (t * l.n_heads + head) * D;
+        dst[first(i)] = x0;
+        dst[second(i)] = x1;
+      } else {
+        uint16_t* dst = k_cache + l.slots[t] * kv_width + head * D;
+        dst[first(i)] = float_to_bf16(x0);
+        dst[second(i)] = float_to_bf16(x1);
+      }
     }
   }
 }
@@ -197,7 +223,10 @@ Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t 
   if (rows && delta) return Status::error("add_rmsnorm: a row selection reads the residual only (no delta)");
   if (width > NORM_THREADS * NORM_MAX_PER_THREAD)
     return Status::error("add_rmsnorm: width " + std::to_string(width) + " > " + std::to_string(NORM_THREADS * NORM_MAX_PER_THREAD));
-  return cuda_status(launch_pdl(add_rmsnorm_kernel, dim3(unsigned(n_rows)), dim3(NORM_THREADS), 0, stream, residual, delta,
+  const auto kernel = width <= NORM_THREADS * 8    ? add_rmsnorm_kernel<8>
+                      : width <= NORM_THREADS * 16 ? add_rmsnorm_kernel<16>
+                                                   : add_rmsnorm_kernel<NORM_MAX_PER_THREAD>;
+  return cuda_status(launch_pdl(kernel, dim3(unsigned(n_rows)), dim3(NORM_THREADS), 0, stream, residual, delta,
                                 width, weight, eps, out, rows, quant),
                      "add_rmsnorm");
 }
@@ -209,11 +238,17 @@ Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
   if (layout.head_dim % 2 != 0 || layout.head_dim > 512)
     return Status::error("qk_norm_rope_store: head_dim must be even and at most 512");
   if (!layout.inv_freq) return Status::error("qk_norm_rope_store: no inv_freq table");
-  const int64_t warps = layout.tokens * (layout.n_heads + 2 * layout.n_kv_heads);
+  const int64_t items = layout.tokens * (layout.n_heads + 2 * layout.n_kv_heads);
+  if (items > INT32_MAX / 2) return Status::error("qk_norm_rope_store: tokens · heads must be below 2^30");
+  const int per_warp = layout.tokens >= 256 ? 4 : 1;
+  const int64_t warps = (items + per_warp - 1) / per_warp;
   const int threads = 256;
   const int64_t blocks = (warps * 32 + threads - 1) / threads;
-  return cuda_status(launch_pdl(qk_norm_rope_store_kernel, dim3(unsigned(blocks)), dim3(threads), 0, stream, in, layout,
-                                q_norm, k_norm, eps, q_out, q_out_bf16, k_cache, v_cache),
+  const bool small = layout.head_dim <= 128;
+  const auto kernel = per_warp == 4 ? (small ? qk_norm_rope_store_kernel<2, 4> : qk_norm_rope_store_kernel<ROPE_MAX_PAIRS_PER_LANE, 4>)
+                                    : (small ? qk_norm_rope_store_kernel<2, 1> : qk_norm_rope_store_kernel<ROPE_MAX_PAIRS_PER_LANE, 1>);
+  return cuda_status(launch_pdl(kernel, dim3(unsigned(blocks)), dim3(threads), 0, stream, in, layout, q_norm, k_norm, eps,
+                                q_out, q_out_bf16, k_cache, v_cache),
                      "qk_norm_rope_store");
 }
 
