@@ -39,7 +39,7 @@ fi
 FLASHINFER_VERSION=0.7.2.post1
 FLASHINFER_SHA256=bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49
 FLASHINFER_DIR=.deps/flashinfer-$FLASHINFER_VERSION
-if [ ! -f "$FLASHINFER_DIR/.complete" ]; then
+if [ ! -f "$FLASHINFER_DIR/.complete-cutlass" ]; then
   echo "setup: fetching flashinfer-python $FLASHINFER_VERSION headers (pip download, sha256-checked)"
   rm -rf "$FLASHINFER_DIR" && mkdir -p "$FLASHINFER_DIR"
   wheel_dir=$(mktemp -d)
@@ -47,16 +47,17 @@ if [ ! -f "$FLASHINFER_DIR/.complete" ]; then
     "flashinfer-python==$FLASHINFER_VERSION" -d "$wheel_dir"
   wheel=$(ls "$wheel_dir"/flashinfer_python-*.whl)
   echo "$FLASHINFER_SHA256  $wheel" | sha256sum -c --quiet -
-  # Only the headers (FlashInfer's include/, CCCL) and the licences.
+  # Only the headers (FlashInfer's include/, CCCL, CUTLASS/CuTe for its SM90 attention) and the licences.
   "$VENV/bin/python" - "$wheel" "$FLASHINFER_DIR" <<'PY'
 import sys, zipfile
 wheel, out = sys.argv[1], sys.argv[2]
-keep = ("flashinfer/data/include/", "flashinfer/data/cccl/")
+keep = ("flashinfer/data/include/", "flashinfer/data/cccl/", "flashinfer/data/cutlass/include/",
+        "flashinfer/data/cutlass/tools/util/include/")
 with zipfile.ZipFile(wheel) as z:
     for name in z.namelist():
         if name.startswith(keep) or "LICENSE" in name.upper().split("/")[-1]:
             z.extract(name, out)
 PY
   rm -rf "$wheel_dir"
-  touch "$FLASHINFER_DIR/.complete"
+  touch "$FLASHINFER_DIR/.complete-cutlass"
 fi

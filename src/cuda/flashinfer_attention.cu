@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "cuda/check.cuh"
 #include "cuda/flashinfer_attention_launch.cuh"
+#include "cuda/flashinfer_attention_sm90.cuh"
 #include "cuda/pdl.cuh"
 
 namespace nibble::cuda {
@@ -16,6 +18,12 @@ namespace nibble::cuda {
 namespace glue = flashinfer_glue;
 
 bool flashinfer_attention_supported(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
+namespace {
+// Query rows every request of a step needs for the SM90 kernel (below: FA2, which packs a group's
+// query heads into one tile).
+constexpr int64_t SM90_MIN_ROWS = 64;
+}  // namespace
 
 struct FlashInferAttention::Impl {
   Shape shape;
@@ -36,6 +44,10 @@ struct FlashInferAttention::Impl {
   void* h_int_ws = nullptr;  // h_int_wss[parity]
   size_t float_bytes = 0, int_bytes = 0;
   flashinfer::PrefillPlanInfo info;
+  // Steps of prefill chunks only (head dim 128) run FlashInfer's SM90 kernel instead, on its plan.
+  flashinfer::PrefillPlanSM90Info sm90_info;
+  std::vector<int32_t> kv_lens;  // the SM90 plan's input: keys per request
+  bool sm90 = false;
   bool planned = false;
 
   int32_t* qo_indptr(int32_t* base) const { return base; }
@@ -81,7 +93,9 @@ Result<std::unique_ptr<FlashInferAttention>> FlashInferAttention::create(const S
   // The schedule: a few ints per CTA (at most one per 16 packed query rows plus one per request,
   // or the split bound above) and one per query row, 16-byte aligned pieces.
   const int64_t tiles = std::max(ctas, (max_rows * group + 15) / 16 + max_requests);
-  impl->int_bytes = static_cast<size_t>(4 * (4 * tiles + max_requests + max_rows + 8) + 256);
+  // The SM90 schedule: 7 ints per (query tile of 128, head) work and one per SM (PrefillSM90Plan).
+  const int64_t sm90_works = ((max_rows + 127) / 128 + max_requests) * shape.n_heads;
+  impl->int_bytes = static_cast<size_t>(4 * std::max(4 * tiles + max_requests + max_rows + 8, 7 * sm90_works + sms + 1) + 256);
   auto fw = arena.alloc(impl->float_bytes, "the FlashInfer split-KV workspace");
   if (!fw) return fw.status();
   impl->float_ws = *fw;
@@ -89,6 +103,7 @@ Result<std::unique_ptr<FlashInferAttention>> FlashInferAttention::create(const S
   if (!iw) return iw.status();
   impl->int_ws = *iw;
   for (PinnedArray<char>& h : impl->h_int_wss) NIB_RETURN_IF_ERROR(h.resize(impl->int_bytes, "the FlashInfer schedule"));
+  impl->kv_lens.resize(static_cast<size_t>(max_requests));
   impl->flip();
   return std::unique_ptr<FlashInferAttention>(new FlashInferAttention(std::move(impl)));
 }
@@ -143,6 +158,33 @@ Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
     return Status::error(std::string("FlashInfer attention plan: ") + error.what());
   }
   const bool split = 2 * tiles * s.n_kv_heads < m.sms;
+  // Prefill chunks only, each of SM90_MIN_ROWS rows or more: the SM90 kernel (no query-head packing,
+  // so a CTA's 128 query rows are one head's: short chunks and decode rows stay on FA2's packed tiles).
+  // NIBBLE_FI_SM90=0 keeps FA2 (an experiment switch).
+  static const bool sm90_allowed = !(std::getenv("NIBBLE_FI_SM90") && std::string(std::getenv("NIBBLE_FI_SM90")) == "0");
+  bool sm90 = sm90_allowed && !graph && s.head_dim == 128;
+  for (int64_t i = 0; i < m.n && sm90; ++i)
+    sm90 = m.qo_indptr(m.h_meta)[i + 1] - m.qo_indptr(m.h_meta)[i] >= SM90_MIN_ROWS;
+  m.sm90 = sm90;
+  if (sm90) {
+    for (int64_t i = 0; i < m.n; ++i) {
+      const int64_t pages = m.kv_indptr(m.h_meta)[i + 1] - m.kv_indptr(m.h_meta)[i];
+      m.kv_lens[static_cast<size_t>(i)] = static_cast<int32_t>((pages - 1) * s.page_size + m.last_page_len(m.h_meta)[i]);
+    }
+    try {
+      const cudaError_t e = flashinfer::PrefillSM90Plan<int32_t>(
+          m.float_ws, m.float_bytes, m.int_ws, m.h_int_ws, m.int_bytes, m.sm90_info, m.qo_indptr(m.h_meta),
+          m.kv_indptr(m.h_meta), m.kv_lens.data(), static_cast<uint32_t>(m.rows), static_cast<uint32_t>(m.n),
+          static_cast<uint32_t>(s.n_heads), static_cast<uint32_t>(s.n_kv_heads), static_cast<uint32_t>(s.head_dim),
+          static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(s.page_size), /*causal=*/true,
+          /*enable_cuda_graph=*/false, /*sizeof_dtype_o=*/2, stream);
+      NIB_RETURN_IF_ERROR(cuda_status(e, "FlashInfer SM90 attention plan"));
+    } catch (const std::exception& error) {
+      return Status::error(std::string("FlashInfer SM90 attention plan: ") + error.what());
+    }
+    m.planned = true;
+    return Status::ok();
+  }
   try {
     const cudaError_t e = flashinfer::PrefillPlan<int32_t>(
         m.float_ws, m.float_bytes, m.int_ws, m.h_int_ws, m.int_bytes, m.info, m.qo_indptr(m.h_meta), m.kv_indptr(m.h_meta),
@@ -165,6 +207,25 @@ Status FlashInferAttention::run(const uint16_t* q, const uint16_t* k_cache, cons
   const Impl& m = *impl_;
   if (!m.planned) return Status::error("FlashInfer attention: run before plan");
   const Shape& s = m.shape;
+  if (m.sm90) {
+    const flashinfer::PrefillPlanSM90Info& si = m.sm90_info;
+    void* iw = m.int_ws;
+    auto at = [&](int64_t offset) { return flashinfer::GetPtrFromBaseOffset<int32_t>(iw, offset); };
+    flashinfer_sm90::Args a{};
+    a.q = q, a.k_cache = k_cache, a.v_cache = v_cache, a.out = out;
+    a.kv_indices = m.indices(m.d_meta);
+    a.qo_tile_indices = at(si.qo_tile_indices_offset), a.qo_indptr = at(si.qo_indptr_offset);
+    a.kv_indptr = at(si.kv_indptr_offset), a.qo_lens = at(si.qo_len_offset), a.kv_lens = at(si.kv_len_offset);
+    a.head_indices = at(si.head_indices_offset), a.work_indptr = at(si.work_indptr_offset);
+    a.batch_indices = at(si.batch_indices_offset);
+    a.same_schedule_for_all_heads = si.same_schedule_for_all_heads;
+    a.rows = m.rows;
+    a.n_heads = static_cast<int>(s.n_heads), a.n_kv_heads = static_cast<int>(s.n_kv_heads);
+    a.page_size = static_cast<int>(s.page_size);
+    a.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+    a.stream = stream;
+    return cuda_status(flashinfer_sm90::launch_paged_hd128(a), "FlashInfer SM90 paged attention");
+  }
   using glue::DTypeKV;
   glue::LaunchArgs a{};
   glue::PagedParams& p = a.params;

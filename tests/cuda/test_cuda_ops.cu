@@ -218,7 +218,8 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
       {8, 2, 64, 16, {{0, 1}, {15, 3}, {300, 1}}},                         // small-moe
       {4, 2, 16, 4, {{0, 9}, {6, 1}}},                                      // tiny-moe, odd sizes
       {6, 6, 32, 8, {{3, 5}}},                                              // MHA
-      {32, 4, 128, 16, {{0, 100}, {200, 70}}},                              // prefill chunks only, long contexts
+      {32, 4, 128, 16, {{0, 100}, {200, 70}}},                              // prefill chunks only: FlashInfer's SM90 kernel
+      {32, 4, 128, 16, {{0, 600}, {1000, 129}}},                            // the same, longer
       {20, 4, 128, 16, {{0, 61}, {40, 13}, {7, 1}}},                        // ERNIE-4.5-21B-A3B: groups of 5
       {32, 4, 128, 16, {{999, 1}, {0, 1}, {15, 1}, {16, 1}, {1500, 1}, {63, 1}, {7, 1}, {300, 1}, {2047, 1}}},  // decodes
   };
