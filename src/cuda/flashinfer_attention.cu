@@ -1,6 +1,7 @@
 // The FlashInfer attention wrapper: the step's page table staged through pinned memory, FlashInfer's
-// planner (host) splitting the work over CTAs, and the launch of its FA2 paged kernels
-// (flashinfer_attention_hd*.cu). FlashInfer throws flashinfer::Error: caught here, returned as Status.
+// planners (host) splitting the work over CTAs, and the launch of its FA2 paged kernels
+// (flashinfer_attention_hd*.cu) or, for steps of prefill chunks, its SM90 one
+// (flashinfer_attention_sm90.cu). FlashInfer throws flashinfer::Error: caught here, returned as Status.
 #include "cuda/flashinfer_attention.cuh"
 
 #include <algorithm>
