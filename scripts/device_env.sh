@@ -58,3 +58,21 @@ for r in rows:
     print(label + '=' + value, end=' ')
 " "$csv" 2>&1
 }
+
+# Nsight Compute's per-kernel durations (a CSV of `ncu --csv --metrics gpu__time_duration.sum` on
+# stdin) summed by kernel name from the last launch of a kernel whose name contains $1 (the start of
+# the last step or forward) on: `ncu_kernel_table embedding_kernel < ncu.csv`.
+ncu_kernel_table() {
+  python3 -c "
+import csv, sys, collections
+rows = [r for r in csv.reader(sys.stdin) if len(r) > 10 and r[-3] == 'gpu__time_duration.sum']
+names = [r[4].replace('void ', '').replace('nibble::<unnamed>::', '').replace('nibble::cuda::', '').split('(')[0] for r in rows]
+starts = [i for i, n in enumerate(names) if '$1' in n] or [0]
+step = list(zip(names, rows))[starts[-1]:]
+total = collections.defaultdict(float); count = collections.Counter()
+for n, r in step: total[n] += float(r[-1].replace(',', '')) / 1e3; count[n] += 1
+s = sum(total.values())
+print(f'{len(step)} kernels, {s:.1f} us of GPU time')
+for n, t in sorted(total.items(), key=lambda kv: -kv[1]): print(f'{n[:70]:70s} {count[n]:5d} {t:9.1f} us {100*t/s:5.1f}%')
+"
+}
