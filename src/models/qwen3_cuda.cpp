@@ -135,6 +135,12 @@ struct CudaModel::Impl {
     return copy(dst, t.data, n * 2, allocate, name);
   }
 
+  // Whether dense NVFP4 weights get BF16 copies (the backends that run batches over
+  // AUTO_SKINNY_MAX_M rows on cuBLAS).
+  bool bf16_copies() const {
+    return options.gemm == cuda::GemmBackend::AUTO || options.gemm == cuda::GemmBackend::DEQUANT_CUBLAS;
+  }
+
   // dense_at: where the BF16 copy goes on the first load (null: an allocation of its own).
   Status linear(DeviceLinear& l, const io::BoundCheckpoint& b, const std::string& name, bool allocate,
                 uint16_t* dense_at = nullptr) {
@@ -153,7 +159,7 @@ struct CudaModel::Impl {
     l.q = {packed, scales, l.out, l.in, lw.weight_scale_2};
     // Batches over AUTO_SKINNY_MAX_M rows run dense NVFP4 weights through cuBLAS in BF16: dequantized
     // here once (the same exact values the per-call dequantize made), and again on a reload.
-    if (options.gemm == cuda::GemmBackend::AUTO || options.gemm == cuda::GemmBackend::DEQUANT_CUBLAS) {
+    if (bf16_copies()) {
       if (allocate && dense_at) dense = dense_at;
       else if (allocate) NIB_RETURN_IF_ERROR(ctx->arena.alloc(dense, n, name + " (BF16 for large batches)"));
       l.q.bf16 = dense;
@@ -170,7 +176,7 @@ struct CudaModel::Impl {
     const std::string names[3] = {prefix + "q_proj", prefix + "k_proj", prefix + "v_proj"};
     DeviceLinear* linears[3] = {&w.q, &w.k, &w.v};
     uint16_t* merged = const_cast<uint16_t*>(w.qkv_bf16);
-    if (allocate && (options.gemm == cuda::GemmBackend::AUTO || options.gemm == cuda::GemmBackend::DEQUANT_CUBLAS)) {
+    if (allocate && bf16_copies()) {
       int64_t rows = 0, in = -1;
       bool mergeable = true;
       for (const std::string& name : names) {
