@@ -221,6 +221,7 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
       {32, 4, 128, 16, {{0, 100}, {200, 70}}},                              // prefill chunks only: FlashInfer's SM90 kernel
       {32, 4, 128, 16, {{0, 600}, {1000, 129}}},                            // the same, longer
       {20, 4, 128, 16, {{0, 61}, {40, 13}, {7, 1}}},                        // ERNIE-4.5-21B-A3B: groups of 5
+      {20, 4, 128, 16, {{0, 200}, {64, 64}}},                               // the same, prefill chunks only (SM90)
       {32, 4, 128, 16, {{999, 1}, {0, 1}, {15, 1}, {16, 1}, {1500, 1}, {63, 1}, {7, 1}, {300, 1}, {2047, 1}}},  // decodes
   };
   for (const Case& c : cases) {
