@@ -51,6 +51,9 @@ struct FlashInferAttention::Impl {
   bool sm90 = false;
   bool planned = false;
 
+  // The SM90 kernel's schedule for the staged step (PrefillSM90Plan: host, then a copy on the stream).
+  Status plan_sm90(cudaStream_t stream);
+
   int32_t* qo_indptr(int32_t* base) const { return base; }
   int32_t* kv_indptr(int32_t* base) const { return base + max_requests + 1; }
   int32_t* last_page_len(int32_t* base) const { return base + 2 * (max_requests + 1); }
@@ -132,6 +135,26 @@ Status FlashInferAttention::add(int64_t q_rows, int64_t kv_tokens, const int32_t
   return Status::ok();
 }
 
+Status FlashInferAttention::Impl::plan_sm90(cudaStream_t stream) {
+  Impl& m = *this;
+  const Shape& s = m.shape;
+  for (int64_t i = 0; i < m.n; ++i) {
+    const int64_t pages = m.kv_indptr(m.h_meta)[i + 1] - m.kv_indptr(m.h_meta)[i];
+    m.kv_lens[static_cast<size_t>(i)] = static_cast<int32_t>((pages - 1) * s.page_size + m.last_page_len(m.h_meta)[i]);
+  }
+  try {
+    const cudaError_t e = flashinfer::PrefillSM90Plan<int32_t>(
+        m.float_ws, m.float_bytes, m.int_ws, m.h_int_ws, m.int_bytes, m.sm90_info, m.qo_indptr(m.h_meta),
+        m.kv_indptr(m.h_meta), m.kv_lens.data(), static_cast<uint32_t>(m.rows), static_cast<uint32_t>(m.n),
+        static_cast<uint32_t>(s.n_heads), static_cast<uint32_t>(s.n_kv_heads), static_cast<uint32_t>(s.head_dim),
+        static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(s.page_size), /*causal=*/true,
+        /*enable_cuda_graph=*/false, /*sizeof_dtype_o=*/2, stream);
+    return cuda_status(e, "FlashInfer SM90 attention plan");
+  } catch (const std::exception& error) {
+    return Status::error(std::string("FlashInfer SM90 attention plan: ") + error.what());
+  }
+}
+
 Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
   Impl& m = *impl_;
   if (m.n == 0) return Status::error("FlashInfer attention: an empty step");
@@ -141,6 +164,19 @@ Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
   NIB_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(m.d_meta, m.h_meta, used, cudaMemcpyHostToDevice, stream),
                                   "FlashInfer page table"));
   const Shape& s = m.shape;
+  // Prefill chunks only, each of SM90_MIN_ROWS rows or more: the SM90 kernel (no query-head packing,
+  // so a CTA's 128 query rows are one head's: short chunks and decode rows stay on FA2's packed tiles).
+  // NIBBLE_FI_SM90=0 keeps FA2 (an experiment switch).
+  static const bool sm90_allowed = !(std::getenv("NIBBLE_FI_SM90") && std::string(std::getenv("NIBBLE_FI_SM90")) == "0");
+  bool sm90 = sm90_allowed && !graph && s.head_dim == 128;
+  for (int64_t i = 0; i < m.n && sm90; ++i)
+    sm90 = m.qo_indptr(m.h_meta)[i + 1] - m.qo_indptr(m.h_meta)[i] >= SM90_MIN_ROWS;
+  m.sm90 = sm90;
+  if (sm90) {
+    NIB_RETURN_IF_ERROR(m.plan_sm90(stream));
+    m.planned = true;
+    return Status::ok();
+  }
   // Split-KV (FlashInfer's planner, and its merge launch) only while the unsplit grid — a CTA per query
   // tile and KV head — would fill less than half the SMs. A function of the query rows alone, so each
   // decode graph (one per batch size) keeps its split or its absence on every replay. H200, full-size
@@ -159,33 +195,6 @@ Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
     return Status::error(std::string("FlashInfer attention plan: ") + error.what());
   }
   const bool split = 2 * tiles * s.n_kv_heads < m.sms;
-  // Prefill chunks only, each of SM90_MIN_ROWS rows or more: the SM90 kernel (no query-head packing,
-  // so a CTA's 128 query rows are one head's: short chunks and decode rows stay on FA2's packed tiles).
-  // NIBBLE_FI_SM90=0 keeps FA2 (an experiment switch).
-  static const bool sm90_allowed = !(std::getenv("NIBBLE_FI_SM90") && std::string(std::getenv("NIBBLE_FI_SM90")) == "0");
-  bool sm90 = sm90_allowed && !graph && s.head_dim == 128;
-  for (int64_t i = 0; i < m.n && sm90; ++i)
-    sm90 = m.qo_indptr(m.h_meta)[i + 1] - m.qo_indptr(m.h_meta)[i] >= SM90_MIN_ROWS;
-  m.sm90 = sm90;
-  if (sm90) {
-    for (int64_t i = 0; i < m.n; ++i) {
-      const int64_t pages = m.kv_indptr(m.h_meta)[i + 1] - m.kv_indptr(m.h_meta)[i];
-      m.kv_lens[static_cast<size_t>(i)] = static_cast<int32_t>((pages - 1) * s.page_size + m.last_page_len(m.h_meta)[i]);
-    }
-    try {
-      const cudaError_t e = flashinfer::PrefillSM90Plan<int32_t>(
-          m.float_ws, m.float_bytes, m.int_ws, m.h_int_ws, m.int_bytes, m.sm90_info, m.qo_indptr(m.h_meta),
-          m.kv_indptr(m.h_meta), m.kv_lens.data(), static_cast<uint32_t>(m.rows), static_cast<uint32_t>(m.n),
-          static_cast<uint32_t>(s.n_heads), static_cast<uint32_t>(s.n_kv_heads), static_cast<uint32_t>(s.head_dim),
-          static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(s.page_size), /*causal=*/true,
-          /*enable_cuda_graph=*/false, /*sizeof_dtype_o=*/2, stream);
-      NIB_RETURN_IF_ERROR(cuda_status(e, "FlashInfer SM90 attention plan"));
-    } catch (const std::exception& error) {
-      return Status::error(std::string("FlashInfer SM90 attention plan: ") + error.what());
-    }
-    m.planned = true;
-    return Status::ok();
-  }
   try {
     const cudaError_t e = flashinfer::PrefillPlan<int32_t>(
         m.float_ws, m.float_bytes, m.int_ws, m.h_int_ws, m.int_bytes, m.info, m.qo_indptr(m.h_meta), m.kv_indptr(m.h_meta),
