@@ -234,7 +234,7 @@ Status FlashInferAttention::run(const uint16_t* q, const uint16_t* k_cache, cons
     a.page_size = static_cast<int>(s.page_size);
     a.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
     a.stream = stream;
-    return cuda_status(flashinfer_sm90::launch_paged_hd128(a), "FlashInfer SM90 paged attention");
+    return flashinfer_sm90::launch_paged_hd128(a);
   }
   using glue::DTypeKV;
   glue::LaunchArgs a{};

@@ -10,6 +10,9 @@
 #include <flashinfer/attention/mask.cuh>
 
 #include <exception>
+#include <string>
+
+#include "cuda/check.cuh"
 
 namespace nibble::cuda::flashinfer_sm90 {
 
@@ -17,7 +20,7 @@ namespace nibble::cuda::flashinfer_sm90 {
 using BF16 = cutlass::bfloat16_t;
 using Params = flashinfer::BatchPrefillPagedParams<BF16, BF16, BF16, int32_t>;
 
-cudaError_t launch_paged_hd128(const Args& a) {
+Status launch_paged_hd128(const Args& a) {
   constexpr int D = 128;
   Params p{};
   p.q_ptr = reinterpret_cast<BF16*>(const_cast<uint16_t*>(a.q));
@@ -44,13 +47,15 @@ cudaError_t launch_paged_hd128(const Args& a) {
   using Variant = flashinfer::StandardAttention;
   using flashinfer::MaskMode;
   try {
-    return a.same_schedule_for_all_heads
-               ? flashinfer::BatchPrefillWithPagedKVCacheDispatched<D, D, MaskMode::kCausal, false, true, Variant>(
-                     p, /*enable_pdl=*/false, a.stream)
-               : flashinfer::BatchPrefillWithPagedKVCacheDispatched<D, D, MaskMode::kCausal, false, false, Variant>(
-                     p, /*enable_pdl=*/false, a.stream);
-  } catch (const std::exception&) {
-    return cudaErrorLaunchFailure;
+    const cudaError_t e =
+        a.same_schedule_for_all_heads
+            ? flashinfer::BatchPrefillWithPagedKVCacheDispatched<D, D, MaskMode::kCausal, false, true, Variant>(
+                  p, /*enable_pdl=*/false, a.stream)
+            : flashinfer::BatchPrefillWithPagedKVCacheDispatched<D, D, MaskMode::kCausal, false, false, Variant>(
+                  p, /*enable_pdl=*/false, a.stream);
+    return cuda_status(e, "FlashInfer SM90 paged attention");
+  } catch (const std::exception& error) {
+    return Status::error(std::string("FlashInfer SM90 paged attention: ") + error.what());
   }
 }
 

@@ -1,12 +1,14 @@
 // Internal to the FlashInfer wrapper: the launch of FlashInfer's SM90 (FA3-style, warp-specialized
 // TMA + wgmma) paged prefill kernel for head dim 128, compiled in its own unit
 // (flashinfer_attention_sm90.cu: its Hopper headers define names the FA2 ones define too, and it
-// needs CUTLASS/CuTe). Plain types here, so the FA2 unit can fill them from its plan.
+// needs CUTLASS/CuTe). No FlashInfer types here, so the FA2 unit can fill them from its plan.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "core/status.h"
 
 namespace nibble::cuda::flashinfer_sm90 {
 
@@ -25,6 +27,6 @@ struct Args {
   cudaStream_t stream;
 };
 
-cudaError_t launch_paged_hd128(const Args& a);
+Status launch_paged_hd128(const Args& a);
 
 }  // namespace nibble::cuda::flashinfer_sm90

@@ -99,9 +99,10 @@ __global__ void __launch_bounds__(NORM_THREADS)
 
 // A warp per ITEMS consecutive (token, head) items: heads [0, NH) are q, [NH, NH + NKV) k, then the
 // NKV v heads; every item's loads are issued before any item's math. Prefill takes 4 items a warp
-// (fewer waves), decode 1 (the shortest chain for a step of few warps). Item indices are 32-bit: the
-// 64-bit divisions by the head count cost more than the rest. PAIRS: rotation pairs a lane holds
-// (head_dim ≤ 64 · PAIRS).
+// (fewer waves), decode 1 (the shortest chain for a step of few warps: 4 there cost tg128 ~6%).
+// Neither this nor the 32-bit item math moved prefill much (H200, pp2048: 54 → 53 µs a layer, a
+// third of the op's bandwidth); the per-pair cosf/sinf are the next suspect. PAIRS: rotation pairs
+// a lane holds (head_dim ≤ 64 · PAIRS).
 template <int PAIRS, int ITEMS>
 __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
                                           const uint16_t* q_norm, const uint16_t* k_norm, float eps,
