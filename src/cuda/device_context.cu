@@ -37,6 +37,7 @@ Result<std::unique_ptr<DeviceContext>> DeviceContext::create(int device) {
   NIB_RETURN_IF_ERROR(cuda_status(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
   ctx->name = prop.name;
   ctx->total_memory = prop.totalGlobalMem;
+  ctx->sms = prop.multiProcessorCount;
   if (prop.major < 9)
     return Status::error(std::string("GPU ") + prop.name + " is sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
                          "; this build's kernels are for Hopper (sm_90a)");

@@ -87,6 +87,7 @@ struct DeviceContext {
   int device = 0;
   std::string name;           // e.g. "NVIDIA H200"
   size_t total_memory = 0;    // bytes
+  int sms = 0;                // streaming multiprocessors
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   DeviceArena arena;

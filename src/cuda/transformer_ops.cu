@@ -97,12 +97,11 @@ __global__ void __launch_bounds__(NORM_THREADS)
   }
 }
 
-// A warp per ITEMS consecutive (token, head) items: heads [0, NH) are q, [NH, NH + NKV) k, then the
-// NKV v heads; every item's loads are issued before any item's math. Prefill takes 4 items a warp
-// (fewer waves), decode 1 (the shortest chain for a step of few warps: 4 there cost tg128 ~6%).
-// Neither this nor the 32-bit item math moved prefill much (H200, pp2048: 54 → 53 µs a layer, a
-// third of the op's bandwidth); the per-pair cosf/sinf are the next suspect. PAIRS: rotation pairs
-// a lane holds (head_dim ≤ 64 · PAIRS).
+// A warp per ITEMS consecutive heads of one token: heads [0, NH) are q, [NH, NH + NKV) k, then the
+// NKV v heads; every item's loads are issued before any item's math, and the token's RoPE cos/sin are
+// computed once for the warp's items. Prefill takes 4 items a warp (fewer waves), decode 1 (the
+// shortest chain for a step of few warps: 4 there cost tg128 ~6%). PAIRS: rotation pairs a lane
+// holds (head_dim ≤ 64 · PAIRS).
 template <int PAIRS, int ITEMS>
 __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
                                           const uint16_t* q_norm, const uint16_t* k_norm, float eps,
@@ -111,26 +110,28 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
   pdl_launch_dependents();
   const int warp = int((blockIdx.x * blockDim.x + threadIdx.x) >> 5);
   const int lane = threadIdx.x & 31;
-  const int heads = int(l.n_heads + 2 * l.n_kv_heads), items = int(l.tokens) * heads;
+  const int heads = int(l.n_heads + 2 * l.n_kv_heads), warps_per_token = (heads + ITEMS - 1) / ITEMS;
   const int n_heads = int(l.n_heads), n_kv_heads = int(l.n_kv_heads);
+  const int64_t t = warp / warps_per_token;
+  if (t >= l.tokens) return;
+  const int h0 = (warp % warps_per_token) * ITEMS;
   const int64_t D = l.head_dim, half = D / 2, kv_width = l.n_kv_heads * D;
   // Rotation pair i is dimensions (i, i + half) (neox) or (2i, 2i + 1) (interleaved); v moves the
   // same dimensions unrotated. Lane j holds pairs j, j + 32, ….
   auto first = [&](int64_t i) { return l.interleaved ? 2 * i : i; };
   auto second = [&](int64_t i) { return l.interleaved ? 2 * i + 1 : i + half; };
+  // (y · scale) · row_scale, as the GEMM epilogue and the row-scale pass round it; exact when both are 1.
+  const float row_scale = in.row_scales ? in.row_scales[t] : 1.0f;
   float lo[ITEMS][PAIRS], hi[ITEMS][PAIRS];
 #pragma unroll
   for (int j = 0; j < ITEMS; ++j) {
-    const int item = warp * ITEMS + j;
-    if (item >= items) break;
-    const int64_t t = item / heads;
-    const int h = item % heads;
+    const int h = h0 + j;
+    if (h >= heads) break;
     const int which = h < n_heads ? 0 : h < n_heads + n_kv_heads ? 1 : 2;  // q, k, v
     const int64_t head = which == 0 ? h : which == 1 ? h - n_heads : h - n_heads - n_kv_heads;
     const float* base = which == 0 ? in.q : which == 1 ? in.k : in.v;
     const float* src = base + t * (in.row_stride ? in.row_stride : which == 0 ? l.n_heads * D : kv_width) + head * D;
-    // (y · scale) · row_scale, as the GEMM epilogue and the row-scale pass round it; exact when both are 1.
-    const float scale = in.scale[which], row_scale = in.row_scales ? in.row_scales[t] : 1.0f;
+    const float scale = in.scale[which];
 #pragma unroll
     for (int p = 0; p < PAIRS; ++p) {
       const int64_t i = lane + 32 * p;
@@ -138,14 +139,23 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
       hi[j][p] = i < half ? src[second(i)] * scale * row_scale : 0.0f;
     }
   }
+  // ref::rope_neox / rope_interleaved: fp32 angle, cos and sin (none needed by a warp of v heads).
+  float cos_p[PAIRS], sin_p[PAIRS];
+  if (h0 < n_heads + n_kv_heads) {
+    const float position = static_cast<float>(l.positions[t]);
+#pragma unroll
+    for (int p = 0; p < PAIRS; ++p) {
+      const int64_t i = lane + 32 * p;
+      sincosf(position * (i < half ? l.inv_freq[i] : 0.0f), &sin_p[p], &cos_p[p]);
+    }
+  }
+  const int64_t slot = l.slots[t];
 #pragma unroll
   for (int j = 0; j < ITEMS; ++j) {
-    const int item = warp * ITEMS + j;
-    if (item >= items) break;
-    const int64_t t = item / heads;
-    const int h = item % heads;
+    const int h = h0 + j;
+    if (h >= heads) break;
     if (h >= n_heads + n_kv_heads) {  // v: stored as it is
-      uint16_t* dst = v_cache + l.slots[t] * kv_width + (h - n_heads - n_kv_heads) * D;
+      uint16_t* dst = v_cache + slot * kv_width + (h - n_heads - n_kv_heads) * D;
 #pragma unroll
       for (int p = 0; p < PAIRS; ++p) {
         const int64_t i = lane + 32 * p;
@@ -164,15 +174,13 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
       sum_sq = warp_sum(sum_sq);
       inv = 1.0f / sqrtf(sum_sq / static_cast<float>(D) + eps);
     }
-    const float position = static_cast<float>(l.positions[t]);
 #pragma unroll
     for (int p = 0; p < PAIRS; ++p) {
       const int64_t i = lane + 32 * p;
       if (i >= half) continue;
       const float a = w ? lo[j][p] * inv * bf16_to_float(w[first(i)]) : lo[j][p];
       const float b = w ? hi[j][p] * inv * bf16_to_float(w[second(i)]) : hi[j][p];
-      const float angle = position * l.inv_freq[i];  // ref::rope_neox / rope_interleaved: fp32 angle, cos and sin
-      const float c = cosf(angle), s = sinf(angle);
+      const float c = cos_p[p], s = sin_p[p];
       const float x0 = a * c - b * s, x1 = b * c + a * s;
       if (is_q && q_out_bf16) {
         uint16_t* dst = q_out_bf16 + (t * l.n_heads + head) * D;
@@ -183,7 +191,7 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
         dst[first(i)] = x0;
         dst[second(i)] = x1;
       } else {
-        uint16_t* dst = k_cache + l.slots[t] * kv_width + head * D;
+        uint16_t* dst = k_cache + slot * kv_width + head * D;
         dst[first(i)] = float_to_bf16(x0);
         dst[second(i)] = float_to_bf16(x1);
       }
@@ -239,10 +247,10 @@ Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
   if (layout.head_dim % 2 != 0 || layout.head_dim > 512)
     return Status::error("qk_norm_rope_store: head_dim must be even and at most 512");
   if (!layout.inv_freq) return Status::error("qk_norm_rope_store: no inv_freq table");
-  const int64_t items = layout.tokens * (layout.n_heads + 2 * layout.n_kv_heads);
-  if (items > INT32_MAX / 2) return Status::error("qk_norm_rope_store: tokens · heads must be below 2^30");
+  const int64_t heads = layout.n_heads + 2 * layout.n_kv_heads;
+  if (layout.tokens * heads > INT32_MAX / 2) return Status::error("qk_norm_rope_store: tokens · heads must be below 2^30");
   const int per_warp = layout.tokens >= 256 ? 4 : 1;
-  const int64_t warps = (items + per_warp - 1) / per_warp;
+  const int64_t warps = layout.tokens * ((heads + per_warp - 1) / per_warp);
   const int threads = 256;
   const int64_t blocks = (warps * 32 + threads - 1) / threads;
   const bool small = layout.head_dim <= 128;

@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "cuda/attention.cuh"
 #include "cuda/check.cuh"
+#include "cuda/decode_attention.cuh"
 #include "cuda/flashinfer_attention.cuh"
 #include "cuda/linear_nvfp4.cuh"
 #include "cuda/moe.cuh"
@@ -81,6 +82,12 @@ struct CudaModel::Impl {
   std::unique_ptr<cuda::FlashInferAttention> flashinfer;
   uint16_t* q_bf16 = nullptr;
   std::map<int64_t, std::vector<int64_t>> graph_plans;
+  // Decode steps of up to one_launch_max_rows rows: the one-launch decode attention, its partial
+  // softmaxes and merge counters (0: never).
+  int64_t one_launch_max_rows = 0;
+  float* decode_ws = nullptr;
+  int32_t* decode_counters = nullptr;
+  bool step_one_launch = false;
   // Pinned host copies of the step metadata, copied to the device asynchronously: two, as a step is
   // staged while the one before it may still be waiting for its copies (overlapped scheduling).
   struct HostStep {
@@ -402,6 +409,17 @@ struct CudaModel::Impl {
       if (!fi) return fi.status();
       flashinfer = std::move(fi.value());
       NIB_RETURN_IF_ERROR(a.alloc(q_bf16, T * NH * D, "q after RoPE (BF16)"));
+      if (cuda::decode_attention_supported(NH, NKV, D, options.block_size))
+        one_launch_max_rows = std::min({options.one_launch_decode_max_rows, options.max_seqs, T});
+    }
+    if (one_launch_max_rows > 0) {
+      int64_t floats = 0;
+      for (int64_t rows = 1; rows <= one_launch_max_rows; ++rows)
+        floats = std::max(floats, cuda::decode_attention_workspace_floats(rows, NH, D, cuda::decode_attention_splits(rows, NKV, ctx->sms)));
+      NIB_RETURN_IF_ERROR(a.alloc(decode_ws, static_cast<size_t>(floats), "the decode attention's partial softmaxes"));
+      NIB_RETURN_IF_ERROR(a.alloc(decode_counters, static_cast<size_t>(one_launch_max_rows * NKV), "the decode attention's counters"));
+      NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemset(decode_counters, 0, static_cast<size_t>(one_launch_max_rows * NKV) * 4),
+                                            "the decode attention's counters"));
     }
     return Status::ok();
   }
@@ -501,8 +519,11 @@ struct CudaModel::Impl {
     const bool supported = cuda::prefill_attention_supported(config.head_dim, G);
     int64_t decode_count = T - static_cast<int64_t>(batch.token_ids.size());
     for (const BatchSequence& seq : batch.sequences) decode_count += seq.n_tokens == 1;
-    // FlashInfer takes the whole step, graph padding included (one key in the trash block each).
-    if (flashinfer) {
+    // Decode-only steps (graph padding rows are decode rows) of few rows: the one-launch kernel.
+    step_one_launch = T <= one_launch_max_rows;
+    for (const BatchSequence& seq : batch.sequences) step_one_launch &= seq.n_tokens == 1;
+    // Else FlashInfer takes the whole step, graph padding included (one key in the trash block each).
+    if (flashinfer && !step_one_launch) {
       flashinfer->clear();
       for (const BatchSequence& seq : batch.sequences)
         NIB_RETURN_IF_ERROR(flashinfer->add(seq.n_tokens, seq.start_position + seq.n_tokens, seq.block_table.data()));
@@ -601,6 +622,9 @@ struct CudaModel::Impl {
     const cuda::QkvLayout qkv{T, NH, NKV, D, positions, slots, inv_freq, config.rope_style == io::RopeStyle::INTERLEAVED};
     cuda::AttentionBatch att{T, NH, NKV, D, options.block_size, token_seq, positions, block_tables,
                              max_blocks_per_seq, splits};
+    const cuda::DecodeAttentionBatch one_launch{T, NH, NKV, D, options.block_size, token_seq, positions, block_tables,
+                                                max_blocks_per_seq, cuda::decode_attention_splits(T, NKV, ctx->sms),
+                                                decode_ws, decode_counters};
     if (step_lists) {
       att.prefill_items = items, att.n_items = step_items;
       att.decode_tokens = decode_rows, att.n_decode = step_decode;
@@ -622,7 +646,9 @@ struct CudaModel::Impl {
         for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
           NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16));
         profiler.mark("q/k norm, RoPE, KV store");
-        for (int i = 0; i < cuda::op_repeats("attention"); ++i) NIB_RETURN_IF_ERROR(flashinfer->run(q_bf16, kc, vc, attn, s));
+        for (int i = 0; i < cuda::op_repeats("attention"); ++i)
+          NIB_RETURN_IF_ERROR(step_one_launch ? cuda::decode_attention(q_bf16, kc, vc, one_launch, attn, s)
+                                              : flashinfer->run(q_bf16, kc, vc, attn, s));
       } else {
         for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
           NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, q_rot, kc, vc, s));
@@ -686,7 +712,7 @@ struct CudaModel::Impl {
       // FlashInfer's graph plans depend on the request count only; should one ever differ from the
       // captured launch shape, the step runs eagerly (after this step's copies, so nothing overlaps).
       auto captured = graph_plans.find(padded);
-      if (!flashinfer || (captured != graph_plans.end() && captured->second == flashinfer->plan_info()))
+      if (!flashinfer || step_one_launch || (captured != graph_plans.end() && captured->second == flashinfer->plan_info()))
         return cuda::cuda_status(cudaGraphLaunch(graphs.at(padded), stream()), "replaying the decode graph");
       log_warn("FlashInfer's plan for a decode batch of " + std::to_string(padded) + " differs from its graph's: running eagerly");
       NIB_RETURN_IF_ERROR(ctx->synchronize());
@@ -708,7 +734,7 @@ struct CudaModel::Impl {
       Batch dummy;  // all padding: staged buffers get valid contents for the capture
       NIB_RETURN_IF_ERROR(stage(dummy, B, B, false));
       NIB_RETURN_IF_ERROR(ctx->synchronize());
-      if (flashinfer) graph_plans[B] = flashinfer->plan_info();
+      if (flashinfer && !step_one_launch) graph_plans[B] = flashinfer->plan_info();
       cudaGraph_t graph = nullptr;
       NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), "graph capture"));
       const Status ran = run(B, B, cuda::attention_splits(B, config.num_key_value_heads, 0));
@@ -764,6 +790,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const io::L
   impl->options = options;
   impl->ctx = &ctx;
   if (const char* p = std::getenv("NIBBLE_PROFILE_STEPS"); p && std::string(p) == "1") impl->profiler.enable();
+  if (const char* p = std::getenv("NIBBLE_DECODE_ATTENTION_MAX_ROWS")) impl->options.one_launch_decode_max_rows = std::atoll(p);
   NIB_RETURN_IF_ERROR(impl->upload(checkpoint->bound, true));
   NIB_RETURN_IF_ERROR(impl->workspaces());
   return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda/attention.cuh"
+#include "cuda/decode_attention.cuh"
 #include "cuda/device_context.cuh"
 #include "cuda/flashinfer_attention.cuh"
 #include "cuda/quantize_nvfp4.cuh"
@@ -223,6 +224,7 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
       {20, 4, 128, 16, {{0, 61}, {40, 13}, {7, 1}}},                        // ERNIE-4.5-21B-A3B: groups of 5
       {20, 4, 128, 16, {{0, 200}, {64, 64}}},                               // the same, prefill chunks only (SM90)
       {32, 4, 128, 16, {{999, 1}, {0, 1}, {15, 1}, {16, 1}, {1500, 1}, {63, 1}, {7, 1}, {300, 1}, {2047, 1}}},  // decodes
+      {20, 4, 128, 16, {{100, 1}, {5, 1}, {700, 1}, {0, 1}, {64, 1}}},       // ERNIE decodes
   };
   for (const Case& c : cases) {
     int64_t T = 0, blocks = 0;
@@ -373,6 +375,30 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
         EXPECT_LE(worst3, 8e-3 * max_abs) << "FlashInfer, NH " << c.NH << " D " << c.D << (graph ? " (graph plan)" : "");
       }
       EXPECT_FALSE((*fi)->add(1, 1, seqs[0].block_table).is_ok()) << "past the requests it was sized for";
+      // The one-launch decode kernel on decode-only steps (q in BF16 as for FlashInfer: the same
+      // bound), with the split counts of a small graph (many splits) and of one step alone; twice
+      // each, as graph replays run it: the merge counters re-arm.
+      if (decode_only && cuda::decode_attention_supported(c.NH, c.NKV, c.D, c.block_size)) {
+        for (int64_t splits : {cuda::decode_attention_splits(T, c.NKV, 132), int64_t{1}, int64_t{7}}) {
+          test::DeviceBuffer<float> d_dws(static_cast<size_t>(cuda::decode_attention_workspace_floats(T, c.NH, c.D, splits)));
+          test::DeviceBuffer<int32_t> d_counters(std::vector<int32_t>(size_t(T * c.NKV), 0));
+          const cuda::DecodeAttentionBatch db{T, c.NH, c.NKV, c.D, c.block_size, d_seq.get(), d_pos.get(), d_tables.get(),
+                                              max_blocks, splits, d_dws.get(), d_counters.get()};
+          for (int run = 0; run < 2; ++run) {
+            test::DeviceBuffer<uint16_t> d_out4(q.size());
+            ASSERT_TRUE(cuda::decode_attention(d_qb.get(), d_kc2.get(), d_vc2.get(), db, d_out4.get(), nullptr).is_ok());
+            NIB_CUDA_CHECK(cudaDeviceSynchronize());
+            const auto got4 = decode(d_out4.to_host());
+            double worst4 = 0;
+            for (size_t i = 0; i < got4.size(); ++i) worst4 = std::max(worst4, std::fabs(double(got4[i]) - want[i]));
+            if (run == 0)
+              std::printf("NH %lld NKV %lld D %lld: one-launch decode, %lld splits, max error %.2e of max|out| %.2f\n",
+                          (long long)c.NH, (long long)c.NKV, (long long)c.D, (long long)splits, worst4, max_abs);
+            EXPECT_LE(worst4, 8e-3 * max_abs) << "one-launch decode, NH " << c.NH << " splits " << splits << " run " << run;
+          }
+          EXPECT_EQ(d_counters.to_host(), std::vector<int32_t>(size_t(T * c.NKV), 0)) << "the merge counters re-arm";
+        }
+      }
     }
   }
   // Bad shapes are errors.

@@ -1,0 +1,277 @@
+// Decode attention in one launch (decode_attention.cuh). A CTA of 4 warps takes a (token, KV head,
+// split); its warps take 16-key blocks in turn, S = Q·Kᵀ and Oᵀ = Vᵀ·Pᵀ on BF16 mma.sync with every
+// fragment loaded straight from global memory (no shared-memory staging on the critical path), then
+// the warps' online softmaxes meet in shared memory and the splits' in the last CTA to finish.
+#include "cuda/decode_attention.cuh"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <string>
+
+#include "cuda/check.cuh"
+#include "cuda/nvfp4_fragments.cuh"
+#include "cuda/pdl.cuh"
+
+namespace nibble::cuda {
+namespace {
+
+constexpr int D = 128;
+constexpr int WARPS = 4;
+constexpr int BLOCK_KEYS = 16;                    // keys per warp step: one mma k of P·V
+// Keys per CTA at least: two blocks a warp (both in flight at once, see the block loop), so contexts
+// up to 128 keys need no merge.
+constexpr int MIN_CHUNK = 2 * WARPS * BLOCK_KEYS;
+constexpr int MAX_GROUP = 8;                      // query heads per KV head: one mma n-tile of Pᵀ
+constexpr int MAX_SPLITS = 64;                    // decode_attention_splits' cap
+
+// Fragment layouts (g = lane / 4, c = lane % 4; nvfp4_fragments.cuh's mma_bf16):
+// - S = Q·Kᵀ over k = d: the reduction may visit d in any order as long as Q and K agree, so thread
+//   (g, c) holds d 32c … 32c + 31 of query head g (A rows g; rows g + 8 are zero) and of key g of each
+//   8-key half (B column g): word 2s and 2s + 1 of those 64 bytes are k-step s's k 2c… and 2c + 8….
+// - Oᵀ = Vᵀ·Pᵀ (m = d, n = query heads, k = keys): Pᵀ's B fragment (k 2c, 2c + 1; column g) is
+//   exactly S's accumulator (row g; columns 2c, 2c + 1) of each 8-key half, so P never moves between
+//   lanes. m-tile mt's rows g and g + 8 are d 16g + 2mt and 16g + 2mt + 1, so the thread's Vᵀ
+//   fragments come from d 16g … 16g + 15 of keys 2c, 2c + 1, 2c + 8, 2c + 9: 32 bytes a key. Its
+//   accumulators are heads 2c, 2c + 1 at those d.
+struct BlockFragments {
+  uint4 k[2][4];  // [8-key half][16-byte piece]: key 8·half + g, d 32c …
+  uint4 v[4][2];  // [key 2c, 2c + 1, 2c + 8, 2c + 9][piece]: d 16g …
+};
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// The 16 keys from `first` (a multiple of 16 inside one page); keys from `ctx` on read as zeros
+// (a page's unwritten slots may hold NaN bit patterns, and 0 · NaN is NaN).
+__device__ __forceinline__ void load_block(BlockFragments& f, const uint16_t* k_cache, const uint16_t* v_cache,
+                                           const int32_t* table, int page_size, int64_t key_stride, int head_offset,
+                                           int first, int ctx, int g, int c) {
+  const int64_t base = (int64_t(table[first / page_size]) * page_size + first % page_size) * key_stride + head_offset;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key = 8 * half + g;
+    const uint4* src = reinterpret_cast<const uint4*>(k_cache + base + key * key_stride + 32 * c);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f.k[half][i] = first + key < ctx ? __ldcg(src + i) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int key = 2 * c + (j & 1) + 8 * (j >> 1);
+    const uint4* src = reinterpret_cast<const uint4*>(v_cache + base + key * key_stride + 16 * g);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) f.v[j][i] = first + key < ctx ? __ldcg(src + i) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+struct WarpSoftmax {
+  float m = -FLT_MAX;  // running max of head g's scaled scores (log2 units); -FLT_MAX: no key yet
+  float l = 0.0f;      // this thread's share of head g's running sum
+  float o[8][4] = {};  // Oᵀ accumulators: m-tile, then (head 2c, 2c + 1) × (d 16g + 2mt, + 1)
+};
+
+// One 16-key block: scores, online softmax, P·V.
+__device__ __forceinline__ void attend_block(WarpSoftmax& w, const BlockFragments& f, const uint32_t (&qw)[16], int first,
+                                             int ctx, float scale_log2, int c) {
+  float s[2][4] = {};
+#pragma unroll
+  for (int step = 0; step < 8; ++step) {
+    const uint32_t a[4] = {qw[2 * step], 0u, qw[2 * step + 1], 0u};
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      mma_bf16(s[half], a, word(f.k[half][step / 2], (2 * step) % 4), word(f.k[half][step / 2], (2 * step) % 4 + 1));
+  }
+  // Row g's scores of keys 8·half + 2c, + 1 (accumulator elements 0, 1; 2, 3 are the zero rows).
+  float x[2][2];
+  float block_max = -FLT_MAX;
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const bool valid = first + 8 * half + 2 * c + e < ctx;
+      x[half][e] = valid ? s[half][e] * scale_log2 : -FLT_MAX;
+      block_max = fmaxf(block_max, x[half][e]);
+    }
+  block_max = fmaxf(block_max, __shfl_xor_sync(0xFFFFFFFFu, block_max, 1));
+  block_max = fmaxf(block_max, __shfl_xor_sync(0xFFFFFFFFu, block_max, 2));
+  const float m_new = fmaxf(w.m, block_max);  // finite: every block has a key below ctx
+  const float correction = exp2f(w.m - m_new);
+  w.m = m_new;
+  float p[2][2], sum = 0.0f;
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) p[half][e] = x[half][e] == -FLT_MAX ? 0.0f : exp2f(x[half][e] - m_new), sum += p[half][e];
+  w.l = w.l * correction + sum;
+  // The accumulators hold heads 2c and 2c + 1, whose corrections lanes 8c and 8c + 4 computed.
+  const float corr_even = __shfl_sync(0xFFFFFFFFu, correction, 8 * c);
+  const float corr_odd = __shfl_sync(0xFFFFFFFFu, correction, 8 * c + 4);
+  const __nv_bfloat162 p0 = __floats2bfloat162_rn(p[0][0], p[0][1]), p1 = __floats2bfloat162_rn(p[1][0], p[1][1]);
+  const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&p0), b1 = *reinterpret_cast<const uint32_t*>(&p1);
+#pragma unroll
+  for (int mt = 0; mt < 8; ++mt) {
+    w.o[mt][0] *= corr_even, w.o[mt][1] *= corr_odd, w.o[mt][2] *= corr_even, w.o[mt][3] *= corr_odd;
+    const uint32_t v0 = word(f.v[0][mt / 4], mt % 4), v1 = word(f.v[1][mt / 4], mt % 4);
+    const uint32_t v2 = word(f.v[2][mt / 4], mt % 4), v3 = word(f.v[3][mt / 4], mt % 4);
+    const uint32_t a[4] = {__byte_perm(v0, v1, 0x5410u), __byte_perm(v0, v1, 0x7632u), __byte_perm(v2, v3, 0x5410u),
+                           __byte_perm(v2, v3, 0x7632u)};
+    mma_bf16(w.o[mt], a, b0, b1);
+  }
+}
+
+struct CtaShared {
+  float m[WARPS][MAX_GROUP], l[WARPS][MAX_GROUP];
+  float o[WARPS][MAX_GROUP][D];
+  float weight[MAX_SPLITS][MAX_GROUP];  // the merge: each split's m, then its share of a head's output
+  float split_l[MAX_SPLITS][MAX_GROUP];
+  bool last;
+};
+
+__global__ void __launch_bounds__(WARPS * 32)
+    decode_attention_kernel(const uint16_t* __restrict__ q, const uint16_t* __restrict__ k_cache,
+                            const uint16_t* __restrict__ v_cache, const DecodeAttentionBatch b, int group,
+                            float scale_log2, uint16_t* __restrict__ out) {
+  __shared__ CtaShared sm;
+  const int split = blockIdx.x, kv_head = blockIdx.y, t = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int splits = int(b.splits), n_kv_heads = int(b.n_kv_heads), page_size = int(b.page_size);
+  // The staged step metadata predates the graph: readable before the PDL wait.
+  const int ctx = b.positions[t] + 1;
+  const int per_split = (ctx + splits - 1) / splits;
+  const int chunk = (per_split + MIN_CHUNK - 1) / MIN_CHUNK * MIN_CHUNK;
+  const int active = (ctx + chunk - 1) / chunk;
+  if (split >= active) return;  // a short context leaves the grid's last splits empty
+  const int key0 = split * chunk, key_end = min(ctx, key0 + chunk);
+  const int32_t* table = b.block_tables + int64_t(b.token_seq[t]) * b.max_blocks;
+  const int64_t key_stride = int64_t(n_kv_heads) * D;
+  const int head_offset = kv_head * D;
+
+  // The warp's first block is read before the wait unless it holds the newest key, which the
+  // kernel before this one (q/k norm, RoPE, KV store) writes.
+  WarpSoftmax w;
+  BlockFragments cur;
+  int first = key0 + warp * BLOCK_KEYS;
+  const bool early = first < key_end && first + BLOCK_KEYS < ctx;
+  if (early) load_block(cur, k_cache, v_cache, table, page_size, key_stride, head_offset, first, ctx, g, c);
+  pdl_wait();
+  pdl_launch_dependents();
+  if (first < key_end) {
+    if (!early) load_block(cur, k_cache, v_cache, table, page_size, key_stride, head_offset, first, ctx, g, c);
+    uint32_t qw[16];
+    const uint4* q_src = reinterpret_cast<const uint4*>(q + (int64_t(t) * b.n_heads + int64_t(kv_head) * group + g) * D + 32 * c);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint4 v = g < group ? __ldcg(q_src + i) : make_uint4(0, 0, 0, 0);
+      qw[4 * i] = v.x, qw[4 * i + 1] = v.y, qw[4 * i + 2] = v.z, qw[4 * i + 3] = v.w;
+    }
+    for (;;) {  // the next block's loads in flight while this one computes
+      const int next = first + WARPS * BLOCK_KEYS;
+      BlockFragments nxt;
+      if (next < key_end) load_block(nxt, k_cache, v_cache, table, page_size, key_stride, head_offset, next, ctx, g, c);
+      attend_block(w, cur, qw, first, ctx, scale_log2, c);
+      if (next >= key_end) break;
+      cur = nxt, first = next;
+    }
+    w.l += __shfl_xor_sync(0xFFFFFFFFu, w.l, 1);
+    w.l += __shfl_xor_sync(0xFFFFFFFFu, w.l, 2);
+  }
+
+  // The warps' softmaxes meet in shared memory (a warp without a block: m = -FLT_MAX, l = 0, o = 0).
+  if (c == 0) sm.m[warp][g] = w.m, sm.l[warp][g] = w.l;
+#pragma unroll
+  for (int mt = 0; mt < 8; ++mt) {
+    sm.o[warp][2 * c][16 * g + 2 * mt] = w.o[mt][0];
+    sm.o[warp][2 * c + 1][16 * g + 2 * mt] = w.o[mt][1];
+    sm.o[warp][2 * c][16 * g + 2 * mt + 1] = w.o[mt][2];
+    sm.o[warp][2 * c + 1][16 * g + 2 * mt + 1] = w.o[mt][3];
+  }
+  __syncthreads();
+  const int d = threadIdx.x;  // 128 threads: one output column each
+  const int64_t row = int64_t(t) * n_kv_heads + kv_head;
+  float* partial = b.workspace + row * splits * group * (D + 2);  // [split][head][m, l, o[D]]
+  for (int h = 0; h < group; ++h) {
+    float m = -FLT_MAX;
+#pragma unroll
+    for (int i = 0; i < WARPS; ++i) m = fmaxf(m, sm.m[i][h]);
+    float l = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int i = 0; i < WARPS; ++i) {
+      const float weight = sm.m[i][h] == -FLT_MAX ? 0.0f : exp2f(sm.m[i][h] - m);
+      l += sm.l[i][h] * weight, o += sm.o[i][h][d] * weight;
+    }
+    if (active == 1) {
+      out[(int64_t(t) * b.n_heads + int64_t(kv_head) * group + h) * D + d] = __bfloat16_as_ushort(__float2bfloat16(o / l));
+    } else {
+      float* p = partial + (int64_t(split) * group + h) * (D + 2);
+      if (d == 0) p[0] = m, p[1] = l;
+      p[2 + d] = o;
+    }
+  }
+  if (active == 1) return;
+  // The last of the row's CTAs merges every split's (m, l, o) and re-arms the counter: first each
+  // (split, head)'s weight e^(m - M) / L through shared memory, then each column's sum over the
+  // splits with every head's load of a split in flight together.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) sm.last = atomicAdd(&b.counters[row], 1) == active - 1;
+  __syncthreads();
+  if (!sm.last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < active * group; i += WARPS * 32) {
+    const float* p = partial + int64_t(i) * (D + 2);  // split i / group, head i % group
+    sm.weight[i / group][i % group] = __ldcg(p);
+    sm.split_l[i / group][i % group] = __ldcg(p + 1);
+  }
+  __syncthreads();
+  if (threadIdx.x < group) {
+    const int h = threadIdx.x;
+    float m = -FLT_MAX, l = 0.0f;
+    for (int s = 0; s < active; ++s) m = fmaxf(m, sm.weight[s][h]);
+    for (int s = 0; s < active; ++s) {
+      const float e = exp2f(sm.weight[s][h] - m);
+      sm.weight[s][h] = e, l += sm.split_l[s][h] * e;
+    }
+    for (int s = 0; s < active; ++s) sm.weight[s][h] /= l;
+  }
+  __syncthreads();
+  float o[MAX_GROUP] = {};
+  for (int s = 0; s < active; ++s) {
+    const float* p = partial + int64_t(s) * group * (D + 2) + 2 + d;
+#pragma unroll
+    for (int h = 0; h < MAX_GROUP; ++h)
+      if (h < group) o[h] += sm.weight[s][h] * __ldcg(p + h * (D + 2));
+  }
+#pragma unroll
+  for (int h = 0; h < MAX_GROUP; ++h)
+    if (h < group) out[(int64_t(t) * b.n_heads + int64_t(kv_head) * group + h) * D + d] = __bfloat16_as_ushort(__float2bfloat16(o[h]));
+  if (threadIdx.x == 0) b.counters[row] = 0;
+}
+
+}  // namespace
+
+bool decode_attention_supported(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t page_size) {
+  return head_dim == D && n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= MAX_GROUP &&
+         page_size > 0 && page_size % BLOCK_KEYS == 0;
+}
+
+int64_t decode_attention_splits(int64_t tokens, int64_t n_kv_heads, int64_t sms) {
+  const int64_t rows = std::max<int64_t>(1, tokens * n_kv_heads);
+  return std::min<int64_t>(MAX_SPLITS, std::max<int64_t>(1, 2 * sms / rows));
+}
+
+Status decode_attention(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache, const DecodeAttentionBatch& b,
+                        uint16_t* out, cudaStream_t stream) {
+  if (!decode_attention_supported(b.n_heads, b.n_kv_heads, b.head_dim, b.page_size))
+    return Status::error("decode_attention: needs head_dim 128, at most 8 query heads per KV head and pages of a multiple of 16 tokens");
+  if (b.tokens <= 0) return Status::ok();
+  if (b.splits < 1 || b.splits > 65535 || b.tokens > 65535 || b.n_kv_heads > 65535)
+    return Status::error("decode_attention: splits, tokens and KV heads must each be below 65536");
+  if (!q || !k_cache || !v_cache || !out || !b.token_seq || !b.positions || !b.block_tables || !b.workspace || !b.counters)
+    return Status::error("decode_attention: null pointer");
+  const float scale_log2 = float(1.4426950408889634 / std::sqrt(double(D)));  // log2(e) / sqrt(head_dim)
+  const dim3 grid(unsigned(b.splits), unsigned(b.n_kv_heads), unsigned(b.tokens));
+  return cuda_status(launch_pdl(decode_attention_kernel, grid, dim3(WARPS * 32), 0, stream, q, k_cache, v_cache, b,
+                                int(b.n_heads / b.n_kv_heads), scale_log2, out),
+                     "decode_attention launch");
+}
+
+}  // namespace nibble::cuda
