@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/check.cuh"
+#include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/nvfp4_fragments.cuh"
 #include "cuda/pdl.cuh"
 
@@ -118,6 +119,18 @@ __device__ __forceinline__ void attend_block(WarpSoftmax& w, const BlockFragment
   }
 }
 
+// Stores output column d of head h (BF16) and, for static W4A4 (b.x_hat), its x̂ under the o
+// projection's global scale: a 16-value block is 16 lanes of one warp. Every lane of the warp calls it.
+__device__ __forceinline__ void store_output(const DecodeAttentionBatch& b, uint16_t* out, int64_t index, float value) {
+  const uint16_t bits = __bfloat16_as_ushort(__float2bfloat16(value));
+  out[index] = bits;
+  if (!b.x_hat) return;
+  const float v = __uint_as_float(uint32_t(bits) << 16);  // x̂ of the stored BF16, as the quantize kernel reads it
+  float amax = fabsf(v);
+  for (int offset = 1; offset < 16; offset <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+  b.x_hat[index] = uint16_t(ActBlockScale(amax, b.x_hat_global).bf16(v));
+}
+
 struct CtaShared {
   float m[WARPS][MAX_GROUP], l[WARPS][MAX_GROUP];
   float o[WARPS][MAX_GROUP][D];
@@ -199,7 +212,7 @@ __global__ void __launch_bounds__(WARPS * 32)
       l += sm.l[i][h] * weight, o += sm.o[i][h][d] * weight;
     }
     if (active == 1) {
-      out[(int64_t(t) * b.n_heads + int64_t(kv_head) * group + h) * D + d] = __bfloat16_as_ushort(__float2bfloat16(o / l));
+      store_output(b, out, (int64_t(t) * b.n_heads + int64_t(kv_head) * group + h) * D + d, o / l);
     } else {
       float* p = partial + (int64_t(split) * group + h) * (D + 2);
       if (d == 0) p[0] = m, p[1] = l;
@@ -234,6 +247,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   }
   __syncthreads();
   float o[MAX_GROUP] = {};
+#pragma unroll 4
   for (int s = 0; s < active; ++s) {
     const float* p = partial + int64_t(s) * group * (D + 2) + 2 + d;
 #pragma unroll
@@ -242,7 +256,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   }
 #pragma unroll
   for (int h = 0; h < MAX_GROUP; ++h)
-    if (h < group) out[(int64_t(t) * b.n_heads + int64_t(kv_head) * group + h) * D + d] = __bfloat16_as_ushort(__float2bfloat16(o[h]));
+    if (h < group) store_output(b, out, (int64_t(t) * b.n_heads + int64_t(kv_head) * group + h) * D + d, o[h]);
   if (threadIdx.x == 0) b.counters[row] = 0;
 }
 

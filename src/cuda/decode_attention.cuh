@@ -23,6 +23,10 @@ struct DecodeAttentionBatch {
   int64_t splits = 1;
   float* workspace = nullptr;  // decode_attention_workspace_floats(...) floats
   int32_t* counters = nullptr;  // [tokens · n_kv_heads], zero before the first launch; each leaves them zero
+  // Static W4A4 o projection: x̂ of the output as well (BF16 [tokens, n_heads · head_dim]), under
+  // the global scale 1 / input_scale, as quantize_dequantize_activation_bf16 would write it.
+  uint16_t* x_hat = nullptr;
+  float x_hat_global = 0.0f;
 };
 
 // Head dim 128, at most 8 query heads per KV head, pages a multiple of 16 tokens.

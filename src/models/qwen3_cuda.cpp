@@ -642,12 +642,16 @@ struct CudaModel::Impl {
       profiler.mark("q/k/v projections");
       uint16_t* kc = k_cache + l * layer_kv;
       uint16_t* vc = v_cache + l * layer_kv;
+      const bool o_quantized = flashinfer && step_one_launch && dense == ActQuant::STATIC && w.o.nvfp4 && gemm.act_workspace;
       if (flashinfer) {
         for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
           NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16));
         profiler.mark("q/k norm, RoPE, KV store");
+        // Static W4A4: the one-launch kernel writes the o projection's x̂ too (no quantize launch).
+        cuda::DecodeAttentionBatch layer_launch = one_launch;
+        if (o_quantized) layer_launch.x_hat = gemm.act_workspace, layer_launch.x_hat_global = 1.0f / w.o.input_scale;
         for (int i = 0; i < cuda::op_repeats("attention"); ++i)
-          NIB_RETURN_IF_ERROR(step_one_launch ? cuda::decode_attention(q_bf16, kc, vc, one_launch, attn, s)
+          NIB_RETURN_IF_ERROR(step_one_launch ? cuda::decode_attention(q_bf16, kc, vc, layer_launch, attn, s)
                                               : flashinfer->run(q_bf16, kc, vc, attn, s));
       } else {
         for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
@@ -657,7 +661,7 @@ struct CudaModel::Impl {
           NIB_RETURN_IF_ERROR(cuda::paged_attention(q_rot, kc, vc, att, attn, s, attention_ws));
       }
       profiler.mark("attention");
-      for (int i = 0; i < cuda::op_repeats("o_proj"); ++i) NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta));
+      for (int i = 0; i < cuda::op_repeats("o_proj"); ++i) NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta, o_quantized));
       profiler.mark("o projection");
       const cuda::NormActQuant moe_in = moe_quant(w);
       for (int i = 0; i < cuda::op_repeats("post_norm"); ++i)

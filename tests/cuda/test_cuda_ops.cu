@@ -397,6 +397,17 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
             EXPECT_LE(worst4, 8e-3 * max_abs) << "one-launch decode, NH " << c.NH << " splits " << splits << " run " << run;
           }
           EXPECT_EQ(d_counters.to_host(), std::vector<int32_t>(size_t(T * c.NKV), 0)) << "the merge counters re-arm";
+          // Static W4A4's x̂ of the output, bit for bit what the quantize kernel makes of it.
+          test::DeviceBuffer<uint16_t> d_out5(q.size()), d_xhat(q.size()), d_xhat_want(q.size());
+          test::DeviceBuffer<float> d_row_scales{static_cast<size_t>(T)};
+          cuda::DecodeAttentionBatch dq = db;
+          const float input_scale = 0.0371f;
+          dq.x_hat = d_xhat.get(), dq.x_hat_global = 1.0f / input_scale;
+          ASSERT_TRUE(cuda::decode_attention(d_qb.get(), d_kc2.get(), d_vc2.get(), dq, d_out5.get(), nullptr).is_ok());
+          ASSERT_TRUE(cuda::quantize_dequantize_activation_bf16(d_out5.get(), T, c.NH * c.D, input_scale, d_xhat_want.get(),
+                                                                d_row_scales.get(), nullptr).is_ok());
+          NIB_CUDA_CHECK(cudaDeviceSynchronize());
+          EXPECT_EQ(d_xhat.to_host(), d_xhat_want.to_host()) << "x̂, splits " << splits;
         }
       }
     }
