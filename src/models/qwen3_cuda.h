@@ -35,8 +35,8 @@ struct CudaModelOptions {
   bool flashinfer = true;
   // Decode steps of at most this many rows (graph padding included) run the one-launch decode
   // attention (cuda/decode_attention.cuh) instead of FlashInfer's split-KV kernel and merge, where
-  // the shapes allow. NIBBLE_DECODE_ATTENTION_MAX_ROWS overrides it (A/B measurements).
-  int64_t one_launch_decode_max_rows = 256;
+  // the shapes allow; 0: never. NIBBLE_DECODE_ATTENTION_MAX_ROWS overrides it (A/B measurements).
+  int64_t one_launch_decode_max_rows = 0;
   int64_t max_tokens = 8192;  // tokens in one step
   int64_t max_rows = 256;     // rows that want logits in one step
   int64_t max_seqs = 256;     // sequences in one step
