@@ -1,13 +1,17 @@
 // Decode attention in one launch (decode_attention.cuh). A CTA of 4 warps takes a (token, KV head,
 // split); its warps take 16-key blocks in turn, S = Q·Kᵀ and Oᵀ = Vᵀ·Pᵀ on BF16 mma.sync with every
 // fragment loaded straight from global memory (no shared-memory staging on the critical path), then
-// the warps' online softmaxes meet in shared memory and the splits' in the last CTA to finish.
+// the warps' online softmaxes meet in shared memory, and a row's splits — one thread-block cluster —
+// in the first CTA, which reads the others' results from their shared memory (Hopper's distributed
+// shared memory: no global round trip, no atomics).
 #include "cuda/decode_attention.cuh"
 
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <string>
+
+#include <cooperative_groups.h>
 
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
@@ -24,7 +28,7 @@ constexpr int BLOCK_KEYS = 16;                    // keys per warp step: one mma
 // up to 128 keys need no merge.
 constexpr int MIN_CHUNK = 2 * WARPS * BLOCK_KEYS;
 constexpr int MAX_GROUP = 8;                      // query heads per KV head: one mma n-tile of Pᵀ
-constexpr int MAX_SPLITS = 64;                    // decode_attention_splits' cap
+constexpr int MAX_SPLITS = 8;                     // a row's splits are one cluster: the portable size
 
 // Fragment layouts (g = lane / 4, c = lane % 4; nvfp4_fragments.cuh's mma_bf16):
 // - S = Q·Kᵀ over k = d: the reduction may visit d in any order as long as Q and K agree, so thread
@@ -134,9 +138,9 @@ __device__ __forceinline__ void store_output(const DecodeAttentionBatch& b, uint
 struct CtaShared {
   float m[WARPS][MAX_GROUP], l[WARPS][MAX_GROUP];
   float o[WARPS][MAX_GROUP][D];
-  float weight[MAX_SPLITS][MAX_GROUP];  // the merge: each split's m, then its share of a head's output
-  float split_l[MAX_SPLITS][MAX_GROUP];
-  bool last;
+  // The CTA's result, which the cluster's first CTA reads: per head m, l and o[D].
+  float result_m[MAX_GROUP], result_l[MAX_GROUP];
+  float result_o[MAX_GROUP][D];
 };
 
 __global__ void __launch_bounds__(WARPS * 32)
@@ -152,7 +156,9 @@ __global__ void __launch_bounds__(WARPS * 32)
   const int per_split = (ctx + splits - 1) / splits;
   const int chunk = (per_split + MIN_CHUNK - 1) / MIN_CHUNK * MIN_CHUNK;
   const int active = (ctx + chunk - 1) / chunk;
-  if (split >= active) return;  // a short context leaves the grid's last splits empty
+  // A short context leaves the grid's last splits empty; with more than one split they still meet
+  // the cluster's barriers.
+  if (active == 1 && split > 0) return;
   const int key0 = split * chunk, key_end = min(ctx, key0 + chunk);
   const int32_t* table = b.block_tables + int64_t(b.token_seq[t]) * b.max_blocks;
   const int64_t key_stride = int64_t(n_kv_heads) * D;
@@ -199,8 +205,6 @@ __global__ void __launch_bounds__(WARPS * 32)
   }
   __syncthreads();
   const int d = threadIdx.x;  // 128 threads: one output column each
-  const int64_t row = int64_t(t) * n_kv_heads + kv_head;
-  float* partial = b.workspace + row * splits * group * (D + 2);  // [split][head][m, l, o[D]]
   for (int h = 0; h < group; ++h) {
     float m = -FLT_MAX;
 #pragma unroll
@@ -214,50 +218,35 @@ __global__ void __launch_bounds__(WARPS * 32)
     if (active == 1) {
       store_output(b, out, (int64_t(t) * b.n_heads + int64_t(kv_head) * group + h) * D + d, o / l);
     } else {
-      float* p = partial + (int64_t(split) * group + h) * (D + 2);
-      if (d == 0) p[0] = m, p[1] = l;
-      p[2 + d] = o;
+      if (d == 0) sm.result_m[h] = m, sm.result_l[h] = l;
+      sm.result_o[h][d] = o;
     }
   }
   if (active == 1) return;
-  // The last of the row's CTAs merges every split's (m, l, o) and re-arms the counter: first each
-  // (split, head)'s weight e^(m - M) / L through shared memory, then each column's sum over the
-  // splits with every head's load of a split in flight together.
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) sm.last = atomicAdd(&b.counters[row], 1) == active - 1;
-  __syncthreads();
-  if (!sm.last) return;
-  __threadfence();
-  for (int i = threadIdx.x; i < active * group; i += WARPS * 32) {
-    const float* p = partial + int64_t(i) * (D + 2);  // split i / group, head i % group
-    sm.weight[i / group][i % group] = __ldcg(p);
-    sm.split_l[i / group][i % group] = __ldcg(p + 1);
-  }
-  __syncthreads();
-  if (threadIdx.x < group) {
-    const int h = threadIdx.x;
-    float m = -FLT_MAX, l = 0.0f;
-    for (int s = 0; s < active; ++s) m = fmaxf(m, sm.weight[s][h]);
-    for (int s = 0; s < active; ++s) {
-      const float e = exp2f(sm.weight[s][h] - m);
-      sm.weight[s][h] = e, l += sm.split_l[s][h] * e;
+  // The cluster's first CTA merges the splits' results from their shared memory; the second barrier
+  // keeps every CTA (and its shared memory) alive until it has read them.
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  if (split == 0) {
+    const CtaShared* results[MAX_SPLITS];
+#pragma unroll
+    for (int r = 0; r < MAX_SPLITS; ++r) results[r] = r < active ? cluster.map_shared_rank(&sm, r) : &sm;
+    for (int h = 0; h < group; ++h) {
+      float m_r[MAX_SPLITS], m = -FLT_MAX;
+#pragma unroll
+      for (int r = 0; r < MAX_SPLITS; ++r) m_r[r] = r < active ? results[r]->result_m[h] : -FLT_MAX, m = fmaxf(m, m_r[r]);
+      float l = 0.0f, o = 0.0f;
+#pragma unroll
+      for (int r = 0; r < MAX_SPLITS; ++r) {
+        if (r >= active) continue;
+        const float weight = exp2f(m_r[r] - m);
+        l += results[r]->result_l[h] * weight, o += results[r]->result_o[h][d] * weight;
+      }
+      store_output(b, out, (int64_t(t) * b.n_heads + int64_t(kv_head) * group + h) * D + d, o / l);
     }
-    for (int s = 0; s < active; ++s) sm.weight[s][h] /= l;
   }
-  __syncthreads();
-  float o[MAX_GROUP] = {};
-#pragma unroll 4
-  for (int s = 0; s < active; ++s) {
-    const float* p = partial + int64_t(s) * group * (D + 2) + 2 + d;
-#pragma unroll
-    for (int h = 0; h < MAX_GROUP; ++h)
-      if (h < group) o[h] += sm.weight[s][h] * __ldcg(p + h * (D + 2));
-  }
-#pragma unroll
-  for (int h = 0; h < MAX_GROUP; ++h)
-    if (h < group) store_output(b, out, (int64_t(t) * b.n_heads + int64_t(kv_head) * group + h) * D + d, o[h]);
-  if (threadIdx.x == 0) b.counters[row] = 0;
+  cluster.sync();
 }
 
 }  // namespace
@@ -277,14 +266,24 @@ Status decode_attention(const uint16_t* q, const uint16_t* k_cache, const uint16
   if (!decode_attention_supported(b.n_heads, b.n_kv_heads, b.head_dim, b.page_size))
     return Status::error("decode_attention: needs head_dim 128, at most 8 query heads per KV head and pages of a multiple of 16 tokens");
   if (b.tokens <= 0) return Status::ok();
-  if (b.splits < 1 || b.splits > 65535 || b.tokens > 65535 || b.n_kv_heads > 65535)
-    return Status::error("decode_attention: splits, tokens and KV heads must each be below 65536");
-  if (!q || !k_cache || !v_cache || !out || !b.token_seq || !b.positions || !b.block_tables || !b.workspace || !b.counters)
+  if (b.splits < 1 || b.splits > MAX_SPLITS || b.tokens > 65535 || b.n_kv_heads > 65535)
+    return Status::error("decode_attention: splits must be in [1, " + std::to_string(MAX_SPLITS) +
+                         "], tokens and KV heads below 65536");
+  if (!q || !k_cache || !v_cache || !out || !b.token_seq || !b.positions || !b.block_tables)
     return Status::error("decode_attention: null pointer");
   const float scale_log2 = float(1.4426950408889634 / std::sqrt(double(D)));  // log2(e) / sqrt(head_dim)
-  const dim3 grid(unsigned(b.splits), unsigned(b.n_kv_heads), unsigned(b.tokens));
-  return cuda_status(launch_pdl(decode_attention_kernel, grid, dim3(WARPS * 32), 0, stream, q, k_cache, v_cache, b,
-                                int(b.n_heads / b.n_kv_heads), scale_log2, out),
+  // A row's splits are one cluster (x), launched with programmatic dependent launch as launch_pdl does.
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = unsigned(b.splits), attributes[0].val.clusterDim.y = 1, attributes[0].val.clusterDim.z = 1;
+  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[1].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(b.splits), unsigned(b.n_kv_heads), unsigned(b.tokens));
+  config.blockDim = dim3(WARPS * 32), config.dynamicSmemBytes = 0, config.stream = stream;
+  config.attrs = attributes, config.numAttrs = 2;
+  return cuda_status(cudaLaunchKernelEx(&config, decode_attention_kernel, q, k_cache, v_cache, b, int(b.n_heads / b.n_kv_heads),
+                                        scale_log2, out),
                      "decode_attention launch");
 }
 

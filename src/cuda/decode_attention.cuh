@@ -1,7 +1,7 @@
 // Decode attention in one launch: every row of the step is one sequence's newest token (decode
 // steps, CUDA graphs included), GQA with up to 8 query heads per KV head, head_dim 128, over the
-// BF16 paged cache. Each (token, KV head) is split over CTAs by its context length and the last CTA
-// to finish merges the partial softmaxes, so no second launch follows. Twin of ref::paged_attention.
+// BF16 paged cache. Each (token, KV head) is split over a cluster of CTAs by its context length and
+// the cluster merges the partial softmaxes, so no second launch follows. Twin of ref::paged_attention.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,11 +18,9 @@ struct DecodeAttentionBatch {
   const int32_t* positions = nullptr;     // device [tokens]: the row attends to keys [0, positions[t]]
   const int32_t* block_tables = nullptr;  // device [n_seqs, max_blocks]
   int64_t max_blocks = 0;
-  // CTAs per (token, KV head), decode_attention_splits(...): fixed per step shape (a graph's grid);
-  // each row uses as many as its context fills, at least 64 keys each.
+  // CTAs per (token, KV head), one cluster, decode_attention_splits(...): fixed per step shape (a
+  // graph's grid); each row uses as many as its context fills, at least 128 keys each.
   int64_t splits = 1;
-  float* workspace = nullptr;  // decode_attention_workspace_floats(...) floats
-  int32_t* counters = nullptr;  // [tokens · n_kv_heads], zero before the first launch; each leaves them zero
   // Static W4A4 o projection: x̂ of the output as well (BF16 [tokens, n_heads · head_dim]), under
   // the global scale 1 / input_scale, as quantize_dequantize_activation_bf16 would write it.
   uint16_t* x_hat = nullptr;
@@ -31,11 +29,8 @@ struct DecodeAttentionBatch {
 
 // Head dim 128, at most 8 query heads per KV head, pages a multiple of 16 tokens.
 bool decode_attention_supported(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t page_size);
-// About two CTAs an SM whatever the contexts (at most 64 per (token, KV head); 1 from 2 · sms rows).
+// About two CTAs an SM whatever the contexts (at most 8 per (token, KV head); 1 from 2 · sms rows).
 int64_t decode_attention_splits(int64_t tokens, int64_t n_kv_heads, int64_t sms);
-inline int64_t decode_attention_workspace_floats(int64_t tokens, int64_t n_heads, int64_t head_dim, int64_t splits) {
-  return tokens * n_heads * splits * (head_dim + 2);
-}
 
 // q: BF16 [tokens, n_heads, head_dim] (after RoPE); k_cache / v_cache: one layer's
 // [pages, page_size, n_kv_heads, head_dim] BF16; out: BF16 [tokens, n_heads · head_dim].

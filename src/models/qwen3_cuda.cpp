@@ -82,11 +82,8 @@ struct CudaModel::Impl {
   std::unique_ptr<cuda::FlashInferAttention> flashinfer;
   uint16_t* q_bf16 = nullptr;
   std::map<int64_t, std::vector<int64_t>> graph_plans;
-  // Decode steps of up to one_launch_max_rows rows: the one-launch decode attention, its partial
-  // softmaxes and merge counters (0: never).
+  // Decode steps of up to one_launch_max_rows rows run the one-launch decode attention (0: never).
   int64_t one_launch_max_rows = 0;
-  float* decode_ws = nullptr;
-  int32_t* decode_counters = nullptr;
   bool step_one_launch = false;
   // Pinned host copies of the step metadata, copied to the device asynchronously: two, as a step is
   // staged while the one before it may still be waiting for its copies (overlapped scheduling).
@@ -412,15 +409,6 @@ struct CudaModel::Impl {
       if (cuda::decode_attention_supported(NH, NKV, D, options.block_size))
         one_launch_max_rows = std::min({options.one_launch_decode_max_rows, options.max_seqs, T});
     }
-    if (one_launch_max_rows > 0) {
-      int64_t floats = 0;
-      for (int64_t rows = 1; rows <= one_launch_max_rows; ++rows)
-        floats = std::max(floats, cuda::decode_attention_workspace_floats(rows, NH, D, cuda::decode_attention_splits(rows, NKV, ctx->sms)));
-      NIB_RETURN_IF_ERROR(a.alloc(decode_ws, static_cast<size_t>(floats), "the decode attention's partial softmaxes"));
-      NIB_RETURN_IF_ERROR(a.alloc(decode_counters, static_cast<size_t>(one_launch_max_rows * NKV), "the decode attention's counters"));
-      NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemset(decode_counters, 0, static_cast<size_t>(one_launch_max_rows * NKV) * 4),
-                                            "the decode attention's counters"));
-    }
     return Status::ok();
   }
 
@@ -623,8 +611,7 @@ struct CudaModel::Impl {
     cuda::AttentionBatch att{T, NH, NKV, D, options.block_size, token_seq, positions, block_tables,
                              max_blocks_per_seq, splits};
     const cuda::DecodeAttentionBatch one_launch{T, NH, NKV, D, options.block_size, token_seq, positions, block_tables,
-                                                max_blocks_per_seq, cuda::decode_attention_splits(T, NKV, ctx->sms),
-                                                decode_ws, decode_counters};
+                                                max_blocks_per_seq, cuda::decode_attention_splits(T, NKV, ctx->sms)};
     if (step_lists) {
       att.prefill_items = items, att.n_items = step_items;
       att.decode_tokens = decode_rows, att.n_decode = step_decode;

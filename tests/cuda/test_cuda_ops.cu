@@ -376,27 +376,20 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
       }
       EXPECT_FALSE((*fi)->add(1, 1, seqs[0].block_table).is_ok()) << "past the requests it was sized for";
       // The one-launch decode kernel on decode-only steps (q in BF16 as for FlashInfer: the same
-      // bound), with the split counts of a small graph (many splits) and of one step alone; twice
-      // each, as graph replays run it: the merge counters re-arm.
+      // bound), with the split counts of a small graph (a cluster of 8), of one split and of 3.
       if (decode_only && cuda::decode_attention_supported(c.NH, c.NKV, c.D, c.block_size)) {
-        for (int64_t splits : {cuda::decode_attention_splits(T, c.NKV, 132), int64_t{1}, int64_t{7}}) {
-          test::DeviceBuffer<float> d_dws(static_cast<size_t>(cuda::decode_attention_workspace_floats(T, c.NH, c.D, splits)));
-          test::DeviceBuffer<int32_t> d_counters(std::vector<int32_t>(size_t(T * c.NKV), 0));
+        for (int64_t splits : {cuda::decode_attention_splits(T, c.NKV, 132), int64_t{1}, int64_t{3}}) {
           const cuda::DecodeAttentionBatch db{T, c.NH, c.NKV, c.D, c.block_size, d_seq.get(), d_pos.get(), d_tables.get(),
-                                              max_blocks, splits, d_dws.get(), d_counters.get()};
-          for (int run = 0; run < 2; ++run) {
-            test::DeviceBuffer<uint16_t> d_out4(q.size());
-            ASSERT_TRUE(cuda::decode_attention(d_qb.get(), d_kc2.get(), d_vc2.get(), db, d_out4.get(), nullptr).is_ok());
-            NIB_CUDA_CHECK(cudaDeviceSynchronize());
-            const auto got4 = decode(d_out4.to_host());
-            double worst4 = 0;
-            for (size_t i = 0; i < got4.size(); ++i) worst4 = std::max(worst4, std::fabs(double(got4[i]) - want[i]));
-            if (run == 0)
-              std::printf("NH %lld NKV %lld D %lld: one-launch decode, %lld splits, max error %.2e of max|out| %.2f\n",
-                          (long long)c.NH, (long long)c.NKV, (long long)c.D, (long long)splits, worst4, max_abs);
-            EXPECT_LE(worst4, 8e-3 * max_abs) << "one-launch decode, NH " << c.NH << " splits " << splits << " run " << run;
-          }
-          EXPECT_EQ(d_counters.to_host(), std::vector<int32_t>(size_t(T * c.NKV), 0)) << "the merge counters re-arm";
+                                              max_blocks, splits};
+          test::DeviceBuffer<uint16_t> d_out4(q.size());
+          ASSERT_TRUE(cuda::decode_attention(d_qb.get(), d_kc2.get(), d_vc2.get(), db, d_out4.get(), nullptr).is_ok());
+          NIB_CUDA_CHECK(cudaDeviceSynchronize());
+          const auto got4 = decode(d_out4.to_host());
+          double worst4 = 0;
+          for (size_t i = 0; i < got4.size(); ++i) worst4 = std::max(worst4, std::fabs(double(got4[i]) - want[i]));
+          std::printf("NH %lld NKV %lld D %lld: one-launch decode, %lld splits, max error %.2e of max|out| %.2f\n",
+                      (long long)c.NH, (long long)c.NKV, (long long)c.D, (long long)splits, worst4, max_abs);
+          EXPECT_LE(worst4, 8e-3 * max_abs) << "one-launch decode, NH " << c.NH << " splits " << splits;
           // Static W4A4's x̂ of the output, bit for bit what the quantize kernel makes of it.
           test::DeviceBuffer<uint16_t> d_out5(q.size()), d_xhat(q.size()), d_xhat_want(q.size());
           test::DeviceBuffer<float> d_row_scales{static_cast<size_t>(T)};
