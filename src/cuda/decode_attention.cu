@@ -1,9 +1,6 @@
-// Decode attention in one launch (decode_attention.cuh). A CTA of 4 warps takes a (token, KV head,
-// split); its warps take 16-key blocks in turn, S = Q·Kᵀ and Oᵀ = Vᵀ·Pᵀ on BF16 mma.sync with every
-// fragment loaded straight from global memory (no shared-memory staging on the critical path), then
-// the warps' online softmaxes meet in shared memory, and a row's splits — one thread-block cluster —
-// in the first CTA, which reads the others' results from their shared memory (Hopper's distributed
-// shared memory: no global round trip, no atomics).
+// Decode attention in one launch (decode_attention.cuh): 4 warps a (token, KV head, split) on BF16
+// mma.sync with fragments loaded straight from global memory; warps merge in shared memory, a row's
+// splits (one thread-block cluster) in its first CTA through distributed shared memory.
 #include "cuda/decode_attention.cuh"
 
 #include <algorithm>
