@@ -41,8 +41,6 @@ struct BlockFragments {
   uint4 v[4][2];  // [key 2c, 2c + 1, 2c + 8, 2c + 9][piece]: d 16g …
 };
 
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
-
 // The 16 keys from `first` (a multiple of 16 inside one page); keys from `ctx` on read as zeros
 // (a page's unwritten slots may hold NaN bit patterns, and 0 · NaN is NaN).
 __device__ __forceinline__ void load_block(BlockFragments& f, const uint16_t* k_cache, const uint16_t* v_cache,
@@ -80,7 +78,7 @@ __device__ __forceinline__ void attend_block(WarpSoftmax& w, const BlockFragment
     const uint32_t a[4] = {qw[2 * step], 0u, qw[2 * step + 1], 0u};
 #pragma unroll
     for (int half = 0; half < 2; ++half)
-      mma_bf16(s[half], a, word(f.k[half][step / 2], (2 * step) % 4), word(f.k[half][step / 2], (2 * step) % 4 + 1));
+      mma_bf16(s[half], a, word_of(f.k[half][step / 2], (2 * step) % 4), word_of(f.k[half][step / 2], (2 * step) % 4 + 1));
   }
   // Row g's scores of keys 8·half + 2c, + 1 (accumulator elements 0, 1; 2, 3 are the zero rows).
   float x[2][2];
@@ -112,8 +110,8 @@ __device__ __forceinline__ void attend_block(WarpSoftmax& w, const BlockFragment
 #pragma unroll
   for (int mt = 0; mt < 8; ++mt) {
     w.o[mt][0] *= corr_even, w.o[mt][1] *= corr_odd, w.o[mt][2] *= corr_even, w.o[mt][3] *= corr_odd;
-    const uint32_t v0 = word(f.v[0][mt / 4], mt % 4), v1 = word(f.v[1][mt / 4], mt % 4);
-    const uint32_t v2 = word(f.v[2][mt / 4], mt % 4), v3 = word(f.v[3][mt / 4], mt % 4);
+    const uint32_t v0 = word_of(f.v[0][mt / 4], mt % 4), v1 = word_of(f.v[1][mt / 4], mt % 4);
+    const uint32_t v2 = word_of(f.v[2][mt / 4], mt % 4), v3 = word_of(f.v[3][mt / 4], mt % 4);
     const uint32_t a[4] = {__byte_perm(v0, v1, 0x5410u), __byte_perm(v0, v1, 0x7632u), __byte_perm(v2, v3, 0x5410u),
                            __byte_perm(v2, v3, 0x7632u)};
     mma_bf16(w.o[mt], a, b0, b1);
@@ -202,6 +200,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   }
   __syncthreads();
   const int d = threadIdx.x;  // 128 threads: one output column each
+  const int64_t out_column = (int64_t(t) * b.n_heads + int64_t(kv_head) * group) * D + d;  // of the group's head 0
   for (int h = 0; h < group; ++h) {
     float m = -FLT_MAX;
 #pragma unroll
@@ -213,7 +212,7 @@ __global__ void __launch_bounds__(WARPS * 32)
       l += sm.l[i][h] * weight, o += sm.o[i][h][d] * weight;
     }
     if (active == 1) {
-      store_output(b, out, (int64_t(t) * b.n_heads + int64_t(kv_head) * group + h) * D + d, o / l);
+      store_output(b, out, out_column + h * D, o / l);
     } else {
       if (d == 0) sm.result_m[h] = m, sm.result_l[h] = l;
       sm.result_o[h][d] = o;
@@ -240,7 +239,7 @@ __global__ void __launch_bounds__(WARPS * 32)
         const float weight = exp2f(m_r[r] - m);
         l += results[r]->result_l[h] * weight, o += results[r]->result_o[h][d] * weight;
       }
-      store_output(b, out, (int64_t(t) * b.n_heads + int64_t(kv_head) * group + h) * D + d, o / l);
+      store_output(b, out, out_column + h * D, o / l);
     }
   }
   cluster.sync();

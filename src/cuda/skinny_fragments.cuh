@@ -52,8 +52,6 @@ struct WeightFragments {
   }
 };
 
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; }
-
 // acc[mt · NT + n] += Ŵ(rows g, g+8 of m-tile mt) · x(column g of n-tile n) over the warp's k-blocks;
 // x_rows[n] is the lane's token row (null: a zero column); each x fragment feeds all MT m-tiles. With
 // one n-tile and one m-tile every x load is issued before the first mma (one L2 round trip, not one
