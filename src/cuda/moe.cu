@@ -1,4 +1,4 @@
-// The MoE block: router → group_by_expert → gate_up(+SwiGLU) → down → combine. FUSED runs the
+// The MoE block: router (+ token → expert grouping) → gate_up(+SwiGLU) → down → combine. FUSED runs the
 // grouped NVFP4 GEMMs (moe_gemm.cu) and SKINNY the register-fed ones for few tokens
 // (skinny_gemm.cu), both with no host round trip (small batches route and group in one launch);
 // DEQUANT_CUBLAS dequantizes the active experts to BF16 and calls cublasGemmGroupedBatchedEx (a
@@ -32,18 +32,18 @@ constexpr int COMBINE_MAX_CHUNKS = 4;  // hidden ≤ THREADS · 8 · 4 with the 
 
 // x̂ of the fused norm's BF16 output (kept: this thread's 8 consecutive values per chunk; a 16-value
 // block is a pair of threads), as quantize_dequantize_activation_bf16 computes it.
-__device__ void quantize_output(const float (&kept)[COMBINE_MAX_CHUNKS][8], int hidden, int t, const NormActQuant& q,
-                                float* partial) {
+template <int CHUNKS>
+__device__ void quantize_output(const float (&kept)[CHUNKS][8], int hidden, int t, const NormActQuant& q, float* partial) {
   float thread_amax = 0.0f;
   if (q.input_scale == 0.0f)
 #pragma unroll
-    for (int c = 0; c < COMBINE_MAX_CHUNKS; ++c)
+    for (int c = 0; c < CHUNKS; ++c)
       if ((c * THREADS + int(threadIdx.x)) * 8 < hidden)
 #pragma unroll
         for (int i = 0; i < 8; ++i) thread_amax = fmaxf(thread_amax, fabsf(kept[c][i]));
   const float global = cta_row_global(q.input_scale, thread_amax, partial, q.row_scales + t);
 #pragma unroll
-  for (int c = 0; c < COMBINE_MAX_CHUNKS; ++c) {
+  for (int c = 0; c < CHUNKS; ++c) {
     if (c * THREADS * 8 >= hidden) break;  // uniform over the block: the shuffles stay converged
     const int h = (c * THREADS + threadIdx.x) * 8;
     const bool in = h < hidden;
@@ -64,8 +64,9 @@ __device__ void quantize_output(const float (&kept)[COMBINE_MAX_CHUNKS][8], int 
 // order from 0 as ref::moe does. y is BF16. One CTA per token; the k (row, weight) pairs are read once
 // into shared memory, then each thread sums 8 consecutive h with 16-byte loads. With NORM the sum
 // is not stored: residual += it, then norm.out = BF16(rmsnorm(residual) · weight) (add_rmsnorm's
-// math, fused so the next layer's norm is not a launch of its own).
-template <bool NORM>
+// math, fused so the next layer's norm is not a launch of its own); a thread keeps its CHUNKS · 8
+// values for that (sized to the row: registers for unused chunks would cost CTAs an SM).
+template <bool NORM, int CHUNKS = 1>
 __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_rows,
                                const float* __restrict__ weights, const float* __restrict__ row_scales, int top_k,
                                int hidden, const float* __restrict__ add, float* __restrict__ out, ResidualNorm norm) {
@@ -81,10 +82,10 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
     scale[threadIdx.x] = row_scales ? weights[pair] * row_scales[pair_rows[pair]] : weights[pair];
   }
   __syncthreads();
-  float kept[NORM ? COMBINE_MAX_CHUNKS : 1][8];
+  float kept[NORM ? CHUNKS : 1][8];
   float sum_sq = 0.0f;
 #pragma unroll
-  for (int c = 0; c < (NORM ? COMBINE_MAX_CHUNKS : 1 << 20); ++c) {
+  for (int c = 0; c < (NORM ? CHUNKS : 1 << 20); ++c) {
     const int h = (c * THREADS + threadIdx.x) * 8;
     if (h >= hidden) break;
     float acc[8] = {};
@@ -127,7 +128,7 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
     // (Its threads own strided single values; here 8 consecutive ones, so the fp32 sum may differ in the
     // last bits from a separate add_rmsnorm — both are sums of the same squares.)
 #pragma unroll
-    for (int c = 0; c < COMBINE_MAX_CHUNKS; ++c) {
+    for (int c = 0; c < CHUNKS; ++c) {
       if ((c * THREADS + int(threadIdx.x)) * 8 >= hidden) break;
 #pragma unroll
       for (int i = 0; i < 8; ++i) sum_sq += kept[c][i] * kept[c][i];
@@ -139,7 +140,7 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
     for (int w = 0; w < THREADS / 32; ++w) total += partial[w];
     const float inv = 1.0f / sqrtf(total / float(hidden) + norm.eps);
 #pragma unroll
-    for (int c = 0; c < COMBINE_MAX_CHUNKS; ++c) {
+    for (int c = 0; c < CHUNKS; ++c) {
       const int h = (c * THREADS + threadIdx.x) * 8;
       if (h >= hidden) break;
       uint32_t packed[4];
@@ -400,6 +401,11 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.pair_rows, P));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.tiles, size_t(max_expert_tiles(int64_t(P), w.experts, SKINNY_MIN_TILE_ROWS))));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->route_counter, 1));
+  const size_t grouping_ints = size_t(grouping_workspace_ints(max_tokens, w.experts));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->grouping.counts, grouping_ints / 2));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->grouping.bases, grouping_ints / 2));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->grouping.counter, 1));
+  NIB_RETURN_IF_ERROR(cuda_status(cudaMemset(ws->grouping.counter, 0, sizeof(int)), "MoeWorkspace: grouping counter"));
   if (w.router_f32) NIB_RETURN_IF_ERROR(ws->alloc(ws->x_f32, T * H));
   NIB_RETURN_IF_ERROR(cuda_status(cudaMemset(ws->route_counter, 0, sizeof(int)), "MoeWorkspace: route counter"));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->x_hat, T * H));
@@ -445,10 +451,8 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
     for (int i = 0; i < op_repeats("router"); ++i)
       NIB_RETURN_IF_ERROR(route_and_group_small(router, tile_rows, ws.groups, ws.route_counter, stream));
   } else {
-    for (int i = 0; i < op_repeats("router"); ++i) {
-      NIB_RETURN_IF_ERROR(route(router, cublas, stream));
-      NIB_RETURN_IF_ERROR(group_by_expert(ws.expert_ids, tokens, w.top_k, w.experts, tile_rows, ws.groups, stream));
-    }
+    const RouteGrouping grouping{tile_rows, ws.groups, ws.grouping};
+    for (int i = 0; i < op_repeats("router"); ++i) NIB_RETURN_IF_ERROR(route(router, cublas, stream, &grouping));
   }
   const uint16_t* gate_up_in = x;
   const float* token_scales = nullptr;
@@ -465,8 +469,13 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   // The fused down GEMM applied the W4A4 row scales; cuBLAS (alpha per expert only) leaves them to the combine.
   const float* down_row_scales = cublas_backend && is_w4a4(mode) ? ws.act_row_scales : nullptr;
   const ResidualNorm fused = norm ? *norm : ResidualNorm{};
+  const int64_t chunks = (w.hidden + THREADS * 8 - 1) / (THREADS * 8);
+  const auto combine = !norm        ? combine_kernel<false>
+                       : chunks == 1 ? combine_kernel<true, 1>
+                       : chunks == 2 ? combine_kernel<true, 2>
+                                     : combine_kernel<true, COMBINE_MAX_CHUNKS>;
   for (int i = 0; i < op_repeats("combine"); ++i)
-    NIB_RETURN_IF_ERROR(cuda_status(launch_pdl(norm ? combine_kernel<true> : combine_kernel<false>, unsigned(tokens), THREADS,
+    NIB_RETURN_IF_ERROR(cuda_status(launch_pdl(combine, unsigned(tokens), THREADS,
                                                0, stream, static_cast<const uint16_t*>(ws.y), ws.groups.pair_rows,
                                                ws.route_weights, down_row_scales, int(w.top_k), int(w.hidden), add, out,
                                                fused),

@@ -1,6 +1,6 @@
-// Device routines shared by the routing kernels: the per-token softmax + top-k of one warp and the
-// block-wide token → expert grouping (counts, offsets, sorted rows, tile list). Used by the
-// separate router/grouping kernels and by the one-launch decode router.
+// Device routines shared by the routing kernels: the per-token softmax + top-k of one warp, the
+// one-block token → expert grouping (counts, offsets, sorted rows, tile list) of the one-launch
+// decode router, and the multi-CTA grouping's scan and placement (route_topk + place_pairs).
 #pragma once
 
 #include <cfloat>
@@ -143,6 +143,73 @@ __device__ void group_rows(const int32_t* expert_ids, int pairs, int experts, in
     out.sorted_pairs[row] = i;
     out.pair_rows[i] = row;
   }
+}
+
+
+// The multi-CTA grouping (route_topk with a RouteGrouping, then place_pairs): CTA c of the top-k
+// launch owns tokens [GROUP_TOKENS·c, +GROUP_TOKENS) — a warp each — and their pairs, counts them
+// per expert into counts[e · ctas + c]; the last CTA to finish scans the counts (bases[e · ctas + c]:
+// expert e's rows of CTAs before c) and writes the offsets and the tile list; each CTA's pairs then
+// take the rows base + their rank among the CTA's earlier pairs of the same expert. The rows of one
+// expert are so in pair order, whatever the timing.
+inline constexpr int GROUP_TOKENS = 16;
+inline constexpr int GROUP_THREADS = 32 * GROUP_TOKENS;
+
+// The last CTA: per-expert exclusive scans over the CTAs (a warp per expert), then the block-wide
+// scans of the experts' totals and tile counts (group_rows' outputs but sorted_pairs/pair_rows).
+// totals: shared [experts].
+template <int THREADS>
+__device__ void scan_expert_counts(const int32_t* __restrict__ counts, int32_t* __restrict__ bases, int ctas, int experts,
+                                   int tile_rows, const ExpertGroups& out, int* totals, int* warp_sums) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int e = warp; e < experts; e += THREADS / 32) {
+    int carry = 0;
+    for (int c0 = 0; c0 < ctas; c0 += 32) {
+      const int c = c0 + lane;
+      const int v = c < ctas ? __ldcg(counts + size_t(e) * ctas + c) : 0;
+      int inclusive = v;
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const int up = __shfl_up_sync(0xFFFFFFFFu, inclusive, offset);
+        if (lane >= offset) inclusive += up;
+      }
+      if (c < ctas) bases[size_t(e) * ctas + c] = carry + inclusive - v;
+      carry += __shfl_sync(0xFFFFFFFFu, inclusive, 31);
+    }
+    if (lane == 0) totals[e] = carry;
+  }
+  __syncthreads();
+  const int tid = threadIdx.x;
+  const int mine = tid < experts ? totals[tid] : 0;
+  const int my_tiles = (mine + tile_rows - 1) / tile_rows;
+  int total_rows, total_tiles;
+  const int row_offset = block_exclusive_scan<THREADS>(mine, warp_sums, &total_rows);
+  const int tile_offset = block_exclusive_scan<THREADS>(my_tiles, warp_sums, &total_tiles);
+  if (tid < experts) {
+    out.expert_offsets[tid] = row_offset;
+    out.tile_offsets[tid] = tile_offset;
+    for (int j = 0; j < my_tiles; ++j)
+      out.tiles[tile_offset + j] = make_int4(tid, row_offset + j * tile_rows, min(tile_rows, mine - j * tile_rows), 0);
+  }
+  if (tid == 0) {
+    out.expert_offsets[experts] = total_rows;
+    out.tile_offsets[experts] = total_tiles;
+  }
+}
+
+// CTA `cta`'s pairs [first, first + n) (n ≤ blockDim.x) to their rows, after the scan. ids: shared
+// [blockDim.x]. Reads expert_offsets and bases through L2 (this CTA may have just written them).
+__device__ __forceinline__ void place_cta_pairs(const int32_t* expert_ids, int first, int n, int cta, int ctas,
+                                                const int32_t* bases, const ExpertGroups& out, int* ids) {
+  const int i = threadIdx.x;
+  const int e = i < n ? expert_ids[first + i] : -1;
+  ids[i] = e;
+  __syncthreads();
+  if (i >= n) return;
+  int rank = 0;
+  for (int j = 0; j < i; ++j) rank += ids[j] == e;
+  const int row = __ldcg(out.expert_offsets + e) + __ldcg(bases + size_t(e) * ctas + cta) + rank;
+  out.sorted_pairs[row] = first + i;
+  out.pair_rows[first + i] = row;
 }
 
 }  // namespace nibble::cuda

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "cuda/async_copy.cuh"
 #include "cuda/check.cuh"
@@ -53,8 +54,7 @@ struct Layout {
   static constexpr int CODE_OFFSET = STAGES * ACT_STAGE;
   static constexpr int SCALE_OFFSET = CODE_OFFSET + STAGES * CODE_STAGE;
   static constexpr int BARRIER_OFFSET = SCALE_OFFSET + STAGES * SCALE_STAGE;
-  static constexpr int ROWS_OFFSET = BARRIER_OFFSET + 2 * STAGES * 8;
-  static constexpr int ROW_SCALES_OFFSET = ROWS_OFFSET + N * int(sizeof(int));
+  static constexpr int ROW_SCALES_OFFSET = BARRIER_OFFSET + 2 * STAGES * 8;
   static constexpr int BYTES = ROW_SCALES_OFFSET + N * int(sizeof(float)) + 1024;  // + alignment slack
   static_assert(BYTES * CTAS <= 227 * 1024, "Hopper's shared memory per SM");
 };
@@ -72,9 +72,26 @@ struct Params {
   const int32_t* tile_offsets;  // the MoE tile list; null for a dense GEMM of m rows
   const int4* tiles;
   int experts, m;
+  int slices;  // CTAs' weight-row slices per row tile (BM rows, gated BM / 2 features)
   void* out;
   bool out_fp32;
 };
+
+// One work item's row tile: the expert, its first sorted row (or dense token row) and its rows.
+struct RowTile {
+  int expert, row0, rows;
+};
+__device__ __forceinline__ int row_tiles(const Params& p, int n) {
+  return p.tiles ? p.tile_offsets[p.experts] : (p.m + n - 1) / n;
+}
+__device__ __forceinline__ RowTile row_tile(const Params& p, int tile, int n) {
+  if (!p.tiles) return {0, tile * n, min(n, p.m - tile * n)};
+  const int4 t = p.tiles[tile];
+  return {t.x, t.y, t.z};
+}
+__device__ __forceinline__ int source_row(const Params& p, int sorted_row) {
+  return p.sorted_pairs ? p.sorted_pairs[sorted_row] / p.top_k : sorted_row;
+}
 
 // A local weight row's projection (0: gate, or the only one; 1: up) and its weight row in it. A
 // consumer thread owns local rows 64g + 16w + i and that + 8 (warpgroup g, warp w, i = lane / 4: its
@@ -85,9 +102,9 @@ __device__ __forceinline__ int projection(int local) {
   return GATED ? (local / 8) % 2 : 0;
 }
 template <bool GATED>
-__device__ __forceinline__ int weight_row(int local) {
-  if constexpr (GATED) return blockIdx.x * (BM / 2) + 32 * (local / 64) + 8 * ((local % 64) / 16) + local % 8;
-  else return blockIdx.x * BM + local;
+__device__ __forceinline__ int weight_row(int slice, int local) {
+  if constexpr (GATED) return slice * (BM / 2) + 32 * (local / 64) + 8 * ((local % 64) / 16) + local % 8;
+  else return slice * BM + local;
 }
 
 // Pair q of each word of a 16-byte chunk (k 32·half … +31 of a row), in word order, as BF16 pairs: the
@@ -100,6 +117,11 @@ __device__ __forceinline__ void decode_lane_pairs(uint4 chunk, int magnitude_rot
   for (int i = 0; i < 4; ++i) pair[i] = decode_code_pair(words[i], magnitude_rotation, sign_rotation);
 }
 
+// Work items are (row tile, weight slice) pairs, slice fastest (a row tile's activations stay in
+// L2 for its slices); CTA b takes items b, b + gridDim.x, … A grid of one CTA per item runs each
+// once; a persistent grid (a CTA slot per SM) walks several, the producers filling the ring with the
+// next item's stages while the consumers finish the last one's MMAs and store its outputs. The ring
+// (slot, phase) runs on across items.
 template <bool GATED, int N, int CTAS = CTAS_PER_SM<N>>
 __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kernel(const Params p) {
   using L = Layout<N>;
@@ -108,24 +130,14 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
   // 1024-byte aligned for the swizzle by an offset from the __shared__ array (rounding the generic
   // address loses the state space: every shared access becomes a generic one).
   uint8_t* smem = smem_raw + ((1024u - (smem_address(smem_raw) & 1023u)) & 1023u);
-  int expert = 0, row0 = blockIdx.y * N, rows = min(N, p.m - row0);
-  if (p.tiles) {
-    if (int(blockIdx.y) >= p.tile_offsets[p.experts]) return;
-    const int4 tile = p.tiles[blockIdx.y];
-    expert = tile.x, row0 = tile.y, rows = tile.z;
-  }
+  const int items = p.slices * row_tiles(p, N);
+  if (int(blockIdx.x) >= items) return;
   const int tid = threadIdx.x;
-  int* src_rows = reinterpret_cast<int*>(smem + L::ROWS_OFFSET);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::BARRIER_OFFSET);  // [STAGES]: the stage's copies landed
   uint64_t* empty = full + STAGES;                                         // [STAGES]: the stage was consumed
-  // The tile's W4A4 row scales too, read here once: loaded in the epilogue, one per accumulator
-  // column, they cost the W4A4 GEMMs 12–16% (H200, MoE T = 2,048: down 262 → 305 µs).
+  // The tile's W4A4 row scales, staged for the epilogue: loaded there, one per accumulator column,
+  // they cost the W4A4 GEMMs 12–16% (H200, MoE T = 2,048: down 262 → 305 µs).
   float* row_scales = reinterpret_cast<float*>(smem + L::ROW_SCALES_OFFSET);
-  if (tid < N) {
-    const int src = tid < rows ? (p.sorted_pairs ? p.sorted_pairs[row0 + tid] / p.top_k : row0 + tid) : -1;
-    src_rows[tid] = src;
-    row_scales[tid] = p.row_scales && src >= 0 ? p.row_scales[src] : 1.0f;
-  }
   if (tid < STAGES) {
     barrier_init(&full[tid], PRODUCERS);        // each producer thread's copies
     barrier_init(&empty[tid], CONSUMERS / 32);  // lane 0 of each consumer warp
@@ -139,36 +151,44 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     // Registers go to the consumers (N = 256 holds 128 accumulators and 16 fragment registers).
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS<CTAS>) : "memory");
     const int lane = tid - CONSUMERS;
-    const int which = projection<GATED>(lane), row = weight_row<GATED>(lane);
-    const bool valid = row < p.n;
-    const size_t row_index = size_t(expert) * p.n + (valid ? row : 0);
-    const uint8_t* code_src = p.codes[which] + row_index * (p.k / 2);
-    const uint8_t* scale_src = p.scales[which] + row_index * (p.k / 16);
-    // Activation chunk (lane % 8) of rows t_i = lane / 8 + 16·i: their source offsets, found once (the
-    // rows do not change with k; looking them up per step made the producers the bottleneck), and
-    // their swizzled place, which is the same chunk for every i as t_i % 8 = (lane / 8) % 8.
-    constexpr int CHUNKS = N * 8 / PRODUCERS;
-    uint32_t act_offset[CHUNKS], act_valid = 0;
+    const int which = projection<GATED>(lane);
+    int slot = 0;
+    uint32_t phase = 0;
+    for (int item = blockIdx.x, fills = 0; item < items; item += gridDim.x) {
+      const RowTile tile = row_tile(p, item / p.slices, N);
+      const int row = weight_row<GATED>(item % p.slices, lane);
+      const bool valid = row < p.n;
+      const size_t row_index = size_t(tile.expert) * p.n + (valid ? row : 0);
+      const uint8_t* code_src = p.codes[which] + row_index * (p.k / 2);
+      const uint8_t* scale_src = p.scales[which] + row_index * (p.k / 16);
+      // Activation chunk (lane % 8) of rows t_i = lane / 8 + 16·i: their source offsets, found once
+      // per item (looking them up per step made the producers the bottleneck), and their swizzled
+      // place, which is the same chunk for every i as t_i % 8 = (lane / 8) % 8.
+      constexpr int CHUNKS = N * 8 / PRODUCERS;
+      uint32_t act_offset[CHUNKS], act_valid = 0;
 #pragma unroll
-    for (int i = 0; i < CHUNKS; ++i) {
-      const int src = src_rows[lane / 8 + 16 * i];
-      act_offset[i] = src >= 0 ? uint32_t(src) * uint32_t(p.k) + (lane % 8) * 8 : 0u;
-      act_valid |= src >= 0 ? 1u << i : 0u;
-    }
-    const int act_place = wgmma::swizzled_offset(lane / 8, lane % 8);
-    for (int kt = 0; kt < k_tiles; ++kt) {
-      const int slot = kt % STAGES;
-      if (kt >= STAGES) barrier_wait(&empty[slot], (kt / STAGES - 1) & 1);
-      uint8_t* codes = smem + L::CODE_OFFSET + slot * L::CODE_STAGE;
-      cp_async<16>(codes + lane * 16, code_src + kt * (BK / 2), valid ? 16 : 0);
-      cp_async<16>(codes + (BM + lane) * 16, code_src + kt * (BK / 2) + 16, valid ? 16 : 0);
-      cp_async<4>(smem + L::SCALE_OFFSET + slot * L::SCALE_STAGE + lane * 4, scale_src + kt * (BK / 16), valid ? 4 : 0);
-      uint8_t* a = smem + L::ACT_OFFSET + slot * L::ACT_STAGE + act_place;
-      const uint16_t* act = p.act + kt * BK;
+      for (int i = 0; i < CHUNKS; ++i) {
+        const int t = lane / 8 + 16 * i;
+        const int src = t < tile.rows ? source_row(p, tile.row0 + t) : -1;
+        act_offset[i] = src >= 0 ? uint32_t(src) * uint32_t(p.k) + (lane % 8) * 8 : 0u;
+        act_valid |= src >= 0 ? 1u << i : 0u;
+      }
+      const int act_place = wgmma::swizzled_offset(lane / 8, lane % 8);
+      for (int kt = 0; kt < k_tiles; ++kt, ++fills) {
+        // Fill `fills` reuses the slot of fill − STAGES: wait for that one's consumption.
+        if (fills >= STAGES) barrier_wait(&empty[slot], phase ^ 1);
+        uint8_t* codes = smem + L::CODE_OFFSET + slot * L::CODE_STAGE;
+        cp_async<16>(codes + lane * 16, code_src + kt * (BK / 2), valid ? 16 : 0);
+        cp_async<16>(codes + (BM + lane) * 16, code_src + kt * (BK / 2) + 16, valid ? 16 : 0);
+        cp_async<4>(smem + L::SCALE_OFFSET + slot * L::SCALE_STAGE + lane * 4, scale_src + kt * (BK / 16), valid ? 4 : 0);
+        uint8_t* a = smem + L::ACT_OFFSET + slot * L::ACT_STAGE + act_place;
+        const uint16_t* act = p.act + kt * BK;
 #pragma unroll
-      for (int i = 0; i < CHUNKS; ++i)
-        cp_async<16>(a + i * 16 * 128, act + act_offset[i], (act_valid >> i) & 1 ? 16 : 0);
-      barrier_arrive_on_copies(&full[slot]);
+        for (int i = 0; i < CHUNKS; ++i)
+          cp_async<16>(a + i * 16 * 128, act + act_offset[i], (act_valid >> i) & 1 ? 16 : 0);
+        barrier_arrive_on_copies(&full[slot]);
+        if (++slot == STAGES) slot = 0, phase ^= 1;
+      }
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // the copies were never committed to a group
     return;
@@ -178,101 +198,132 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
   const int lane = tid & 31, warp = (tid / 32) % 4, q = lane % 4;
   const int local0 = 64 * warpgroup + 16 * warp + lane / 4, local1 = local0 + 8;
   const int magnitude_rotation = pair_magnitude_rotation(q), sign_rotation = pair_sign_rotation(q);
-  float acc[N / 2];
-#pragma unroll
-  for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
-  uint32_t frag[2][2][4];  // [half of the k-step][k16 block in it][A register]
-
   // The activation tile's descriptors: that of stage 0's first k16 block, plus 16-byte units.
   const uint64_t act_descriptor = wgmma::descriptor(smem + L::ACT_OFFSET);
-  int slot = 0, prev_slot = 0;
+  int slot = 0;
   uint32_t phase = 0;
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    barrier_wait(&full[slot], phase);
-    // The activation tile landed through cp.async (the generic proxy); wgmma reads it through the
-    // async proxy. (Fencing on the producer side instead, after cp.async.wait_group, made the 1-CTA
-    // tiles 3-8% slower on the H200: the fence waits for all of that thread's copies in flight.)
-    wgmma::fence_shared_for_async();
-    const uint8_t* codes = smem + L::CODE_OFFSET + slot * L::CODE_STAGE;
-    const uint8_t* scales = smem + L::SCALE_OFFSET + slot * L::SCALE_STAGE;
-    const uint32_t scale_word0 = *reinterpret_cast<const uint32_t*>(scales + local0 * 4);
-    const uint32_t scale_word1 = *reinterpret_cast<const uint32_t*>(scales + local1 * 4);
-    const uint64_t stage_descriptor = act_descriptor + uint32_t(slot * (L::ACT_STAGE / 16));
+  RowTile next = row_tile(p, blockIdx.x / p.slices, N);
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    const RowTile tile = next;
+    const int slice = item % p.slices;
+    if (item + int(gridDim.x) < items) next = row_tile(p, (item + gridDim.x) / p.slices, N);  // in flight meanwhile
+    // This thread's row's W4A4 scale (row tid), loaded now, staged after the MMAs.
+    const float my_row_scale =
+        p.row_scales && tid < tile.rows ? p.row_scales[source_row(p, tile.row0 + tid)] : 1.0f;
+    float acc[N / 2];
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      // Chunk `half` is k 32·half … +31; its pairs give k16 blocks 2·half and 2·half + 1.
-      uint32_t pair0[4], pair1[4];
-      decode_lane_pairs(*reinterpret_cast<const uint4*>(codes + (half * BM + local0) * 16), magnitude_rotation,
-                        sign_rotation, pair0);
-      decode_lane_pairs(*reinterpret_cast<const uint4*>(codes + (half * BM + local1) * 16), magnitude_rotation,
-                        sign_rotation, pair1);
+    for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
+    uint32_t frag[2][2][4];  // [half of the k-step][k16 block in it][A register]
+    int prev_slot = 0;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      barrier_wait(&full[slot], phase);
+      // The activation tile landed through cp.async (the generic proxy); wgmma reads it through the
+      // async proxy. (Fencing on the producer side instead, after cp.async.wait_group, made the 1-CTA
+      // tiles 3-8% slower on the H200: the fence waits for all of that thread's copies in flight.)
+      wgmma::fence_shared_for_async();
+      const uint8_t* codes = smem + L::CODE_OFFSET + slot * L::CODE_STAGE;
+      const uint8_t* scales = smem + L::SCALE_OFFSET + slot * L::SCALE_STAGE;
+      const uint32_t scale_word0 = *reinterpret_cast<const uint32_t*>(scales + local0 * 4);
+      const uint32_t scale_word1 = *reinterpret_cast<const uint32_t*>(scales + local1 * 4);
+      const uint64_t stage_descriptor = act_descriptor + uint32_t(slot * (L::ACT_STAGE / 16));
 #pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        const int block = 2 * half + b;  // the 16-wide scale block too
-        const uint32_t scale0 = block_scale_bf16x2(scale_word0, block);
-        const uint32_t scale1 = block_scale_bf16x2(scale_word1, block);
-        frag[half][b][0] = bf16x2_mul(pair0[2 * b], scale0);
-        frag[half][b][1] = bf16x2_mul(pair1[2 * b], scale1);
-        frag[half][b][2] = bf16x2_mul(pair0[2 * b + 1], scale0);
-        frag[half][b][3] = bf16x2_mul(pair1[2 * b + 1], scale1);
+      for (int half = 0; half < 2; ++half) {
+        // Chunk `half` is k 32·half … +31; its pairs give k16 blocks 2·half and 2·half + 1.
+        uint32_t pair0[4], pair1[4];
+        decode_lane_pairs(*reinterpret_cast<const uint4*>(codes + (half * BM + local0) * 16), magnitude_rotation,
+                          sign_rotation, pair0);
+        decode_lane_pairs(*reinterpret_cast<const uint4*>(codes + (half * BM + local1) * 16), magnitude_rotation,
+                          sign_rotation, pair1);
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          const int block = 2 * half + b;  // the 16-wide scale block too
+          const uint32_t scale0 = block_scale_bf16x2(scale_word0, block);
+          const uint32_t scale1 = block_scale_bf16x2(scale_word1, block);
+          frag[half][b][0] = bf16x2_mul(pair0[2 * b], scale0);
+          frag[half][b][1] = bf16x2_mul(pair1[2 * b], scale1);
+          frag[half][b][2] = bf16x2_mul(pair0[2 * b + 1], scale0);
+          frag[half][b][3] = bf16x2_mul(pair1[2 * b + 1], scale1);
+        }
+        wgmma::fence();
+#pragma unroll
+        for (int b = 0; b < 2; ++b) wgmma::mma_rs<N>(acc, frag[half][b], stage_descriptor + (2 * half + b) * 2);
+        wgmma::commit();
+        // The group before this one is done: its fragments may be rewritten, and after the first half
+        // the previous stage has no reader left.
+        wgmma::wait<1>();
+        if (half == 0 && kt > 0 && lane == 0) barrier_arrive(&empty[prev_slot]);
       }
-      wgmma::fence();
-#pragma unroll
-      for (int b = 0; b < 2; ++b) wgmma::mma_rs<N>(acc, frag[half][b], stage_descriptor + (2 * half + b) * 2);
-      wgmma::commit();
-      // The group before this one is done: its fragments may be rewritten, and after the first half
-      // the previous stage has no reader left.
-      wgmma::wait<1>();
-      if (half == 0 && kt > 0 && lane == 0) barrier_arrive(&empty[prev_slot]);
+      prev_slot = slot;
+      if (++slot == STAGES) slot = 0, phase ^= 1;
     }
-    prev_slot = slot;
-    if (++slot == STAGES) slot = 0, phase ^= 1;
-  }
-  wgmma::wait<0>();
+    wgmma::wait<0>();
+    if (lane == 0) barrier_arrive(&empty[prev_slot]);  // the item's last stage: free for the next item's fills
+    if (p.row_scales) {
+      // Every consumer is past the last item's epilogue before the staged scales are replaced.
+      asm volatile("bar.sync 1, %0;\n" ::"n"(CONSUMERS) : "memory");
+      if (tid < N) row_scales[tid] = my_row_scale;
+      asm volatile("bar.sync 1, %0;\n" ::"n"(CONSUMERS) : "memory");
+    }
 
-  // Epilogue: acc[4j + c] is weight row local0 (c < 2) or local1, token column 8j + 2q + c % 2.
-  // The decoded weights are × 2⁻⁸ (nvfp4_layout.h): the factor restores them, exactly.
-  const float scale0 = (p.global_scales[0] ? p.global_scales[0][expert] : p.scale) * WEIGHT_DECODE_EPILOGUE;
-  const float scale1 = GATED ? p.global_scales[1][expert] * WEIGHT_DECODE_EPILOGUE : 0.0f;
-  const int f0 = weight_row<GATED>(local0), f1 = weight_row<GATED>(local1);
-  auto store = [&](size_t index, float v) {
-    if (p.out_fp32) static_cast<float*>(p.out)[index] = v;
-    else static_cast<__nv_bfloat16*>(p.out)[index] = __float2bfloat16_rn(v);
-  };
+    // Epilogue: acc[4j + c] is weight row local0 (c < 2) or local1, token column 8j + 2q + c % 2.
+    // The decoded weights are × 2⁻⁸ (nvfp4_layout.h): the factor restores them, exactly.
+    const float scale0 = (p.global_scales[0] ? p.global_scales[0][tile.expert] : p.scale) * WEIGHT_DECODE_EPILOGUE;
+    const float scale1 = GATED ? p.global_scales[1][tile.expert] * WEIGHT_DECODE_EPILOGUE : 0.0f;
+    const int f0 = weight_row<GATED>(slice, local0), f1 = weight_row<GATED>(slice, local1);
+    auto store = [&](size_t index, float v) {
+      if (p.out_fp32) static_cast<float*>(p.out)[index] = v;
+      else static_cast<__nv_bfloat16*>(p.out)[index] = __float2bfloat16_rn(v);
+    };
 #pragma unroll
-  for (int j = 0; j < N / 8; ++j)
+    for (int j = 0; j < N / 8; ++j)
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int t = 8 * j + 2 * q + c;
-      if (t >= rows) continue;
-      const float row_scale = row_scales[t];
-      const size_t out_row = size_t(row0 + t) * p.n;
-      if constexpr (GATED) {
-        const float gate = acc[4 * j + c] * scale0 * row_scale, up = acc[4 * j + 2 + c] * scale1 * row_scale;
-        if (f0 < p.n) store(out_row + f0, gate / (1.0f + expf(-gate)) * up);  // silu(gate) · up, as ref::silu_mul
-      } else {
-        if (f0 < p.n) store(out_row + f0, acc[4 * j + c] * scale0 * row_scale);
-        if (f1 < p.n) store(out_row + f1, acc[4 * j + 2 + c] * scale0 * row_scale);
+      for (int c = 0; c < 2; ++c) {
+        const int t = 8 * j + 2 * q + c;
+        if (t >= tile.rows) continue;
+        const float row_scale = p.row_scales ? row_scales[t] : 1.0f;
+        const size_t out_row = size_t(tile.row0 + t) * p.n;
+        if constexpr (GATED) {
+          const float gate = acc[4 * j + c] * scale0 * row_scale, up = acc[4 * j + 2 + c] * scale1 * row_scale;
+          if (f0 < p.n) store(out_row + f0, gate / (1.0f + expf(-gate)) * up);  // silu(gate) · up, as ref::silu_mul
+        } else {
+          if (f0 < p.n) store(out_row + f0, acc[4 * j + c] * scale0 * row_scale);
+          if (f1 < p.n) store(out_row + f1, acc[4 * j + 2 + c] * scale0 * row_scale);
+        }
       }
-    }
+  }
+}
+
+// NIBBLE_WGMMA_PERSISTENT=1: a persistent grid (CTAS_PER_SM CTAs an SM walking the items) instead of
+// a CTA per item — an experiment switch until measured.
+bool persistent_grid() {
+  static const bool on = std::getenv("NIBBLE_WGMMA_PERSISTENT") && std::string(std::getenv("NIBBLE_WGMMA_PERSISTENT")) == "1";
+  return on;
 }
 
 template <bool GATED, int N>
-Status launch_n(const Params& p, int64_t row_tiles, cudaStream_t stream) {
+Status launch_n(Params p, int64_t row_tiles, cudaStream_t stream) {
   auto kernel = nvfp4_wgmma_kernel<GATED, N>;
   constexpr int bytes = Layout<N>::BYTES;
   // Set once per instantiation and process, not per launch.
   static const cudaError_t limit = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   NIB_RETURN_IF_ERROR(cuda_status(limit, "wgmma gemm: shared memory"));
   const int rows_per_cta = GATED ? BM / 2 : BM;
-  const dim3 grid(unsigned((p.n + rows_per_cta - 1) / rows_per_cta), unsigned(row_tiles));
-  kernel<<<grid, CONSUMERS + PRODUCERS, bytes, stream>>>(p);
+  p.slices = (p.n + rows_per_cta - 1) / rows_per_cta;
+  const int64_t items = int64_t{p.slices} * row_tiles;  // the host's bound: the device knows the tile count
+  if (items > INT32_MAX) return Status::error("wgmma gemm: more than 2^31 work items");
+  int64_t grid = items;
+  if (persistent_grid()) {
+    int device = 0, sms = 0;
+    NIB_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "wgmma gemm: device"));
+    NIB_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "wgmma gemm: SMs"));
+    grid = std::min<int64_t>(items, int64_t{sms} * CTAS_PER_SM<N>);
+  }
+  kernel<<<unsigned(grid), CONSUMERS + PRODUCERS, bytes, stream>>>(p);
   return cuda_status(cudaGetLastError(), GATED ? "wgmma gate_up launch" : "wgmma gemm launch");
 }
 
 template <bool GATED>
 Status launch(const Params& p, int tile_rows, int64_t row_tiles, cudaStream_t stream) {
-  if (row_tiles > 65535) return Status::error("wgmma gemm: more than 65,535 row tiles (grid limit)");
   switch (tile_rows) {
     case 32: return launch_n<GATED, 32>(p, row_tiles, stream);
     case 64: return launch_n<GATED, 64>(p, row_tiles, stream);

@@ -97,57 +97,140 @@ __global__ void __launch_bounds__(NORM_THREADS)
   }
 }
 
+// N consecutive floats: 8- or 16-byte loads for N = 2 or a multiple of 4 (the host checked the alignment).
+template <int N>
+__device__ __forceinline__ void load_run(const float* p, float (&out)[N]) {
+  if constexpr (N == 2) {
+    const float2 x = *reinterpret_cast<const float2*>(p);
+    out[0] = x.x, out[1] = x.y;
+  } else if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < N; k += 4) {
+      const float4 x = *reinterpret_cast<const float4*>(p + k);
+      out[k] = x.x, out[k + 1] = x.y, out[k + 2] = x.z, out[k + 3] = x.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = p[k];
+  }
+}
+
+// N consecutive BF16 values (4-, 8- or 16-byte stores for N = 2, 4, 8, 16), or their fp32 form.
+template <int N>
+__device__ __forceinline__ void store_run(uint16_t* p, const float (&v)[N]) {
+  if constexpr (N % 2 == 0) {
+    uint32_t words[N / 2];
+#pragma unroll
+    for (int k = 0; k < N / 2; ++k) words[k] = uint32_t(float_to_bf16(v[2 * k])) | uint32_t(float_to_bf16(v[2 * k + 1])) << 16;
+    if constexpr (N == 2) *reinterpret_cast<uint32_t*>(p) = words[0];
+    else if constexpr (N == 4) *reinterpret_cast<uint2*>(p) = make_uint2(words[0], words[1]);
+    else
+#pragma unroll
+      for (int k = 0; k < N / 2; k += 4)
+        *reinterpret_cast<uint4*>(p + 2 * k) = make_uint4(words[k], words[k + 1], words[k + 2], words[k + 3]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) p[k] = float_to_bf16(v[k]);
+  }
+}
+template <int N>
+__device__ __forceinline__ void store_run(float* p, const float (&v)[N]) {
+  if constexpr (N == 2) *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+  else if constexpr (N % 4 == 0)
+#pragma unroll
+    for (int k = 0; k < N; k += 4) *reinterpret_cast<float4*>(p + k) = make_float4(v[k], v[k + 1], v[k + 2], v[k + 3]);
+  else
+#pragma unroll
+    for (int k = 0; k < N; ++k) p[k] = v[k];
+}
+
+// A lane's rotation pairs of one head row: PAIRS consecutive pairs i0 … i0 + PAIRS − 1. Neox pairs
+// dimensions (i, i + D/2): two runs of PAIRS values; interleaved (ERNIE-4.5) pairs (2i, 2i + 1): one
+// run of 2 · PAIRS. v moves the same dimensions unrotated.
+template <int PAIRS, typename T>
+__device__ __forceinline__ void load_pairs(const T* row, int64_t i0, int64_t half, bool interleaved, float (&lo)[PAIRS],
+                                           float (&hi)[PAIRS]) {
+  if (interleaved) {
+    float run[2 * PAIRS];
+    if constexpr (sizeof(T) == 4) load_run<2 * PAIRS>(row + 2 * i0, run);
+    else
+#pragma unroll
+      for (int k = 0; k < 2 * PAIRS; ++k) run[k] = bf16_to_float(row[2 * i0 + k]);
+#pragma unroll
+    for (int p = 0; p < PAIRS; ++p) lo[p] = run[2 * p], hi[p] = run[2 * p + 1];
+  } else if constexpr (sizeof(T) == 4) {
+    load_run<PAIRS>(row + i0, lo);
+    load_run<PAIRS>(row + half + i0, hi);
+  } else {
+#pragma unroll
+    for (int p = 0; p < PAIRS; ++p) lo[p] = bf16_to_float(row[i0 + p]), hi[p] = bf16_to_float(row[half + i0 + p]);
+  }
+}
+template <int PAIRS, typename T>
+__device__ __forceinline__ void store_pairs(T* row, int64_t i0, int64_t half, bool interleaved, const float (&lo)[PAIRS],
+                                            const float (&hi)[PAIRS]) {
+  if (interleaved) {
+    float run[2 * PAIRS];
+#pragma unroll
+    for (int p = 0; p < PAIRS; ++p) run[2 * p] = lo[p], run[2 * p + 1] = hi[p];
+    store_run<2 * PAIRS>(row + 2 * i0, run);
+  } else {
+    store_run<PAIRS>(row + i0, lo);
+    store_run<PAIRS>(row + half + i0, hi);
+  }
+}
+
 // A warp per ITEMS consecutive heads of one token: heads [0, NH) are q, [NH, NH + NKV) k, then the
 // NKV v heads; every item's loads are issued before any item's math, and the token's RoPE cos/sin are
 // computed once for the warp's items. Prefill takes 4 items a warp (fewer waves), decode 1 (the
-// shortest chain for a step of few warps: 4 there cost tg128 ~6%). PAIRS: rotation pairs a lane
-// holds (head_dim ≤ 64 · PAIRS).
+// shortest chain for a step of few warps: 4 there cost tg128 ~6%). A lane holds PAIRS consecutive
+// rotation pairs (head_dim ≤ 64 · PAIRS), read and written as runs with vector loads and stores
+// (the host checked their alignment).
 template <int PAIRS, int ITEMS>
 __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
                                           const uint16_t* q_norm, const uint16_t* k_norm, float eps,
                                           float* q_out, uint16_t* q_out_bf16, uint16_t* k_cache, uint16_t* v_cache) {
+  const int lane = threadIdx.x & 31;
+  const int64_t D = l.head_dim, half = D / 2, kv_width = l.n_kv_heads * D, i0 = int64_t{lane} * PAIRS;
+  const bool active = i0 < half;
+  // The norm weights and RoPE frequencies do not depend on earlier kernels: read before the wait.
+  float qw_lo[PAIRS] = {}, qw_hi[PAIRS] = {}, kw_lo[PAIRS] = {}, kw_hi[PAIRS] = {}, freq[PAIRS] = {};
+  if (active) {
+    if (q_norm) load_pairs<PAIRS>(q_norm, i0, half, l.interleaved, qw_lo, qw_hi);
+    if (k_norm) load_pairs<PAIRS>(k_norm, i0, half, l.interleaved, kw_lo, kw_hi);
+#pragma unroll
+    for (int p = 0; p < PAIRS; ++p) freq[p] = l.inv_freq[i0 + p];
+  }
   pdl_wait();
   pdl_launch_dependents();
   const int warp = int((blockIdx.x * blockDim.x + threadIdx.x) >> 5);
-  const int lane = threadIdx.x & 31;
   const int heads = int(l.n_heads + 2 * l.n_kv_heads), warps_per_token = (heads + ITEMS - 1) / ITEMS;
   const int n_heads = int(l.n_heads), n_kv_heads = int(l.n_kv_heads);
   const int64_t t = warp / warps_per_token;
   if (t >= l.tokens) return;
   const int h0 = (warp % warps_per_token) * ITEMS;
-  const int64_t D = l.head_dim, half = D / 2, kv_width = l.n_kv_heads * D;
-  // Rotation pair i is dimensions (i, i + half) (neox) or (2i, 2i + 1) (interleaved); v moves the
-  // same dimensions unrotated. Lane j holds pairs j, j + 32, ….
-  auto first = [&](int64_t i) { return l.interleaved ? 2 * i : i; };
-  auto second = [&](int64_t i) { return l.interleaved ? 2 * i + 1 : i + half; };
   // (y · scale) · row_scale, as the GEMM epilogue and the row-scale pass round it; exact when both are 1.
   const float row_scale = in.row_scales ? in.row_scales[t] : 1.0f;
   float lo[ITEMS][PAIRS], hi[ITEMS][PAIRS];
 #pragma unroll
   for (int j = 0; j < ITEMS; ++j) {
     const int h = h0 + j;
-    if (h >= heads) break;
+    if (h >= heads || !active) break;
     const int which = h < n_heads ? 0 : h < n_heads + n_kv_heads ? 1 : 2;  // q, k, v
     const int64_t head = which == 0 ? h : which == 1 ? h - n_heads : h - n_heads - n_kv_heads;
     const float* base = which == 0 ? in.q : which == 1 ? in.k : in.v;
     const float* src = base + t * (in.row_stride ? in.row_stride : which == 0 ? l.n_heads * D : kv_width) + head * D;
     const float scale = in.scale[which];
+    load_pairs<PAIRS>(src, i0, half, l.interleaved, lo[j], hi[j]);
 #pragma unroll
-    for (int p = 0; p < PAIRS; ++p) {
-      const int64_t i = lane + 32 * p;
-      lo[j][p] = i < half ? src[first(i)] * scale * row_scale : 0.0f;
-      hi[j][p] = i < half ? src[second(i)] * scale * row_scale : 0.0f;
-    }
+    for (int p = 0; p < PAIRS; ++p) lo[j][p] = lo[j][p] * scale * row_scale, hi[j][p] = hi[j][p] * scale * row_scale;
   }
   // ref::rope_neox / rope_interleaved: fp32 angle, cos and sin (none needed by a warp of v heads).
   float cos_p[PAIRS], sin_p[PAIRS];
   if (h0 < n_heads + n_kv_heads) {
     const float position = static_cast<float>(l.positions[t]);
 #pragma unroll
-    for (int p = 0; p < PAIRS; ++p) {
-      const int64_t i = lane + 32 * p;
-      sincosf(position * (i < half ? l.inv_freq[i] : 0.0f), &sin_p[p], &cos_p[p]);
-    }
+    for (int p = 0; p < PAIRS; ++p) sincosf(position * freq[p], &sin_p[p], &cos_p[p]);
   }
   const int64_t slot = l.slots[t];
 #pragma unroll
@@ -155,47 +238,32 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
     const int h = h0 + j;
     if (h >= heads) break;
     if (h >= n_heads + n_kv_heads) {  // v: stored as it is
-      uint16_t* dst = v_cache + slot * kv_width + (h - n_heads - n_kv_heads) * D;
-#pragma unroll
-      for (int p = 0; p < PAIRS; ++p) {
-        const int64_t i = lane + 32 * p;
-        if (i < half) dst[first(i)] = float_to_bf16(lo[j][p]), dst[second(i)] = float_to_bf16(hi[j][p]);
-      }
+      if (active)
+        store_pairs<PAIRS>(v_cache + slot * kv_width + (h - n_heads - n_kv_heads) * D, i0, half, l.interleaved, lo[j], hi[j]);
       continue;
     }
     const bool is_q = h < n_heads;
     const int64_t head = is_q ? h : h - n_heads;
-    const uint16_t* w = is_q ? q_norm : k_norm;  // null: no q/k norm (ERNIE-4.5)
+    const bool normed = (is_q ? q_norm : k_norm) != nullptr;  // null: no q/k norm (ERNIE-4.5)
     float inv = 1.0f;
-    if (w) {
+    if (normed) {
       float sum_sq = 0.0f;
 #pragma unroll
-      for (int p = 0; p < PAIRS; ++p) sum_sq += lo[j][p] * lo[j][p] + hi[j][p] * hi[j][p];
+      for (int p = 0; p < PAIRS; ++p) sum_sq += active ? lo[j][p] * lo[j][p] + hi[j][p] * hi[j][p] : 0.0f;
       sum_sq = warp_sum(sum_sq);
       inv = 1.0f / sqrtf(sum_sq / static_cast<float>(D) + eps);
     }
+    if (!active) continue;
+    float x0[PAIRS], x1[PAIRS];
 #pragma unroll
     for (int p = 0; p < PAIRS; ++p) {
-      const int64_t i = lane + 32 * p;
-      if (i >= half) continue;
-      const float a = w ? lo[j][p] * inv * bf16_to_float(w[first(i)]) : lo[j][p];
-      const float b = w ? hi[j][p] * inv * bf16_to_float(w[second(i)]) : hi[j][p];
-      const float c = cos_p[p], s = sin_p[p];
-      const float x0 = a * c - b * s, x1 = b * c + a * s;
-      if (is_q && q_out_bf16) {
-        uint16_t* dst = q_out_bf16 + (t * l.n_heads + head) * D;
-        dst[first(i)] = float_to_bf16(x0);
-        dst[second(i)] = float_to_bf16(x1);
-      } else if (is_q) {
-        float* dst = q_out + (t * l.n_heads + head) * D;
-        dst[first(i)] = x0;
-        dst[second(i)] = x1;
-      } else {
-        uint16_t* dst = k_cache + slot * kv_width + head * D;
-        dst[first(i)] = float_to_bf16(x0);
-        dst[second(i)] = float_to_bf16(x1);
-      }
+      const float a = normed ? lo[j][p] * inv * (is_q ? qw_lo[p] : kw_lo[p]) : lo[j][p];
+      const float b = normed ? hi[j][p] * inv * (is_q ? qw_hi[p] : kw_hi[p]) : hi[j][p];
+      x0[p] = a * cos_p[p] - b * sin_p[p], x1[p] = b * cos_p[p] + a * sin_p[p];
     }
+    if (is_q && q_out_bf16) store_pairs<PAIRS>(q_out_bf16 + (t * l.n_heads + head) * D, i0, half, l.interleaved, x0, x1);
+    else if (is_q) store_pairs<PAIRS>(q_out + (t * l.n_heads + head) * D, i0, half, l.interleaved, x0, x1);
+    else store_pairs<PAIRS>(k_cache + slot * kv_width + head * D, i0, half, l.interleaved, x0, x1);
   }
 }
 
@@ -244,18 +312,33 @@ Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
                           const uint16_t* q_norm, const uint16_t* k_norm, float eps, float* q_out,
                           uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream, uint16_t* q_out_bf16) {
   if (layout.tokens <= 0) return Status::ok();
-  if (layout.head_dim % 2 != 0 || layout.head_dim > 512)
-    return Status::error("qk_norm_rope_store: head_dim must be even and at most 512");
+  const int64_t half = layout.head_dim / 2;
+  // A lane's pairs: the fewest that cover half a head with 32 lanes, a whole number of them.
+  const int pairs = half <= 32 ? 1 : half <= 64 ? 2 : half <= 128 ? 4 : 8;
+  if (layout.head_dim % 2 != 0 || half > 32 * ROPE_MAX_PAIRS_PER_LANE || half % pairs != 0)
+    return Status::error("qk_norm_rope_store: head_dim " + std::to_string(layout.head_dim) +
+                         " unsupported (even, at most 512, and half of it a multiple of " + std::to_string(pairs) + ")");
   if (!layout.inv_freq) return Status::error("qk_norm_rope_store: no inv_freq table");
+  // Runs of 2 · pairs values (interleaved) start at multiples of that many elements of each row.
+  const auto aligned = [&](const void* p, size_t element) {
+    return reinterpret_cast<uintptr_t>(p) % (2 * size_t(pairs) * element) == 0;
+  };
+  if (!aligned(in.q, 4) || !aligned(in.k, 4) || !aligned(in.v, 4) || !aligned(q_out, 4) || !aligned(q_out_bf16, 2) ||
+      !aligned(k_cache, 2) || !aligned(v_cache, 2) || !aligned(q_norm, 2) || !aligned(k_norm, 2) ||
+      in.row_stride % (2 * pairs) != 0)
+    return Status::error("qk_norm_rope_store: q/k/v, caches and norm weights must be aligned to " + std::to_string(2 * pairs) +
+                         " elements");
   const int64_t heads = layout.n_heads + 2 * layout.n_kv_heads;
   if (layout.tokens * heads > INT32_MAX / 2) return Status::error("qk_norm_rope_store: tokens · heads must be below 2^30");
   const int per_warp = layout.tokens >= 256 ? 4 : 1;
   const int64_t warps = layout.tokens * ((heads + per_warp - 1) / per_warp);
   const int threads = 256;
   const int64_t blocks = (warps * 32 + threads - 1) / threads;
-  const bool small = layout.head_dim <= 128;
-  const auto kernel = per_warp == 4 ? (small ? qk_norm_rope_store_kernel<2, 4> : qk_norm_rope_store_kernel<ROPE_MAX_PAIRS_PER_LANE, 4>)
-                                    : (small ? qk_norm_rope_store_kernel<2, 1> : qk_norm_rope_store_kernel<ROPE_MAX_PAIRS_PER_LANE, 1>);
+  using Kernel = void (*)(QkvInput, QkvLayout, const uint16_t*, const uint16_t*, float, float*, uint16_t*, uint16_t*, uint16_t*);
+  const Kernel kernels[2][4] = {
+      {qk_norm_rope_store_kernel<1, 1>, qk_norm_rope_store_kernel<2, 1>, qk_norm_rope_store_kernel<4, 1>, qk_norm_rope_store_kernel<8, 1>},
+      {qk_norm_rope_store_kernel<1, 4>, qk_norm_rope_store_kernel<2, 4>, qk_norm_rope_store_kernel<4, 4>, qk_norm_rope_store_kernel<8, 4>}};
+  const Kernel kernel = kernels[per_warp == 4][pairs == 1 ? 0 : pairs == 2 ? 1 : pairs == 4 ? 2 : 3];
   return cuda_status(launch_pdl(kernel, dim3(unsigned(blocks)), dim3(threads), 0, stream, in, layout, q_norm, k_norm, eps,
                                 q_out, q_out_bf16, k_cache, v_cache),
                      "qk_norm_rope_store");

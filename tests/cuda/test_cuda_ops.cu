@@ -368,10 +368,15 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
         ASSERT_TRUE((*fi)->run(d_qb.get(), d_kc2.get(), d_vc2.get(), d_out3.get(), nullptr).is_ok());
         NIB_CUDA_CHECK(cudaDeviceSynchronize());
         const auto got3 = decode(d_out3.to_host());
-        double worst3 = 0;
-        for (size_t i = 0; i < got3.size(); ++i) worst3 = std::max(worst3, std::fabs(double(got3[i]) - want[i]));
-        std::printf("NH %lld NKV %lld D %lld: FlashInfer (%s plan) max error %.2e of max|out| %.2f\n", (long long)c.NH,
-                    (long long)c.NKV, (long long)c.D, graph ? "graph" : "eager", worst3, max_abs);
+        double worst3 = 0, sum3 = 0;
+        for (size_t i = 0; i < got3.size(); ++i) {
+          worst3 = std::max(worst3, std::fabs(double(got3[i]) - want[i]));
+          sum3 += std::fabs(double(got3[i]) - want[i]);
+        }
+        // The mean error too: two kernels within the same bound can still differ in how often they round.
+        std::printf("NH %lld NKV %lld D %lld: FlashInfer (%s plan) max error %.2e, mean %.2e, of max|out| %.2f\n",
+                    (long long)c.NH, (long long)c.NKV, (long long)c.D, graph ? "graph" : "eager", worst3,
+                    sum3 / double(got3.size()), max_abs);
         EXPECT_LE(worst3, 8e-3 * max_abs) << "FlashInfer, NH " << c.NH << " D " << c.D << (graph ? " (graph plan)" : "");
       }
       EXPECT_FALSE((*fi)->add(1, 1, seqs[0].block_table).is_ok()) << "past the requests it was sized for";

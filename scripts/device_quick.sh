@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# A short device call (build-device/ carried) for a change's correctness and speed at once: the GPU
+# test binaries in TESTS (default all) and the 4-layer slice against the CPU run side by side (they
+# check results, not time), each also under the environment of every non-base VARIANTS entry listed
+# in TEST_VARIANTS; then `nibble bench latency $LATENCY` on the full-size synthetic Qwen3-30B-A3B
+# once per VARIANTS entry ("base" or "VAR=1,VAR2=x"), alone on the GPU. Logs under $OUT, table last.
+set -uo pipefail
+source "$(dirname "$0")/device_env.sh"
+TESTS=${TESTS:-router moe ops runner linear quantize}
+LATENCY=${LATENCY:---modes none --pp 512,2048 --tg 128 --batches 64}
+synth_qwen3_full &
+SLICE_DIR=/tmp/qwen3-30b-a3b-4l
+[ -f "$SLICE_DIR/config.json" ] ||
+  build-device/nibble synth --preset qwen3-30b-a3b --layers 4 --out "$SLICE_DIR" --seed 1 > "$OUT/synth4.log" 2>&1
+names=()
+for v in base ${TEST_VARIANTS:-}; do
+  vars=""; [ "$v" != base ] && vars="${v//,/ }"
+  tag=$(printf '%s' "$v" | tr '=,' '-_')
+  for t in $TESTS; do
+    env $vars timeout 300 "build-device/tests/test_cuda_$t" > "$OUT/test_${t}_$tag.log" 2>&1 &
+    names+=("test_${t}_$tag")
+  done
+  env $vars NIBBLE_TEST_MODEL="$SLICE_DIR" timeout 300 build-device/tests/test_cuda_runner --gtest_filter='*MatchesTheCpu*' \
+    > "$OUT/slice_$tag.log" 2>&1 &
+  names+=("slice_$tag")
+done
+wait
+results=()
+for n in "${names[@]}"; do
+  results+=("$(printf '%-36s %s' "$n" "$(grep -hE "^\[  (PASSED|FAILED) " "$OUT/$n.log" | tr '\n' ' ')")")
+  grep -hE "Failure|Expected|actual|Which is" "$OUT/$n.log" | head -4
+done
+for v in ${VARIANTS:-base}; do
+  vars=""; [ "$v" != base ] && vars="${v//,/ }"
+  tag=$(printf '%s' "$v" | tr '=,' '-_')
+  # shellcheck disable=SC2086
+  env $vars timeout 300 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 \
+    --batch-gen 32 $LATENCY > "$OUT/latency_$tag.log" 2>&1
+  results+=("$(printf '%-36s rc=%d  %s' "latency $v" "$?" "$(awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}' "$OUT/latency_$tag.log")")")
+done
+grep -hE "^(mode|512)" "$OUT"/slice_*.log | head -8
+printf '%s\n' "${results[@]}"
