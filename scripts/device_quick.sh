@@ -17,10 +17,10 @@ for v in base ${TEST_VARIANTS:-}; do
   vars=""; [ "$v" != base ] && vars="${v//,/ }"
   tag=$(printf '%s' "$v" | tr '=,' '-_')
   for t in $TESTS; do
-    env $vars timeout 300 "build-device/tests/test_cuda_$t" > "$OUT/test_${t}_$tag.log" 2>&1 &
+    env $vars timeout 200 "build-device/tests/test_cuda_$t" > "$OUT/test_${t}_$tag.log" 2>&1 &
     names+=("test_${t}_$tag")
   done
-  env $vars NIBBLE_TEST_MODEL="$SLICE_DIR" timeout 300 build-device/tests/test_cuda_runner --gtest_filter='*MatchesTheCpu*' \
+  env $vars NIBBLE_TEST_MODEL="$SLICE_DIR" timeout 200 build-device/tests/test_cuda_runner --gtest_filter='*MatchesTheCpu*' \
     > "$OUT/slice_$tag.log" 2>&1 &
   names+=("slice_$tag")
 done
@@ -34,7 +34,7 @@ for v in ${VARIANTS:-base}; do
   vars=""; [ "$v" != base ] && vars="${v//,/ }"
   tag=$(printf '%s' "$v" | tr '=,' '-_')
   # shellcheck disable=SC2086
-  env $vars timeout 300 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 \
+  env $vars timeout 200 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 \
     --batch-gen 32 $LATENCY > "$OUT/latency_$tag.log" 2>&1
   results+=("$(printf '%-36s rc=%d  %s' "latency $v" "$?" "$(awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}' "$OUT/latency_$tag.log")")")
 done
