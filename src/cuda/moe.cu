@@ -6,6 +6,9 @@
 // W4A4 modes quantize the gate_up input per token (x̂) and the fp32 SwiGLU output per sorted row.
 #include "cuda/moe.cuh"
 
+#include <cstdlib>
+#include <string>
+
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -452,7 +455,11 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
       NIB_RETURN_IF_ERROR(route_and_group_small(router, tile_rows, ws.groups, ws.route_counter, stream));
   } else {
     const RouteGrouping grouping{tile_rows, ws.groups, ws.grouping};
-    for (int i = 0; i < op_repeats("router"); ++i) NIB_RETURN_IF_ERROR(route(router, cublas, stream, &grouping));
+    static const bool one_cta = std::getenv("NIBBLE_ONE_CTA_GROUPING") && std::string(std::getenv("NIBBLE_ONE_CTA_GROUPING")) == "1";
+    for (int i = 0; i < op_repeats("router"); ++i) {
+      NIB_RETURN_IF_ERROR(route(router, cublas, stream, one_cta ? nullptr : &grouping));
+      if (one_cta) NIB_RETURN_IF_ERROR(group_by_expert_one_cta(ws.expert_ids, pairs, w.experts, tile_rows, ws.groups, stream));
+    }
   }
   const uint16_t* gate_up_in = x;
   const float* token_scales = nullptr;

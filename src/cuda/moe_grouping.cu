@@ -21,7 +21,23 @@ __global__ void __launch_bounds__(GROUP_THREADS)
                   ids);
 }
 
+// The one-CTA grouping the multi-CTA one replaced, kept for one measurement (NIBBLE_ONE_CTA_GROUPING=1).
+__global__ void __launch_bounds__(1024)
+    group_by_expert_kernel(const int32_t* __restrict__ expert_ids, int pairs, int experts, int tile_rows,
+                           ExpertGroups out) {
+  __shared__ GroupingSmem<1024> sm;
+  pdl_wait();
+  pdl_launch_dependents();
+  group_rows<1024>(expert_ids, pairs, experts, tile_rows, out, sm);
+}
+
 }  // namespace
+
+Status group_by_expert_one_cta(const int32_t* expert_ids, int64_t pairs, int64_t experts, int tile_rows,
+                               const ExpertGroups& out, cudaStream_t stream) {
+  return cuda_status(launch_pdl(group_by_expert_kernel, 1, 1024, 0, stream, expert_ids, int(pairs), int(experts), tile_rows, out),
+                     "group_by_expert launch");
+}
 
 int64_t max_expert_tiles(int64_t pairs, int64_t experts, int64_t tile_rows) {
   return (pairs + tile_rows - 1) / tile_rows + std::min(pairs, experts);

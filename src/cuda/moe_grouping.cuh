@@ -42,4 +42,8 @@ int64_t grouping_workspace_ints(int64_t tokens, int64_t experts);
 Status place_pairs(const int32_t* expert_ids, int64_t tokens, int64_t top_k, const ExpertGroups& out,
                    const GroupingWorkspace& ws, cudaStream_t stream);
 
+// The one-CTA grouping (experts ≤ 1024), kept for one A/B measurement.
+Status group_by_expert_one_cta(const int32_t* expert_ids, int64_t pairs, int64_t experts, int tile_rows,
+                               const ExpertGroups& out, cudaStream_t stream);
+
 }  // namespace nibble::cuda

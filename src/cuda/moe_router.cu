@@ -12,45 +12,49 @@
 namespace nibble::cuda {
 namespace {
 
-// A warp per token, GROUP_TOKENS tokens a CTA. GROUP: the CTA also counts its pairs per expert,
-// and the last CTA to finish scans every CTA's counts into the offsets, tile list and bases of the
-// grouping (moe_routing_device.cuh); with one CTA it places the pairs too, else place_pairs does.
+// A warp per token, GROUP_TOKENS tokens a CTA. GROUP: the CTA also counts its pairs per expert; a
+// grid of one CTA then groups them itself (shared memory only), else the last CTA to finish scans
+// every CTA's counts into the offsets, tile list and bases, and place_pairs places the pairs
+// (moe_routing_device.cuh).
 template <bool GROUP>
 __global__ void __launch_bounds__(GROUP_THREADS)
     route_topk_kernel(const float* __restrict__ logits, int tokens, int experts, int top_k, bool renormalize,
                       const float* __restrict__ bias, float norm_min, int32_t* __restrict__ expert_ids,
                       float* __restrict__ weights, RouteGrouping g) {
-  __shared__ int count[GROUP ? 32 * ROUTER_MAX_PER_LANE : 1];  // per expert; the totals in the last CTA
-  __shared__ int ids[GROUP ? GROUP_THREADS : 1];
+  constexpr int MAX_EXPERTS = 32 * ROUTER_MAX_PER_LANE;
+  __shared__ int count[GROUP ? MAX_EXPERTS : 1];  // per expert; the totals in the last CTA
+  __shared__ int first[GROUP ? MAX_EXPERTS : 1];
+  __shared__ int ids[GROUP ? GROUP_THREADS : 1];   // the CTA's pairs' experts
   __shared__ int warp_sums[GROUP_THREADS / 32];
   __shared__ bool last;
   if constexpr (GROUP)
     for (int e = threadIdx.x; e < experts; e += GROUP_THREADS) count[e] = 0;
   pdl_wait();
   pdl_launch_dependents();
-  const int lane = threadIdx.x & 31, token = int(blockIdx.x) * GROUP_TOKENS + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, token = int(blockIdx.x) * GROUP_TOKENS + warp;
+  int chosen = -1;
   if (token < tokens)
-    warp_softmax_topk(logits + size_t(token) * experts, experts, top_k, renormalize, bias, norm_min,
-                      expert_ids + size_t(token) * top_k, weights + size_t(token) * top_k);
+    chosen = warp_softmax_topk(logits + size_t(token) * experts, experts, top_k, renormalize, bias, norm_min,
+                               expert_ids + size_t(token) * top_k, weights + size_t(token) * top_k);
   if constexpr (GROUP) {
+    if (lane < top_k) ids[warp * top_k + lane] = chosen;
     __syncthreads();
-    // Each lane reads back the slot it wrote.
-    if (token < tokens && lane < top_k) atomicAdd(&count[expert_ids[size_t(token) * top_k + lane]], 1);
+    if (chosen >= 0) atomicAdd(&count[chosen], 1);
     __syncthreads();
     const int ctas = int(gridDim.x), cta = int(blockIdx.x);
+    if (ctas == 1) {
+      group_one_cta<GROUP_THREADS>(ids, tokens * top_k, count, experts, g.tile_rows, g.groups, first, warp_sums);
+      return;
+    }
     for (int e = threadIdx.x; e < experts; e += GROUP_THREADS) g.ws.counts[size_t(e) * ctas + cta] = count[e];
     __threadfence();  // the counts are visible before this CTA counts itself done
     __syncthreads();
-    if (threadIdx.x == 0) last = ctas == 1 || atomicAdd(g.ws.counter, 1) == ctas - 1;
+    if (threadIdx.x == 0) last = atomicAdd(g.ws.counter, 1) == ctas - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
     scan_expert_counts<GROUP_THREADS>(g.ws.counts, g.ws.bases, ctas, experts, g.tile_rows, g.groups, count, warp_sums);
-    if (ctas > 1) {
-      if (threadIdx.x == 0) *g.ws.counter = 0;
-      return;
-    }
-    place_cta_pairs(expert_ids, 0, tokens * top_k, 0, 1, g.ws.bases, g.groups, ids);
+    if (threadIdx.x == 0) *g.ws.counter = 0;
   }
 }
 
