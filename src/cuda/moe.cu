@@ -1,13 +1,10 @@
-// The MoE block: router (+ token → expert grouping) → gate_up(+SwiGLU) → down → combine. FUSED runs the
+// The MoE block: router → group_by_expert → gate_up(+SwiGLU) → down → combine. FUSED runs the
 // grouped NVFP4 GEMMs (moe_gemm.cu) and SKINNY the register-fed ones for few tokens
 // (skinny_gemm.cu), both with no host round trip (small batches route and group in one launch);
 // DEQUANT_CUBLAS dequantizes the active experts to BF16 and calls cublasGemmGroupedBatchedEx (a
 // fallback and the in-house baseline).
 // W4A4 modes quantize the gate_up input per token (x̂) and the fp32 SwiGLU output per sorted row.
 #include "cuda/moe.cuh"
-
-#include <cstdlib>
-#include <string>
 
 #include <cuda_bf16.h>
 
@@ -404,11 +401,6 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.pair_rows, P));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.tiles, size_t(max_expert_tiles(int64_t(P), w.experts, SKINNY_MIN_TILE_ROWS))));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->route_counter, 1));
-  const size_t grouping_ints = size_t(grouping_workspace_ints(max_tokens, w.experts));
-  NIB_RETURN_IF_ERROR(ws->alloc(ws->grouping.counts, grouping_ints / 2));
-  NIB_RETURN_IF_ERROR(ws->alloc(ws->grouping.bases, grouping_ints / 2));
-  NIB_RETURN_IF_ERROR(ws->alloc(ws->grouping.counter, 1));
-  NIB_RETURN_IF_ERROR(cuda_status(cudaMemset(ws->grouping.counter, 0, sizeof(int)), "MoeWorkspace: grouping counter"));
   if (w.router_f32) NIB_RETURN_IF_ERROR(ws->alloc(ws->x_f32, T * H));
   NIB_RETURN_IF_ERROR(cuda_status(cudaMemset(ws->route_counter, 0, sizeof(int)), "MoeWorkspace: route counter"));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->x_hat, T * H));
@@ -454,11 +446,9 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
     for (int i = 0; i < op_repeats("router"); ++i)
       NIB_RETURN_IF_ERROR(route_and_group_small(router, tile_rows, ws.groups, ws.route_counter, stream));
   } else {
-    const RouteGrouping grouping{tile_rows, ws.groups, ws.grouping};
-    static const bool one_cta = std::getenv("NIBBLE_ONE_CTA_GROUPING") && std::string(std::getenv("NIBBLE_ONE_CTA_GROUPING")) == "1";
     for (int i = 0; i < op_repeats("router"); ++i) {
-      NIB_RETURN_IF_ERROR(route(router, cublas, stream, one_cta ? nullptr : &grouping));
-      if (one_cta) NIB_RETURN_IF_ERROR(group_by_expert_one_cta(ws.expert_ids, pairs, w.experts, tile_rows, ws.groups, stream));
+      NIB_RETURN_IF_ERROR(route(router, cublas, stream));
+      NIB_RETURN_IF_ERROR(group_by_expert(ws.expert_ids, tokens, w.top_k, w.experts, tile_rows, ws.groups, stream));
     }
   }
   const uint16_t* gate_up_in = x;

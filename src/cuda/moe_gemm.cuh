@@ -1,6 +1,6 @@
 // Grouped NVFP4 GEMMs of the MoE layer on BF16 tensor cores: gate_up with SwiGLU in the epilogue
 // (gate and up each with their own weight_scale_2) and down. Rows are the expert-sorted (token,
-// slot) pairs from the grouping (route_topk); each CTA computes one tile of one expert. Twin of the
+// slot) pairs from group_by_expert; each CTA computes one tile of one expert. Twin of the
 // per-expert projections in ref::moe.
 #pragma once
 
@@ -25,7 +25,7 @@ struct GroupedGemmArgs {
   const int32_t* sorted_pairs = nullptr;   // gate_up: sorted row r reads source row sorted_pairs[r] / top_k; null: row r
   int64_t top_k = 1;
   const float* row_scales = nullptr;       // W4A4: per source row (token scale or input_scale); null for W4A16
-  const int32_t* expert_offsets = nullptr;  // from the grouping run with tile_rows
+  const int32_t* expert_offsets = nullptr;  // from group_by_expert run with tile_rows
   const int32_t* tile_offsets = nullptr;
   const int4* tiles = nullptr;              // the tile list (ExpertGroups::tiles)
   int tile_rows = 0;                        // moe_tile_rows(...) for this batch
@@ -35,7 +35,7 @@ struct GroupedGemmArgs {
 };
 
 // The tile height (rows per CTA) the grouped GEMMs use for this batch and these in_features (hidden
-// for gate_up, intermediate for down); the grouping must use it.
+// for gate_up, intermediate for down); group_by_expert must use it.
 int moe_tile_rows(int64_t pairs, int64_t experts, int64_t hidden, int64_t intermediate);
 
 // out[r, i] = silu(g) · u, g = row_scale · gate_scale_e · (a_r · Ĝ_e[i]), u likewise with up's scale.

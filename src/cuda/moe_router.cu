@@ -1,6 +1,5 @@
-// Router kernels: top-k with one warp per token (warp_softmax_topk) after cuBLAS's logits, with the
-// token → expert grouping counted and scanned in the same launch; for small batches, the logits GEMV,
-// top-k and grouping in one launch (route_and_group_small).
+// Router kernels: top-k with one warp per token (warp_softmax_topk), after cuBLAS's logits or, for
+// small batches, in one launch with the logits GEMV and the grouping (route_and_group_small).
 #include "cuda/moe_router.cuh"
 
 #include <cfloat>
@@ -12,50 +11,18 @@
 namespace nibble::cuda {
 namespace {
 
-// A warp per token, GROUP_TOKENS tokens a CTA. GROUP: the CTA also counts its pairs per expert; a
-// grid of one CTA then groups them itself (shared memory only), else the last CTA to finish scans
-// every CTA's counts into the offsets, tile list and bases, and place_pairs places the pairs
-// (moe_routing_device.cuh).
-template <bool GROUP>
-__global__ void __launch_bounds__(GROUP_THREADS)
+constexpr int WARPS = 4;
+
+__global__ void __launch_bounds__(WARPS * 32)
     route_topk_kernel(const float* __restrict__ logits, int tokens, int experts, int top_k, bool renormalize,
                       const float* __restrict__ bias, float norm_min, int32_t* __restrict__ expert_ids,
-                      float* __restrict__ weights, RouteGrouping g) {
-  constexpr int MAX_EXPERTS = 32 * ROUTER_MAX_PER_LANE;
-  __shared__ int count[GROUP ? MAX_EXPERTS : 1];  // per expert; the totals in the last CTA
-  __shared__ int first[GROUP ? MAX_EXPERTS : 1];
-  __shared__ int ids[GROUP ? GROUP_THREADS : 1];   // the CTA's pairs' experts
-  __shared__ int warp_sums[GROUP_THREADS / 32];
-  __shared__ bool last;
-  if constexpr (GROUP)
-    for (int e = threadIdx.x; e < experts; e += GROUP_THREADS) count[e] = 0;
+                      float* __restrict__ weights) {
   pdl_wait();
   pdl_launch_dependents();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, token = int(blockIdx.x) * GROUP_TOKENS + warp;
-  int chosen = -1;
-  if (token < tokens)
-    chosen = warp_softmax_topk(logits + size_t(token) * experts, experts, top_k, renormalize, bias, norm_min,
-                               expert_ids + size_t(token) * top_k, weights + size_t(token) * top_k);
-  if constexpr (GROUP) {
-    if (lane < top_k) ids[warp * top_k + lane] = chosen;
-    __syncthreads();
-    if (chosen >= 0) atomicAdd(&count[chosen], 1);
-    __syncthreads();
-    const int ctas = int(gridDim.x), cta = int(blockIdx.x);
-    if (ctas == 1) {
-      group_one_cta<GROUP_THREADS>(ids, tokens * top_k, count, experts, g.tile_rows, g.groups, first, warp_sums);
-      return;
-    }
-    for (int e = threadIdx.x; e < experts; e += GROUP_THREADS) g.ws.counts[size_t(e) * ctas + cta] = count[e];
-    __threadfence();  // the counts are visible before this CTA counts itself done
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(g.ws.counter, 1) == ctas - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    scan_expert_counts<GROUP_THREADS>(g.ws.counts, g.ws.bases, ctas, experts, g.tile_rows, g.groups, count, warp_sums);
-    if (threadIdx.x == 0) *g.ws.counter = 0;
-  }
+  const int token = blockIdx.x * WARPS + (threadIdx.x >> 5);
+  if (token >= tokens) return;
+  warp_softmax_topk(logits + size_t(token) * experts, experts, top_k, renormalize, bias, norm_min,
+                    expert_ids + size_t(token) * top_k, weights + size_t(token) * top_k);
 }
 
 __global__ void bf16_to_f32_kernel(const uint16_t* __restrict__ x, int64_t n, float* __restrict__ out) {
@@ -160,29 +127,16 @@ __global__ void __launch_bounds__(SMALL_THREADS)
 }  // namespace
 
 Status route_topk(const float* logits, int64_t tokens, int64_t experts, int64_t top_k, bool norm_topk_prob,
-                  int32_t* expert_ids, float* weights, cudaStream_t stream, const float* bias, float norm_min,
-                  const RouteGrouping* grouping) {
+                  int32_t* expert_ids, float* weights, cudaStream_t stream, const float* bias, float norm_min) {
   if (experts < 1 || experts > 32 * ROUTER_MAX_PER_LANE) return Status::error("route_topk: experts must be in [1, 256]");
   if (top_k < 1 || top_k > 32 || top_k > experts) return Status::error("route_topk: top_k must be in [1, min(32, experts)]");
   if (tokens <= 0) return Status::ok();
-  if (tokens * top_k > INT32_MAX) return Status::error("route_topk: tokens · top_k must be below 2^31");
-  const unsigned ctas = unsigned(grouping_ctas(tokens));
-  if (!grouping)
-    return cuda_status(launch_pdl(route_topk_kernel<false>, ctas, GROUP_THREADS, 0, stream, logits, int(tokens), int(experts),
-                                  int(top_k), norm_topk_prob, bias, norm_min, expert_ids, weights, RouteGrouping{}),
-                       "route_topk launch");
-  const RouteGrouping& g = *grouping;
-  if (g.tile_rows < 1) return Status::error("route_topk: tile_rows must be positive");
-  if (!g.ws.counts || !g.ws.bases || !g.ws.counter || !g.groups.expert_offsets || !g.groups.tile_offsets ||
-      !g.groups.sorted_pairs || !g.groups.pair_rows || !g.groups.tiles)
-    return Status::error("route_topk: null grouping pointer");
-  NIB_RETURN_IF_ERROR(cuda_status(launch_pdl(route_topk_kernel<true>, ctas, GROUP_THREADS, 0, stream, logits, int(tokens),
-                                             int(experts), int(top_k), norm_topk_prob, bias, norm_min, expert_ids, weights, g),
-                                  "route_topk launch"));
-  return ctas > 1 ? place_pairs(expert_ids, tokens, top_k, g.groups, g.ws, stream) : Status::ok();
+  return cuda_status(launch_pdl(route_topk_kernel, unsigned((tokens + WARPS - 1) / WARPS), WARPS * 32, 0, stream, logits,
+                                int(tokens), int(experts), int(top_k), norm_topk_prob, bias, norm_min, expert_ids, weights),
+                     "route_topk launch");
 }
 
-Status route(const RouterArgs& a, cublasHandle_t cublas, cudaStream_t stream, const RouteGrouping* grouping) {
+Status route(const RouterArgs& a, cublasHandle_t cublas, cudaStream_t stream) {
   if (!a.x || !(a.router || a.router_f32) || !a.logits || !a.expert_ids || !a.weights)
     return Status::error("route: null pointer");
   if (a.router_f32 && !a.x_f32) return Status::error("route: an fp32 router needs the fp32 input workspace");
@@ -205,7 +159,7 @@ Status route(const RouterArgs& a, cublasHandle_t cublas, cudaStream_t stream, co
                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   NIB_RETURN_IF_ERROR(cublas_status(s, "route: the router GEMM"));
   return route_topk(a.logits, a.tokens, a.experts, a.top_k, a.norm_topk_prob, a.expert_ids, a.weights, stream,
-                    a.score_bias, a.norm_min, grouping);
+                    a.score_bias, a.norm_min);
 }
 
 }  // namespace nibble::cuda

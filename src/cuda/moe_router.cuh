@@ -30,24 +30,16 @@ struct RouterArgs {
   float norm_min = 0.0f;
 };
 
-// What route_topk also does when given: group the pairs by expert (ExpertGroups with tile_rows) on
-// the grouping workspace — in its own launch, plus place_pairs when it takes more than one CTA.
-struct RouteGrouping {
-  int tile_rows = 0;
-  ExpertGroups groups;
-  GroupingWorkspace ws;
-};
-
 // Softmax + top-k + renormalize over logits already computed (one warp per token; experts ≤ 256,
-// top_k ≤ 32), and the grouping when asked.
+// top_k ≤ 32).
 Status route_topk(const float* logits, int64_t tokens, int64_t experts, int64_t top_k, bool norm_topk_prob,
                   int32_t* expert_ids, float* weights, cudaStream_t stream, const float* bias = nullptr,
-                  float norm_min = 0.0f, const RouteGrouping* grouping = nullptr);
+                  float norm_min = 0.0f);
 
-// The whole router: the logits GEMM on `cublas`, then route_topk (with the grouping when asked).
-Status route(const RouterArgs& args, cublasHandle_t cublas, cudaStream_t stream, const RouteGrouping* grouping = nullptr);
+// The whole router: the logits GEMM on `cublas`, then route_topk.
+Status route(const RouterArgs& args, cublasHandle_t cublas, cudaStream_t stream);
 
-// Small batches: the router and the grouping in one launch — a warp per expert computes the
+// Small batches: the router and group_by_expert in one launch — a warp per expert computes the
 // logits (fp32 dot products of the BF16 or fp32 rows), and the last CTA to finish runs the top-k of every
 // token and the grouping with tile_rows. `counter`: a device int, 0 before the first call (each call
 // leaves it 0).

@@ -3,7 +3,7 @@
 // E2M1 codes and scale codes straight into mma fragment registers, up to 16 (dense) or 32 (MoE)
 // token columns come from L1-cached loads of the activations, and the CTA's warps split k and sum
 // their parts in a fixed order. Dense (up to three weights sharing one input: q/k/v as one launch)
-// and the MoE's gate_up (+SwiGLU) and down over the grouping's expert tile list. Twins of
+// and the MoE's gate_up (+SwiGLU) and down over the expert tile list of group_by_expert. Twins of
 // ref::linear_nvfp4 and the per-expert projections of ref::moe, like the other backends.
 #pragma once
 

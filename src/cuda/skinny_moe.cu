@@ -1,4 +1,4 @@
-// The skinny NVFP4 MoE projections: gate_up (+SwiGLU) and down over the grouping's tile list,
+// The skinny NVFP4 MoE projections: gate_up (+SwiGLU) and down over group_by_expert's tile list,
 // each warp's weight fragments loaded straight into registers (skinny_fragments.cuh; the k
 // permutation is skinny_gemm.cu's), the tokens of a tile as the mma's n dimension.
 #include <algorithm>

@@ -1,7 +1,6 @@
 // cuda::route (router GEMM + softmax/top-k/renormalize) against ref::route on Qwen3-30B-A3B's router
 // (E = 128, k = 8, H = 2048) and the tiny model's (E = 8, k = 2), T = 1 to 4099, and with every token
-// identical (all tokens on the same experts), each with the grouping route_topk runs beside its
-// top-k (one CTA up to 16 tokens, several above); up to 4 tokens also the one-launch router and grouping.
+// identical (all tokens on the same experts); up to 4 tokens also the one-launch router and grouping.
 // The logit GEMMs sum 2048 fp32 products in different orders, so logits differ by up to ~1e-5 and
 // the renormalized weights (0.05–0.5) by a few 1e-6: weights must agree within 2e-5 absolute, and
 // expert ids must match except where the two candidates' weights are within that tolerance (a
@@ -23,29 +22,26 @@ using namespace nibble;
 
 namespace {
 
-// A grouping's outputs and counters, and the checks that they group `ids`: the offsets count each
-// expert's pairs, every pair sits at the row pair_rows names (and sorted_pairs inverts it) inside its
-// expert's range, the tile list covers each expert's rows in tiles of tile_rows, and the counters are
-// back to 0. in_pair_order: route_topk's multi-CTA grouping also keeps each expert's rows in pair order.
-struct Grouping {
+// The one-launch router's grouping outputs and counter, and the checks that they group `ids`: the
+// offsets count each expert's pairs, every pair sits at the row pair_rows names (and sorted_pairs
+// inverts it) inside its expert's range, the tile list covers each expert's rows in tiles of
+// tile_rows, and the counter is back to 0.
+struct SmallGrouping {
   int64_t pairs, experts;
-  test::DeviceBuffer<int32_t> expert_offsets, tile_offsets, sorted, rows, counter, counts, bases, ticket;
+  test::DeviceBuffer<int32_t> expert_offsets, tile_offsets, sorted, rows, counter;
   test::DeviceBuffer<int4> tiles;
   cuda::ExpertGroups groups;
-  cuda::GroupingWorkspace ws;
 
-  Grouping(int64_t tokens, int64_t top_k, int64_t experts_)
-      : pairs(tokens * top_k), experts(experts_), expert_offsets(static_cast<size_t>(experts_ + 1)),
-        tile_offsets(static_cast<size_t>(experts_ + 1)), sorted(static_cast<size_t>(pairs)), rows(static_cast<size_t>(pairs)),
-        counter(std::vector<int32_t>{0}), counts(static_cast<size_t>(cuda::grouping_workspace_ints(tokens, experts_) / 2)),
-        bases(static_cast<size_t>(cuda::grouping_workspace_ints(tokens, experts_) / 2)), ticket(std::vector<int32_t>{0}),
-        tiles(static_cast<size_t>(cuda::max_expert_tiles(pairs, experts_, 3))),
-        groups{expert_offsets.get(), tile_offsets.get(), sorted.get(), rows.get(), tiles.get()},
-        ws{counts.get(), bases.get(), ticket.get()} {}
+  SmallGrouping(int64_t pairs_, int64_t experts_)
+      : pairs(pairs_), experts(experts_), expert_offsets(static_cast<size_t>(experts_ + 1)),
+        tile_offsets(static_cast<size_t>(experts_ + 1)), sorted(static_cast<size_t>(pairs_)), rows(static_cast<size_t>(pairs_)),
+        counter(std::vector<int32_t>{0}),
+        tiles(static_cast<size_t>(cuda::max_expert_tiles(pairs_, experts_, 8))),
+        groups{expert_offsets.get(), tile_offsets.get(), sorted.get(), rows.get(), tiles.get()} {}
 
-  void expect_consistent(const std::vector<int32_t>& ids, int tile_rows, bool in_pair_order) {
+  void expect_consistent(const std::vector<int32_t>& ids, int tile_rows) {
     const auto offsets = expert_offsets.to_host(), tile_off = tile_offsets.to_host(), sorted_h = sorted.to_host(),
-               rows_h = rows.to_host(), counter_h = counter.to_host(), ticket_h = ticket.to_host();
+               rows_h = rows.to_host(), counter_h = counter.to_host();
     const auto tiles_h = tiles.to_host();
     ASSERT_EQ(offsets[experts], pairs);
     for (int64_t e = 0; e < experts; ++e) {
@@ -58,16 +54,13 @@ struct Grouping {
         EXPECT_EQ(t.y, offsets[e] + (j - tile_off[e]) * tile_rows);
         EXPECT_EQ(t.z, std::min<int64_t>(tile_rows, offsets[e + 1] - t.y));
       }
-      if (in_pair_order)
-        for (int32_t r = offsets[e] + 1; r < offsets[e + 1]; ++r) ASSERT_LT(sorted_h[r - 1], sorted_h[r]) << "expert " << e;
     }
     for (int64_t i = 0; i < pairs; ++i) {
       const int32_t row = rows_h[i], e = ids[i];
       ASSERT_TRUE(row >= offsets[e] && row < offsets[e + 1]) << "pair " << i;
       EXPECT_EQ(sorted_h[row], i);
     }
-    EXPECT_EQ(counter_h[0], 0) << "the one-launch router's counter was left armed";
-    EXPECT_EQ(ticket_h[0], 0) << "the grouping's counter was left armed";
+    EXPECT_EQ(counter_h[0], 0) << "the counter was left armed";
   }
 };
 
@@ -105,11 +98,8 @@ void check(int64_t tokens, int64_t experts, int64_t top_k, int64_t hidden, bool 
   const bool small = cuda::route_small_supported(tokens, experts, hidden, top_k);
   for (int path = 0; path < (small ? 2 : 1); ++path) {
     NIB_CUDA_CHECK(cudaMemset(d_ids.get(), 0xFF, want_ids.size() * sizeof(int32_t)));
-    // Tiles of 3 rows (odd: partial tiles everywhere) for route()'s grouping, 8 for the one-launch router's.
-    const int tile_rows = path == 0 ? 3 : 8;
-    Grouping grouping(tokens, top_k, experts);
-    const cuda::RouteGrouping route_grouping{tile_rows, grouping.groups, grouping.ws};
-    const Status s = path == 0 ? cuda::route(args, handle, nullptr, &route_grouping)
+    SmallGrouping grouping(tokens * top_k, experts);
+    const Status s = path == 0 ? cuda::route(args, handle, nullptr)
                                : cuda::route_and_group_small(args, 8, grouping.groups, grouping.counter.get(), nullptr);
     ASSERT_TRUE(s.is_ok()) << s.message();
     NIB_CUDA_CHECK(cudaDeviceSynchronize());
@@ -131,7 +121,7 @@ void check(int64_t tokens, int64_t experts, int64_t top_k, int64_t hidden, bool 
     if (identical_tokens)
       for (int64_t t = 1; t < tokens; ++t)
         for (int64_t k = 0; k < top_k; ++k) EXPECT_EQ(got_ids[t * top_k + k], got_ids[k]);
-    grouping.expect_consistent(got_ids, tile_rows, path == 0);
+    if (path == 1) grouping.expect_consistent(got_ids, 8);
   }
   cublasDestroy(handle);
 }
@@ -147,7 +137,7 @@ TEST(CudaRouter, MatchesReference) {
 // ERNIE-4.5's router (E = 64, k = 6, H = 2560; fp32 weights, a correction bias that chooses, the
 // renormalization floor) through both GPU paths: route() (fp32 cuBLAS GEMM + top-k) and the one-launch
 // route_and_group_small, against ref::route, weights within check()'s 2e-5 (a near-tie swap of ids
-// stays inside it); both groupings must group the chosen experts (40 tokens: route() only, three CTAs).
+// stays inside it); the one-launch grouping must group the chosen experts (SmallGrouping).
 TEST(CudaRouter, Fp32RouterWithBiasBothPaths) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaRouter.Fp32RouterWithBiasBothPaths");
@@ -160,7 +150,7 @@ TEST(CudaRouter, Fp32RouterWithBiasBothPaths) {
     for (int64_t h = 0; h < H; ++h) router[e * H + h] = row_scale * normal(rng);
     bias[e] = 0.01f * normal(rng);  // the size of ERNIE's e_score_correction_bias spread
   }
-  for (int64_t tokens : {1, 3, 4, 40}) {
+  for (int64_t tokens : {1, 3, 4}) {
     std::vector<uint16_t> x_bits(static_cast<size_t>(tokens * H));
     for (auto& b : x_bits) b = formats::bf16_encode(normal(rng));
     std::vector<float> x(x_bits.size());
@@ -178,15 +168,14 @@ TEST(CudaRouter, Fp32RouterWithBiasBothPaths) {
     test::DeviceBuffer<float> d_router(router), d_bias(bias), d_x32(x.size()), d_logits(static_cast<size_t>(tokens * E)),
         d_w(want_w.size());
     test::DeviceBuffer<int32_t> d_ids(want_ids.size());
-    Grouping grouping(tokens, K, E);
-    const cuda::RouteGrouping route_grouping{3, grouping.groups, grouping.ws};
+    SmallGrouping grouping(tokens * K, E);
     cuda::RouterArgs args{d_x.get(), nullptr, tokens, H, E, K, true, d_logits.get(), d_ids.get(), d_w.get()};
     args.router_f32 = d_router.get(), args.x_f32 = d_x32.get(), args.score_bias = d_bias.get(), args.norm_min = w.norm_min;
     cublasHandle_t handle;
     ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
-    for (int small = 0; small < (cuda::route_small_supported(tokens, E, H, K) ? 2 : 1); ++small) {
+    for (int small = 0; small < 2; ++small) {
       const Status s = small ? cuda::route_and_group_small(args, 8, grouping.groups, grouping.counter.get(), nullptr)
-                             : cuda::route(args, handle, nullptr, &route_grouping);
+                             : cuda::route(args, handle, nullptr);
       ASSERT_TRUE(s.is_ok()) << s.message();
       NIB_CUDA_CHECK(cudaDeviceSynchronize());
       const auto got_ids = d_ids.to_host();
@@ -194,7 +183,7 @@ TEST(CudaRouter, Fp32RouterWithBiasBothPaths) {
       // A swapped id (a near tie) shows as a weight within the tolerance of the reference's.
       for (size_t i = 0; i < got_ids.size(); ++i)
         EXPECT_LT(std::fabs(got_w[i] - want_w[i]), 2e-5) << (small ? "small" : "cuBLAS") << " T " << tokens << " slot " << i;
-      grouping.expect_consistent(got_ids, small ? 8 : 3, !small);
+      if (small) grouping.expect_consistent(got_ids, 8);
     }
     cublasDestroy(handle);
   }
@@ -204,8 +193,6 @@ TEST(CudaRouter, BadArgumentsAreErrors) {
   NIB_SKIP_WITHOUT_GPU();
   EXPECT_FALSE(cuda::route_topk(nullptr, 4, 512, 8, true, nullptr, nullptr, nullptr).is_ok());
   EXPECT_FALSE(cuda::route_topk(nullptr, 4, 8, 9, true, nullptr, nullptr, nullptr).is_ok());
-  const cuda::RouteGrouping no_workspace{8, {}, {}};
-  EXPECT_FALSE(cuda::route_topk(nullptr, 4, 8, 2, true, nullptr, nullptr, nullptr, nullptr, 0.0f, &no_workspace).is_ok());
 }
 
 }  // namespace
