@@ -39,11 +39,6 @@ key_metrics() {
   local csv=$1 bin=$2; shift 2
   timeout 150 ncu --clock-control none --kernel-name "regex:$PROFILE_KERNEL" --launch-count 2 --csv --metrics "$KEY_METRICS" \
     "$bin" bench kernels "$@" --iterations 1 --batches 1 > "$csv" 2>&1
-  key_metrics_table "$csv"
-}
-
-# One line per profiled launch of an ncu CSV of $KEY_METRICS: `key_metrics_table CSV`.
-key_metrics_table() {
   python3 -c "
 import csv, re, sys
 short = {'gpu__time_duration': 'us', 'dram__throughput': 'dram%', 'lts__t_sector_hit_rate': 'l2hit%',
@@ -61,7 +56,7 @@ for r in rows:
     value = r[-1].replace(',', '')
     if metric == 'gpu__time_duration': value = '%.1f' % (float(value) / (1000 if r[-2] == 'nsecond' else 1))
     print(label + '=' + value, end=' ')
-" "$1" 2>&1
+" "$csv" 2>&1
 }
 
 # Nsight Compute's per-kernel durations (a CSV of `ncu --csv --metrics gpu__time_duration.sum` on

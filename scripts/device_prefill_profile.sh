@@ -11,13 +11,3 @@ timeout 400 ncu --clock-control none --csv --metrics gpu__time_duration.sum buil
   --model "$SYNTH_DIR" --backend cuda --pp "$PP" --tg 0 --batches "" --repeats 1 > "$OUT/ncu_prefill.csv" 2> "$OUT/ncu_prefill.err"
 echo "== pp$PP, one forward (W4A16, eager, kernels serialized by ncu)"
 ncu_kernel_table embedding_kernel < "$OUT/ncu_prefill.csv" | head -26
-# DETAIL=regex: Nsight Compute's key counters (time, DRAM, issue, pipes, stalls) of the first
-# launches of those kernels in the same prefill, one line each.
-if [ -n "${DETAIL:-}" ]; then
-  timeout 300 ncu --clock-control none --kernel-name "regex:$DETAIL" --launch-count "${DETAIL_COUNT:-6}" --csv \
-    --metrics "$KEY_METRICS" build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --pp "$PP" --tg 0 \
-    --batches "" --repeats 1 > "$OUT/ncu_detail.csv" 2>&1
-  echo "== key counters of $DETAIL (pp$PP)"
-  key_metrics_table "$OUT/ncu_detail.csv"
-  echo
-fi
