@@ -61,13 +61,14 @@ for r in rows:
 
 # Nsight Compute's per-kernel durations (a CSV of `ncu --csv --metrics gpu__time_duration.sum` on
 # stdin) summed by kernel name from the last launch of a kernel whose name contains $1 (the start of
-# the last step or forward) on: `ncu_kernel_table embedding_kernel < ncu.csv`.
+# the last step or forward) on: `ncu_kernel_table embedding_kernel < ncu.csv`; or, $1 a number, over
+# that many last launches (a run that timed only some kernels).
 ncu_kernel_table() {
   python3 -c "
 import csv, sys, collections
 rows = [r for r in csv.reader(sys.stdin) if len(r) > 10 and r[-3] == 'gpu__time_duration.sum']
 names = [r[4].replace('void ', '').replace('nibble::<unnamed>::', '').replace('nibble::cuda::', '').split('(')[0] for r in rows]
-starts = [i for i, n in enumerate(names) if '$1' in n] or [0]
+starts = [len(names) - int('$1')] if '$1'.isdigit() else [i for i, n in enumerate(names) if '$1' in n] or [0]
 step = list(zip(names, rows))[starts[-1]:]
 total = collections.defaultdict(float); count = collections.Counter()
 for n, r in step: total[n] += float(r[-1].replace(',', '')) / 1e3; count[n] += 1

@@ -3,7 +3,8 @@
 # test binaries in TESTS (default all) and the 4-layer slice against the CPU run side by side (they
 # check results, not time), each also under the environment of every non-base VARIANTS entry listed
 # in TEST_VARIANTS; then `nibble bench latency $LATENCY` on the full-size synthetic Qwen3-30B-A3B
-# once per VARIANTS entry ("base" or "VAR=1,VAR2=x"), alone on the GPU. Logs under $OUT, table last.
+# once per VARIANTS entry ("base" or "VAR=1,VAR2=x"), alone on the GPU, and `nibble bench kernels
+# $KERNELS` too when KERNELS is set. Logs under $OUT, table last.
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 TESTS=${TESTS:-router moe ops runner linear quantize}
@@ -37,6 +38,11 @@ for v in ${VARIANTS:-base}; do
   env $vars timeout 200 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 \
     --batch-gen 32 $LATENCY > "$OUT/latency_$tag.log" 2>&1
   results+=("$(printf '%-36s rc=%d  %s' "latency $v" "$?" "$(awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}' "$OUT/latency_$tag.log")")")
+  if [ -n "${KERNELS:-}" ]; then
+    # shellcheck disable=SC2086
+    env $vars timeout 200 build-device/nibble bench kernels $KERNELS > "$OUT/kernels_$tag.log" 2>&1
+    results+=("$(printf 'kernels %s rc=%d\n' "$v" "$?")$(grep -E "^\|" "$OUT/kernels_$tag.log" | tail -n +3)")
+  fi
 done
 grep -hE "^(mode|512)" "$OUT"/slice_*.log | head -8
 printf '%s\n' "${results[@]}"

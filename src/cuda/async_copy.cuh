@@ -9,16 +9,20 @@ namespace nibble::cuda {
 
 __device__ __forceinline__ uint32_t smem_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
-// SIZE bytes (4, 8 or 16) global → shared, of which the first bytes_valid are read and the rest
-// zero-filled (0: a zero chunk, nothing read). 16-byte copies bypass L1 (.cg; smaller sizes cannot).
+// SIZE bytes (4, 8 or 16) global → shared (a shared-state-space address, smem_address), of which the
+// first bytes_valid are read and the rest zero-filled (0: a zero chunk, nothing read). 16-byte copies
+// bypass L1 (.cg; smaller sizes cannot).
 template <int SIZE>
-__device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes_valid) {
+__device__ __forceinline__ void cp_async_shared(uint32_t smem, const void* gmem, int bytes_valid) {
   static_assert(SIZE == 4 || SIZE == 8 || SIZE == 16, "cp.async copies 4, 8 or 16 bytes");
   if constexpr (SIZE == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(gmem), "r"(bytes_valid));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(bytes_valid));
   else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_address(smem)), "l"(gmem), "n"(SIZE),
-                 "r"(bytes_valid));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem), "l"(gmem), "n"(SIZE), "r"(bytes_valid));
+}
+template <int SIZE>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes_valid) {
+  cp_async_shared<SIZE>(smem_address(smem), gmem, bytes_valid);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most N of this thread's committed groups are still in flight.
@@ -33,10 +37,12 @@ __device__ __forceinline__ void barrier_init(uint64_t* bar, int count) {
 __device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }
-// Arrives on `bar` once every cp.async this thread issued so far has landed (counted in its init).
-__device__ __forceinline__ void barrier_arrive_on_copies(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(bar)) : "memory");
+// Arrives on the barrier at shared address `bar` once every cp.async this thread issued so far has
+// landed (counted in its init).
+__device__ __forceinline__ void barrier_arrive_on_copies_shared(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+__device__ __forceinline__ void barrier_arrive_on_copies(uint64_t* bar) { barrier_arrive_on_copies_shared(smem_address(bar)); }
 // Waits until the phase of parity `parity` has completed.
 __device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "cuda/async_copy.cuh"
 #include "cuda/check.cuh"
@@ -32,10 +33,11 @@ constexpr int PRODUCERS = 128;  // one warpgroup of copy issuers
 // and 374 → 294 µs; T = 512 with 64-row tiles: 421 → 351).
 template <int N>
 constexpr int CTAS_PER_SM = N <= 64 ? 2 : 1;
-// setmaxnreg (multiples of 8): one CTA an SM, 128 · (56 + 2 · 216) = 62,464 of the SM's 65,536
-// registers; two, 128 · (40 + 2 · 96) = 29,696 of a CTA's 384 · 80.
+// setmaxnreg (multiples of 8) moves registers between a CTA's warps: one CTA an SM, 128 · (72 + 2 · 216)
+// = 64,512 = the 384 · 168 it launches with; two, 128 · (48 + 2 · 96) = 30,720 = 384 · 80. The
+// producer's 72 hold a k-step's copy sources at once (so its copies do not wait on each other).
 template <int CTAS>
-constexpr int PRODUCER_REGISTERS = CTAS == 1 ? 56 : 40;
+constexpr int PRODUCER_REGISTERS = CTAS == 1 ? 72 : 48;
 template <int CTAS>
 constexpr int CONSUMER_REGISTERS = CTAS == 1 ? 216 : 96;
 
@@ -73,6 +75,7 @@ struct Params {
   const int4* tiles;
   int experts, m;
   int slices;  // CTAs' weight-row slices per row tile (BM rows, gated BM / 2 features)
+  bool full_width;  // every tile's MMAs N columns wide, whatever its rows (the A/B switch)
   void* out;
   bool out_fp32;
 };
@@ -117,6 +120,159 @@ __device__ __forceinline__ void decode_lane_pairs(uint4 chunk, int magnitude_rot
   for (int i = 0; i < 4; ++i) pair[i] = decode_code_pair(words[i], magnitude_rotation, sign_rotation);
 }
 
+// The MMA width for a tile of `rows` rows in a kernel of height N: the narrowest wgmma shape that
+// holds them (32, 64, 128, 192, 256), so the tensor cores skip most of an expert's last, partial tile.
+// (Widths made of two shapes, 96 = 64 + 32 and the like, made ptxas serialize the wgmma pipeline.)
+template <int N>
+__device__ __forceinline__ int mma_width(const Params& p, int rows) {
+  if (p.full_width) return N;
+  const int width = rows <= 32 ? 32 : rows <= 64 ? 64 : rows <= 128 ? 128 : rows <= 192 ? 192 : 256;
+  return min(N, width);
+}
+
+// Calls f(std::integral_constant<int, W>) for W = width, one of the shapes above up to N (warp-uniform).
+template <int N, int W = 32, class F>
+__device__ __forceinline__ void with_width(int width, F&& f) {
+  if constexpr (W < N) {
+    if (width == W) return f(std::integral_constant<int, W>{});
+    with_width<N, W == 32 ? 64 : W == 64 ? 128 : W == 128 ? 192 : 256>(width, f);
+  } else {
+    f(std::integral_constant<int, N>{});
+  }
+}
+
+// Where the consumers are in the ring of stages; carried across items.
+struct RingPosition {
+  int slot = 0;
+  uint32_t phase = 0;
+};
+
+// One item's k-steps for a consumer thread: wait for each stage, decode its weight rows' codes into A
+// fragments, issue the MMAs over the tile's first WIDTH token rows, free each stage when its MMAs are done.
+template <int WIDTH, int N, int STAGES, int CODE_OFFSET, int CODE_STAGE, int SCALE_OFFSET, int SCALE_STAGE, int ACT_STAGE>
+__device__ __forceinline__ void consume_item(float (&acc)[N / 2], RingPosition& ring, uint8_t* smem, uint64_t* full,
+                                             uint64_t* empty, uint64_t act_descriptor, int k_tiles, int local0,
+                                             int local1, int lane, int magnitude_rotation, int sign_rotation) {
+  uint32_t frag[2][2][4];  // [half of the k-step][k16 block in it][A register]
+  int prev_slot = 0;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    barrier_wait(&full[ring.slot], ring.phase);
+    // The activation tile landed through cp.async (the generic proxy); wgmma reads it through the
+    // async proxy. (Fencing on the producer side instead, after cp.async.wait_group, made the 1-CTA
+    // tiles 3-8% slower on the H200: the fence waits for all of that thread's copies in flight.)
+    wgmma::fence_shared_for_async();
+    const uint8_t* codes = smem + CODE_OFFSET + ring.slot * CODE_STAGE;
+    const uint8_t* scales = smem + SCALE_OFFSET + ring.slot * SCALE_STAGE;
+    const uint32_t scale_word0 = *reinterpret_cast<const uint32_t*>(scales + local0 * 4);
+    const uint32_t scale_word1 = *reinterpret_cast<const uint32_t*>(scales + local1 * 4);
+    const uint64_t stage_descriptor = act_descriptor + uint32_t(ring.slot * (ACT_STAGE / 16));
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      // Chunk `half` is k 32·half … +31; its pairs give k16 blocks 2·half and 2·half + 1.
+      uint32_t pair0[4], pair1[4];
+      decode_lane_pairs(*reinterpret_cast<const uint4*>(codes + (half * BM + local0) * 16), magnitude_rotation,
+                        sign_rotation, pair0);
+      decode_lane_pairs(*reinterpret_cast<const uint4*>(codes + (half * BM + local1) * 16), magnitude_rotation,
+                        sign_rotation, pair1);
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int block = 2 * half + b;  // the 16-wide scale block too
+        const uint32_t scale0 = block_scale_bf16x2(scale_word0, block);
+        const uint32_t scale1 = block_scale_bf16x2(scale_word1, block);
+        frag[half][b][0] = bf16x2_mul(pair0[2 * b], scale0);
+        frag[half][b][1] = bf16x2_mul(pair1[2 * b], scale1);
+        frag[half][b][2] = bf16x2_mul(pair0[2 * b + 1], scale0);
+        frag[half][b][3] = bf16x2_mul(pair1[2 * b + 1], scale1);
+      }
+      wgmma::fence();
+#pragma unroll
+      for (int b = 0; b < 2; ++b)
+        wgmma::mma_rs<WIDTH>(*reinterpret_cast<float(*)[WIDTH / 2]>(&acc[0]), frag[half][b],
+                             stage_descriptor + (2 * half + b) * 2);
+      wgmma::commit();
+      // The group before this one is done: its fragments may be rewritten, and after the first half
+      // the previous stage has no reader left.
+      wgmma::wait<1>();
+      if (half == 0 && kt > 0 && lane == 0) barrier_arrive(&empty[prev_slot]);
+    }
+    prev_slot = ring.slot;
+    if (++ring.slot == STAGES) ring.slot = 0, ring.phase ^= 1;
+  }
+  wgmma::wait<0>();
+  if (lane == 0) barrier_arrive(&empty[prev_slot]);  // the item's last stage: free for the next item's fills
+}
+
+// An item's outputs from a consumer thread's accumulators: acc[4j + 2r + c] is weight row local0 (r = 0)
+// or local1 (r = 1), token column t = 8j + 2q + c (the wgmma accumulator layout), × the projection's
+// scale and the token's W4A4 row scale; gated, r = 0 is the gate and r = 1 the up row of feature f0,
+// and the output is silu(gate) · up (as ref::silu_mul). Columns from the tile's rows on are not stored.
+template <bool GATED, int N>
+struct Outputs {
+  const Params& p;
+  const RowTile& tile;
+  const float* row_scales;  // the staged W4A4 row scales, or null
+  float scale0, scale1;
+  int f0, f1, q;
+
+  // silu with the fast exponential and division (a few ulp of fp32 off expf and '/', far inside the BF16
+  // rounding of the output; the exact forms took ~70 instructions a column pair, as long as the MMAs
+  // of a down item). gate < −87: the denominator overflows and the division gives silu's limit, −0.
+  __device__ __forceinline__ float value(const float (&acc)[N / 2], int j, int r, int c, float row_scale) const {
+    if constexpr (GATED) {
+      const float gate = acc[4 * j + c] * (scale0 * row_scale), up = acc[4 * j + 2 + c] * (scale1 * row_scale);
+      return __fdividef(gate, 1.0f + __expf(-gate)) * up;
+    } else {
+      return acc[4 * j + 2 * r + c] * (scale0 * row_scale);
+    }
+  }
+
+  template <typename T>
+  __device__ __forceinline__ void store_each(const float (&acc)[N / 2], T* out) const {
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+      if (8 * j >= tile.rows) break;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int t = 8 * j + 2 * q + c;
+        const float row_scale = row_scales ? row_scales[t] : 1.0f;
+#pragma unroll
+        for (int r = 0; r < (GATED ? 1 : 2); ++r) {
+          const int f = r ? f1 : f0;
+          const float v = value(acc, j, r, c, row_scale);
+          if (t < tile.rows && f < p.n) {
+            if constexpr (std::is_same_v<T, float>) out[size_t(tile.row0 + t) * p.n + f] = v;
+            else out[size_t(tile.row0 + t) * p.n + f] = __float2bfloat16_rn(v);
+          }
+        }
+      }
+    }
+  }
+
+  // BF16 outputs with an even row length: lane groups i and i ^ 1 (lanes 4 apart) hold features f and
+  // f ^ 1 of the same two tokens, so one shuffle gives each a feature pair of one token, stored as one
+  // 4-byte word (half the stores of storing each; the epilogue was as long as a down item's MMAs).
+  __device__ __forceinline__ void store_bf16_pairs(const float (&acc)[N / 2], int lane) const {
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out);
+    const bool even = ((lane >> 2) & 1) == 0;  // f0 is even (features follow lane / 4)
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+      if (8 * j >= tile.rows) break;
+      const int t0 = 8 * j + 2 * q;
+      const float scale_t0 = row_scales ? row_scales[t0] : 1.0f, scale_t1 = row_scales ? row_scales[t0 + 1] : 1.0f;
+      const int t = even ? t0 : t0 + 1;
+#pragma unroll
+      for (int r = 0; r < (GATED ? 1 : 2); ++r) {
+        const float v0 = value(acc, j, r, 0, scale_t0), v1 = value(acc, j, r, 1, scale_t1);
+        const float received = __shfl_xor_sync(0xffffffffu, even ? v1 : v0, 4);
+        const float low = even ? v0 : received, high = even ? received : v1;
+        const int f = (r ? f1 : f0) & ~1;
+        if (t < tile.rows && f < p.n)
+          *reinterpret_cast<__nv_bfloat162*>(out + size_t(tile.row0 + t) * p.n + f) = __floats2bfloat162_rn(low, high);
+      }
+    }
+  }
+};
+
 // Persistent: work items are (row tile, weight slice) pairs, slice fastest (a row tile's activations
 // stay in L2 for its slices), and CTA b takes items b, b + gridDim.x, … of a grid of CTA slots per
 // SM, the producers filling the ring with the next item's stages while the consumers finish the last
@@ -151,41 +307,50 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS<CTAS>) : "memory");
     const int lane = tid - CONSUMERS;
     const int which = projection<GATED>(lane);
+    // Everything a k-step's copies need is in registers: 64-bit sources advanced by a k-step's bytes,
+    // the activation rows' byte offsets from them, 32-bit shared addresses. (Recomputing the sources
+    // from the parameters per copy made the producer warp, one per scheduler, the kernel's limit:
+    // H200, MoE T = 2,048, consumers waited for stages in 24% of the stall samples.)
+    const uint32_t act_place = smem_address(smem + L::ACT_OFFSET) + wgmma::swizzled_offset(lane / 8, lane % 8);
+    const uint32_t code_place = smem_address(smem + L::CODE_OFFSET) + lane * 16;
+    const uint32_t scale_place = smem_address(smem + L::SCALE_OFFSET) + lane * 4;
+    const uint32_t full_place = smem_address(full);
     int slot = 0;
     uint32_t phase = 0;
     for (int item = blockIdx.x, fills = 0; item < items; item += gridDim.x) {
       const RowTile tile = row_tile(p, item / p.slices, N);
       const int row = weight_row<GATED>(item % p.slices, lane);
-      const bool valid = row < p.n;
-      const size_t row_index = size_t(tile.expert) * p.n + (valid ? row : 0);
+      const int weight_bytes = row < p.n ? 16 : 0;
+      const size_t row_index = size_t(tile.expert) * p.n + (row < p.n ? row : 0);
       const uint8_t* code_src = p.codes[which] + row_index * (p.k / 2);
       const uint8_t* scale_src = p.scales[which] + row_index * (p.k / 16);
-      // Activation chunk (lane % 8) of rows t_i = lane / 8 + 16·i: their source offsets, found once
-      // per item (looking them up per step made the producers the bottleneck), and their swizzled
-      // place, which is the same chunk for every i as t_i % 8 = (lane / 8) % 8.
+      // Activation chunk (lane % 8) of rows t_i = lane / 8 + 16·i: their sources' byte offsets, found
+      // once per item, and their swizzled place, which is the same chunk for every i as t_i % 8 =
+      // (lane / 8) % 8. Rows from the tile's MMA width on are not read (no copy); rows past its rows
+      // inside the width are zeros (their output columns are dropped, but kept finite).
       constexpr int CHUNKS = N * 8 / PRODUCERS;
+      const int copies = mma_width<N>(p, tile.rows) / 16;  // chunks i < copies are inside the width
       uint32_t act_offset[CHUNKS], act_valid = 0;
 #pragma unroll
       for (int i = 0; i < CHUNKS; ++i) {
         const int t = lane / 8 + 16 * i;
         const int src = t < tile.rows ? source_row(p, tile.row0 + t) : -1;
-        act_offset[i] = src >= 0 ? uint32_t(src) * uint32_t(p.k) + (lane % 8) * 8 : 0u;
+        act_offset[i] = src >= 0 ? uint32_t(src) * uint32_t(p.k) * 2u : 0u;
         act_valid |= src >= 0 ? 1u << i : 0u;
       }
-      const int act_place = wgmma::swizzled_offset(lane / 8, lane % 8);
+      const uint8_t* act_src = reinterpret_cast<const uint8_t*>(p.act) + (lane % 8) * 16;
       for (int kt = 0; kt < k_tiles; ++kt, ++fills) {
         // Fill `fills` reuses the slot of fill − STAGES: wait for that one's consumption.
         if (fills >= STAGES) barrier_wait(&empty[slot], phase ^ 1);
-        uint8_t* codes = smem + L::CODE_OFFSET + slot * L::CODE_STAGE;
-        cp_async<16>(codes + lane * 16, code_src + kt * (BK / 2), valid ? 16 : 0);
-        cp_async<16>(codes + (BM + lane) * 16, code_src + kt * (BK / 2) + 16, valid ? 16 : 0);
-        cp_async<4>(smem + L::SCALE_OFFSET + slot * L::SCALE_STAGE + lane * 4, scale_src + kt * (BK / 16), valid ? 4 : 0);
-        uint8_t* a = smem + L::ACT_OFFSET + slot * L::ACT_STAGE + act_place;
-        const uint16_t* act = p.act + kt * BK;
+        cp_async_shared<16>(code_place + slot * L::CODE_STAGE, code_src, weight_bytes);
+        cp_async_shared<16>(code_place + slot * L::CODE_STAGE + BM * 16, code_src + 16, weight_bytes);
+        cp_async_shared<4>(scale_place + slot * L::SCALE_STAGE, scale_src, weight_bytes / 4);
+        const uint32_t a = act_place + slot * L::ACT_STAGE;
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i)
-          cp_async<16>(a + i * 16 * 128, act + act_offset[i], (act_valid >> i) & 1 ? 16 : 0);
-        barrier_arrive_on_copies(&full[slot]);
+          if (i < copies) cp_async_shared<16>(a + i * 16 * 128, act_src + act_offset[i], (act_valid >> i) & 1 ? 16 : 0);
+        barrier_arrive_on_copies_shared(full_place + slot * 8);
+        code_src += BK / 2, scale_src += BK / 16, act_src += BK * 2;
         if (++slot == STAGES) slot = 0, phase ^= 1;
       }
     }
@@ -199,8 +364,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
   const int magnitude_rotation = pair_magnitude_rotation(q), sign_rotation = pair_sign_rotation(q);
   // The activation tile's descriptors: that of stage 0's first k16 block, plus 16-byte units.
   const uint64_t act_descriptor = wgmma::descriptor(smem + L::ACT_OFFSET);
-  int slot = 0;
-  uint32_t phase = 0;
+  RingPosition ring;
   RowTile next = row_tile(p, blockIdx.x / p.slices, N);
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const RowTile tile = next;
@@ -212,51 +376,13 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     float acc[N / 2];
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
-    uint32_t frag[2][2][4];  // [half of the k-step][k16 block in it][A register]
-    int prev_slot = 0;
-    for (int kt = 0; kt < k_tiles; ++kt) {
-      barrier_wait(&full[slot], phase);
-      // The activation tile landed through cp.async (the generic proxy); wgmma reads it through the
-      // async proxy. (Fencing on the producer side instead, after cp.async.wait_group, made the 1-CTA
-      // tiles 3-8% slower on the H200: the fence waits for all of that thread's copies in flight.)
-      wgmma::fence_shared_for_async();
-      const uint8_t* codes = smem + L::CODE_OFFSET + slot * L::CODE_STAGE;
-      const uint8_t* scales = smem + L::SCALE_OFFSET + slot * L::SCALE_STAGE;
-      const uint32_t scale_word0 = *reinterpret_cast<const uint32_t*>(scales + local0 * 4);
-      const uint32_t scale_word1 = *reinterpret_cast<const uint32_t*>(scales + local1 * 4);
-      const uint64_t stage_descriptor = act_descriptor + uint32_t(slot * (L::ACT_STAGE / 16));
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        // Chunk `half` is k 32·half … +31; its pairs give k16 blocks 2·half and 2·half + 1.
-        uint32_t pair0[4], pair1[4];
-        decode_lane_pairs(*reinterpret_cast<const uint4*>(codes + (half * BM + local0) * 16), magnitude_rotation,
-                          sign_rotation, pair0);
-        decode_lane_pairs(*reinterpret_cast<const uint4*>(codes + (half * BM + local1) * 16), magnitude_rotation,
-                          sign_rotation, pair1);
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          const int block = 2 * half + b;  // the 16-wide scale block too
-          const uint32_t scale0 = block_scale_bf16x2(scale_word0, block);
-          const uint32_t scale1 = block_scale_bf16x2(scale_word1, block);
-          frag[half][b][0] = bf16x2_mul(pair0[2 * b], scale0);
-          frag[half][b][1] = bf16x2_mul(pair1[2 * b], scale1);
-          frag[half][b][2] = bf16x2_mul(pair0[2 * b + 1], scale0);
-          frag[half][b][3] = bf16x2_mul(pair1[2 * b + 1], scale1);
-        }
-        wgmma::fence();
-#pragma unroll
-        for (int b = 0; b < 2; ++b) wgmma::mma_rs<N>(acc, frag[half][b], stage_descriptor + (2 * half + b) * 2);
-        wgmma::commit();
-        // The group before this one is done: its fragments may be rewritten, and after the first half
-        // the previous stage has no reader left.
-        wgmma::wait<1>();
-        if (half == 0 && kt > 0 && lane == 0) barrier_arrive(&empty[prev_slot]);
-      }
-      prev_slot = slot;
-      if (++slot == STAGES) slot = 0, phase ^= 1;
-    }
-    wgmma::wait<0>();
-    if (lane == 0) barrier_arrive(&empty[prev_slot]);  // the item's last stage: free for the next item's fills
+    // Warp-uniform as ptxas can see, like `warpgroup`.
+    const int width = __shfl_sync(0xffffffffu, mma_width<N>(p, tile.rows), 0);
+    with_width<N>(width, [&](auto w) {
+      consume_item<decltype(w)::value, N, STAGES, L::CODE_OFFSET, L::CODE_STAGE, L::SCALE_OFFSET, L::SCALE_STAGE,
+                   L::ACT_STAGE>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0, local1, lane,
+                                 magnitude_rotation, sign_rotation);
+    });
     if (p.row_scales) {
       // Every consumer is past the last item's epilogue before the staged scales are replaced.
       asm volatile("bar.sync 1, %0;\n" ::"n"(CONSUMERS) : "memory");
@@ -264,31 +390,14 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
       asm volatile("bar.sync 1, %0;\n" ::"n"(CONSUMERS) : "memory");
     }
 
-    // Epilogue: acc[4j + c] is weight row local0 (c < 2) or local1, token column 8j + 2q + c % 2.
-    // The decoded weights are × 2⁻⁸ (nvfp4_layout.h): the factor restores them, exactly.
-    const float scale0 = (p.global_scales[0] ? p.global_scales[0][tile.expert] : p.scale) * WEIGHT_DECODE_EPILOGUE;
-    const float scale1 = GATED ? p.global_scales[1][tile.expert] * WEIGHT_DECODE_EPILOGUE : 0.0f;
-    const int f0 = weight_row<GATED>(slice, local0), f1 = weight_row<GATED>(slice, local1);
-    auto store = [&](size_t index, float v) {
-      if (p.out_fp32) static_cast<float*>(p.out)[index] = v;
-      else static_cast<__nv_bfloat16*>(p.out)[index] = __float2bfloat16_rn(v);
-    };
-#pragma unroll
-    for (int j = 0; j < N / 8; ++j)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int t = 8 * j + 2 * q + c;
-        if (t >= tile.rows) continue;
-        const float row_scale = p.row_scales ? row_scales[t] : 1.0f;
-        const size_t out_row = size_t(tile.row0 + t) * p.n;
-        if constexpr (GATED) {
-          const float gate = acc[4 * j + c] * scale0 * row_scale, up = acc[4 * j + 2 + c] * scale1 * row_scale;
-          if (f0 < p.n) store(out_row + f0, gate / (1.0f + expf(-gate)) * up);  // silu(gate) · up, as ref::silu_mul
-        } else {
-          if (f0 < p.n) store(out_row + f0, acc[4 * j + c] * scale0 * row_scale);
-          if (f1 < p.n) store(out_row + f1, acc[4 * j + 2 + c] * scale0 * row_scale);
-        }
-      }
+    // Epilogue. The decoded weights are × 2⁻⁸ (nvfp4_layout.h): the factor restores them, exactly.
+    Outputs<GATED, N> out{p, tile, p.row_scales ? row_scales : nullptr,
+                          (p.global_scales[0] ? p.global_scales[0][tile.expert] : p.scale) * WEIGHT_DECODE_EPILOGUE,
+                          GATED ? p.global_scales[1][tile.expert] * WEIGHT_DECODE_EPILOGUE : 0.0f,
+                          weight_row<GATED>(slice, local0), weight_row<GATED>(slice, local1), q};
+    if (!p.out_fp32 && p.n % 2 == 0) out.store_bf16_pairs(acc, lane);
+    else if (p.out_fp32) out.store_each(acc, static_cast<float*>(p.out));
+    else out.store_each(acc, static_cast<__nv_bfloat16*>(p.out));
   }
 }
 
@@ -301,6 +410,8 @@ Status launch_n(Params p, int64_t row_tiles, cudaStream_t stream) {
   NIB_RETURN_IF_ERROR(cuda_status(limit, "wgmma gemm: shared memory"));
   const int rows_per_cta = GATED ? BM / 2 : BM;
   p.slices = (p.n + rows_per_cta - 1) / rows_per_cta;
+  static const bool full_width = std::getenv("NIBBLE_WGMMA_FULL_WIDTH") && std::atoi(std::getenv("NIBBLE_WGMMA_FULL_WIDTH"));
+  p.full_width = full_width;
   const int64_t items = int64_t{p.slices} * row_tiles;  // the host's bound: the device knows the tile count
   if (items > INT32_MAX) return Status::error("wgmma gemm: more than 2^31 work items");
   // Persistent: CTAS_PER_SM CTAs an SM walk the items. H200, full-size Qwen3-30B-A3B (docs/perf.md),
