@@ -57,7 +57,12 @@ struct Layout {
   static constexpr int SCALE_OFFSET = CODE_OFFSET + STAGES * CODE_STAGE;
   static constexpr int BARRIER_OFFSET = SCALE_OFFSET + STAGES * SCALE_STAGE;
   static constexpr int ROW_SCALES_OFFSET = BARRIER_OFFSET + 2 * STAGES * 8;
-  static constexpr int BYTES = ROW_SCALES_OFFSET + N * int(sizeof(float)) + 1024;  // + alignment slack
+  // The epilogue's staging of BF16 outputs (one CTA an SM only): per consumer warpgroup 64 token rows
+  // of its ≤ 64 features (128 bytes) + 16, so a stmatrix's eight rows start in distinct banks.
+  static constexpr int STAGED_PITCH = 128 + 16;
+  static constexpr int STAGING_OFFSET = ROW_SCALES_OFFSET + N * int(sizeof(float));
+  static constexpr int STAGING = CTAS == 1 ? 2 * 64 * STAGED_PITCH : 0;
+  static constexpr int BYTES = STAGING_OFFSET + STAGING + 1024;  // + alignment slack
   static_assert(BYTES * CTAS <= 227 * 1024, "Hopper's shared memory per SM");
 };
 
@@ -248,6 +253,57 @@ struct Outputs {
     }
   }
 
+  // BF16 outputs through shared memory (one CTA an SM; rows a multiple of 8 features and the output
+  // 16-byte aligned): 64 token columns at a time, each warp stmatrix-transposes its 8 × 8 blocks into
+  // token rows of the warpgroup's staging, then the warpgroup writes whole 16-byte runs of features.
+  // (Storing each thread's values took ~24 instructions a 4-byte word; this takes ~3.)
+  // wg_feature0: the warpgroup's first output feature; tw: the thread in the warpgroup.
+  template <bool ROW_SCALES>
+  __device__ __forceinline__ void store_bf16_staged(const float (&acc)[N / 2], uint32_t staging, int wg_feature0,
+                                                    int g, int tw) const {
+    constexpr int FEATURES = GATED ? 32 : 64;  // a warpgroup's outputs: gated, half its rows are the up rows
+    constexpr int RUNS = FEATURES / 8;        // 16-byte runs a token row
+    constexpr int PITCH = Layout<N>::STAGED_PITCH;
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out);
+    const int warp = tw / 32, lane = tw % 32, matrix = lane / 8, row = lane % 8;
+    auto scale_of = [&](int t) { return ROW_SCALES ? row_scales[t] : 1.0f; };
+    auto pack = [](float low, float high) {
+      const __nv_bfloat162 v = __floats2bfloat162_rn(low, high);
+      return *reinterpret_cast<const uint32_t*>(&v);
+    };
+#pragma unroll
+    for (int round = 0; round < N / 64; ++round) {
+      if (64 * round >= tile.rows) break;
+      // Fragment block (j, r) — rows 16·warp + 8r … +7, columns 8j … +7 — goes to staged token rows
+      // 8j − 64·round + k, feature columns 16·warp + 8r (gated: the outputs of rows 8·warp … +7).
+#pragma unroll
+      for (int m = 0; m < (GATED ? 2 : 4); ++m) {
+        uint32_t r[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int j = 8 * round + (GATED ? 4 * m + i : 2 * m + i / 2), t0 = 8 * j + 2 * q;
+          const int which = GATED ? 0 : i % 2;
+          r[i] = pack(value(acc, j, which, 0, scale_of(t0)), value(acc, j, which, 1, scale_of(t0 + 1)));
+        }
+        const int block = GATED ? 4 * m + matrix : 2 * m + matrix / 2;  // this lane's row address: block's row `row`
+        const int column = GATED ? 8 * warp : 16 * warp + 8 * (matrix % 2);
+        wgmma::stmatrix_x4_trans(staging + (8 * block + row) * PITCH + column * 2, r);
+      }
+      asm volatile("bar.sync %0, 128;\n" ::"r"(2 + g) : "memory");
+#pragma unroll
+      for (int k = 0; k < 64 * RUNS / 128; ++k) {
+        const int index = tw + 128 * k, token = index / RUNS, run = index % RUNS;
+        const int t = 64 * round + token, f = wg_feature0 + 8 * run;
+        uint4 v;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(staging + token * PITCH + run * 16));
+        if (t < tile.rows && f < p.n) *reinterpret_cast<uint4*>(out + size_t(tile.row0 + t) * p.n + f) = v;
+      }
+      asm volatile("bar.sync %0, 128;\n" ::"r"(2 + g) : "memory");  // read before the next round writes
+    }
+  }
+
   // BF16 outputs with an even row length: lane groups i and i ^ 1 (lanes 4 apart) hold features f and
   // f ^ 1 of the same two tokens, so one shuffle gives each a feature pair of one token, stored as one
   // 4-byte word (half the stores of storing each; the epilogue was as long as a down item's MMAs).
@@ -395,7 +451,13 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
                           (p.global_scales[0] ? p.global_scales[0][tile.expert] : p.scale) * WEIGHT_DECODE_EPILOGUE,
                           GATED ? p.global_scales[1][tile.expert] * WEIGHT_DECODE_EPILOGUE : 0.0f,
                           weight_row<GATED>(slice, local0), weight_row<GATED>(slice, local1), q};
-    if (!p.out_fp32 && p.n % 2 == 0) out.store_bf16_pairs(acc, lane);
+    const bool bf16 = !p.out_fp32;
+    if (CTAS == 1 && bf16 && p.n % 8 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0) {
+      const uint32_t staging = smem_address(smem + L::STAGING_OFFSET) + warpgroup * 64 * L::STAGED_PITCH;
+      const int wg_feature0 = weight_row<GATED>(slice, 64 * warpgroup);
+      if (p.row_scales) out.template store_bf16_staged<true>(acc, staging, wg_feature0, warpgroup, tid % 128);
+      else out.template store_bf16_staged<false>(acc, staging, wg_feature0, warpgroup, tid % 128);
+    } else if (bf16 && p.n % 2 == 0) out.store_bf16_pairs(acc, lane);
     else if (p.out_fp32) out.store_each(acc, static_cast<float*>(p.out));
     else out.store_each(acc, static_cast<__nv_bfloat16*>(p.out));
   }

@@ -155,4 +155,14 @@ __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4]
   else mma_rs_m64n256k16(d, a, b);
 }
 
+// Four 8 × 8 BF16 blocks from mma fragments (r[i]: block i, thread l holding its row l / 4, columns
+// 2·(l % 4) and + 1, the lower column in the low half) stored transposed: thread l gives the shared
+// address of row l % 8 of block l / 8, which receives that block's column l % 8 as 8 contiguous
+// values. PTX ISA, "stmatrix" (sm_90).
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t address, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 }  // namespace nibble::cuda::wgmma
