@@ -5,8 +5,9 @@
 // (gathered) BF16 activation rows — into a ring of stages; each consumer thread decodes its two weight
 // rows' codes straight into wgmma A fragments (E2M1 × E4M3 is exact in BF16) while the previous
 // half-step's MMAs run, and the activations are wgmma's B operand in shared memory. Nothing decoded
-// goes through shared memory and the warpgroups never wait on each other. Twin of ref::moe's
-// projections and ref::linear_nvfp4.
+// goes through shared memory and the warpgroups never wait on each other. A tile's MMAs are only as
+// wide as its rows need (an expert's last tile is mostly short), and BF16 outputs leave through a
+// shared-memory staging in 16-byte runs. Twin of ref::moe's projections and ref::linear_nvfp4.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -80,7 +81,6 @@ struct Params {
   const int4* tiles;
   int experts, m;
   int slices;  // CTAs' weight-row slices per row tile (BM rows, gated BM / 2 features)
-  bool full_width;  // every tile's MMAs N columns wide, whatever its rows (the A/B switch)
   void* out;
   bool out_fp32;
 };
@@ -126,11 +126,11 @@ __device__ __forceinline__ void decode_lane_pairs(uint4 chunk, int magnitude_rot
 }
 
 // The MMA width for a tile of `rows` rows in a kernel of height N: the narrowest wgmma shape that
-// holds them (32, 64, 128, 192, 256), so the tensor cores skip most of an expert's last, partial tile.
-// (Widths made of two shapes, 96 = 64 + 32 and the like, made ptxas serialize the wgmma pipeline.)
+// holds them (32, 64, 128, 192, 256), so the tensor cores skip most of an expert's last, partial tile
+// (H200, MoE block on even routing: T = 512 399 → 359 µs, T = 2,048 755 → 713). Widths made of two
+// shapes, 96 = 64 + 32 and the like, made ptxas serialize the wgmma pipeline.
 template <int N>
-__device__ __forceinline__ int mma_width(const Params& p, int rows) {
-  if (p.full_width) return N;
+__device__ __forceinline__ int mma_width(int rows) {
   const int width = rows <= 32 ? 32 : rows <= 64 ? 64 : rows <= 128 ? 128 : rows <= 192 ? 192 : 256;
   return min(N, width);
 }
@@ -385,7 +385,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
       // (lane / 8) % 8. Rows from the tile's MMA width on are not read (no copy); rows past its rows
       // inside the width are zeros (their output columns are dropped, but kept finite).
       constexpr int CHUNKS = N * 8 / PRODUCERS;
-      const int copies = mma_width<N>(p, tile.rows) / 16;  // chunks i < copies are inside the width
+      const int copies = mma_width<N>(tile.rows) / 16;  // chunks i < copies are inside the width
       uint32_t act_offset[CHUNKS], act_valid = 0;
 #pragma unroll
       for (int i = 0; i < CHUNKS; ++i) {
@@ -433,7 +433,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
     // Warp-uniform as ptxas can see, like `warpgroup`.
-    const int width = __shfl_sync(0xffffffffu, mma_width<N>(p, tile.rows), 0);
+    const int width = __shfl_sync(0xffffffffu, mma_width<N>(tile.rows), 0);
     with_width<N>(width, [&](auto w) {
       consume_item<decltype(w)::value, N, STAGES, L::CODE_OFFSET, L::CODE_STAGE, L::SCALE_OFFSET, L::SCALE_STAGE,
                    L::ACT_STAGE>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0, local1, lane,
@@ -472,8 +472,6 @@ Status launch_n(Params p, int64_t row_tiles, cudaStream_t stream) {
   NIB_RETURN_IF_ERROR(cuda_status(limit, "wgmma gemm: shared memory"));
   const int rows_per_cta = GATED ? BM / 2 : BM;
   p.slices = (p.n + rows_per_cta - 1) / rows_per_cta;
-  static const bool full_width = std::getenv("NIBBLE_WGMMA_FULL_WIDTH") && std::atoi(std::getenv("NIBBLE_WGMMA_FULL_WIDTH"));
-  p.full_width = full_width;
   const int64_t items = int64_t{p.slices} * row_tiles;  // the host's bound: the device knows the tile count
   if (items > INT32_MAX) return Status::error("wgmma gemm: more than 2^31 work items");
   // Persistent: CTAS_PER_SM CTAs an SM walk the items. H200, full-size Qwen3-30B-A3B (docs/perf.md),
@@ -515,7 +513,9 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
     return Status::error("wgmma moe gemm: null pointer");
   if (reinterpret_cast<uintptr_t>(a.act) % 16) return Status::error("wgmma moe gemm: activations not 16-byte aligned");
   if (a.pairs == 0) return Status::ok();
-  if (a.pairs * w0.cols >= (int64_t(1) << 32)) return Status::error("wgmma moe gemm: rows · in_features ≥ 2^32");
+  // The producers keep activation rows' byte offsets in 32 bits.
+  if (a.pairs * w0.cols * 2 >= (int64_t(1) << 32))
+    return Status::error("wgmma moe gemm: rows · in_features · 2 bytes ≥ 2^32");
   Params p{};
   p.codes[0] = w0.packed, p.scales[0] = w0.block_scales, p.global_scales[0] = w0.global_scales;
   if (w1) p.codes[1] = w1->packed, p.scales[1] = w1->block_scales, p.global_scales[1] = w1->global_scales;
@@ -558,7 +558,8 @@ Status wgmma_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, fl
   NIB_RETURN_IF_ERROR(check_weight(w.packed, w.block_scales, w.rows, w.cols));
   if (!x || !y) return Status::error("wgmma linear: null activation or output");
   if (reinterpret_cast<uintptr_t>(x) % 16) return Status::error("wgmma linear: x not 16-byte aligned");
-  if (M <= 0 || M * w.cols >= (int64_t(1) << 32)) return Status::error("wgmma linear: M must be ≥ 1 with M · K < 2^32");
+  if (M <= 0 || M * w.cols * 2 >= (int64_t(1) << 32))
+    return Status::error("wgmma linear: M must be ≥ 1 with M · K · 2 bytes < 2^32");
   Params p{};
   p.codes[0] = w.packed, p.scales[0] = w.block_scales, p.scale = w.weight_scale_2;
   p.n = int(w.rows), p.k = int(w.cols), p.m = int(M);
