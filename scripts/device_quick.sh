@@ -4,7 +4,10 @@
 # check results, not time), each also under the environment of every non-base VARIANTS entry listed
 # in TEST_VARIANTS; then `nibble bench latency $LATENCY` on the full-size synthetic Qwen3-30B-A3B
 # once per VARIANTS entry ("base" or "VAR=1,VAR2=x"), alone on the GPU, and `nibble bench kernels
-# $KERNELS` too when KERNELS is set. Logs under $OUT, table last.
+# $KERNELS` too when KERNELS is set. BASELINE=1 (build-base/ carried, scripts/build_baseline.sh) runs
+# the latency of this build and the baseline's alternately, ROUNDS (default 2) times each: machines
+# differ by several percent on one binary, so a comparison needs both in one call. Logs under $OUT,
+# table last.
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 TESTS=${TESTS:-router moe ops runner linear quantize}
@@ -31,17 +34,33 @@ for n in "${names[@]}"; do
   results+=("$(printf '%-36s %s' "$n" "$(grep -hE "^\[  (PASSED|FAILED) " "$OUT/$n.log" | tr '\n' ' ')")")
   grep -hE "Failure|Expected|actual|Which is" "$OUT/$n.log" | head -4
 done
-for v in ${VARIANTS:-base}; do
+latency_summary() {
+  awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}' "$1"
+}
+if [ "${BASELINE:-0}" = 1 ]; then
+  [ -x build-base/nibble ] || tar -C build-base -xzf build-base/bins.tar.gz
+  for r in $(seq "${ROUNDS:-2}"); do
+    for b in build-device/nibble build-base/nibble; do
+      tag=$(basename "$(dirname "$b")")_$r
+      # shellcheck disable=SC2086
+      timeout 200 "$b" bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 --batch-gen 32 $LATENCY \
+        > "$OUT/latency_$tag.log" 2>&1
+      results+=("$(printf '%-36s rc=%d  %s' "latency $tag" "$?" "$(latency_summary "$OUT/latency_$tag.log")")")
+    done
+  done
+fi
+default_variants=base; [ "${BASELINE:-0}" = 1 ] && default_variants=""
+for v in ${VARIANTS-$default_variants}; do
   vars=""; [ "$v" != base ] && vars="${v//,/ }"
   tag=$(printf '%s' "$v" | tr '=,' '-_')
   # shellcheck disable=SC2086
   env $vars timeout 200 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 \
     --batch-gen 32 $LATENCY > "$OUT/latency_$tag.log" 2>&1
-  results+=("$(printf '%-36s rc=%d  %s' "latency $v" "$?" "$(awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}' "$OUT/latency_$tag.log")")")
+  results+=("$(printf '%-36s rc=%d  %s' "latency $v" "$?" "$(latency_summary "$OUT/latency_$tag.log")")")
   if [ -n "${KERNELS:-}" ]; then
     # shellcheck disable=SC2086
     env $vars timeout 200 build-device/nibble bench kernels $KERNELS > "$OUT/kernels_$tag.log" 2>&1
-    results+=("$(printf 'kernels %s rc=%d\n' "$v" "$?")$(grep -E "^\|" "$OUT/kernels_$tag.log" | tail -n +3)")
+    results+=("$(printf 'kernels %s rc=%d\n' "$v" "$?")$(awk '$2 ~ /^[0-9]+$/' "$OUT/kernels_$tag.log")")
   fi
 done
 grep -hE "^(mode|512)" "$OUT"/slice_*.log | head -8
