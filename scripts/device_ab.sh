@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call comparing this build with a baseline build in the same run: build-device/ (this
 # tree, scripts/device_bundle.sh) and build-base/ (BASE_DIR; the baseline commit's stripped nibble,
-# alone or gzipped as bins.tar.gz, e.g. built in a `git worktree` of that commit).
+# alone or gzipped as bins.tar.gz: scripts/build_baseline.sh COMMIT).
 # PARTS (default tests,slice,kernels,latency): every GPU test of this build, the 4-layer slice
 # against the CPU, `nibble bench kernels` rows (MOE_ROWS, DENSE_ROWS), `nibble bench latency`
 # (LATENCY flags) of both builds on the full-size synthetic Qwen3-30B-A3B, and with "profile" Nsight
