@@ -36,7 +36,7 @@ template <int N>
 constexpr int CTAS_PER_SM = N <= 64 ? 2 : 1;
 // setmaxnreg (multiples of 8) moves registers between a CTA's warps: one CTA an SM, 128 · (72 + 2 · 216)
 // = 64,512 = the 384 · 168 it launches with; two, 128 · (48 + 2 · 96) = 30,720 = 384 · 80. The
-// producer's 72 hold a k-step's copy sources at once (so its copies do not wait on each other).
+// producer takes all the consumers leave: its per-item offsets and sources stay in registers.
 template <int CTAS>
 constexpr int PRODUCER_REGISTERS = CTAS == 1 ? 72 : 48;
 template <int CTAS>
