@@ -30,7 +30,7 @@ test_wheels() {
 KEY_METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,\
 lts__t_sector_hit_rate.pct,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,\
 sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,\
-sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,\
+sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,\
 smsp__inst_executed.sum,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,\
 smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,\
 smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,\
@@ -44,7 +44,7 @@ import csv, re, sys
 short = {'gpu__time_duration': 'us', 'dram__throughput': 'dram%', 'lts__t_sector_hit_rate': 'l2hit%',
          'smsp__issue_active': 'issue%', 'sm__warps_active': 'warps%', 'sm__inst_executed_pipe_alu': 'alu%',
          'sm__inst_executed_pipe_fma': 'fma%', 'sm__inst_executed_pipe_lsu': 'lsu%',
-         'sm__pipe_tensor_op_gmma_cycles_active': 'gmma%', 'smsp__inst_executed': 'inst'}
+         'sm__pipe_tensor_cycles_active': 'tensor%', 'smsp__inst_executed': 'inst'}
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 12 and r[-3] != 'Metric Name']
 last = None
 for r in rows:

@@ -8,7 +8,7 @@ KERNEL=${KERNEL:-nvfp4_wgmma}
 ARGS=${ARGS:---ops dense --m 8192 --gemm-backend wgmma}
 ncu --clock-control none --kernel-name "regex:$KERNEL" --launch-count 1 --section SpeedOfLight --section SchedulerStats \
   --section WarpStateStats --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
-  --section ComputeWorkloadAnalysis --section SourceCounters --metrics smsp__inst_executed_pipe_tensor_op_gmma.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active \
+  --section ComputeWorkloadAnalysis --section SourceCounters --metrics smsp__inst_executed_pipe_tensor_op_gmma.sum,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active \
   --import-source no -o "$OUT/profile" build-device/nibble bench kernels $ARGS --iterations 1 --batches 1 > "$OUT/ncu_run.txt" 2>&1
 ncu -i "$OUT/profile.ncu-rep" --print-details all > "$OUT/ncu.txt" 2>&1
 # Per-SASS-instruction counters (warp stall samples by reason, executed instructions) of the kernel.
