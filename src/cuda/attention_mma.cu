@@ -11,6 +11,7 @@
 
 #include "cuda/attention.cuh"
 #include "cuda/check.cuh"
+#include "cuda/nvfp4_fragments.cuh"
 
 namespace nibble::cuda {
 namespace {
@@ -18,17 +19,6 @@ namespace {
 constexpr int KT = 32;        // keys per tile
 constexpr int WARPS = 8;      // 16 query rows each (4 warps: pp2048 2.6% slower, H200)
 constexpr int ROWS = 16 * WARPS;
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const uint32_t l = __bfloat16_as_ushort(__float2bfloat16_rn(lo)), h = __bfloat16_as_ushort(__float2bfloat16_rn(hi));
-  return l | (h << 16);
-}
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Four 8×8 BF16 matrices, transposed: lanes 8j … 8j + 7 give the row addresses of matrix j.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* row) {
@@ -73,10 +63,10 @@ __global__ void __launch_bounds__(WARPS * 32) prefill_attention_kernel(const flo
     const int c0 = s * 16 + 2 * tq, c1 = c0 + 8;
     const float* q0 = q + row_q[0];
     const float* q1 = q + row_q[1];
-    qa[s][0] = row_ok[0] ? pack_bf16(q0[c0], q0[c0 + 1]) : 0u;
-    qa[s][1] = row_ok[1] ? pack_bf16(q1[c0], q1[c0 + 1]) : 0u;
-    qa[s][2] = row_ok[0] ? pack_bf16(q0[c1], q0[c1 + 1]) : 0u;
-    qa[s][3] = row_ok[1] ? pack_bf16(q1[c1], q1[c1 + 1]) : 0u;
+    qa[s][0] = row_ok[0] ? pack_bf16x2(q0[c0], q0[c0 + 1]) : 0u;
+    qa[s][1] = row_ok[1] ? pack_bf16x2(q1[c0], q1[c0 + 1]) : 0u;
+    qa[s][2] = row_ok[0] ? pack_bf16x2(q0[c1], q0[c1 + 1]) : 0u;
+    qa[s][3] = row_ok[1] ? pack_bf16x2(q1[c1], q1[c1 + 1]) : 0u;
   }
   float o[NT][4];
 #pragma unroll
@@ -160,8 +150,8 @@ __global__ void __launch_bounds__(WARPS * 32) prefill_attention_kernel(const flo
     // fragments for two output n-tiles at once (keys kk·16 + lane % 16, dims of tile n + lane / 16).
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk) {
-      const uint32_t pa[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
-                              pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+      const uint32_t pa[4] = {pack_bf16x2(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16x2(sc[2 * kk][2], sc[2 * kk][3]),
+                              pack_bf16x2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pack_bf16x2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
 #pragma unroll
       for (int n = 0; n < NT; n += 2) {
         uint32_t vb[4];
@@ -183,7 +173,7 @@ __global__ void __launch_bounds__(WARPS * 32) prefill_attention_kernel(const flo
     const float inv = 1.0f / l[h];
 #pragma unroll
     for (int n = 0; n < NT; ++n)
-      *reinterpret_cast<uint32_t*>(dst + n * 8 + 2 * tq) = pack_bf16(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+      *reinterpret_cast<uint32_t*>(dst + n * 8 + 2 * tq) = pack_bf16x2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
   }
 }
 

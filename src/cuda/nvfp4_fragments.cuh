@@ -1,5 +1,5 @@
-// Device helpers shared by the NVFP4 tensor-core kernels: the BF16 mma.sync, BF16 pair multiplies and
-// scale codes → BF16 pairs; the codes decode with nvfp4_layout.h's decode_code_word.
+// Device helpers shared by the tensor-core kernels: the BF16 mma.sync, BF16 pair packing and multiplies,
+// and scale codes → BF16 pairs; the codes decode with nvfp4_layout.h's decode_code_word.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,6 +19,13 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two fp32 values as a BF16 pair (round to nearest even), `low` in the low half: the lower column of
+// an mma fragment's register.
+__device__ __forceinline__ uint32_t pack_bf16x2(float low, float high) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(low, high);
+  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // 32-bit word i (0…3) of a 16-byte load.

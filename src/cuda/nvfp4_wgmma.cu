@@ -267,10 +267,6 @@ struct Outputs {
     __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out);
     const int warp = tw / 32, lane = tw % 32, matrix = lane / 8, row = lane % 8;
     auto scale_of = [&](int t) { return ROW_SCALES ? row_scales[t] : 1.0f; };
-    auto pack = [](float low, float high) {
-      const __nv_bfloat162 v = __floats2bfloat162_rn(low, high);
-      return *reinterpret_cast<const uint32_t*>(&v);
-    };
 #pragma unroll
     for (int round = 0; round < N / 64; ++round) {
       if (64 * round >= tile.rows) break;
@@ -283,7 +279,7 @@ struct Outputs {
         for (int i = 0; i < 4; ++i) {
           const int j = 8 * round + (GATED ? 4 * m + i : 2 * m + i / 2), t0 = 8 * j + 2 * q;
           const int which = GATED ? 0 : i % 2;
-          r[i] = pack(value(acc, j, which, 0, scale_of(t0)), value(acc, j, which, 1, scale_of(t0 + 1)));
+          r[i] = pack_bf16x2(value(acc, j, which, 0, scale_of(t0)), value(acc, j, which, 1, scale_of(t0 + 1)));
         }
         const int block = GATED ? 4 * m + matrix : 2 * m + matrix / 2;  // this lane's row address: block's row `row`
         const int column = GATED ? 8 * warp : 16 * warp + 8 * (matrix % 2);
