@@ -166,14 +166,15 @@ def test_cpu_reference_matches_transformers(build_dir, tmp_path, seed):
 def test_w4a4_modes_match_fake_quant_reference(build_dir, tmp_path, seed, modes):
     """The W4A4 modes: every quantized linear's input fake-quantized in the reference as DESIGN.md §1
     says (shared experts and the dense layer in the dense mode, routed experts in the MoE mode)."""
-    # A value on a rounding boundary inside the prompt leaves nothing to compare; such runs are rare,
-    # so the next seed is tried (up to three), and one of them must compare most positions.
-    for attempt in range(3):
+    # A value on a rounding boundary inside the prompt leaves nothing to compare. One seed in about
+    # seven has one early enough to leave fewer than 8 positions (per-token, 30 seeds: 4), and CI met
+    # three in a row once, so the next seed is tried, up to six; one of them must compare 8 positions.
+    for attempt in range(6):
         ckpt = tmp_path / f"ckpt{attempt}"
         model, static = build(seed + attempt, ckpt)
         if compare(build_dir, model, static, ckpt, tmp_path, *modes) >= 8:
             return
-    pytest.fail("three seeds in a row had a fragile value within the first positions")
+    pytest.fail("six seeds in a row had a fragile value within the first positions")
 
 
 def test_bias_changes_the_routing(tmp_path, seed):
