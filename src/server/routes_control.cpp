@@ -4,6 +4,7 @@
 // body/response helpers and job registry.
 #include <boost/asio/post.hpp>
 
+#include "server/chat_messages.h"
 #include "server/context.h"
 #include "server/generation_job.h"
 
@@ -34,7 +35,12 @@ Result<std::vector<int32_t>> render_chat_prompt(const LoadedModel& model, const 
     error = {400, "the model has no chat template; use /v1/completions", "messages"};
     return Status::error(error.message);
   }
-  json request = {{"messages", body["messages"]}, {"add_generation_prompt", add_generation_prompt}};
+  auto messages = chat_messages_for_template(body["messages"], model.chat_template->takes_content_parts());
+  if (!messages) {
+    error = {400, messages.status().message(), "messages"};
+    return messages.status();
+  }
+  json request = {{"messages", std::move(*messages)}, {"add_generation_prompt", add_generation_prompt}};
   if (with_tools) request["tools"] = body["tools"];
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null())
     request["chat_template_kwargs"] = body["chat_template_kwargs"];

@@ -14,6 +14,31 @@ namespace nibble::text {
 
 using json = nlohmann::ordered_json;
 
+namespace {
+
+// `x.content` or `x["content"]`, under any filters, tests and slices (`message.content | default([])`).
+bool reads_content(const jinja::Expr& e) {
+  using K = jinja::Expr::Kind;
+  if ((e.kind == K::FILTER || e.kind == K::TEST || e.kind == K::SLICE) && !e.children.empty() && e.children[0])
+    return reads_content(*e.children[0]);
+  if (e.kind == K::ATTR) return e.name == "content";
+  return e.kind == K::ITEM && e.children.size() == 2 && e.children[1] && e.children[1]->kind == K::LITERAL &&
+         e.children[1]->literal.is_string() && e.children[1]->literal.as_string() == "content";
+}
+
+bool loops_over_content(const jinja::NodeList& nodes) {
+  for (const auto& n : nodes) {
+    if (!n) continue;
+    if (n->kind == jinja::Node::Kind::FOR && n->expr && reads_content(*n->expr)) return true;
+    if (loops_over_content(n->body) || loops_over_content(n->else_body)) return true;
+    for (const auto& [condition, body] : n->branches)
+      if (loops_over_content(body)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::from_source(const std::string& source, json special_tokens) {
   Result<jinja::NodeList> nodes = Status::error("");
   try {  // the parser reports errors as Status; this is the net under any slip (std::out_of_range)
@@ -24,6 +49,7 @@ Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::from_source(const std:
   if (!nodes) return Status::error("chat template: " + nodes.status().message());
   auto t = std::shared_ptr<ChatTemplate>(new ChatTemplate());
   t->nodes_ = std::move(*nodes);
+  t->takes_content_parts_ = loops_over_content(t->nodes_);
   t->special_tokens_ = std::move(special_tokens);
   return std::shared_ptr<const ChatTemplate>(t);
 }

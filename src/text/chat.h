@@ -25,8 +25,14 @@ class ChatTemplate {
   // raise_exception in the template) are request errors.
   Result<std::string> render(const nlohmann::ordered_json& request) const;
 
+  // Whether the template loops over a message's content (`for part in message.content`, filters
+  // and slices around it allowed): it takes OpenAI content parts as a list, where other templates
+  // take content as a string. vLLM decides its chat_template_content_format "auto" the same way.
+  bool takes_content_parts() const { return takes_content_parts_; }
+
  private:
   jinja::NodeList nodes_;
+  bool takes_content_parts_ = false;
   nlohmann::ordered_json special_tokens_;  // bos_token, eos_token, ... as transformers passes them
 };
 

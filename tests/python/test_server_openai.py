@@ -62,6 +62,24 @@ def test_chat_non_stream_and_stream_agree(client):
     assert usage.prompt_tokens == whole.usage.prompt_tokens
 
 
+def test_chat_content_parts_read_as_their_joined_text(client, seed):
+    """Content as a list of text parts (how the openai client's typed messages and most apps send it)
+    renders as the parts joined with newlines, as vLLM renders it for a string template: the same
+    prompt and the same greedy reply as that string."""
+    rng = random.Random(seed)
+    words = ["Say", "something", "short", "about", "boxes", "of", "pencils", "12", "7"]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randrange(1, 5))) for _ in range(rng.randrange(2, 4))]
+    parts = client.chat.completions.create(
+        model="tiny", max_tokens=8, temperature=0,
+        messages=[{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+                  {"role": "user", "content": [{"type": "text", "text": t} for t in texts]}])
+    joined = client.chat.completions.create(
+        model="tiny", max_tokens=8, temperature=0,
+        messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "\n".join(texts)}])
+    assert parts.usage.prompt_tokens == joined.usage.prompt_tokens
+    assert parts.choices[0].message.content == joined.choices[0].message.content
+
+
 def test_completions_stream_matches_non_stream(client, seed):
     rng = random.Random(seed)
     prompt = random_prompt_ids(rng, 7)
@@ -263,7 +281,13 @@ BAD_REQUESTS = [
     ("POST", CHAT, "[1, 2]", 400, "JSON object"),
     ("POST", CHAT, {}, 400, "messages"),
     ("POST", CHAT, {"messages": "hi"}, 400, "messages"),
-    ("POST", CHAT, {"messages": [{"role": "user"}]}, 400, ""),
+    ("POST", CHAT, {"messages": [{"role": "user"}]}, 400, "'content' is required for role 'user'"),
+    ("POST", CHAT, {"messages": [{"role": "user", "content": 5}]}, 400, "must be a string or a list of content parts"),
+    ("POST", CHAT, {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}]}]},
+     400, "messages[0].content[1]: 'image_url' parts are not supported"),
+    ("POST", CHAT, {"messages": [{"role": "user", "content": [{"type": "text"}]}]}, 400, "needs a string 'text'"),
+    ("POST", "/tokenize", {"messages": [{"role": "user", "content": [{"type": "video_url"}]}]}, 400, "'video_url' parts"),
     ("POST", CHAT, {"messages": MSG, "temperature": "hot"}, 400, "temperature"),
     ("POST", CHAT, {"messages": MSG, "temperature": -1}, 400, "temperature"),
     ("POST", CHAT, {"messages": MSG, "top_p": 0}, 400, "top_p"),

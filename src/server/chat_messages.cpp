@@ -1,0 +1,75 @@
+// chat_messages_for_template: the content rules of OpenAI's chat message types (system, developer,
+// user, assistant, tool) with vLLM's handling of text parts (entrypoints/chat_utils.py).
+#include "server/chat_messages.h"
+
+#include <string>
+
+namespace nibble::server {
+namespace {
+
+using json = nlohmann::json;
+
+Status part_error(size_t m, size_t p, const std::string& what) {
+  return Status::error("messages[" + std::to_string(m) + "].content[" + std::to_string(p) + "]: " + what);
+}
+
+// The text parts of message m's content list, each's text checked.
+Result<std::vector<std::string>> part_texts(const json& parts, size_t m, const std::string& role) {
+  std::vector<std::string> texts;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const json& part = parts[p];
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+      return part_error(m, p, "a content part must be an object with a string 'type'");
+    const std::string type = part["type"].get<std::string>();
+    // An assistant's refusal part carries its text under "refusal" (ChatCompletionContentPartRefusalParam).
+    const char* field = type == "text" ? "text" : type == "refusal" && role == "assistant" ? "refusal" : nullptr;
+    if (!field) {
+      const bool media = type == "image_url" || type == "input_audio" || type == "file" || type == "video_url" ||
+                         type == "audio_url" || type == "image";
+      return part_error(m, p, media ? "'" + type + "' parts are not supported: the served model takes text only"
+                                    : "unknown content part type '" + type + "' (expected 'text')");
+    }
+    if (!part.contains(field) || !part[field].is_string())
+      return part_error(m, p, "a '" + type + "' part needs a string '" + field + "'");
+    texts.push_back(part[field].get<std::string>());
+  }
+  return texts;
+}
+
+}  // namespace
+
+Result<json> chat_messages_for_template(const json& messages, bool template_takes_parts) {
+  if (!messages.is_array()) return Status::error("'messages' must be a list of messages");
+  json out = json::array();
+  for (size_t m = 0; m < messages.size(); ++m) {
+    const json& message = messages[m];
+    const std::string where = "messages[" + std::to_string(m) + "]";
+    if (!message.is_object()) return Status::error(where + " must be an object");
+    if (!message.contains("role") || !message["role"].is_string())
+      return Status::error(where + " needs a string 'role'");
+    const std::string role = message["role"].get<std::string>();
+    json copy = message;
+    const bool has_content = message.contains("content") && !message["content"].is_null();
+    if (!has_content) {
+      // Only an assistant turn may leave content out (one that only calls tools, say).
+      if (role != "assistant") return Status::error(where + ": 'content' is required for role '" + role + "'");
+    } else if (message["content"].is_array()) {
+      auto texts = part_texts(message["content"], m, role);
+      if (!texts) return texts.status();
+      if (template_takes_parts) {
+        copy["content"] = json::array();
+        for (std::string& t : *texts) copy["content"].push_back({{"type", "text"}, {"text", std::move(t)}});
+      } else {
+        std::string joined;
+        for (size_t i = 0; i < texts->size(); ++i) joined += (i ? "\n" : "") + (*texts)[i];
+        copy["content"] = std::move(joined);
+      }
+    } else if (!message["content"].is_string()) {
+      return Status::error(where + ": 'content' must be a string or a list of content parts");
+    }
+    out.push_back(std::move(copy));
+  }
+  return out;
+}
+
+}  // namespace nibble::server
