@@ -400,9 +400,7 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.sorted_pairs, P));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.pair_rows, P));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.tiles, size_t(max_expert_tiles(int64_t(P), w.experts, SKINNY_MIN_TILE_ROWS))));
-  NIB_RETURN_IF_ERROR(ws->alloc(ws->route_counter, 1));
   if (w.router_f32) NIB_RETURN_IF_ERROR(ws->alloc(ws->x_f32, T * H));
-  NIB_RETURN_IF_ERROR(cuda_status(cudaMemset(ws->route_counter, 0, sizeof(int)), "MoeWorkspace: route counter"));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->x_hat, T * H));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->x_row_scales, T));
   float* act = nullptr;
@@ -444,7 +442,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   const int tile_rows = moe_grouping_tile_rows(kernels, pairs, w);
   if (route_small_supported(tokens, w.experts, w.hidden, w.top_k) && backend != GemmBackend::DEQUANT_CUBLAS) {
     for (int i = 0; i < op_repeats("router"); ++i)
-      NIB_RETURN_IF_ERROR(route_and_group_small(router, tile_rows, ws.groups, ws.route_counter, stream));
+      NIB_RETURN_IF_ERROR(route_and_group_small(router, tile_rows, ws.groups, stream));
   } else {
     for (int i = 0; i < op_repeats("router"); ++i) {
       NIB_RETURN_IF_ERROR(route(router, cublas, stream));

@@ -49,7 +49,6 @@ struct MoeWorkspace {
   int32_t* expert_ids = nullptr;      // [T, k]
   float* route_weights = nullptr;     // [T, k]
   ExpertGroups groups;
-  int* route_counter = nullptr;       // route_and_group_small's CTA counter (0 between calls)
   float* x_f32 = nullptr;             // [T, H] the router input in fp32 (fp32 routers only)
   uint16_t* x_hat = nullptr;          // [T, H] W4A4 gate_up input
   float* x_row_scales = nullptr;      // [T]

@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(THREADS)
   __shared__ GroupingSmem<THREADS> sm;
   pdl_wait();
   pdl_launch_dependents();
-  group_rows<THREADS>(expert_ids, pairs, experts, tile_rows, out, sm);
+  group_rows<THREADS, 16>(expert_ids, pairs, experts, tile_rows, out, sm);
 }
 
 }  // namespace

@@ -2,8 +2,11 @@
 // small batches, in one launch with the logits GEMV and the grouping (route_and_group_small).
 #include "cuda/moe_router.cuh"
 
+#include <cooperative_groups.h>
+
 #include <cfloat>
 
+#include "cuda/async_copy.cuh"
 #include "cuda/check.cuh"
 #include "cuda/moe_routing_device.cuh"
 #include "cuda/pdl.cuh"
@@ -32,9 +35,11 @@ __global__ void bf16_to_f32_kernel(const uint16_t* __restrict__ x, int64_t n, fl
   if (i < n) out[i] = __uint_as_float(uint32_t(x[i]) << 16);
 }
 
-constexpr int SMALL_THREADS = 256;  // 8 warps, an expert each; grouping needs experts ≤ 256
+constexpr int SMALL_THREADS = 512;  // 16 warps, an expert each
+constexpr int SMALL_WARPS = SMALL_THREADS / 32;
+constexpr int SMALL_MAX_CTAS = 8;    // one thread-block cluster of the portable size
+constexpr int SMALL_MAX_EXPERTS = SMALL_WARPS * SMALL_MAX_CTAS;
 constexpr int SMALL_MAX_CHUNKS = ROUTER_SMALL_MAX_HIDDEN / 256;
-constexpr int TOKEN_GROUP = 8;  // x rows staged in shared memory at once
 
 __device__ __forceinline__ float dot8(const uint4& a, const uint4& b, float acc) {
   const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
@@ -58,70 +63,72 @@ __device__ __forceinline__ float dot8(const float4& w0, const float4& w1, const 
   return acc;
 }
 
-// Router logits (a warp per expert: its row in registers, loaded before the PDL wait; x rows staged
-// in shared memory TOKEN_GROUP at a time, every load in flight at once), then the last CTA to
-// finish runs top-k for every token and the grouping, and re-arms the counter. An fp32 router
-// (F32) is read from global memory in the dot loop instead: its rows would need twice the registers.
-template <bool F32>
+struct SmallRouterShared {
+  float logits[ROUTER_SMALL_MAX_TOKENS * SMALL_MAX_EXPERTS];  // the whole cluster's, in its first CTA
+  GroupingSmem<SMALL_THREADS> grouping;
+};
+
+// One thread-block cluster: a warp per expert computes the logits (its row in registers, loaded
+// before the PDL wait; the x rows staged in shared memory) and writes them into the first CTA's
+// shared memory; after the cluster barrier that CTA runs the top-k of every token and the grouping.
+// (It was 16 CTAs meeting through global memory — a fence, an atomic counter and the last CTA's
+// reads through L2, each a round trip on the critical path of a decode step.) An fp32 router (F32)
+// is read from global memory in the dot loop instead: its rows would need twice the registers.
+// CHUNKS: 256-wide chunks of a row a lane may hold (hidden ≤ 256 · CHUNKS), sized to the row:
+// 8 for hidden ≤ 2,048 (Qwen3-30B-A3B: 85 registers); 16 meets the 128 registers 512 threads allow
+// and spills ~90 bytes.
+template <bool F32, int CHUNKS>
 __global__ void __launch_bounds__(SMALL_THREADS)
-    route_group_small_kernel(const RouterArgs a, int tile_rows, ExpertGroups groups, int* counter) {
-  extern __shared__ uint4 x_stage[];  // [TOKEN_GROUP, hidden / 8]
-  __shared__ GroupingSmem<SMALL_THREADS> sm;
-  __shared__ bool last;
+    route_group_small_kernel(const RouterArgs a, int tile_rows, ExpertGroups groups) {
+  extern __shared__ uint4 x_stage[];  // [tokens, hidden / 8]
+  __shared__ SmallRouterShared sm;
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int expert = blockIdx.x * (SMALL_THREADS / 32) + warp;
+  const int expert = blockIdx.x * SMALL_WARPS + warp;
   const int H = int(a.hidden), E = int(a.experts), T = int(a.tokens), chunks = H / 256, row_words = H / 8;
-  uint4 w[SMALL_MAX_CHUNKS];
+  uint4 w[CHUNKS];
 #pragma unroll
-  for (int i = 0; i < SMALL_MAX_CHUNKS; ++i)
+  for (int i = 0; i < CHUNKS; ++i)
     w[i] = !F32 && expert < E && i < chunks
                ? __ldg(reinterpret_cast<const uint4*>(a.router + size_t(expert) * H + i * 256) + lane)
                : make_uint4(0, 0, 0, 0);
   const float4* w_f32 = F32 ? reinterpret_cast<const float4*>(a.router_f32 + size_t(expert) * H) : nullptr;
   pdl_wait();
   pdl_launch_dependents();
-  for (int t0 = 0; t0 < T; t0 += TOKEN_GROUP) {
-    const int n = min(TOKEN_GROUP, T - t0);
-    constexpr int PER_THREAD = TOKEN_GROUP * SMALL_MAX_CHUNKS * 32 / SMALL_THREADS;
-    uint4 staged[PER_THREAD];
+  // The x rows → shared memory with cp.async: every copy in flight at once, none through registers
+  // (register staging took two round trips at 3–4 tokens: ptxas put the second load after the first store).
+  constexpr int WORDS_PER_THREAD = ROUTER_SMALL_MAX_TOKENS * CHUNKS * 32 / SMALL_THREADS;
 #pragma unroll
-    for (int i = 0; i < PER_THREAD; ++i) {
-      const int word = threadIdx.x + i * SMALL_THREADS;
-      if (word < n * row_words) staged[i] = __ldg(reinterpret_cast<const uint4*>(a.x + size_t(t0) * H) + word);
-    }
-    __syncthreads();  // the previous group's reads are done
-#pragma unroll
-    for (int i = 0; i < PER_THREAD; ++i) {
-      const int word = threadIdx.x + i * SMALL_THREADS;
-      if (word < n * row_words) x_stage[word] = staged[i];
-    }
-    __syncthreads();
-    if (expert < E)
-      for (int j = 0; j < n; ++j) {
-        float acc = 0.0f;
-#pragma unroll
-        for (int i = 0; i < SMALL_MAX_CHUNKS; ++i) {
-          if (i >= chunks) continue;
-          const uint4 xv = x_stage[j * row_words + i * 32 + lane];
-          acc = F32 ? dot8(__ldg(w_f32 + (i * 256 + lane * 8) / 4), __ldg(w_f32 + (i * 256 + lane * 8) / 4 + 1), xv, acc)
-                    : dot8(w[i], xv, acc);
-        }
-        for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, offset);
-        if (lane == 0) a.logits[size_t(t0 + j) * E + expert] = acc;
-      }
+  for (int i = 0; i < WORDS_PER_THREAD; ++i) {
+    const int word = threadIdx.x + i * SMALL_THREADS;
+    if (word < T * row_words) cp_async<16>(x_stage + word, reinterpret_cast<const uint4*>(a.x) + word, 16);
   }
-  __threadfence();  // the logits are visible before this CTA counts itself done
+  cp_async_commit();
+  cp_async_wait<0>();
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == int(gridDim.x) - 1;
+  float* first_logits = cluster.map_shared_rank(sm.logits, 0);
+  if (expert < E)
+    for (int j = 0; j < T; ++j) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int i = 0; i < CHUNKS; ++i) {
+        if (i >= chunks) continue;
+        const uint4 xv = x_stage[j * row_words + i * 32 + lane];
+        acc = F32 ? dot8(__ldg(w_f32 + (i * 256 + lane * 8) / 4), __ldg(w_f32 + (i * 256 + lane * 8) / 4 + 1), xv, acc)
+                  : dot8(w[i], xv, acc);
+      }
+      for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, offset);
+      if (lane == 0) first_logits[j * E + expert] = acc;
+    }
+  cluster.sync();  // release / acquire: every CTA's logits are in the first CTA's shared memory
+  if (cluster.block_rank() != 0) return;
+  for (int t = warp; t < T; t += SMALL_WARPS)
+    warp_softmax_topk<true>(sm.logits + t * E, E, int(a.top_k), a.norm_topk_prob, a.score_bias, a.norm_min,
+                            a.expert_ids + size_t(t) * a.top_k, a.weights + size_t(t) * a.top_k);
   __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int t = warp; t < T; t += SMALL_THREADS / 32)
-    warp_softmax_topk(a.logits + size_t(t) * E, E, int(a.top_k), a.norm_topk_prob, a.score_bias, a.norm_min,
-                      a.expert_ids + size_t(t) * a.top_k, a.weights + size_t(t) * a.top_k);
-  __syncthreads();
-  group_rows<SMALL_THREADS>(a.expert_ids, T * int(a.top_k), E, tile_rows, groups, sm);
-  if (threadIdx.x == 0) *counter = 0;
+  // At most 4 tokens · 32 = 128 pairs: one a thread.
+  group_rows<SMALL_THREADS, 1>(a.expert_ids, T * int(a.top_k), E, tile_rows, groups, sm.grouping);
 }
 
 }  // namespace
@@ -167,31 +174,34 @@ Status route(const RouterArgs& a, cublasHandle_t cublas, cudaStream_t stream) {
 namespace nibble::cuda {
 
 bool route_small_supported(int64_t tokens, int64_t experts, int64_t hidden, int64_t top_k) {
-  return tokens >= 1 && tokens <= ROUTER_SMALL_MAX_TOKENS && experts >= 1 && experts <= 256 && top_k >= 1 &&
-         top_k <= 32 && top_k <= experts && hidden % 256 == 0 && hidden <= ROUTER_SMALL_MAX_HIDDEN;
+  return tokens >= 1 && tokens <= ROUTER_SMALL_MAX_TOKENS && experts >= 1 && experts <= SMALL_MAX_EXPERTS &&
+         top_k >= 1 && top_k <= 32 && top_k <= experts && hidden % 256 == 0 && hidden <= ROUTER_SMALL_MAX_HIDDEN;
 }
 
-Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGroups& groups, int* counter,
-                             cudaStream_t stream) {
+Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGroups& groups, cudaStream_t stream) {
   if (!route_small_supported(a.tokens, a.experts, a.hidden, a.top_k))
     return Status::error("route_and_group_small: needs 1 to " + std::to_string(ROUTER_SMALL_MAX_TOKENS) +
-                         " tokens, experts ≤ 256, top_k ≤ 32 and hidden a multiple of 256 up to " +
-                         std::to_string(ROUTER_SMALL_MAX_HIDDEN));
-  if (!a.x || !(a.router || a.router_f32) || !a.logits || !a.expert_ids || !a.weights || !counter || !groups.tiles)
+                         " tokens, experts ≤ " + std::to_string(SMALL_MAX_EXPERTS) +
+                         ", top_k ≤ 32 and hidden a multiple of 256 up to " + std::to_string(ROUTER_SMALL_MAX_HIDDEN));
+  if (!a.x || !(a.router || a.router_f32) || !a.expert_ids || !a.weights || !groups.tiles)
     return Status::error("route_and_group_small: null pointer");
   if (tile_rows < 1) return Status::error("route_and_group_small: tile_rows must be positive");
-  const unsigned ctas = unsigned((a.experts + SMALL_THREADS / 32 - 1) / (SMALL_THREADS / 32));
-  // The shared-memory limit for the largest hidden size, set once per process (not per launch).
-  static const cudaError_t limit = [] {
-    const int bytes = int(TOKEN_GROUP * ROUTER_SMALL_MAX_HIDDEN * sizeof(uint16_t));
-    const cudaError_t e = cudaFuncSetAttribute(route_group_small_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    return e != cudaSuccess ? e : cudaFuncSetAttribute(route_group_small_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  }();
-  NIB_RETURN_IF_ERROR(cuda_status(limit, "route_and_group_small: shared memory"));
-  const size_t smem = size_t(TOKEN_GROUP) * a.hidden * sizeof(uint16_t);
-  const auto kernel = a.router_f32 ? route_group_small_kernel<true> : route_group_small_kernel<false>;
-  return cuda_status(launch_pdl(kernel, ctas, SMALL_THREADS, smem, stream, a, tile_rows, groups, counter),
-                     "route_and_group_small launch");
+  // One cluster of the CTAs the experts need, launched with programmatic dependent launch as launch_pdl does.
+  const unsigned ctas = unsigned((a.experts + SMALL_WARPS - 1) / SMALL_WARPS);
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = ctas, attributes[0].val.clusterDim.y = 1, attributes[0].val.clusterDim.z = 1;
+  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[1].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(ctas), config.blockDim = dim3(SMALL_THREADS);
+  config.dynamicSmemBytes = size_t(a.tokens) * a.hidden * sizeof(uint16_t);  // ≤ 32 KB: no opt-in needed
+  config.stream = stream, config.attrs = attributes, config.numAttrs = 2;
+  const bool narrow = a.hidden <= 256 * SMALL_MAX_CHUNKS / 2;
+  const auto kernel = a.router_f32 ? (narrow ? route_group_small_kernel<true, SMALL_MAX_CHUNKS / 2> : route_group_small_kernel<true, SMALL_MAX_CHUNKS>)
+                      : narrow     ? route_group_small_kernel<false, SMALL_MAX_CHUNKS / 2>
+                                   : route_group_small_kernel<false, SMALL_MAX_CHUNKS>;
+  return cuda_status(cudaLaunchKernelEx(&config, kernel, a, tile_rows, groups), "route_and_group_small launch");
 }
 
 }  // namespace nibble::cuda

@@ -18,7 +18,7 @@ struct RouterArgs {
   const uint16_t* router = nullptr;  // [experts, hidden] BF16
   int64_t tokens = 0, hidden = 0, experts = 0, top_k = 0;
   bool norm_topk_prob = true;
-  float* logits = nullptr;           // workspace [tokens, experts] fp32
+  float* logits = nullptr;           // route()'s workspace [tokens, experts] fp32
   int32_t* expert_ids = nullptr;     // [tokens, top_k]
   float* weights = nullptr;          // [tokens, top_k]
   // ERNIE-4.5: the router in fp32 instead (route() needs x_f32, a [tokens, hidden] workspace for x
@@ -39,17 +39,15 @@ Status route_topk(const float* logits, int64_t tokens, int64_t experts, int64_t 
 // The whole router: the logits GEMM on `cublas`, then route_topk.
 Status route(const RouterArgs& args, cublasHandle_t cublas, cudaStream_t stream);
 
-// Small batches: the router and group_by_expert in one launch — a warp per expert computes the
-// logits (fp32 dot products of the BF16 or fp32 rows), and the last CTA to finish runs the top-k of every
-// token and the grouping with tile_rows. `counter`: a device int, 0 before the first call (each call
-// leaves it 0).
+// Small batches: the router and group_by_expert in one launch — one thread-block cluster, a warp
+// per expert computing the logits (fp32 dot products of the BF16 or fp32 rows) into the first CTA,
+// which then runs the top-k of every token and the grouping with tile_rows. Experts ≤ 128.
 // The one-launch router wins up to 4 tokens (H200, whole skinny MoE block: 26.1 against 28.6 µs at
-// T = 1, 53.0/53.5 at 4, 82.9/81.4 at 8, 141/130 at 16, 262/193 at 64: its last CTA's top-k and
-// grouping run alone), the cuBLAS GEMM + top-k + grouping kernels above that.
+// T = 1, 53.0/53.5 at 4, 82.9/81.4 at 8, 141/130 at 16, 262/193 at 64: its top-k and grouping run
+// in one CTA), the cuBLAS GEMM + top-k + grouping kernels above that.
 inline constexpr int64_t ROUTER_SMALL_MAX_TOKENS = 4;
 inline constexpr int64_t ROUTER_SMALL_MAX_HIDDEN = 4096;
 bool route_small_supported(int64_t tokens, int64_t experts, int64_t hidden, int64_t top_k);
-Status route_and_group_small(const RouterArgs& args, int tile_rows, const ExpertGroups& groups, int* counter,
-                             cudaStream_t stream);
+Status route_and_group_small(const RouterArgs& args, int tile_rows, const ExpertGroups& groups, cudaStream_t stream);
 
 }  // namespace nibble::cuda

@@ -1,6 +1,6 @@
 // Device routines shared by the routing kernels: the per-token softmax + top-k of one warp and the
 // block-wide token → expert grouping (counts, offsets, sorted rows, tile list). Used by the
-// separate router/grouping kernels and by the one-launch decode router.
+// separate router/grouping kernels and by the one-launch small-batch router.
 #pragma once
 
 #include <cfloat>
@@ -15,8 +15,9 @@ inline constexpr int ROUTER_MAX_PER_LANE = 8;  // experts ≤ 256 in the warp to
 // One warp: softmax over row[0, experts) (fp32), top-k by k rounds of a warp arg-max on
 // (score, −expert) so ties pick the lower expert (torch.topk), where the score is the probability
 // plus bias[e] when a bias is given (ERNIE: it chooses, the probabilities weigh), renormalized over
-// the k by max(sum, norm_min) when asked. Lane j < top_k writes slot j. `row` may be written by other
-// CTAs of the same grid: it is read through L2 (ld.global.cg).
+// the k by max(sum, norm_min) when asked. Lane j < top_k writes slot j. A global `row` may be written
+// by other CTAs of the same grid: it is read through L2 (ld.global.cg); SHARED: `row` is in shared memory.
+template <bool SHARED = false>
 __device__ __forceinline__ void warp_softmax_topk(const float* row, int experts, int top_k, bool renormalize,
                                                   const float* bias, float norm_min, int32_t* expert_ids,
                                                   float* weights) {
@@ -26,7 +27,7 @@ __device__ __forceinline__ void warp_softmax_topk(const float* row, int experts,
 #pragma unroll
   for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i) {
     const int e = lane + 32 * i;
-    p[i] = e < experts ? __ldcg(row + e) : -FLT_MAX;
+    p[i] = e < experts ? (SHARED ? row[e] : __ldcg(row + e)) : -FLT_MAX;
     m = fmaxf(m, p[i]);
   }
   for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
@@ -113,12 +114,12 @@ struct GroupingSmem {
 // The grouping over one block of THREADS (experts ≤ THREADS): a shared histogram, exclusive scans of
 // the counts and of their tile counts, the tile list, then each pair claims its row with a shared
 // atomic. A thread's first HELD expert ids are loaded at once into registers and serve both passes
-// (one dependent global load per pair and pass made a 16,384-pair grouping ~12 µs of latency).
-// expert_ids may have been written by this block (the caller synchronizes first).
-template <int THREADS>
+// (one dependent global load per pair and pass made a 16,384-pair grouping ~12 µs of latency); HELD ·
+// THREADS pairs need no second load. expert_ids may have been written by this block (the caller
+// synchronizes first).
+template <int THREADS, int HELD>
 __device__ void group_rows(const int32_t* expert_ids, int pairs, int experts, int tile_rows, const ExpertGroups& out,
                            GroupingSmem<THREADS>& sm) {
-  constexpr int HELD = 16;
   const int tid = threadIdx.x;
   int held[HELD];
 #pragma unroll
