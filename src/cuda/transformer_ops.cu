@@ -7,6 +7,7 @@
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/pdl.cuh"
+#include "cuda/rmsnorm_row.cuh"
 #include "cuda/transformer_ops.cuh"
 
 namespace nibble::cuda {
@@ -32,69 +33,38 @@ __global__ void embedding_kernel(const int32_t* ids, const int32_t* drawn, const
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[t * hidden + i] = bf16_to_float(row[i]);
 }
 
-constexpr int NORM_THREADS = 256;
 constexpr int ROPE_MAX_PAIRS_PER_LANE = 8;  // head_dim ≤ 512
 constexpr int NORM_MAX_PER_THREAD = 32;  // width ≤ 8192
 
-// One block per row, one pass: each thread keeps its (strided) values and weights in registers;
-// the weights are read before the PDL wait (they do not depend on earlier kernels). PER values a
-// thread (width ≤ NORM_THREADS · PER): sized to the row, so that the registers of unused values do
-// not limit the CTAs an SM holds (PER = 32 took 123 registers, 2 CTAs an SM, for 2,048-wide rows).
+// One block per row, one pass (rmsnorm_row.cuh): each thread keeps its (strided) values and weights
+// in registers; the weights are read before the PDL wait (they do not depend on earlier kernels). PER
+// values a thread (width ≤ NORM_THREADS · PER): sized to the row, so that the registers of unused
+// values do not limit the CTAs an SM holds (PER = 32 took 123 registers, 2 CTAs an SM, for 2,048-wide rows).
 template <int PER>
 __global__ void __launch_bounds__(NORM_THREADS)
     add_rmsnorm_kernel(float* residual, const float* delta, int64_t width, const uint16_t* weight, float eps,
                        uint16_t* out, const int32_t* rows, NormActQuant quant) {
   float w[PER], v[PER];
-#pragma unroll
-  for (int k = 0; k < PER; ++k) {
-    const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
-    w[k] = i < width ? bf16_to_float(weight[i]) : 0.0f;
-  }
+  load_norm_weight(weight, width, true, w);
   pdl_wait();
   pdl_launch_dependents();
   const int64_t r = blockIdx.x, src = rows ? rows[r] : r;
   float* x = residual + src * width;
-  float sum_sq = 0.0f;
+  load_row(x, delta ? delta + src * width : nullptr, width, true, v);
+  if (delta)
 #pragma unroll
-  for (int k = 0; k < PER; ++k) {  // predicated, not `break`: every load in flight at once
-    const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
-    v[k] = i < width ? (delta ? x[i] + delta[src * width + i] : x[i]) : 0.0f;
-  }
-#pragma unroll
-  for (int k = 0; k < PER; ++k) {
-    const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
-    if (i >= width) break;
-    if (delta) x[i] = v[k];
-    sum_sq += v[k] * v[k];
-  }
+    for (int k = 0; k < PER; ++k) {
+      const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
+      if (i < width) x[i] = v[k];
+    }
   __shared__ float partial[NORM_THREADS / 32];
-  sum_sq = warp_sum(sum_sq);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = sum_sq;
-  __syncthreads();
-  float total = 0.0f;
-  for (int k = 0; k < NORM_THREADS / 32; ++k) total += partial[k];
-  const float inv = 1.0f / sqrtf(total / static_cast<float>(width) + eps);
+  normalize_row(v, w, width, eps, partial);
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
     const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
-    v[k] = i < width ? bf16_to_float(float_to_bf16(v[k] * inv * w[k])) : 0.0f;  // the BF16 output, kept for x̂
     if (i < width) out[r * width + i] = float_to_bf16(v[k]);
   }
-  if (!quant.x_hat) return;
-  // x̂: a 16-value block is 16 consecutive threads of one k (width is a multiple of 16).
-  float thread_amax = 0.0f;
-  if (quant.input_scale == 0.0f)
-#pragma unroll
-    for (int k = 0; k < PER; ++k) thread_amax = fmaxf(thread_amax, fabsf(v[k]));
-  const float global = cta_row_global(quant.input_scale, thread_amax, partial, quant.row_scales + r);
-#pragma unroll
-  for (int k = 0; k < PER; ++k) {
-    if (int64_t{k} * NORM_THREADS >= width) break;  // uniform over the block: the shuffles stay converged
-    float amax = fabsf(v[k]);
-    for (int offset = 1; offset < 16; offset <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-    const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
-    if (i < width) quant.x_hat[r * width + i] = static_cast<uint16_t>(ActBlockScale(amax, global).bf16(v[k]));
-  }
+  if (quant.x_hat) quantize_row(v, width, quant, r, partial);
 }
 
 // N consecutive floats: 8- or 16-byte loads for N = 2 or a multiple of 4 (the host checked the alignment).
