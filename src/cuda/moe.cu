@@ -112,9 +112,10 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
       for (int i = 0; i < 8; ++i) acc[i] += add[size_t(t) * hidden + h + i];
     if constexpr (NORM) {
       float* x = norm.residual + size_t(t) * hidden + h;
+      const float* pending = norm.pending ? norm.pending + size_t(t) * hidden + h : nullptr;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        kept[c][i] = x[i] + acc[i];
+        kept[c][i] = (pending ? x[i] + pending[i] : x[i]) + acc[i];
         x[i] = kept[c][i];
       }
     } else {
@@ -424,8 +425,11 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
 
 Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
                    GemmBackend backend, MoeWorkspace& ws, float* out, cudaStream_t stream, cublasHandle_t cublas,
-                   const ResidualNorm* norm, const float* add, bool x_quantized) {
+                   const ResidualNorm* norm, const float* add, bool x_quantized, const InputNorm* input_norm) {
   NIB_RETURN_IF_ERROR(check_call(x, tokens, w, mode, ws, norm ? norm->residual : out));
+  if (input_norm && (input_norm->out != x || !input_norm->residual || !input_norm->delta || !input_norm->weight ||
+                     (norm && norm->residual != input_norm->residual)))
+    return Status::error("moe_forward: the input norm needs its residual (the combine's), delta and weight, and writes x");
   if (norm && (!norm->weight || !norm->out || w.hidden > THREADS * 8 * COMBINE_MAX_CHUNKS))
     return Status::error("moe_forward: the fused residual norm needs its weight and output, and hidden ≤ " +
                          std::to_string(THREADS * 8 * COMBINE_MAX_CHUNKS));
@@ -440,9 +444,17 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   const int64_t pairs = tokens * w.top_k;
   // The grouping and the GEMMs share the tile height.
   const int tile_rows = moe_grouping_tile_rows(kernels, pairs, w);
-  if (route_small_supported(tokens, w.experts, w.hidden, w.top_k) && backend != GemmBackend::DEQUANT_CUBLAS) {
+  const bool small = route_small_supported(tokens, w.experts, w.hidden, w.top_k) && backend != GemmBackend::DEQUANT_CUBLAS;
+  // The router computes the input norm where the combine can add the post-attention output after it.
+  const InputNorm* router_norm = small && norm ? input_norm : nullptr;
+  if (input_norm && !router_norm)
+    for (int i = 0; i < op_repeats("post_norm"); ++i)
+      NIB_RETURN_IF_ERROR(add_rmsnorm(input_norm->residual, input_norm->delta, tokens, w.hidden,
+                                      input_norm->weight, input_norm->eps, input_norm->out, stream, nullptr,
+                                      input_norm->quant));
+  if (small) {
     for (int i = 0; i < op_repeats("router"); ++i)
-      NIB_RETURN_IF_ERROR(route_and_group_small(router, tile_rows, ws.groups, stream));
+      NIB_RETURN_IF_ERROR(route_and_group_small(router, tile_rows, ws.groups, stream, router_norm));
   } else {
     for (int i = 0; i < op_repeats("router"); ++i) {
       NIB_RETURN_IF_ERROR(route(router, cublas, stream));
@@ -463,7 +475,8 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   else NIB_RETURN_IF_ERROR(run_grouped(gate_up_in, token_scales, tokens, tile_rows, kernels, w, mode, ws, stream));
   // The fused down GEMM applied the W4A4 row scales; cuBLAS (alpha per expert only) leaves them to the combine.
   const float* down_row_scales = cublas_backend && is_w4a4(mode) ? ws.act_row_scales : nullptr;
-  const ResidualNorm fused = norm ? *norm : ResidualNorm{};
+  ResidualNorm fused = norm ? *norm : ResidualNorm{};
+  if (router_norm) fused.pending = router_norm->delta;
   const int64_t chunks = (w.hidden + THREADS * 8 - 1) / (THREADS * 8);
   const auto combine = !norm        ? combine_kernel<false>
                        : chunks == 1 ? combine_kernel<true, 1>

@@ -14,6 +14,7 @@
 #include "cuda/linear_nvfp4.cuh"
 #include "cuda/moe_gemm.cuh"
 #include "cuda/moe_grouping.cuh"
+#include "cuda/moe_router.cuh"
 #include "cuda/transformer_ops.cuh"
 #include "formats/nvfp4.h"
 
@@ -95,6 +96,9 @@ struct ResidualNorm {
   float eps = 0.0f;
   uint16_t* out = nullptr;           // BF16 [tokens, hidden] (may be the block's own input x)
   NormActQuant quant;                // optional x̂ of out for the next W4A4 GEMM (transformer_ops.cuh)
+  // Set by moe_forward when the router computed the block's input norm: the post-attention output
+  // not yet in residual, added first — (residual + pending) + output, add_rmsnorm's sum and then the combine's.
+  const float* pending = nullptr;
 };
 
 // out: fp32 [tokens, hidden] (unused with `norm`); `add` (fp32 [tokens, hidden], ERNIE's shared
@@ -102,8 +106,12 @@ struct ResidualNorm {
 // DEQUANT_CUBLAS reads the expert counts back to size cublasGemmGroupedBatchedEx. x_quantized (W4A4):
 // a norm already wrote x̂ and the row scales into ws.x_hat / ws.x_row_scales (NormActQuant with
 // w.gate_up_input_scale in static mode), so the block does not quantize x itself.
+// input_norm: the block computes x itself first (input_norm->out == x; with x_quantized, its quant
+// writes the x̂ above): inside the router's launch for small batches with `norm` (the combine then adds
+// input_norm->delta to the residual), else with add_rmsnorm. Either way the same bits.
 Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
                    GemmBackend backend, MoeWorkspace& ws, float* out, cudaStream_t stream, cublasHandle_t cublas,
-                   const ResidualNorm* norm = nullptr, const float* add = nullptr, bool x_quantized = false);
+                   const ResidualNorm* norm = nullptr, const float* add = nullptr, bool x_quantized = false,
+                   const InputNorm* input_norm = nullptr);
 
 }  // namespace nibble::cuda

@@ -10,6 +10,7 @@
 #include "cuda/check.cuh"
 #include "cuda/moe_routing_device.cuh"
 #include "cuda/pdl.cuh"
+#include "cuda/rmsnorm_row.cuh"
 
 namespace nibble::cuda {
 namespace {
@@ -66,7 +67,32 @@ __device__ __forceinline__ float dot8(const float4& w0, const float4& w1, const 
 struct SmallRouterShared {
   float logits[ROUTER_SMALL_MAX_TOKENS * SMALL_MAX_EXPERTS];  // the whole cluster's, in its first CTA
   GroupingSmem<SMALL_THREADS> grouping;
+  float partial[SMALL_THREADS / 32];  // the input norm's reductions
 };
+
+// NORM: x = the input norm of norm.residual + norm.delta, row by row, into x_stage (as BF16; every
+// CTA) and norm.out with its x̂ (the first CTA). The first NORM_THREADS threads hold a row as
+// add_rmsnorm's threads do (rmsnorm_row.cuh), so the bits are add_rmsnorm's.
+template <int CHUNKS>
+__device__ __forceinline__ void norm_rows_to_stage(const InputNorm& norm, int T, int H, const float (&weight)[CHUNKS],
+                                                   bool first, uint16_t* x_stage, float* partial) {
+  const bool active = threadIdx.x < NORM_THREADS;
+  for (int j = 0; j < T; ++j) {
+    float v[CHUNKS];
+    load_row(norm.residual + size_t(j) * H, norm.delta + size_t(j) * H, H, active, v);
+    if (j > 0) __syncthreads();  // the last row's readers of partial[] are done
+    normalize_row(v, weight, H, norm.eps, partial);
+#pragma unroll
+    for (int k = 0; k < CHUNKS; ++k) {
+      const int i = int(threadIdx.x) + k * NORM_THREADS;
+      if (!active || i >= H) continue;
+      const uint16_t bits = uint16_t(__float_as_uint(v[k]) >> 16);  // v holds exact BF16 values
+      x_stage[j * H + i] = bits;
+      if (first) norm.out[size_t(j) * H + i] = bits;
+    }
+    if (first && norm.quant.x_hat) quantize_row(v, H, norm.quant, j, partial);
+  }
+}
 
 // One thread-block cluster: a warp per expert computes the logits (its row in registers, loaded
 // before the PDL wait; the x rows staged in shared memory) and writes them into the first CTA's
@@ -76,10 +102,10 @@ struct SmallRouterShared {
 // is read from global memory in the dot loop instead: its rows would need twice the registers.
 // CHUNKS: 256-wide chunks of a row a lane may hold (hidden ≤ 256 · CHUNKS), sized to the row:
 // 8 for hidden ≤ 2,048 (Qwen3-30B-A3B: 85 registers); 16 meets the 128 registers 512 threads allow
-// and spills ~90 bytes.
-template <bool F32, int CHUNKS>
+// and spills ~90 bytes. NORM: the block's input norm computed here first (norm_rows_to_stage).
+template <bool F32, int CHUNKS, bool NORM>
 __global__ void __launch_bounds__(SMALL_THREADS)
-    route_group_small_kernel(const RouterArgs a, int tile_rows, ExpertGroups groups) {
+    route_group_small_kernel(const RouterArgs a, int tile_rows, ExpertGroups groups, InputNorm norm) {
   extern __shared__ uint4 x_stage[];  // [tokens, hidden / 8]
   __shared__ SmallRouterShared sm;
   namespace cg = cooperative_groups;
@@ -94,18 +120,25 @@ __global__ void __launch_bounds__(SMALL_THREADS)
                ? __ldg(reinterpret_cast<const uint4*>(a.router + size_t(expert) * H + i * 256) + lane)
                : make_uint4(0, 0, 0, 0);
   const float4* w_f32 = F32 ? reinterpret_cast<const float4*>(a.router_f32 + size_t(expert) * H) : nullptr;
+  float norm_weight[NORM ? CHUNKS : 1];
+  if constexpr (NORM) load_norm_weight(norm.weight, H, threadIdx.x < NORM_THREADS, norm_weight);
   pdl_wait();
   pdl_launch_dependents();
-  // The x rows → shared memory with cp.async: every copy in flight at once, none through registers
-  // (register staging took two round trips at 3–4 tokens: ptxas put the second load after the first store).
-  constexpr int WORDS_PER_THREAD = ROUTER_SMALL_MAX_TOKENS * CHUNKS * 32 / SMALL_THREADS;
+  if constexpr (NORM) {
+    norm_rows_to_stage(norm, T, H, norm_weight, cluster.block_rank() == 0, reinterpret_cast<uint16_t*>(x_stage),
+                       sm.partial);
+  } else {
+    // The x rows → shared memory with cp.async: every copy in flight at once, none through registers
+    // (register staging took two round trips at 3–4 tokens: ptxas put the second load after the first store).
+    constexpr int WORDS_PER_THREAD = ROUTER_SMALL_MAX_TOKENS * CHUNKS * 32 / SMALL_THREADS;
 #pragma unroll
-  for (int i = 0; i < WORDS_PER_THREAD; ++i) {
-    const int word = threadIdx.x + i * SMALL_THREADS;
-    if (word < T * row_words) cp_async<16>(x_stage + word, reinterpret_cast<const uint4*>(a.x) + word, 16);
+    for (int i = 0; i < WORDS_PER_THREAD; ++i) {
+      const int word = threadIdx.x + i * SMALL_THREADS;
+      if (word < T * row_words) cp_async<16>(x_stage + word, reinterpret_cast<const uint4*>(a.x) + word, 16);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
   }
-  cp_async_commit();
-  cp_async_wait<0>();
   __syncthreads();
   float* first_logits = cluster.map_shared_rank(sm.logits, 0);
   if (expert < E)
@@ -178,7 +211,8 @@ bool route_small_supported(int64_t tokens, int64_t experts, int64_t hidden, int6
          top_k >= 1 && top_k <= 32 && top_k <= experts && hidden % 256 == 0 && hidden <= ROUTER_SMALL_MAX_HIDDEN;
 }
 
-Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGroups& groups, cudaStream_t stream) {
+Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGroups& groups, cudaStream_t stream,
+                             const InputNorm* norm) {
   if (!route_small_supported(a.tokens, a.experts, a.hidden, a.top_k))
     return Status::error("route_and_group_small: needs 1 to " + std::to_string(ROUTER_SMALL_MAX_TOKENS) +
                          " tokens, experts ≤ " + std::to_string(SMALL_MAX_EXPERTS) +
@@ -186,6 +220,10 @@ Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGro
   if (!a.x || !(a.router || a.router_f32) || !a.expert_ids || !a.weights || !groups.tiles)
     return Status::error("route_and_group_small: null pointer");
   if (tile_rows < 1) return Status::error("route_and_group_small: tile_rows must be positive");
+  if (norm && (!norm->residual || !norm->delta || !norm->weight || norm->out != a.x))
+    return Status::error("route_and_group_small: the input norm needs its residual, delta and weight, and writes args.x");
+  if (norm && norm->quant.x_hat && (!norm->quant.row_scales || !(norm->quant.input_scale >= 0.0f) || a.hidden % 16 != 0))
+    return Status::error("route_and_group_small: the input norm's x̂ needs row scales and an input_scale ≥ 0");
   // One cluster of the CTAs the experts need, launched with programmatic dependent launch as launch_pdl does.
   const unsigned ctas = unsigned((a.experts + SMALL_WARPS - 1) / SMALL_WARPS);
   cudaLaunchAttribute attributes[2] = {};
@@ -197,11 +235,16 @@ Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGro
   config.gridDim = dim3(ctas), config.blockDim = dim3(SMALL_THREADS);
   config.dynamicSmemBytes = size_t(a.tokens) * a.hidden * sizeof(uint16_t);  // ≤ 32 KB: no opt-in needed
   config.stream = stream, config.attrs = attributes, config.numAttrs = 2;
-  const bool narrow = a.hidden <= 256 * SMALL_MAX_CHUNKS / 2;
-  const auto kernel = a.router_f32 ? (narrow ? route_group_small_kernel<true, SMALL_MAX_CHUNKS / 2> : route_group_small_kernel<true, SMALL_MAX_CHUNKS>)
-                      : narrow     ? route_group_small_kernel<false, SMALL_MAX_CHUNKS / 2>
-                                   : route_group_small_kernel<false, SMALL_MAX_CHUNKS>;
-  return cuda_status(cudaLaunchKernelEx(&config, kernel, a, tile_rows, groups), "route_and_group_small launch");
+  using Kernel = void (*)(RouterArgs, int, ExpertGroups, InputNorm);
+  constexpr int C = SMALL_MAX_CHUNKS;
+  const Kernel kernels[2][2][2] = {  // [fp32 router][hidden > 2,048][input norm]
+      {{route_group_small_kernel<false, C / 2, false>, route_group_small_kernel<false, C / 2, true>},
+       {route_group_small_kernel<false, C, false>, route_group_small_kernel<false, C, true>}},
+      {{route_group_small_kernel<true, C / 2, false>, route_group_small_kernel<true, C / 2, true>},
+       {route_group_small_kernel<true, C, false>, route_group_small_kernel<true, C, true>}}};
+  const Kernel kernel = kernels[a.router_f32 != nullptr][a.hidden > 256 * C / 2][norm != nullptr];
+  return cuda_status(cudaLaunchKernelEx(&config, kernel, a, tile_rows, groups, norm ? *norm : InputNorm{}),
+                     "route_and_group_small launch");
 }
 
 }  // namespace nibble::cuda

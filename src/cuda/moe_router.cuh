@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "cuda/moe_grouping.cuh"
+#include "cuda/transformer_ops.cuh"
 
 namespace nibble::cuda {
 
@@ -48,6 +49,22 @@ Status route(const RouterArgs& args, cublasHandle_t cublas, cudaStream_t stream)
 inline constexpr int64_t ROUTER_SMALL_MAX_TOKENS = 4;
 inline constexpr int64_t ROUTER_SMALL_MAX_HIDDEN = 4096;
 bool route_small_supported(int64_t tokens, int64_t experts, int64_t hidden, int64_t top_k);
-Status route_and_group_small(const RouterArgs& args, int tile_rows, const ExpertGroups& groups, cudaStream_t stream);
+
+// The MoE block's input norm (the post-attention add + RMSNorm): out = BF16(rmsnorm(residual + delta) ·
+// weight), with its x̂ when quant asks — add_rmsnorm's bits — while residual is left as it was for
+// the combine to add delta (ResidualNorm::pending).
+struct InputNorm {
+  float* residual = nullptr;         // fp32 [tokens, hidden]: the router leaves it, add_rmsnorm adds delta
+  const float* delta = nullptr;      // fp32 [tokens, hidden]
+  const uint16_t* weight = nullptr;  // BF16 [hidden]
+  float eps = 0.0f;
+  uint16_t* out = nullptr;           // BF16 [tokens, hidden]: the router's input args.x
+  NormActQuant quant;
+};
+
+// norm: the router's input computed in its own launch (each CTA normalizes the rows it reads, the
+// first also writes them), which saves a decode step the norm's launch.
+Status route_and_group_small(const RouterArgs& args, int tile_rows, const ExpertGroups& groups, cudaStream_t stream,
+                             const InputNorm* norm = nullptr);
 
 }  // namespace nibble::cuda

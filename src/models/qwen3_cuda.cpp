@@ -651,8 +651,12 @@ struct CudaModel::Impl {
       for (int i = 0; i < cuda::op_repeats("o_proj"); ++i) NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta, o_quantized));
       profiler.mark("o projection");
       const cuda::NormActQuant moe_in = moe_quant(w);
-      for (int i = 0; i < cuda::op_repeats("post_norm"); ++i)
-        NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s, nullptr, moe_in));
+      // A MoE block without shared experts (which read h before it) runs its own input norm: inside
+      // its router's launch for small batches, one launch fewer a decode step.
+      const bool block_norm = w.is_moe && !w.has_shared;
+      if (!block_norm)
+        for (int i = 0; i < cuda::op_repeats("post_norm"); ++i)
+          NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s, nullptr, moe_in));
       profiler.mark("norms");
       normed = w.is_moe;
       if (w.is_moe) {
@@ -664,8 +668,10 @@ struct CudaModel::Impl {
           NIB_RETURN_IF_ERROR(swiglu_mlp(w.shared_gate, w.shared_up, w.shared_down, h, T, shared_out));
           profiler.mark("shared experts");
         }
+        const cuda::InputNorm input{x, delta, w.post_norm, eps, h, moe_in};
         NIB_RETURN_IF_ERROR(cuda::moe_forward(h, T, w.moe, options.act_quant_moe, options.moe, *moe_ws, delta, s,
-                                              ctx->cublas, &next, w.has_shared ? shared_out : nullptr, moe_in.x_hat != nullptr));
+                                              ctx->cublas, &next, w.has_shared ? shared_out : nullptr, moe_in.x_hat != nullptr,
+                                              block_norm ? &input : nullptr));
         profiler.mark("MoE block");
       } else {
         NIB_RETURN_IF_ERROR(swiglu_mlp(w.gate, w.up, w.down, h, T, delta));

@@ -184,6 +184,49 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
         EXPECT_EQ(d_xq.to_host(), d_xq2.to_host()) << "x̂ of the fused norm, hidden " << c.hidden;
         EXPECT_EQ(d_rows.to_host(), d_rows2.to_host()) << "row scales of the fused norm";
       }
+      if (backend == cuda::GemmBackend::SKINNY) {
+        // The block's own input norm (InputNorm; inside the router's launch up to 4 tokens, where the
+        // combine adds the post-attention output) against add_rmsnorm before the block: the same bits
+        // in h, x̂ and its row scales, the residual and the next norm's output.
+        std::vector<float> residual(x.size()), delta(x.size());
+        for (float& v : residual) v = normal(rng);
+        for (float& v : delta) v = 0.5f * normal(rng);
+        std::vector<uint16_t> post_w(static_cast<size_t>(c.hidden)), next_w(post_w.size());
+        for (auto& v : post_w) v = formats::bf16_encode(1.0f + 0.1f * normal(rng));
+        for (auto& v : next_w) v = formats::bf16_encode(1.0f + 0.1f * normal(rng));
+        test::DeviceBuffer<float> d_delta(delta);
+        test::DeviceBuffer<uint16_t> d_pw(post_w), d_nw(next_w);
+        const cuda::NormActQuant quant{mode == formats::ActQuant::STATIC ? w.gate_up_input_scale : 0.0f,
+                                       mode == formats::ActQuant::NONE ? nullptr : (*ws)->x_hat, (*ws)->x_row_scales};
+        struct Result {
+          std::vector<float> residual, row_scales;
+          std::vector<uint16_t> h, x_hat, next;
+        } results[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          test::DeviceBuffer<float> d_res(residual);
+          test::DeviceBuffer<uint16_t> d_h(x.size()), d_next(x.size());
+          const cuda::ResidualNorm next{d_res.get(), d_nw.get(), 1e-6f, d_next.get(), {}};
+          const cuda::InputNorm input{d_res.get(), d_delta.get(), d_pw.get(), 1e-6f, d_h.get(), quant};
+          if (!fused)
+            ASSERT_TRUE(cuda::add_rmsnorm(d_res.get(), d_delta.get(), tokens, c.hidden, d_pw.get(), 1e-6f, d_h.get(), nullptr,
+                                          nullptr, quant).is_ok());
+          ASSERT_TRUE(cuda::moe_forward(d_h.get(), tokens, dw, mode, backend, **ws, nullptr, nullptr, handle, &next, nullptr,
+                                        quant.x_hat != nullptr, fused ? &input : nullptr).is_ok());
+          NIB_CUDA_CHECK(cudaDeviceSynchronize());
+          Result& r = results[fused];
+          r.residual = d_res.to_host(), r.h = d_h.to_host(), r.next = d_next.to_host();
+          r.x_hat.resize(x.size()), r.row_scales.resize(static_cast<size_t>(tokens));
+          NIB_CUDA_CHECK(cudaMemcpy(r.x_hat.data(), (*ws)->x_hat, x.size() * 2, cudaMemcpyDeviceToHost));
+          NIB_CUDA_CHECK(cudaMemcpy(r.row_scales.data(), (*ws)->x_row_scales, tokens * 4, cudaMemcpyDeviceToHost));
+        }
+        EXPECT_EQ(results[1].h, results[0].h) << "h of the block's own norm, T " << tokens;
+        EXPECT_EQ(results[1].residual, results[0].residual) << "residual after the block, T " << tokens;
+        EXPECT_EQ(results[1].next, results[0].next) << "the next norm, T " << tokens;
+        if (quant.x_hat) {
+          EXPECT_EQ(results[1].x_hat, results[0].x_hat) << "x̂ of the block's own norm, T " << tokens;
+          EXPECT_EQ(results[1].row_scales, results[0].row_scales) << "row scales of the block's own norm, T " << tokens;
+        }
+      }
       if (mode != formats::ActQuant::NONE && backend == cuda::GemmBackend::FUSED) {
         // The reference experts on the GPU's x̂ · row scale, with the reference routing of x: re-quantizing
         // x̂ · s reproduces x̂ exactly (each block's maximum is 6 · its scale), so what remains is the
