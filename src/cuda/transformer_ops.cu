@@ -181,20 +181,25 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
   const int h0 = (warp % warps_per_token) * ITEMS;
   // (y · scale) · row_scale, as the GEMM epilogue and the row-scale pass round it; exact when both are 1.
   const float row_scale = in.row_scales ? in.row_scales[t] : 1.0f;
-  float lo[ITEMS][PAIRS], hi[ITEMS][PAIRS];
+  // Every item's loads before any of their math, from straight-line code: a lane past the pairs or an
+  // item past the heads reads a valid address whose values go unused. (Loads under a per-item `break`
+  // each waited for their data before the next item's were issued: four round trips a warp.)
+  float lo[ITEMS][PAIRS], hi[ITEMS][PAIRS], scale[ITEMS];
 #pragma unroll
   for (int j = 0; j < ITEMS; ++j) {
-    const int h = h0 + j;
-    if (h >= heads || !active) break;
+    const int h = min(h0 + j, heads - 1);
     const int which = h < n_heads ? 0 : h < n_heads + n_kv_heads ? 1 : 2;  // q, k, v
     const int64_t head = which == 0 ? h : which == 1 ? h - n_heads : h - n_heads - n_kv_heads;
     const float* base = which == 0 ? in.q : which == 1 ? in.k : in.v;
     const float* src = base + t * (in.row_stride ? in.row_stride : which == 0 ? l.n_heads * D : kv_width) + head * D;
-    const float scale = in.scale[which];
-    load_pairs<PAIRS>(src, i0, half, l.interleaved, lo[j], hi[j]);
-#pragma unroll
-    for (int p = 0; p < PAIRS; ++p) lo[j][p] = lo[j][p] * scale * row_scale, hi[j][p] = hi[j][p] * scale * row_scale;
+    scale[j] = which == 0 ? in.scale[0] : which == 1 ? in.scale[1] : in.scale[2];  // selects: no local-memory copy
+    load_pairs<PAIRS>(src, active ? i0 : 0, half, l.interleaved, lo[j], hi[j]);
   }
+#pragma unroll
+  for (int j = 0; j < ITEMS; ++j)
+#pragma unroll
+    for (int p = 0; p < PAIRS; ++p)
+      lo[j][p] = lo[j][p] * scale[j] * row_scale, hi[j][p] = hi[j][p] * scale[j] * row_scale;
   // ref::rope_neox / rope_interleaved: fp32 angle, cos and sin (none needed by a warp of v heads).
   float cos_p[PAIRS], sin_p[PAIRS];
   if (h0 < n_heads + n_kv_heads) {
