@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
-# Builds a baseline commit's `nibble` for same-call A/B runs on the device: a git worktree of COMMIT
-# (default HEAD) under /tmp, the nibble target only (ccache makes an unchanged tree quick), stripped
-# and packed as build-base/bins.tar.gz, which scripts/device_ab.sh and `BASELINE=1
-# scripts/device_quick.sh` unpack there. Send it with carry: ["build-device", "build-base"].
+# Builds baseline commits' `nibble` for same-call A/B runs on the device: for each COMMIT (default
+# HEAD) a git worktree under /tmp, the nibble target only (ccache makes an unchanged tree quick),
+# stripped as build-base/nibble-<commit>, the first also as build-base/nibble; packed as
+# build-base/bins.tar.gz, which scripts/device_ab.sh (build-base/nibble) and `BASELINE=1
+# scripts/device_quick.sh` (every build-base/nibble-*) unpack there. Send it with carry:
+# ["build-device", "build-base"] (~6 MB a binary of the 64 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-commit=$(git rev-parse --verify "${1:-HEAD}^{commit}")
-tree=/tmp/nibble-baseline-${commit:0:12}
-if [ ! -d "$tree" ]; then
-  git worktree prune
-  git worktree add --detach "$tree" "$commit" >/dev/null
-fi
-[ -e "$tree/.deps" ] || ln -s "$PWD/.deps" "$tree/.deps"  # FlashInfer's headers from scripts/setup.sh
-[ -f "$tree/build/build.ninja" ] || cmake -S "$tree" -B "$tree/build" -G Ninja >/dev/null
-cmake --build "$tree/build" --target nibble -j "$(nproc)" >/dev/null
+[ $# -gt 0 ] || set -- HEAD
 rm -rf build-base && mkdir -p build-base
-strip -o build-base/nibble "$tree/build/nibble"
-tar -C build-base -czf build-base/bins.tar.gz nibble && rm build-base/nibble
-echo "build-base/bins.tar.gz: nibble of ${commit:0:12} ($(du -h build-base/bins.tar.gz | cut -f1))"
+first=""
+for ref in "$@"; do
+  commit=$(git rev-parse --verify "$ref^{commit}")
+  tree=/tmp/nibble-baseline-${commit:0:12}
+  if [ ! -d "$tree" ]; then
+    git worktree prune
+    git worktree add --detach "$tree" "$commit" >/dev/null
+  fi
+  [ -e "$tree/.deps" ] || ln -s "$PWD/.deps" "$tree/.deps"  # FlashInfer's headers from scripts/setup.sh
+  [ -f "$tree/build/build.ninja" ] || cmake -S "$tree" -B "$tree/build" -G Ninja >/dev/null
+  cmake --build "$tree/build" --target nibble -j "$(nproc)" >/dev/null
+  strip -o "build-base/nibble-${commit:0:12}" "$tree/build/nibble"
+  [ -n "$first" ] || { first=${commit:0:12}; ln -s "nibble-$first" build-base/nibble; }
+done
+(cd build-base && tar -czf bins.tar.gz nibble nibble-* && rm -f nibble nibble-*)
+echo "build-base/bins.tar.gz: nibble of $* ($(du -h build-base/bins.tar.gz | cut -f1))"

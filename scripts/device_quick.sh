@@ -4,10 +4,10 @@
 # check results, not time), each also under the environment of every non-base VARIANTS entry listed
 # in TEST_VARIANTS; then `nibble bench latency $LATENCY` on the full-size synthetic Qwen3-30B-A3B
 # once per VARIANTS entry ("base" or "VAR=1,VAR2=x"), alone on the GPU, and `nibble bench kernels
-# $KERNELS` too when KERNELS is set. BASELINE=1 (build-base/ carried, scripts/build_baseline.sh) runs
-# the latency of this build and the baseline's alternately, ROUNDS (default 2) times each: machines
-# differ by several percent on one binary, so a comparison needs both in one call. Logs under $OUT,
-# table last.
+# $KERNELS` too when KERNELS is set. BASELINE=1 (build-base/ carried, scripts/build_baseline.sh with
+# one or more commits) runs the latency of this build and of each baseline alternately, ROUNDS (default
+# 2) times each: machines differ by several percent on one binary, so a comparison needs all in one
+# call. Logs under $OUT, table last.
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 TESTS=${TESTS:-router moe ops runner linear quantize}
@@ -38,10 +38,10 @@ latency_summary() {
   awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}' "$1"
 }
 if [ "${BASELINE:-0}" = 1 ]; then
-  [ -x build-base/nibble ] || tar -C build-base -xzf build-base/bins.tar.gz
+  [ -e build-base/nibble ] || tar -C build-base -xzf build-base/bins.tar.gz
   for r in $(seq "${ROUNDS:-2}"); do
-    for b in build-device/nibble build-base/nibble; do
-      tag=$(basename "$(dirname "$b")")_$r
+    for b in build-device/nibble build-base/nibble-*; do
+      tag=$(basename "$(dirname "$b")")_$(basename "$b")_$r
       # shellcheck disable=SC2086
       timeout 200 "$b" bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 --batch-gen 32 $LATENCY \
         > "$OUT/latency_$tag.log" 2>&1
