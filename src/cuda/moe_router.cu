@@ -42,28 +42,6 @@ constexpr int SMALL_MAX_CTAS = 8;    // one thread-block cluster of the portable
 constexpr int SMALL_MAX_EXPERTS = SMALL_WARPS * SMALL_MAX_CTAS;
 constexpr int SMALL_MAX_CHUNKS = ROUTER_SMALL_MAX_HIDDEN / 256;
 
-__device__ __forceinline__ float dot8(const uint4& a, const uint4& b, float acc) {
-  const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    acc = fmaf(__uint_as_float(wa[i] << 16), __uint_as_float(wb[i] << 16), acc);
-    acc = fmaf(__uint_as_float(wa[i] & 0xFFFF0000u), __uint_as_float(wb[i] & 0xFFFF0000u), acc);
-  }
-  return acc;
-}
-
-// The same with fp32 weights (ERNIE-4.5's router): 8 BF16 inputs · 8 fp32 weights.
-__device__ __forceinline__ float dot8(const float4& w0, const float4& w1, const uint4& x, float acc) {
-  const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-  const uint32_t xw[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    acc = fmaf(w[2 * i], __uint_as_float(xw[i] << 16), acc);
-    acc = fmaf(w[2 * i + 1], __uint_as_float(xw[i] & 0xFFFF0000u), acc);
-  }
-  return acc;
-}
-
 struct SmallRouterShared {
   float logits[ROUTER_SMALL_MAX_TOKENS * SMALL_MAX_EXPERTS];  // the whole cluster's, in its first CTA
   GroupingSmem<SMALL_THREADS> grouping;

@@ -12,11 +12,46 @@ namespace nibble::cuda {
 
 inline constexpr int ROUTER_MAX_PER_LANE = 8;  // experts ≤ 256 in the warp top-k
 
+// acc + Σ a[i] · b[i] over 8 BF16 pairs (one 16-byte word of each), in index order: a lane's part of a
+// router logit (the one-launch routers compute every logit the same way, so they route alike).
+__device__ __forceinline__ float dot8(const uint4& a, const uint4& b, float acc) {
+  const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc = fmaf(__uint_as_float(wa[i] << 16), __uint_as_float(wb[i] << 16), acc);
+    acc = fmaf(__uint_as_float(wa[i] & 0xFFFF0000u), __uint_as_float(wb[i] & 0xFFFF0000u), acc);
+  }
+  return acc;
+}
+
+// The same with fp32 weights (ERNIE-4.5's router): 8 BF16 inputs · 8 fp32 weights.
+__device__ __forceinline__ float dot8(const float4& w0, const float4& w1, const uint4& x, float acc) {
+  const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+  const uint32_t xw[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc = fmaf(w[2 * i], __uint_as_float(xw[i] << 16), acc);
+    acc = fmaf(w[2 * i + 1], __uint_as_float(xw[i] & 0xFFFF0000u), acc);
+  }
+  return acc;
+}
+
+// A float's bits as an unsigned key in the float order (−0 taken as +0), and back: warp maxima by
+// one redux.sync instead of five shuffle rounds.
+__device__ __forceinline__ unsigned sortable_key(float x) {
+  const unsigned u = __float_as_uint(x + 0.0f);
+  return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+__device__ __forceinline__ float from_sortable_key(unsigned k) { return __uint_as_float(k & 0x80000000u ? k & 0x7FFFFFFFu : ~k); }
+
 // One warp: softmax over row[0, experts) (fp32), top-k by k rounds of a warp arg-max on
 // (score, −expert) so ties pick the lower expert (torch.topk), where the score is the probability
 // plus bias[e] when a bias is given (ERNIE: it chooses, the probabilities weigh), renormalized over
 // the k by max(sum, norm_min) when asked. Lane j < top_k writes slot j. A global `row` may be written
 // by other CTAs of the same grid: it is read through L2 (ld.global.cg); SHARED: `row` is in shared memory.
+// A round: each lane's best key, the warp's maximum key and the lowest expert holding it by two
+// redux.sync (the five dependent shuffle steps of a (score, expert) arg-max took ~3 µs for top-8 of
+// 128 in the one-launch MoE block, H200), the winner's probability by one shuffle.
 template <bool SHARED = false>
 __device__ __forceinline__ void warp_softmax_topk(const float* row, int experts, int top_k, bool renormalize,
                                                   const float* bias, float norm_min, int32_t* expert_ids,
@@ -30,7 +65,7 @@ __device__ __forceinline__ void warp_softmax_topk(const float* row, int experts,
     p[i] = e < experts ? (SHARED ? row[e] : __ldcg(row + e)) : -FLT_MAX;
     m = fmaxf(m, p[i]);
   }
-  for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
+  m = from_sortable_key(__reduce_max_sync(0xFFFFFFFFu, sortable_key(m)));
   float sum = 0.0f;
 #pragma unroll
   for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i) {
@@ -39,35 +74,31 @@ __device__ __forceinline__ void warp_softmax_topk(const float* row, int experts,
     sum += p[i];
   }
   for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
-  float score[ROUTER_MAX_PER_LANE];
+  unsigned score[ROUTER_MAX_PER_LANE];  // keys; 0 for an expert taken or past the row
 #pragma unroll
   for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i) {
     const int e = lane + 32 * i;
     p[i] = e < experts ? p[i] / sum : 0.0f;
-    score[i] = e < experts ? (bias ? p[i] + bias[e] : p[i]) : -FLT_MAX;
+    score[i] = e < experts ? sortable_key(bias ? p[i] + bias[e] : p[i]) : 0u;
   }
 
   float chosen_sum = 0.0f, chosen_p = 0.0f;
   int chosen_e = 0;
   for (int k = 0; k < top_k; ++k) {
-    float best = -FLT_MAX, best_p = 0.0f;
+    unsigned best = 0;
     int best_e = INT32_MAX;
+    float best_p = 0.0f;
 #pragma unroll
-    for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i) {
-      const int e = lane + 32 * i;
-      if (score[i] > best || (score[i] == best && e < best_e)) best = score[i], best_p = p[i], best_e = e;
-    }
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      const float other = __shfl_xor_sync(0xFFFFFFFFu, best, offset);
-      const float other_p = __shfl_xor_sync(0xFFFFFFFFu, best_p, offset);
-      const int other_e = __shfl_xor_sync(0xFFFFFFFFu, best_e, offset);
-      if (other > best || (other == best && other_e < best_e)) best = other, best_p = other_p, best_e = other_e;
-    }
+    for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i)  // in expert order: the first of equal keys stays
+      if (score[i] > best) best = score[i], best_e = lane + 32 * i, best_p = p[i];
+    const unsigned top = __reduce_max_sync(0xFFFFFFFFu, best);
+    const int e = int(__reduce_min_sync(0xFFFFFFFFu, best == top ? unsigned(best_e) : 0xFFFFFFFFu));
+    const float chosen = __shfl_sync(0xFFFFFFFFu, best_p, e & 31);
 #pragma unroll
     for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i)
-      if (lane + 32 * i == best_e) score[i] = -FLT_MAX;  // taken
-    chosen_sum += best_p;
-    if (lane == k) chosen_p = best_p, chosen_e = best_e;
+      if (lane + 32 * i == e) score[i] = 0u;  // taken
+    chosen_sum += chosen;
+    if (lane == k) chosen_p = chosen, chosen_e = e;
   }
   if (lane < top_k) {
     expert_ids[lane] = chosen_e;
