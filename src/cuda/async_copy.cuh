@@ -43,6 +43,20 @@ __device__ __forceinline__ void barrier_arrive_on_copies_shared(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void barrier_arrive_on_copies(uint64_t* bar) { barrier_arrive_on_copies_shared(smem_address(bar)); }
+// Arrives on the barrier and adds `bytes` to the transfer count its phase waits for (bulk copies below).
+__device__ __forceinline__ void barrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes) : "memory");
+}
+// Makes barrier_init's barriers visible to the bulk-copy (async) proxy; then a __syncthreads before use.
+__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// The copy engine (TMA) moves `bytes` (a multiple of 16; both addresses 16-byte aligned) global → shared
+// and counts them on `bar` (PTX cp.async.bulk ... mbarrier::complete_tx::bytes).
+__device__ __forceinline__ void bulk_copy_to_shared(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_address(smem)),
+               "l"(gmem), "r"(bytes), "r"(smem_address(bar))
+               : "memory");
+}
 // Waits until the phase of parity `parity` has completed.
 __device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;

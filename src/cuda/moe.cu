@@ -12,6 +12,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
+#include "cuda/moe_decode.cuh"
 #include "cuda/moe_router.cuh"
 #include "cuda/nvfp4_wgmma.cuh"
 #include "cuda/pdl.cuh"
@@ -410,6 +411,9 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
   NIB_RETURN_IF_ERROR(ws->alloc(ws->act_hat, P * I));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->act_row_scales, P));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->y, P * H));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->block_barrier, 2));
+  NIB_RETURN_IF_ERROR(cuda_status(cudaMemset(ws->block_barrier, 0, 2 * sizeof(uint32_t)), "MoeWorkspace barrier"));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->block_partials, H / 16 + 1));
   if (dequant_cublas) {
     NIB_RETURN_IF_ERROR(ws->alloc(ws->gate_bf16, E * I * H));
     NIB_RETURN_IF_ERROR(ws->alloc(ws->up_bf16, E * I * H));
@@ -436,6 +440,9 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   if (norm && norm->quant.x_hat && (!norm->quant.row_scales || !(norm->quant.input_scale >= 0.0f)))
     return Status::error("moe_forward: the fused norm's x̂ needs row scales and an input_scale ≥ 0");
   if (tokens == 0) return Status::ok();
+  // One token (single-stream decode): the whole block in one launch where it fits.
+  if (backend == GemmBackend::AUTO && !x_quantized && moe_decode_block_supported(tokens, w, mode, norm, add, input_norm))
+    return moe_decode_block(x, w, ws, out, norm, input_norm, stream);
   if (!cublas) return Status::error("moe_forward: the router GEMM needs a cuBLAS handle");
   const RouterArgs router{x,         w.router,      tokens,       w.hidden,        w.experts,
                           w.top_k,   w.norm_topk_prob, ws.logits, ws.expert_ids, ws.route_weights,

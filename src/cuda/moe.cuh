@@ -57,6 +57,10 @@ struct MoeWorkspace {
   uint16_t* act_hat = nullptr;        // [P, I] W4A4 down input
   float* act_row_scales = nullptr;    // [P]
   uint16_t* y = nullptr;              // [P, H] down output, BF16
+  // moe_decode_block (moe_decode.cuh): its grid barrier {arrived, generation} and the next norm's
+  // partial sums, one a CTA.
+  uint32_t* block_barrier = nullptr;
+  float* block_partials = nullptr;    // [hidden / 16]
   // dequant-cublas only
   uint16_t* gate_bf16 = nullptr;      // [E, I, H]
   uint16_t* up_bf16 = nullptr;        // [E, I, H]

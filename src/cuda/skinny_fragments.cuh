@@ -52,6 +52,52 @@ struct WeightFragments {
   }
 };
 
+// One k-block's A fragments of the lane's rows g, g + 8 (h = 0, 1), from its code words and scale
+// codes: a[q] feeds mma steps 2q (a[q][0..3]) and 2q + 1 (a[q][4..7]).
+__device__ __forceinline__ void decode_kblock(const uint4 (&codes)[2], const uint32_t (&scales)[2], uint32_t (&a)[4][8]) {
+  uint32_t scale[2][2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    scale[h][0] = block_scale_bf16x2(scales[h], 0);
+    scale[h][1] = block_scale_bf16x2(scales[h], 1);
+  }
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {  // code word q: physical k 32c + 8q … + 7, mma steps 2q and 2q + 1
+    uint32_t lo[4], hi[4];
+    decode_code_word(word_of(codes[0], q), lo);
+    decode_code_word(word_of(codes[1], q), hi);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) lo[i] = bf16x2_mul(lo[i], scale[0][q >> 1]), hi[i] = bf16x2_mul(hi[i], scale[1][q >> 1]);
+    const uint32_t frag[8] = {lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], lo[3], hi[3]};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) a[q][i] = frag[i];
+  }
+}
+
+// acc[n] += the decoded k-block a · x(column g of n-tile n), xv[n] the lane's x fragments of the block.
+template <int NT>
+__device__ __forceinline__ void mma_decoded(const uint32_t (&a)[4][8], const uint4 (&xv)[NT][4], float (&acc)[NT][4]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const uint32_t a0[4] = {a[q][0], a[q][1], a[q][2], a[q][3]};
+    const uint32_t a1[4] = {a[q][4], a[q][5], a[q][6], a[q][7]};
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      mma_bf16(acc[n], a0, xv[n][q].x, xv[n][q].y);
+      mma_bf16(acc[n], a1, xv[n][q].z, xv[n][q].w);
+    }
+  }
+}
+
+// One k-block of one m-tile: acc[n] += Ŵ(rows g, g + 8) · x(column g of n-tile n).
+template <int NT>
+__device__ __forceinline__ void mma_kblock(const uint4 (&codes)[2], const uint32_t (&scales)[2], const uint4 (&xv)[NT][4],
+                                           float (&acc)[NT][4]) {
+  uint32_t a[4][8];
+  decode_kblock(codes, scales, a);
+  mma_decoded<NT>(a, xv, acc);
+}
+
 // acc[mt · NT + n] += Ŵ(rows g, g+8 of m-tile mt) · x(column g of n-tile n) over the warp's k-blocks;
 // x_rows[n] is the lane's token row (null: a zero column); each x fragment feeds all MT m-tiles. With
 // one n-tile and one m-tile every x load is issued before the first mma (one L2 round trip, not one
@@ -79,30 +125,9 @@ __device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS> (&w)[MT
     if constexpr (PRELOADED == 1) load_x(b, x_all[0]);
     const uint4 (&xv)[NT][4] = x_all[PRELOADED > 1 ? b : 0];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      uint32_t scale[2][2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        scale[h][0] = block_scale_bf16x2(w[mt].scales[h][b], 0);
-        scale[h][1] = block_scale_bf16x2(w[mt].scales[h][b], 1);
-      }
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {  // code word q: physical k 32c + 8q … + 7, mma steps 2q and 2q + 1
-        uint32_t lo[4], hi[4];
-        decode_code_word(word_of(w[mt].codes[0][b], q), lo);
-        decode_code_word(word_of(w[mt].codes[1][b], q), hi);
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          lo[i] = bf16x2_mul(lo[i], scale[0][q >> 1]), hi[i] = bf16x2_mul(hi[i], scale[1][q >> 1]);
-        const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
-        const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-          mma_bf16(acc[mt * NT + n], a0, xv[n][q].x, xv[n][q].y);
-          mma_bf16(acc[mt * NT + n], a1, xv[n][q].z, xv[n][q].w);
-        }
-      }
-    }
+    for (int mt = 0; mt < MT; ++mt)
+      mma_kblock<NT>({w[mt].codes[0][b], w[mt].codes[1][b]}, {w[mt].scales[0][b], w[mt].scales[1][b]}, xv,
+                     *reinterpret_cast<float(*)[NT][4]>(&acc[mt * NT]));
   }
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda/moe.cuh"
+#include "cuda/moe_decode.cuh"
 #include "formats/bf16.h"
 #include "tools/bench/cuda_timing.h"
 
@@ -118,6 +119,7 @@ int run_bench_moe(const BenchKernelsOptions& o, const MoeShape& shape, cudaStrea
     const double floor = std::max(bytes / (o.hbm_tb_s * 1e12), flops / (o.bf16_tflops * 1e12));
     double t_baseline = 0;
     std::vector<cuda::GemmBackend> backends = backends_to_time(o.moe_backend);
+    if (o.moe_backend == "all") backends.push_back(cuda::GemmBackend::AUTO);  // the one-launch block at T = 1
     std::stable_partition(backends.begin(), backends.end(), [](cuda::GemmBackend b) {
       return b == cuda::GemmBackend::DEQUANT_CUBLAS;  // first: the other rows compare to it
     });
@@ -142,6 +144,8 @@ int run_bench_moe(const BenchKernelsOptions& o, const MoeShape& shape, cudaStrea
         if (t_baseline > 0) std::snprintf(versus, sizeof versus, "%.2fx", t_baseline / t);
         std::printf("%-6s %6lld %-30s %10.2f %9.0f %9.1f %7.0f%% %8d %17s\n", "moe", (long long)tokens, label.c_str(),
                     t * 1e6, bytes / t / 1e9, flops / t / 1e12, 100.0 * floor / t, active, versus);
+        if (backend == cuda::GemmBackend::AUTO && mode == formats::ActQuant::NONE && tokens == 1)
+          if (const std::string phases = cuda::moe_decode_block_timing(H); !phases.empty()) std::printf("%s\n", phases.c_str());
         rows.push_back({{"op", "moe"}, {"shape", shape.label}, {"tokens", tokens}, {"backend", cuda::gemm_backend_name(backend)},
                         {"mode", bench_mode_label(mode)}, {"time_us", t * 1e6}, {"gb_s", bytes / t / 1e9},
                         {"tflops", flops / t / 1e12}, {"pct_floor", 100.0 * floor / t}, {"experts_active", active}});

@@ -1,0 +1,543 @@
+// The MoE block of one token in one launch (single-stream decode). CTA c owns output features
+// 16c … 16c + 15. Every CTA computes the input norm (add_rmsnorm's bits) and one expert's router
+// logit; after a grid barrier, the top-k (every CTA alike). Then the copy engine brings in all the
+// weights the CTA uses — its share of the chosen experts' gate/up m-tiles, and its 16 down rows of
+// each chosen expert — so the block's weight bytes are in flight at once, where the kernel chain
+// waited on three launches for them. gate_up + SwiGLU as the tiles land → act (global) → a grid
+// barrier, inside which each warp decodes its down fragments → down → combine → residual; the last
+// CTA to arrive computes the next norm. H200, Qwen3-30B-A3B (docs/perf.md): 17.4 µs against the
+// chain's 21.7 (bench kernels), tg128 457 against 436 tok/s. Fragments and k order: skinny_gemm.cu's.
+#include "cuda/moe_decode.cuh"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cuda/async_copy.cuh"
+#include "cuda/check.cuh"
+#include "cuda/moe_routing_device.cuh"
+#include "cuda/nvfp4_layout.h"
+#include "cuda/pdl.cuh"
+#include "cuda/rmsnorm_row.cuh"
+#include "cuda/skinny_fragments.cuh"
+
+namespace nibble::cuda {
+namespace {
+
+constexpr int WARPS = 16, THREADS = WARPS * 32;
+constexpr int FEATURES = 16;       // output features of a CTA: one m16 tile of the down projection
+constexpr int MAX_TOP_K = 8;
+constexpr int MAX_GATE_TILES = 16; // gate_up m-tiles a CTA (shared memory holds fewer at Qwen3's sizes)
+constexpr int DOWN_BLOCKS = 3;     // down k-blocks a warp holds decoded (I ≤ 128 · 3 · WARPS / top_k)
+constexpr int MAX_CHUNKS = 16;     // hidden ≤ 256 · 16
+constexpr int STATIC_SMEM = 1024;  // the kernel's __shared__ arrays, with room
+
+// Shared memory: each weight tile as it lies in global memory, rows dense (so a tile is a few
+// contiguous runs for the copy engine). A gate_up m-tile of 8 features: codes of its 8 gate rows then
+// its 8 up rows, then their scale codes likewise; a down tile: codes then scale codes of 16 rows.
+struct DecodeLayout {
+  int gate_tile, down_tile;                      // bytes
+  int down_off, act_off, sums_off, x_off, bytes;  // gate_up tiles at 0; act: the SwiGLU rows; sums: k-split sums
+};
+
+__host__ __device__ inline DecodeLayout decode_layout(int hidden, int inter, int top_k, int gate_tiles) {
+  DecodeLayout l;
+  l.gate_tile = 16 * (hidden / 2 + hidden / 16), l.down_tile = 16 * (inter / 2 + inter / 16);
+  l.down_off = gate_tiles * l.gate_tile;
+  l.act_off = l.down_off + top_k * l.down_tile;
+  l.sums_off = l.act_off + top_k * inter * 2;
+  l.x_off = l.sums_off + WARPS * 4 * 32 * 4;
+  l.bytes = l.x_off + hidden * 2;
+  return l;
+}
+
+struct DecodeParams {
+  const uint16_t* x;  // BF16 [hidden] without an input norm
+  InputNorm in;
+  bool has_in;
+  ResidualNorm next;
+  bool has_next;
+  float* out;  // fp32 [hidden] without a next norm
+  const uint16_t* router;
+  const float* score_bias;
+  float norm_min;
+  bool renormalize;
+  int hidden, inter, experts, top_k, gate_tiles;  // gate_tiles: gate_up m-tiles (8 features) a CTA
+  const uint8_t *gate_codes, *gate_scales, *up_codes, *up_scales, *down_codes, *down_scales;
+  const float *gate_global, *up_global, *down_global;
+  float* logits;          // [experts]
+  int32_t* expert_ids;    // [top_k]
+  float* route_weights;   // [top_k]
+  uint16_t* act;          // BF16 [top_k, inter]
+  float* partials;        // [CTAs]: the next norm's sums of squares
+  unsigned* barrier;      // {arrived, generation}
+  long long* stamps;      // NIBBLE_MOE_BLOCK_TIMING=1: [CTAs, STAMPS] clock64 at each phase's end; else null
+};
+
+// Phases of moe_decode_kernel, timed when stamps are asked for (moe_decode_block_timing).
+constexpr int STAMPS = 12;
+constexpr const char* STAMP_NAMES[STAMPS] = {"start",  "input ready", "router",  "barrier 1",
+                                            "top-k",  "copies out",  "gate_up", "barrier 2 (down decode inside)",
+                                            "act in", "down",        "combine", "arrive (the last CTA then norms)"};
+__device__ __forceinline__ void stamp(const DecodeParams& p, int phase) {
+  if (p.stamps && threadIdx.x == 0) p.stamps[blockIdx.x * STAMPS + phase] = clock64();
+}
+
+// Grid barriers (the CTAs are co-resident: one an SM), generation-counted so two words serve every
+// launch: one thread of each CTA arrives (release: the CTA's writes, ordered before it by the
+// caller's __syncthreads, become visible at GPU scope) and later waits (acquire) for the generation
+// the last arrival publishes. Split so a CTA can work between its arrival and the wait. H200:
+// 1.44 µs a barrier, against 1.74 with __threadfence around relaxed atomics.
+__device__ __forceinline__ void grid_arrive(unsigned* bar, unsigned ctas, unsigned target) {
+  unsigned arrived;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(arrived) : "l"(bar) : "memory");
+  if (arrived == ctas - 1) {
+    asm volatile("st.relaxed.gpu.global.u32 [%0], 0;\n" ::"l"(bar) : "memory");
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(bar + 1), "r"(target) : "memory");
+  }
+}
+__device__ __forceinline__ void grid_wait(const unsigned* bar, unsigned target) {
+  unsigned seen;
+  do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(bar + 1) : "memory");
+  while (seen != target);
+}
+
+// The whole barrier for a CTA (generation: thread 0's count of barriers passed).
+__device__ __forceinline__ void grid_barrier(unsigned* bar, unsigned ctas, unsigned& generation) {
+  __syncthreads();
+  if (threadIdx.x == 0) grid_arrive(bar, ctas, ++generation), grid_wait(bar, generation);
+  __syncthreads();
+}
+
+// One warp's k-blocks [kb0, kb1) of a 16-row tile in shared memory (codes rows `k` / 2 bytes, scale
+// codes after them) against the x row (lanes of token column 0; null elsewhere: zero columns), into
+// acc. Two k-blocks a step into two sums: their loads together, half the dependent mma chain.
+__device__ __forceinline__ void tile_mma(const uint8_t* tile, int k, const uint16_t* x_row, int kb0, int kb1,
+                                         float (&acc)[1][4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int code_row = k / 2, scale_row = k / 16;
+  const uint8_t* scale_base = tile + 16 * code_row;
+  float acc2[1][4] = {};
+  for (int b0 = kb0; b0 < kb1; b0 += 2) {
+    uint4 codes[2][2], xv[2][1][4];
+    uint32_t scales[2][2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int b = min(b0 + j, kb1 - 1);  // an odd range's last step repeats a block into a zero x
+      const bool real = b0 + j < kb1;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        codes[j][h] = *reinterpret_cast<const uint4*>(tile + (g + 8 * h) * code_row + b * 64 + 16 * c);
+        scales[j][h] = *reinterpret_cast<const uint16_t*>(scale_base + (g + 8 * h) * scale_row + b * 8 + 2 * c);
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        xv[j][0][q] = x_row && real ? reinterpret_cast<const uint4*>(x_row + b * 128 + 32 * c)[q] : make_uint4(0, 0, 0, 0);
+    }
+    skinny::mma_kblock<1>(codes[0], scales[0], xv[0], acc);
+    skinny::mma_kblock<1>(codes[1], scales[1], xv[1], acc2);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) acc[0][i] += acc2[0][i];
+}
+
+// Warps `split` to a tile (an m-tile's k-blocks, or a slot's), `groups` tiles a round; the partial
+// sums meet in warp order in `sums`. Every warp calls it the same number of times (it synchronizes).
+__device__ __forceinline__ void sum_split(float (&acc)[1][4], int split, bool active, float* sums) {
+  if (split == 1) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % split;
+  if (active && part > 0)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sums[(warp * 4 + i) * 32 + lane] = acc[0][i];
+  __syncthreads();
+  if (active && part == 0)
+    for (int w = 1; w < split; ++w)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[0][i] += sums[((warp + w) * 4 + i) * 32 + lane];
+  __syncthreads();
+}
+
+// The CTA's weights into shared memory by the copy engine, each tile signalling landed[t] (the down
+// tiles landed[MAX_GATE_TILES]) as its bytes arrive. A tile is a few contiguous runs (4 a gate_up
+// tile, 2 a down tile): warp 0's lanes hand out the gate_up runs, the last warp the down runs once a
+// third of the gate_up tiles have landed, so the gate_up bytes, needed first, come at full bandwidth
+// (H200, MoE block T = 1: tg128 452 → 457 tok/s against asking for the down runs right after them).
+// Copy-engine runs, not 16-byte cp.async chunks from every thread: those took 8.4 µs to issue the
+// block's 173 KB an SM, the copy engine 1.6 µs (MoE block 21.4 against 17.9 µs).
+__device__ __forceinline__ void copy_weights(const DecodeParams& p, const DecodeLayout& L, uint8_t* smem, const int32_t* ids,
+                                             int t0, int my_tiles, int f0, uint64_t* landed) {
+  const int H = p.hidden, I = p.inter, K = p.top_k, tiles_per_slot = I / 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (warp == 0) {
+    if (lane == 0) {
+      for (int t = 0; t < my_tiles; ++t) barrier_arrive_expect_tx(&landed[t], uint32_t(L.gate_tile));
+      barrier_arrive_expect_tx(&landed[MAX_GATE_TILES], uint32_t(K * L.down_tile));
+    }
+    for (int r = lane; r < 4 * my_tiles; r += 32) {  // tile r / 4: gate codes, up codes, gate scales, up scales
+      const int t = r >> 2, run = r & 3, j = t0 + t, s = j / tiles_per_slot;
+      const size_t row0 = size_t(ids[s]) * I + (j - s * tiles_per_slot) * 8;
+      uint8_t* tile = smem + t * L.gate_tile;
+      const bool up = run & 1, scales = run >= 2;
+      const uint8_t* src = scales ? (up ? p.up_scales : p.gate_scales) + row0 * (H / 16)
+                                  : (up ? p.up_codes : p.gate_codes) + row0 * (H / 2);
+      uint8_t* dst = scales ? tile + 16 * (H / 2) + (up ? 8 * (H / 16) : 0) : tile + (up ? 8 * (H / 2) : 0);
+      bulk_copy_to_shared(dst, src, uint32_t(scales ? 8 * (H / 16) : 8 * (H / 2)), &landed[t]);
+    }
+  } else if (warp == WARPS - 1) {
+    if (my_tiles > 0) barrier_wait(&landed[my_tiles / 3], 0);
+    for (int r = lane; r < 2 * K; r += 32) {  // slot r / 2: its 16 rows' codes, then their scales
+      const int s = r >> 1;
+      const bool scales = r & 1;
+      const size_t row0 = size_t(ids[s]) * H + f0;
+      uint8_t* tile = smem + L.down_off + s * L.down_tile;
+      bulk_copy_to_shared(scales ? tile + 16 * (I / 2) : tile,
+                          scales ? p.down_scales + row0 * (I / 16) : p.down_codes + row0 * (I / 2),
+                          uint32_t(scales ? 16 * (I / 16) : 16 * (I / 2)), &landed[MAX_GATE_TILES]);
+    }
+  }
+}
+
+template <int CHUNKS>
+__global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodeParams p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ float partial[WARPS];
+  __shared__ int32_t ids[MAX_TOP_K];
+  __shared__ float route_w[MAX_TOP_K];
+  __shared__ float ys[MAX_TOP_K][FEATURES];
+  __shared__ uint64_t landed[MAX_GATE_TILES + 1];  // each gate_up tile's weights, then all the down tiles'
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int cta = blockIdx.x, ctas = gridDim.x;
+  const int H = p.hidden, I = p.inter, E = p.experts, K = p.top_k;
+  const DecodeLayout L = decode_layout(H, I, K, p.gate_tiles);
+  uint16_t* x_stage = reinterpret_cast<uint16_t*>(smem + L.x_off);
+  unsigned generation = 0;
+  if (threadIdx.x == 0) {
+    generation = *reinterpret_cast<volatile unsigned*>(p.barrier + 1);
+    for (int t = 0; t <= MAX_GATE_TILES; ++t) barrier_init(&landed[t], 1);
+    fence_barrier_init();  // (the __syncthreads after the input norm publishes them)
+  }
+
+  // Before the PDL wait (constants): warp w's router row (expert c + w · CTAs) and the norm weights.
+  const int expert = cta + ctas * warp;
+  uint4 router_row[CHUNKS];
+#pragma unroll
+  for (int i = 0; i < CHUNKS; ++i)
+    router_row[i] = expert < E && i < H / 256 ? __ldg(reinterpret_cast<const uint4*>(p.router + size_t(expert) * H + i * 256) + lane)
+                                             : make_uint4(0, 0, 0, 0);
+  float norm_weight[CHUNKS];
+  const bool norm_thread = threadIdx.x < NORM_THREADS;
+  if (p.has_in) load_norm_weight(p.in.weight, H, norm_thread, norm_weight);
+  stamp(p, 0);
+  pdl_wait();
+
+  // The router's input: the block's input norm (the same bits as add_rmsnorm), or x.
+  if (p.has_in) {
+    float v[CHUNKS];
+    load_row(p.in.residual, p.in.delta, H, norm_thread, v);
+    normalize_row(v, norm_weight, H, p.in.eps, partial);
+#pragma unroll
+    for (int k = 0; k < CHUNKS; ++k) {
+      const int i = int(threadIdx.x) + k * NORM_THREADS;
+      if (!norm_thread || i >= H) continue;
+      const uint16_t bits = uint16_t(__float_as_uint(v[k]) >> 16);  // v holds exact BF16 values
+      x_stage[i] = bits;
+      if (cta == 0) p.in.out[i] = bits;
+    }
+  } else {
+    for (int i = threadIdx.x; i < H / 8; i += THREADS) reinterpret_cast<uint4*>(x_stage)[i] = reinterpret_cast<const uint4*>(p.x)[i];
+  }
+  __syncthreads();
+  stamp(p, 1);
+  if (expert < E) {  // the logit as route_and_group_small computes it: the same routing
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i)
+      if (i < H / 256) acc = dot8(router_row[i], reinterpret_cast<const uint4*>(x_stage)[i * 32 + lane], acc);
+    for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, offset);
+    if (lane == 0) p.logits[expert] = acc;
+  }
+  stamp(p, 2);
+  grid_barrier(p.barrier, ctas, generation);
+  stamp(p, 3);
+  if (warp == 0) warp_softmax_topk<false>(p.logits, E, K, p.renormalize, p.score_bias, p.norm_min, ids, route_w);
+  __syncthreads();
+  stamp(p, 4);
+  if (cta == 0 && int(threadIdx.x) < K) p.expert_ids[threadIdx.x] = ids[threadIdx.x], p.route_weights[threadIdx.x] = route_w[threadIdx.x];
+
+  // Every weight byte this CTA reads, in flight at once: gate_up m-tiles t0 … (8 features of one
+  // slot), then the down rows of its 16 features for every slot; each tile is computed as it lands.
+  const int tiles_per_slot = I / 8, t0 = cta * p.gate_tiles, f0 = cta * FEATURES;
+  const int my_tiles = max(0, min(p.gate_tiles, K * tiles_per_slot - t0));
+  copy_weights(p, L, smem, ids, t0, my_tiles, f0, landed);
+  stamp(p, 5);
+
+  // gate_up + SwiGLU: `split` warps share an m-tile's k-blocks.
+  float* split_sums = reinterpret_cast<float*>(smem + L.sums_off);
+  {
+    const int split = max(1, WARPS / p.gate_tiles), groups = WARPS / split, part = warp % split;
+    const int kb_total = H / 128, kb_per = (kb_total + split - 1) / split;
+    for (int round = 0; round < my_tiles; round += groups) {  // the same trip count in every warp
+      const int t = round + warp / split;
+      const bool active = warp < groups * split && t < my_tiles;
+      float acc[1][4] = {};
+      if (active) {
+        barrier_wait(&landed[t], 0);
+        tile_mma(smem + t * L.gate_tile, H, g == 0 ? x_stage : nullptr, part * kb_per, min(kb_total, (part + 1) * kb_per), acc);
+      }
+      sum_split(acc, split, active, split_sums);
+      if (active && part == 0 && c == 0) {  // token column 0: acc[0] gate, acc[2] up of feature m0 + g
+        const int j = t0 + t, s = j / tiles_per_slot, feature = (j - s * tiles_per_slot) * 8 + g, e = ids[s];
+        const float gate = acc[0][0] * (p.gate_global[e] * WEIGHT_DECODE_EPILOGUE);
+        const float up = acc[0][2] * (p.up_global[e] * WEIGHT_DECODE_EPILOGUE);
+        const float value = gate / (1.0f + expf(-gate)) * up;  // silu(gate) · up, as the skinny epilogue
+        p.act[size_t(s) * I + feature] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+      }
+    }
+  }
+  // Barrier 2 (every act row written) in two halves: between its arrival and its wait, each warp
+  // decodes its down fragments (slot s, k-blocks kb0 …), which landed while gate_up computed.
+  __syncthreads();
+  if (threadIdx.x == 0) grid_arrive(p.barrier, ctas, ++generation);
+  stamp(p, 6);
+  const int split = WARPS / K, s = warp / split, part = warp % split;  // K ≤ WARPS (decode_shape)
+  const int kb_total = I / 128, kb_per = (kb_total + split - 1) / split;
+  const int kb0 = part * kb_per, nkb = min(kb_total - kb0, kb_per);  // ≤ DOWN_BLOCKS (decode_shape)
+  const bool active = s < K;
+  uint32_t a[DOWN_BLOCKS][4][8];
+  if (active) {
+    barrier_wait(&landed[MAX_GATE_TILES], 0);
+    const uint8_t* tile = smem + L.down_off + s * L.down_tile;
+#pragma unroll
+    for (int j = 0; j < DOWN_BLOCKS; ++j) {
+      if (j >= nkb) break;
+      uint4 codes[2];
+      uint32_t scales[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        codes[h] = *reinterpret_cast<const uint4*>(tile + (g + 8 * h) * (I / 2) + (kb0 + j) * 64 + 16 * c);
+        scales[h] = *reinterpret_cast<const uint16_t*>(tile + 16 * (I / 2) + (g + 8 * h) * (I / 16) + (kb0 + j) * 8 + 2 * c);
+      }
+      skinny::decode_kblock(codes, scales, a[j]);
+    }
+  }
+  if (threadIdx.x == 0) grid_wait(p.barrier, generation);
+  __syncthreads();
+  stamp(p, 7);
+
+  // down: every slot's SwiGLU row into shared memory (through L2), then the decoded fragments' mma.
+  uint16_t* act_stage = reinterpret_cast<uint16_t*>(smem + L.act_off);
+  for (int i = threadIdx.x; i < K * I / 8; i += THREADS) cp_async<16>(act_stage + i * 8, p.act + size_t(i) * 8, 16);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  stamp(p, 8);
+  float acc[1][4] = {};
+  if (active) {
+    const uint16_t* x_row = act_stage + s * I;
+#pragma unroll
+    for (int j = 0; j < DOWN_BLOCKS; ++j) {
+      if (j >= nkb) break;
+      uint4 xv[1][4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        xv[0][q] = g == 0 ? reinterpret_cast<const uint4*>(x_row + (kb0 + j) * 128 + 32 * c)[q] : make_uint4(0, 0, 0, 0);
+      skinny::mma_decoded<1>(a[j], xv, acc);
+    }
+  }
+  sum_split(acc, split, active, split_sums);
+  if (active && part == 0 && c == 0) {  // BF16 as the chain's y rows: acc[0] feature f0 + g, acc[2] f0 + g + 8
+    const float scale = p.down_global[ids[s]] * WEIGHT_DECODE_EPILOGUE;
+    ys[s][g] = __bfloat162float(__float2bfloat16_rn(acc[0][0] * scale));
+    ys[s][g + 8] = __bfloat162float(__float2bfloat16_rn(acc[0][2] * scale));
+  }
+  __syncthreads();
+  stamp(p, 9);
+
+  // The combine (slot order from 0, as ref::moe) in warp 0's lanes 0-15, the residual, and the next
+  // norm: every CTA writes its kept values and their sum of squares and arrives; the last to arrive
+  // normalizes the whole row while the others leave (their SMs free for the next kernel at once).
+  __shared__ unsigned last;
+  if (warp == 0) {
+    const int i = lane & (FEATURES - 1), f = f0 + i;  // lanes 16-31 mirror 0-15 and write nothing
+    float sum = 0.0f;
+    for (int s = 0; s < K; ++s) sum += route_w[s] * ys[s][i];
+    if (!p.has_next) {
+      if (lane < FEATURES) p.out[f] = sum;
+    } else {
+      const float residual = p.next.residual[f];
+      const float kept = (p.has_in ? residual + p.in.delta[f] : residual) + sum;
+      if (lane < FEATURES) p.next.residual[f] = kept;
+      float sum_sq = lane < FEATURES ? kept * kept : 0.0f;
+      for (int offset = 16; offset > 0; offset >>= 1) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, offset);
+      if (lane == 0) p.partials[cta] = sum_sq;
+    }
+  }
+  stamp(p, 10);
+  if (!p.has_next) {
+    pdl_launch_dependents();
+    stamp(p, 11);
+    return;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned arrived;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(arrived) : "l"(p.barrier) : "memory");
+    last = arrived == unsigned(ctas) - 1;
+    if (last) asm volatile("st.relaxed.gpu.global.u32 [%0], 0;\n" ::"l"(p.barrier) : "memory");
+  }
+  __syncthreads();
+  pdl_launch_dependents();
+  stamp(p, 11);
+  if (!last) return;
+  __shared__ float inv;
+  if (warp == 0) {
+    float total = 0.0f;
+    for (int k = lane; k < ctas; k += 32) total += __ldcg(p.partials + k);
+    for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xFFFFFFFFu, total, offset);
+    if (lane == 0) inv = 1.0f / sqrtf(total / float(H) + p.next.eps);
+  }
+  __syncthreads();
+  for (int j = threadIdx.x * 4; j < H; j += THREADS * 4) {  // kept values through L2 (other CTAs wrote them)
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(p.next.residual + j));
+    const float x[4] = {v.x, v.y, v.z, v.w};
+    uint32_t out[2];
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const float lo = x[2 * q] * inv * __uint_as_float(uint32_t(p.next.weight[j + 2 * q]) << 16);
+      const float hi = x[2 * q + 1] * inv * __uint_as_float(uint32_t(p.next.weight[j + 2 * q + 1]) << 16);
+      out[q] = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) | uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16;
+    }
+    *reinterpret_cast<uint2*>(p.next.out + j) = make_uint2(out[0], out[1]);
+  }
+}
+
+struct DecodeShape {
+  int ctas = 0, gate_tiles = 0;
+  DecodeLayout layout{};
+};
+
+struct DeviceLimits {
+  int sms = 0, smem_optin = 0;
+};
+
+const DeviceLimits& device_limits() {
+  static const DeviceLimits limits = [] {
+    DeviceLimits l;
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&l.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+      l = DeviceLimits{};
+    return l;
+  }();
+  return limits;
+}
+
+// NIBBLE_MOE_BLOCK_TIMING=1: the phase stamps of the last launch, in device memory (one buffer).
+long long* timing_stamps() {
+  static long long* stamps = [] {
+    const char* env = std::getenv("NIBBLE_MOE_BLOCK_TIMING");
+    long long* d = nullptr;
+    if (env && std::string(env) == "1" && cudaMalloc(&d, size_t(256) * STAMPS * sizeof(long long)) != cudaSuccess) d = nullptr;
+    return d;
+  }();
+  return stamps;
+}
+
+bool enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("NIBBLE_MOE_DECODE_BLOCK");
+    return !(env && std::string(env) == "0");
+  }();
+  return on;
+}
+
+// The grid and shared memory for w's shapes; false where they do not fit this GPU.
+bool decode_shape(const DeviceMoeWeights& w, DecodeShape& shape) {
+  const int64_t H = w.hidden, I = w.intermediate, E = w.experts, K = w.top_k;
+  for (const DeviceNvfp4Experts* x : {&w.gate, &w.up, &w.down})  // 16-byte copies of whole rows
+    if (reinterpret_cast<uintptr_t>(x->packed) % 16 || reinterpret_cast<uintptr_t>(x->block_scales) % 16) return false;
+  if (H % 256 || I % 256 || H > 256 * MAX_CHUNKS || K < 1 || K > MAX_TOP_K || E < K || E > 32 * ROUTER_MAX_PER_LANE)
+    return false;
+  const DeviceLimits& limits = device_limits();
+  shape.ctas = int(H / FEATURES);
+  if (shape.ctas > limits.sms || (E + shape.ctas - 1) / shape.ctas > WARPS) return false;  // co-resident CTAs; a warp per expert
+  shape.gate_tiles = int((K * I / 8 + shape.ctas - 1) / shape.ctas);
+  if (shape.gate_tiles > MAX_GATE_TILES) return false;
+  const int64_t split = WARPS / K;  // warps a slot's down k-blocks
+  if ((I / 128 + split - 1) / split > DOWN_BLOCKS) return false;
+  shape.layout = decode_layout(int(H), int(I), int(K), shape.gate_tiles);
+  return shape.layout.bytes + STATIC_SMEM <= limits.smem_optin;
+}
+
+}  // namespace
+
+bool moe_decode_block_supported(int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
+                                const ResidualNorm* norm, const float* add, const InputNorm* input_norm) {
+  DecodeShape shape;
+  return enabled() && tokens == 1 && mode == formats::ActQuant::NONE && w.router && !w.router_f32 && !add &&
+         (!norm || (!norm->quant.x_hat && !norm->pending)) && (!input_norm || (norm && !input_norm->quant.x_hat)) &&
+         decode_shape(w, shape);
+}
+
+Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, MoeWorkspace& ws, float* out,
+                        const ResidualNorm* norm, const InputNorm* input_norm, cudaStream_t stream) {
+  DecodeShape shape;
+  if (!decode_shape(w, shape)) return Status::error("moe_decode_block: these MoE shapes do not fit the one-launch kernel");
+  if (!ws.block_barrier || !ws.block_partials) return Status::error("moe_decode_block: the workspace has no barrier");
+  DecodeParams p{};
+  p.x = x, p.out = out;
+  if (input_norm) p.in = *input_norm, p.has_in = true;
+  if (norm) p.next = *norm, p.has_next = true;
+  p.router = w.router, p.score_bias = w.score_bias, p.norm_min = w.norm_min, p.renormalize = w.norm_topk_prob;
+  p.hidden = int(w.hidden), p.inter = int(w.intermediate), p.experts = int(w.experts), p.top_k = int(w.top_k);
+  p.gate_tiles = shape.gate_tiles;
+  p.gate_codes = w.gate.packed, p.gate_scales = w.gate.block_scales, p.gate_global = w.gate.global_scales;
+  p.up_codes = w.up.packed, p.up_scales = w.up.block_scales, p.up_global = w.up.global_scales;
+  p.down_codes = w.down.packed, p.down_scales = w.down.block_scales, p.down_global = w.down.global_scales;
+  p.logits = ws.logits, p.expert_ids = ws.expert_ids, p.route_weights = ws.route_weights;
+  p.act = static_cast<uint16_t*>(ws.act), p.partials = ws.block_partials, p.barrier = ws.block_barrier;
+  p.stamps = shape.ctas <= 256 ? timing_stamps() : nullptr;
+  const auto kernel = w.hidden <= 256 * MAX_CHUNKS / 2 ? moe_decode_kernel<MAX_CHUNKS / 2> : moe_decode_kernel<MAX_CHUNKS>;
+  const size_t smem = size_t(shape.layout.bytes);
+  // Both kernels may take all the shared memory a CTA can have (set once; decode_shape checked the fit).
+  static const cudaError_t attributes = [] {
+    const int bytes = device_limits().smem_optin - STATIC_SMEM;
+    cudaError_t e = cudaFuncSetAttribute(moe_decode_kernel<MAX_CHUNKS / 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    return e != cudaSuccess ? e : cudaFuncSetAttribute(moe_decode_kernel<MAX_CHUNKS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  }();
+  NIB_RETURN_IF_ERROR(cuda_status(attributes, "moe_decode_block: shared memory attribute"));
+  // Launched after the previous kernel's trigger (PDL) like the chain; the CTAs first resident wait
+  // for its end in pdl_wait, so the barriers only ever wait on CTAs that are sure to start.
+  return cuda_status(launch_pdl(kernel, dim3(unsigned(shape.ctas)), dim3(THREADS), smem, stream, p), "moe_decode_block launch");
+}
+
+std::string moe_decode_block_timing(int64_t hidden) {
+  long long* d = timing_stamps();
+  const int ctas = int(hidden / FEATURES);
+  if (!d || ctas < 1 || ctas > 256) return "";
+  std::vector<long long> stamps(size_t(ctas) * STAMPS);
+  int khz = 0, device = 0;
+  if (cudaDeviceSynchronize() != cudaSuccess || cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device) != cudaSuccess ||
+      cudaMemcpy(stamps.data(), d, stamps.size() * sizeof(long long), cudaMemcpyDeviceToHost) != cudaSuccess)
+    return "moe_decode_block timing: could not read the stamps";
+  std::string report = "moe_decode_block phases (us; median / max over " + std::to_string(ctas) + " CTAs, at " +
+                       std::to_string(khz / 1000) + " MHz):";
+  for (int phase = 1; phase < STAMPS; ++phase) {
+    std::vector<double> us;
+    for (int c = 0; c < ctas; ++c)
+      us.push_back(double(stamps[size_t(c) * STAMPS + phase] - stamps[size_t(c) * STAMPS + phase - 1]) / khz * 1e3);
+    std::sort(us.begin(), us.end());
+    char line[96];
+    std::snprintf(line, sizeof line, " %s %.2f/%.2f;", STAMP_NAMES[phase], us[us.size() / 2], us.back());
+    report += line;
+  }
+  return report;
+}
+
+}  // namespace nibble::cuda
