@@ -111,6 +111,22 @@ struct DeviceProjection {
   }
 };
 
+// A problem's weights on the device, and the DeviceMoeWeights view of them.
+struct DeviceProblem {
+  DeviceProjection gate, up, down;
+  test::DeviceBuffer<uint16_t> router;
+  cuda::DeviceMoeWeights w;
+  explicit DeviceProblem(const Problem& p) : gate(p.gate), up(p.up), down(p.down), router(p.router) {
+    const Config& c = p.c;
+    w.router = router.get();
+    w.experts = c.experts, w.top_k = c.top_k, w.hidden = c.hidden, w.intermediate = c.intermediate;
+    w.gate = gate.view(c.experts, c.intermediate, c.hidden);
+    w.up = up.view(c.experts, c.intermediate, c.hidden);
+    w.down = down.view(c.experts, c.hidden, c.intermediate);
+    w.gate_scales = p.gate.global, w.up_scales = p.up.global, w.down_scales = p.down.global;
+  }
+};
+
 // Runs every backend × mode on one batch and compares with the reference.
 void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t seed) {
   const Config& c = p.c;
@@ -141,16 +157,10 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
   std::vector<float> ref_weights(ref_ids.size());
   ref::route(x.data(), tokens, w, ref_ids.data(), ref_weights.data());
 
-  DeviceProjection gate(p.gate), up(p.up), down(p.down);
-  test::DeviceBuffer<uint16_t> d_router(p.router), d_x(x_bits);
+  DeviceProblem device(p);
+  cuda::DeviceMoeWeights& dw = device.w;
+  test::DeviceBuffer<uint16_t> d_x(x_bits);
   test::DeviceBuffer<float> d_out(x.size());
-  cuda::DeviceMoeWeights dw;
-  dw.router = d_router.get();
-  dw.experts = c.experts, dw.top_k = c.top_k, dw.hidden = c.hidden, dw.intermediate = c.intermediate;
-  dw.gate = gate.view(c.experts, c.intermediate, c.hidden);
-  dw.up = up.view(c.experts, c.intermediate, c.hidden);
-  dw.down = down.view(c.experts, c.hidden, c.intermediate);
-  dw.gate_scales = p.gate.global, dw.up_scales = p.up.global, dw.down_scales = p.down.global;
   dw.gate_up_input_scale = w.gate_up_input_scale, dw.down_input_scale = w.down_input_scale;
   auto ws = cuda::MoeWorkspace::create(dw, tokens, true);
   ASSERT_TRUE(ws.is_ok()) << ws.status().message();
@@ -392,14 +402,8 @@ TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
   const uint64_t seed = test::test_seed("CudaMoe.DecodeBlock");
   const Problem p = make_problem(QWEN3_30B, seed);
   const Config& c = p.c;
-  DeviceProjection gate(p.gate), up(p.up), down(p.down);
-  test::DeviceBuffer<uint16_t> d_router(p.router);
-  cuda::DeviceMoeWeights dw;
-  dw.router = d_router.get();
-  dw.experts = c.experts, dw.top_k = c.top_k, dw.hidden = c.hidden, dw.intermediate = c.intermediate;
-  dw.gate = gate.view(c.experts, c.intermediate, c.hidden);
-  dw.up = up.view(c.experts, c.intermediate, c.hidden);
-  dw.down = down.view(c.experts, c.hidden, c.intermediate);
+  DeviceProblem device(p);
+  const cuda::DeviceMoeWeights& dw = device.w;
   if (!cuda::moe_decode_block_supported(1, dw, formats::ActQuant::NONE, nullptr, nullptr, nullptr))
     GTEST_SKIP() << "the one-launch MoE block does not fit this GPU (or NIBBLE_MOE_DECODE_BLOCK=0)";
   auto ws = cuda::MoeWorkspace::create(dw, 1, false);
