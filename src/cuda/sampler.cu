@@ -119,11 +119,11 @@ __global__ void __launch_bounds__(THREADS) sample_kernel(SamplerBatch b) {
     log_z = raw_max + static_cast<float>(log(r.sum(z)));
   }
 
-  // Processed logits: mask, repetition (prompt ∪ output), presence and frequency (output). Greedy
+  // Processed logits: mask, logit_bias, repetition (prompt ∪ output), presence and frequency (output). Greedy
   // rows without any of them take the argmax of the raw logits (no copy).
   const bool greedy = P.temperature < 1e-5f;
-  const bool plain = P.masked_len == 0 && P.repetition_penalty == 1.0f && P.presence_penalty == 0.0f &&
-                     P.frequency_penalty == 0.0f;
+  const bool plain = P.masked_len == 0 && P.bias_len == 0 && P.repetition_penalty == 1.0f &&
+                     P.presence_penalty == 0.0f && P.frequency_penalty == 0.0f;
   const float* processed = greedy && plain ? raw : w;
   if (processed == w)
     for (int64_t t = threadIdx.x; t < V; t += THREADS) w[t] = raw[t];
@@ -143,6 +143,11 @@ __global__ void __launch_bounds__(THREADS) sample_kernel(SamplerBatch b) {
   const int32_t* output = prompt + P.prompt_len;
   const int n_all = P.prompt_len + P.output_len;
   __syncthreads();
+  if (P.bias_len > 0) {  // after the mask (a masked token stays -inf), before the penalties; distinct tokens
+    for (int k = threadIdx.x; k < P.bias_len; k += THREADS)
+      if (const int32_t t = b.tokens[P.bias_offset + k]; t >= 0 && t < V) w[t] += b.bias_values[P.bias_offset + k];
+    __syncthreads();
+  }
   if (P.repetition_penalty != 1.0f) {
     for (int k = threadIdx.x; k < n_all; k += THREADS) {
       const int32_t t = prompt[k];

@@ -1,4 +1,4 @@
-// Token sampling on the GPU, the twin of sampling::sample_next: min_tokens mask, repetition /
+// Token sampling on the GPU, the twin of sampling::sample_next: min_tokens mask, logit_bias, repetition /
 // presence / frequency penalties, greedy or temperature → min_p → top_k → top_p → the exponential
 // race keyed by Philox(seed; position, token), and raw-distribution logprobs with their top k. One
 // CTA per row; the same logits, seed and position give the CPU sampler's token.
@@ -24,6 +24,7 @@ struct SamplerRow {
   int32_t logprobs = -1;  // -1 none, else the top count (≤ MAX_TOP_LOGPROBS)
   int32_t prompt_offset = 0, prompt_len = 0, output_len = 0;  // output follows the prompt in tokens
   int32_t masked_offset = 0, masked_len = 0;
+  int32_t bias_offset = 0, bias_len = 0;  // logit_bias: tokens in SamplerBatch::tokens, values in bias_values
 };
 
 struct SamplerBatch {
@@ -40,6 +41,7 @@ struct SamplerBatch {
   float* out_logprobs = nullptr;      // [rows]
   int32_t* out_top_tokens = nullptr;  // [rows, MAX_TOP_LOGPROBS]
   float* out_top_logprobs = nullptr;  // [rows, MAX_TOP_LOGPROBS]
+  const float* bias_values = nullptr; // device, indexed as tokens: each logit_bias token's value (null: no row has any)
 };
 
 Status sample_rows(const SamplerBatch& batch, cudaStream_t stream);

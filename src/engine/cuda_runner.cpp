@@ -145,7 +145,8 @@ class CudaRunner : public ModelRunner {
   // whose end event measures the device's idle time before the step being collected.
   struct Slot {
     cuda::PinnedArray<cuda::SamplerRow> params;
-    cuda::PinnedArray<int32_t> tokens;  // every row's token lists (penalties, mask)
+    cuda::PinnedArray<int32_t> tokens;  // every row's token lists (penalties, mask, logit_bias)
+    cuda::PinnedArray<float> biases;    // logit_bias values, at their tokens' indices
     cuda::PinnedArray<int32_t> ids, top_ids;
     cuda::PinnedArray<float> logprobs, top_logprobs;
     std::vector<int32_t> top_counts;    // per row: the logprobs asked (-1: none)
@@ -164,15 +165,22 @@ class CudaRunner : public ModelRunner {
   Status sample(std::span<const SampleRow> rows, Slot& slot) {
     const int64_t R = static_cast<int64_t>(rows.size());
     size_t n_tokens = 0;
-    for (const SampleRow& row : rows)
-      n_tokens += row.context.masked.size() +
+    bool any_bias = false;
+    for (const SampleRow& row : rows) {
+      n_tokens += row.context.masked.size() + row.params->logit_bias.size() +
                   (row.params->has_penalties() ? row.context.prompt.size() + row.context.output.size() : 0);
+      any_bias |= !row.params->logit_bias.empty();
+    }
     if (n_tokens > slot.tokens.size()) {
       // Grows for every slot at once (rare: long sequences with penalties), once nothing is in flight.
       const size_t capacity = std::max(n_tokens, 2 * slot.tokens.size());
       NIB_RETURN_IF_ERROR(ctx_->synchronize());
-      for (Slot& each : slots_) NIB_RETURN_IF_ERROR(each.tokens.resize(capacity, "the sampler's token lists"));
+      for (Slot& each : slots_) {
+        NIB_RETURN_IF_ERROR(each.tokens.resize(capacity, "the sampler's token lists"));
+        NIB_RETURN_IF_ERROR(each.biases.resize(capacity, "the sampler's logit_bias values"));
+      }
       NIB_RETURN_IF_ERROR(ctx_->arena.alloc(tokens_, capacity, "the sampler's token lists"));
+      NIB_RETURN_IF_ERROR(ctx_->arena.alloc(biases_, capacity, "the sampler's logit_bias values"));
     }
     int32_t max_logprobs = -1;
     size_t used = 0;
@@ -207,6 +215,9 @@ class CudaRunner : public ModelRunner {
       g.masked_offset = static_cast<int32_t>(used);
       append(c.masked);
       g.masked_len = static_cast<int32_t>(c.masked.size());
+      g.bias_offset = static_cast<int32_t>(used);
+      for (const auto& [token, bias] : p.logit_bias) slot.tokens.data()[used] = token, slot.biases.data()[used++] = bias;
+      g.bias_len = static_cast<int32_t>(p.logit_bias.size());
     }
     const cudaStream_t s = ctx_->stream;
     auto copy = [&](void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {
@@ -214,9 +225,10 @@ class CudaRunner : public ModelRunner {
     };
     NIB_RETURN_IF_ERROR(copy(params_, slot.params.data(), R * sizeof(cuda::SamplerRow), cudaMemcpyHostToDevice, "sampling parameters"));
     if (used) NIB_RETURN_IF_ERROR(copy(tokens_, slot.tokens.data(), used * 4, cudaMemcpyHostToDevice, "sampler token lists"));
+    if (any_bias) NIB_RETURN_IF_ERROR(copy(biases_, slot.biases.data(), used * 4, cudaMemcpyHostToDevice, "logit_bias values"));
     int32_t* drawn = model_->drawn_tokens();
     const cuda::SamplerBatch sb{R, config().vocab_size, model_->logits(), params_, tokens_, drawn, work_, seen_,
-                                out_tokens_, out_logprobs_, out_top_tokens_, out_top_logprobs_};
+                                out_tokens_, out_logprobs_, out_top_tokens_, out_top_logprobs_, biases_};
     NIB_RETURN_IF_ERROR(cuda::sample_rows(sb, s));
     NIB_RETURN_IF_ERROR(copy(drawn, out_tokens_, R * 4, cudaMemcpyDeviceToDevice, "drawn tokens"));
     NIB_RETURN_IF_ERROR(copy(slot.ids.data(), out_tokens_, R * 4, cudaMemcpyDeviceToHost, "sampled ids"));
@@ -242,6 +254,7 @@ class CudaRunner : public ModelRunner {
   uint32_t* seen_ = nullptr;
   cuda::SamplerRow* params_ = nullptr;
   int32_t* tokens_ = nullptr;
+  float* biases_ = nullptr;
   int32_t *out_tokens_ = nullptr, *out_top_tokens_ = nullptr;
   float *out_logprobs_ = nullptr, *out_top_logprobs_ = nullptr;
 };

@@ -18,6 +18,12 @@ Status SamplingParams::validate() const {
   if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) return bad("presence_penalty", "must be in [-2, 2]");
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) return bad("frequency_penalty", "must be in [-2, 2]");
   if (logprobs < -1 || logprobs > 20) return bad("logprobs", "must be at most 20");
+  for (size_t i = 0; i < logit_bias.size(); ++i) {
+    const auto [token, bias] = logit_bias[i];
+    if (token < 0 || (i > 0 && token <= logit_bias[i - 1].first))
+      return bad("logit_bias", "must name distinct token ids >= 0, in ascending order");
+    if (!(bias >= -100.0f && bias <= 100.0f)) return bad("logit_bias", "values must be in [-100, 100]");
+  }
   return Status::ok();
 }
 

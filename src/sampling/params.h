@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 
@@ -19,6 +21,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // output tokens: l -= frequency * count
   std::optional<uint64_t> seed;     // reproducible draws when set
   int32_t logprobs = -1;            // -1: none; 0: the sampled token's; k: also the top k
+  // OpenAI's logit_bias: (token, bias in [-100, 100]) pairs, distinct tokens in ascending order,
+  // added to the logits after the min_tokens mask and before the penalties (vLLM's order).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   bool greedy() const { return temperature < 1e-5f; }  // vLLM's threshold for greedy
   bool has_penalties() const {

@@ -105,12 +105,15 @@ double race_noise(const DrawKey& key, int32_t token) {
 SampledToken sample_next(std::span<const float> logits, const SamplingParams& p, const SequenceContext& c,
                          const DrawKey& key) {
   SampledToken out;
-  const bool processed = !c.masked.empty() || p.has_penalties() || !p.greedy();
+  const bool processed = !c.masked.empty() || !p.logit_bias.empty() || p.has_penalties() || !p.greedy();
   std::vector<float> work;
   if (processed) {
     work.assign(logits.begin(), logits.end());
+    const int32_t vocab = static_cast<int32_t>(work.size());
     for (int32_t t : c.masked)
-      if (t >= 0 && t < static_cast<int32_t>(work.size())) work[t] = NEG_INF;
+      if (t >= 0 && t < vocab) work[t] = NEG_INF;
+    for (const auto& [t, bias] : p.logit_bias)
+      if (t < vocab) work[t] += bias;
     apply_penalties(work, p, c);
   }
   if (p.greedy()) out.token = argmax(processed ? std::span<const float>(work) : logits);

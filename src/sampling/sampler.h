@@ -1,4 +1,4 @@
-// Token sampling on the CPU with vLLM's order of processing: min_tokens mask, penalties
+// Token sampling on the CPU with vLLM's order of processing: min_tokens mask, logit_bias, penalties
 // (repetition on prompt+output, presence/frequency on output), then greedy, or temperature →
 // min_p → top_k → top_p → a seeded draw. Logprobs are of the raw model distribution (vLLM's
 // default "raw_logprobs"), so they do not depend on the sampling settings.

@@ -1,5 +1,7 @@
 // /v1/chat/completions, /v1/completions and SGLang's /generate: JSON → typed engine requests
 // (defaults from generation_config.json, vLLM's extra sampling fields), then a GenerationJob.
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <random>
 
@@ -27,6 +29,26 @@ std::string random_id(const std::string& prefix) {
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// OpenAI's logit_bias: an object from token ids (as strings, base 10) to biases in [-100, 100],
+// into distinct (token, bias) pairs in token order.
+bool read_logit_bias(RequestFields& f, int64_t vocab, std::vector<std::pair<int32_t, float>>& out) {
+  const json& object = f.at("logit_bias");
+  if (!object.is_object()) return f.fail("logit_bias", "must be an object from token ids to biases");
+  for (const auto& [key, value] : object.items()) {
+    int64_t token = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), token);
+    if (ec != std::errc() || end != key.data() + key.size() || token < 0 || token >= vocab)
+      return f.fail("logit_bias", "keys must be token ids in [0, " + std::to_string(vocab) + "), got '" + key + "'");
+    if (!value.is_number() || !(value.get<double>() >= -100.0 && value.get<double>() <= 100.0))
+      return f.fail("logit_bias", "values must be numbers in [-100, 100] (token " + key + ")");
+    out.emplace_back(static_cast<int32_t>(token), value.get<float>());
+  }
+  std::sort(out.begin(), out.end());
+  for (size_t i = 1; i < out.size(); ++i)
+    if (out[i].first == out[i - 1].first) return f.fail("logit_bias", "names token " + std::to_string(out[i].first) + " twice");
+  return true;
 }
 
 // Sampling and stop fields, with the model's generation_config for what the request leaves out.
@@ -62,8 +84,7 @@ bool parse_sampling(RequestFields& f, const LoadedModel& model, const FieldNames
   f.boolean("ignore_eos", stop.ignore_eos);
   f.boolean(names.include_stop, stop.include_stop_str_in_output);
   f.boolean("skip_special_tokens", r.skip_special_tokens);
-  if (f.has("logit_bias") && !(f.at("logit_bias").is_object() && f.at("logit_bias").empty()))
-    f.fail("logit_bias", "is not supported");
+  if (f.has("logit_bias")) read_logit_bias(f, model.engine->model_config().vocab_size, s.logit_bias);
   return !f.error;
 }
 

@@ -134,6 +134,50 @@ TEST(Sampler, LogprobsAreOfTheRawDistribution) {
   EXPECT_NEAR(out.top[1].logprob, 0.5 - z, 1e-6);
 }
 
+// logit_bias (OpenAI): added after the min_tokens mask and before the penalties, as vLLM orders them;
+// -100 bans a token in practice, +100 forces one; logprobs stay those of the raw distribution.
+TEST(Sampler, LogitBiasComesAfterTheMaskAndBeforeThePenalties) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.9f, -1.0f};
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.logit_bias = {{0, 2.5f}};  // 1 + 2.5 = 3.5 beats 3
+  EXPECT_EQ(sampling::sample_next(logits, p, {}, {1, 0}).token, 0);
+  p.logit_bias = {{1, -100.0f}};
+  EXPECT_EQ(sampling::sample_next(logits, p, {}, {1, 0}).token, 2);
+  // A masked token stays masked whatever its bias.
+  const std::vector<int32_t> masked = {3};
+  p.logit_bias = {{3, 100.0f}};
+  EXPECT_EQ(sampling::sample_next(logits, p, {{}, {}, masked}, {1, 0}).token, 1);
+  // Before the repetition penalty (token 2 is in the prompt): token 1 is 3 - 1.2 = 1.8 and token 2
+  // (2.9 + 0.5) / 2 = 1.7, so token 1 wins; the penalty first would make token 2 2.9 / 2 + 0.5 = 1.95.
+  const std::vector<int32_t> prompt = {2};
+  p.logit_bias = {{1, -1.2f}, {2, 0.5f}};
+  p.repetition_penalty = 2.0f;
+  EXPECT_EQ(sampling::sample_next(logits, p, {prompt, {}, {}}, {1, 0}).token, 1);
+  // Sampled: +100 on one token of a flat distribution draws it at every position and seed.
+  p = SamplingParams{};
+  p.temperature = 1.0f;
+  p.logprobs = 0;
+  p.logit_bias = {{2, 100.0f}};
+  for (uint64_t position = 0; position < 50; ++position) {
+    const auto out = sampling::sample_next(logits, p, {}, {position * 7919, position});
+    EXPECT_EQ(out.token, 2);
+    EXPECT_NEAR(out.logprob, 2.9 - std::log(std::exp(1.0) + std::exp(3.0) + std::exp(2.9) + std::exp(-1.0)), 1e-6);
+  }
+}
+
+TEST(SamplingParams, LogitBiasIsValidated) {
+  SamplingParams p;
+  p.logit_bias = {{5, 1.0f}, {3, 1.0f}};
+  EXPECT_NE(p.validate().message().find("logit_bias"), std::string::npos);
+  p.logit_bias = {{3, 1.0f}, {3, 2.0f}};
+  EXPECT_FALSE(p.validate().is_ok());
+  p.logit_bias = {{3, 100.5f}};
+  EXPECT_NE(p.validate().message().find("[-100, 100]"), std::string::npos);
+  p.logit_bias = {{3, -100.0f}, {7, 100.0f}};
+  EXPECT_TRUE(p.validate().is_ok());
+}
+
 // The chat parser gives the same result however the text is split into pieces.
 server::ChatDelta parse_in_pieces(const std::string& text, size_t piece, bool reasoning, bool tools) {
   server::ChatOutputParser parser(reasoning, tools);

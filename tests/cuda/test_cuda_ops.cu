@@ -463,6 +463,12 @@ TEST(CudaOps, SamplerDrawsTheCpuSamplersTokens) {
       for (int j = 0; j < 20; ++j) r.prompt.push_back(int32_t(rng() % V));
       for (int j = 0; j < int(i % 9); ++j) r.output.push_back(int32_t(rng() % V));
       if (i % 4 == 1) r.masked = {int32_t(rng() % V), int32_t(rng() % V)};
+      if (i % 5 == 2) {  // logit_bias: distinct tokens, in order; one may also be masked
+        const int32_t a = int32_t(rng() % V), b = int32_t(rng() % V);
+        if (a != b) r.p.logit_bias = {{std::min(a, b), 3.5f}, {std::max(a, b), -100.0f}};
+        else r.p.logit_bias = {{a, 7.0f}};
+        if (!r.masked.empty()) r.p.logit_bias.emplace_back(V, 1.0f);  // past the vocabulary: ignored
+      }
       r.key = {rng(), rng() % 100000};
       rows.push_back(std::move(r));
     }
@@ -475,6 +481,7 @@ TEST(CudaOps, SamplerDrawsTheCpuSamplersTokens) {
     // the step before drew for some row j, read from `drawn` on the device.
     std::vector<cuda::SamplerRow> params;
     std::vector<int32_t> tokens, drawn(static_cast<size_t>(R));
+    std::vector<float> biases;  // beside tokens: each logit_bias token's value
     for (int32_t& t : drawn) t = int32_t(rng() % V);
     for (const Row& r : rows) {
       cuda::SamplerRow g;
@@ -492,14 +499,19 @@ TEST(CudaOps, SamplerDrawsTheCpuSamplersTokens) {
       }
       g.masked_offset = int32_t(tokens.size()), g.masked_len = int32_t(r.masked.size());
       tokens.insert(tokens.end(), r.masked.begin(), r.masked.end());
+      g.bias_offset = int32_t(tokens.size()), g.bias_len = int32_t(r.p.logit_bias.size());
+      biases.resize(tokens.size());
+      for (const auto& [t, v] : r.p.logit_bias) tokens.push_back(t), biases.push_back(v);
       params.push_back(g);
     }
     test::DeviceBuffer<float> d_logits(logits), d_work(logits.size()), d_lp(static_cast<size_t>(R)), d_top_lp(static_cast<size_t>(R * cuda::MAX_TOP_LOGPROBS));
     test::DeviceBuffer<uint32_t> d_seen(size_t(R * 2 * ((V + 31) / 32)));
     test::DeviceBuffer<int32_t> d_tokens(tokens), d_drawn(drawn), d_out(static_cast<size_t>(R)), d_top(static_cast<size_t>(R * cuda::MAX_TOP_LOGPROBS));
     test::DeviceBuffer<cuda::SamplerRow> d_params(params);
+    biases.resize(tokens.size());
+    test::DeviceBuffer<float> d_biases(biases);
     const cuda::SamplerBatch b{R, V, d_logits.get(), d_params.get(), d_tokens.get(), d_drawn.get(), d_work.get(), d_seen.get(),
-                               d_out.get(), d_lp.get(), d_top.get(), d_top_lp.get()};
+                               d_out.get(), d_lp.get(), d_top.get(), d_top_lp.get(), d_biases.get()};
     ASSERT_TRUE(cuda::sample_rows(b, nullptr).is_ok());
     NIB_CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<int32_t> got = d_out.to_host(), got_top = d_top.to_host();

@@ -144,6 +144,31 @@ def test_logprobs_are_a_distribution_and_greedy_picks_the_top(client):
     assert all(len(t) <= 2 for t in lp["top_logprobs"])
 
 
+def test_logit_bias_forces_and_bans_tokens(client, server, seed):
+    """OpenAI's logit_bias through the official client and /generate: +100 on a token makes every
+    sampled token that one (greedy or seeded), -100 on the greedy choice makes the model take another."""
+    rng = random.Random(seed)
+    ids = random_prompt_ids(rng, 8)
+    def generate(params):
+        r = requests.post(server.url + "/generate", json={"input_ids": ids, "sampling_params": {
+            "max_new_tokens": 4, "ignore_eos": True, **params}})
+        assert r.status_code == 200, r.text
+        return r.json()["output_ids"]
+    greedy = generate({"temperature": 0})
+    forced = rng.randrange(0, ID_LIMIT)
+    assert generate({"temperature": 0, "logit_bias": {str(forced): 100}}) == [forced] * 4
+    assert generate({"temperature": 1.0, "seed": rng.randrange(1 << 30), "logit_bias": {str(forced): 100}}) == [forced] * 4
+    banned = generate({"temperature": 0, "logit_bias": {str(greedy[0]): -100}})
+    assert banned[0] != greedy[0]
+    # The official client sends it as a dict of string ids: the greedy top logprob is the forced token's.
+    c = client.completions.create(model="tiny", prompt=ids, max_tokens=3, temperature=0, logit_bias={str(forced): 100},
+                                  logprobs=1, extra_body={"ignore_eos": True})
+    assert c.usage.completion_tokens == 3 and c.choices[0].finish_reason == "length"
+    plain = client.completions.create(model="tiny", prompt=ids, max_tokens=3, temperature=0, logprobs=1,
+                                      extra_body={"ignore_eos": True})
+    assert c.choices[0].logprobs.token_logprobs[0] <= plain.choices[0].logprobs.token_logprobs[0]  # raw logprobs
+
+
 def test_sglang_generate_and_max_new_tokens_zero(server, seed):
     rng = random.Random(seed)
     ids = random_prompt_ids(rng, 6)
@@ -299,7 +324,11 @@ BAD_REQUESTS = [
     ("POST", CHAT, {"messages": MSG, "top_logprobs": 3}, 400, "logprobs"),
     ("POST", CHAT, {"messages": MSG, "tool_choice": "required", "tools": []}, 400, "tool_choice"),
     ("POST", CHAT, {"messages": MSG, "stream_options": {"include_usage": True}}, 400, "stream_options"),
-    ("POST", CHAT, {"messages": MSG, "logit_bias": {"1": 5}}, 400, "logit_bias"),
+    ("POST", CHAT, {"messages": MSG, "logit_bias": [1, 5]}, 400, "logit_bias"),
+    ("POST", CHAT, {"messages": MSG, "logit_bias": {"one": 5}}, 400, "logit_bias"),
+    ("POST", CHAT, {"messages": MSG, "logit_bias": {"1": 101}}, 400, "[-100, 100]"),
+    ("POST", CHAT, {"messages": MSG, "logit_bias": {"1": "up"}}, 400, "logit_bias"),
+    ("POST", CHAT, {"messages": MSG, "logit_bias": {str(10**9): 1}}, 400, "token ids in [0,"),
     ("POST", CHAT, {"messages": MSG, "min_tokens": 9, "max_tokens": 3}, 400, "min_tokens"),
     ("POST", COMPLETIONS, {}, 400, "prompt"),
     ("POST", COMPLETIONS, {"prompt": [1, -3]}, 400, "prompt"),
