@@ -92,13 +92,16 @@ __device__ __forceinline__ void stamp(const DecodeParams& p, int phase) {
 // caller's __syncthreads, become visible at GPU scope) and later waits (acquire) for the generation
 // the last arrival publishes. Split so a CTA can work between its arrival and the wait. H200:
 // 1.44 µs a barrier, against 1.74 with __threadfence around relaxed atomics.
-__device__ __forceinline__ void grid_arrive(unsigned* bar, unsigned ctas, unsigned target) {
+// Whether this CTA arrived last (it then resets the count for the next barrier).
+__device__ __forceinline__ bool arrive_last(unsigned* bar, unsigned ctas) {
   unsigned arrived;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(arrived) : "l"(bar) : "memory");
-  if (arrived == ctas - 1) {
-    asm volatile("st.relaxed.gpu.global.u32 [%0], 0;\n" ::"l"(bar) : "memory");
-    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(bar + 1), "r"(target) : "memory");
-  }
+  if (arrived != ctas - 1) return false;
+  asm volatile("st.relaxed.gpu.global.u32 [%0], 0;\n" ::"l"(bar) : "memory");
+  return true;
+}
+__device__ __forceinline__ void grid_arrive(unsigned* bar, unsigned ctas, unsigned target) {
+  if (arrive_last(bar, ctas)) asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(bar + 1), "r"(target) : "memory");
 }
 __device__ __forceinline__ void grid_wait(const unsigned* bar, unsigned target) {
   unsigned seen;
@@ -113,14 +116,23 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar, unsigned ctas, unsig
   __syncthreads();
 }
 
+// The lane's code words and scale codes of k-block b of a 16-row tile in shared memory (codes rows
+// k / 2 bytes, then scale code rows k / 16 bytes): rows g and g + 8.
+__device__ __forceinline__ void load_kblock(const uint8_t* tile, int k, int b, uint4 (&codes)[2], uint32_t (&scales)[2]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    codes[h] = *reinterpret_cast<const uint4*>(tile + (g + 8 * h) * (k / 2) + b * 64 + 16 * c);
+    scales[h] = *reinterpret_cast<const uint16_t*>(tile + 16 * (k / 2) + (g + 8 * h) * (k / 16) + b * 8 + 2 * c);
+  }
+}
+
 // One warp's k-blocks [kb0, kb1) of a 16-row tile in shared memory (codes rows `k` / 2 bytes, scale
 // codes after them) against the x row (lanes of token column 0; null elsewhere: zero columns), into
 // acc. Two k-blocks a step into two sums: their loads together, half the dependent mma chain.
 __device__ __forceinline__ void tile_mma(const uint8_t* tile, int k, const uint16_t* x_row, int kb0, int kb1,
                                          float (&acc)[1][4]) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const int code_row = k / 2, scale_row = k / 16;
-  const uint8_t* scale_base = tile + 16 * code_row;
+  const int c = threadIdx.x & 3;
   float acc2[1][4] = {};
   for (int b0 = kb0; b0 < kb1; b0 += 2) {
     uint4 codes[2][2], xv[2][1][4];
@@ -129,11 +141,7 @@ __device__ __forceinline__ void tile_mma(const uint8_t* tile, int k, const uint1
     for (int j = 0; j < 2; ++j) {
       const int b = min(b0 + j, kb1 - 1);  // an odd range's last step repeats a block into a zero x
       const bool real = b0 + j < kb1;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        codes[j][h] = *reinterpret_cast<const uint4*>(tile + (g + 8 * h) * code_row + b * 64 + 16 * c);
-        scales[j][h] = *reinterpret_cast<const uint16_t*>(scale_base + (g + 8 * h) * scale_row + b * 8 + 2 * c);
-      }
+      load_kblock(tile, k, b, codes[j], scales[j]);
 #pragma unroll
       for (int q = 0; q < 4; ++q)
         xv[j][0][q] = x_row && real ? reinterpret_cast<const uint4*>(x_row + b * 128 + 32 * c)[q] : make_uint4(0, 0, 0, 0);
@@ -214,9 +222,8 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   const int H = p.hidden, I = p.inter, E = p.experts, K = p.top_k;
   const DecodeLayout L = decode_layout(H, I, K, p.gate_tiles);
   uint16_t* x_stage = reinterpret_cast<uint16_t*>(smem + L.x_off);
-  unsigned generation = 0;
+  unsigned generation = 0;  // thread 0's: the barriers passed, read after the PDL wait
   if (threadIdx.x == 0) {
-    generation = *reinterpret_cast<volatile unsigned*>(p.barrier + 1);
     for (int t = 0; t <= MAX_GATE_TILES; ++t) barrier_init(&landed[t], 1);
     fence_barrier_init();  // (the __syncthreads after the input norm publishes them)
   }
@@ -233,6 +240,8 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   if (p.has_in) load_norm_weight(p.in.weight, H, norm_thread, norm_weight);
   stamp(p, 0);
   pdl_wait();
+  // The last launch's final generation (read after the wait: its writes are visible only then).
+  if (threadIdx.x == 0) generation = *reinterpret_cast<volatile unsigned*>(p.barrier + 1);
 
   // The router's input: the block's input norm (the same bits as add_rmsnorm), or x.
   if (p.has_in) {
@@ -316,11 +325,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
       if (j >= nkb) break;
       uint4 codes[2];
       uint32_t scales[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        codes[h] = *reinterpret_cast<const uint4*>(tile + (g + 8 * h) * (I / 2) + (kb0 + j) * 64 + 16 * c);
-        scales[h] = *reinterpret_cast<const uint16_t*>(tile + 16 * (I / 2) + (g + 8 * h) * (I / 16) + (kb0 + j) * 8 + 2 * c);
-      }
+      load_kblock(tile, I, kb0 + j, codes, scales);
       skinny::decode_kblock(codes, scales, a[j]);
     }
   }
@@ -383,12 +388,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
     return;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned arrived;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(arrived) : "l"(p.barrier) : "memory");
-    last = arrived == unsigned(ctas) - 1;
-    if (last) asm volatile("st.relaxed.gpu.global.u32 [%0], 0;\n" ::"l"(p.barrier) : "memory");
-  }
+  if (threadIdx.x == 0) last = arrive_last(p.barrier, ctas);  // no generation: nobody waits
   __syncthreads();
   pdl_launch_dependents();
   stamp(p, 11);
