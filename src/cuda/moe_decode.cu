@@ -19,14 +19,16 @@
 
 #include "cuda/async_copy.cuh"
 #include "cuda/check.cuh"
+#include "cuda/decode_block.cuh"
 #include "cuda/moe_routing_device.cuh"
 #include "cuda/nvfp4_layout.h"
 #include "cuda/pdl.cuh"
 #include "cuda/rmsnorm_row.cuh"
-#include "cuda/skinny_fragments.cuh"
 
 namespace nibble::cuda {
 namespace {
+
+using namespace decode_block;
 
 constexpr int WARPS = 16, THREADS = WARPS * 32;
 constexpr int FEATURES = 16;       // output features of a CTA: one m16 tile of the down projection
@@ -46,7 +48,7 @@ struct DecodeLayout {
 
 __host__ __device__ inline DecodeLayout decode_layout(int hidden, int inter, int top_k, int gate_tiles) {
   DecodeLayout l;
-  l.gate_tile = 16 * (hidden / 2 + hidden / 16), l.down_tile = 16 * (inter / 2 + inter / 16);
+  l.gate_tile = tile_bytes(hidden), l.down_tile = tile_bytes(inter);
   l.down_off = gate_tiles * l.gate_tile;
   l.act_off = l.down_off + top_k * l.down_tile;
   l.sums_off = l.act_off + top_k * inter * 2;
@@ -85,88 +87,6 @@ constexpr const char* STAMP_NAMES[STAMPS] = {"start",  "input ready", "router", 
                                             "act in", "down",        "combine", "arrive (the last CTA then norms)"};
 __device__ __forceinline__ void stamp(const DecodeParams& p, int phase) {
   if (p.stamps && threadIdx.x == 0) p.stamps[blockIdx.x * STAMPS + phase] = clock64();
-}
-
-// Grid barriers (the CTAs are co-resident: one an SM), generation-counted so two words serve every
-// launch: one thread of each CTA arrives (release: the CTA's writes, ordered before it by the
-// caller's __syncthreads, become visible at GPU scope) and later waits (acquire) for the generation
-// the last arrival publishes. Split so a CTA can work between its arrival and the wait. H200:
-// 1.44 µs a barrier, against 1.74 with __threadfence around relaxed atomics.
-// Whether this CTA arrived last (it then resets the count for the next barrier).
-__device__ __forceinline__ bool arrive_last(unsigned* bar, unsigned ctas) {
-  unsigned arrived;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(arrived) : "l"(bar) : "memory");
-  if (arrived != ctas - 1) return false;
-  asm volatile("st.relaxed.gpu.global.u32 [%0], 0;\n" ::"l"(bar) : "memory");
-  return true;
-}
-__device__ __forceinline__ void grid_arrive(unsigned* bar, unsigned ctas, unsigned target) {
-  if (arrive_last(bar, ctas)) asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(bar + 1), "r"(target) : "memory");
-}
-__device__ __forceinline__ void grid_wait(const unsigned* bar, unsigned target) {
-  unsigned seen;
-  do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(bar + 1) : "memory");
-  while (seen != target);
-}
-
-// The whole barrier for a CTA (generation: thread 0's count of barriers passed).
-__device__ __forceinline__ void grid_barrier(unsigned* bar, unsigned ctas, unsigned& generation) {
-  __syncthreads();
-  if (threadIdx.x == 0) grid_arrive(bar, ctas, ++generation), grid_wait(bar, generation);
-  __syncthreads();
-}
-
-// The lane's code words and scale codes of k-block b of a 16-row tile in shared memory (codes rows
-// k / 2 bytes, then scale code rows k / 16 bytes): rows g and g + 8.
-__device__ __forceinline__ void load_kblock(const uint8_t* tile, int k, int b, uint4 (&codes)[2], uint32_t (&scales)[2]) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    codes[h] = *reinterpret_cast<const uint4*>(tile + (g + 8 * h) * (k / 2) + b * 64 + 16 * c);
-    scales[h] = *reinterpret_cast<const uint16_t*>(tile + 16 * (k / 2) + (g + 8 * h) * (k / 16) + b * 8 + 2 * c);
-  }
-}
-
-// One warp's k-blocks [kb0, kb1) of a 16-row tile in shared memory (codes rows `k` / 2 bytes, scale
-// codes after them) against the x row (lanes of token column 0; null elsewhere: zero columns), into
-// acc. Two k-blocks a step into two sums: their loads together, half the dependent mma chain.
-__device__ __forceinline__ void tile_mma(const uint8_t* tile, int k, const uint16_t* x_row, int kb0, int kb1,
-                                         float (&acc)[1][4]) {
-  const int c = threadIdx.x & 3;
-  float acc2[1][4] = {};
-  for (int b0 = kb0; b0 < kb1; b0 += 2) {
-    uint4 codes[2][2], xv[2][1][4];
-    uint32_t scales[2][2];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int b = min(b0 + j, kb1 - 1);  // an odd range's last step repeats a block into a zero x
-      const bool real = b0 + j < kb1;
-      load_kblock(tile, k, b, codes[j], scales[j]);
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-        xv[j][0][q] = x_row && real ? reinterpret_cast<const uint4*>(x_row + b * 128 + 32 * c)[q] : make_uint4(0, 0, 0, 0);
-    }
-    skinny::mma_kblock<1>(codes[0], scales[0], xv[0], acc);
-    skinny::mma_kblock<1>(codes[1], scales[1], xv[1], acc2);
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) acc[0][i] += acc2[0][i];
-}
-
-// Warps `split` to a tile (an m-tile's k-blocks, or a slot's), `groups` tiles a round; the partial
-// sums meet in warp order in `sums`. Every warp calls it the same number of times (it synchronizes).
-__device__ __forceinline__ void sum_split(float (&acc)[1][4], int split, bool active, float* sums) {
-  if (split == 1) return;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % split;
-  if (active && part > 0)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) sums[(warp * 4 + i) * 32 + lane] = acc[0][i];
-  __syncthreads();
-  if (active && part == 0)
-    for (int w = 1; w < split; ++w)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[0][i] += sums[((warp + w) * 4 + i) * 32 + lane];
-  __syncthreads();
 }
 
 // The CTA's weights into shared memory by the copy engine, each tile signalling landed[t] (the down
@@ -241,7 +161,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   stamp(p, 0);
   pdl_wait();
   // The last launch's final generation (read after the wait: its writes are visible only then).
-  if (threadIdx.x == 0) generation = *reinterpret_cast<volatile unsigned*>(p.barrier + 1);
+  if (threadIdx.x == 0) generation = first_generation(p.barrier);
 
   // The router's input: the block's input norm (the same bits as add_rmsnorm), or x.
   if (p.has_in) {
@@ -419,23 +339,6 @@ struct DecodeShape {
   int ctas = 0, gate_tiles = 0;
   DecodeLayout layout{};
 };
-
-struct DeviceLimits {
-  int sms = 0, smem_optin = 0;
-};
-
-const DeviceLimits& device_limits() {
-  static const DeviceLimits limits = [] {
-    DeviceLimits l;
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&l.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
-      l = DeviceLimits{};
-    return l;
-  }();
-  return limits;
-}
 
 // NIBBLE_MOE_BLOCK_TIMING=1: the phase stamps of the last launch, in device memory (one buffer).
 long long* timing_stamps() {

@@ -7,21 +7,12 @@
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/pdl.cuh"
+#include "cuda/qk_norm_rope_device.cuh"
 #include "cuda/rmsnorm_row.cuh"
 #include "cuda/transformer_ops.cuh"
 
 namespace nibble::cuda {
 namespace {
-
-__device__ __forceinline__ float bf16_to_float(uint16_t bits) { return __uint_as_float(static_cast<uint32_t>(bits) << 16); }
-__device__ __forceinline__ uint16_t float_to_bf16(float v) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
 
 __global__ void embedding_kernel(const int32_t* ids, const int32_t* drawn, const uint16_t* table, int64_t hidden,
                                  float* out) {
@@ -65,89 +56,6 @@ __global__ void __launch_bounds__(NORM_THREADS)
     if (i < width) out[r * width + i] = float_to_bf16(v[k]);
   }
   if (quant.x_hat) quantize_row(v, width, quant, r, partial);
-}
-
-// N consecutive floats: 8- or 16-byte loads for N = 2 or a multiple of 4 (the host checked the alignment).
-template <int N>
-__device__ __forceinline__ void load_run(const float* p, float (&out)[N]) {
-  if constexpr (N == 2) {
-    const float2 x = *reinterpret_cast<const float2*>(p);
-    out[0] = x.x, out[1] = x.y;
-  } else if constexpr (N % 4 == 0) {
-#pragma unroll
-    for (int k = 0; k < N; k += 4) {
-      const float4 x = *reinterpret_cast<const float4*>(p + k);
-      out[k] = x.x, out[k + 1] = x.y, out[k + 2] = x.z, out[k + 3] = x.w;
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < N; ++k) out[k] = p[k];
-  }
-}
-
-// N consecutive BF16 values (4-, 8- or 16-byte stores for N = 2, 4, 8, 16), or their fp32 form.
-template <int N>
-__device__ __forceinline__ void store_run(uint16_t* p, const float (&v)[N]) {
-  if constexpr (N % 2 == 0) {
-    uint32_t words[N / 2];
-#pragma unroll
-    for (int k = 0; k < N / 2; ++k) words[k] = uint32_t(float_to_bf16(v[2 * k])) | uint32_t(float_to_bf16(v[2 * k + 1])) << 16;
-    if constexpr (N == 2) *reinterpret_cast<uint32_t*>(p) = words[0];
-    else if constexpr (N == 4) *reinterpret_cast<uint2*>(p) = make_uint2(words[0], words[1]);
-    else
-#pragma unroll
-      for (int k = 0; k < N / 2; k += 4)
-        *reinterpret_cast<uint4*>(p + 2 * k) = make_uint4(words[k], words[k + 1], words[k + 2], words[k + 3]);
-  } else {
-#pragma unroll
-    for (int k = 0; k < N; ++k) p[k] = float_to_bf16(v[k]);
-  }
-}
-template <int N>
-__device__ __forceinline__ void store_run(float* p, const float (&v)[N]) {
-  if constexpr (N == 2) *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
-  else if constexpr (N % 4 == 0)
-#pragma unroll
-    for (int k = 0; k < N; k += 4) *reinterpret_cast<float4*>(p + k) = make_float4(v[k], v[k + 1], v[k + 2], v[k + 3]);
-  else
-#pragma unroll
-    for (int k = 0; k < N; ++k) p[k] = v[k];
-}
-
-// A lane's rotation pairs of one head row: PAIRS consecutive pairs i0 … i0 + PAIRS − 1. Neox pairs
-// dimensions (i, i + D/2): two runs of PAIRS values; interleaved (ERNIE-4.5) pairs (2i, 2i + 1): one
-// run of 2 · PAIRS. v moves the same dimensions unrotated.
-template <int PAIRS, typename T>
-__device__ __forceinline__ void load_pairs(const T* row, int64_t i0, int64_t half, bool interleaved, float (&lo)[PAIRS],
-                                           float (&hi)[PAIRS]) {
-  if (interleaved) {
-    float run[2 * PAIRS];
-    if constexpr (sizeof(T) == 4) load_run<2 * PAIRS>(row + 2 * i0, run);
-    else
-#pragma unroll
-      for (int k = 0; k < 2 * PAIRS; ++k) run[k] = bf16_to_float(row[2 * i0 + k]);
-#pragma unroll
-    for (int p = 0; p < PAIRS; ++p) lo[p] = run[2 * p], hi[p] = run[2 * p + 1];
-  } else if constexpr (sizeof(T) == 4) {
-    load_run<PAIRS>(row + i0, lo);
-    load_run<PAIRS>(row + half + i0, hi);
-  } else {
-#pragma unroll
-    for (int p = 0; p < PAIRS; ++p) lo[p] = bf16_to_float(row[i0 + p]), hi[p] = bf16_to_float(row[half + i0 + p]);
-  }
-}
-template <int PAIRS, typename T>
-__device__ __forceinline__ void store_pairs(T* row, int64_t i0, int64_t half, bool interleaved, const float (&lo)[PAIRS],
-                                            const float (&hi)[PAIRS]) {
-  if (interleaved) {
-    float run[2 * PAIRS];
-#pragma unroll
-    for (int p = 0; p < PAIRS; ++p) run[2 * p] = lo[p], run[2 * p + 1] = hi[p];
-    store_run<2 * PAIRS>(row + 2 * i0, run);
-  } else {
-    store_run<PAIRS>(row + i0, lo);
-    store_run<PAIRS>(row + half + i0, hi);
-  }
 }
 
 // A warp per ITEMS consecutive heads of one token: heads [0, NH) are q, [NH, NH + NKV) k, then the
@@ -220,22 +128,10 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
     const bool is_q = h < n_heads;
     const int64_t head = is_q ? h : h - n_heads;
     const bool normed = (is_q ? q_norm : k_norm) != nullptr;  // null: no q/k norm (ERNIE-4.5)
-    float inv = 1.0f;
-    if (normed) {
-      float sum_sq = 0.0f;
-#pragma unroll
-      for (int p = 0; p < PAIRS; ++p) sum_sq += active ? lo[j][p] * lo[j][p] + hi[j][p] * hi[j][p] : 0.0f;
-      sum_sq = warp_sum(sum_sq);
-      inv = 1.0f / sqrtf(sum_sq / static_cast<float>(D) + eps);
-    }
-    if (!active) continue;
     float x0[PAIRS], x1[PAIRS];
-#pragma unroll
-    for (int p = 0; p < PAIRS; ++p) {
-      const float a = normed ? lo[j][p] * inv * (is_q ? qw_lo[p] : kw_lo[p]) : lo[j][p];
-      const float b = normed ? hi[j][p] * inv * (is_q ? qw_hi[p] : kw_hi[p]) : hi[j][p];
-      x0[p] = a * cos_p[p] - b * sin_p[p], x1[p] = b * cos_p[p] + a * sin_p[p];
-    }
+    norm_rope_head<PAIRS>(lo[j], hi[j], active, normed, is_q ? qw_lo : kw_lo, is_q ? qw_hi : kw_hi, eps, float(D), cos_p, sin_p,
+                          x0, x1);
+    if (!active) continue;
     if (is_q && q_out_bf16) store_pairs<PAIRS>(q_out_bf16 + (t * l.n_heads + head) * D, i0, half, l.interleaved, x0, x1);
     else if (is_q) store_pairs<PAIRS>(q_out + (t * l.n_heads + head) * D, i0, half, l.interleaved, x0, x1);
     else store_pairs<PAIRS>(k_cache + slot * kv_width + head * D, i0, half, l.interleaved, x0, x1);

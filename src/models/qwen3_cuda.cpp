@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "cuda/attention.cuh"
 #include "cuda/check.cuh"
+#include "cuda/attention_decode.cuh"
 #include "cuda/decode_attention.cuh"
 #include "cuda/flashinfer_attention.cuh"
 #include "cuda/linear_nvfp4.cuh"
@@ -85,6 +86,10 @@ struct CudaModel::Impl {
   // Decode steps of up to one_launch_max_rows rows run the one-launch decode attention (0: never).
   int64_t one_launch_max_rows = 0;
   bool step_one_launch = false;
+  // Steps of one token run each layer's attention half in one launch (cuda::attention_decode_block)
+  // where it is switched on and every layer's weights and shapes allow it.
+  bool attention_block = false;
+  cuda::AttentionDecodeWorkspace attention_block_ws;
   // Pinned host copies of the step metadata, copied to the device asynchronously: two, as a step is
   // staged while the one before it may still be waiting for its copies (overlapped scheduling).
   struct HostStep {
@@ -409,7 +414,32 @@ struct CudaModel::Impl {
       if (cuda::decode_attention_supported(NH, NKV, D, options.block_size))
         one_launch_max_rows = std::min({options.one_launch_decode_max_rows, options.max_seqs, T});
     }
+    const cuda::AttentionDecodeStep step = attention_block_step();
+    attention_block = cuda::attention_decode_block_enabled() && std::all_of(layers.begin(), layers.end(), [&](const DeviceLayer& l) {
+      return l.q.nvfp4 && l.k.nvfp4 && l.v.nvfp4 && l.o.nvfp4 && (step.act_quant == ActQuant::NONE || qkv_quant(l).x_hat) &&
+             cuda::attention_decode_block_supported(attention_block_weights(l), step);
+    });
+    if (attention_block) {
+      NIB_RETURN_IF_ERROR(a.alloc(attention_block_ws.scratch, static_cast<size_t>(cuda::attention_decode_workspace_floats(step)),
+                                  "the one-launch attention's scratch"));
+      NIB_RETURN_IF_ERROR(a.alloc(attention_block_ws.barrier, 2, "the one-launch attention's barrier"));
+      NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemset(attention_block_ws.barrier, 0, 2 * sizeof(unsigned)),
+                                            "the one-launch attention's barrier"));
+      attention_block_ws.attn = attn;
+    }
     return Status::ok();
+  }
+
+  // A one-token step as cuda::attention_decode_block reads it (the staged metadata's first entries;
+  // W4A4: the x̂ and row scale the input norm writes, qkv_quant's).
+  cuda::AttentionDecodeStep attention_block_step() const {
+    return {config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim, options.block_size,
+            positions, slots, token_seq, block_tables, max_blocks_per_seq, inv_freq,
+            config.rope_style == io::RopeStyle::INTERLEAVED, static_cast<float>(config.rms_norm_eps),
+            options.act_quant_dense, gemm.row_scales};
+  }
+  static cuda::AttentionDecodeWeights attention_block_weights(const DeviceLayer& l) {
+    return {&l.q.q, &l.k.q, &l.v.q, &l.o.q, l.q_norm, l.k_norm, l.o.input_scale};
   }
 
   Status run_linear(const DeviceLinear& l, const uint16_t* in, int64_t M, ActQuant mode, float* out,
@@ -598,6 +628,39 @@ struct CudaModel::Impl {
     return Status::ok();
   }
 
+  // A layer's attention half as a kernel chain: q/k/v, q/k norm + RoPE + KV store, attention, o
+  // projection into delta.
+  Status attention_chain(const DeviceLayer& w, int64_t T, uint16_t* kc, uint16_t* vc, const cuda::QkvLayout& qkv,
+                         const cuda::AttentionBatch& att, const cuda::DecodeAttentionBatch& one_launch, bool qkv_quantized) {
+    const float eps = static_cast<float>(config.rms_norm_eps);
+    const cudaStream_t s = stream();
+    const ActQuant dense = options.act_quant_dense;
+    for (int i = 0; i < cuda::op_repeats("qkv"); ++i) NIB_RETURN_IF_ERROR(run_qkv(w, h, T, dense, qkv_quantized));
+    profiler.mark("q/k/v projections");
+    const bool o_quantized = flashinfer && step_one_launch && dense == ActQuant::STATIC && w.o.nvfp4 && gemm.act_workspace;
+    if (flashinfer) {
+      for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
+        NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16));
+      profiler.mark("q/k norm, RoPE, KV store");
+      // Static W4A4: the one-launch kernel writes the o projection's x̂ too (no quantize launch).
+      cuda::DecodeAttentionBatch layer_launch = one_launch;
+      if (o_quantized) layer_launch.x_hat = gemm.act_workspace, layer_launch.x_hat_global = 1.0f / w.o.input_scale;
+      for (int i = 0; i < cuda::op_repeats("attention"); ++i)
+        NIB_RETURN_IF_ERROR(step_one_launch ? cuda::decode_attention(q_bf16, kc, vc, layer_launch, attn, s)
+                                            : flashinfer->run(q_bf16, kc, vc, attn, s));
+    } else {
+      for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
+        NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, q_rot, kc, vc, s));
+      profiler.mark("q/k norm, RoPE, KV store");
+      for (int i = 0; i < cuda::op_repeats("attention"); ++i)
+        NIB_RETURN_IF_ERROR(cuda::paged_attention(q_rot, kc, vc, att, attn, s, attention_ws));
+    }
+    profiler.mark("attention");
+    for (int i = 0; i < cuda::op_repeats("o_proj"); ++i) NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta, o_quantized));
+    profiler.mark("o projection");
+    return Status::ok();
+  }
+
   // The layers over T staged tokens; logits for the first R staged rows. No host synchronization:
   // a decode step of each padded size is captured once as a CUDA graph and replayed.
   Status run(int64_t T, int64_t R, int64_t splits) {
@@ -624,32 +687,15 @@ struct CudaModel::Impl {
       if (!normed)
         NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, l == 0 ? nullptr : delta, T, H, w.input_norm, eps, h, s, nullptr, qkv_in));
       profiler.mark("norms");
-      const ActQuant dense = options.act_quant_dense;
-      for (int i = 0; i < cuda::op_repeats("qkv"); ++i) NIB_RETURN_IF_ERROR(run_qkv(w, h, T, dense, qkv_in.x_hat != nullptr));
-      profiler.mark("q/k/v projections");
       uint16_t* kc = k_cache + l * layer_kv;
       uint16_t* vc = v_cache + l * layer_kv;
-      const bool o_quantized = flashinfer && step_one_launch && dense == ActQuant::STATIC && w.o.nvfp4 && gemm.act_workspace;
-      if (flashinfer) {
-        for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
-          NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16));
-        profiler.mark("q/k norm, RoPE, KV store");
-        // Static W4A4: the one-launch kernel writes the o projection's x̂ too (no quantize launch).
-        cuda::DecodeAttentionBatch layer_launch = one_launch;
-        if (o_quantized) layer_launch.x_hat = gemm.act_workspace, layer_launch.x_hat_global = 1.0f / w.o.input_scale;
-        for (int i = 0; i < cuda::op_repeats("attention"); ++i)
-          NIB_RETURN_IF_ERROR(step_one_launch ? cuda::decode_attention(q_bf16, kc, vc, layer_launch, attn, s)
-                                              : flashinfer->run(q_bf16, kc, vc, attn, s));
+      if (T == 1 && attention_block) {
+        NIB_RETURN_IF_ERROR(cuda::attention_decode_block(qkv_in.x_hat ? qkv_in.x_hat : h, attention_block_weights(w),
+                                                         attention_block_step(), kc, vc, attention_block_ws, delta, s));
+        profiler.mark("attention block");
       } else {
-        for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
-          NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, q_rot, kc, vc, s));
-        profiler.mark("q/k norm, RoPE, KV store");
-        for (int i = 0; i < cuda::op_repeats("attention"); ++i)
-          NIB_RETURN_IF_ERROR(cuda::paged_attention(q_rot, kc, vc, att, attn, s, attention_ws));
+        NIB_RETURN_IF_ERROR(attention_chain(w, T, kc, vc, qkv, att, one_launch, qkv_in.x_hat != nullptr));
       }
-      profiler.mark("attention");
-      for (int i = 0; i < cuda::op_repeats("o_proj"); ++i) NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta, o_quantized));
-      profiler.mark("o projection");
       const cuda::NormActQuant moe_in = moe_quant(w);
       // A MoE block without shared experts (which read h before it) runs its own input norm: inside
       // its router's launch for small batches, one launch fewer a decode step.
