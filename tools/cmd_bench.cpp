@@ -49,13 +49,16 @@ CommandRunner register_bench(CLI::App& root) {
   cmd->add_flag("--disable-tqdm", o->disable_progress, "No progress bar");
   auto* kernels = bench->add_subcommand("kernels", "CUDA kernel benchmark on a model's shapes against the floor and cuBLAS BF16");
   auto k = std::make_shared<BenchKernelsOptions>();
-  kernels->add_option("--ops", k->ops, "Benchmarks to run: dense, moe (comma-separated)")->capture_default_str();
+  kernels->add_option("--ops", k->ops, "Benchmarks to run: dense, moe, attention (comma-separated)")->capture_default_str();
   kernels->add_option("--shapes", k->shapes, "Whose shapes: qwen3-30b-a3b | ernie-4.5-21b-a3b (its MoE also with the "
                                              "2 shared experts as 2 more routed ones)")
       ->check(CLI::IsMember({"qwen3-30b-a3b", "ernie-4.5-21b-a3b"}))
       ->capture_default_str();
   kernels->add_option("--m", k->m_values, "Dense: token counts (rows of x)")->capture_default_str();
   kernels->add_option("--moe-tokens", k->moe_tokens, "MoE: token counts")->capture_default_str();
+  kernels->add_option("--attention-contexts", k->attention_contexts,
+                      "Decode attention (one token, the layer's attention half): context lengths")
+      ->capture_default_str();
   std::vector<std::string> backends = engine::kernel_choice_names();
   const std::string choices = engine::kernel_choice_help();
   backends.insert(backends.begin(), "all");

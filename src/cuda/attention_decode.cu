@@ -22,6 +22,7 @@
 #include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/nvfp4_layout.h"
 #include "cuda/pdl.cuh"
+#include "cuda/phase_stamps.cuh"
 #include "cuda/qk_norm_rope_device.cuh"
 
 namespace nibble::cuda {
@@ -87,7 +88,13 @@ struct BlockParams {
   float* partials;  // fp32 [CTAs, group, D + 2]: m, l, o of each head of a split
   uint16_t* attn;   // BF16 [n_heads · D]
   unsigned* barrier;
+  long long* stamps;  // NIBBLE_DECODE_BLOCK_TIMING=1: [CTAs, STAMPS] clock64 at each phase's end; else null
 };
+
+// Phases of attention_decode_kernel, timed when stamps are asked for (attention_decode_block_timing).
+constexpr int STAMPS = 9;
+constexpr const char* STAMP_NAMES[STAMPS] = {"start",         "input ready", "q/k/v",   "barrier 1", "q/k norm + RoPE",
+                                            "attention",     "barrier 2",   "merge (+ barrier 3)", "o projection"};
 
 // Warp 0's lanes hand the copy engine the CTA's weights: each q/k/v m-tile (codes, then scale codes:
 // two runs) signalling landed[t], the o tile landed[MAX_QKV_TILES].
@@ -189,6 +196,7 @@ __global__ void __launch_bounds__(THREADS, 1) attention_decode_kernel(const Bloc
   if (p.k_norm) load_pairs<PAIRS>(p.k_norm, i0, D / 2, p.interleaved, kw_lo, kw_hi);
 #pragma unroll
   for (int q = 0; q < PAIRS; ++q) freq[q] = p.inv_freq[i0 + q];
+  phase_stamp(p.stamps, STAMPS, 0);
   pdl_wait();
   unsigned generation = 0;  // thread 0's: the barriers passed
   if (threadIdx.x == 0) generation = first_generation(p.barrier);
@@ -198,6 +206,7 @@ __global__ void __launch_bounds__(THREADS, 1) attention_decode_kernel(const Bloc
   float* sums = reinterpret_cast<float*>(smem + L.sums_off);
   for (int i = threadIdx.x; i < H / 8; i += THREADS) reinterpret_cast<uint4*>(x_stage)[i] = __ldcg(reinterpret_cast<const uint4*>(p.x) + i);
   __syncthreads();
+  phase_stamp(p.stamps, STAMPS, 1);
   {
     const int split_w = max(1, WARPS / max(1, my_tiles)), part = warp % split_w, t = warp / split_w;
     const bool active = t < my_tiles;
@@ -216,11 +225,14 @@ __global__ void __launch_bounds__(THREADS, 1) attention_decode_kernel(const Bloc
       p.qkv[row0 + g + 8] = acc[0][2] * alpha;
     }
   }
+  phase_stamp(p.stamps, STAMPS, 2);
   grid_barrier(p.barrier, ctas, generation);
+  phase_stamp(p.stamps, STAMPS, 3);
 
   // Attention of (kv_head, split): the group's q rows, k and v into shared memory; a warp a head for
   // the norm + RoPE (qk_norm_rope_store's bits), the split holding the newest key stores its K/V.
   SoftShared& soft = *reinterpret_cast<SoftShared*>(smem + L.soft_off);
+  if (key0 >= ctx) phase_stamp(p.stamps, STAMPS, 4);  // no keys: the phases after barrier 1 are empty
   if (key0 < ctx) {
     float* stage = reinterpret_cast<float*>(smem + L.stage_off);
     uint16_t* q_stage = reinterpret_cast<uint16_t*>(smem + L.q_off);
@@ -252,6 +264,7 @@ __global__ void __launch_bounds__(THREADS, 1) attention_decode_kernel(const Bloc
     }
     __threadfence_block();  // the new K/V, read back below through L2 by another warp
     __syncthreads();
+    phase_stamp(p.stamps, STAMPS, 4);
     uint32_t qw[16];
     const uint4* q_src = reinterpret_cast<const uint4*>(q_stage + g * D + 32 * c);
 #pragma unroll
@@ -291,7 +304,9 @@ __global__ void __launch_bounds__(THREADS, 1) attention_decode_kernel(const Bloc
       }
     }
   }
+  phase_stamp(p.stamps, STAMPS, 5);
   grid_barrier(p.barrier, ctas, generation);
+  phase_stamp(p.stamps, STAMPS, 6);
 
   // The splits' merge: this CTA's n_out consecutive outputs (one head's), a warp per split in turn.
   if (active_splits > 1) {
@@ -335,6 +350,8 @@ __global__ void __launch_bounds__(THREADS, 1) attention_decode_kernel(const Bloc
     grid_barrier(p.barrier, ctas, generation);
   }
 
+  phase_stamp(p.stamps, STAMPS, 7);
+
   // The o projection: 16 features, the k-blocks split over every warp.
   pdl_launch_dependents();
   for (int i = threadIdx.x; i < width / 8; i += THREADS)
@@ -351,6 +368,13 @@ __global__ void __launch_bounds__(THREADS, 1) attention_decode_kernel(const Bloc
     p.out[FEATURES * cta + g] = acc[0][0] * o_alpha;
     p.out[FEATURES * cta + g + 8] = acc[0][2] * o_alpha;
   }
+  phase_stamp(p.stamps, STAMPS, 8);
+}
+
+// NIBBLE_DECODE_BLOCK_TIMING=1: the phase stamps of the last launch, in device memory (one buffer).
+long long* timing_stamps() {
+  static long long* stamps = phase_stamp_buffer(STAMPS);
+  return stamps;
 }
 
 struct BlockShape {
@@ -434,6 +458,7 @@ Status attention_decode_block(const uint16_t* x, const AttentionDecodeWeights& w
   p.tiles = shape.tiles, p.cta_tiles = shape.cta_tiles;
   p.qkv = ws.scratch, p.partials = ws.scratch + (step.n_heads + 2 * step.n_kv_heads) * D;
   p.attn = ws.attn, p.barrier = ws.barrier;
+  p.stamps = shape.ctas <= PHASE_STAMP_MAX_CTAS ? timing_stamps() : nullptr;
   static const cudaError_t attribute = cudaFuncSetAttribute(attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                             device_limits().smem_optin - STATIC_SMEM);
   NIB_RETURN_IF_ERROR(cuda_status(attribute, "attention_decode_block: shared memory attribute"));
@@ -442,6 +467,10 @@ Status attention_decode_block(const uint16_t* x, const AttentionDecodeWeights& w
   return cuda_status(launch_pdl(attention_decode_kernel, dim3(unsigned(shape.ctas)), dim3(THREADS),
                                 size_t(shape.layout.bytes), stream, p),
                      "attention_decode_block launch");
+}
+
+std::string attention_decode_block_timing(int64_t hidden) {
+  return phase_report("attention_decode_block", timing_stamps(), int(hidden / FEATURES), STAMPS, STAMP_NAMES);
 }
 
 }  // namespace nibble::cuda

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "core/status.h"
 #include "cuda/linear_nvfp4.cuh"
@@ -61,5 +62,9 @@ bool attention_decode_block_enabled();
 Status attention_decode_block(const uint16_t* x, const AttentionDecodeWeights& w, const AttentionDecodeStep& step,
                               uint16_t* k_cache, uint16_t* v_cache, const AttentionDecodeWorkspace& ws, float* out,
                               cudaStream_t stream);
+
+// With NIBBLE_DECODE_BLOCK_TIMING=1, the last launch's time in each phase (SM clock stamps of every
+// CTA: median and max), synchronizing the device; "" otherwise.
+std::string attention_decode_block_timing(int64_t hidden);
 
 }  // namespace nibble::cuda

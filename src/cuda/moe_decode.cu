@@ -11,11 +11,8 @@
 
 #include <cuda_bf16.h>
 
-#include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <vector>
 
 #include "cuda/async_copy.cuh"
 #include "cuda/check.cuh"
@@ -23,6 +20,7 @@
 #include "cuda/moe_routing_device.cuh"
 #include "cuda/nvfp4_layout.h"
 #include "cuda/pdl.cuh"
+#include "cuda/phase_stamps.cuh"
 #include "cuda/rmsnorm_row.cuh"
 
 namespace nibble::cuda {
@@ -77,7 +75,7 @@ struct DecodeParams {
   uint16_t* act;          // BF16 [top_k, inter]
   float* partials;        // [CTAs]: the next norm's sums of squares
   unsigned* barrier;      // {arrived, generation}
-  long long* stamps;      // NIBBLE_MOE_BLOCK_TIMING=1: [CTAs, STAMPS] clock64 at each phase's end; else null
+  long long* stamps;      // NIBBLE_DECODE_BLOCK_TIMING=1: [CTAs, STAMPS] clock64 at each phase's end; else null
 };
 
 // Phases of moe_decode_kernel, timed when stamps are asked for (moe_decode_block_timing).
@@ -85,9 +83,7 @@ constexpr int STAMPS = 12;
 constexpr const char* STAMP_NAMES[STAMPS] = {"start",  "input ready", "router",  "barrier 1",
                                             "top-k",  "copies out",  "gate_up", "barrier 2 (down decode inside)",
                                             "act in", "down",        "combine", "arrive (the last CTA then norms)"};
-__device__ __forceinline__ void stamp(const DecodeParams& p, int phase) {
-  if (p.stamps && threadIdx.x == 0) p.stamps[blockIdx.x * STAMPS + phase] = clock64();
-}
+__device__ __forceinline__ void stamp(const DecodeParams& p, int phase) { phase_stamp(p.stamps, STAMPS, phase); }
 
 // The CTA's weights into shared memory by the copy engine, each tile signalling landed[t] (the down
 // tiles landed[MAX_GATE_TILES]) as its bytes arrive. A tile is a few contiguous runs (4 a gate_up
@@ -340,14 +336,9 @@ struct DecodeShape {
   DecodeLayout layout{};
 };
 
-// NIBBLE_MOE_BLOCK_TIMING=1: the phase stamps of the last launch, in device memory (one buffer).
+// NIBBLE_DECODE_BLOCK_TIMING=1: the phase stamps of the last launch, in device memory (one buffer).
 long long* timing_stamps() {
-  static long long* stamps = [] {
-    const char* env = std::getenv("NIBBLE_MOE_BLOCK_TIMING");
-    long long* d = nullptr;
-    if (env && std::string(env) == "1" && cudaMalloc(&d, size_t(256) * STAMPS * sizeof(long long)) != cudaSuccess) d = nullptr;
-    return d;
-  }();
+  static long long* stamps = phase_stamp_buffer(STAMPS);
   return stamps;
 }
 
@@ -404,7 +395,7 @@ Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, MoeWorkspa
   p.down_codes = w.down.packed, p.down_scales = w.down.block_scales, p.down_global = w.down.global_scales;
   p.logits = ws.logits, p.expert_ids = ws.expert_ids, p.route_weights = ws.route_weights;
   p.act = static_cast<uint16_t*>(ws.act), p.partials = ws.block_partials, p.barrier = ws.block_barrier;
-  p.stamps = shape.ctas <= 256 ? timing_stamps() : nullptr;
+  p.stamps = shape.ctas <= PHASE_STAMP_MAX_CTAS ? timing_stamps() : nullptr;
   const auto kernel = w.hidden <= 256 * MAX_CHUNKS / 2 ? moe_decode_kernel<MAX_CHUNKS / 2> : moe_decode_kernel<MAX_CHUNKS>;
   const size_t smem = size_t(shape.layout.bytes);
   // Both kernels may take all the shared memory a CTA can have (set once; decode_shape checked the fit).
@@ -420,27 +411,7 @@ Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, MoeWorkspa
 }
 
 std::string moe_decode_block_timing(int64_t hidden) {
-  long long* d = timing_stamps();
-  const int ctas = int(hidden / FEATURES);
-  if (!d || ctas < 1 || ctas > 256) return "";
-  std::vector<long long> stamps(size_t(ctas) * STAMPS);
-  int khz = 0, device = 0;
-  if (cudaDeviceSynchronize() != cudaSuccess || cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device) != cudaSuccess ||
-      cudaMemcpy(stamps.data(), d, stamps.size() * sizeof(long long), cudaMemcpyDeviceToHost) != cudaSuccess)
-    return "moe_decode_block timing: could not read the stamps";
-  std::string report = "moe_decode_block phases (us; median / max over " + std::to_string(ctas) + " CTAs, at " +
-                       std::to_string(khz / 1000) + " MHz):";
-  for (int phase = 1; phase < STAMPS; ++phase) {
-    std::vector<double> us;
-    for (int c = 0; c < ctas; ++c)
-      us.push_back(double(stamps[size_t(c) * STAMPS + phase] - stamps[size_t(c) * STAMPS + phase - 1]) / khz * 1e3);
-    std::sort(us.begin(), us.end());
-    char line[96];
-    std::snprintf(line, sizeof line, " %s %.2f/%.2f;", STAMP_NAMES[phase], us[us.size() / 2], us.back());
-    report += line;
-  }
-  return report;
+  return phase_report("moe_decode_block", timing_stamps(), int(hidden / FEATURES), STAMPS, STAMP_NAMES);
 }
 
 }  // namespace nibble::cuda

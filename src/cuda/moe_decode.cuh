@@ -26,7 +26,7 @@ bool moe_decode_block_supported(int64_t tokens, const DeviceMoeWeights& w, forma
 Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, MoeWorkspace& ws, float* out,
                         const ResidualNorm* norm, const InputNorm* input_norm, cudaStream_t stream);
 
-// With NIBBLE_MOE_BLOCK_TIMING=1, the last launch's time in each phase (SM clock stamps of every CTA:
+// With NIBBLE_DECODE_BLOCK_TIMING=1, the last launch's time in each phase (SM clock stamps of every CTA:
 // median and max), synchronizing the device; "" otherwise. For `nibble bench kernels`.
 std::string moe_decode_block_timing(int64_t hidden);
 

@@ -17,6 +17,7 @@
 
 #include "cuda/linear_nvfp4.cuh"
 #include "formats/nvfp4.h"
+#include "tools/bench/bench_attention.h"
 #include "tools/bench/bench_moe.h"
 #include "tools/bench/cuda_timing.h"
 #endif
@@ -154,6 +155,7 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
   if (o.ops.find("moe") != std::string::npos)
     for (const MoeShape& shape : moe_shapes)
       if (run_bench_moe(o, shape, stream, cublas, rows) != 0) return 1;
+  if (o.ops.find("attention") != std::string::npos && !ernie && run_bench_attention(o, stream, rows) != 0) return 1;
   cublasDestroy(cublas);
   if (!o.json_out.empty()) std::ofstream(o.json_out) << rows.dump(1) << "\n";
   return 0;

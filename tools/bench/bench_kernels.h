@@ -7,10 +7,11 @@
 namespace nibble::tools {
 
 struct BenchKernelsOptions {
-  std::string ops = "dense,moe";                 // which benchmarks: dense linear, the MoE block
+  std::string ops = "dense,moe,attention";       // which benchmarks: dense linear, the MoE block, decode attention
   std::string shapes = "qwen3-30b-a3b";          // whose shapes: qwen3-30b-a3b | ernie-4.5-21b-a3b
   std::string m_values = "1,2,4,8,16,64,128,8192";         // dense: rows of x, decode to prefill sizes
   std::string moe_tokens = "1,4,16,64,128,512,2048,8192";  // MoE: tokens, decode to prefill sizes
+  std::string attention_contexts = "128,1024,4096";       // decode attention: the token's context lengths
   std::string gemm_backend = "all";              // dense backends timed: all | one of kernel_choice_names()
   std::string moe_backend = "all";               // MoE backends timed: all | one of kernel_choice_names()
   double hbm_tb_s = 4.0;        // measured copy bandwidth of an H200 (DESIGN.md §6)

@@ -1,0 +1,25 @@
+// Phase timing of the one-launch decode blocks (moe_decode.cu, attention_decode.cu): with
+// NIBBLE_DECODE_BLOCK_TIMING=1 every CTA's thread 0 stamps the SM clock at each phase's end into a
+// device buffer, and phase_report turns the last launch's stamps into per-phase times.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace nibble::cuda {
+
+inline constexpr int PHASE_STAMP_MAX_CTAS = 256;
+
+__device__ __forceinline__ void phase_stamp(long long* stamps, int per_cta, int phase) {
+  if (stamps && threadIdx.x == 0) stamps[blockIdx.x * per_cta + phase] = clock64();
+}
+
+// A device buffer for PHASE_STAMP_MAX_CTAS CTAs of `per_cta` stamps when NIBBLE_DECODE_BLOCK_TIMING=1,
+// else null. Each kernel keeps its own (a function-local static at the call site).
+long long* phase_stamp_buffer(int per_cta);
+
+// "title (us; median / max over N CTAs, at F MHz): name t/t; ..." for phases 1 … per_cta − 1 (the
+// time from the stamp before), synchronizing the device; "" when `stamps` is null.
+std::string phase_report(const char* title, const long long* stamps, int ctas, int per_cta, const char* const* names);
+
+}  // namespace nibble::cuda
