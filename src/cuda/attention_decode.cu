@@ -372,8 +372,9 @@ __global__ void __launch_bounds__(THREADS, 1) attention_decode_kernel(const Bloc
 }
 
 // NIBBLE_DECODE_BLOCK_TIMING=1: the phase stamps of the last launch, in device memory (one buffer).
+__device__ long long attention_decode_stamps[PHASE_STAMP_MAX_CTAS * STAMPS];
 long long* timing_stamps() {
-  static long long* stamps = phase_stamp_buffer(STAMPS);
+  static long long* stamps = phase_stamp_buffer(attention_decode_stamps);
   return stamps;
 }
 

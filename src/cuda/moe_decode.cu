@@ -337,8 +337,9 @@ struct DecodeShape {
 };
 
 // NIBBLE_DECODE_BLOCK_TIMING=1: the phase stamps of the last launch, in device memory (one buffer).
+__device__ long long moe_decode_stamps[PHASE_STAMP_MAX_CTAS * STAMPS];
 long long* timing_stamps() {
-  static long long* stamps = phase_stamp_buffer(STAMPS);
+  static long long* stamps = phase_stamp_buffer(moe_decode_stamps);
   return stamps;
 }
 

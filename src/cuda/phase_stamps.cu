@@ -10,15 +10,14 @@
 
 namespace nibble::cuda {
 
-long long* phase_stamp_buffer(int per_cta) {
+long long* phase_stamp_buffer(const void* symbol) {
   const char* env = std::getenv("NIBBLE_DECODE_BLOCK_TIMING");
-  if (!env || std::string(env) != "1" || per_cta < 1) return nullptr;
-  long long* d = nullptr;
-  if (cudaMalloc(&d, size_t(PHASE_STAMP_MAX_CTAS) * per_cta * sizeof(long long)) != cudaSuccess) return nullptr;
-  return d;
+  void* d = nullptr;
+  if (!env || std::string(env) != "1" || cudaGetSymbolAddress(&d, symbol) != cudaSuccess) return nullptr;
+  return static_cast<long long*>(d);
 }
 
-std::string phase_report(const char* title, const long long* d, int ctas, int per_cta, const char* const* names) {
+std::string phase_report(const char* title, long long* d, int ctas, int per_cta, const char* const* names) {
   if (!d || ctas < 1 || ctas > PHASE_STAMP_MAX_CTAS) return "";
   std::vector<long long> stamps(size_t(ctas) * per_cta);
   int khz = 0, device = 0;
@@ -26,6 +25,8 @@ std::string phase_report(const char* title, const long long* d, int ctas, int pe
       cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device) != cudaSuccess ||
       cudaMemcpy(stamps.data(), d, stamps.size() * sizeof(long long), cudaMemcpyDeviceToHost) != cudaSuccess)
     return std::string(title) + " timing: could not read the stamps";
+  if (stamps[0] == 0) return "";  // the kernel has not run since the buffer was made or last read
+  cudaMemset(d, 0, stamps.size() * sizeof(long long));
   std::string report = std::string(title) + " phases (us; median / max over " + std::to_string(ctas) + " CTAs, at " +
                        std::to_string(khz / 1000) + " MHz):";
   for (int phase = 1; phase < per_cta; ++phase) {

@@ -14,12 +14,14 @@ __device__ __forceinline__ void phase_stamp(long long* stamps, int per_cta, int 
   if (stamps && threadIdx.x == 0) stamps[blockIdx.x * per_cta + phase] = clock64();
 }
 
-// A device buffer for PHASE_STAMP_MAX_CTAS CTAs of `per_cta` stamps when NIBBLE_DECODE_BLOCK_TIMING=1,
-// else null. Each kernel keeps its own (a function-local static at the call site).
-long long* phase_stamp_buffer(int per_cta);
+// The device address of a kernel's stamp array (a zero-initialized `__device__ long long
+// [PHASE_STAMP_MAX_CTAS · per_cta]` of its file: no allocation, so it may be asked for while a CUDA
+// graph is being captured) when NIBBLE_DECODE_BLOCK_TIMING=1, else null.
+long long* phase_stamp_buffer(const void* symbol);
 
 // "title (us; median / max over N CTAs, at F MHz): name t/t; ..." for phases 1 … per_cta − 1 (the
-// time from the stamp before), synchronizing the device; "" when `stamps` is null.
-std::string phase_report(const char* title, const long long* stamps, int ctas, int per_cta, const char* const* names);
+// time from the stamp before), synchronizing the device, and clears them; "" when `stamps` is null or
+// the kernel has not run since the last report.
+std::string phase_report(const char* title, long long* stamps, int ctas, int per_cta, const char* const* names);
 
 }  // namespace nibble::cuda
