@@ -282,19 +282,12 @@ __global__ void __launch_bounds__(THREADS, 1) attention_decode_kernel(const Bloc
     w.l += __shfl_xor_sync(0xFFFFFFFFu, w.l, 2);
     store_softmax(w, soft.m[warp], soft.l[warp], soft.o[warp]);
     __syncthreads();
-    // The warps' states merged (a warp without keys: m = -FLT_MAX, weight 0): the output itself when
-    // one split holds the whole context, else the split's m, l, o.
+    // The warps' states merged: the output itself when one split holds the whole context, else the
+    // split's m, l, o.
     const int d = threadIdx.x % D;
     for (int h = threadIdx.x / D; h < group; h += THREADS / D) {
-      float m = -FLT_MAX;
-#pragma unroll
-      for (int i = 0; i < WARPS; ++i) m = fmaxf(m, soft.m[i][h]);
-      float l = 0.0f, o = 0.0f;
-#pragma unroll
-      for (int i = 0; i < WARPS; ++i) {
-        const float weight = soft.m[i][h] == -FLT_MAX ? 0.0f : exp2f(soft.m[i][h] - m);
-        l += soft.l[i][h] * weight, o += soft.o[i][h][d] * weight;
-      }
+      float m, l, o;
+      merge_warps(soft.m, soft.l, soft.o, h, d, m, l, o);
       if (active_splits == 1) {
         p.attn[(kv_head * group + h) * D + d] = __bfloat16_as_ushort(__float2bfloat16(o / l));
       } else {

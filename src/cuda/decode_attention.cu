@@ -103,15 +103,8 @@ __global__ void __launch_bounds__(WARPS * 32)
   const int d = threadIdx.x;  // 128 threads: one output column each
   const int64_t out_column = (int64_t(t) * b.n_heads + int64_t(kv_head) * group) * D + d;  // of the group's head 0
   for (int h = 0; h < group; ++h) {
-    float m = -FLT_MAX;
-#pragma unroll
-    for (int i = 0; i < WARPS; ++i) m = fmaxf(m, sm.m[i][h]);
-    float l = 0.0f, o = 0.0f;
-#pragma unroll
-    for (int i = 0; i < WARPS; ++i) {
-      const float weight = sm.m[i][h] == -FLT_MAX ? 0.0f : exp2f(sm.m[i][h] - m);
-      l += sm.l[i][h] * weight, o += sm.o[i][h][d] * weight;
-    }
+    float m, l, o;
+    merge_warps(sm.m, sm.l, sm.o, h, d, m, l, o);
     if (active == 1) {
       store_output(b, out, out_column + h * D, o / l);
     } else {

@@ -120,4 +120,22 @@ __device__ __forceinline__ void store_softmax(const WarpSoftmax& w, float* m, fl
   }
 }
 
+// Head h's softmax merged over WARPS warps' states in shared memory (store_softmax's arrays), at
+// column d: the running max m, sum l and output o (a warp without keys: m = -FLT_MAX, weight 0).
+template <int WARPS>
+__device__ __forceinline__ void merge_warps(const float (&m)[WARPS][MAX_GROUP], const float (&l)[WARPS][MAX_GROUP],
+                                            const float (&o)[WARPS][MAX_GROUP][D], int h, int d, float& m_out,
+                                            float& l_out, float& o_out) {
+  float mm = -FLT_MAX;
+#pragma unroll
+  for (int i = 0; i < WARPS; ++i) mm = fmaxf(mm, m[i][h]);
+  float ll = 0.0f, oo = 0.0f;
+#pragma unroll
+  for (int i = 0; i < WARPS; ++i) {
+    const float weight = m[i][h] == -FLT_MAX ? 0.0f : exp2f(m[i][h] - mm);
+    ll += l[i][h] * weight, oo += o[i][h][d] * weight;
+  }
+  m_out = mm, l_out = ll, o_out = oo;
+}
+
 }  // namespace nibble::cuda::decode_attention_device
