@@ -484,6 +484,107 @@ TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
   cublasDestroy(handle);
 }
 
+// The block's W4A4 forms (opt-in: NIBBLE_MOE_DECODE_BLOCK_W4A4=1) against the kernel chain, as a
+// W4A4 decode step runs them: the input norm's x̂ made inside, the SwiGLU rows re-quantized, the
+// next norm's x̂ (for the next layer's W4A4 q/k/v).
+TEST(CudaMoe, DecodeBlockW4A4MatchesTheKernelChain) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaMoe.DecodeBlockW4A4");
+  const Problem p = make_problem(QWEN3_30B, seed);
+  const Config& c = p.c;
+  DeviceProblem device(p);
+  cuda::DeviceMoeWeights dw = device.w;
+  dw.gate_up_input_scale = 5.0f / 2688.0f, dw.down_input_scale = 1.0f / 2688.0f;
+  auto ws = cuda::MoeWorkspace::create(dw, 1, false);
+  ASSERT_TRUE(ws.is_ok()) << ws.status().message();
+  const size_t H = static_cast<size_t>(c.hidden), k = static_cast<size_t>(c.top_k);
+  test::DeviceBuffer<float> d_res0{H};
+  test::DeviceBuffer<uint16_t> d_probe{H};
+  {
+    const cuda::NormActQuant q{0.0f, (*ws)->x_hat, (*ws)->x_row_scales};
+    const cuda::ResidualNorm next{d_res0.get(), d_probe.get(), 1e-6f, d_probe.get(), q};
+    const cuda::InputNorm input{d_res0.get(), d_res0.get(), d_probe.get(), 1e-6f, d_probe.get(), q};
+    if (!cuda::moe_decode_block_supported(1, dw, formats::ActQuant::PER_TOKEN, &next, nullptr, &input))
+      GTEST_SKIP() << "the one-launch MoE block's W4A4 forms are off (NIBBLE_MOE_DECODE_BLOCK_W4A4=1 turns them on)";
+  }
+  cublasHandle_t handle;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  std::mt19937_64 rng(seed + 1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto max_abs = [](const std::vector<float>& v) {
+    double m = 0;
+    for (float x : v) m = std::max(m, double(std::fabs(x)));
+    return m;
+  };
+  for (formats::ActQuant mode : {formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN})
+    for (int trial = 0; trial < 3; ++trial) {
+      std::vector<uint16_t> post_w(H), next_w(H);
+      std::vector<float> residual(H), delta(H);
+      for (float& v : residual) v = normal(rng);
+      for (float& v : delta) v = 0.5f * normal(rng);
+      for (auto& v : post_w) v = formats::bf16_encode(1.0f + 0.1f * normal(rng));
+      for (auto& v : next_w) v = formats::bf16_encode(1.0f + 0.1f * normal(rng));
+      test::DeviceBuffer<uint16_t> d_pw(post_w), d_nw(next_w);
+      test::DeviceBuffer<float> d_delta(delta);
+      const bool is_static = mode == formats::ActQuant::STATIC;
+      const float next_scale = is_static ? 6.0f / 2688.0f : 0.0f;
+      struct Run {
+        std::vector<float> residual, x_row_scale, next_row_scale;
+        std::vector<int32_t> ids;
+        std::vector<uint16_t> h, next, x_hat, next_hat;
+      } runs[2];
+      for (int chain = 0; chain < 2; ++chain) {
+        Run& r = runs[chain];
+        test::DeviceBuffer<float> d_res(residual), d_next_rs{1};
+        test::DeviceBuffer<uint16_t> d_h{H}, d_next{H}, d_next_hat{H};
+        const cuda::InputNorm input{d_res.get(), d_delta.get(), d_pw.get(), 1e-6f, d_h.get(),
+                                    {is_static ? dw.gate_up_input_scale : 0.0f, (*ws)->x_hat, (*ws)->x_row_scales}};
+        const cuda::ResidualNorm next{d_res.get(), d_nw.get(), 1e-6f, d_next.get(), {next_scale, d_next_hat.get(), d_next_rs.get()}};
+        ASSERT_TRUE(cuda::moe_forward(d_h.get(), 1, dw, mode, chain ? cuda::GemmBackend::SKINNY : cuda::GemmBackend::AUTO, **ws,
+                                      nullptr, nullptr, handle, &next, nullptr, true, &input)
+                        .is_ok());
+        NIB_CUDA_CHECK(cudaDeviceSynchronize());
+        r.residual = d_res.to_host(), r.h = d_h.to_host(), r.next = d_next.to_host(), r.next_hat = d_next_hat.to_host();
+        r.next_row_scale = d_next_rs.to_host();
+        r.ids.resize(k), r.x_hat.resize(H), r.x_row_scale.resize(1);
+        NIB_CUDA_CHECK(cudaMemcpy(r.ids.data(), (*ws)->expert_ids, k * 4, cudaMemcpyDeviceToHost));
+        NIB_CUDA_CHECK(cudaMemcpy(r.x_hat.data(), (*ws)->x_hat, H * 2, cudaMemcpyDeviceToHost));
+        NIB_CUDA_CHECK(cudaMemcpy(r.x_row_scale.data(), (*ws)->x_row_scales, 4, cudaMemcpyDeviceToHost));
+      }
+      const Run &block = runs[0], &chain = runs[1];
+      const char* name = is_static ? "static" : "per-token";
+      // The input norm and its x̂: the same math on the same row, bit for bit; so is the routing.
+      EXPECT_EQ(block.h, chain.h) << name << " trial " << trial;
+      EXPECT_EQ(block.x_hat, chain.x_hat) << "input x̂, " << name << " trial " << trial;
+      EXPECT_EQ(block.x_row_scale, chain.x_row_scale) << name << " trial " << trial;
+      EXPECT_EQ(block.ids, chain.ids) << name << " trial " << trial;
+      // The residual: the gate_up sums run in other orders (~1e-6 relative), and where a SwiGLU value
+      // sits on an E2M1 rounding edge its x̂ moves a step (up to a third of its block's amax); a few
+      // such of 6,144 stay within 3e-2 of max|residual delta| at worst, 2e-3 on average.
+      std::vector<float> block_delta(H), chain_delta(H);
+      for (size_t i = 0; i < H; ++i) block_delta[i] = block.residual[i] - residual[i], chain_delta[i] = chain.residual[i] - residual[i];
+      const double scale = max_abs(chain_delta);
+      double worst = 0, sum = 0;
+      for (size_t i = 0; i < H; ++i) {
+        const double d = std::fabs(double(block_delta[i]) - chain_delta[i]);
+        worst = std::max(worst, d), sum += d;
+      }
+      std::printf("W4A4 decode block vs chain, %s trial %d: residual max %.2e mean %.2e of %.3g\n", name, trial, worst / scale,
+                  sum / H / scale, scale);
+      EXPECT_LE(worst / scale, 3e-2) << name << " trial " << trial;
+      EXPECT_LE(sum / H / scale, 2e-3) << name << " trial " << trial;
+      // The next norm's x̂ from its BF16 values: where those agree, x̂ agrees unless a block's amax or
+      // the row scale moved; most values must agree, and the row scales closely.
+      size_t same_next = 0, same_hat = 0;
+      for (size_t i = 0; i < H; ++i) same_next += block.next[i] == chain.next[i], same_hat += block.next_hat[i] == chain.next_hat[i];
+      EXPECT_GE(same_next, H * 9 / 10) << "next norm, " << name << " trial " << trial;
+      EXPECT_GE(same_hat, H * 8 / 10) << "next x̂, " << name << " trial " << trial;
+      EXPECT_NEAR(block.next_row_scale[0], chain.next_row_scale[0], 1e-2 * std::fabs(chain.next_row_scale[0]))
+          << name << " trial " << trial;
+    }
+  cublasDestroy(handle);
+}
+
 TEST(CudaMoe, BadInputsAreErrors) {
   NIB_SKIP_WITHOUT_GPU();
   cuda::DeviceMoeWeights w;
