@@ -9,7 +9,6 @@
 
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
@@ -96,12 +95,19 @@ constexpr int STAMPS = 9;
 constexpr const char* STAMP_NAMES[STAMPS] = {"start",         "input ready", "q/k/v",   "barrier 1", "q/k norm + RoPE",
                                             "attention",     "barrier 2",   "merge (+ barrier 3)", "o projection"};
 
+// Which of q, k, v (0, 1, 2) the q/k/v m-tile starting at row0 of their concatenation belongs to, and
+// its first row there (their rows are multiples of 16: no tile straddles two).
+__device__ __forceinline__ int qkv_weight(int row0, int q_rows, int kv_rows, int& local) {
+  const int w = row0 < q_rows ? 0 : row0 < q_rows + kv_rows ? 1 : 2;
+  local = row0 - (w == 0 ? 0 : w == 1 ? q_rows : q_rows + kv_rows);
+  return w;
+}
+
 // Warp 0's lanes hand the copy engine the CTA's weights: each q/k/v m-tile (codes, then scale codes:
 // two runs) signalling landed[t], the o tile landed[MAX_QKV_TILES].
 __device__ __forceinline__ void copy_weights(const BlockParams& p, const Layout& L, uint8_t* smem, int t0, int my_tiles,
                                              uint64_t* landed) {
-  const int lane = threadIdx.x & 31, H = p.hidden, width = p.n_heads * D;
-  const int q_rows = p.n_heads * D, kv_rows = p.n_kv_heads * D;
+  const int lane = threadIdx.x & 31, H = p.hidden, width = p.n_heads * D, kv_rows = p.n_kv_heads * D;
   if (lane == 0) {
     for (int t = 0; t < my_tiles; ++t) barrier_arrive_expect_tx(&landed[t], uint32_t(L.qkv_tile));
     barrier_arrive_expect_tx(&landed[MAX_QKV_TILES], uint32_t(tile_bytes(width)));
@@ -109,9 +115,8 @@ __device__ __forceinline__ void copy_weights(const BlockParams& p, const Layout&
   for (int r = lane; r < 2 * my_tiles + 2; r += 32) {
     const bool scales = r & 1;
     if (r < 2 * my_tiles) {
-      const int t = r >> 1, row0 = 16 * (t0 + t);
-      const int w = row0 < q_rows ? 0 : row0 < q_rows + kv_rows ? 1 : 2;
-      const int local = row0 - (w == 0 ? 0 : w == 1 ? q_rows : q_rows + kv_rows);
+      int local;
+      const int t = r >> 1, w = qkv_weight(16 * (t0 + t), width, kv_rows, local);
       uint8_t* tile = smem + t * L.qkv_tile;
       // Selects, not p.codes[w]: a parameter array indexed at run time goes through local memory.
       const uint8_t* codes = w == 0 ? p.codes[0] : w == 1 ? p.codes[1] : p.codes[2];
@@ -163,8 +168,8 @@ __global__ void __launch_bounds__(THREADS, 1) attention_decode_kernel(const Bloc
   __shared__ uint64_t landed[MAX_QKV_TILES + 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int cta = blockIdx.x, ctas = gridDim.x;
-  const int H = p.hidden, NKV = p.n_kv_heads, group = p.n_heads / NKV, width = p.n_heads * D;
-  const int q_rows = p.n_heads * D, kv_rows = NKV * D;
+  // width: the attention row (n_heads · D), also the q rows of the q/k/v concatenation.
+  const int H = p.hidden, NKV = p.n_kv_heads, group = p.n_heads / NKV, width = p.n_heads * D, kv_rows = NKV * D;
   const Layout L = block_layout(H, width, p.cta_tiles, group);
   const int t0 = cta * p.tiles / ctas, my_tiles = (cta + 1) * p.tiles / ctas - t0;
 
@@ -218,7 +223,8 @@ __global__ void __launch_bounds__(THREADS, 1) attention_decode_kernel(const Bloc
     }
     sum_split(acc, split_w, active, sums);
     if (active && part == 0 && c == 0) {  // token column 0: acc[0] row g, acc[2] row g + 8
-      const int row0 = 16 * (t0 + t), w = row0 < q_rows ? 0 : row0 < q_rows + kv_rows ? 1 : 2;
+      int local;
+      const int row0 = 16 * (t0 + t), w = qkv_weight(row0, width, kv_rows, local);
       // W4A4: (alpha · row scale), as the skinny kernel's epilogue applies the norm's row scale.
       const float alpha = (w == 0 ? p.alpha[0] : w == 1 ? p.alpha[1] : p.alpha[2]) * (p.x_row_scale ? __ldcg(p.x_row_scale) : 1.0f);
       p.qkv[row0 + g] = acc[0][0] * alpha;
@@ -239,8 +245,8 @@ __global__ void __launch_bounds__(THREADS, 1) attention_decode_kernel(const Bloc
     for (int i = threadIdx.x; i < (group + 2) * D / 4; i += THREADS) {
       const int row = i / (D / 4), col = (i % (D / 4)) * 4;
       const float* src = row < group    ? p.qkv + (kv_head * group + row) * D
-                         : row == group ? p.qkv + q_rows + kv_head * D
-                                        : p.qkv + q_rows + kv_rows + kv_head * D;
+                         : row == group ? p.qkv + width + kv_head * D
+                                        : p.qkv + width + kv_rows + kv_head * D;
       reinterpret_cast<float4*>(stage)[i] = __ldcg(reinterpret_cast<const float4*>(src + col));
     }
     __syncthreads();

@@ -155,7 +155,6 @@ __device__ __forceinline__ void quantize_act_rows(const float* act, uint16_t* ac
   __syncthreads();
   if (int(threadIdx.x) < K) {
     act_row_scales(input_scale, __uint_as_float(row_amax[threadIdx.x]), global[threadIdx.x], row_scale[threadIdx.x]);
-    row_amax[threadIdx.x] = 0;  // for the next launch's rows
   }
   __syncthreads();
   for (int b = threadIdx.x; b < blocks; b += THREADS) {
@@ -170,10 +169,6 @@ __device__ __forceinline__ void quantize_act_rows(const float* act, uint16_t* ac
     reinterpret_cast<uint4*>(act_hat + b * 16)[1] = make_uint4(out[4], out[5], out[6], out[7]);
   }
   __syncthreads();
-}
-
-__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
-  return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) | uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16;
 }
 
 // W4A4: the next norm's x̂ and row scale (what the chain's combine writes, quantize_row's bits) from
@@ -210,7 +205,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   const DecodeLayout L = decode_layout(H, I, K, p.gate_tiles, W4A4);
   uint16_t* x_stage = reinterpret_cast<uint16_t*>(smem + L.x_off);
   uint16_t* xq_stage = reinterpret_cast<uint16_t*>(smem + L.xq_off);
-  if (threadIdx.x < MAX_TOP_K) act_row_amax[threadIdx.x] = 0;  // (many barriers before its use)
+  if (W4A4 && threadIdx.x < MAX_TOP_K) act_row_amax[threadIdx.x] = 0;  // (many barriers before its use)
   unsigned generation = 0;  // thread 0's: the barriers passed, read after the PDL wait
   if (threadIdx.x == 0) {
     for (int t = 0; t <= MAX_GATE_TILES; ++t) barrier_init(&landed[t], 1);
@@ -423,7 +418,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
 #pragma unroll
       for (int q = 0; q < 4; ++q)
         normed[q] = __bfloat162float(__float2bfloat16_rn(x[q] * inv * __uint_as_float(uint32_t(p.next.weight[j + q]) << 16)));
-      *reinterpret_cast<uint2*>(p.next.out + j) = make_uint2(bf16_pair(normed[0], normed[1]), bf16_pair(normed[2], normed[3]));
+      *reinterpret_cast<uint2*>(p.next.out + j) = make_uint2(pack_bf16x2(normed[0], normed[1]), pack_bf16x2(normed[2], normed[3]));
     }
     if (p.next.quant.x_hat) quantize_next(normed, j, H, p.next.quant, partial);  // W4A4 (H ≤ 4 · THREADS: one round)
   }

@@ -679,6 +679,7 @@ struct CudaModel::Impl {
       att.prefill_items = items, att.n_items = step_items;
       att.decode_tokens = decode_rows, att.n_decode = step_decode;
     }
+    const cuda::AttentionDecodeStep block_step = attention_block_step();
     bool normed = false;  // whether h already holds this layer's input norm (fused into the MoE combine)
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& w = layers[l];
@@ -691,7 +692,7 @@ struct CudaModel::Impl {
       uint16_t* vc = v_cache + l * layer_kv;
       if (T == 1 && attention_block) {
         NIB_RETURN_IF_ERROR(cuda::attention_decode_block(qkv_in.x_hat ? qkv_in.x_hat : h, attention_block_weights(w),
-                                                         attention_block_step(), kc, vc, attention_block_ws, delta, s));
+                                                         block_step, kc, vc, attention_block_ws, delta, s));
         profiler.mark("attention block");
       } else {
         NIB_RETURN_IF_ERROR(attention_chain(w, T, kc, vc, qkv, att, one_launch, qkv_in.x_hat != nullptr));

@@ -31,17 +31,12 @@ namespace {
 constexpr int64_t H = 2048, NH = 32, NKV = 4, D = 128, PAGE = 16;
 constexpr int COPIES = 12;  // 12 × (10.6 MB of weights + the context's cache) > 2 × the 60 MB L2
 
-// Random codes and E4M3 scale codes in 0.5 … 2 (any bits are valid NVFP4), in the GPU layout.
+// A random NVFP4 weight (upload_random_nvfp4) in the arena.
 int upload_weight(int64_t rows, int64_t cols, std::mt19937_64& rng, cuda::DeviceArena& arena, cuda::DeviceNvfp4Weight& w) {
-  std::vector<uint8_t> packed(size_t(rows * cols / 2)), scales(size_t(rows * cols / 16));
-  for (uint8_t& b : packed) b = uint8_t(rng());
-  for (uint8_t& s : scales) s = uint8_t(0x30 + rng() % 17);
+  const size_t values = size_t(rows * cols);
   uint8_t *d_packed = nullptr, *d_scales = nullptr;
-  if (!arena.alloc(d_packed, packed.size(), "bench weights") || !arena.alloc(d_scales, scales.size(), "bench weights")) return 1;
-  BENCH_CUDA(cudaMemcpy(d_packed, packed.data(), packed.size(), cudaMemcpyHostToDevice));
-  BENCH_CUDA(cudaMemcpy(d_scales, scales.data(), scales.size(), cudaMemcpyHostToDevice));
-  if (!cuda::repack_nvfp4(d_packed, d_scales, scales.size(), nullptr)) return 1;
-  BENCH_CUDA(cudaStreamSynchronize(nullptr));
+  if (!arena.alloc(d_packed, values / 2, "bench weights") || !arena.alloc(d_scales, values / 16, "bench weights")) return 1;
+  if (upload_random_nvfp4(values, rng, d_packed, d_scales)) return 1;
   w = {d_packed, d_scales, rows, cols, 0.004f};
   return 0;
 }

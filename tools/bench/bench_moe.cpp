@@ -30,20 +30,12 @@ struct DeviceExperts {
 };
 
 int upload_experts(int64_t E, int64_t rows, int64_t cols, std::mt19937_64& rng, DeviceExperts& d) {
-  std::vector<uint8_t> packed(size_t(E * rows * cols / 2)), scales(size_t(E * rows * cols / 16));
-  for (size_t i = 0; i < packed.size(); i += 8) {
-    const uint64_t bits = rng();
-    for (size_t b = 0; b < 8; ++b) packed[i + b] = uint8_t(bits >> (8 * b));
-  }
-  for (uint8_t& s : scales) s = uint8_t(0x30 + rng() % 17);  // E4M3 0.5 … 2
+  const size_t values = size_t(E * rows * cols);
   d.host_global.assign(size_t(E), 0.004f);
-  BENCH_CUDA(cudaMalloc(&d.packed, packed.size()));
-  BENCH_CUDA(cudaMalloc(&d.scales, scales.size()));
+  BENCH_CUDA(cudaMalloc(&d.packed, values / 2));
+  BENCH_CUDA(cudaMalloc(&d.scales, values / 16));
   BENCH_CUDA(cudaMalloc(&d.global, E * sizeof(float)));
-  BENCH_CUDA(cudaMemcpy(d.packed, packed.data(), packed.size(), cudaMemcpyHostToDevice));
-  BENCH_CUDA(cudaMemcpy(d.scales, scales.data(), scales.size(), cudaMemcpyHostToDevice));
-  if (!cuda::repack_nvfp4(d.packed, d.scales, scales.size(), nullptr)) return 1;  // the GPU layout, as the model loads it
-  BENCH_CUDA(cudaStreamSynchronize(nullptr));
+  if (upload_random_nvfp4(values, rng, d.packed, d.scales)) return 1;
   BENCH_CUDA(cudaMemcpy(d.global, d.host_global.data(), E * sizeof(float), cudaMemcpyHostToDevice));
   return 0;
 }
