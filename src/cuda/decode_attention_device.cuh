@@ -1,6 +1,5 @@
-// The warp-level pieces of decode attention on BF16 mma.sync (decode_attention.cu, and the
-// attention block of one token, attention_decode.cu): a 16-key block's K/V fragments loaded straight
-// from the paged cache, and its scores, online softmax and P·V.
+// The warp-level pieces of decode attention on BF16 mma.sync (decode_attention.cu): a 16-key block's
+// K/V fragments loaded straight from the paged cache, and its scores, online softmax and P·V.
 #pragma once
 
 #include <cuda_bf16.h>

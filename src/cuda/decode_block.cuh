@@ -1,6 +1,5 @@
-// What the one-launch decode blocks share (the MoE block, moe_decode.cu; the attention block,
-// attention_decode.cu): grid barriers between co-resident CTAs, and a warp's NVFP4 tile GEMV from
-// shared memory in skinny_gemm.cu's fragments and k order.
+// The one-launch MoE block's pieces (moe_decode.cu): grid barriers between co-resident CTAs, and a
+// warp's NVFP4 tile GEMV from shared memory in skinny_gemm.cu's fragments and k order.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -39,24 +39,19 @@ constexpr int STATIC_SMEM = 1024;  // the kernel's __shared__ arrays, with room
 // Shared memory: each weight tile as it lies in global memory, rows dense (so a tile is a few
 // contiguous runs for the copy engine). A gate_up m-tile of 8 features: codes of its 8 gate rows then
 // its 8 up rows, then their scale codes likewise; a down tile: codes then scale codes of 16 rows.
-// W4A4 adds the input's x̂ and the fp32 SwiGLU rows (act then holds their x̂).
 struct DecodeLayout {
-  int gate_tile, down_tile;  // bytes
-  // gate_up tiles at 0; act: the SwiGLU rows (BF16, or W4A4 their x̂); sums: k-split sums; x: the
-  // input norm; xq: its x̂ (W4A4); act_f32: the SwiGLU rows in fp32 (W4A4)
-  int down_off, act_off, sums_off, x_off, xq_off, act_f32_off, bytes;
+  int gate_tile, down_tile;                      // bytes
+  int down_off, act_off, sums_off, x_off, bytes;  // gate_up tiles at 0; act: the SwiGLU rows; sums: k-split sums
 };
 
-__host__ __device__ inline DecodeLayout decode_layout(int hidden, int inter, int top_k, int gate_tiles, bool w4a4) {
+__host__ __device__ inline DecodeLayout decode_layout(int hidden, int inter, int top_k, int gate_tiles) {
   DecodeLayout l;
   l.gate_tile = tile_bytes(hidden), l.down_tile = tile_bytes(inter);
   l.down_off = gate_tiles * l.gate_tile;
   l.act_off = l.down_off + top_k * l.down_tile;
   l.sums_off = l.act_off + top_k * inter * 2;
   l.x_off = l.sums_off + WARPS * 4 * 32 * 4;
-  l.xq_off = l.x_off + hidden * 2;
-  l.act_f32_off = l.xq_off + (w4a4 ? hidden * 2 : 0);
-  l.bytes = l.act_f32_off + (w4a4 ? top_k * inter * 4 : 0);
+  l.bytes = l.x_off + hidden * 2;
   return l;
 }
 
@@ -72,16 +67,12 @@ struct DecodeParams {
   float norm_min;
   bool renormalize;
   int hidden, inter, experts, top_k, gate_tiles;  // gate_tiles: gate_up m-tiles (8 features) a CTA
-  // W4A4 (the kernel's template argument; the input norm's quant: static input_scale > 0, per-token
-  // 0): gate_up reads the input's x̂, the SwiGLU rows stay fp32 and are quantized for down (static:
-  // down_input_scale).
-  float down_input_scale;
   const uint8_t *gate_codes, *gate_scales, *up_codes, *up_scales, *down_codes, *down_scales;
   const float *gate_global, *up_global, *down_global;
   float* logits;          // [experts]
   int32_t* expert_ids;    // [top_k]
   float* route_weights;   // [top_k]
-  uint16_t* act;          // BF16 [top_k, inter]; W4A4: fp32
+  uint16_t* act;          // BF16 [top_k, inter]
   float* partials;        // [CTAs]: the next norm's sums of squares
   unsigned* barrier;      // {arrived, generation}
   long long* stamps;      // NIBBLE_DECODE_BLOCK_TIMING=1: [CTAs, STAMPS] clock64 at each phase's end; else null
@@ -134,61 +125,7 @@ __device__ __forceinline__ void copy_weights(const DecodeParams& p, const Decode
   }
 }
 
-// W4A4: the fp32 SwiGLU rows (K rows of I in shared memory) → their x̂ (BF16) and each row's scale,
-// as quantize_dequantize_activation_f32 makes them (static: input_scale; per-token, 0: from the row's
-// amax). A thread a 16-value block, read twice (its amax, then its values) so that the down
-// fragments held in registers meanwhile need no spill. Every thread calls it.
-__device__ __forceinline__ void quantize_act_rows(const float* act, uint16_t* act_hat, int K, int I, float input_scale,
-                                                  unsigned* row_amax, float* row_scale, float* global) {
-  const int blocks = K * I / 16;
-  auto block_amax = [&](int b) {
-    float amax = 0.0f;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float4 v = reinterpret_cast<const float4*>(act + b * 16)[q];
-      amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-    }
-    return amax;
-  };
-  if (input_scale == 0.0f)
-    for (int b = threadIdx.x; b < blocks; b += THREADS) atomicMax(&row_amax[b / (I / 16)], __float_as_uint(block_amax(b)));
-  __syncthreads();
-  if (int(threadIdx.x) < K) {
-    act_row_scales(input_scale, __uint_as_float(row_amax[threadIdx.x]), global[threadIdx.x], row_scale[threadIdx.x]);
-  }
-  __syncthreads();
-  for (int b = threadIdx.x; b < blocks; b += THREADS) {
-    const ActBlockScale scale(block_amax(b), global[b / (I / 16)]);
-    uint32_t out[8];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float4 v = reinterpret_cast<const float4*>(act + b * 16)[q];
-      out[2 * q] = scale.bf16(v.x) | scale.bf16(v.y) << 16, out[2 * q + 1] = scale.bf16(v.z) | scale.bf16(v.w) << 16;
-    }
-    reinterpret_cast<uint4*>(act_hat + b * 16)[0] = make_uint4(out[0], out[1], out[2], out[3]);
-    reinterpret_cast<uint4*>(act_hat + b * 16)[1] = make_uint4(out[4], out[5], out[6], out[7]);
-  }
-  __syncthreads();
-}
-
-// W4A4: the next norm's x̂ and row scale (what the chain's combine writes, quantize_row's bits) from
-// the last CTA's normed values, 4 a thread from j (a 16-value block is 4 consecutive threads). Every
-// thread calls it once (H ≤ 4 · THREADS; threads past the row hold zeros).
-__device__ __forceinline__ void quantize_next(const float (&normed)[4], int j, int H, const NormActQuant& q, float* partial) {
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) amax = fmaxf(amax, j < H ? fabsf(normed[i]) : 0.0f);
-  const float global = cta_row_global(q.input_scale, amax, partial, q.row_scales);
-  amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
-  amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
-  if (j >= H) return;
-  const ActBlockScale scale(amax, global);
-  *reinterpret_cast<uint2*>(q.x_hat + j) = make_uint2(scale.bf16(normed[0]) | scale.bf16(normed[1]) << 16,
-                                                      scale.bf16(normed[2]) | scale.bf16(normed[3]) << 16);
-}
-
-// W4A4 a template argument: the W4A16 kernel keeps its registers (the W4A4 one needs more).
-template <int CHUNKS, bool W4A4>
+template <int CHUNKS>
 __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodeParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ float partial[WARPS];
@@ -196,16 +133,11 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   __shared__ float route_w[MAX_TOP_K];
   __shared__ float ys[MAX_TOP_K][FEATURES];
   __shared__ uint64_t landed[MAX_GATE_TILES + 1];  // each gate_up tile's weights, then all the down tiles'
-  __shared__ float x_row_scale;                    // W4A4: the input x̂'s row scale
-  __shared__ float act_row_scale[MAX_TOP_K], act_global[MAX_TOP_K];  // W4A4: each SwiGLU row's
-  __shared__ unsigned act_row_amax[MAX_TOP_K];     // per-token: the rows' amax (float bits, ≥ 0)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int cta = blockIdx.x, ctas = gridDim.x;
   const int H = p.hidden, I = p.inter, E = p.experts, K = p.top_k;
-  const DecodeLayout L = decode_layout(H, I, K, p.gate_tiles, W4A4);
+  const DecodeLayout L = decode_layout(H, I, K, p.gate_tiles);
   uint16_t* x_stage = reinterpret_cast<uint16_t*>(smem + L.x_off);
-  uint16_t* xq_stage = reinterpret_cast<uint16_t*>(smem + L.xq_off);
-  if (W4A4 && threadIdx.x < MAX_TOP_K) act_row_amax[threadIdx.x] = 0;  // (many barriers before its use)
   unsigned generation = 0;  // thread 0's: the barriers passed, read after the PDL wait
   if (threadIdx.x == 0) {
     for (int t = 0; t <= MAX_GATE_TILES; ++t) barrier_init(&landed[t], 1);
@@ -239,16 +171,6 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
       const uint16_t bits = uint16_t(__float_as_uint(v[k]) >> 16);  // v holds exact BF16 values
       x_stage[i] = bits;
       if (cta == 0) p.in.out[i] = bits;
-    }
-    if constexpr (W4A4) {  // its x̂ (quantize_row's bits) for gate_up; CTA 0 also writes it out, as the norm would
-      const NormActQuant q{p.in.quant.input_scale, xq_stage, &x_row_scale};
-      quantize_row(v, H, q, 0, partial);
-      __syncthreads();
-      if (cta == 0) {
-        for (int i = threadIdx.x; i < H / 8; i += THREADS)
-          reinterpret_cast<uint4*>(p.in.quant.x_hat)[i] = reinterpret_cast<const uint4*>(xq_stage)[i];
-        if (threadIdx.x == 0) p.in.quant.row_scales[0] = x_row_scale;
-      }
     }
   } else {
     for (int i = threadIdx.x; i < H / 8; i += THREADS) reinterpret_cast<uint4*>(x_stage)[i] = reinterpret_cast<const uint4*>(p.x)[i];
@@ -289,19 +211,15 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
       float acc[1][4] = {};
       if (active) {
         barrier_wait(&landed[t], 0);
-        tile_mma(smem + t * L.gate_tile, H, g == 0 ? (W4A4 ? xq_stage : x_stage) : nullptr, part * kb_per,
-                 min(kb_total, (part + 1) * kb_per), acc);
+        tile_mma(smem + t * L.gate_tile, H, g == 0 ? x_stage : nullptr, part * kb_per, min(kb_total, (part + 1) * kb_per), acc);
       }
       sum_split(acc, split, active, split_sums);
       if (active && part == 0 && c == 0) {  // token column 0: acc[0] gate, acc[2] up of feature m0 + g
         const int j = t0 + t, s = j / tiles_per_slot, feature = (j - s * tiles_per_slot) * 8 + g, e = ids[s];
-        // (acc · alpha) · row scale, silu(gate) · up: the skinny epilogue's order (× 1 in W4A16: exact).
-        const float row_scale = W4A4 ? x_row_scale : 1.0f;
-        const float gate = acc[0][0] * (p.gate_global[e] * WEIGHT_DECODE_EPILOGUE) * row_scale;
-        const float up = acc[0][2] * (p.up_global[e] * WEIGHT_DECODE_EPILOGUE) * row_scale;
-        const float value = gate / (1.0f + expf(-gate)) * up;
-        if (W4A4) reinterpret_cast<float*>(p.act)[size_t(s) * I + feature] = value;
-        else p.act[size_t(s) * I + feature] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+        const float gate = acc[0][0] * (p.gate_global[e] * WEIGHT_DECODE_EPILOGUE);
+        const float up = acc[0][2] * (p.up_global[e] * WEIGHT_DECODE_EPILOGUE);
+        const float value = gate / (1.0f + expf(-gate)) * up;  // silu(gate) · up, as the skinny epilogue
+        p.act[size_t(s) * I + feature] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
       }
     }
   }
@@ -333,20 +251,10 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
 
   // down: every slot's SwiGLU row into shared memory (through L2), then the decoded fragments' mma.
   uint16_t* act_stage = reinterpret_cast<uint16_t*>(smem + L.act_off);
-  if constexpr (!W4A4) {
-    for (int i = threadIdx.x; i < K * I / 8; i += THREADS) cp_async<16>(act_stage + i * 8, p.act + size_t(i) * 8, 16);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-  } else {
-    float* act_f32 = reinterpret_cast<float*>(smem + L.act_f32_off);
-    for (int i = threadIdx.x; i < K * I / 4; i += THREADS)
-      cp_async<16>(act_f32 + i * 4, reinterpret_cast<const float*>(p.act) + size_t(i) * 4, 16);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-    quantize_act_rows(act_f32, act_stage, K, I, p.down_input_scale, act_row_amax, act_row_scale, act_global);
-  }
+  for (int i = threadIdx.x; i < K * I / 8; i += THREADS) cp_async<16>(act_stage + i * 8, p.act + size_t(i) * 8, 16);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
   stamp(p, 8);
   float acc[1][4] = {};
   if (active) {
@@ -363,9 +271,9 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   }
   sum_split(acc, split, active, split_sums);
   if (active && part == 0 && c == 0) {  // BF16 as the chain's y rows: acc[0] feature f0 + g, acc[2] f0 + g + 8
-    const float scale = p.down_global[ids[s]] * WEIGHT_DECODE_EPILOGUE, row_scale = W4A4 ? act_row_scale[s] : 1.0f;
-    ys[s][g] = __bfloat162float(__float2bfloat16_rn(acc[0][0] * scale * row_scale));
-    ys[s][g + 8] = __bfloat162float(__float2bfloat16_rn(acc[0][2] * scale * row_scale));
+    const float scale = p.down_global[ids[s]] * WEIGHT_DECODE_EPILOGUE;
+    ys[s][g] = __bfloat162float(__float2bfloat16_rn(acc[0][0] * scale));
+    ys[s][g + 8] = __bfloat162float(__float2bfloat16_rn(acc[0][2] * scale));
   }
   __syncthreads();
   stamp(p, 9);
@@ -409,18 +317,17 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
     if (lane == 0) inv = 1.0f / sqrtf(total / float(H) + p.next.eps);
   }
   __syncthreads();
-  for (int j0 = 0; j0 < H; j0 += THREADS * 4) {  // the same trip count in every thread (quantize_next synchronizes)
-    const int j = j0 + int(threadIdx.x) * 4;
-    float normed[4] = {};
-    if (j < H) {  // kept values through L2 (other CTAs wrote them)
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(p.next.residual + j));
-      const float x[4] = {v.x, v.y, v.z, v.w};
+  for (int j = threadIdx.x * 4; j < H; j += THREADS * 4) {  // kept values through L2 (other CTAs wrote them)
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(p.next.residual + j));
+    const float x[4] = {v.x, v.y, v.z, v.w};
+    uint32_t out[2];
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
-        normed[q] = __bfloat162float(__float2bfloat16_rn(x[q] * inv * __uint_as_float(uint32_t(p.next.weight[j + q]) << 16)));
-      *reinterpret_cast<uint2*>(p.next.out + j) = make_uint2(pack_bf16x2(normed[0], normed[1]), pack_bf16x2(normed[2], normed[3]));
+    for (int q = 0; q < 2; ++q) {
+      const float lo = x[2 * q] * inv * __uint_as_float(uint32_t(p.next.weight[j + 2 * q]) << 16);
+      const float hi = x[2 * q + 1] * inv * __uint_as_float(uint32_t(p.next.weight[j + 2 * q + 1]) << 16);
+      out[q] = pack_bf16x2(lo, hi);
     }
-    if (p.next.quant.x_hat) quantize_next(normed, j, H, p.next.quant, partial);  // W4A4 (H ≤ 4 · THREADS: one round)
+    *reinterpret_cast<uint2*>(p.next.out + j) = make_uint2(out[0], out[1]);
   }
 }
 
@@ -444,18 +351,8 @@ bool enabled() {
   return on;
 }
 
-// The W4A4 forms (the block's input x̂ and SwiGLU re-quantization, the next norm's x̂): opt-in by
-// NIBBLE_MOE_DECODE_BLOCK_W4A4=1 until they have been run on the device (written without device time).
-bool w4a4_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("NIBBLE_MOE_DECODE_BLOCK_W4A4");
-    return env && std::string(env) == "1";
-  }();
-  return on;
-}
-
 // The grid and shared memory for w's shapes; false where they do not fit this GPU.
-bool decode_shape(const DeviceMoeWeights& w, bool w4a4, DecodeShape& shape) {
+bool decode_shape(const DeviceMoeWeights& w, DecodeShape& shape) {
   const int64_t H = w.hidden, I = w.intermediate, E = w.experts, K = w.top_k;
   for (const DeviceNvfp4Experts* x : {&w.gate, &w.up, &w.down})  // 16-byte copies of whole rows
     if (reinterpret_cast<uintptr_t>(x->packed) % 16 || reinterpret_cast<uintptr_t>(x->block_scales) % 16) return false;
@@ -468,7 +365,7 @@ bool decode_shape(const DeviceMoeWeights& w, bool w4a4, DecodeShape& shape) {
   if (shape.gate_tiles > MAX_GATE_TILES) return false;
   const int64_t split = WARPS / K;  // warps a slot's down k-blocks
   if ((I / 128 + split - 1) / split > DOWN_BLOCKS) return false;
-  shape.layout = decode_layout(int(H), int(I), int(K), shape.gate_tiles, w4a4);
+  shape.layout = decode_layout(int(H), int(I), int(K), shape.gate_tiles);
   return shape.layout.bytes + STATIC_SMEM <= limits.smem_optin;
 }
 
@@ -476,26 +373,16 @@ bool decode_shape(const DeviceMoeWeights& w, bool w4a4, DecodeShape& shape) {
 
 bool moe_decode_block_supported(int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
                                 const ResidualNorm* norm, const float* add, const InputNorm* input_norm) {
-  if (!enabled() || tokens != 1 || !w.router || w.router_f32 || add || (norm && norm->pending)) return false;
-  const bool w4a4 = mode != formats::ActQuant::NONE;
-  if ((w4a4 || (norm && norm->quant.x_hat)) && !w4a4_enabled()) return false;
-  // W4A4: the block's own input norm makes x̂ (its quant says where it goes, with the static scale).
-  if (w4a4 && !(input_norm && norm && input_norm->quant.x_hat && input_norm->quant.row_scales &&
-                (mode == formats::ActQuant::STATIC ? input_norm->quant.input_scale > 0.0f && w.down_input_scale > 0.0f
-                                                   : input_norm->quant.input_scale == 0.0f)))
-    return false;
-  if (!w4a4 && input_norm && (!norm || input_norm->quant.x_hat)) return false;
-  if (norm && norm->quant.x_hat && w.hidden > 4 * THREADS) return false;  // quantize_next: one round
   DecodeShape shape;
-  return decode_shape(w, w4a4, shape);
+  return enabled() && tokens == 1 && mode == formats::ActQuant::NONE && w.router && !w.router_f32 && !add &&
+         (!norm || (!norm->quant.x_hat && !norm->pending)) && (!input_norm || (norm && !input_norm->quant.x_hat)) &&
+         decode_shape(w, shape);
 }
 
-Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws, float* out,
+Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, MoeWorkspace& ws, float* out,
                         const ResidualNorm* norm, const InputNorm* input_norm, cudaStream_t stream) {
   DecodeShape shape;
-  const bool w4a4 = mode != formats::ActQuant::NONE;
-  if (!decode_shape(w, w4a4, shape)) return Status::error("moe_decode_block: these MoE shapes do not fit the one-launch kernel");
-  if (w4a4 && !(input_norm && input_norm->quant.x_hat)) return Status::error("moe_decode_block: W4A4 needs the input norm's x̂");
+  if (!decode_shape(w, shape)) return Status::error("moe_decode_block: these MoE shapes do not fit the one-launch kernel");
   if (!ws.block_barrier || !ws.block_partials) return Status::error("moe_decode_block: the workspace has no barrier");
   DecodeParams p{};
   p.x = x, p.out = out;
@@ -504,26 +391,19 @@ Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::A
   p.router = w.router, p.score_bias = w.score_bias, p.norm_min = w.norm_min, p.renormalize = w.norm_topk_prob;
   p.hidden = int(w.hidden), p.inter = int(w.intermediate), p.experts = int(w.experts), p.top_k = int(w.top_k);
   p.gate_tiles = shape.gate_tiles;
-  p.down_input_scale = mode == formats::ActQuant::STATIC ? w.down_input_scale : 0.0f;
   p.gate_codes = w.gate.packed, p.gate_scales = w.gate.block_scales, p.gate_global = w.gate.global_scales;
   p.up_codes = w.up.packed, p.up_scales = w.up.block_scales, p.up_global = w.up.global_scales;
   p.down_codes = w.down.packed, p.down_scales = w.down.block_scales, p.down_global = w.down.global_scales;
   p.logits = ws.logits, p.expert_ids = ws.expert_ids, p.route_weights = ws.route_weights;
   p.act = static_cast<uint16_t*>(ws.act), p.partials = ws.block_partials, p.barrier = ws.block_barrier;
   p.stamps = shape.ctas <= PHASE_STAMP_MAX_CTAS ? timing_stamps() : nullptr;
-  using Kernel = void (*)(DecodeParams);
-  const Kernel kernels[2][2] = {{moe_decode_kernel<MAX_CHUNKS / 2, false>, moe_decode_kernel<MAX_CHUNKS, false>},
-                                {moe_decode_kernel<MAX_CHUNKS / 2, true>, moe_decode_kernel<MAX_CHUNKS, true>}};
-  const Kernel kernel = kernels[w4a4][w.hidden > 256 * MAX_CHUNKS / 2];
+  const auto kernel = w.hidden <= 256 * MAX_CHUNKS / 2 ? moe_decode_kernel<MAX_CHUNKS / 2> : moe_decode_kernel<MAX_CHUNKS>;
   const size_t smem = size_t(shape.layout.bytes);
-  // Every kernel may take all the shared memory a CTA can have (set once; decode_shape checked the fit).
-  static const cudaError_t attributes = [&kernels] {
+  // Both kernels may take all the shared memory a CTA can have (set once; decode_shape checked the fit).
+  static const cudaError_t attributes = [] {
     const int bytes = device_limits().smem_optin - STATIC_SMEM;
-    for (const auto& row : kernels)
-      for (Kernel k : row)
-        if (const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes); e != cudaSuccess)
-          return e;
-    return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(moe_decode_kernel<MAX_CHUNKS / 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    return e != cudaSuccess ? e : cudaFuncSetAttribute(moe_decode_kernel<MAX_CHUNKS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   }();
   NIB_RETURN_IF_ERROR(cuda_status(attributes, "moe_decode_block: shared memory attribute"));
   // Launched after the previous kernel's trigger (PDL) like the chain; the CTAs first resident wait

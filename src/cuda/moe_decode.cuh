@@ -1,7 +1,6 @@
 // The MoE block of one token in one launch (single-stream decode): input norm → router → top-k →
 // gate_up + SwiGLU → down → combine (+ residual and the next norm), CTAs meeting at grid barriers
-// where the kernel chain of moe_forward ended a launch. W4A16 (and, opt-in, both W4A4 modes) with a
-// BF16 router; moe_forward takes it.
+// where the kernel chain of moe_forward ended a launch. W4A16 with a BF16 router; moe_forward takes it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,18 +14,16 @@
 
 namespace nibble::cuda {
 
-// Whether moe_decode_block runs this call: one token, a BF16 router, no shared-expert sum, shapes
-// whose CTAs (hidden / 16 of them, one an SM) and shared memory fit this GPU; W4A16 without an x̂ for
-// either norm, or — with NIBBLE_MOE_DECODE_BLOCK_W4A4=1, not yet run on a GPU — either W4A4 mode with
-// the block's own input norm (its x̂ made inside) and an x̂ for the next norm where it asks for one.
-// NIBBLE_MOE_DECODE_BLOCK=0 turns it off (the kernel chain runs instead; for A/B runs).
+// Whether moe_decode_block runs this call: one token, W4A16, a BF16 router, no shared-expert sum, no
+// x̂ for either norm, shapes whose CTAs (hidden / 16 of them, one an SM) and shared memory fit this
+// GPU. NIBBLE_MOE_DECODE_BLOCK=0 turns it off (the kernel chain runs instead; for A/B runs).
 bool moe_decode_block_supported(int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
                                 const ResidualNorm* norm, const float* add, const InputNorm* input_norm);
 
 // The block as moe_forward computes it (same arguments; supported() must hold): routing into
 // ws.expert_ids / ws.route_weights (ws.groups is not written), the output into `out` or, with
-// `norm`, residual and norm->out (and its x̂ where norm->quant asks).
-Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws, float* out,
+// `norm`, residual and norm->out.
+Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, MoeWorkspace& ws, float* out,
                         const ResidualNorm* norm, const InputNorm* input_norm, cudaStream_t stream);
 
 // With NIBBLE_DECODE_BLOCK_TIMING=1, the last launch's time in each phase (SM clock stamps of every CTA:

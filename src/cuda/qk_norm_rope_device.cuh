@@ -1,6 +1,5 @@
-// The per-head q/k RMSNorm + RoPE of qk_norm_rope_store (transformer_ops.cu) as device code, so the
-// attention block of one token (attention_decode.cu) computes the same bits: a warp a head, a lane
-// PAIRS consecutive rotation pairs, read and written as runs with vector loads and stores.
+// The per-head q/k RMSNorm + RoPE of qk_norm_rope_store (transformer_ops.cu) as device code: a warp
+// a head, a lane PAIRS consecutive rotation pairs, read and written as runs with vector loads and stores.
 #pragma once
 
 #include <cuda_bf16.h>

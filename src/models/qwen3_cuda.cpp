@@ -14,7 +14,6 @@
 #include "core/log.h"
 #include "cuda/attention.cuh"
 #include "cuda/check.cuh"
-#include "cuda/attention_decode.cuh"
 #include "cuda/decode_attention.cuh"
 #include "cuda/flashinfer_attention.cuh"
 #include "cuda/linear_nvfp4.cuh"
@@ -86,10 +85,6 @@ struct CudaModel::Impl {
   // Decode steps of up to one_launch_max_rows rows run the one-launch decode attention (0: never).
   int64_t one_launch_max_rows = 0;
   bool step_one_launch = false;
-  // Steps of one token run each layer's attention half in one launch (cuda::attention_decode_block)
-  // where it is switched on and every layer's weights and shapes allow it.
-  bool attention_block = false;
-  cuda::AttentionDecodeWorkspace attention_block_ws;
   // Pinned host copies of the step metadata, copied to the device asynchronously: two, as a step is
   // staged while the one before it may still be waiting for its copies (overlapped scheduling).
   struct HostStep {
@@ -414,32 +409,7 @@ struct CudaModel::Impl {
       if (cuda::decode_attention_supported(NH, NKV, D, options.block_size))
         one_launch_max_rows = std::min({options.one_launch_decode_max_rows, options.max_seqs, T});
     }
-    const cuda::AttentionDecodeStep step = attention_block_step();
-    attention_block = cuda::attention_decode_block_enabled() && std::all_of(layers.begin(), layers.end(), [&](const DeviceLayer& l) {
-      return l.q.nvfp4 && l.k.nvfp4 && l.v.nvfp4 && l.o.nvfp4 && (step.act_quant == ActQuant::NONE || qkv_quant(l).x_hat) &&
-             cuda::attention_decode_block_supported(attention_block_weights(l), step);
-    });
-    if (attention_block) {
-      NIB_RETURN_IF_ERROR(a.alloc(attention_block_ws.scratch, static_cast<size_t>(cuda::attention_decode_workspace_floats(step)),
-                                  "the one-launch attention's scratch"));
-      NIB_RETURN_IF_ERROR(a.alloc(attention_block_ws.barrier, 2, "the one-launch attention's barrier"));
-      NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemset(attention_block_ws.barrier, 0, 2 * sizeof(unsigned)),
-                                            "the one-launch attention's barrier"));
-      attention_block_ws.attn = attn;
-    }
     return Status::ok();
-  }
-
-  // A one-token step as cuda::attention_decode_block reads it (the staged metadata's first entries;
-  // W4A4: the x̂ and row scale the input norm writes, qkv_quant's).
-  cuda::AttentionDecodeStep attention_block_step() const {
-    return {config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim, options.block_size,
-            positions, slots, token_seq, block_tables, max_blocks_per_seq, inv_freq,
-            config.rope_style == io::RopeStyle::INTERLEAVED, static_cast<float>(config.rms_norm_eps),
-            options.act_quant_dense, gemm.row_scales};
-  }
-  static cuda::AttentionDecodeWeights attention_block_weights(const DeviceLayer& l) {
-    return {&l.q.q, &l.k.q, &l.v.q, &l.o.q, l.q_norm, l.k_norm, l.o.input_scale};
   }
 
   Status run_linear(const DeviceLinear& l, const uint16_t* in, int64_t M, ActQuant mode, float* out,
@@ -679,7 +649,6 @@ struct CudaModel::Impl {
       att.prefill_items = items, att.n_items = step_items;
       att.decode_tokens = decode_rows, att.n_decode = step_decode;
     }
-    const cuda::AttentionDecodeStep block_step = attention_block_step();
     bool normed = false;  // whether h already holds this layer's input norm (fused into the MoE combine)
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& w = layers[l];
@@ -690,13 +659,7 @@ struct CudaModel::Impl {
       profiler.mark("norms");
       uint16_t* kc = k_cache + l * layer_kv;
       uint16_t* vc = v_cache + l * layer_kv;
-      if (T == 1 && attention_block) {
-        NIB_RETURN_IF_ERROR(cuda::attention_decode_block(qkv_in.x_hat ? qkv_in.x_hat : h, attention_block_weights(w),
-                                                         block_step, kc, vc, attention_block_ws, delta, s));
-        profiler.mark("attention block");
-      } else {
-        NIB_RETURN_IF_ERROR(attention_chain(w, T, kc, vc, qkv, att, one_launch, qkv_in.x_hat != nullptr));
-      }
+      NIB_RETURN_IF_ERROR(attention_chain(w, T, kc, vc, qkv, att, one_launch, qkv_in.x_hat != nullptr));
       const cuda::NormActQuant moe_in = moe_quant(w);
       // A MoE block without shared experts (which read h before it) runs its own input norm: inside
       // its router's launch for small batches, one launch fewer a decode step.

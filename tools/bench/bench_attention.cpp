@@ -1,9 +1,9 @@
 // Decode-attention benchmark: the attention half of one Qwen3-30B-A3B layer for one token (from the
 // input norm's BF16 row to the o projection's fp32 output, the new K/V stored), as the kernel chain
 // the runner runs (skinny q/k/v, qk_norm_rope_store, FlashInfer's graph-planned decode, skinny o_proj;
-// W4A4: the norm's x̂ given, the o input quantized by linear_nvfp4) against the one-launch block
-// (cuda::attention_decode_block), at each context of --attention-contexts. Random NVFP4 weights and
-// KV caches in copies that together exceed twice the L2, so every launch reads HBM as in a model.
+// W4A4: the norm's x̂ given, the o input quantized by linear_nvfp4), at each context of
+// --attention-contexts. Random NVFP4 weights and KV caches in copies that together exceed twice the
+// L2, so every launch reads HBM as in a model.
 #include "tools/bench/bench_attention.h"
 
 #include <algorithm>
@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "cuda/attention_decode.cuh"
 #include "cuda/device_context.cuh"
 #include "cuda/flashinfer_attention.cuh"
 #include "cuda/quantize_nvfp4.cuh"
@@ -83,25 +82,20 @@ int run_bench_attention(const BenchKernelsOptions& o, cudaStream_t stream, nlohm
   std::iota(table.begin(), table.end(), 0);
   std::shuffle(table.begin(), table.end(), rng);
   uint16_t *x = nullptr, *x_hat = nullptr, *q_norm = nullptr, *k_norm = nullptr, *q_bf16 = nullptr, *attn = nullptr;
-  uint16_t *o_hat = nullptr, *block_attn = nullptr;
+  uint16_t* o_hat = nullptr;
   float *inv_freq = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr, *row_scale = nullptr;
-  float *o_row_scale = nullptr, *scratch = nullptr;
-  int32_t *positions = nullptr, *token_seq = nullptr, *d_table = nullptr;
+  float* o_row_scale = nullptr;
+  int32_t* positions = nullptr;
   int64_t* slots = nullptr;
-  unsigned* barrier = nullptr;
   if (upload(x_host, arena, x) || upload(norm_host, arena, q_norm) || upload(norm_host, arena, k_norm) ||
-      upload(ref::rope_inv_freq(1e6, D), arena, inv_freq) || upload(table, arena, d_table) ||
-      upload(std::vector<int32_t>{0}, arena, positions) || upload(std::vector<int32_t>{0}, arena, token_seq) ||
-      upload(std::vector<int64_t>{0}, arena, slots) || upload(std::vector<unsigned>{0, 0}, arena, barrier))
+      upload(ref::rope_inv_freq(1e6, D), arena, inv_freq) || upload(std::vector<int32_t>{0}, arena, positions) ||
+      upload(std::vector<int64_t>{0}, arena, slots))
     return 1;
-  const cuda::AttentionDecodeStep base_step{H, NH, NKV, D, PAGE, positions, slots, token_seq, d_table, pages, inv_freq};
   for (const Status& s : {arena.alloc(x_hat, size_t(H), "x̂"), arena.alloc(q_bf16, size_t(NH * D), "q"),
                          arena.alloc(attn, size_t(NH * D), "attn"), arena.alloc(o_hat, size_t(NH * D), "o x̂"),
-                         arena.alloc(block_attn, size_t(NH * D), "attn"), arena.alloc(q, size_t(NH * D), "q"),
-                         arena.alloc(k, size_t(kv_width), "k"), arena.alloc(v, size_t(kv_width), "v"),
-                         arena.alloc(out, size_t(H), "out"), arena.alloc(row_scale, 1, "row scale"),
-                         arena.alloc(o_row_scale, 1, "row scale"),
-                         arena.alloc(scratch, size_t(cuda::attention_decode_workspace_floats(base_step)), "scratch")})
+                         arena.alloc(q, size_t(NH * D), "q"), arena.alloc(k, size_t(kv_width), "k"),
+                         arena.alloc(v, size_t(kv_width), "v"), arena.alloc(out, size_t(H), "out"),
+                         arena.alloc(row_scale, 1, "row scale"), arena.alloc(o_row_scale, 1, "row scale")})
     if (!s) {
       std::fprintf(stderr, "nibble bench kernels: %s\n", s.message().c_str());
       return 1;
@@ -117,7 +111,7 @@ int run_bench_attention(const BenchKernelsOptions& o, cudaStream_t stream, nlohm
   std::printf("\nattention half of a decode layer, Qwen3-30B-A3B (H=%lld, %lld/%lld heads of %lld), one token, norm output "
               "to o projection output\n",
               (long long)H, (long long)NH, (long long)NKV, (long long)D);
-  std::printf("%-9s %7s %-26s %10s %9s %8s %12s\n", "op", "context", "path/mode", "time(us)", "GB/s", "%floor", "vs chain");
+  std::printf("%-9s %7s %-26s %10s %9s %8s\n", "op", "context", "mode", "time(us)", "GB/s", "%floor");
   const double weight_bytes = double(NH * D + 2 * kv_width) * H * (0.5 + 1.0 / 16) + double(H) * NH * D * (0.5 + 1.0 / 16);
   for (int64_t ctx : contexts) {
     const int32_t position = int32_t(ctx - 1);
@@ -134,50 +128,29 @@ int run_bench_attention(const BenchKernelsOptions& o, cudaStream_t stream, nlohm
                                                              x_hat, row_scale, stream))
         return 1;
       const uint16_t* in = w4a4 ? x_hat : x;
-      double t_chain = 0;
-      for (bool block : {false, true}) {
-        cuda::AttentionDecodeStep step = base_step;
-        step.act_quant = mode, step.x_row_scale = row_scale;
-        bool ok = true;
-        if (block && !cuda::attention_decode_block_supported({&layers[0].q, &layers[0].k, &layers[0].v, &layers[0].o}, step)) {
-          std::printf("%-9s %7lld %-26s %10s\n", "attention", (long long)ctx, ("block/" + bench_mode_label(mode)).c_str(),
-                      "(does not fit this GPU)");
-          continue;
-        }
-        const double t = time_launches(
-            [&](int c) {
-              LayerCopy& l = layers[size_t(c)];
-              if (block) {
-                const cuda::AttentionDecodeWeights w{&l.q, &l.k, &l.v, &l.o, q_norm, k_norm, o_input_scale};
-                ok &= cuda::attention_decode_block(in, w, step, l.k_cache, l.v_cache, {scratch, block_attn, barrier}, out, stream)
-                          .is_ok();
-                return;
-              }
-              const cuda::DeviceNvfp4Weight* qkv_w[3] = {&l.q, &l.k, &l.v};
-              float* qkv_out[3] = {q, k, v};
-              ok &= cuda::skinny_linear(in, 1, qkv_w, qkv_out, 3, w4a4 ? row_scale : nullptr, stream).is_ok();
-              const cuda::QkvLayout layout{1, NH, NKV, D, positions, slots, inv_freq};
-              ok &= cuda::qk_norm_rope_store({q, k, v}, layout, q_norm, k_norm, 1e-6f, nullptr, l.k_cache, l.v_cache, stream, q_bf16)
-                        .is_ok();
-              ok &= (*fi)->run(q_bf16, l.k_cache, l.v_cache, attn, stream).is_ok();
-              ok &= cuda::linear_nvfp4(attn, 1, l.o, mode, o_input_scale, out, cuda::GemmBackend::SKINNY, gemm).is_ok();
-            },
-            COPIES, o.iterations, o.batches, stream);
-        BENCH_CUDA(cudaStreamSynchronize(stream));
-        if (!ok) {
-          std::fprintf(stderr, "nibble bench kernels: attention context %lld failed\n", (long long)ctx);
-          return 1;
-        }
-        if (!block) t_chain = t;
-        const std::string label = std::string(block ? "block/" : "chain/") + bench_mode_label(mode);
-        std::printf("%-9s %7lld %-26s %10.2f %9.0f %7.0f%% %11.2fx\n", "attention", (long long)ctx, label.c_str(), t * 1e6,
-                    bytes / t / 1e9, 100.0 * floor / t, t_chain / t);
-        if (block && mode == formats::ActQuant::NONE)
-          if (const std::string phases = cuda::attention_decode_block_timing(H); !phases.empty()) std::printf("%s\n", phases.c_str());
-        rows.push_back({{"op", "attention_decode"}, {"context", ctx}, {"path", block ? "block" : "chain"},
-                        {"mode", bench_mode_label(mode)}, {"time_us", t * 1e6}, {"gb_s", bytes / t / 1e9},
-                        {"pct_floor", 100.0 * floor / t}});
+      bool ok = true;
+      const double t = time_launches(
+          [&](int c) {
+            LayerCopy& l = layers[size_t(c)];
+            const cuda::DeviceNvfp4Weight* qkv_w[3] = {&l.q, &l.k, &l.v};
+            float* qkv_out[3] = {q, k, v};
+            ok &= cuda::skinny_linear(in, 1, qkv_w, qkv_out, 3, w4a4 ? row_scale : nullptr, stream).is_ok();
+            const cuda::QkvLayout layout{1, NH, NKV, D, positions, slots, inv_freq};
+            ok &= cuda::qk_norm_rope_store({q, k, v}, layout, q_norm, k_norm, 1e-6f, nullptr, l.k_cache, l.v_cache, stream, q_bf16)
+                      .is_ok();
+            ok &= (*fi)->run(q_bf16, l.k_cache, l.v_cache, attn, stream).is_ok();
+            ok &= cuda::linear_nvfp4(attn, 1, l.o, mode, o_input_scale, out, cuda::GemmBackend::SKINNY, gemm).is_ok();
+          },
+          COPIES, o.iterations, o.batches, stream);
+      BENCH_CUDA(cudaStreamSynchronize(stream));
+      if (!ok) {
+        std::fprintf(stderr, "nibble bench kernels: attention context %lld failed\n", (long long)ctx);
+        return 1;
       }
+      std::printf("%-9s %7lld %-26s %10.2f %9.0f %7.0f%%\n", "attention", (long long)ctx, bench_mode_label(mode).c_str(),
+                  t * 1e6, bytes / t / 1e9, 100.0 * floor / t);
+      rows.push_back({{"op", "attention_decode"}, {"context", ctx}, {"mode", bench_mode_label(mode)}, {"time_us", t * 1e6},
+                      {"gb_s", bytes / t / 1e9}, {"pct_floor", 100.0 * floor / t}});
     }
   }
   return 0;

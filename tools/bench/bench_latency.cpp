@@ -13,7 +13,6 @@
 
 #include "engine/model_runner.h"
 #if NIBBLE_BENCH_CUDA
-#include "cuda/attention_decode.cuh"
 #include "cuda/moe_decode.cuh"
 #endif
 
@@ -209,10 +208,9 @@ int run_bench_latency(const BenchLatencyOptions& o) {
       const double t = median(times);
       report("tg" + std::to_string(o.tg), o.tg, o.tg / t, t * 1e3 / o.tg);
 #if NIBBLE_BENCH_CUDA
-      // NIBBLE_DECODE_BLOCK_TIMING=1: the one-launch blocks' phases in the model (the last layer of the last step).
-      for (const std::string& phases : {cuda::attention_decode_block_timing(r.config().hidden_size),
-                                        cuda::moe_decode_block_timing(r.config().hidden_size)})
-        if (!phases.empty()) std::printf("# %s\n", phases.c_str());
+      // NIBBLE_DECODE_BLOCK_TIMING=1: the one-launch MoE block's phases in the model (the last layer of the last step).
+      if (const std::string phases = cuda::moe_decode_block_timing(r.config().hidden_size); !phases.empty())
+        std::printf("# %s\n", phases.c_str());
 #endif
     }
     for (int64_t B : batches) {
