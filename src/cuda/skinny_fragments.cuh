@@ -50,6 +50,17 @@ struct WeightFragments {
         }
       }
   }
+  // The same where every block and both rows exist (no guards: one base address a row, the blocks
+  // at immediate offsets).
+  __device__ void load_all(const uint8_t* const (&row_codes)[2], const uint8_t* const (&row_scales)[2], int kb0, int c) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* code = row_codes[h] + kb0 * 64 + 16 * c;
+      const uint16_t* scale = reinterpret_cast<const uint16_t*>(row_scales[h] + kb0 * 8 + 2 * c);
+#pragma unroll
+      for (int b = 0; b < BLOCKS; ++b) codes[h][b] = load_stream(code + b * 64), scales[h][b] = __ldg(scale + b * 4);
+    }
+  }
 };
 
 // One k-block's A fragments of the lane's rows g, g + 8 (h = 0, 1), from its code words and scale
@@ -99,22 +110,25 @@ __device__ __forceinline__ void mma_kblock(const uint4 (&codes)[2], const uint32
 }
 
 // acc[mt · NT + n] += Ŵ(rows g, g+8 of m-tile mt) · x(column g of n-tile n) over the warp's k-blocks;
-// x_rows[n] is the lane's token row (null: a zero column); each x fragment feeds all MT m-tiles. With
+// x_rows[n] is the lane's token row (null: a zero column; GUARDED false: never null, and all BLOCKS
+// k-blocks exist); each x fragment feeds all MT m-tiles. With
 // one n-tile and one m-tile every x load is issued before the first mma (one L2 round trip, not one
 // per k-block); otherwise they load per block (registers: preloading two n-tiles' x for two blocks
 // took 114-118 registers and made dense M = 32-64 1.3x slower, H200).
-template <int BLOCKS, int NT, int MT = 1>
+template <int BLOCKS, int NT, int MT = 1, bool GUARDED = true>
 __device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS> (&w)[MT], const uint16_t* const (&x_rows)[NT],
                                            int kb0, int nkb, int c, float (&acc)[MT * NT][4]) {
   constexpr int PRELOADED = NT == 1 && MT == 1 ? BLOCKS : 1;
+  if constexpr (!GUARDED) nkb = BLOCKS;
   uint4 x_all[PRELOADED][NT][4];
   auto load_x = [&](int b, uint4 (&xv)[NT][4]) {
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int q = 0; q < 4; ++q)
-        xv[n][q] = b < nkb && x_rows[n] ? __ldg(reinterpret_cast<const uint4*>(x_rows[n] + (kb0 + b) * 128 + 32 * c) + q)
-                                        : make_uint4(0, 0, 0, 0);
+        xv[n][q] = !GUARDED || (b < nkb && x_rows[n])
+                       ? __ldg(reinterpret_cast<const uint4*>(x_rows[n] + (kb0 + b) * 128 + 32 * c) + q)
+                       : make_uint4(0, 0, 0, 0);
   };
   if constexpr (PRELOADED > 1)
 #pragma unroll

@@ -2,6 +2,7 @@
 // each warp's weight fragments loaded straight into registers (skinny_fragments.cuh; the k
 // permutation is skinny_gemm.cu's), the tokens of a tile as the mma's n dimension.
 #include <algorithm>
+#include <cstdlib>
 
 #include "cuda/moe_grouping.cuh"
 #include "cuda/skinny_fragments.cuh"
@@ -21,6 +22,7 @@ struct MoeParams {
   const uint16_t* act;
   const int32_t* sorted_pairs;  // gate_up: source row of a sorted row = sorted_pairs[r] / top_k
   int top_k;
+  float inv_top_k;  // 1 / top_k rounded
   const float* row_scales;  // W4A4: per source row
   const int32_t* tile_count;  // tile_offsets[experts]
   const int4* tiles;
@@ -28,14 +30,21 @@ struct MoeParams {
   bool out_fp32;
 };
 
+// sorted_pairs[r] / top_k without an integer division by a variable (~25 instructions): the float
+// quotient of pair < 2²² is within 2⁻² of the true one, so it truncates to it or one below, and one
+// step of the remainder corrects it.
 __device__ __forceinline__ int source_row(const MoeParams& p, int sorted_row) {
-  return p.sorted_pairs ? p.sorted_pairs[sorted_row] / p.top_k : sorted_row;
+  if (!p.sorted_pairs) return sorted_row;
+  const int pair = p.sorted_pairs[sorted_row];
+  const int q = int(float(pair) * p.inv_top_k);
+  return pair - q * p.top_k >= p.top_k ? q + 1 : q;
 }
 
 // Weight rows of one slice: GATED, the m16 tile is gate rows m0 … m0 + 7 (fragment rows g) over up
 // rows of the same features (rows g + 8), so one lane ends with gate and up of feature m0 + g for its
 // two token columns; otherwise rows m0 … m0 + 15 of the down weight. Null codes past the weight.
-template <bool GATED>
+// FULL: every slice's rows exist (the launch checked n).
+template <bool GATED, bool FULL>
 __device__ __forceinline__ void slice_rows(const MoeParams& p, int expert, int m0, int g, const uint8_t* (&row_codes)[2],
                                            const uint8_t* (&row_scales)[2]) {
   const size_t code_row = size_t(p.k) / 2, scale_row = size_t(p.k) / 16;
@@ -43,8 +52,8 @@ __device__ __forceinline__ void slice_rows(const MoeParams& p, int expert, int m
   for (int h = 0; h < 2; ++h) {
     const int which = GATED ? h : 0;
     const int row = GATED ? m0 + g : m0 + g + 8 * h;
-    const size_t base = size_t(expert) * p.n + min(row, p.n - 1);
-    row_codes[h] = row < p.n ? p.codes[which] + base * code_row : nullptr;
+    const size_t base = size_t(expert) * p.n + (FULL ? row : min(row, p.n - 1));
+    row_codes[h] = FULL || row < p.n ? p.codes[which] + base * code_row : nullptr;
     row_scales[h] = p.scales[which] + base * scale_row;
   }
 }
@@ -85,8 +94,11 @@ __device__ __forceinline__ void store_slice(const MoeParams& p, int4 tile, int m
 // down rows), blockIdx.y the tile. NT n-tiles: tiles of 8 · NT sorted rows, each weight fragment
 // decoded once for all of them; MT m-tiles: each x fragment loaded once for all of them.
 // MIN_CTAS > 0: at most 4 warps, registers capped so that MIN_CTAS CTAs fit an SM (more loads in
-// flight per SM for the MoE at 2048-wide k, launch_moe); 0: up to MAX_WARPS warps.
-template <int BLOCKS, bool GATED, int NT, int MT, int MIN_CTAS = 0>
+// flight per SM for the MoE at 2048-wide k, launch_moe); 0: up to MAX_WARPS warps. FULL: every warp
+// has BLOCKS k-blocks and every slice all its rows (full_tiles), so the loads need no guards, and a
+// lane past the tile's rows reads its last row instead of a zero column (store_slice drops it): half a
+// warp's instructions were such guards and address math (docs/perf.md, twentieth session).
+template <int BLOCKS, bool GATED, int NT, int MT, int MIN_CTAS = 0, bool FULL = false>
 __global__ void __launch_bounds__(MIN_CTAS ? 128 : MAX_WARPS * 32, MIN_CTAS ? MIN_CTAS : 1) skinny_moe_kernel(const MoeParams p) {
   extern __shared__ float partial[];
   pdl_wait();  // the tile list comes from the routing kernels
@@ -96,21 +108,25 @@ __global__ void __launch_bounds__(MIN_CTAS ? 128 : MAX_WARPS * 32, MIN_CTAS ? MI
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   constexpr int M_TILE = GATED ? 8 : 16;  // features (gated) or rows of one m-tile
   const int m0 = blockIdx.x * M_TILE * MT;
-  const int kb0 = warp * BLOCKS, nkb = min(BLOCKS, p.k / 128 - kb0);
+  const int kb0 = warp * BLOCKS, nkb = FULL ? BLOCKS : min(BLOCKS, p.k / 128 - kb0);
   WeightFragments<BLOCKS> w[MT];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     const uint8_t* row_codes[2];
     const uint8_t* row_scales[2];
-    slice_rows<GATED>(p, tile.x, m0 + mt * M_TILE, g, row_codes, row_scales);
-    w[mt].load(row_codes, row_scales, kb0, nkb, c);
+    slice_rows<GATED, FULL>(p, tile.x, m0 + mt * M_TILE, g, row_codes, row_scales);
+    if constexpr (FULL) w[mt].load_all(row_codes, row_scales, kb0, c);
+    else w[mt].load(row_codes, row_scales, kb0, nkb, c);
   }
   const uint16_t* x_rows[NT];
 #pragma unroll
-  for (int n = 0; n < NT; ++n)
-    x_rows[n] = 8 * n + g < tile.z ? p.act + size_t(source_row(p, tile.y + 8 * n + g)) * p.k : nullptr;
+  for (int n = 0; n < NT; ++n) {
+    const int r = 8 * n + g;
+    if constexpr (FULL) x_rows[n] = p.act + size_t(source_row(p, tile.y + min(r, tile.z - 1))) * p.k;
+    else x_rows[n] = r < tile.z ? p.act + size_t(source_row(p, tile.y + r)) * p.k : nullptr;
+  }
   float acc[MT * NT][4] = {};
-  mma_blocks<BLOCKS, NT, MT>(w, x_rows, kb0, nkb, c, acc);
+  mma_blocks<BLOCKS, NT, MT, !FULL>(w, x_rows, kb0, nkb, c, acc);
   if (!reduce_warps<MT * NT>(acc, partial)) return;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -143,6 +159,7 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
   if (w1) p.codes[1] = w1->packed, p.scales[1] = w1->block_scales, p.global_scales[1] = w1->global_scales;
   p.n = int(w0.rows), p.k = int(w0.cols);
   p.act = a.act, p.sorted_pairs = a.sorted_pairs, p.top_k = int(a.top_k), p.row_scales = a.row_scales;
+  p.inv_top_k = 1.0f / float(a.top_k);
   p.tile_count = a.tile_offsets + w0.experts, p.tiles = a.tiles;
   p.out = a.out, p.out_fp32 = a.out_fp32;
   const int nt = a.tile_rows / 8, per_warp = blocks_per_warp(p.k, false, nt);
@@ -152,9 +169,22 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
   const int64_t max_tiles = max_expert_tiles(a.pairs, w0.experts, a.tile_rows);
   const bool four = per_warp == 4;
   const dim3 grid{unsigned(slices), unsigned(max_tiles)};
+  // One n-tile (8-row tiles: up to 4 rows per expert on average) takes the unguarded kernels (FULL)
+  // wherever the shape gives every warp `blocks` k-blocks and every slice its rows: all the models'
+  // shapes. H200, Qwen3-30B-A3B (docs/perf.md, twentieth session): MoE block T = 16 122.5 → 119.8 µs,
+  // S_TG b16 2,255 → 2,307 tok/s; with two n-tiles they took more registers (88 → 108; the 5-CTA
+  // kernel spilled) and lost, T = 64 171.3 → 188.8 µs. NIBBLE_SKINNY_MOE_GUARDED=1 forces the guarded
+  // ones (an experiment switch for A/B runs).
+  using Kernel = void (*)(MoeParams);
+  static const bool guarded = std::getenv("NIBBLE_SKINNY_MOE_GUARDED") && std::atoi(std::getenv("NIBBLE_SKINNY_MOE_GUARDED"));
+  const bool rows_full = !guarded && p.n % slice_rows == 0;
+  auto one_tile = [&](int blocks, Kernel full, Kernel guarded_kernel) {
+    return rows_full && (p.k / 128) % blocks == 0 ? full : guarded_kernel;
+  };
   if constexpr (!GATED)
     if (mt == 2) {
-      const auto kernel = nt == 2 ? skinny_moe_kernel<2, false, 2, 2> : skinny_moe_kernel<2, false, 1, 2>;
+      const Kernel kernel = nt == 2 ? skinny_moe_kernel<2, false, 2, 2>
+                                    : one_tile(2, skinny_moe_kernel<2, false, 1, 2, 0, true>, skinny_moe_kernel<2, false, 1, 2>);
       return launch(kernel, grid, p.k, 2, 2 * nt, p, stream, what);
     }
   // 16-row tiles at 2048-wide k (4 warps of 4 blocks): registers capped for 5 CTAs an SM (96, no
@@ -166,7 +196,11 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
   switch (nt) {
     case 4: return launch(four ? skinny_moe_kernel<4, GATED, 4, 1> : skinny_moe_kernel<2, GATED, 4, 1>, grid, p.k, per_warp, 4, p, stream, what);
     case 2: return launch(four ? skinny_moe_kernel<4, GATED, 2, 1> : skinny_moe_kernel<2, GATED, 2, 1>, grid, p.k, per_warp, 2, p, stream, what);
-    default: return launch(four ? skinny_moe_kernel<4, GATED, 1, 1> : skinny_moe_kernel<2, GATED, 1, 1>, grid, p.k, per_warp, 1, p, stream, what);
+    default: {
+      const Kernel kernel = four ? one_tile(4, skinny_moe_kernel<4, GATED, 1, 1, 0, true>, skinny_moe_kernel<4, GATED, 1, 1>)
+                                 : one_tile(2, skinny_moe_kernel<2, GATED, 1, 1, 0, true>, skinny_moe_kernel<2, GATED, 1, 1>);
+      return launch(kernel, grid, p.k, per_warp, 1, p, stream, what);
+    }
   }
 }
 
