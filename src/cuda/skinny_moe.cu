@@ -30,14 +30,14 @@ struct MoeParams {
   bool out_fp32;
 };
 
-// sorted_pairs[r] / top_k without an integer division by a variable (~25 instructions): the float
-// quotient of pair < 2²² is within 2⁻² of the true one, so it truncates to it or one below, and one
-// step of the remainder corrects it.
+// sorted_pairs[r] / top_k without an integer division by a variable (~25 instructions): for pair <
+// 2²⁴ (launch_moe checks) float(pair) is exact and the float quotient within 2 / top_k of the true
+// one (exact for top_k 1 and 2), so it truncates to it or one either side, and the remainder corrects it.
 __device__ __forceinline__ int source_row(const MoeParams& p, int sorted_row) {
   if (!p.sorted_pairs) return sorted_row;
   const int pair = p.sorted_pairs[sorted_row];
-  const int q = int(float(pair) * p.inv_top_k);
-  return pair - q * p.top_k >= p.top_k ? q + 1 : q;
+  const int q = int(float(pair) * p.inv_top_k), rem = pair - q * p.top_k;
+  return rem >= p.top_k ? q + 1 : rem < 0 ? q - 1 : q;
 }
 
 // Weight rows of one slice: GATED, the m16 tile is gate rows m0 … m0 + 7 (fragment rows g) over up
@@ -154,6 +154,7 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
   if (reinterpret_cast<uintptr_t>(a.act) % 16 || reinterpret_cast<uintptr_t>(w0.packed) % 16)
     return Status::error(std::string(what) + ": activations and weights must be 16-byte aligned");
   if (a.pairs <= 0) return Status::ok();
+  if (a.pairs >= int64_t{1} << 24) return Status::error(std::string(what) + ": more than 2^24 rows (source_row's float quotient)");
   MoeParams p{};
   p.codes[0] = w0.packed, p.scales[0] = w0.block_scales, p.global_scales[0] = w0.global_scales;
   if (w1) p.codes[1] = w1->packed, p.scales[1] = w1->block_scales, p.global_scales[1] = w1->global_scales;
