@@ -77,7 +77,7 @@ CommandRunner register_bench(CLI::App& root) {
   latency->add_option("--backend", l->backend, "auto | cpu | cuda")->capture_default_str();
   latency->add_option("--modes", l->modes, "Activation modes (MoE and dense alike): none,static,per-token")->capture_default_str();
   latency->add_option("--gemm-backend", l->gemm_backend, choices)->capture_default_str();
-  latency->add_option("--moe-backend", l->moe_backend, choices)->capture_default_str();
+  latency->add_option("--moe-backend", l->moe_backend, choices)->envname("NIBBLE_MOE_BACKEND")->capture_default_str();
   latency->add_option("--attention-backend", l->attention_backend, "auto | flashinfer | native")->capture_default_str();
   latency->add_option("--decode-attention", l->decode_attention, "Native attention's decode kernel: auto | split-kv | tensor-core")->capture_default_str();
   latency->add_option("--pp", l->pp, "Prefill lengths (ppN)")->capture_default_str();

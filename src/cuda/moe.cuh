@@ -84,7 +84,10 @@ struct MoeWorkspace {
 // 2,048, 1,845/2,960 at 8,192 (the benchmark routes evenly). End to end (`bench latency`, the
 // synthetic checkpoint's skewed routing) wgmma wins from 32 rows: pp512 27,697 tok/s against 20,233
 // on fused; fused wins decode at 128 and 256 sequences (7,838 / 10,508 tok/s against skinny's 7,260 / 9,502).
-inline constexpr int64_t AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT = 6;
+// With the skinny MoE's long warps (docs/perf.md "Long warps", twenty-first session) skinny wins to
+// 8 rows: S_TG b96 8,123 against fused's 7,748, b128 9,244 / 9,074; fused from 12: b192 10,699 /
+// 10,520, b256 11,823 / 11,287.
+inline constexpr int64_t AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT = 10;
 inline constexpr int64_t AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT = 32;
 // The backend moe_forward runs for `backend` (AUTO resolved; SKINNY falls back to FUSED for shapes
 // it does not take).

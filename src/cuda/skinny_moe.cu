@@ -42,9 +42,9 @@ __device__ __forceinline__ int source_row(const MoeParams& p, int sorted_row) {
 
 // Weight rows of one slice: GATED, the m16 tile is gate rows m0 … m0 + 7 (fragment rows g) over up
 // rows of the same features (rows g + 8), so one lane ends with gate and up of feature m0 + g for its
-// two token columns; otherwise rows m0 … m0 + 15 of the down weight. Null codes past the weight.
-// FULL: every slice's rows exist (the launch checked n).
-template <bool GATED, bool FULL>
+// two token columns; otherwise rows m0 … m0 + 15 of the down weight. Rows past the weight read its
+// last row (store_slice drops their features), or with NULL_PAST have null codes (zeros).
+template <bool GATED, bool NULL_PAST>
 __device__ __forceinline__ void slice_rows(const MoeParams& p, int expert, int m0, int g, const uint8_t* (&row_codes)[2],
                                            const uint8_t* (&row_scales)[2]) {
   const size_t code_row = size_t(p.k) / 2, scale_row = size_t(p.k) / 16;
@@ -52,9 +52,21 @@ __device__ __forceinline__ void slice_rows(const MoeParams& p, int expert, int m
   for (int h = 0; h < 2; ++h) {
     const int which = GATED ? h : 0;
     const int row = GATED ? m0 + g : m0 + g + 8 * h;
-    const size_t base = size_t(expert) * p.n + (FULL ? row : min(row, p.n - 1));
-    row_codes[h] = FULL || row < p.n ? p.codes[which] + base * code_row : nullptr;
+    const size_t base = size_t(expert) * p.n + min(row, p.n - 1);
+    row_codes[h] = !NULL_PAST || row < p.n ? p.codes[which] + base * code_row : nullptr;
     row_scales[h] = p.scales[which] + base * scale_row;
+  }
+}
+
+// The lane's token rows of a tile (8 · NT sorted rows from tile.y): rows past the tile read its last
+// row (store_slice drops those columns), or with NULL_PAST are null (zero columns).
+template <int NT, bool NULL_PAST>
+__device__ __forceinline__ void token_rows(const MoeParams& p, int4 tile, int g, const uint16_t* (&x_rows)[NT]) {
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    const int r = 8 * n + g;
+    if constexpr (NULL_PAST) x_rows[n] = r < tile.z ? p.act + size_t(source_row(p, tile.y + r)) * p.k : nullptr;
+    else x_rows[n] = p.act + size_t(source_row(p, tile.y + min(r, tile.z - 1))) * p.k;
   }
 }
 
@@ -114,23 +126,93 @@ __global__ void __launch_bounds__(MIN_CTAS ? 128 : MAX_WARPS * 32, MIN_CTAS ? MI
   for (int mt = 0; mt < MT; ++mt) {
     const uint8_t* row_codes[2];
     const uint8_t* row_scales[2];
-    slice_rows<GATED, FULL>(p, tile.x, m0 + mt * M_TILE, g, row_codes, row_scales);
+    slice_rows<GATED, !FULL>(p, tile.x, m0 + mt * M_TILE, g, row_codes, row_scales);
     if constexpr (FULL) w[mt].load_all(row_codes, row_scales, kb0, c);
     else w[mt].load(row_codes, row_scales, kb0, nkb, c);
   }
   const uint16_t* x_rows[NT];
-#pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    const int r = 8 * n + g;
-    if constexpr (FULL) x_rows[n] = p.act + size_t(source_row(p, tile.y + min(r, tile.z - 1))) * p.k;
-    else x_rows[n] = r < tile.z ? p.act + size_t(source_row(p, tile.y + r)) * p.k : nullptr;
-  }
+  token_rows<NT, !FULL>(p, tile, g, x_rows);
   float acc[MT * NT][4] = {};
   mma_blocks<BLOCKS, NT, MT, !FULL>(w, x_rows, kb0, nkb, c, acc);
   if (!reduce_warps<MT * NT>(acc, partial)) return;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
     store_slice<GATED, NT>(p, tile, m0 + mt * M_TILE, *reinterpret_cast<const float(*)[NT][4]>(&acc[mt * NT]));
+}
+
+// One warp's whole k range for its slice (row_codes / row_scales, slice_rows) and NT n-tiles of the
+// tile, WINDOW k-blocks of weight fragments in flight (block kb + WINDOW is loaded once block kb is
+// done), then the epilogue. Rows and tokens past the weight or the tile read the last one (no
+// guards); only the prefetch is predicated. Pointers advance a window at a time, so each block's
+// loads take immediate offsets.
+template <int WINDOW, bool GATED, int NT>
+__device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, int m0, const uint8_t* const (&row_codes)[2],
+                                                const uint8_t* const (&row_scales)[2]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const uint8_t* code_at[2] = {row_codes[0] + 16 * c, row_codes[1] + 16 * c};
+  const uint16_t* scale_at[2] = {reinterpret_cast<const uint16_t*>(row_scales[0] + 2 * c),
+                                 reinterpret_cast<const uint16_t*>(row_scales[1] + 2 * c)};
+  const uint16_t* x_rows[NT];
+  token_rows<NT, false>(p, tile, g, x_rows);
+  const uint4* x_at[NT];
+#pragma unroll
+  for (int n = 0; n < NT; ++n) x_at[n] = reinterpret_cast<const uint4*>(x_rows[n] + 32 * c);
+  const int nkb = p.k / 128;
+  uint4 codes[2][WINDOW];
+  uint32_t scales[2][WINDOW];
+#pragma unroll
+  for (int j = 0; j < WINDOW; ++j)
+    if (j < nkb)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) codes[h][j] = load_stream(code_at[h] + j * 64), scales[h][j] = __ldg(scale_at[h] + j * 4);
+  float acc[NT][4] = {};
+  for (int kb0 = 0; kb0 < nkb; kb0 += WINDOW) {
+#pragma unroll
+    for (int j = 0; j < WINDOW; ++j) {
+      if (kb0 + j >= nkb) break;
+      uint4 xv[NT][4];
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) xv[n][q] = __ldg(x_at[n] + j * 16 + q);  // 128 values a block
+      mma_kblock<NT>({codes[0][j], codes[1][j]}, {scales[0][j], scales[1][j]}, xv, acc);
+      if (kb0 + j + WINDOW < nkb)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          codes[h][j] = load_stream(code_at[h] + (j + WINDOW) * 64), scales[h][j] = __ldg(scale_at[h] + (j + WINDOW) * 4);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) code_at[h] += WINDOW * 64, scale_at[h] += WINDOW * 4;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) x_at[n] += WINDOW * 16;
+  }
+  store_slice<GATED, NT>(p, tile, m0, acc);
+}
+
+// Long warps: a CTA of 4 warps takes 4 adjacent slices of one tile (blockIdx.x: the group of slices,
+// blockIdx.y the tile) and each warp walks the whole k range of its slice alone (long_warp_slice).
+// The split kernel above gives each warp 2-4 k-blocks, so its fixed work — addresses, token rows, the
+// k-split sum through shared memory, the epilogue — is about half of what a warp executes at T = 64
+// (docs/perf.md, "where the mid-batch MoE's time goes"); here it is paid once per slice, and the four
+// warps read the same x rows at about the same time (L1 hits for three). A tile takes only the n-tiles
+// its rows fill (a 16- or 32-row tile of at most 8 rows one, of at most 16 two), so the tiles can be
+// tall enough that an expert's rows rarely need a second tile's weight reads, and the x loads and mma
+// of empty n-tiles are skipped.
+template <int WINDOW, bool GATED, int NT, int MIN_CTAS>
+__global__ void __launch_bounds__(128, MIN_CTAS) skinny_moe_long_kernel(const MoeParams p) {
+  pdl_wait();  // the tile list comes from the routing kernels
+  pdl_launch_dependents();
+  const int4 tile = p.tiles[blockIdx.y];
+  if (int(blockIdx.y) >= *p.tile_count) return;
+  constexpr int M_TILE = GATED ? 8 : 16;
+  const int m0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * M_TILE;
+  if (m0 >= p.n) return;
+  const uint8_t* row_codes[2];
+  const uint8_t* row_scales[2];
+  slice_rows<GATED, false>(p, tile.x, m0, (threadIdx.x & 31) >> 2, row_codes, row_scales);
+  if (NT >= 2 && tile.z <= 8) long_warp_slice<WINDOW, GATED, 1>(p, tile, m0, row_codes, row_scales);
+  else if (NT == 4 && tile.z <= 16) long_warp_slice<WINDOW, GATED, 2>(p, tile, m0, row_codes, row_scales);
+  else long_warp_slice<WINDOW, GATED, NT>(p, tile, m0, row_codes, row_scales);
 }
 
 // m-tiles a down CTA: two from one row per expert on average (gate_up CTAs take one). Its x rows
@@ -164,10 +246,26 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
   p.tile_count = a.tile_offsets + w0.experts, p.tiles = a.tiles;
   p.out = a.out, p.out_fp32 = a.out_fp32;
   const int nt = a.tile_rows / 8, per_warp = blocks_per_warp(p.k, false, nt);
+  const int64_t max_tiles = max_expert_tiles(a.pairs, w0.experts, a.tile_rows);
+  using Kernel = void (*)(MoeParams);
+  // Long warps from half a row per expert on average; the split kernels below
+  // for fewer pairs, where a warp per slice would leave the SMs too few warps to keep loads in flight.
+  // NIBBLE_SKINNY_MOE_LONG=0 / 1 turns them off / on wherever they apply (an A/B switch).
+  static const char* long_env = std::getenv("NIBBLE_SKINNY_MOE_LONG");
+  static const int long_mode = long_env ? std::atoi(long_env) : -1;
+  if ((long_mode == 1 || (long_mode < 0 && 2 * a.pairs >= w0.experts))) {
+    constexpr int M_TILE = GATED ? 8 : 16;
+    const dim3 grid{unsigned(((p.n + M_TILE - 1) / M_TILE + 3) / 4), unsigned(max_tiles)};
+    // Windows and CTAs an SM measured on the H200 (docs/perf.md, "Long warps"): more warps beat a
+    // deeper window — one block ahead for 16-row tiles at 8 CTAs (64 registers), two for 8-row tiles.
+    const Kernel kernel = nt == 4   ? skinny_moe_long_kernel<1, GATED, 4, 4>
+                          : nt == 2 ? skinny_moe_long_kernel<1, GATED, 2, 8>
+                                    : skinny_moe_long_kernel<2, GATED, 1, 8>;
+    return cuda_status(launch_pdl(kernel, grid, dim3(128), 0, stream, p), what);
+  }
   // Two m-tiles take 2 k-blocks a warp (4 spill), so k up to 2 · MAX_WARPS blocks; 32-row tiles spill too.
   const int mt = !GATED && nt <= 2 && p.k / 128 <= 2 * MAX_WARPS ? down_m_tiles(a.pairs, w0.experts) : 1;
   const int slice_rows = (GATED ? 8 : 16) * mt, slices = (p.n + slice_rows - 1) / slice_rows;
-  const int64_t max_tiles = max_expert_tiles(a.pairs, w0.experts, a.tile_rows);
   const bool four = per_warp == 4;
   const dim3 grid{unsigned(slices), unsigned(max_tiles)};
   // One n-tile (8-row tiles: up to 4 rows per expert on average) takes the unguarded kernels (FULL)
@@ -176,7 +274,6 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
   // S_TG b16 2,255 → 2,307 tok/s; with two n-tiles they took more registers (88 → 108; the 5-CTA
   // kernel spilled) and lost, T = 64 171.3 → 188.8 µs. NIBBLE_SKINNY_MOE_GUARDED=1 forces the guarded
   // ones (an experiment switch for A/B runs).
-  using Kernel = void (*)(MoeParams);
   static const bool guarded = std::getenv("NIBBLE_SKINNY_MOE_GUARDED") && std::atoi(std::getenv("NIBBLE_SKINNY_MOE_GUARDED"));
   const bool rows_full = !guarded && p.n % slice_rows == 0;
   auto one_tile = [&](int blocks, Kernel full, Kernel guarded_kernel) {

@@ -371,7 +371,7 @@ TEST(CudaMoe, MatchesReferenceOnQwen3Shapes) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaMoe.Qwen3");
   const Problem p = make_problem(QWEN3_30B, seed);
-  for (int64_t tokens : {1, 3, 17, 255, 1000, 4099}) check(p, tokens, false, seed + tokens);  // every tiling
+  for (int64_t tokens : {1, 3, 17, 64, 255, 1000, 4099}) check(p, tokens, false, seed + tokens);  // every tiling
 }
 
 TEST(CudaMoe, AllTokensOnTheSameExperts) {
