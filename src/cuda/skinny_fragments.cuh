@@ -109,16 +109,15 @@ __device__ __forceinline__ void mma_kblock(const uint4 (&codes)[2], const uint32
   mma_decoded<NT>(a, xv, acc);
 }
 
-// acc[mt · NT + n] += Ŵ(rows g, g+8 of m-tile mt) · x(column g of n-tile n) over the warp's k-blocks;
-// x_rows[n] is the lane's token row (null: a zero column; GUARDED false: never null, and all BLOCKS
-// k-blocks exist); each x fragment feeds all MT m-tiles. With
-// one n-tile and one m-tile every x load is issued before the first mma (one L2 round trip, not one
-// per k-block); otherwise they load per block (registers: preloading two n-tiles' x for two blocks
-// took 114-118 registers and made dense M = 32-64 1.3x slower, H200).
-template <int BLOCKS, int NT, int MT = 1, bool GUARDED = true>
-__device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS> (&w)[MT], const uint16_t* const (&x_rows)[NT],
-                                           int kb0, int nkb, int c, float (&acc)[MT * NT][4]) {
-  constexpr int PRELOADED = NT == 1 && MT == 1 ? BLOCKS : 1;
+// acc[n] += Ŵ(rows g, g + 8) · x(column g of n-tile n) over the warp's k-blocks; x_rows[n] is the
+// lane's token row (null: a zero column; GUARDED false: never null, and all BLOCKS k-blocks exist).
+// With one n-tile every x load is issued before the first mma (one L2 round trip, not one per
+// k-block); otherwise they load per block (registers: preloading two n-tiles' x for two blocks took
+// 114-118 registers and made dense M = 32-64 1.3x slower, H200).
+template <int BLOCKS, int NT, bool GUARDED = true>
+__device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS>& w, const uint16_t* const (&x_rows)[NT], int kb0,
+                                           int nkb, int c, float (&acc)[NT][4]) {
+  constexpr int PRELOADED = NT == 1 ? BLOCKS : 1;
   if constexpr (!GUARDED) nkb = BLOCKS;
   uint4 x_all[PRELOADED][NT][4];
   auto load_x = [&](int b, uint4 (&xv)[NT][4]) {
@@ -137,11 +136,7 @@ __device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS> (&w)[MT
   for (int b = 0; b < BLOCKS; ++b) {
     if (b >= nkb) break;
     if constexpr (PRELOADED == 1) load_x(b, x_all[0]);
-    const uint4 (&xv)[NT][4] = x_all[PRELOADED > 1 ? b : 0];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-      mma_kblock<NT>({w[mt].codes[0][b], w[mt].codes[1][b]}, {w[mt].scales[0][b], w[mt].scales[1][b]}, xv,
-                     *reinterpret_cast<float(*)[NT][4]>(&acc[mt * NT]));
+    mma_kblock<NT>({w.codes[0][b], w.codes[1][b]}, {w.scales[0][b], w.scales[1][b]}, x_all[PRELOADED > 1 ? b : 0], acc);
   }
 }
 

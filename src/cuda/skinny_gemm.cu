@@ -63,8 +63,8 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, BLOCKS == 2 && NT == 2 ? 2 : 1
     row_scales[h] = seg.scales + min(row, seg.rows - 1) * scale_row + p.k_offset / 16;
   }
   const int kb0 = warp * BLOCKS, nkb = min(BLOCKS, p.k / 128 - kb0);
-  WeightFragments<BLOCKS> w[1];
-  w[0].load(row_codes, row_scales, kb0, nkb, c);  // the weights do not depend on earlier kernels
+  WeightFragments<BLOCKS> w;
+  w.load(row_codes, row_scales, kb0, nkb, c);  // the weights do not depend on earlier kernels
   pdl_wait();
   pdl_launch_dependents();
   const int t0 = blockIdx.y * 8 * NT;

@@ -102,42 +102,36 @@ __device__ __forceinline__ void store_slice(const MoeParams& p, int4 tile, int m
   }
 }
 
-// One CTA per (slice, tile): blockIdx.x is the slice of MT m-tiles (8 · MT gated features or 16 · MT
-// down rows), blockIdx.y the tile. NT n-tiles: tiles of 8 · NT sorted rows, each weight fragment
-// decoded once for all of them; MT m-tiles: each x fragment loaded once for all of them.
-// MIN_CTAS > 0: at most 4 warps, registers capped so that MIN_CTAS CTAs fit an SM (more loads in
-// flight per SM for the MoE at 2048-wide k, launch_moe); 0: up to MAX_WARPS warps. FULL: every warp
-// has BLOCKS k-blocks and every slice all its rows (launch_moe checks), so the loads need no guards,
-// and a lane past the tile's rows reads its last row instead of a zero column (store_slice drops it):
-// gate_up with one n-tile 1,056 → 976 instructions a warp at 2 k-blocks, 1,448 → 1,296 at 4 (SASS).
-template <int BLOCKS, bool GATED, int NT, int MT, int MIN_CTAS = 0, bool FULL = false>
-__global__ void __launch_bounds__(MIN_CTAS ? 128 : MAX_WARPS * 32, MIN_CTAS ? MIN_CTAS : 1) skinny_moe_kernel(const MoeParams p) {
+// Few pairs (8-row tiles, fewer than half a row per expert): one CTA per (slice, tile), blockIdx.x
+// the slice (8 gated features or 16 down rows), blockIdx.y the tile; its warps split the k range,
+// BLOCKS k-blocks each, and warp 0 sums them (reduce_warps) and stores the slice. FULL: every warp has
+// BLOCKS k-blocks and every slice all its rows (launch_moe checks), so the loads need no guards, and a
+// lane past the tile's rows reads its last row instead of a zero column (store_slice drops it):
+// gate_up 1,056 → 976 instructions a warp at 2 k-blocks, 1,448 → 1,296 at 4 (SASS).
+// (The explicit minimum of one CTA an SM matters: without it ptxas schedules the weight loads later,
+// 86 → 54 registers for 4 k-blocks, half of them issued before the first mma.)
+template <int BLOCKS, bool GATED, bool FULL>
+__global__ void __launch_bounds__(MAX_WARPS * 32, 1) skinny_moe_split_kernel(const MoeParams p) {
   extern __shared__ float partial[];
   pdl_wait();  // the tile list comes from the routing kernels
   pdl_launch_dependents();
   const int4 tile = p.tiles[blockIdx.y];  // in bounds (the grid never exceeds the list); read with the count
   if (int(blockIdx.y) >= *p.tile_count) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  constexpr int M_TILE = GATED ? 8 : 16;  // features (gated) or rows of one m-tile
-  const int m0 = blockIdx.x * M_TILE * MT;
+  const int m0 = blockIdx.x * (GATED ? 8 : 16);
   const int kb0 = warp * BLOCKS, nkb = FULL ? BLOCKS : min(BLOCKS, p.k / 128 - kb0);
-  WeightFragments<BLOCKS> w[MT];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    const uint8_t* row_codes[2];
-    const uint8_t* row_scales[2];
-    slice_rows<GATED, !FULL>(p, tile.x, m0 + mt * M_TILE, g, row_codes, row_scales);
-    if constexpr (FULL) w[mt].load_all(row_codes, row_scales, kb0, c);
-    else w[mt].load(row_codes, row_scales, kb0, nkb, c);
-  }
-  const uint16_t* x_rows[NT];
-  token_rows<NT, !FULL>(p, tile, g, x_rows);
-  float acc[MT * NT][4] = {};
-  mma_blocks<BLOCKS, NT, MT, !FULL>(w, x_rows, kb0, nkb, c, acc);
-  if (!reduce_warps<MT * NT>(acc, partial)) return;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-    store_slice<GATED, NT>(p, tile, m0 + mt * M_TILE, *reinterpret_cast<const float(*)[NT][4]>(&acc[mt * NT]));
+  WeightFragments<BLOCKS> w;
+  const uint8_t* row_codes[2];
+  const uint8_t* row_scales[2];
+  slice_rows<GATED, !FULL>(p, tile.x, m0, g, row_codes, row_scales);
+  if constexpr (FULL) w.load_all(row_codes, row_scales, kb0, c);
+  else w.load(row_codes, row_scales, kb0, nkb, c);
+  const uint16_t* x_rows[1];
+  token_rows<1, !FULL>(p, tile, g, x_rows);
+  float acc[1][4] = {};
+  mma_blocks<BLOCKS, 1, !FULL>(w, x_rows, kb0, nkb, c, acc);
+  if (!reduce_warps<1>(acc, partial)) return;
+  store_slice<GATED, 1>(p, tile, m0, acc);
 }
 
 // One warp's whole k range for its slice (row_codes / row_scales, slice_rows) and NT n-tiles of the
@@ -215,15 +209,6 @@ __global__ void __launch_bounds__(128, MIN_CTAS) skinny_moe_long_kernel(const Mo
   else long_warp_slice<WINDOW, GATED, NT>(p, tile, m0, row_codes, row_scales);
 }
 
-// m-tiles a down CTA: two from one row per expert on average (gate_up CTAs take one). Its x rows
-// (gate_up's output, 1.5 KB each) outweigh a 16-row m-tile's weights (16 tokens' 24 KB against
-// 6.9 KB), so a second m-tile halves what a CTA reads from L2 per weight byte. H200, full-size
-// Qwen3-30B-A3B (docs/perf.md): S_TG b16 / b32 / b64 2,164 / 3,375 / 5,689 → 2,220 / 3,427 / 5,955
-// tok/s; MoE block (even routing) T = 64 182.5 → 175.1 µs, T = 128 216.7 → 201.9, T = 16-32 within
-// 1%, T = 1 24.4 → 25.6 (hence one there). Two for gate_up (x 4 KB a row against 18 KB of weights)
-// lost: b64 5,608, T = 64 197.3 µs.
-int down_m_tiles(int64_t pairs, int64_t experts) { return pairs >= experts ? 2 : 1; }
-
 template <bool GATED>
 Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const DeviceNvfp4Experts* w1,
                   cudaStream_t stream) {
@@ -245,61 +230,34 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
   p.inv_top_k = 1.0f / float(a.top_k);
   p.tile_count = a.tile_offsets + w0.experts, p.tiles = a.tiles;
   p.out = a.out, p.out_fp32 = a.out_fp32;
-  const int nt = a.tile_rows / 8, per_warp = blocks_per_warp(p.k, false, nt);
+  const int nt = a.tile_rows / 8;
   const int64_t max_tiles = max_expert_tiles(a.pairs, w0.experts, a.tile_rows);
+  constexpr int SLICE_ROWS = GATED ? 8 : 16;  // gated features, or down rows, of a slice
+  const int slices = (p.n + SLICE_ROWS - 1) / SLICE_ROWS;
   using Kernel = void (*)(MoeParams);
-  // Long warps from half a row per expert on average; the split kernels below
-  // for fewer pairs, where a warp per slice would leave the SMs too few warps to keep loads in flight.
-  // NIBBLE_SKINNY_MOE_LONG=0 / 1 turns them off / on wherever they apply (an A/B switch).
-  static const char* long_env = std::getenv("NIBBLE_SKINNY_MOE_LONG");
-  static const int long_mode = long_env ? std::atoi(long_env) : -1;
-  if ((long_mode == 1 || (long_mode < 0 && 2 * a.pairs >= w0.experts))) {
-    constexpr int M_TILE = GATED ? 8 : 16;
-    const dim3 grid{unsigned(((p.n + M_TILE - 1) / M_TILE + 3) / 4), unsigned(max_tiles)};
-    // Windows and CTAs an SM measured on the H200 (docs/perf.md, "Long warps"): more warps beat a
-    // deeper window — one block ahead for 16-row tiles at 8 CTAs (64 registers), two for 8-row tiles.
+  // Long warps from half a row per expert on average (and for any taller tiles). H200, Qwen3-30B-A3B
+  // (docs/perf.md, "Long warps"): MoE block T = 8 77.0 → 69.1 µs, T = 16 118 → 89, T = 64 173 → 134;
+  // S_TG b16 2,287 → 2,688 tok/s, b64 6,091 → 6,722. Below it the split kernels: one warp a slice would
+  // leave too few warps to keep loads in flight (T = 4 46.2 split, 49.1 long).
+  if (nt > 1 || 2 * a.pairs >= w0.experts) {
+    const dim3 grid{unsigned((slices + 3) / 4), unsigned(max_tiles)};
+    // More warps beat a deeper window (same section): one block ahead for 16- and 32-row tiles, two
+    // for 8-row ones; 8 CTAs an SM (61-64 registers), 4 for 32-row tiles (their four n-tiles' x).
     const Kernel kernel = nt == 4   ? skinny_moe_long_kernel<1, GATED, 4, 4>
                           : nt == 2 ? skinny_moe_long_kernel<1, GATED, 2, 8>
                                     : skinny_moe_long_kernel<2, GATED, 1, 8>;
     return cuda_status(launch_pdl(kernel, grid, dim3(128), 0, stream, p), what);
   }
-  // Two m-tiles take 2 k-blocks a warp (4 spill), so k up to 2 · MAX_WARPS blocks; 32-row tiles spill too.
-  const int mt = !GATED && nt <= 2 && p.k / 128 <= 2 * MAX_WARPS ? down_m_tiles(a.pairs, w0.experts) : 1;
-  const int slice_rows = (GATED ? 8 : 16) * mt, slices = (p.n + slice_rows - 1) / slice_rows;
-  const bool four = per_warp == 4;
-  const dim3 grid{unsigned(slices), unsigned(max_tiles)};
-  // One n-tile (8-row tiles: up to 4 rows per expert on average) takes the unguarded kernels (FULL)
-  // wherever the shape gives every warp `blocks` k-blocks and every slice its rows: all the models'
-  // shapes. H200, Qwen3-30B-A3B (docs/perf.md, twentieth session): MoE block T = 16 122.5 → 119.8 µs,
-  // S_TG b16 2,255 → 2,307 tok/s; with two n-tiles they took more registers (88 → 108; the 5-CTA
-  // kernel spilled) and lost, T = 64 171.3 → 188.8 µs. NIBBLE_SKINNY_MOE_GUARDED=1 forces the guarded
-  // ones (an experiment switch for A/B runs).
+  // The unguarded split kernels (FULL) wherever the shape gives every warp its k-blocks and every
+  // slice its rows: all the models' shapes. H200, Qwen3-30B-A3B (docs/perf.md, twentieth session):
+  // MoE block T = 16 122.5 → 119.8 µs, S_TG b16 2,255 → 2,307 tok/s. NIBBLE_SKINNY_MOE_GUARDED=1
+  // forces the guarded ones (an experiment switch for A/B runs).
   static const bool guarded = std::getenv("NIBBLE_SKINNY_MOE_GUARDED") && std::atoi(std::getenv("NIBBLE_SKINNY_MOE_GUARDED"));
-  const bool rows_full = !guarded && p.n % slice_rows == 0;
-  auto one_tile = [&](int blocks, Kernel full, Kernel guarded_kernel) {
-    return rows_full && (p.k / 128) % blocks == 0 ? full : guarded_kernel;
-  };
-  if constexpr (!GATED)
-    if (mt == 2) {
-      const Kernel kernel = nt == 2 ? skinny_moe_kernel<2, false, 2, 2>
-                                    : one_tile(2, skinny_moe_kernel<2, false, 1, 2, 0, true>, skinny_moe_kernel<2, false, 1, 2>);
-      return launch(kernel, grid, p.k, 2, 2 * nt, p, stream, what);
-    }
-  // 16-row tiles at 2048-wide k (4 warps of 4 blocks): registers capped for 5 CTAs an SM (96, no
-  // spills; 6 CTAs would spill), more loads in flight for a kernel that waits on memory. H200
-  // (docs/perf.md "Repacked NVFP4 codes"): MoE block T = 64 193.9 → 183.6 µs, T = 95 211.6 → 199.5,
-  // T = 32 unchanged; S_TG b64 4,722 → 4,828 tok/s.
-  if (four && nt == 2 && p.k == 4 * 4 * 128)
-    return launch(skinny_moe_kernel<4, GATED, 2, 1, 5>, grid, p.k, 4, 2, p, stream, what);
-  switch (nt) {
-    case 4: return launch(four ? skinny_moe_kernel<4, GATED, 4, 1> : skinny_moe_kernel<2, GATED, 4, 1>, grid, p.k, per_warp, 4, p, stream, what);
-    case 2: return launch(four ? skinny_moe_kernel<4, GATED, 2, 1> : skinny_moe_kernel<2, GATED, 2, 1>, grid, p.k, per_warp, 2, p, stream, what);
-    default: {
-      const Kernel kernel = four ? one_tile(4, skinny_moe_kernel<4, GATED, 1, 1, 0, true>, skinny_moe_kernel<4, GATED, 1, 1>)
-                                 : one_tile(2, skinny_moe_kernel<2, GATED, 1, 1, 0, true>, skinny_moe_kernel<2, GATED, 1, 1>);
-      return launch(kernel, grid, p.k, per_warp, 1, p, stream, what);
-    }
-  }
+  const int per_warp = blocks_per_warp(p.k, false, 1);
+  const bool full = !guarded && p.n % SLICE_ROWS == 0 && (p.k / 128) % per_warp == 0;
+  const Kernel kernel = per_warp == 4 ? (full ? skinny_moe_split_kernel<4, GATED, true> : skinny_moe_split_kernel<4, GATED, false>)
+                                      : (full ? skinny_moe_split_kernel<2, GATED, true> : skinny_moe_split_kernel<2, GATED, false>);
+  return launch(kernel, dim3(unsigned(slices), unsigned(max_tiles)), p.k, per_warp, 1, p, stream, what);
 }
 
 }  // namespace
