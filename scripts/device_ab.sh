@@ -17,7 +17,7 @@ PARTS=${PARTS:-tests,slice,kernels,latency}
 MOE_ROWS=${MOE_ROWS:-all:1,16,64,128,256,512,2048,8192}
 DENSE_ROWS=${DENSE_ROWS:-all:1,16,32,64,8192}
 LATENCY=${LATENCY:---modes none --pp 2048 --tg 128 --batches 16,64,128,256}
-PROFILE_KERNEL=${PROFILE_KERNEL:-skinny_moe_kernel}
+PROFILE_KERNEL=${PROFILE_KERNEL:-skinny_moe_}  # the split and long-warp MoE kernels
 PROFILE_ARGS=${PROFILE_ARGS:---ops moe --moe-tokens 64 --moe-backend skinny}
 has() { [[ ",$PARTS," == *",$1,"* ]]; }
 if [ -f "$BASE_DIR/bins.tar.gz" ] && [ ! -x "$BASE_DIR/nibble" ]; then tar -C "$BASE_DIR" -xzf "$BASE_DIR/bins.tar.gz"; fi

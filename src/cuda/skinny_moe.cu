@@ -185,8 +185,8 @@ __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, i
 
 // Long warps: a CTA of 4 warps takes 4 adjacent slices of one tile (blockIdx.x: the group of slices,
 // blockIdx.y the tile) and each warp walks the whole k range of its slice alone (long_warp_slice).
-// The split kernel above gives each warp 2-4 k-blocks, so its fixed work — addresses, token rows, the
-// k-split sum through shared memory, the epilogue — is about half of what a warp executes at T = 64
+// The split kernel above gives each warp 2-4 k-blocks, and its fixed work — addresses, token rows, the
+// k-split sum through shared memory, the epilogue — was about half of what a warp executed at T = 64
 // (docs/perf.md, "where the mid-batch MoE's time goes"); here it is paid once per slice, and the four
 // warps read the same x rows at about the same time (L1 hits for three). A tile takes only the n-tiles
 // its rows fill (a 16- or 32-row tile of at most 8 rows one, of at most 16 two), so the tiles can be
