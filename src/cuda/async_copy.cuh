@@ -20,6 +20,13 @@ __device__ __forceinline__ void cp_async_shared(uint32_t smem, const void* gmem,
   else
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem), "l"(gmem), "n"(SIZE), "r"(bytes_valid));
 }
+// The same, every byte read (no zero-fill operand).
+template <int SIZE>
+__device__ __forceinline__ void cp_async_shared(uint32_t smem, const void* gmem) {
+  static_assert(SIZE == 4 || SIZE == 8 || SIZE == 16, "cp.async copies 4, 8 or 16 bytes");
+  if constexpr (SIZE == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem), "l"(gmem), "n"(SIZE));
+}
 template <int SIZE>
 __device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes_valid) {
   cp_async_shared<SIZE>(smem_address(smem), gmem, bytes_valid);

@@ -20,20 +20,26 @@
 #include "cuda/moe_grouping.cuh"
 #include "cuda/nvfp4_fragments.cuh"
 #include "cuda/nvfp4_wgmma.cuh"
+#include "cuda/tensor_map.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace nibble::cuda {
 namespace {
 
-constexpr int BM = 128;        // weight rows per CTA
 constexpr int BK = 64;         // k per stage: one 128-byte swizzled row of BF16 activations
-constexpr int CONSUMERS = 256;  // two warpgroups, 64 weight rows each
+constexpr int CONSUMERS = 256;  // two warpgroups, MT m-tiles of 64 weight rows each
 constexpr int PRODUCERS = 128;  // one warpgroup of copy issuers
+// Weight rows per CTA: MT m-tiles of 64 a consumer warpgroup. A CTA's accumulators are bounded (two
+// warpgroups of ≤ 128 fp32 each a thread: 128 × 256 or 256 × 128 weight rows × tokens), and a token
+// row costs 2 bytes a k where a weight row costs 0.5625: 256 × 128 brings 30% fewer bytes a k-step
+// into the SM than 128 × 256 for the same MMAs, at twice the decode a token.
+template <int MT>
+constexpr int BM = 128 * MT;
 // Tiles of ≤ 64 rows run two CTAs an SM: twice the warps to hide the decode's latency and one CTA's
 // pipeline fill behind the other's work (H200, MoE block T = 64 / 128 with 32-row tiles: 372 → 290
 // and 374 → 294 µs; T = 512 with 64-row tiles: 421 → 351).
-template <int N>
-constexpr int CTAS_PER_SM = N <= 64 ? 2 : 1;
+template <int N, int MT>
+constexpr int CTAS_PER_SM = N <= 64 && MT == 1 ? 2 : 1;
 // setmaxnreg (multiples of 8) moves registers between a CTA's warps: one CTA an SM, 128 · (72 + 2 · 216)
 // = 64,512 = the 384 · 168 it launches with; two, 128 · (48 + 2 · 96) = 30,720 = 384 · 80. The
 // producer takes all the consumers leave: its per-item offsets and sources stay in registers.
@@ -42,14 +48,18 @@ constexpr int PRODUCER_REGISTERS = CTAS == 1 ? 72 : 48;
 template <int CTAS>
 constexpr int CONSUMER_REGISTERS = CTAS == 1 ? 216 : 96;
 
+// The epilogue's staging of BF16 outputs (one CTA an SM only): per consumer warpgroup 64 token rows of
+// one m-tile's ≤ 64 features (128 bytes) + 16, so a stmatrix's eight rows start in distinct banks.
+constexpr int STAGED_PITCH = 128 + 16;
+
 // Shared memory per stage: the activation tile (wgmma B, N rows × 128 B in the 128-byte swizzle,
 // 1024-byte aligned), the codes chunk-major ([2 chunks][BM rows][16 B]: a quarter-warp's reads of
 // eight rows fall in distinct banks) and the scales ([BM rows][4 B]).
-template <int N, int CTAS = CTAS_PER_SM<N>>
+template <int N, int MT, int CTAS = CTAS_PER_SM<N, MT>>
 struct Layout {
   static constexpr int ACT_STAGE = N * 128;
-  static constexpr int CODE_STAGE = BM * BK / 2;
-  static constexpr int SCALE_STAGE = BM * BK / 16;
+  static constexpr int CODE_STAGE = BM<MT> * BK / 2;
+  static constexpr int SCALE_STAGE = BM<MT> * BK / 16;
   static constexpr int STAGE = ACT_STAGE + CODE_STAGE + SCALE_STAGE;
   // Bytes in flight for the memory-bound small N; two CTAs an SM share its 227 KB.
   static constexpr int STAGES = std::min(8, (CTAS == 1 ? 192 * 1024 : 100 * 1024) / STAGE);
@@ -58,9 +68,6 @@ struct Layout {
   static constexpr int SCALE_OFFSET = CODE_OFFSET + STAGES * CODE_STAGE;
   static constexpr int BARRIER_OFFSET = SCALE_OFFSET + STAGES * SCALE_STAGE;
   static constexpr int ROW_SCALES_OFFSET = BARRIER_OFFSET + 2 * STAGES * 8;
-  // The epilogue's staging of BF16 outputs (one CTA an SM only): per consumer warpgroup 64 token rows
-  // of its ≤ 64 features (128 bytes) + 16, so a stmatrix's eight rows start in distinct banks.
-  static constexpr int STAGED_PITCH = 128 + 16;
   static constexpr int STAGING_OFFSET = ROW_SCALES_OFFSET + N * int(sizeof(float));
   static constexpr int STAGING = CTAS == 1 ? 2 * 64 * STAGED_PITCH : 0;
   static constexpr int BYTES = STAGING_OFFSET + STAGING + 1024;  // + alignment slack
@@ -68,6 +75,10 @@ struct Layout {
 };
 
 struct Params {
+  // With act_tma, the activation tiles come by the copy engine from act_map (rows in sorted order,
+  // boxes of 64 k × N rows); otherwise the producers gather each row's chunks with cp.async.
+  CUtensorMap act_map;
+  bool act_tma;
   const uint8_t* codes[2];  // gate, up (gated) or down / dense in [0]
   const uint8_t* scales[2];
   const float* global_scales[2];  // per expert; null: `scale` (the dense weight's weight_scale_2)
@@ -83,6 +94,7 @@ struct Params {
   int slices;  // CTAs' weight-row slices per row tile (BM rows, gated BM / 2 features)
   void* out;
   bool out_fp32;
+  int64_t act_rows;  // rows of act (for its tensor map)
 };
 
 // One work item's row tile: the expert, its first sorted row (or dense token row) and its rows.
@@ -102,27 +114,17 @@ __device__ __forceinline__ int source_row(const Params& p, int sorted_row) {
 }
 
 // A local weight row's projection (0: gate, or the only one; 1: up) and its weight row in it. A
-// consumer thread owns local rows 64g + 16w + i and that + 8 (warpgroup g, warp w, i = lane / 4: its
-// two A-fragment rows). Gated, those two are the gate and the up row of one feature, so SwiGLU needs
-// nothing from another thread.
+// consumer thread owns local rows 64(MT·g + m) + 16w + i and that + 8 (warpgroup g, m-tile m, warp w,
+// i = lane / 4: its two A-fragment rows of each m-tile). Gated, those two are the gate and the up row
+// of one feature, so SwiGLU needs nothing from another thread; each 64 local rows are 32 features.
 template <bool GATED>
 __device__ __forceinline__ int projection(int local) {
   return GATED ? (local / 8) % 2 : 0;
 }
-template <bool GATED>
+template <bool GATED, int MT>
 __device__ __forceinline__ int weight_row(int slice, int local) {
-  if constexpr (GATED) return slice * (BM / 2) + 32 * (local / 64) + 8 * ((local % 64) / 16) + local % 8;
-  else return slice * BM + local;
-}
-
-// Pair q of each word of a 16-byte chunk (k 32·half … +31 of a row), in word order, as BF16 pairs: the
-// codes of k 2q, 2q + 1 in each group of 8 — what an A fragment's thread q holds (k 2q, 2q + 1 and
-// 2q + 8, 2q + 9 of each k16 block). magnitude_rotation / sign_rotation are pair q's (nvfp4_layout.h).
-__device__ __forceinline__ void decode_lane_pairs(uint4 chunk, int magnitude_rotation, int sign_rotation,
-                                                  uint32_t (&pair)[4]) {
-  const uint32_t words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) pair[i] = decode_code_pair(words[i], magnitude_rotation, sign_rotation);
+  if constexpr (GATED) return slice * (BM<MT> / 2) + 32 * (local / 64) + 8 * ((local % 64) / 16) + local % 8;
+  else return slice * BM<MT> + local;
 }
 
 // The MMA width for a tile of `rows` rows in a kernel of height N: the narrowest wgmma shape that
@@ -153,52 +155,81 @@ struct RingPosition {
 };
 
 // One item's k-steps for a consumer thread: wait for each stage, decode its weight rows' codes into A
-// fragments, issue the MMAs over the tile's first WIDTH token rows, free each stage when its MMAs are done.
-template <int WIDTH, int N, int STAGES, int CODE_OFFSET, int CODE_STAGE, int SCALE_OFFSET, int SCALE_STAGE, int ACT_STAGE>
-__device__ __forceinline__ void consume_item(float (&acc)[N / 2], RingPosition& ring, uint8_t* smem, uint64_t* full,
-                                             uint64_t* empty, uint64_t act_descriptor, int k_tiles, int local0,
-                                             int local1, int lane, int magnitude_rotation, int sign_rotation) {
-  uint32_t frag[2][2][4];  // [half of the k-step][k16 block in it][A register]
+// fragments (MT m-tiles, rows local0 + 64m and + 8), issue the MMAs over the tile's first WIDTH token
+// rows, free each stage when its MMAs are done. A wgmma group is two MMAs (one m-tile: half a k-step,
+// two k16 blocks; two m-tiles: one k16 block each), decoded while the group before runs: two groups'
+// fragments are all a thread holds beside its accumulators (more made ptxas serialize the wgmmas).
+template <int WIDTH, int N, int MT, int STAGES, int CODE_OFFSET, int CODE_STAGE, int SCALE_OFFSET, int SCALE_STAGE,
+          int ACT_STAGE>
+__device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPosition& ring, uint8_t* smem,
+                                             uint64_t* full, uint64_t* empty, uint64_t act_descriptor, int k_tiles,
+                                             int local0, int lane, int magnitude_rotation, int sign_rotation,
+                                             bool act_tma) {
+  constexpr int ROWS = BM<MT>;
+  constexpr int GROUP_BLOCKS = 2 / MT;      // k16 blocks a group
+  constexpr int WORDS = 2 * GROUP_BLOCKS;  // code words a row a group: 8 codes a word, a k16 block two words
+  uint32_t frag[2][MT][GROUP_BLOCKS][4];   // [group parity][m-tile][k16 block in the group][A register]
   int prev_slot = 0;
   for (int kt = 0; kt < k_tiles; ++kt) {
     barrier_wait(&full[ring.slot], ring.phase);
-    // The activation tile landed through cp.async (the generic proxy); wgmma reads it through the
-    // async proxy. (Fencing on the producer side instead, after cp.async.wait_group, made the 1-CTA
-    // tiles 3-8% slower on the H200: the fence waits for all of that thread's copies in flight.)
-    wgmma::fence_shared_for_async();
+    // An activation tile that landed through cp.async (the generic proxy) needs a proxy fence before
+    // wgmma reads it through the async proxy; the copy engine writes through the async proxy itself.
+    // (Fencing on the producer side instead, after cp.async.wait_group, made the 1-CTA tiles 3-8%
+    // slower on the H200: the fence waits for all of that thread's copies in flight.)
+    if (!act_tma) wgmma::fence_shared_for_async();
     const uint8_t* codes = smem + CODE_OFFSET + ring.slot * CODE_STAGE;
     const uint8_t* scales = smem + SCALE_OFFSET + ring.slot * SCALE_STAGE;
-    const uint32_t scale_word0 = *reinterpret_cast<const uint32_t*>(scales + local0 * 4);
-    const uint32_t scale_word1 = *reinterpret_cast<const uint32_t*>(scales + local1 * 4);
+    uint32_t scale_word[MT][2];
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        scale_word[m][r] = *reinterpret_cast<const uint32_t*>(scales + (local0 + 64 * m + 8 * r) * 4);
     const uint64_t stage_descriptor = act_descriptor + uint32_t(ring.slot * (ACT_STAGE / 16));
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      // Chunk `half` is k 32·half … +31; its pairs give k16 blocks 2·half and 2·half + 1.
-      uint32_t pair0[4], pair1[4];
-      decode_lane_pairs(*reinterpret_cast<const uint4*>(codes + (half * BM + local0) * 16), magnitude_rotation,
-                        sign_rotation, pair0);
-      decode_lane_pairs(*reinterpret_cast<const uint4*>(codes + (half * BM + local1) * 16), magnitude_rotation,
-                        sign_rotation, pair1);
+    for (int group = 0; group < 4 / GROUP_BLOCKS; ++group) {
+      const int block0 = group * GROUP_BLOCKS, parity = group % 2;
 #pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        const int block = 2 * half + b;  // the 16-wide scale block too
-        const uint32_t scale0 = block_scale_bf16x2(scale_word0, block);
-        const uint32_t scale1 = block_scale_bf16x2(scale_word1, block);
-        frag[half][b][0] = bf16x2_mul(pair0[2 * b], scale0);
-        frag[half][b][1] = bf16x2_mul(pair1[2 * b], scale1);
-        frag[half][b][2] = bf16x2_mul(pair0[2 * b + 1], scale0);
-        frag[half][b][3] = bf16x2_mul(pair1[2 * b + 1], scale1);
+      for (int m = 0; m < MT; ++m) {
+        // Block b's codes are words 2b, 2b + 1 of chunk b / 2 (k 32·(b / 2) … +31) of a row; a thread
+        // takes pair q of each word as BF16s, the codes of k 2q, 2q + 1 in its group of 8 — what an A
+        // fragment's thread q holds (k 2q, 2q + 1 and 2q + 8, 2q + 9 of the block). The rotations are
+        // pair q's (nvfp4_layout.h).
+        uint32_t words[2][WORDS];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint8_t* chunk = codes + ((block0 / 2) * ROWS + local0 + 64 * m + 8 * r) * 16 + 8 * (block0 % 2);
+          if constexpr (WORDS == 4) {
+            const uint4 v = *reinterpret_cast<const uint4*>(chunk);
+            words[r][0] = v.x, words[r][1] = v.y, words[r][2] = v.z, words[r][3] = v.w;
+          } else {
+            const uint2 v = *reinterpret_cast<const uint2*>(chunk);
+            words[r][0] = v.x, words[r][1] = v.y;
+          }
+        }
+#pragma unroll
+        for (int b = 0; b < GROUP_BLOCKS; ++b) {
+          const uint32_t scale0 = block_scale_bf16x2(scale_word[m][0], block0 + b);
+          const uint32_t scale1 = block_scale_bf16x2(scale_word[m][1], block0 + b);
+#pragma unroll
+          for (int i = 0; i < 4; ++i)  // A registers: row r = i % 2, word 2b + i / 2
+            frag[parity][m][b][i] =
+                bf16x2_mul(decode_code_pair(words[i % 2][2 * b + i / 2], magnitude_rotation, sign_rotation),
+                           i % 2 ? scale1 : scale0);
+        }
       }
       wgmma::fence();
 #pragma unroll
-      for (int b = 0; b < 2; ++b)
-        wgmma::mma_rs<WIDTH>(*reinterpret_cast<float(*)[WIDTH / 2]>(&acc[0]), frag[half][b],
-                             stage_descriptor + (2 * half + b) * 2);
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int b = 0; b < GROUP_BLOCKS; ++b)
+          wgmma::mma_rs<WIDTH>(*reinterpret_cast<float(*)[WIDTH / 2]>(&acc[m][0]), frag[parity][m][b],
+                               stage_descriptor + (block0 + b) * 2);
       wgmma::commit();
-      // The group before this one is done: its fragments may be rewritten, and after the first half
+      // The group before this one is done: its fragments may be rewritten, and after the first group
       // the previous stage has no reader left.
       wgmma::wait<1>();
-      if (half == 0 && kt > 0 && lane == 0) barrier_arrive(&empty[prev_slot]);
+      if (group == 0 && kt > 0 && lane == 0) barrier_arrive(&empty[prev_slot]);
     }
     prev_slot = ring.slot;
     if (++ring.slot == STAGES) ring.slot = 0, ring.phase ^= 1;
@@ -263,7 +294,7 @@ struct Outputs {
                                                     int g, int tw) const {
     constexpr int FEATURES = GATED ? 32 : 64;  // a warpgroup's outputs: gated, half its rows are the up rows
     constexpr int RUNS = FEATURES / 8;        // 16-byte runs a token row
-    constexpr int PITCH = Layout<N>::STAGED_PITCH;
+    constexpr int PITCH = STAGED_PITCH;
     __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out);
     const int warp = tw / 32, lane = tw % 32, matrix = lane / 8, row = lane % 8;
     auto scale_of = [&](int t) { return ROW_SCALES ? row_scales[t] : 1.0f; };
@@ -329,9 +360,10 @@ struct Outputs {
 // stay in L2 for its slices), and CTA b takes items b, b + gridDim.x, … of a grid of CTA slots per
 // SM, the producers filling the ring with the next item's stages while the consumers finish the last
 // one's MMAs and store its outputs. The ring (slot, phase) runs on across items.
-template <bool GATED, int N, int CTAS = CTAS_PER_SM<N>>
-__global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kernel(const Params p) {
-  using L = Layout<N>;
+template <bool GATED, int N, int MT, int CTAS = CTAS_PER_SM<N, MT>>
+__global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kernel(const __grid_constant__ Params p) {
+  using L = Layout<N, MT>;
+  constexpr int ROWS = BM<MT>;
   constexpr int STAGES = L::STAGES;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   // 1024-byte aligned for the swizzle by an offset from the __shared__ array (rounding the generic
@@ -346,24 +378,26 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
   // they cost the W4A4 GEMMs 12–16% (H200, MoE T = 2,048: down 262 → 305 µs).
   float* row_scales = reinterpret_cast<float*>(smem + L::ROW_SCALES_OFFSET);
   if (tid < STAGES) {
-    barrier_init(&full[tid], PRODUCERS);        // each producer thread's copies
-    barrier_init(&empty[tid], CONSUMERS / 32);  // lane 0 of each consumer warp
+    barrier_init(&full[tid], PRODUCERS + (p.act_tma ? 1 : 0));  // each producer thread's copies (+ the tile's)
+    barrier_init(&empty[tid], CONSUMERS / 32);                  // lane 0 of each consumer warp
+    if (p.act_tma) fence_barrier_init();
   }
   __syncthreads();
   const int k_tiles = p.k / BK;
   // Warp-uniform as ptxas can see (a shuffle), so the wgmma below are not serialized.
   const int warpgroup = __shfl_sync(0xffffffffu, tid / 128, 0);
 
-  if (warpgroup == CONSUMERS / 128) {  // the producers: local weight row `lane`, activation chunks
+  if (warpgroup == CONSUMERS / 128) {  // the producers: local weight rows lane + 128m, activation chunks
     // Registers go to the consumers (N = 256 holds 128 accumulators and 16 fragment registers).
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS<CTAS>) : "memory");
     const int lane = tid - CONSUMERS;
-    const int which = projection<GATED>(lane);
+    const int which = projection<GATED>(lane);  // the same for lane + 128m
     // Everything a k-step's copies need is in registers: 64-bit sources advanced by a k-step's bytes,
     // the activation rows' byte offsets from them, 32-bit shared addresses. (Recomputing the sources
     // from the parameters per copy made the producer warp, one per scheduler, the kernel's limit:
     // H200, MoE T = 2,048, consumers waited for stages in 24% of the stall samples.)
-    const uint32_t act_place = smem_address(smem + L::ACT_OFFSET) + wgmma::swizzled_offset(lane / 8, lane % 8);
+    const uint32_t act_tiles = smem_address(smem + L::ACT_OFFSET);
+    const uint32_t act_place = act_tiles + wgmma::swizzled_offset(lane / 8, lane % 8);
     const uint32_t code_place = smem_address(smem + L::CODE_OFFSET) + lane * 16;
     const uint32_t scale_place = smem_address(smem + L::SCALE_OFFSET) + lane * 4;
     const uint32_t full_place = smem_address(full);
@@ -371,38 +405,56 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     uint32_t phase = 0;
     for (int item = blockIdx.x, fills = 0; item < items; item += gridDim.x) {
       const RowTile tile = row_tile(p, item / p.slices, N);
-      const int row = weight_row<GATED>(item % p.slices, lane);
-      const int weight_bytes = row < p.n ? 16 : 0;
-      const size_t row_index = size_t(tile.expert) * p.n + (row < p.n ? row : 0);
-      const uint8_t* code_src = p.codes[which] + row_index * (p.k / 2);
-      const uint8_t* scale_src = p.scales[which] + row_index * (p.k / 16);
-      // Activation chunk (lane % 8) of rows t_i = lane / 8 + 16·i: their sources' byte offsets, found
-      // once per item, and their swizzled place, which is the same chunk for every i as t_i % 8 =
-      // (lane / 8) % 8. Rows from the tile's MMA width on are not read (no copy); rows past its rows
-      // inside the width are zeros (their output columns are dropped, but kept finite).
+      // Every copy has a source pointer of its own, advanced a k-step at a time: with one register pair
+      // rebuilt for each copy's address, each copy waited for the one before to read it (LDGSTS reads
+      // its address late), and the producer — issuing 19 copies a k-step so — kept the consumers waiting
+      // on their stages (H200, MoE T = 8,192, gate_up: 12% of the stall samples on the full barrier).
+      // Weight rows past the weight's rows read its last row, activation rows past the tile's rows its
+      // last row: their outputs are dropped, and no copy needs a zero fill.
+      const uint8_t* code_src[MT];
+      const uint8_t* scale_src[MT];
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        const int row = min(weight_row<GATED, MT>(item % p.slices, lane + 128 * m), p.n - 1);
+        const size_t row_index = size_t(tile.expert) * p.n + row;
+        code_src[m] = p.codes[which] + row_index * (p.k / 2);
+        scale_src[m] = p.scales[which] + row_index * (p.k / 16);
+      }
+      // Activation chunk (lane % 8) of rows t_i = lane / 8 + 16·i, whose swizzled place is the same
+      // chunk for every i as t_i % 8 = (lane / 8) % 8. Rows from the tile's MMA width on are not read.
       constexpr int CHUNKS = N * 8 / PRODUCERS;
       const int copies = mma_width<N>(tile.rows) / 16;  // chunks i < copies are inside the width
-      uint32_t act_offset[CHUNKS], act_valid = 0;
+      uint32_t act_offset[CHUNKS];
 #pragma unroll
       for (int i = 0; i < CHUNKS; ++i) {
-        const int t = lane / 8 + 16 * i;
-        const int src = t < tile.rows ? source_row(p, tile.row0 + t) : -1;
-        act_offset[i] = src >= 0 ? uint32_t(src) * uint32_t(p.k) * 2u : 0u;
-        act_valid |= src >= 0 ? 1u << i : 0u;
+        const int t = min(lane / 8 + 16 * i, tile.rows - 1);
+        act_offset[i] = p.act_tma ? 0u : uint32_t(source_row(p, tile.row0 + t)) * uint32_t(p.k) * 2u + (lane % 8) * 16;
       }
-      const uint8_t* act_src = reinterpret_cast<const uint8_t*>(p.act) + (lane % 8) * 16;
+      const uint8_t* act_base = reinterpret_cast<const uint8_t*>(p.act);  // + the k-step's bytes
       for (int kt = 0; kt < k_tiles; ++kt, ++fills) {
         // Fill `fills` reuses the slot of fill − STAGES: wait for that one's consumption.
         if (fills >= STAGES) barrier_wait(&empty[slot], phase ^ 1);
-        cp_async_shared<16>(code_place + slot * L::CODE_STAGE, code_src, weight_bytes);
-        cp_async_shared<16>(code_place + slot * L::CODE_STAGE + BM * 16, code_src + 16, weight_bytes);
-        cp_async_shared<4>(scale_place + slot * L::SCALE_STAGE, scale_src, weight_bytes / 4);
-        const uint32_t a = act_place + slot * L::ACT_STAGE;
 #pragma unroll
-        for (int i = 0; i < CHUNKS; ++i)
-          if (i < copies) cp_async_shared<16>(a + i * 16 * 128, act_src + act_offset[i], (act_valid >> i) & 1 ? 16 : 0);
+        for (int m = 0; m < MT; ++m) {
+          const uint32_t code = code_place + slot * L::CODE_STAGE + m * 128 * 16;
+          cp_async_shared<16>(code, code_src[m]);
+          cp_async_shared<16>(code + ROWS * 16, code_src[m] + 16);
+          cp_async_shared<4>(scale_place + slot * L::SCALE_STAGE + m * 128 * 4, scale_src[m]);
+          code_src[m] += BK / 2, scale_src[m] += BK / 16;
+        }
+        if (p.act_tma) {
+          if (lane == 0) {
+            barrier_arrive_expect_tx(&full[slot], L::ACT_STAGE);
+            tensor_tile_to_shared(act_tiles + slot * L::ACT_STAGE, &p.act_map, kt * BK, tile.row0, full_place + slot * 8);
+          }
+        } else {
+          const uint32_t a = act_place + slot * L::ACT_STAGE;
+#pragma unroll
+          for (int i = 0; i < CHUNKS; ++i)
+            if (i < copies) cp_async_shared<16>(a + i * 16 * 128, act_base + act_offset[i]);
+        }
         barrier_arrive_on_copies_shared(full_place + slot * 8);
-        code_src += BK / 2, scale_src += BK / 16, act_src += BK * 2;
+        act_base += BK * 2;
         if (++slot == STAGES) slot = 0, phase ^= 1;
       }
     }
@@ -412,7 +464,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGISTERS<CTAS>) : "memory");
   const int lane = tid & 31, warp = (tid / 32) % 4, q = lane % 4;
-  const int local0 = 64 * warpgroup + 16 * warp + lane / 4, local1 = local0 + 8;
+  const int local0 = 64 * MT * warpgroup + 16 * warp + lane / 4;  // m-tile m: rows local0 + 64m and + 8
   const int magnitude_rotation = pair_magnitude_rotation(q), sign_rotation = pair_sign_rotation(q);
   // The activation tile's descriptors: that of stage 0's first k16 block, plus 16-byte units.
   const uint64_t act_descriptor = wgmma::descriptor(smem + L::ACT_OFFSET);
@@ -425,15 +477,17 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     // This thread's row's W4A4 scale (row tid), loaded now, staged after the MMAs.
     const float my_row_scale =
         p.row_scales && tid < tile.rows ? p.row_scales[source_row(p, tile.row0 + tid)] : 1.0f;
-    float acc[N / 2];
+    float acc[MT][N / 2];
 #pragma unroll
-    for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int i = 0; i < N / 2; ++i) acc[m][i] = 0.0f;
     // Warp-uniform as ptxas can see, like `warpgroup`.
     const int width = __shfl_sync(0xffffffffu, mma_width<N>(tile.rows), 0);
     with_width<N>(width, [&](auto w) {
-      consume_item<decltype(w)::value, N, STAGES, L::CODE_OFFSET, L::CODE_STAGE, L::SCALE_OFFSET, L::SCALE_STAGE,
-                   L::ACT_STAGE>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0, local1, lane,
-                                 magnitude_rotation, sign_rotation);
+      consume_item<decltype(w)::value, N, MT, STAGES, L::CODE_OFFSET, L::CODE_STAGE, L::SCALE_OFFSET,
+                   L::SCALE_STAGE, L::ACT_STAGE>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0, lane,
+                                                 magnitude_rotation, sign_rotation, p.act_tma);
     });
     if (p.row_scales) {
       // Every consumer is past the last item's epilogue before the staged scales are replaced.
@@ -442,31 +496,38 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
       asm volatile("bar.sync 1, %0;\n" ::"n"(CONSUMERS) : "memory");
     }
 
-    // Epilogue. The decoded weights are × 2⁻⁸ (nvfp4_layout.h): the factor restores them, exactly.
-    Outputs<GATED, N> out{p, tile, p.row_scales ? row_scales : nullptr,
-                          (p.global_scales[0] ? p.global_scales[0][tile.expert] : p.scale) * WEIGHT_DECODE_EPILOGUE,
-                          GATED ? p.global_scales[1][tile.expert] * WEIGHT_DECODE_EPILOGUE : 0.0f,
-                          weight_row<GATED>(slice, local0), weight_row<GATED>(slice, local1), q};
+    // Epilogue, an m-tile at a time. The decoded weights are × 2⁻⁸ (nvfp4_layout.h): the factor
+    // restores them, exactly.
+    const float scale0 = (p.global_scales[0] ? p.global_scales[0][tile.expert] : p.scale) * WEIGHT_DECODE_EPILOGUE;
+    const float scale1 = GATED ? p.global_scales[1][tile.expert] * WEIGHT_DECODE_EPILOGUE : 0.0f;
     const bool bf16 = !p.out_fp32;
-    if (CTAS == 1 && bf16 && p.n % 8 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0) {
-      const uint32_t staging = smem_address(smem + L::STAGING_OFFSET) + warpgroup * 64 * L::STAGED_PITCH;
-      const int wg_feature0 = weight_row<GATED>(slice, 64 * warpgroup);
-      if (p.row_scales) out.template store_bf16_staged<true>(acc, staging, wg_feature0, warpgroup, tid % 128);
-      else out.template store_bf16_staged<false>(acc, staging, wg_feature0, warpgroup, tid % 128);
-    } else if (bf16 && p.n % 2 == 0) out.store_bf16_pairs(acc, lane);
-    else if (p.out_fp32) out.store_each(acc, static_cast<float*>(p.out));
-    else out.store_each(acc, static_cast<__nv_bfloat16*>(p.out));
+    const bool staged = CTAS == 1 && N >= 64 && bf16 && p.n % 8 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      Outputs<GATED, N> out{p,      tile,   p.row_scales ? row_scales : nullptr,
+                            scale0, scale1, weight_row<GATED, MT>(slice, local0 + 64 * m),
+                            weight_row<GATED, MT>(slice, local0 + 64 * m + 8), q};
+      if (staged) {
+        const uint32_t staging = smem_address(smem + L::STAGING_OFFSET) + warpgroup * 64 * STAGED_PITCH;
+        const int feature0 = weight_row<GATED, MT>(slice, 64 * (MT * warpgroup + m));
+        if (p.row_scales) out.template store_bf16_staged<true>(acc[m], staging, feature0, warpgroup, tid % 128);
+        else out.template store_bf16_staged<false>(acc[m], staging, feature0, warpgroup, tid % 128);
+      } else if (bf16 && p.n % 2 == 0) out.store_bf16_pairs(acc[m], lane);
+      else if (p.out_fp32) out.store_each(acc[m], static_cast<float*>(p.out));
+      else out.store_each(acc[m], static_cast<__nv_bfloat16*>(p.out));
+    }
   }
 }
 
-template <bool GATED, int N>
+template <bool GATED, int N, int MT>
 Status launch_n(Params p, int64_t row_tiles, cudaStream_t stream) {
-  auto kernel = nvfp4_wgmma_kernel<GATED, N>;
-  constexpr int bytes = Layout<N>::BYTES;
+  if (p.act_tma) NIB_RETURN_IF_ERROR(encode_bf16_tile_map(&p.act_map, p.act, p.act_rows, p.k, BK, N));
+  auto kernel = nvfp4_wgmma_kernel<GATED, N, MT>;
+  constexpr int bytes = Layout<N, MT>::BYTES;
   // Set once per instantiation and process, not per launch.
   static const cudaError_t limit = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   NIB_RETURN_IF_ERROR(cuda_status(limit, "wgmma gemm: shared memory"));
-  const int rows_per_cta = GATED ? BM / 2 : BM;
+  const int rows_per_cta = GATED ? BM<MT> / 2 : BM<MT>;
   p.slices = (p.n + rows_per_cta - 1) / rows_per_cta;
   const int64_t items = int64_t{p.slices} * row_tiles;  // the host's bound: the device knows the tile count
   if (items > INT32_MAX) return Status::error("wgmma gemm: more than 2^31 work items");
@@ -475,20 +536,38 @@ Status launch_n(Params p, int64_t row_tiles, cudaStream_t stream) {
   int device = 0, sms = 0;
   NIB_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "wgmma gemm: device"));
   NIB_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "wgmma gemm: SMs"));
-  const int64_t grid = std::min<int64_t>(items, int64_t{sms} * CTAS_PER_SM<N>);
+  const int64_t grid = std::min<int64_t>(items, int64_t{sms} * CTAS_PER_SM<N, MT>);
   kernel<<<unsigned(grid), CONSUMERS + PRODUCERS, bytes, stream>>>(p);
   return cuda_status(cudaGetLastError(), GATED ? "wgmma gate_up launch" : "wgmma gemm launch");
 }
 
+// M-tiles a consumer warpgroup for a tile height: two (256 weight rows a CTA) for 128-row tiles, one
+// otherwise (256-row tiles have no registers for more; ≤ 64-row tiles run two CTAs an SM).
+// NIBBLE_WGMMA_BM=128|256 forces one or two wherever the height allows (256: heights ≤ 128).
+int m_tiles(int tile_rows) {
+  static const int forced = std::getenv("NIBBLE_WGMMA_BM") ? std::atoi(std::getenv("NIBBLE_WGMMA_BM")) : 0;
+  if (forced == 128 || (forced == 256 && tile_rows > 128)) return 1;
+  if (forced == 256) return 2;
+  return tile_rows == 128 ? 2 : 1;
+}
+
 template <bool GATED>
 Status launch(const Params& p, int tile_rows, int64_t row_tiles, cudaStream_t stream) {
+  const bool two = m_tiles(tile_rows) == 2;
   switch (tile_rows) {
-    case 32: return launch_n<GATED, 32>(p, row_tiles, stream);
-    case 64: return launch_n<GATED, 64>(p, row_tiles, stream);
-    case 128: return launch_n<GATED, 128>(p, row_tiles, stream);
-    case 256: return launch_n<GATED, 256>(p, row_tiles, stream);
+    case 32: return two ? launch_n<GATED, 32, 2>(p, row_tiles, stream) : launch_n<GATED, 32, 1>(p, row_tiles, stream);
+    case 64: return two ? launch_n<GATED, 64, 2>(p, row_tiles, stream) : launch_n<GATED, 64, 1>(p, row_tiles, stream);
+    case 128:
+      return two ? launch_n<GATED, 128, 2>(p, row_tiles, stream) : launch_n<GATED, 128, 1>(p, row_tiles, stream);
+    case 256: return launch_n<GATED, 256, 1>(p, row_tiles, stream);
     default: return Status::error("wgmma gemm: tile rows " + std::to_string(tile_rows) + " (32, 64, 128 or 256)");
   }
+}
+
+// NIBBLE_WGMMA_TMA=0 keeps the producers' cp.async gather for rows in sorted order too (A/B switch).
+bool tma_enabled() {
+  static const bool on = !std::getenv("NIBBLE_WGMMA_TMA") || std::atoi(std::getenv("NIBBLE_WGMMA_TMA")) != 0;
+  return on;
 }
 
 Status check_weight(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols) {
@@ -517,6 +596,10 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
   if (w1) p.codes[1] = w1->packed, p.scales[1] = w1->block_scales, p.global_scales[1] = w1->global_scales;
   p.n = int(w0.rows), p.k = int(w0.cols);
   p.act = a.act, p.sorted_pairs = a.sorted_pairs, p.top_k = int(a.top_k), p.row_scales = a.row_scales;
+  // Rows in sorted order (down's input, or gate_up's gathered into a.sorted_act) come by the copy engine.
+  p.act_tma = tma_enabled() && (!a.sorted_pairs || a.sorted_act);
+  if (p.act_tma && a.sorted_act) p.act = a.sorted_act;
+  p.act_rows = a.pairs;
   p.tile_offsets = a.tile_offsets, p.tiles = a.tiles, p.experts = int(w0.experts);
   p.out = a.out, p.out_fp32 = a.out_fp32;
   const int64_t row_tiles = max_expert_tiles(a.pairs, p.experts, a.tile_rows);
@@ -524,6 +607,11 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
 }
 
 }  // namespace
+
+bool wgmma_gathers_rows() {
+  static const bool on = tma_enabled() && (!std::getenv("NIBBLE_WGMMA_GATHER") || std::atoi(std::getenv("NIBBLE_WGMMA_GATHER")) != 0);
+  return on;
+}
 
 bool wgmma_supported(int64_t rows, int64_t cols) { return cols >= BK && cols % BK == 0 && rows >= 1; }
 
@@ -560,6 +648,7 @@ Status wgmma_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, fl
   p.codes[0] = w.packed, p.scales[0] = w.block_scales, p.scale = w.weight_scale_2;
   p.n = int(w.rows), p.k = int(w.cols), p.m = int(M);
   p.act = x, p.top_k = 1, p.row_scales = row_scales;
+  p.act_tma = tma_enabled(), p.act_rows = M;
   p.out = y, p.out_fp32 = true;
   const int tile_rows = wgmma_tile_rows(M, 1);
   return launch<false>(p, tile_rows, (M + tile_rows - 1) / tile_rows, stream);
