@@ -1,13 +1,13 @@
 // NVFP4 × BF16 GEMMs for prefill-sized batches on Hopper's warpgroup MMA with the weights as the
-// register operand (wgmma RS, sm_90a): a CTA computes 128 weight rows (two consumer warpgroups of 64;
-// gate_up: 64 features, gate and up of each in one thread) × N token rows (N = 32…256, the tile
-// height). A producer warpgroup cp.asyncs each 64-wide k-step — FP4 codes, scale codes and the
-// (gathered) BF16 activation rows — into a ring of stages; each consumer thread decodes its two weight
-// rows' codes straight into wgmma A fragments (E2M1 × E4M3 is exact in BF16) while the previous
-// half-step's MMAs run, and the activations are wgmma's B operand in shared memory. Nothing decoded
-// goes through shared memory and the warpgroups never wait on each other. A tile's MMAs are only as
-// wide as its rows need (an expert's last tile is mostly short), and BF16 outputs leave through a
-// shared-memory staging in 16-byte runs. Twin of ref::moe's projections and ref::linear_nvfp4.
+// register operand (wgmma RS, sm_90a): a CTA computes 128 · MT weight rows (two consumer warpgroups of
+// MT m-tiles of 64; gate_up: gate and up of each feature in one thread) × N token rows (N = 32…256, the
+// tile height). A producer warpgroup brings each 64-wide k-step — FP4 codes and scale codes by cp.async,
+// the BF16 activation rows by the copy engine (TMA) when they lie in sorted order or by a cp.async
+// gather — into a ring of stages; each consumer thread decodes its weight rows' codes straight into
+// wgmma A fragments (E2M1 × E4M3 is exact in BF16) while the previous group's MMAs run, and the
+// activations are wgmma's B operand in shared memory. A tile's MMAs are only as wide as its rows need,
+// and BF16 outputs leave through a shared-memory staging in 16-byte runs. Twin of ref::moe's
+// projections and ref::linear_nvfp4.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -405,10 +405,6 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     uint32_t phase = 0;
     for (int item = blockIdx.x, fills = 0; item < items; item += gridDim.x) {
       const RowTile tile = row_tile(p, item / p.slices, N);
-      // Every copy has a source pointer of its own, advanced a k-step at a time: with one register pair
-      // rebuilt for each copy's address, each copy waited for the one before to read it (LDGSTS reads
-      // its address late), and the producer — issuing 19 copies a k-step so — kept the consumers waiting
-      // on their stages (H200, MoE T = 8,192, gate_up: 12% of the stall samples on the full barrier).
       // Weight rows past the weight's rows read its last row, activation rows past the tile's rows its
       // last row: their outputs are dropped, and no copy needs a zero fill.
       const uint8_t* code_src[MT];
@@ -420,8 +416,12 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
         code_src[m] = p.codes[which] + row_index * (p.k / 2);
         scale_src[m] = p.scales[which] + row_index * (p.k / 16);
       }
-      // Activation chunk (lane % 8) of rows t_i = lane / 8 + 16·i, whose swizzled place is the same
-      // chunk for every i as t_i % 8 = (lane / 8) % 8. Rows from the tile's MMA width on are not read.
+      // The gather (rows not in sorted order): activation chunk (lane % 8) of rows t_i = lane / 8 + 16·i,
+      // whose swizzled place is the same chunk for every i as t_i % 8 = (lane / 8) % 8; rows from the
+      // tile's MMA width on are not read. Each copy's address is a register pair built from a 32-bit
+      // offset, and a copy reads it late: the gather issued 16 copies a k-step one after another, the
+      // producer was the kernel's limit (H200, MoE T = 8,192, gate_up: consumers waiting on their
+      // stages in 12% of the stall samples, the producer in its address adds) — hence the copy engine.
       constexpr int CHUNKS = N * 8 / PRODUCERS;
       const int copies = mma_width<N>(tile.rows) / 16;  // chunks i < copies are inside the width
       uint32_t act_offset[CHUNKS];
