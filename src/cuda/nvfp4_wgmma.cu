@@ -541,14 +541,14 @@ Status launch_n(Params p, int64_t row_tiles, cudaStream_t stream) {
   return cuda_status(cudaGetLastError(), GATED ? "wgmma gate_up launch" : "wgmma gemm launch");
 }
 
-// M-tiles a consumer warpgroup for a tile height: two (256 weight rows a CTA) for 128-row tiles, one
-// otherwise (256-row tiles have no registers for more; ≤ 64-row tiles run two CTAs an SM).
-// NIBBLE_WGMMA_BM=128|256 forces one or two wherever the height allows (256: heights ≤ 128).
+// M-tiles a consumer warpgroup: one (128 weight rows a CTA), or two with NIBBLE_WGMMA_BM=256 for
+// heights ≤ 128 (256-row tiles have no registers for more). H200, full-size Qwen3-30B-A3B (docs/perf.md
+// "256-row weight tiles"): two m-tiles on 128-row tiles took the MoE block at T = 512 (even routing)
+// from 341 to 324 µs but pp512 (the synthetic checkpoint's skewed routing) from 40,571 to 39,793 tok/s,
+// and at T = 8,192 (forced 128-row tiles) 1,546 → 1,696 µs: the decode a token doubles.
 int m_tiles(int tile_rows) {
-  static const int forced = std::getenv("NIBBLE_WGMMA_BM") ? std::atoi(std::getenv("NIBBLE_WGMMA_BM")) : 0;
-  if (forced == 128 || (forced == 256 && tile_rows > 128)) return 1;
-  if (forced == 256) return 2;
-  return tile_rows == 128 ? 2 : 1;
+  static const bool two = std::getenv("NIBBLE_WGMMA_BM") && std::atoi(std::getenv("NIBBLE_WGMMA_BM")) == 256;
+  return two && tile_rows <= 128 ? 2 : 1;
 }
 
 template <bool GATED>
