@@ -564,9 +564,10 @@ Status launch(const Params& p, int tile_rows, int64_t row_tiles, cudaStream_t st
   }
 }
 
-// NIBBLE_WGMMA_TMA=0 keeps the producers' cp.async gather for rows in sorted order too (A/B switch).
+// NIBBLE_WGMMA_TMA=1: activation rows in sorted order come by the copy engine (opt-in until measured on
+// the GPU; the producers' cp.async gather otherwise).
 bool tma_enabled() {
-  static const bool on = !std::getenv("NIBBLE_WGMMA_TMA") || std::atoi(std::getenv("NIBBLE_WGMMA_TMA")) != 0;
+  static const bool on = std::getenv("NIBBLE_WGMMA_TMA") && std::atoi(std::getenv("NIBBLE_WGMMA_TMA")) != 0;
   return on;
 }
 
