@@ -228,14 +228,6 @@ Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_
   gate_up.row_scales = token_scales, gate_up.expert_offsets = ws.groups.expert_offsets;
   gate_up.tile_offsets = ws.groups.tile_offsets, gate_up.tiles = ws.groups.tiles, gate_up.tile_rows = tile_rows;
   gate_up.pairs = pairs, gate_up.out = ws.act, gate_up.out_fp32 = is_w4a4(mode);
-  if (backend == GemmBackend::WGMMA && wgmma_gathers_rows()) {
-    // The rows in sorted order first, so the wgmma producers take them by the copy engine (tiles of
-    // sorted rows) instead of gathering 16-byte chunks.
-    gather_rows_kernel<<<unsigned(pairs), THREADS, 0, stream>>>(gate_up_in, ws.groups.sorted_pairs, int(w.top_k),
-                                                                int(w.hidden), ws.x_sorted);
-    NIB_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "moe gather launch"));
-    gate_up.sorted_act = ws.x_sorted;
-  }
   for (int i = 0; i < op_repeats("gate_up"); ++i)
     NIB_RETURN_IF_ERROR(backend == GemmBackend::SKINNY  ? skinny_moe_gate_up(gate_up, w.gate, w.up, stream)
                         : backend == GemmBackend::WGMMA ? wgmma_moe_gate_up(gate_up, w.gate, w.up, stream)
@@ -419,7 +411,6 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
   NIB_RETURN_IF_ERROR(ws->alloc(ws->act_hat, P * I));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->act_row_scales, P));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->y, P * H));
-  NIB_RETURN_IF_ERROR(ws->alloc(ws->x_sorted, P * H));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->block_barrier, 2));
   NIB_RETURN_IF_ERROR(cuda_status(cudaMemset(ws->block_barrier, 0, 2 * sizeof(uint32_t)), "MoeWorkspace barrier"));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->block_partials, H / 16 + 1));
@@ -427,6 +418,7 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
     NIB_RETURN_IF_ERROR(ws->alloc(ws->gate_bf16, E * I * H));
     NIB_RETURN_IF_ERROR(ws->alloc(ws->up_bf16, E * I * H));
     NIB_RETURN_IF_ERROR(ws->alloc(ws->down_bf16, E * H * I));
+    NIB_RETURN_IF_ERROR(ws->alloc(ws->x_sorted, P * H));
     float* gate_up = nullptr;
     NIB_RETURN_IF_ERROR(ws->alloc(gate_up, P * 2 * I));  // fp32-sized: W4A4 keeps fp32
     ws->gate_up = gate_up;

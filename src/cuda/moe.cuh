@@ -57,7 +57,6 @@ struct MoeWorkspace {
   uint16_t* act_hat = nullptr;        // [P, I] W4A4 down input
   float* act_row_scales = nullptr;    // [P]
   uint16_t* y = nullptr;              // [P, H] down output, BF16
-  uint16_t* x_sorted = nullptr;       // [P, H] gate_up's input rows in sorted order (wgmma, dequant-cublas)
   // moe_decode_block (moe_decode.cuh): its grid barrier {arrived, generation} and the next norm's
   // partial sums, one a CTA.
   uint32_t* block_barrier = nullptr;
@@ -66,6 +65,7 @@ struct MoeWorkspace {
   uint16_t* gate_bf16 = nullptr;      // [E, I, H]
   uint16_t* up_bf16 = nullptr;        // [E, I, H]
   uint16_t* down_bf16 = nullptr;      // [E, H, I]
+  uint16_t* x_sorted = nullptr;       // [P, H]
   void* gate_up = nullptr;            // [P, 2I] BF16 (W4A16) or fp32 (W4A4), each half × its weight_scale_2
   const void** pointers = nullptr;    // device pointer arrays for the grouped GEMMs (3 · 2E)
   std::vector<int32_t> host_offsets;  // expert_offsets read back

@@ -23,7 +23,6 @@ struct DeviceNvfp4Experts {
 struct GroupedGemmArgs {
   const uint16_t* act = nullptr;           // BF16 [source rows, K]: x (or x̂) for gate_up, the SwiGLU output for down
   const int32_t* sorted_pairs = nullptr;   // gate_up: sorted row r reads source row sorted_pairs[r] / top_k; null: row r
-  const uint16_t* sorted_act = nullptr;    // optional, gate_up: act gathered into sorted-row order [pairs, K] (wgmma)
   int64_t top_k = 1;
   const float* row_scales = nullptr;       // W4A4: per source row (token scale or input_scale); null for W4A16
   const int32_t* expert_offsets = nullptr;  // from group_by_expert run with tile_rows

@@ -1,9 +1,8 @@
 // NVFP4 × BF16 GEMMs for prefill-sized batches on Hopper's warpgroup MMA with the weights as the
 // register operand (wgmma RS, sm_90a): a CTA computes 128 · MT weight rows (two consumer warpgroups of
 // MT m-tiles of 64; gate_up: gate and up of each feature in one thread) × N token rows (N = 32…256, the
-// tile height). A producer warpgroup brings each 64-wide k-step — FP4 codes and scale codes by cp.async,
-// the BF16 activation rows by the copy engine (TMA) when they lie in sorted order or by a cp.async
-// gather — into a ring of stages; each consumer thread decodes its weight rows' codes straight into
+// tile height). A producer warpgroup cp.asyncs each 64-wide k-step — FP4 codes, scale codes and the
+// (gathered) BF16 activation rows — into a ring of stages; each consumer thread decodes its weight rows' codes straight into
 // wgmma A fragments (E2M1 × E4M3 is exact in BF16) while the previous group's MMAs run, and the
 // activations are wgmma's B operand in shared memory. A tile's MMAs are only as wide as its rows need,
 // and BF16 outputs leave through a shared-memory staging in 16-byte runs. Twin of ref::moe's
@@ -20,7 +19,6 @@
 #include "cuda/moe_grouping.cuh"
 #include "cuda/nvfp4_fragments.cuh"
 #include "cuda/nvfp4_wgmma.cuh"
-#include "cuda/tensor_map.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace nibble::cuda {
@@ -75,10 +73,6 @@ struct Layout {
 };
 
 struct Params {
-  // With act_tma, the activation tiles come by the copy engine from act_map (rows in sorted order,
-  // boxes of 64 k × N rows); otherwise the producers gather each row's chunks with cp.async.
-  CUtensorMap act_map;
-  bool act_tma;
   const uint8_t* codes[2];  // gate, up (gated) or down / dense in [0]
   const uint8_t* scales[2];
   const float* global_scales[2];  // per expert; null: `scale` (the dense weight's weight_scale_2)
@@ -94,7 +88,6 @@ struct Params {
   int slices;  // CTAs' weight-row slices per row tile (BM rows, gated BM / 2 features)
   void* out;
   bool out_fp32;
-  int64_t act_rows;  // rows of act (for its tensor map)
 };
 
 // One work item's row tile: the expert, its first sorted row (or dense token row) and its rows.
@@ -163,8 +156,7 @@ template <int WIDTH, int N, int MT, int STAGES, int CODE_OFFSET, int CODE_STAGE,
           int ACT_STAGE>
 __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPosition& ring, uint8_t* smem,
                                              uint64_t* full, uint64_t* empty, uint64_t act_descriptor, int k_tiles,
-                                             int local0, int lane, int magnitude_rotation, int sign_rotation,
-                                             bool act_tma) {
+                                             int local0, int lane, int magnitude_rotation, int sign_rotation) {
   constexpr int ROWS = BM<MT>;
   constexpr int GROUP_BLOCKS = 2 / MT;      // k16 blocks a group
   constexpr int WORDS = 2 * GROUP_BLOCKS;  // code words a row a group: 8 codes a word, a k16 block two words
@@ -172,11 +164,10 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
   int prev_slot = 0;
   for (int kt = 0; kt < k_tiles; ++kt) {
     barrier_wait(&full[ring.slot], ring.phase);
-    // An activation tile that landed through cp.async (the generic proxy) needs a proxy fence before
-    // wgmma reads it through the async proxy; the copy engine writes through the async proxy itself.
-    // (Fencing on the producer side instead, after cp.async.wait_group, made the 1-CTA tiles 3-8%
-    // slower on the H200: the fence waits for all of that thread's copies in flight.)
-    if (!act_tma) wgmma::fence_shared_for_async();
+    // The activation tile landed through cp.async (the generic proxy); wgmma reads it through the
+    // async proxy. (Fencing on the producer side instead, after cp.async.wait_group, made the 1-CTA
+    // tiles 3-8% slower on the H200: the fence waits for all of that thread's copies in flight.)
+    wgmma::fence_shared_for_async();
     const uint8_t* codes = smem + CODE_OFFSET + ring.slot * CODE_STAGE;
     const uint8_t* scales = smem + SCALE_OFFSET + ring.slot * SCALE_STAGE;
     uint32_t scale_word[MT][2];
@@ -361,7 +352,7 @@ struct Outputs {
 // SM, the producers filling the ring with the next item's stages while the consumers finish the last
 // one's MMAs and store its outputs. The ring (slot, phase) runs on across items.
 template <bool GATED, int N, int MT, int CTAS = CTAS_PER_SM<N, MT>>
-__global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kernel(const Params p) {
   using L = Layout<N, MT>;
   constexpr int ROWS = BM<MT>;
   constexpr int STAGES = L::STAGES;
@@ -378,9 +369,8 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
   // they cost the W4A4 GEMMs 12–16% (H200, MoE T = 2,048: down 262 → 305 µs).
   float* row_scales = reinterpret_cast<float*>(smem + L::ROW_SCALES_OFFSET);
   if (tid < STAGES) {
-    barrier_init(&full[tid], PRODUCERS + (p.act_tma ? 1 : 0));  // each producer thread's copies (+ the tile's)
-    barrier_init(&empty[tid], CONSUMERS / 32);                  // lane 0 of each consumer warp
-    if (p.act_tma) fence_barrier_init();
+    barrier_init(&full[tid], PRODUCERS);        // each producer thread's copies
+    barrier_init(&empty[tid], CONSUMERS / 32);  // lane 0 of each consumer warp
   }
   __syncthreads();
   const int k_tiles = p.k / BK;
@@ -396,8 +386,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     // the activation rows' byte offsets from them, 32-bit shared addresses. (Recomputing the sources
     // from the parameters per copy made the producer warp, one per scheduler, the kernel's limit:
     // H200, MoE T = 2,048, consumers waited for stages in 24% of the stall samples.)
-    const uint32_t act_tiles = smem_address(smem + L::ACT_OFFSET);
-    const uint32_t act_place = act_tiles + wgmma::swizzled_offset(lane / 8, lane % 8);
+    const uint32_t act_place = smem_address(smem + L::ACT_OFFSET) + wgmma::swizzled_offset(lane / 8, lane % 8);
     const uint32_t code_place = smem_address(smem + L::CODE_OFFSET) + lane * 16;
     const uint32_t scale_place = smem_address(smem + L::SCALE_OFFSET) + lane * 4;
     const uint32_t full_place = smem_address(full);
@@ -416,19 +405,19 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
         code_src[m] = p.codes[which] + row_index * (p.k / 2);
         scale_src[m] = p.scales[which] + row_index * (p.k / 16);
       }
-      // The gather (rows not in sorted order): activation chunk (lane % 8) of rows t_i = lane / 8 + 16·i,
-      // whose swizzled place is the same chunk for every i as t_i % 8 = (lane / 8) % 8; rows from the
-      // tile's MMA width on are not read. Each copy's address is a register pair built from a 32-bit
-      // offset, and a copy reads it late: the gather issued 16 copies a k-step one after another, the
-      // producer was the kernel's limit (H200, MoE T = 8,192, gate_up: consumers waiting on their
-      // stages in 12% of the stall samples, the producer in its address adds) — hence the copy engine.
+      // Activation chunk (lane % 8) of rows t_i = lane / 8 + 16·i, whose swizzled place is the same
+      // chunk for every i as t_i % 8 = (lane / 8) % 8; rows from the tile's MMA width on are not read.
+      // Each copy's address is a register pair built from a uniform base and a 32-bit offset, and a
+      // copy reads it late: the copies wait on one another (H200, MoE T = 8,192, gate_up: consumers
+      // waiting on their stages in 12% of the stall samples; docs/perf.md). The copy engine for rows in
+      // sorted order (down's input) was tried and gained nothing measurable.
       constexpr int CHUNKS = N * 8 / PRODUCERS;
       const int copies = mma_width<N>(tile.rows) / 16;  // chunks i < copies are inside the width
       uint32_t act_offset[CHUNKS];
 #pragma unroll
       for (int i = 0; i < CHUNKS; ++i) {
         const int t = min(lane / 8 + 16 * i, tile.rows - 1);
-        act_offset[i] = p.act_tma ? 0u : uint32_t(source_row(p, tile.row0 + t)) * uint32_t(p.k) * 2u + (lane % 8) * 16;
+        act_offset[i] = uint32_t(source_row(p, tile.row0 + t)) * uint32_t(p.k) * 2u + (lane % 8) * 16;
       }
       const uint8_t* act_base = reinterpret_cast<const uint8_t*>(p.act);  // + the k-step's bytes
       for (int kt = 0; kt < k_tiles; ++kt, ++fills) {
@@ -442,17 +431,10 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
           cp_async_shared<4>(scale_place + slot * L::SCALE_STAGE + m * 128 * 4, scale_src[m]);
           code_src[m] += BK / 2, scale_src[m] += BK / 16;
         }
-        if (p.act_tma) {
-          if (lane == 0) {
-            barrier_arrive_expect_tx(&full[slot], L::ACT_STAGE);
-            tensor_tile_to_shared(act_tiles + slot * L::ACT_STAGE, &p.act_map, kt * BK, tile.row0, full_place + slot * 8);
-          }
-        } else {
-          const uint32_t a = act_place + slot * L::ACT_STAGE;
+        const uint32_t a = act_place + slot * L::ACT_STAGE;
 #pragma unroll
-          for (int i = 0; i < CHUNKS; ++i)
-            if (i < copies) cp_async_shared<16>(a + i * 16 * 128, act_base + act_offset[i]);
-        }
+        for (int i = 0; i < CHUNKS; ++i)
+          if (i < copies) cp_async_shared<16>(a + i * 16 * 128, act_base + act_offset[i]);
         barrier_arrive_on_copies_shared(full_place + slot * 8);
         act_base += BK * 2;
         if (++slot == STAGES) slot = 0, phase ^= 1;
@@ -487,7 +469,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     with_width<N>(width, [&](auto w) {
       consume_item<decltype(w)::value, N, MT, STAGES, L::CODE_OFFSET, L::CODE_STAGE, L::SCALE_OFFSET,
                    L::SCALE_STAGE, L::ACT_STAGE>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0, lane,
-                                                 magnitude_rotation, sign_rotation, p.act_tma);
+                                                 magnitude_rotation, sign_rotation);
     });
     if (p.row_scales) {
       // Every consumer is past the last item's epilogue before the staged scales are replaced.
@@ -521,7 +503,6 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
 
 template <bool GATED, int N, int MT>
 Status launch_n(Params p, int64_t row_tiles, cudaStream_t stream) {
-  if (p.act_tma) NIB_RETURN_IF_ERROR(encode_bf16_tile_map(&p.act_map, p.act, p.act_rows, p.k, BK, N));
   auto kernel = nvfp4_wgmma_kernel<GATED, N, MT>;
   constexpr int bytes = Layout<N, MT>::BYTES;
   // Set once per instantiation and process, not per launch.
@@ -564,13 +545,6 @@ Status launch(const Params& p, int tile_rows, int64_t row_tiles, cudaStream_t st
   }
 }
 
-// NIBBLE_WGMMA_TMA=1: activation rows in sorted order come by the copy engine (opt-in until measured on
-// the GPU; the producers' cp.async gather otherwise).
-bool tma_enabled() {
-  static const bool on = std::getenv("NIBBLE_WGMMA_TMA") && std::atoi(std::getenv("NIBBLE_WGMMA_TMA")) != 0;
-  return on;
-}
-
 Status check_weight(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols) {
   if (!packed || !scales) return Status::error("wgmma gemm: null weight pointer");
   if (!wgmma_supported(rows, cols) || rows > INT32_MAX || cols > INT32_MAX)
@@ -597,10 +571,6 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
   if (w1) p.codes[1] = w1->packed, p.scales[1] = w1->block_scales, p.global_scales[1] = w1->global_scales;
   p.n = int(w0.rows), p.k = int(w0.cols);
   p.act = a.act, p.sorted_pairs = a.sorted_pairs, p.top_k = int(a.top_k), p.row_scales = a.row_scales;
-  // Rows in sorted order (down's input, or gate_up's gathered into a.sorted_act) come by the copy engine.
-  p.act_tma = tma_enabled() && (!a.sorted_pairs || a.sorted_act);
-  if (p.act_tma && a.sorted_act) p.act = a.sorted_act;
-  p.act_rows = a.pairs;
   p.tile_offsets = a.tile_offsets, p.tiles = a.tiles, p.experts = int(w0.experts);
   p.out = a.out, p.out_fp32 = a.out_fp32;
   const int64_t row_tiles = max_expert_tiles(a.pairs, p.experts, a.tile_rows);
@@ -608,11 +578,6 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
 }
 
 }  // namespace
-
-bool wgmma_gathers_rows() {
-  static const bool on = tma_enabled() && (!std::getenv("NIBBLE_WGMMA_GATHER") || std::atoi(std::getenv("NIBBLE_WGMMA_GATHER")) != 0);
-  return on;
-}
 
 bool wgmma_supported(int64_t rows, int64_t cols) { return cols >= BK && cols % BK == 0 && rows >= 1; }
 
@@ -649,7 +614,6 @@ Status wgmma_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, fl
   p.codes[0] = w.packed, p.scales[0] = w.block_scales, p.scale = w.weight_scale_2;
   p.n = int(w.rows), p.k = int(w.cols), p.m = int(M);
   p.act = x, p.top_k = 1, p.row_scales = row_scales;
-  p.act_tma = tma_enabled(), p.act_rows = M;
   p.out = y, p.out_fp32 = true;
   const int tile_rows = wgmma_tile_rows(M, 1);
   return launch<false>(p, tile_rows, (M + tile_rows - 1) / tile_rows, stream);

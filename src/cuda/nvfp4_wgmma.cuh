@@ -17,11 +17,6 @@ namespace nibble::cuda {
 // for a dense GEMM); the MoE grouping must use it as tile_rows.
 int wgmma_tile_rows(int64_t rows, int64_t experts);
 
-// Whether the MoE's gate_up should get its input rows gathered into sorted order first
-// (GroupedGemmArgs::sorted_act), for the copy engine to bring them as tiles: with NIBBLE_WGMMA_TMA=1
-// (the copy engine for rows in sorted order), unless NIBBLE_WGMMA_GATHER=0.
-bool wgmma_gathers_rows();
-
 // Whether the kernels take a weight of these rows (out_features) and cols (in_features): cols a
 // multiple of 64.
 bool wgmma_supported(int64_t rows, int64_t cols);
