@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Profile of one GEMM kernel on the device machine (build-device/ carried): Nsight Compute's speed of
 # light, scheduler and warp-state sections for KERNEL (a regex) in `nibble bench kernels ARGS`, and
-# the kernel's SASS (cuobjdump) and its per-instruction stall samples (source.csv), logs under $OUT.
+# the kernel's SASS (cuobjdump) and its per-instruction stall samples (source.csv; the top ones printed
+# by scripts/ncu_stalls.py), logs under $OUT.
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 KERNEL=${KERNEL:-nvfp4_wgmma}
@@ -26,3 +27,4 @@ PY
 gzip -k "$OUT/all.sass" && rm "$OUT/all.sass"
 grep -cE "HGMMA" "$OUT/kernel.sass" | sed 's/^/HGMMA instructions: /'
 sed -n '/Section: GPU Speed Of Light/,$p' "$OUT/ncu.txt" | grep -vE "^ *-+ *$|^ *$|OPT|Section:|Metric Name" | head -90
+python3 scripts/ncu_stalls.py "$OUT/source.csv" 30 | cut -c1-200

@@ -2,9 +2,9 @@
 // register operand (wgmma RS, sm_90a): a CTA computes 128 · MT weight rows (two consumer warpgroups of
 // MT m-tiles of 64; gate_up: gate and up of each feature in one thread) × N token rows (N = 32…256, the
 // tile height). A producer warpgroup cp.asyncs each 64-wide k-step — FP4 codes, scale codes and the
-// (gathered) BF16 activation rows — into a ring of stages; each consumer thread decodes its weight rows' codes straight into
-// wgmma A fragments (E2M1 × E4M3 is exact in BF16) while the previous group's MMAs run, and the
-// activations are wgmma's B operand in shared memory. A tile's MMAs are only as wide as its rows need,
+// (gathered) BF16 activation rows — into a ring of stages; each consumer thread decodes its weight
+// rows' codes straight into wgmma A fragments (E2M1 × E4M3 is exact in BF16) while the previous
+// group's MMAs run, and the activations are wgmma's B operand in shared memory. A tile's MMAs are only as wide as its rows need,
 // and BF16 outputs leave through a shared-memory staging in 16-byte runs. Twin of ref::moe's
 // projections and ref::linear_nvfp4.
 #include <cuda_bf16.h>
@@ -382,8 +382,8 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS<CTAS>) : "memory");
     const int lane = tid - CONSUMERS;
     const int which = projection<GATED>(lane);  // the same for lane + 128m
-    // Everything a k-step's copies need is in registers: 64-bit sources advanced by a k-step's bytes,
-    // the activation rows' byte offsets from them, 32-bit shared addresses. (Recomputing the sources
+    // Everything a k-step's copies need is in registers: 64-bit weight sources and an activation base
+    // advanced by a k-step's bytes, the activation rows' byte offsets from it, 32-bit shared addresses. (Recomputing the sources
     // from the parameters per copy made the producer warp, one per scheduler, the kernel's limit:
     // H200, MoE T = 2,048, consumers waited for stages in 24% of the stall samples.)
     const uint32_t act_place = smem_address(smem + L::ACT_OFFSET) + wgmma::swizzled_offset(lane / 8, lane % 8);
@@ -522,24 +522,24 @@ Status launch_n(Params p, int64_t row_tiles, cudaStream_t stream) {
   return cuda_status(cudaGetLastError(), GATED ? "wgmma gate_up launch" : "wgmma gemm launch");
 }
 
-// M-tiles a consumer warpgroup: one (128 weight rows a CTA), or two with NIBBLE_WGMMA_BM=256 for
-// heights ≤ 128 (256-row tiles have no registers for more). H200, full-size Qwen3-30B-A3B (docs/perf.md
-// "256-row weight tiles"): two m-tiles on 128-row tiles took the MoE block at T = 512 (even routing)
-// from 341 to 324 µs but pp512 (the synthetic checkpoint's skewed routing) from 40,571 to 39,793 tok/s,
-// and at T = 8,192 (forced 128-row tiles) 1,546 → 1,696 µs: the decode a token doubles.
-int m_tiles(int tile_rows) {
+// M-tiles a consumer warpgroup: one (128 weight rows a CTA), or two on 128-row tiles with
+// NIBBLE_WGMMA_BM=256 (256-row tiles have no registers for more; ≤ 64-row tiles run two CTAs an SM).
+// H200, full-size Qwen3-30B-A3B (docs/perf.md "256-row weight tiles"): two m-tiles took the MoE block
+// at T = 512 (even routing) from 341 to 324 µs but pp512 (the synthetic checkpoint's skewed routing)
+// from 40,571 to 39,793 tok/s, and at T = 8,192 (forced 128-row tiles) 1,526 → 1,696 µs: the decode a
+// token doubles.
+bool two_m_tiles() {
   static const bool two = std::getenv("NIBBLE_WGMMA_BM") && std::atoi(std::getenv("NIBBLE_WGMMA_BM")) == 256;
-  return two && tile_rows <= 128 ? 2 : 1;
+  return two;
 }
 
 template <bool GATED>
 Status launch(const Params& p, int tile_rows, int64_t row_tiles, cudaStream_t stream) {
-  const bool two = m_tiles(tile_rows) == 2;
   switch (tile_rows) {
-    case 32: return two ? launch_n<GATED, 32, 2>(p, row_tiles, stream) : launch_n<GATED, 32, 1>(p, row_tiles, stream);
-    case 64: return two ? launch_n<GATED, 64, 2>(p, row_tiles, stream) : launch_n<GATED, 64, 1>(p, row_tiles, stream);
+    case 32: return launch_n<GATED, 32, 1>(p, row_tiles, stream);
+    case 64: return launch_n<GATED, 64, 1>(p, row_tiles, stream);
     case 128:
-      return two ? launch_n<GATED, 128, 2>(p, row_tiles, stream) : launch_n<GATED, 128, 1>(p, row_tiles, stream);
+      return two_m_tiles() ? launch_n<GATED, 128, 2>(p, row_tiles, stream) : launch_n<GATED, 128, 1>(p, row_tiles, stream);
     case 256: return launch_n<GATED, 256, 1>(p, row_tiles, stream);
     default: return Status::error("wgmma gemm: tile rows " + std::to_string(tile_rows) + " (32, 64, 128 or 256)");
   }
