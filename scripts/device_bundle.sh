@@ -5,16 +5,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null
-rm -rf build-device && mkdir -p build-device/tests
+rm -rf build-device && mkdir -p build-device/tests build-device/bench
 cp build/nibble build-device/
+[ -x build/bench/l2_bandwidth ] && cp build/bench/l2_bandwidth build-device/bench/
 find build/tests -maxdepth 1 -name "test_cuda_*" -type f -executable -exec cp {} build-device/tests/ \;
 cp build/tests/route_table_tool build-device/tests/  # test_server_load.py's api-key test reads the route table
-strip build-device/nibble build-device/tests/*
+strip build-device/nibble build-device/tests/* build-device/bench/* 2>/dev/null || true
 # Debian libraries the device machine does not have (it is not set up by scripts/setup.sh).
 mkdir -p build-device/lib
 for lib in libutf8proc.so.2 libpcre2-8.so.0 libsentencepiece.so.0 libsentencepiece_train.so.0; do
   cp "$(ldd build/nibble | awk -v l="$lib" '$1 == l {print $3}')" build-device/lib/
 done
-tar -C build-device -czf build-device/bins.tar.gz nibble tests
-rm -rf build-device/nibble build-device/tests
+tar -C build-device -czf build-device/bins.tar.gz nibble tests bench
+rm -rf build-device/nibble build-device/tests build-device/bench
 du -sh build-device

@@ -104,6 +104,9 @@ CommandRunner register_serve(CLI::App& root) {
   option(cmd, "--max-model-len", o->max_model_len, "Prompt + output tokens per request (0: the model's, capped by KV)");
   option(cmd, "--max-num-seqs", o->max_num_seqs, "Sequences per step");
   option(cmd, "--max-num-batched-tokens", o->max_num_batched_tokens, "Tokens per step (prefill chunks share it)");
+  option(cmd, "--scheduler-delay-factor", o->scheduler_delay_factor,
+         "Admit new prompts only once the oldest waiting one has waited this many times the last prompt step's "
+         "latency (vLLM's flag; 0: at once), so that prompts arriving close together share a prefill step");
   option(cmd, "--block-size", o->block_size, "KV-cache block size in tokens");
   option(cmd, "--num-kv-blocks", o->num_kv_blocks, "KV-cache blocks (0: from --kv-cache-memory-gb)");
   option(cmd, "--kv-cache-memory-gb", o->kv_cache_memory_gb,
@@ -116,6 +119,9 @@ CommandRunner register_serve(CLI::App& root) {
   option(cmd, "--disable-overlap-schedule", o->disable_overlap_schedule,
          "Build each step after the last one's tokens are back (default: the next step is built and queued "
          "while the GPU runs the current one)");
+  option(cmd, "--step-log", o->step_log,
+         "Write a CSV row per step to this file: its tokens, sequences, prefill tokens, device ms and the device's "
+         "idle ms before it (tuning --max-num-batched-tokens)");
   option(cmd, "--tensor-parallel-size", o->tensor_parallel_size, "GPUs per model (1 for now)");
   option(cmd, "--backend", o->backend, "auto (the GPU when one is visible and takes the checkpoint, else the CPU) | cpu | cuda");
   option(cmd, "--moe-backend", o->moe_backend, engine::kernel_choice_help() + " (CUDA backend)");

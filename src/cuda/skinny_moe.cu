@@ -262,8 +262,12 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
 
 }  // namespace
 
+// 8-row tiles below 3 rows per expert, 16 below 16, then 32. H200, full-size synthetic Qwen3-30B-A3B
+// (docs/perf.md, "Serving workload 1 by its steps"): 16-row tiles from 3 rather than 4 rows per expert
+// took S_TG b56 6,052 → 6,126 tok/s (b48 +0.3%; the synthetic routing's busier experts stop needing a
+// second 8-row tile); from 2, b40 lost 2%.
 int skinny_moe_tile_rows(int64_t pairs, int64_t experts) {
-  return pairs < 4 * experts ? 8 : pairs < 16 * experts ? 16 : 32;
+  return pairs < 3 * experts ? 8 : pairs < 16 * experts ? 16 : 32;
 }
 
 Status skinny_moe_gate_up(const GroupedGemmArgs& args, const DeviceNvfp4Experts& gate, const DeviceNvfp4Experts& up,

@@ -60,11 +60,19 @@ Engine::Engine(EngineConfig config, std::unique_ptr<ModelRunner> runner,
     : config_(std::move(config)), runner_(std::move(runner)), model_config_(runner_->config()),
       tokenizer_(std::move(tokenizer)), blocks_(runner_->n_kv_blocks(), runner_->block_size(), config_.prefix_caching),
       scheduler_(config_.limits, blocks_), info_(std::move(info)) {
+  if (!config_.step_log.empty()) {
+    step_log_ = std::fopen(config_.step_log.c_str(), "w");
+    if (step_log_) std::fputs("tokens,sequences,prefill_tokens,device_ms,idle_ms\n", step_log_);
+    else log_warn("--step-log: cannot write " + config_.step_log);
+  }
   publish_gauges();
   thread_ = std::thread([this] { loop(); });
 }
 
-Engine::~Engine() { shutdown(); }
+Engine::~Engine() {
+  shutdown();
+  if (step_log_) std::fclose(step_log_);
+}
 
 void Engine::shutdown() {
   {
@@ -192,6 +200,7 @@ void Engine::add_request(std::shared_ptr<GenerationRequest> shared) {
     seq->tokens = r.request.prompt;
     seq->prompt_len = static_cast<int64_t>(r.request.prompt.size());
     seq->seed = base_seed + static_cast<uint64_t>(i);  // vLLM: choice i of n draws with seed + i
+    seq->arrival_seconds = std::chrono::duration<double>(r.request.arrival.time_since_epoch()).count();
     scheduler_.add(seq.get());
     r.choices.push_back(std::move(seq));
   }
@@ -214,7 +223,8 @@ void Engine::loop() {
     for (Command& command : commands) command();
     if (stopping) break;
     try_weight_update();
-    const StepPlan plan = scheduler_.schedule(/*admit_new=*/!pending_update_);
+    const StepPlan plan = scheduler_.schedule(/*admit_new=*/!pending_update_,
+                                              std::chrono::duration<double>(begin.time_since_epoch()).count());
     step_.runner_seconds = 0.0;
     if (!plan.empty()) launch_step(plan, back_to_back);
     // Overlapped, the step before the one just launched is collected while the device runs this one.
@@ -293,6 +303,11 @@ void Engine::launch_step(const StepPlan& plan, bool back_to_back) {
   f.slots.clear();
   f.requests.clear();
   f.back_to_back = back_to_back;
+  f.n_tokens = plan.n_tokens;
+  f.n_sequences = static_cast<int64_t>(plan.chunks.size());
+  f.n_prefill_tokens = 0;
+  for (const ScheduledChunk& c : plan.chunks)
+    if (c.n_tokens > 1 || c.start < c.seq->prompt_len) f.n_prefill_tokens += c.n_tokens;
   const uint64_t pass = ++step_.pass;
   size_t n_sequences = 0;
   const Clock::time_point step_start = Clock::now();
@@ -377,6 +392,10 @@ void Engine::collect_step() {
       m.device_idle_seconds += out.device_idle_seconds;
       m.device_idle.observe(out.device_idle_seconds);
     });
+  if (step_log_)
+    std::fprintf(step_log_, "%lld,%lld,%lld,%.3f,%.3f\n", static_cast<long long>(f.n_tokens),
+                 static_cast<long long>(f.n_sequences), static_cast<long long>(f.n_prefill_tokens),
+                 1e3 * out.device_seconds, f.back_to_back ? 1e3 * out.device_idle_seconds : -1.0);
   for (size_t i = 0; i < f.sampled.size(); ++i) {
     SeqState& s = *f.sampled[i];
     if (s.finish != FinishReason::NONE) continue;  // ended (stop, abort) while the step ran: its token goes

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -33,6 +34,9 @@ struct EngineConfig {
   // is built (SGLang's --disable-overlap-schedule).
   bool overlap = true;
   std::vector<int32_t> eos_token_ids;  // config.json and generation_config.json
+  // A CSV row per collected step ("tokens,sequences,prefill_tokens,device_ms,idle_ms"): the cost
+  // of a step by its shape, to tune the token budget. "": none.
+  std::string step_log;
 };
 
 // SGLang's /update_weights_from_disk request and reply.
@@ -124,6 +128,7 @@ class Engine {
     std::vector<int64_t> slots;      // the index row i's token takes in its sequence's tokens
     std::vector<std::shared_ptr<RequestState>> requests;  // each request of the step, kept alive
     bool back_to_back = false;       // launched without the engine running out of work since the last
+    int64_t n_tokens = 0, n_sequences = 0, n_prefill_tokens = 0;  // the step's shape (--step-log)
   };
   InFlight in_flight_[2];
   int oldest_ = 0, n_in_flight_ = 0;
@@ -137,6 +142,7 @@ class Engine {
     std::vector<RequestState*> touched;
   };
   StepBuffers step_;
+  std::FILE* step_log_ = nullptr;
 
   mutable std::mutex mutex_;  // guards commands_, stopping_, info_
   std::condition_variable wake_;

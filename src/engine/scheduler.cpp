@@ -32,7 +32,20 @@ int64_t Scheduler::n_started_waiting() const {
   return std::count_if(waiting_.begin(), waiting_.end(), [](const Sequence* s) { return s->started; });
 }
 
-StepPlan Scheduler::schedule(bool admit_new) {
+// vLLM's Scheduler._passed_delay: the oldest waiting sequence has waited delay_factor × the last
+// prompt step's latency, or nothing is running (then waiting only idles the device).
+bool Scheduler::passed_delay(double now) {
+  if (prev_admitted_) last_prompt_latency_ = now - prev_time_;
+  prev_time_ = now;
+  prev_admitted_ = false;
+  if (limits_.delay_factor <= 0.0 || waiting_.empty() || running_.empty()) return true;
+  double earliest = waiting_.front()->arrival_seconds;
+  for (const Sequence* seq : waiting_) earliest = std::min(earliest, seq->arrival_seconds);
+  return now - earliest > limits_.delay_factor * last_prompt_latency_;
+}
+
+StepPlan Scheduler::schedule(bool admit_new, double now) {
+  const bool admit = passed_delay(now);
   StepPlan plan;
   int64_t budget = limits_.max_num_batched_tokens;
   auto add_chunk = [&](Sequence* seq, int64_t n) {
@@ -73,7 +86,7 @@ StepPlan Scheduler::schedule(bool admit_new) {
   running_ = std::move(kept);
 
   // 2. Waiting sequences, first come first served; none when this step had to preempt.
-  while (plan.n_preempted == 0 && budget > 0 && !waiting_.empty() &&
+  while (admit && plan.n_preempted == 0 && budget > 0 && !waiting_.empty() &&
          static_cast<int64_t>(running_.size()) < limits_.max_num_seqs) {
     Sequence* seq = waiting_.front();
     if (!admit_new && !seq->started) break;
@@ -93,6 +106,7 @@ StepPlan Scheduler::schedule(bool admit_new) {
     seq->started = true;
     running_.push_back(seq);
     add_chunk(seq, n);
+    prev_admitted_ = true;
   }
   return plan;
 }

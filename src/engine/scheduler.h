@@ -4,6 +4,9 @@
 // running sequence with nothing to compute (its last token is still being drawn) sits a step out.
 // When blocks run out it preempts the most recent running sequence (recompute: its blocks are
 // freed and it waits at the front of the queue), so nothing is lost and the oldest always progress.
+// With a delay factor (vLLM's --scheduler-delay-factor) waiting sequences are admitted only once the
+// oldest has waited delay_factor × the last prompt step's latency (or nothing runs), so prompts that
+// arrive close together share one prefill step instead of each costing a step of its own.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +21,7 @@ namespace nibble::engine {
 struct SchedulerLimits {
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 8192;
+  double delay_factor = 0.0;  // 0: admit whenever the budget allows
 };
 
 struct ScheduledChunk {
@@ -40,8 +44,9 @@ class Scheduler {
 
   void add(Sequence* seq);  // to the back of the waiting queue
   // Builds the next step. With admit_new false only sequences already started are served
-  // (running ones, and preempted ones waiting to resume): a weight reload drains with it.
-  StepPlan schedule(bool admit_new = true);
+  // (running ones, and preempted ones waiting to resume): a weight reload drains with it. `now`
+  // (seconds, the clock of Sequence::arrival_seconds) matters only with a delay factor.
+  StepPlan schedule(bool admit_new = true, double now = 0.0);
   // Once the step is launched (the device runs steps in order, so a later step sees its K/V): the
   // scheduled tokens count as computed; full blocks of drawn (not pending) tokens join the prefix cache.
   void complete(const StepPlan& plan);
@@ -56,12 +61,17 @@ class Scheduler {
  private:
   bool grow_to(Sequence* seq, int64_t n_tokens);  // blocks for the first n_tokens positions
   void preempt(Sequence* seq);
+  bool passed_delay(double now);
 
   SchedulerLimits limits_;
   BlockManager& blocks_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in arrival order
   int64_t total_preemptions_ = 0;
+  // The delay factor's clock: the last schedule() call, whether it admitted a prompt, and the time
+  // from the last call that did to the call after it (vLLM's last_prompt_latency).
+  double prev_time_ = 0.0, last_prompt_latency_ = 0.0;
+  bool prev_admitted_ = false;
 };
 
 }  // namespace nibble::engine

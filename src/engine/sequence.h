@@ -23,6 +23,7 @@ struct Sequence {
   bool started = false;             // scheduled at least once (a weight reload waits for these)
   int64_t n_cached_prompt = -1;     // prompt tokens found in the prefix cache at first admission
   int64_t n_preemptions = 0;
+  double arrival_seconds = 0.0;     // when its request arrived (steady clock; --scheduler-delay-factor)
 
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_output() const { return n_tokens() - prompt_len; }

@@ -41,6 +41,7 @@ void handle_server_info(ServingContext& ctx, const HttpRequest&, Responder respo
   json info = {{"version", o.version}, {"model_path", o.model_path},
                {"served_model_name", o.served_model_name}, {"host", o.host}, {"port", o.port},
                {"max_num_seqs", o.max_num_seqs}, {"max_num_batched_tokens", o.max_num_batched_tokens},
+               {"scheduler_delay_factor", o.scheduler_delay_factor},
                {"block_size", o.block_size}, {"kv_cache_dtype", o.kv_cache_dtype}, {"backend", o.backend},
                {"moe_backend", o.moe_backend}, {"gemm_backend", o.gemm_backend},
                {"attention_backend", o.attention_backend}, {"decode_attention", o.decode_attention},

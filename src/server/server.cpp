@@ -6,7 +6,10 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -88,11 +91,17 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   }
   if (max_model_len < 2) return Status::error("the KV cache holds fewer than 2 tokens");
 
+  if (!o.step_log.empty()) {
+    std::FILE* f = std::fopen(o.step_log.c_str(), "w");
+    if (!f) return Status::error("--step-log: cannot write " + o.step_log + ": " + std::strerror(errno));
+    std::fclose(f);
+  }
   engine::EngineConfig ec;
-  ec.limits = {o.max_num_seqs, o.max_num_batched_tokens};
+  ec.limits = {o.max_num_seqs, o.max_num_batched_tokens, o.scheduler_delay_factor};
   ec.max_model_len = max_model_len;
   ec.prefix_caching = o.enable_prefix_caching;
   ec.overlap = !o.disable_overlap_schedule;
+  ec.step_log = o.step_log;
   for (int64_t id : config.eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
   for (int64_t id : model->generation.eos_token_ids)
     if (std::find(ec.eos_token_ids.begin(), ec.eos_token_ids.end(), id) == ec.eos_token_ids.end())
@@ -138,6 +147,8 @@ Status validate_options(const ServerOptions& o) {
                          ": only 1 is supported so far (multi-GPU comes later)");
   if (o.max_num_seqs < 1) return Status::error("--max-num-seqs must be >= 1");
   if (o.max_num_batched_tokens < 1) return Status::error("--max-num-batched-tokens must be >= 1");
+  if (!(o.scheduler_delay_factor >= 0.0) || o.scheduler_delay_factor > 1000.0)
+    return Status::error("--scheduler-delay-factor must be in [0, 1000]");
   if (o.block_size < 1 || o.block_size > 1024) return Status::error("--block-size must be in [1, 1024]");
   if (o.max_model_len < 0) return Status::error("--max-model-len must be >= 0");
   if (o.num_kv_blocks < 0) return Status::error("--num-kv-blocks must be >= 0");

@@ -58,9 +58,10 @@ TEST(CudaHost, AutoPicksTheSkinnyKernelsForFewRows) {
   // Skinny while experts average fewer than 10 rows: 159 tokens · top-8 over 128 experts, not 160.
   EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 159, qwen3), GemmBackend::SKINNY);
   EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 160, qwen3), GemmBackend::FUSED);
-  // Skinny tiles grow with the rows per expert: 8 below 4 on average, 16 below 16, else 32.
+  // Skinny tiles grow with the rows per expert: 8 below 3 on average, 16 below 16, else 32.
   EXPECT_EQ(cuda::skinny_moe_tile_rows(8, 128), 8);
-  EXPECT_EQ(cuda::skinny_moe_tile_rows(63 * 8, 128), 8);
+  EXPECT_EQ(cuda::skinny_moe_tile_rows(383, 128), 8);
+  EXPECT_EQ(cuda::skinny_moe_tile_rows(48 * 8, 128), 16);
   EXPECT_EQ(cuda::skinny_moe_tile_rows(64 * 8, 128), 16);
   EXPECT_EQ(cuda::skinny_moe_tile_rows(255 * 8, 128), 16);
   EXPECT_EQ(cuda::skinny_moe_tile_rows(256 * 8, 128), 32);

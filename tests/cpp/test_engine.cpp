@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -150,8 +152,9 @@ struct RunResult {
 };
 
 RunResult run(bool overlap, const std::vector<GenerationRequest>& requests, int64_t blocks,
-              SchedulerLimits limits = {8, 48}, int64_t max_model_len = MAX_MODEL_LEN) {
+              SchedulerLimits limits = {8, 48}, int64_t max_model_len = MAX_MODEL_LEN, std::string step_log = "") {
   EngineConfig ec;
+  ec.step_log = std::move(step_log);
   ec.overlap = overlap;
   ec.max_model_len = max_model_len;
   ec.limits = limits;  // few sequences and a small token budget: chunked prefills beside decodes
@@ -214,6 +217,42 @@ TEST(Engine, OverlappedSchedulingDrawsTheSameTokensAsStepByStep) {
   }
   EXPECT_GT(stopped, 3u) << "stop strings, stop tokens and EOS were meant to end some sequences early";
   EXPECT_GT(by_length, 3u);
+}
+
+// --step-log: a row per step, each within the step's limits, the prompts' tokens all among them.
+TEST(Engine, StepLogHasARowPerStepWithinTheLimits) {
+  const uint64_t seed = test::test_seed("Engine.StepLogHasARowPerStepWithinTheLimits");
+  const std::vector<GenerationRequest> requests = make_requests(seed);
+  const std::string path = ::testing::TempDir() + "nibble_step_log.csv";
+  const RunResult r = run(true, requests, 400, {8, 48}, MAX_MODEL_LEN, path);
+  std::ifstream in(path);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_EQ(line, "tokens,sequences,prefill_tokens,device_ms,idle_ms");
+  uint64_t rows = 0;
+  int64_t tokens_total = 0, prefill_total = 0;
+  while (std::getline(in, line)) {
+    long long tokens = 0, sequences = 0, prefill = 0;
+    double device_ms = 0, idle_ms = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(), "%lld,%lld,%lld,%lf,%lf", &tokens, &sequences, &prefill, &device_ms, &idle_ms), 5)
+        << line;
+    EXPECT_GE(tokens, 1);
+    EXPECT_LE(tokens, 48) << "the token budget";
+    EXPECT_GE(sequences, 1);
+    EXPECT_LE(sequences, 8) << "max_num_seqs";
+    EXPECT_LE(prefill, tokens);
+    tokens_total += tokens, prefill_total += prefill;
+    ++rows;
+  }
+  EXPECT_EQ(rows, r.metrics.steps);
+  // 400 blocks hold every sequence at once (no preemption, nothing recomputed): the prefill rows are
+  // the prompts' tokens less those the prefix cache had.
+  ASSERT_EQ(r.metrics.preemptions, 0u);
+  int64_t prompts = 0;
+  for (const GenerationRequest& q : requests) prompts += static_cast<int64_t>(q.prompt.size()) * q.n;
+  EXPECT_EQ(prefill_total, prompts - static_cast<int64_t>(r.metrics.prefix_hits));
+  EXPECT_GT(tokens_total, prefill_total) << "decode rows too";
+  std::remove(path.c_str());
 }
 
 // test_server_load's preemption case: 12 blocks of 4 tokens for 8 greedy requests of up to 32.

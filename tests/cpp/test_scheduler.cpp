@@ -305,5 +305,55 @@ TEST(Scheduler, PendingTokensAreComputedButNotCachedAndIdleSequencesSitOut) {
   EXPECT_EQ(blocks.n_used(), 0);
 }
 
+// vLLM's --scheduler-delay-factor: with sequences running, a new prompt waits until the oldest
+// waiting one has waited factor × the last prompt step's latency (the time from the call that
+// admitted a prompt to the next call); with nothing running it is admitted at once.
+TEST(Scheduler, DelayFactorHoldsNewPromptsForTheLastPromptLatency) {
+  BlockManager blocks(100, 4, false);
+  Scheduler scheduler({8, 64, /*delay_factor=*/2.0}, blocks);
+  Sequence a, b, c;
+  a.id = 0, b.id = 1, c.id = 2;
+  for (Sequence* s : {&a, &b, &c}) s->tokens.assign(5, 7), s->prompt_len = 5;
+  a.arrival_seconds = 10.0;
+  scheduler.add(&a);
+  StepPlan p1 = scheduler.schedule(true, 10.0);  // nothing runs: admitted at once
+  ASSERT_EQ(p1.chunks.size(), 1u);
+  scheduler.complete(p1);
+  a.tokens.push_back(1);
+  b.arrival_seconds = 10.05;
+  scheduler.add(&b);
+  // The call after a's admission, 0.1 s later: the last prompt latency is 0.1 s, so b (waiting
+  // 0.05 s) is held until it has waited 2 × 0.1 = 0.2 s; a decodes meanwhile.
+  StepPlan p2 = scheduler.schedule(true, 10.1);
+  ASSERT_EQ(p2.chunks.size(), 1u);
+  EXPECT_EQ(p2.chunks[0].seq, &a);
+  scheduler.complete(p2);
+  a.tokens.push_back(1);
+  c.arrival_seconds = 10.2;
+  scheduler.add(&c);
+  StepPlan p3 = scheduler.schedule(true, 10.2);
+  ASSERT_EQ(p3.chunks.size(), 1u) << "b has waited 0.15 s of 0.2";
+  scheduler.complete(p3);
+  a.tokens.push_back(1);
+  StepPlan p4 = scheduler.schedule(true, 10.26);  // b has waited 0.21 s: b and c share the step
+  ASSERT_EQ(p4.chunks.size(), 3u);
+  EXPECT_EQ(p4.chunks[1].seq, &b);
+  EXPECT_EQ(p4.chunks[2].seq, &c);
+  EXPECT_EQ(p4.chunks[1].n_tokens + p4.chunks[2].n_tokens, 10);
+
+  // Without the factor the same arrivals are admitted the step they come.
+  BlockManager blocks0(100, 4, false);
+  Scheduler plain({8, 64}, blocks0);
+  Sequence d, e;
+  d.id = 0, e.id = 1;
+  for (Sequence* s : {&d, &e}) s->tokens.assign(5, 7), s->prompt_len = 5;
+  plain.add(&d);
+  StepPlan q1 = plain.schedule(true, 10.0);
+  plain.complete(q1);
+  d.tokens.push_back(1);
+  plain.add(&e);
+  EXPECT_EQ(plain.schedule(true, 10.1).chunks.size(), 2u);
+}
+
 }  // namespace
 }  // namespace nibble::engine

@@ -1,0 +1,150 @@
+// How many bytes a second the SMs can pull from L2 and from DRAM, by access form: 16-byte loads that
+// skip L1 (ld.global.cg), 16-byte cp.async into a shared-memory ring (the wgmma producer's form), and
+// cp.async of 128-byte rows gathered by an index list (gate_up's activation rows). Buffers from a few
+// MB (L2-resident) to GBs (DRAM); prints one line per (form, size): the ceiling the MoE kernels work under.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#define CHECK(x)                                                                      \
+  do {                                                                                \
+    cudaError_t e = (x);                                                              \
+    if (e != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+namespace {
+
+// Every thread reads 16-byte words strided by the grid, UNROLL loads in flight, `passes` times over.
+template <int UNROLL>
+__global__ void load_cg(const uint4* __restrict__ data, size_t words, int passes, uint32_t* sink) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  uint32_t acc = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words; i += stride * UNROLL) {
+      uint4 v[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const size_t j = i + u * stride;
+        if (j < words)
+          asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w)
+                       : "l"(data + j));
+        else v[u] = make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads
+}
+
+// cp.async 16 bytes a thread into a ring of STAGES shared stages (blockDim.x × 16 bytes each), a
+// commit group a stage, waiting only for the stage STAGES − 1 back: the copies never touch registers.
+// GATHER: thread t of a stage copies chunk t % 8 of row h(r) (a multiplicative hash of r mod `rows`,
+// no index load in the way), r = the stage's row t / 8: 128-byte rows in scattered order, as gate_up's
+// producer copies its activation rows of a 64-wide k-step.
+template <int STAGES, bool GATHER>
+__global__ void copy_async(const uint8_t* __restrict__ data, size_t bytes, int rows, int passes, uint32_t* sink) {
+  extern __shared__ __align__(16) uint8_t ring[];
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + threadIdx.x * 16;
+  const size_t stage_bytes = size_t(blockDim.x) * 16, step = stage_bytes * gridDim.x;
+  const size_t per_pass = bytes / step;  // stages a CTA copies a pass
+  int slot = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    for (size_t s = 0; s < per_pass; ++s) {
+      const uint8_t* src;
+      if constexpr (GATHER) {
+        const size_t row = (size_t(blockIdx.x) + s * gridDim.x) * (blockDim.x / 8) + threadIdx.x / 8;
+        src = data + size_t(uint32_t(row * 2654435761u) % uint32_t(rows)) * 128 + (threadIdx.x % 8) * 16;
+      } else {
+        src = data + s * step + blockIdx.x * stage_bytes + threadIdx.x * 16;
+      }
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(base + slot * uint32_t(stage_bytes)), "l"(src) : "memory");
+      asm volatile("cp.async.commit_group;" ::: "memory");
+      asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 1) : "memory");
+      if (++slot == STAGES) slot = 0;
+    }
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+  if (ring[threadIdx.x] == 0x5a && threadIdx.x == 0x7fff) *sink = 1;
+}
+
+float time_ms(cudaStream_t stream, int reps, const auto& launch) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  launch();  // warm: the buffer into L2 where it fits
+  CHECK(cudaEventRecord(a, stream));
+  for (int r = 0; r < reps; ++r) launch();
+  CHECK(cudaEventRecord(b, stream));
+  CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, a, b));
+  CHECK(cudaGetLastError());
+  return ms / reps;
+}
+
+}  // namespace
+
+int main() {
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int sms = prop.multiProcessorCount;
+  std::printf("%s: %d SMs, L2 %.0f MB\n", prop.name, sms, prop.l2CacheSize / 1e6);
+  const size_t max_bytes = size_t(4) << 30;
+  uint8_t* data = nullptr;
+  uint32_t* sink = nullptr;
+  CHECK(cudaMalloc(&data, max_bytes));
+  CHECK(cudaMalloc(&sink, 4));
+  CHECK(cudaMemset(data, 1, max_bytes));
+  cudaStream_t stream;
+  CHECK(cudaStreamCreate(&stream));
+  const size_t sizes[] = {size_t(16) << 20, size_t(32) << 20, max_bytes};
+  std::printf("| form | buffer | CTAs x threads | TB/s |\n");
+  for (size_t bytes : sizes) {
+    // Passes so that each timed launch moves ≥ 4 GB.
+    const int passes = int(std::max<size_t>(1, (size_t(4) << 30) / bytes));
+    for (int ctas_per_sm : {2, 4}) {
+      const int ctas = sms * ctas_per_sm, threads = 512;
+      const float ms = time_ms(stream, 5, [&] {
+        load_cg<8><<<ctas, threads, 0, stream>>>(reinterpret_cast<const uint4*>(data), bytes / 16, passes, sink);
+      });
+      std::printf("| ld.global.cg x8 | %zu MB | %d x %d | %.2f |\n", bytes >> 20, ctas, threads,
+                  double(bytes) * passes / (ms * 1e-3) / 1e12);
+    }
+    // One CTA an SM of 4, 8 or 16 warps (the wgmma kernel's producer is 4), and two of 8.
+    for (auto [ctas_per_sm, threads] : {std::pair{1, 128}, std::pair{1, 256}, std::pair{1, 512}, std::pair{2, 256}}) {
+      const int ctas = sms * ctas_per_sm;
+      constexpr int STAGES = 8;
+      const int smem = STAGES * threads * 16;
+      auto kernel = copy_async<STAGES, false>;
+      CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      const float ms = time_ms(stream, 5, [&] { kernel<<<ctas, threads, smem, stream>>>(data, bytes, 1, passes, sink); });
+      const size_t moved = bytes / (size_t(threads) * 16 * ctas) * (size_t(threads) * 16 * ctas) * passes;
+      std::printf("| cp.async 16 B, 8 stages | %zu MB | %d x %d | %.2f |\n", bytes >> 20, ctas, threads,
+                  double(moved) / (ms * 1e-3) / 1e12);
+    }
+  }
+  // Gathered 128-byte rows from a 16 MB activation buffer (gate_up at T = 2,048 reads 2,048 rows × 4 KB;
+  // each k-step a CTA takes 128 bytes of N rows).
+  const int n_rows = (16 << 20) / 128;
+  for (auto [ctas_per_sm, threads] : {std::pair{1, 128}, std::pair{1, 256}, std::pair{1, 512}, std::pair{2, 256}}) {
+    const int ctas = sms * ctas_per_sm;
+    constexpr int STAGES = 8;
+    const int smem = STAGES * threads * 16;
+    auto kernel = copy_async<STAGES, true>;
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const size_t bytes = size_t(256) << 20;  // a pass's worth of gathered rows (from the 16 MB buffer)
+    const float ms = time_ms(stream, 5, [&] { kernel<<<ctas, threads, smem, stream>>>(data, bytes, n_rows, 4, sink); });
+    const size_t moved = bytes / (size_t(threads) * 16 * ctas) * (size_t(threads) * 16 * ctas) * 4;
+    std::printf("| cp.async gathered 128 B rows, 8 stages | 16 MB | %d x %d | %.2f |\n", ctas, threads,
+                double(moved) / (ms * 1e-3) / 1e12);
+  }
+  CHECK(cudaFree(data));
+  return 0;
+}
