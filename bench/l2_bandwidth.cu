@@ -89,6 +89,24 @@ float time_ms(cudaStream_t stream, int reps, const auto& launch) {
   return ms / reps;
 }
 
+// The cp.async forms at one CTA an SM of 4, 8 or 16 warps (the wgmma kernel's producer is 4), and
+// two of 8: one table row each. `rows`: the gathered form's row count (its buffer is rows × 128 bytes).
+template <bool GATHER>
+void copy_rows(cudaStream_t stream, const uint8_t* data, size_t bytes, int rows, int passes, int sms, uint32_t* sink,
+               size_t buffer_mb) {
+  for (auto [ctas_per_sm, threads] : {std::pair{1, 128}, std::pair{1, 256}, std::pair{1, 512}, std::pair{2, 256}}) {
+    const int ctas = sms * ctas_per_sm;
+    constexpr int STAGES = 8;
+    const int smem = STAGES * threads * 16;
+    auto kernel = copy_async<STAGES, GATHER>;
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const float ms = time_ms(stream, 5, [&] { kernel<<<ctas, threads, smem, stream>>>(data, bytes, rows, passes, sink); });
+    const size_t stage = size_t(threads) * 16 * ctas, moved = bytes / stage * stage * passes;
+    std::printf("| cp.async 16 B%s, 8 stages | %zu MB | %d x %d | %.2f |\n", GATHER ? " of gathered 128 B rows" : "",
+                buffer_mb, ctas, threads, double(moved) / (ms * 1e-3) / 1e12);
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -117,34 +135,11 @@ int main() {
       std::printf("| ld.global.cg x8 | %zu MB | %d x %d | %.2f |\n", bytes >> 20, ctas, threads,
                   double(bytes) * passes / (ms * 1e-3) / 1e12);
     }
-    // One CTA an SM of 4, 8 or 16 warps (the wgmma kernel's producer is 4), and two of 8.
-    for (auto [ctas_per_sm, threads] : {std::pair{1, 128}, std::pair{1, 256}, std::pair{1, 512}, std::pair{2, 256}}) {
-      const int ctas = sms * ctas_per_sm;
-      constexpr int STAGES = 8;
-      const int smem = STAGES * threads * 16;
-      auto kernel = copy_async<STAGES, false>;
-      CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      const float ms = time_ms(stream, 5, [&] { kernel<<<ctas, threads, smem, stream>>>(data, bytes, 1, passes, sink); });
-      const size_t moved = bytes / (size_t(threads) * 16 * ctas) * (size_t(threads) * 16 * ctas) * passes;
-      std::printf("| cp.async 16 B, 8 stages | %zu MB | %d x %d | %.2f |\n", bytes >> 20, ctas, threads,
-                  double(moved) / (ms * 1e-3) / 1e12);
-    }
+    copy_rows<false>(stream, data, bytes, 1, passes, sms, sink, bytes >> 20);
   }
   // Gathered 128-byte rows from a 16 MB activation buffer (gate_up at T = 2,048 reads 2,048 rows × 4 KB;
-  // each k-step a CTA takes 128 bytes of N rows).
-  const int n_rows = (16 << 20) / 128;
-  for (auto [ctas_per_sm, threads] : {std::pair{1, 128}, std::pair{1, 256}, std::pair{1, 512}, std::pair{2, 256}}) {
-    const int ctas = sms * ctas_per_sm;
-    constexpr int STAGES = 8;
-    const int smem = STAGES * threads * 16;
-    auto kernel = copy_async<STAGES, true>;
-    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    const size_t bytes = size_t(256) << 20;  // a pass's worth of gathered rows (from the 16 MB buffer)
-    const float ms = time_ms(stream, 5, [&] { kernel<<<ctas, threads, smem, stream>>>(data, bytes, n_rows, 4, sink); });
-    const size_t moved = bytes / (size_t(threads) * 16 * ctas) * (size_t(threads) * 16 * ctas) * 4;
-    std::printf("| cp.async gathered 128 B rows, 8 stages | 16 MB | %d x %d | %.2f |\n", ctas, threads,
-                double(moved) / (ms * 1e-3) / 1e12);
-  }
+  // each k-step a CTA takes 128 bytes of N rows): 256 MB of them a pass.
+  copy_rows<true>(stream, data, size_t(256) << 20, (16 << 20) / 128, 4, sms, sink, 16);
   CHECK(cudaFree(data));
   return 0;
 }
