@@ -1,7 +1,7 @@
 // How many bytes a second the SMs can pull from L2 and from DRAM, by access form: 16-byte loads that
 // skip L1 (ld.global.cg), 16-byte cp.async into a shared-memory ring (the wgmma producer's form), and
-// cp.async of 128-byte rows gathered by an index list (gate_up's activation rows). Buffers from a few
-// MB (L2-resident) to GBs (DRAM); prints one line per (form, size): the ceiling the MoE kernels work under.
+// cp.async of 128-byte rows in scattered order (gate_up's activation gather). Buffers of 16 and 32 MB
+// (L2-resident) and 4 GB (DRAM); prints a table row per (form, size, launch shape).
 #include <cuda_runtime.h>
 
 #include <cstdint>

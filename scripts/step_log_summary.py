@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Summarizes `nibble serve --step-log` CSV: steps grouped by their prefill tokens, with each group's
-count, mean tokens and device time, its share of the run's device time, and its cost per token."""
+count, mean tokens and device time, its share of the run's device time, and its cost per token. Rows
+without a device time (the CPU runner's) are left out."""
 import csv
 import sys
 
@@ -8,12 +9,12 @@ EDGES = [0, 1, 256, 512, 1024, 2048, 4096, 8192, 1 << 30]
 
 
 def main(path):
-    rows = list(csv.DictReader(open(path)))
+    rows = [r for r in csv.DictReader(open(path)) if r["device_ms"]]
     if not rows:
-        print(f"{path}: no steps")
+        print(f"{path}: no timed steps")
         return
     total = sum(float(r["device_ms"]) for r in rows)
-    idle = sum(max(0.0, float(r["idle_ms"])) for r in rows)
+    idle = sum(float(r["idle_ms"]) for r in rows if r["idle_ms"])
     print(f"{path}: {len(rows)} steps, device {total / 1e3:.2f} s, idle between back-to-back steps {idle / 1e3:.2f} s")
     print("| prefill tokens | steps | mean tokens | mean sequences | mean device ms | share | us a token |")
     for lo, hi in zip(EDGES, EDGES[1:]):

@@ -55,24 +55,23 @@ struct Engine::SeqState : Sequence {
   bool changed = false;
 };
 
+std::shared_ptr<std::FILE> open_step_log(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return nullptr;
+  return std::shared_ptr<std::FILE>(f, [](std::FILE* file) { std::fclose(file); });
+}
+
 Engine::Engine(EngineConfig config, std::unique_ptr<ModelRunner> runner,
                std::shared_ptr<const text::Tokenizer> tokenizer, ModelInfo info)
     : config_(std::move(config)), runner_(std::move(runner)), model_config_(runner_->config()),
       tokenizer_(std::move(tokenizer)), blocks_(runner_->n_kv_blocks(), runner_->block_size(), config_.prefix_caching),
       scheduler_(config_.limits, blocks_), info_(std::move(info)) {
-  if (!config_.step_log.empty()) {
-    step_log_ = std::fopen(config_.step_log.c_str(), "w");
-    if (step_log_) std::fputs("tokens,sequences,prefill_tokens,device_ms,idle_ms\n", step_log_);
-    else log_warn("--step-log: cannot write " + config_.step_log);
-  }
+  if (config_.step_log) std::fputs("tokens,sequences,prefill_tokens,device_ms,idle_ms\n", config_.step_log.get());
   publish_gauges();
   thread_ = std::thread([this] { loop(); });
 }
 
-Engine::~Engine() {
-  shutdown();
-  if (step_log_) std::fclose(step_log_);
-}
+Engine::~Engine() { shutdown(); }
 
 void Engine::shutdown() {
   {
@@ -392,10 +391,17 @@ void Engine::collect_step() {
       m.device_idle_seconds += out.device_idle_seconds;
       m.device_idle.observe(out.device_idle_seconds);
     });
-  if (step_log_)
-    std::fprintf(step_log_, "%lld,%lld,%lld,%.3f,%.3f\n", static_cast<long long>(f.n_tokens),
+  if (config_.step_log) {  // times the runner does not know (the CPU's), or idle after a wait, stay empty
+    const double idle = f.back_to_back ? out.device_idle_seconds : -1.0;
+    auto ms = [](double seconds) {
+      char text[32] = "";
+      if (seconds >= 0) std::snprintf(text, sizeof text, "%.3f", 1e3 * seconds);
+      return std::string(text);
+    };
+    std::fprintf(config_.step_log.get(), "%lld,%lld,%lld,%s,%s\n", static_cast<long long>(f.n_tokens),
                  static_cast<long long>(f.n_sequences), static_cast<long long>(f.n_prefill_tokens),
-                 1e3 * out.device_seconds, f.back_to_back ? 1e3 * out.device_idle_seconds : -1.0);
+                 ms(out.device_seconds).c_str(), ms(idle).c_str());
+  }
   for (size_t i = 0; i < f.sampled.size(); ++i) {
     SeqState& s = *f.sampled[i];
     if (s.finish != FinishReason::NONE) continue;  // ended (stop, abort) while the step ran: its token goes

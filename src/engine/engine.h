@@ -34,10 +34,13 @@ struct EngineConfig {
   // is built (SGLang's --disable-overlap-schedule).
   bool overlap = true;
   std::vector<int32_t> eos_token_ids;  // config.json and generation_config.json
-  // A CSV row per collected step ("tokens,sequences,prefill_tokens,device_ms,idle_ms"): the cost
-  // of a step by its shape, to tune the token budget. "": none.
-  std::string step_log;
+  // Where a CSV row per collected step goes ("tokens,sequences,prefill_tokens,device_ms,idle_ms"):
+  // the cost of a step by its shape, to tune the token budget. Null: nowhere.
+  std::shared_ptr<std::FILE> step_log;
 };
+
+// EngineConfig::step_log's file, opened for writing (closed with its last owner); null on failure (errno says why).
+std::shared_ptr<std::FILE> open_step_log(const std::string& path);
 
 // SGLang's /update_weights_from_disk request and reply.
 struct WeightUpdate {
@@ -142,7 +145,6 @@ class Engine {
     std::vector<RequestState*> touched;
   };
   StepBuffers step_;
-  std::FILE* step_log_ = nullptr;
 
   mutable std::mutex mutex_;  // guards commands_, stopping_, info_
   std::condition_variable wake_;

@@ -8,7 +8,6 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <condition_variable>
 #include <filesystem>
@@ -71,6 +70,11 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   const bool has_think = model->tokenizer->token_to_id("<think>") >= 0 && model->tokenizer->token_to_id("</think>") >= 0;
   model->parse_reasoning = o.reasoning_parser == "qwen3" || (o.reasoning_parser == "auto" && has_think);
 
+  // Opened before the weights load, so that a bad path fails at once.
+  std::shared_ptr<std::FILE> step_log;
+  if (!o.step_log.empty() && !(step_log = engine::open_step_log(o.step_log)))
+    return Status::error("--step-log: cannot write " + o.step_log + ": " + std::strerror(errno));
+
   // The runner reads the checkpoint (once) and sizes its KV cache; the context length follows.
   auto runner = engine::create_runner(o.model_path, runner_options(o));
   if (!runner) return runner.status();
@@ -91,17 +95,12 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   }
   if (max_model_len < 2) return Status::error("the KV cache holds fewer than 2 tokens");
 
-  if (!o.step_log.empty()) {
-    std::FILE* f = std::fopen(o.step_log.c_str(), "w");
-    if (!f) return Status::error("--step-log: cannot write " + o.step_log + ": " + std::strerror(errno));
-    std::fclose(f);
-  }
   engine::EngineConfig ec;
   ec.limits = {o.max_num_seqs, o.max_num_batched_tokens, o.scheduler_delay_factor};
   ec.max_model_len = max_model_len;
   ec.prefix_caching = o.enable_prefix_caching;
   ec.overlap = !o.disable_overlap_schedule;
-  ec.step_log = o.step_log;
+  ec.step_log = std::move(step_log);
   for (int64_t id : config.eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
   for (int64_t id : model->generation.eos_token_ids)
     if (std::find(ec.eos_token_ids.begin(), ec.eos_token_ids.end(), id) == ec.eos_token_ids.end())
