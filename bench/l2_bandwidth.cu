@@ -1,7 +1,8 @@
 // How many bytes a second the SMs can pull from L2 and from DRAM, by access form: 16-byte loads that
 // skip L1 (ld.global.cg), 16-byte cp.async into a shared-memory ring (the wgmma producer's form), and
 // cp.async of 128-byte rows in scattered order (gate_up's activation gather). Buffers of 16 and 32 MB
-// (L2-resident) and 4 GB (DRAM); prints a table row per (form, size, launch shape).
+// (L2-resident) and 4 GB (DRAM); prints a table row per (form, size, launch shape). Then the skinny
+// MoE's weight stream from DRAM: a warp a 16 KB slice, read in row-strided or contiguous k-blocks.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -107,6 +108,65 @@ void copy_rows(cudaStream_t stream, const uint8_t* data, size_t bytes, int rows,
   }
 }
 
+
+// The skinny MoE's weight reads (skinny_moe.cu's long warps): each warp streams one 16 KB slice of 16
+// rows × 1 KB in 16 k-blocks, lane (g, c) = (lane / 4, lane % 4) taking 16 bytes of two rows a block.
+// ROWS: the checkpoint's row-major layout (block kb of row r at r · 1 KB + kb · 64: each load touches 8
+// rows 1 KB apart); otherwise the block's 1 KB is contiguous (a layout tiled by k-block). WINDOW blocks
+// in flight (block kb + WINDOW issued once kb is used), then DELAY dependent integer ops a block in
+// place of the decode and mma. 128 threads, 8 CTAs an SM, as the kernel runs at 16-row tiles.
+// L2_FETCH: the loads' L2 prefetch size hint (0: none, 128 or 256 bytes).
+template <int L2_FETCH>
+__device__ __forceinline__ uint4 load_weights(const uint8_t* p) {
+  uint4 v;
+  if constexpr (L2_FETCH == 256)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z),
+                 "=r"(v.w) : "l"(p));
+  else if constexpr (L2_FETCH == 128)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z),
+                 "=r"(v.w) : "l"(p));
+  else
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+  return v;
+}
+
+template <int WINDOW, bool ROWS, int DELAY, int L2_FETCH = 0>
+__global__ void __launch_bounds__(128, 8) weight_stream(const uint8_t* __restrict__ data, uint32_t* sink) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const uint8_t* slice = data + (size_t(blockIdx.x) * 4 + (threadIdx.x >> 5)) * 16384;
+  auto at = [&](int kb, int h) {
+    return ROWS ? slice + (g + 8 * h) * 1024 + kb * 64 + c * 16 : slice + kb * 1024 + h * 512 + lane * 16;
+  };
+  uint4 v[WINDOW][2];
+#pragma unroll
+  for (int j = 0; j < WINDOW; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) v[j][h] = load_weights<L2_FETCH>(at(j, h));
+  uint32_t acc = lane;
+#pragma unroll
+  for (int kb = 0; kb < 16; ++kb) {
+    const int j = kb % WINDOW;
+    acc ^= v[j][0].x ^ v[j][0].y ^ v[j][0].z ^ v[j][0].w ^ v[j][1].x ^ v[j][1].y ^ v[j][1].z ^ v[j][1].w;
+#pragma unroll
+    for (int d = 0; d < DELAY; ++d) acc = acc * 0x9e3779b1u + uint32_t(d);
+    if (kb + WINDOW < 16)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) v[j][h] = load_weights<L2_FETCH>(at(kb + WINDOW, h));
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+
+template <int WINDOW, bool ROWS, int DELAY, int L2_FETCH = 0>
+void stream_row(cudaStream_t stream, const uint8_t* data, size_t bytes, uint32_t* sink) {
+  const int ctas = int(bytes / (4 * 16384));
+  const float ms =
+      time_ms(stream, 5, [&] { weight_stream<WINDOW, ROWS, DELAY, L2_FETCH><<<ctas, 128, 0, stream>>>(data, sink); });
+  std::printf("| weight stream, %s k-blocks, window %d, %d ops a block, L2 fetch %d | %zu MB | %d x 128 | %.2f |\n",
+              ROWS ? "row-strided" : "contiguous", WINDOW, DELAY, L2_FETCH, bytes >> 20, ctas,
+              double(bytes) / (ms * 1e-3) / 1e12);
+}
+
 }  // namespace
 
 int main() {
@@ -140,6 +200,20 @@ int main() {
   // Gathered 128-byte rows from a 16 MB activation buffer (gate_up at T = 2,048 reads 2,048 rows × 4 KB;
   // each k-step a CTA takes 128 bytes of N rows): 256 MB of them a pass.
   copy_rows<true>(stream, data, size_t(256) << 20, (16 << 20) / 128, 4, sms, sink, 16);
+  // The skinny MoE's weight stream, over 2 GB (DRAM) and 256 MB (a layer's experts: DRAM too).
+  for (size_t bytes : {size_t(2) << 30, size_t(256) << 20}) {
+    stream_row<1, true, 0>(stream, data, bytes, sink);
+    stream_row<1, false, 0>(stream, data, bytes, sink);
+    stream_row<1, true, 64>(stream, data, bytes, sink);
+    stream_row<1, false, 64>(stream, data, bytes, sink);
+    stream_row<2, true, 64>(stream, data, bytes, sink);
+    stream_row<2, false, 64>(stream, data, bytes, sink);
+    stream_row<4, true, 64>(stream, data, bytes, sink);
+    stream_row<4, false, 64>(stream, data, bytes, sink);
+    stream_row<1, true, 64, 128>(stream, data, bytes, sink);
+    stream_row<1, true, 64, 256>(stream, data, bytes, sink);
+    stream_row<1, false, 64, 256>(stream, data, bytes, sink);
+  }
   CHECK(cudaFree(data));
   return 0;
 }
