@@ -19,13 +19,35 @@ namespace nibble::cuda::skinny {
 
 inline constexpr int MAX_WARPS = 16;
 
-// Weights are read once: keep them out of L1.
+// Weights are read once: keep them out of L1. L2_FETCH 128: the L2 brings in the aligned 128 bytes
+// around the address (the row's next k-block with it) rather than only the sectors asked for.
+template <int L2_FETCH = 0>
 __device__ __forceinline__ uint4 load_stream(const uint8_t* p) {
+  static_assert(L2_FETCH == 0 || L2_FETCH == 128);
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+  if constexpr (L2_FETCH == 128)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+  else
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
   return v;
+}
+
+// A lane's two scale codes, L1-cached (the next blocks' share its sector); L2_FETCH 128 as above (a
+// 2,048-wide row's whole scale row).
+template <int L2_FETCH = 0>
+__device__ __forceinline__ uint32_t load_scale_pair(const uint16_t* p) {
+  static_assert(L2_FETCH == 0 || L2_FETCH == 128);
+  if constexpr (L2_FETCH == 0) {
+    return __ldg(p);
+  } else {
+    uint16_t v;
+    asm("ld.global.nc.L2::128B.u16 %0, [%1];\n" : "=h"(v) : "l"(p));
+    return v;
+  }
 }
 
 // One warp's weight fragments: rows g and g + 8 (h = 0, 1) over BLOCKS k-blocks.

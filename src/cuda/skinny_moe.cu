@@ -138,8 +138,8 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, 1) skinny_moe_split_kernel(con
 // tile, WINDOW k-blocks of weight fragments in flight (block kb + WINDOW is loaded once block kb is
 // done), then the epilogue. Rows and tokens past the weight or the tile read the last one (no
 // guards); only the prefetch is predicated. Pointers advance a window at a time, so each block's
-// loads take immediate offsets.
-template <int WINDOW, bool GATED, int NT>
+// loads take immediate offsets. L2_FETCH: load_stream's L2 fetch size.
+template <int WINDOW, bool GATED, int NT, int L2_FETCH>
 __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, int m0, const uint8_t* const (&row_codes)[2],
                                                 const uint8_t* const (&row_scales)[2]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -158,7 +158,7 @@ __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, i
   for (int j = 0; j < WINDOW; ++j)
     if (j < nkb)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) codes[h][j] = load_stream(code_at[h] + j * 64), scales[h][j] = __ldg(scale_at[h] + j * 4);
+      for (int h = 0; h < 2; ++h) codes[h][j] = load_stream<L2_FETCH>(code_at[h] + j * 64), scales[h][j] = load_scale_pair<L2_FETCH>(scale_at[h] + j * 4);
   float acc[NT][4] = {};
   for (int kb0 = 0; kb0 < nkb; kb0 += WINDOW) {
 #pragma unroll
@@ -173,7 +173,8 @@ __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, i
       if (kb0 + j + WINDOW < nkb)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          codes[h][j] = load_stream(code_at[h] + (j + WINDOW) * 64), scales[h][j] = __ldg(scale_at[h] + (j + WINDOW) * 4);
+          codes[h][j] = load_stream<L2_FETCH>(code_at[h] + (j + WINDOW) * 64),
+          scales[h][j] = load_scale_pair<L2_FETCH>(scale_at[h] + (j + WINDOW) * 4);
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) code_at[h] += WINDOW * 64, scale_at[h] += WINDOW * 4;
@@ -192,7 +193,7 @@ __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, i
 // its rows fill (a 16- or 32-row tile of at most 8 rows one, of at most 16 two), so the tiles can be
 // tall enough that an expert's rows rarely need a second tile's weight reads, and the x loads and mma
 // of empty n-tiles are skipped.
-template <int WINDOW, bool GATED, int NT, int MIN_CTAS>
+template <int WINDOW, bool GATED, int NT, int MIN_CTAS, int L2_FETCH>
 __global__ void __launch_bounds__(128, MIN_CTAS) skinny_moe_long_kernel(const MoeParams p) {
   pdl_wait();  // the tile list comes from the routing kernels
   pdl_launch_dependents();
@@ -204,9 +205,9 @@ __global__ void __launch_bounds__(128, MIN_CTAS) skinny_moe_long_kernel(const Mo
   const uint8_t* row_codes[2];
   const uint8_t* row_scales[2];
   slice_rows<GATED, false>(p, tile.x, m0, (threadIdx.x & 31) >> 2, row_codes, row_scales);
-  if (NT >= 2 && tile.z <= 8) long_warp_slice<WINDOW, GATED, 1>(p, tile, m0, row_codes, row_scales);
-  else if (NT == 4 && tile.z <= 16) long_warp_slice<WINDOW, GATED, 2>(p, tile, m0, row_codes, row_scales);
-  else long_warp_slice<WINDOW, GATED, NT>(p, tile, m0, row_codes, row_scales);
+  if (NT >= 2 && tile.z <= 8) long_warp_slice<WINDOW, GATED, 1, L2_FETCH>(p, tile, m0, row_codes, row_scales);
+  else if (NT == 4 && tile.z <= 16) long_warp_slice<WINDOW, GATED, 2, L2_FETCH>(p, tile, m0, row_codes, row_scales);
+  else long_warp_slice<WINDOW, GATED, NT, L2_FETCH>(p, tile, m0, row_codes, row_scales);
 }
 
 template <bool GATED>
@@ -243,9 +244,12 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
     const dim3 grid{unsigned((slices + 3) / 4), unsigned(max_tiles)};
     // More warps beat a deeper window (same section): one block ahead for 16- and 32-row tiles, two
     // for 8-row ones; 8 CTAs an SM (61-64 registers), 4 for 32-row tiles (their four n-tiles' x).
-    const Kernel kernel = nt == 4   ? skinny_moe_long_kernel<1, GATED, 4, 4>
-                          : nt == 2 ? skinny_moe_long_kernel<1, GATED, 2, 8>
-                                    : skinny_moe_long_kernel<2, GATED, 1, 8>;
+    // 8-row tiles ask the L2 for 128-byte runs (docs/perf.md, "The skinny MoE's weight stream"): MoE
+    // block T = 16 89.5 → 86.8 µs and 93.4 → 87.6 in two calls; no gain from 16 rows up (T = 64
+    // 134.0 → 137.8), where it stays off.
+    const Kernel kernel = nt == 4   ? skinny_moe_long_kernel<1, GATED, 4, 4, 0>
+                          : nt == 2 ? skinny_moe_long_kernel<1, GATED, 2, 8, 0>
+                                    : skinny_moe_long_kernel<2, GATED, 1, 8, 128>;
     return cuda_status(launch_pdl(kernel, grid, dim3(128), 0, stream, p), what);
   }
   // The unguarded split kernels (FULL) wherever the shape gives every warp its k-blocks and every
