@@ -74,15 +74,9 @@ NIB_HD uint32_t rotate_left(uint32_t x, int n) {
 #endif
 }
 
-// Pair 0's bits in a repacked word: magnitudes at 0 … 2 and 16 … 18, signs at 13 and 29.
-inline constexpr uint32_t PAIR0_BITS = 0x20072007u;
-
-// A repacked word → its four pairs as BF16 pairs (E2M1 × 2⁻¹²⁶): ten integer operations. Pair 0
-// moves its magnitudes left by 6 and its signs by 2: alone in the word (PAIR0_BITS), one multiply by
-// 2⁶ + 2² adds both shifted copies, and the mask keeps the bits each copy puts in place (the copies
-// overlap only at bit 19, whose carry stops at bit 21), where two shifts, a mask and a merge did.
+// A repacked word → its four pairs as BF16 pairs (E2M1 × 2⁻¹²⁶): six masks, five shifts.
 NIB_HD void decode_code_word(uint32_t w, uint32_t (&pair)[4]) {
-  pair[0] = ((w & PAIR0_BITS) * 68u) & DECODED_BITS;
+  pair[0] = ((w << 6) & DECODED_MAGNITUDE_BITS) | ((w << 2) & DECODED_SIGN_BITS);
   pair[1] = (w << 3) & DECODED_BITS;
   pair[2] = w & DECODED_BITS;
   pair[3] = ((w >> 3) & DECODED_MAGNITUDE_BITS) | ((w << 1) & DECODED_SIGN_BITS);
