@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Collects the binaries a device run needs into build-device/ (stripped and gzipped into one
 # bins.tar.gz, ~11 MB of the 64 MiB carry limit; scripts/device_env.sh unpacks it there);
-# send it with carry: ["build-device"] and run scripts/device_run.sh there.
+# send it with carry: ["build-device"] and run scripts/device_run.sh there. BUNDLE_TESTS="moe runner …"
+# packs only those GPU test binaries (and not the server tests' route table tool): a bundle of all is
+# ~33 MB, which with the tracked tree (~27 MB) leaves too little of the 64 MiB for a build-base/ beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null
 rm -rf build-device && mkdir -p build-device/tests build-device/bench
 cp build/nibble build-device/
 [ -x build/bench/l2_bandwidth ] && cp build/bench/l2_bandwidth build-device/bench/
-find build/tests -maxdepth 1 -name "test_cuda_*" -type f -executable -exec cp {} build-device/tests/ \;
-cp build/tests/route_table_tool build-device/tests/  # test_server_load.py's api-key test reads the route table
+if [ -n "${BUNDLE_TESTS:-}" ]; then
+  for t in $BUNDLE_TESTS; do cp "build/tests/test_cuda_$t" build-device/tests/; done
+else
+  find build/tests -maxdepth 1 -name "test_cuda_*" -type f -executable -exec cp {} build-device/tests/ \;
+  cp build/tests/route_table_tool build-device/tests/  # test_server_load.py's api-key test reads the route table
+fi
 strip build-device/nibble build-device/tests/* build-device/bench/* 2>/dev/null || true
 # Debian libraries the device machine does not have (it is not set up by scripts/setup.sh).
 mkdir -p build-device/lib
