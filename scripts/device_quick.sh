@@ -7,7 +7,8 @@
 # $KERNELS` too when KERNELS is set. BASELINE=1 (build-base/ carried, scripts/build_baseline.sh with
 # one or more commits) runs the latency of this build and of each baseline alternately, ROUNDS (default
 # 2) times each: machines differ by several percent on one binary, so a comparison needs all in one
-# call (bundle with BUNDLE_TESTS="$TESTS" so that build-device/ and build-base/ fit the carry limit). Logs under $OUT, table last.
+# call (bundle with BUNDLE_TESTS="$TESTS" so that build-device/ and build-base/ fit the carry
+# limit). Logs under $OUT, table last.
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 TESTS=${TESTS:-router moe ops runner linear quantize}

@@ -158,7 +158,8 @@ __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, i
   for (int j = 0; j < WINDOW; ++j)
     if (j < nkb)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) codes[h][j] = load_stream<L2_FETCH>(code_at[h] + j * 64), scales[h][j] = load_scale_pair<L2_FETCH>(scale_at[h] + j * 4);
+      for (int h = 0; h < 2; ++h)
+        codes[h][j] = load_stream<L2_FETCH>(code_at[h] + j * 64), scales[h][j] = load_scale_pair<L2_FETCH>(scale_at[h] + j * 4);
   float acc[NT][4] = {};
   for (int kb0 = 0; kb0 < nkb; kb0 += WINDOW) {
 #pragma unroll
