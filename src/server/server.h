@@ -27,8 +27,8 @@ struct ServerOptions {
   bool enforce_eager = false;            // vLLM's flag: no CUDA graphs
   bool enable_prefix_caching = true;
   bool disable_overlap_schedule = false;  // SGLang's flag: collect each step before building the next
-  std::string step_log;
-  double scheduler_delay_factor = 0.0;  // vLLM's flag: hold new prompts to batch their prefills  // a CSV row per collected step (tokens, sequences, device time); "": none
+  std::string step_log;                 // a CSV row per collected step (tokens, sequences, device time); "": none
+  double scheduler_delay_factor = 0.0;  // vLLM's flag: hold new prompts to batch their prefills
   std::string kv_cache_dtype = "auto";  // auto | bf16
   std::string backend = "auto";         // auto | cpu | cuda
   std::string moe_backend = "auto";     // fused | dequant-cublas | skinny | auto (CUDA backend)
