@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Collects the binaries a device run needs into build-device/ (stripped and gzipped into one
-# bins.tar.gz, ~11 MB of the 64 MiB carry limit; scripts/device_env.sh unpacks it there);
+# bins.tar.gz; scripts/device_env.sh unpacks it there);
 # send it with carry: ["build-device"] and run scripts/device_run.sh there. BUNDLE_TESTS="moe runner …"
 # packs only those GPU test binaries (and not the server tests' route table tool): a bundle of all is
 # ~33 MB, which with the tracked tree (~27 MB) leaves too little of the 64 MiB for a build-base/ beside it.

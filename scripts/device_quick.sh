@@ -32,7 +32,10 @@ done
 wait
 results=()
 for n in "${names[@]}"; do
-  results+=("$(printf '%-36s %s' "$n" "$(grep -hE "^\[  (PASSED|FAILED) " "$OUT/$n.log" | tr '\n' ' ')")")
+  # No PASSED/FAILED line: the binary crashed, timed out or was not bundled (BUNDLE_TESTS; the slice
+  # is test_cuda_runner's).
+  verdict=$(grep -hE "^\[  (PASSED|FAILED) " "$OUT/$n.log" | tr '\n' ' ')
+  results+=("$(printf '%-36s %s' "$n" "${verdict:-NOT RUN TO THE END: $(tail -1 "$OUT/$n.log")}")")
   grep -hE "Failure|Expected|actual|Which is" "$OUT/$n.log" | head -4
 done
 latency_summary() {
