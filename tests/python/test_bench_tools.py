@@ -347,8 +347,8 @@ def test_bench_serve_sharegpt_and_jsonl_datasets(build_dir, tmp_path):
     sharegpt = tmp_path / "sharegpt.json"
     sharegpt.write_text(json.dumps(conversations))
     jsonl = tmp_path / "prompts.jsonl"
-    jsonl.write_text("".join(json.dumps({"prompt": f"prompt {i}" + (" " + FAIL_MARKER if i == 5 else ""), "output_len": 2 + i % 3})
-                             + "\n" for i in range(6)))
+    jsonl.write_text("".join(json.dumps({"prompt": f"prompt {i}" + (" " + FAIL_MARKER if i == 5 else ""),
+                                         "output_len": 2 + i % 3}) + "\n" for i in range(6)))
     mock = MockServer(fail_every=0)
     try:
         share = run_nibble(build_dir, "bench", "serve", "--base-url", f"http://127.0.0.1:{mock.port}",
