@@ -35,7 +35,8 @@ struct DeviceNvfp4Weight {
 // The checkpoint's code bytes (element 2j in the low nibble) and E4M3 block scales of `blocks` 16-code
 // blocks → the GPU layout (nvfp4_layout.h), in place on `stream`: every weight passes through it once
 // after it reaches the GPU.
-Status repack_nvfp4(uint8_t* packed, uint8_t* block_scales, size_t blocks, cudaStream_t stream);
+// line_order (expert weights with expert_line_order(in_features)): blocks a multiple of 8, the rows' 128-wide k-blocks.
+Status repack_nvfp4(uint8_t* packed, uint8_t* block_scales, size_t blocks, cudaStream_t stream, bool line_order = false);
 
 enum class GemmBackend { AUTO, FUSED, DEQUANT_CUBLAS, SKINNY, WGMMA };
 const char* gemm_backend_name(GemmBackend backend);
