@@ -12,6 +12,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
+#include "cuda/nvfp4_layout.h"
 #include "cuda/moe_decode.cuh"
 #include "cuda/moe_router.cuh"
 #include "cuda/nvfp4_wgmma.cuh"
@@ -319,9 +320,9 @@ Status run_dequant_cublas(const uint16_t* gate_up_in, const float* token_scales,
     uint16_t* gate_e = ws.gate_bf16 + e * I * H;
     uint16_t* up_e = ws.up_bf16 + e * I * H;
     uint16_t* down_e = ws.down_bf16 + e * H * I;
-    NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(expert_view(w.gate), gate_e, stream));
-    NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(expert_view(w.up), up_e, stream));
-    NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(expert_view(w.down), down_e, stream));
+    NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(expert_view(w.gate), gate_e, stream, expert_line_order(H)));
+    NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(expert_view(w.up), up_e, stream, expert_line_order(H)));
+    NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(expert_view(w.down), down_e, stream, expert_line_order(I)));
     const uint16_t* x_e = ws.x_sorted + row0 * H;
     void* out_e = w4a4 ? static_cast<void*>(static_cast<float*>(ws.gate_up) + row0 * 2 * I)
                        : static_cast<void*>(static_cast<uint16_t*>(ws.gate_up) + row0 * 2 * I);

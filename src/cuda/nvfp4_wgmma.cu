@@ -18,6 +18,7 @@
 #include "cuda/check.cuh"
 #include "cuda/moe_grouping.cuh"
 #include "cuda/nvfp4_fragments.cuh"
+#include "cuda/nvfp4_layout.h"
 #include "cuda/nvfp4_wgmma.cuh"
 #include "cuda/wgmma.cuh"
 
@@ -88,6 +89,7 @@ struct Params {
   int slices;  // CTAs' weight-row slices per row tile (BM rows, gated BM / 2 features)
   void* out;
   bool out_fp32;
+  bool line_order;  // expert weights in line order (nvfp4_layout.h); dense weights never
 };
 
 // One work item's row tile: the expert, its first sorted row (or dense token row) and its rows.
@@ -156,7 +158,8 @@ template <int WIDTH, int N, int MT, int STAGES, int CODE_OFFSET, int CODE_STAGE,
           int ACT_STAGE>
 __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPosition& ring, uint8_t* smem,
                                              uint64_t* full, uint64_t* empty, uint64_t act_descriptor, int k_tiles,
-                                             int local0, int lane, int magnitude_rotation, int sign_rotation) {
+                                             int local0, int lane, int magnitude_rotation, int sign_rotation,
+                                             bool line_order) {
   constexpr int ROWS = BM<MT>;
   constexpr int GROUP_BLOCKS = 2 / MT;      // k16 blocks a group
   constexpr int WORDS = 2 * GROUP_BLOCKS;  // code words a row a group: 8 codes a word, a k16 block two words
@@ -200,13 +203,20 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
         }
 #pragma unroll
         for (int b = 0; b < GROUP_BLOCKS; ++b) {
-          const uint32_t scale0 = block_scale_bf16x2(scale_word[m][0], block0 + b);
-          const uint32_t scale1 = block_scale_bf16x2(scale_word[m][1], block0 + b);
+          // [row][word]: in line order the stage's stored word w has the scale code in byte w % 4
+          // (a k16 step's two words, two blocks); otherwise both words are block block0 + b.
+          const int word0 = 2 * (block0 + b);
+          uint32_t scale[2][2];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            scale[r][0] = block_scale_bf16x2(scale_word[m][r], line_order ? word0 & 3 : block0 + b);
+            scale[r][1] = line_order ? block_scale_bf16x2(scale_word[m][r], (word0 + 1) & 3) : scale[r][0];
+          }
 #pragma unroll
           for (int i = 0; i < 4; ++i)  // A registers: row r = i % 2, word 2b + i / 2
             frag[parity][m][b][i] =
                 bf16x2_mul(decode_code_pair(words[i % 2][2 * b + i / 2], magnitude_rotation, sign_rotation),
-                           i % 2 ? scale1 : scale0);
+                           scale[i % 2][i / 2]);
         }
       }
       wgmma::fence();
@@ -417,7 +427,11 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
 #pragma unroll
       for (int i = 0; i < CHUNKS; ++i) {
         const int t = min(lane / 8 + 16 * i, tile.rows - 1);
-        act_offset[i] = uint32_t(source_row(p, tile.row0 + t)) * uint32_t(p.k) * 2u + (lane % 8) * 16;
+        // In line order stage chunk i holds physical chunk line_order_chunk(8·(kt % 2) + i) of the
+        // stage's 128-block: 4·(i % 4) + i / 4 from an even stage's base, 96 bytes back on odd ones.
+        const int chunk = lane % 8;
+        act_offset[i] = uint32_t(source_row(p, tile.row0 + t)) * uint32_t(p.k) * 2u +
+                        (p.line_order ? 4 * (chunk % 4) + chunk / 4 : chunk) * 16;
       }
       const uint8_t* act_base = reinterpret_cast<const uint8_t*>(p.act);  // + the k-step's bytes
       for (int kt = 0; kt < k_tiles; ++kt, ++fills) {
@@ -432,9 +446,10 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
           code_src[m] += BK / 2, scale_src[m] += BK / 16;
         }
         const uint32_t a = act_place + slot * L::ACT_STAGE;
+        const uint8_t* stage_base = act_base - (p.line_order && (kt & 1) ? 96 : 0);
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i)
-          if (i < copies) cp_async_shared<16>(a + i * 16 * 128, act_base + act_offset[i]);
+          if (i < copies) cp_async_shared<16>(a + i * 16 * 128, stage_base + act_offset[i]);
         barrier_arrive_on_copies_shared(full_place + slot * 8);
         act_base += BK * 2;
         if (++slot == STAGES) slot = 0, phase ^= 1;
@@ -469,7 +484,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     with_width<N>(width, [&](auto w) {
       consume_item<decltype(w)::value, N, MT, STAGES, L::CODE_OFFSET, L::CODE_STAGE, L::SCALE_OFFSET,
                    L::SCALE_STAGE, L::ACT_STAGE>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0, lane,
-                                                 magnitude_rotation, sign_rotation);
+                                                 magnitude_rotation, sign_rotation, p.line_order);
     });
     if (p.row_scales) {
       // Every consumer is past the last item's epilogue before the staged scales are replaced.
@@ -573,6 +588,7 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
   p.act = a.act, p.sorted_pairs = a.sorted_pairs, p.top_k = int(a.top_k), p.row_scales = a.row_scales;
   p.tile_offsets = a.tile_offsets, p.tiles = a.tiles, p.experts = int(w0.experts);
   p.out = a.out, p.out_fp32 = a.out_fp32;
+  p.line_order = expert_line_order(w0.cols);
   const int64_t row_tiles = max_expert_tiles(a.pairs, p.experts, a.tile_rows);
   return w1 ? launch<true>(p, a.tile_rows, row_tiles, stream) : launch<false>(p, a.tile_rows, row_tiles, stream);
 }

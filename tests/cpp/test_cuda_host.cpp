@@ -4,6 +4,7 @@
 // leave tiles without a CTA, i.e. rows never computed), and the GPU layout of the NVFP4 codes and scales.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -213,4 +214,27 @@ TEST(CudaHost, RepackedBlocksDecodeToTheirWeights) {
         }
       }
     }
+}
+
+// Line order (expert weights): the stored words of a 128-block are a permutation of its k-chunks
+// (its own inverse), lane c's word q is chunk 4q + c (the skinny kernels' whole-line x loads), and
+// every stored word finds its own block's scale code where the scales were placed; a 64-wide half of
+// the block (stored words 0-7 or 8-15) keeps its four scale codes in one contiguous half.
+TEST(CudaHost, LineOrderPlacesEveryChunkAndItsScale) {
+  std::array<int, 16> seen{};
+  for (int s = 0; s < 16; ++s) {
+    const int chunk = cuda::line_order_chunk(s);
+    ASSERT_GE(chunk, 0);
+    ASSERT_LT(chunk, 16);
+    ++seen[size_t(chunk)];
+    EXPECT_EQ(cuda::line_order_chunk(chunk), s) << "not its own inverse at " << s;
+    EXPECT_EQ(chunk, 4 * (s % 4) + s / 4) << "lane " << s / 4 << " word " << s % 4;
+    EXPECT_EQ(cuda::line_order_word_scale(s), cuda::line_order_scale_place(chunk / 2)) << "stored word " << s;
+    EXPECT_EQ(cuda::line_order_word_scale(s) / 4, s / 8) << "the half-block's scales leave its half at " << s;
+  }
+  for (int chunk = 0; chunk < 16; ++chunk) EXPECT_EQ(seen[size_t(chunk)], 1) << "chunk " << chunk;
+  std::array<int, 8> places{};
+  for (int b = 0; b < 8; ++b) ++places[size_t(cuda::line_order_scale_place(b))];
+  for (int place = 0; place < 8; ++place) EXPECT_EQ(places[size_t(place)], 1) << "scale place " << place;
+  EXPECT_TRUE(cuda::expert_line_order(2048) && cuda::expert_line_order(768) && !cuda::expert_line_order(64 * 5));
 }
