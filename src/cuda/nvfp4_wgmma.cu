@@ -89,7 +89,7 @@ struct Params {
   int slices;  // CTAs' weight-row slices per row tile (BM rows, gated BM / 2 features)
   void* out;
   bool out_fp32;
-  bool line_order;  // expert weights in line order (nvfp4_layout.h); dense weights never
+  bool line_order;  // expert weights in line order (nvfp4_layout.h); dense weights never (the kernels' LINE)
 };
 
 // One work item's row tile: the expert, its first sorted row (or dense token row) and its rows.
@@ -154,12 +154,11 @@ struct RingPosition {
 // rows, free each stage when its MMAs are done. A wgmma group is two MMAs (one m-tile: half a k-step,
 // two k16 blocks; two m-tiles: one k16 block each), decoded while the group before runs: two groups'
 // fragments are all a thread holds beside its accumulators (more made ptxas serialize the wgmmas).
-template <int WIDTH, int N, int MT, int STAGES, int CODE_OFFSET, int CODE_STAGE, int SCALE_OFFSET, int SCALE_STAGE,
-          int ACT_STAGE>
+template <int WIDTH, int N, int MT, bool LINE, int STAGES, int CODE_OFFSET, int CODE_STAGE, int SCALE_OFFSET,
+          int SCALE_STAGE, int ACT_STAGE>
 __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPosition& ring, uint8_t* smem,
                                              uint64_t* full, uint64_t* empty, uint64_t act_descriptor, int k_tiles,
-                                             int local0, int lane, int magnitude_rotation, int sign_rotation,
-                                             bool line_order) {
+                                             int local0, int lane, int magnitude_rotation, int sign_rotation) {
   constexpr int ROWS = BM<MT>;
   constexpr int GROUP_BLOCKS = 2 / MT;      // k16 blocks a group
   constexpr int WORDS = 2 * GROUP_BLOCKS;  // code words a row a group: 8 codes a word, a k16 block two words
@@ -209,8 +208,8 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
           uint32_t scale[2][2];
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            scale[r][0] = block_scale_bf16x2(scale_word[m][r], line_order ? word0 & 3 : block0 + b);
-            scale[r][1] = line_order ? block_scale_bf16x2(scale_word[m][r], (word0 + 1) & 3) : scale[r][0];
+            scale[r][0] = block_scale_bf16x2(scale_word[m][r], LINE ? word0 & 3 : block0 + b);
+            scale[r][1] = LINE ? block_scale_bf16x2(scale_word[m][r], (word0 + 1) & 3) : scale[r][0];
           }
 #pragma unroll
           for (int i = 0; i < 4; ++i)  // A registers: row r = i % 2, word 2b + i / 2
@@ -361,7 +360,7 @@ struct Outputs {
 // stay in L2 for its slices), and CTA b takes items b, b + gridDim.x, … of a grid of CTA slots per
 // SM, the producers filling the ring with the next item's stages while the consumers finish the last
 // one's MMAs and store its outputs. The ring (slot, phase) runs on across items.
-template <bool GATED, int N, int MT, int CTAS = CTAS_PER_SM<N, MT>>
+template <bool GATED, int N, int MT, bool LINE, int CTAS = CTAS_PER_SM<N, MT>>
 __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kernel(const Params p) {
   using L = Layout<N, MT>;
   constexpr int ROWS = BM<MT>;
@@ -431,7 +430,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
         // stage's 128-block: 4·(i % 4) + i / 4 from an even stage's base, 96 bytes back on odd ones.
         const int chunk = lane % 8;
         act_offset[i] = uint32_t(source_row(p, tile.row0 + t)) * uint32_t(p.k) * 2u +
-                        (p.line_order ? 4 * (chunk % 4) + chunk / 4 : chunk) * 16;
+                        (LINE ? 4 * (chunk % 4) + chunk / 4 : chunk) * 16;
       }
       const uint8_t* act_base = reinterpret_cast<const uint8_t*>(p.act);  // + the k-step's bytes
       for (int kt = 0; kt < k_tiles; ++kt, ++fills) {
@@ -446,7 +445,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
           code_src[m] += BK / 2, scale_src[m] += BK / 16;
         }
         const uint32_t a = act_place + slot * L::ACT_STAGE;
-        const uint8_t* stage_base = act_base - (p.line_order && (kt & 1) ? 96 : 0);
+        const uint8_t* stage_base = act_base - (LINE && (kt & 1) ? 96 : 0);
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i)
           if (i < copies) cp_async_shared<16>(a + i * 16 * 128, stage_base + act_offset[i]);
@@ -482,9 +481,9 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     // Warp-uniform as ptxas can see, like `warpgroup`.
     const int width = __shfl_sync(0xffffffffu, mma_width<N>(tile.rows), 0);
     with_width<N>(width, [&](auto w) {
-      consume_item<decltype(w)::value, N, MT, STAGES, L::CODE_OFFSET, L::CODE_STAGE, L::SCALE_OFFSET,
+      consume_item<decltype(w)::value, N, MT, LINE, STAGES, L::CODE_OFFSET, L::CODE_STAGE, L::SCALE_OFFSET,
                    L::SCALE_STAGE, L::ACT_STAGE>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0, lane,
-                                                 magnitude_rotation, sign_rotation, p.line_order);
+                                                 magnitude_rotation, sign_rotation);
     });
     if (p.row_scales) {
       // Every consumer is past the last item's epilogue before the staged scales are replaced.
@@ -516,9 +515,9 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
   }
 }
 
-template <bool GATED, int N, int MT>
-Status launch_n(Params p, int64_t row_tiles, cudaStream_t stream) {
-  auto kernel = nvfp4_wgmma_kernel<GATED, N, MT>;
+template <bool GATED, int N, int MT, bool LINE>
+Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
+  auto kernel = nvfp4_wgmma_kernel<GATED, N, MT, LINE>;
   constexpr int bytes = Layout<N, MT>::BYTES;
   // Set once per instantiation and process, not per launch.
   static const cudaError_t limit = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
@@ -535,6 +534,14 @@ Status launch_n(Params p, int64_t row_tiles, cudaStream_t stream) {
   const int64_t grid = std::min<int64_t>(items, int64_t{sms} * CTAS_PER_SM<N, MT>);
   kernel<<<unsigned(grid), CONSUMERS + PRODUCERS, bytes, stream>>>(p);
   return cuda_status(cudaGetLastError(), GATED ? "wgmma gate_up launch" : "wgmma gemm launch");
+}
+
+// Dense weights are never in line order, expert weights are where in_features are a multiple of 128
+// (expert_line_order).
+template <bool GATED, int N, int MT>
+Status launch_n(const Params& p, int64_t row_tiles, cudaStream_t stream) {
+  return p.line_order ? launch_kernel<GATED, N, MT, true>(p, row_tiles, stream)
+                      : launch_kernel<GATED, N, MT, false>(p, row_tiles, stream);
 }
 
 // M-tiles a consumer warpgroup: one (128 weight rows a CTA), or two on 128-row tiles with
