@@ -52,7 +52,8 @@ __device__ __forceinline__ void load_kblock(const uint8_t* tile, int k, int b, u
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     codes[h] = *reinterpret_cast<const uint4*>(tile + (g + 8 * h) * (k / 2) + b * 64 + 16 * c);
-    scales[h] = *reinterpret_cast<const uint32_t*>(tile + 16 * (k / 2) + (g + 8 * h) * (k / 16) + b * 8 + 4 * (c >> 1));
+    const uint2 v = *reinterpret_cast<const uint2*>(tile + 16 * (k / 2) + (g + 8 * h) * (k / 16) + b * 8);
+    scales[h] = __byte_perm(v.x, v.y, skinny::line_scale_selector(c));
   }
 }
 

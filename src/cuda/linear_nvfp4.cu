@@ -150,11 +150,11 @@ __global__ void dequantize_kernel(const uint8_t* __restrict__ packed, const uint
   if (i >= n_words) return;
   const uint32_t word = __ldg(reinterpret_cast<const uint32_t*>(packed) + i);
   // Stored word i holds weights 8i … 8i + 7, or in line order those of chunk line_order_chunk of its
-  // 128-block (nvfp4_layout.h), with its scale code at line_order_word_scale.
+  // 128-block (nvfp4_layout.h), and the scale code of that chunk's k16 block.
   const int64_t line = i / 16;
   const int s = int(i % 16);
   const int64_t at = line_order ? 16 * line + line_order_chunk(s) : i;
-  const uint32_t scale = block_scale_bf16x2(scales[line_order ? 8 * line + line_order_word_scale(s) : i / 2], 0);
+  const uint32_t scale = block_scale_bf16x2(scales[line_order ? (at / 2) : i / 2], 0);
   constexpr uint32_t EPILOGUE = 0x43804380u;  // BF16 pair of 256 = WEIGHT_DECODE_EPILOGUE
   static_assert(WEIGHT_DECODE_EPILOGUE == 256.0f);
   uint32_t result[4];

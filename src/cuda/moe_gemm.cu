@@ -56,7 +56,7 @@ struct Config {
   }
   // The scale code (its byte in a row's stage) and activation chunk of code word c of 32-wide chunk j.
   __device__ static int scale_byte(int j, int c) {
-    if constexpr (LINE) return 8 * (j >> 2) + line_order_word_scale(4 * (j & 3) + c);
+    if constexpr (LINE) return 8 * (j >> 2) + line_order_chunk(4 * (j & 3) + c) / 2;
     return 2 * j + (c >> 1);
   }
   __device__ static int act_chunk(int j, int c) {

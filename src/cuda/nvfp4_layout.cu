@@ -17,31 +17,21 @@ __global__ void repack_kernel(uint2* __restrict__ codes, uint8_t* __restrict__ s
   }
 }
 
-// The same in line order (nvfp4_layout.h), one 128-wide k-block (16 words, 8 scale codes) per thread.
-__global__ void repack_line_order_kernel(uint4* __restrict__ codes, uint2* __restrict__ scales, size_t blocks) {
+// The same in line order (nvfp4_layout.h): a 128-wide k-block (16 words, 8 scale codes) per thread.
+__global__ void repack_line_order_kernel(uint4* __restrict__ codes, uint8_t* __restrict__ scales, size_t blocks) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < blocks; i += size_t(gridDim.x) * blockDim.x) {
     uint32_t in[16], out[16];
-    uint8_t scale_in[8], scale_out[8];
 #pragma unroll
     for (int v = 0; v < 4; ++v) {
       const uint4 w = codes[4 * i + v];
       in[4 * v] = w.x, in[4 * v + 1] = w.y, in[4 * v + 2] = w.z, in[4 * v + 3] = w.w;
     }
-    const uint2 s = scales[i];
 #pragma unroll
-    for (int b = 0; b < 8; ++b) scale_in[b] = uint8_t((b < 4 ? s.x : s.y) >> (8 * (b % 4)));
-#pragma unroll
-    for (int b = 0; b < 8; ++b) repack_block(in[2 * b], in[2 * b + 1], scale_in[b]);
+    for (int b = 0; b < 8; ++b) repack_block(in[2 * b], in[2 * b + 1], scales[8 * i + b]);
 #pragma unroll
     for (int w = 0; w < 16; ++w) out[w] = in[line_order_chunk(w)];
 #pragma unroll
-    for (int b = 0; b < 8; ++b) scale_out[line_order_scale_place(b)] = scale_in[b];
-#pragma unroll
     for (int v = 0; v < 4; ++v) codes[4 * i + v] = make_uint4(out[4 * v], out[4 * v + 1], out[4 * v + 2], out[4 * v + 3]);
-    uint32_t packed_scales[2] = {0, 0};
-#pragma unroll
-    for (int b = 0; b < 8; ++b) packed_scales[b / 4] |= uint32_t(scale_out[b]) << (8 * (b % 4));
-    scales[i] = make_uint2(packed_scales[0], packed_scales[1]);
   }
 }
 
@@ -50,16 +40,15 @@ __global__ void repack_line_order_kernel(uint4* __restrict__ codes, uint2* __res
 Status repack_nvfp4(uint8_t* packed, uint8_t* block_scales, size_t blocks, cudaStream_t stream, bool line_order) {
   if (blocks == 0) return Status::ok();
   if (!packed || !block_scales || reinterpret_cast<uintptr_t>(packed) % (line_order ? 16 : 8) ||
-      (line_order && (reinterpret_cast<uintptr_t>(block_scales) % 8 || blocks % 8)))
+      (line_order && blocks % 8))
     return Status::error("repack_nvfp4: needs " + std::string(line_order ? "16" : "8") +
                          "-byte aligned codes and their scales" +
-                         (line_order ? " (8-byte aligned, whole 128-wide blocks) for line order" : "") + " (" +
+                         (line_order ? " in whole 128-wide blocks for line order" : "") + " (" +
                          std::to_string(blocks) + " blocks)");
   if (line_order) {
     const size_t lines = blocks / 8;
     const unsigned grid = unsigned(std::min<size_t>((lines + 255) / 256, 132 * 16));
-    repack_line_order_kernel<<<grid, 256, 0, stream>>>(reinterpret_cast<uint4*>(packed), reinterpret_cast<uint2*>(block_scales),
-                                                       lines);
+    repack_line_order_kernel<<<grid, 256, 0, stream>>>(reinterpret_cast<uint4*>(packed), block_scales, lines);
     return cuda_status(cudaGetLastError(), "repack_nvfp4 launch");
   }
   const unsigned grid = unsigned(std::min<size_t>((blocks + 255) / 256, 132 * 16));

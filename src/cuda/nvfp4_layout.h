@@ -100,17 +100,13 @@ NIB_HD void repack_block(uint32_t& word0, uint32_t& word1, uint8_t& scale) {
 
 // Line order (expert weights whose in_features are a multiple of 128): inside each 128-wide k-block
 // of a row, the sixteen code words as a 4 × 4 matrix transposed, so stored word 4c + q holds k
-// 32q + 8c … + 7, and the eight scale codes as blocks 0, 2, 4, 6, 1, 3, 5, 7. The skinny kernels' lane c
-// of a row then reads its 16 code bytes as before while its x loads, k 32q + 8c … + 7, are whole lines
-// across the four lanes (H200, MoE block T = 128 173 → 143 µs; docs/perf.md, "The skinny MoE's
-// activation loads as whole lines"), and a 64-wide half-block's four scale codes stay contiguous.
+// 32q + 8c … + 7; the scale codes keep their order. The skinny kernels' lane c of a row then reads its
+// 16 code bytes as before while its x loads, k 32q + 8c … + 7, are whole lines across the four lanes
+// (H200, MoE block T = 128 173 → 149 µs; docs/perf.md, "The skinny MoE's activation loads as whole
+// lines"). A 64-wide half-block (what the wgmma kernels stage) is bytes 8h … 8h + 7 of each lane's 16.
 NIB_HD bool expert_line_order(int64_t in_features) { return in_features % 128 == 0; }
 // The k-chunk (8 codes) of stored word s (0 … 15) of a block; the transpose is its own inverse.
 NIB_HD int line_order_chunk(int s) { return 4 * (s & 3) + (s >> 2); }
-// The stored place (0 … 7) of k16 block b's scale code in its 128-block.
-NIB_HD int line_order_scale_place(int b) { return 4 * (b & 1) + (b >> 1); }
-// The stored place of the scale code of stored word s: its k16 block, 2·(s % 4) + s / 8, placed.
-NIB_HD int line_order_word_scale(int s) { return 4 * (s >> 3) + (s & 3); }
 
 // Pair p alone, given its two rotations (p known only at run time: each lane of the wgmma kernels
 // takes one pair of every word, and computes its rotations once).

@@ -181,41 +181,52 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
     const uint64_t stage_descriptor = act_descriptor + uint32_t(ring.slot * (ACT_STAGE / 16));
 #pragma unroll
     for (int group = 0; group < 4 / GROUP_BLOCKS; ++group) {
-      const int block0 = group * GROUP_BLOCKS, parity = group % 2;
+      const int parity = group % 2;
+      // The group's k16 blocks: block0 + b; in line order a smem chunk (16 bytes of a row) holds
+      // blocks c and c + 2 (chunk_block), so one-m-tile groups take blocks {g, g + 2}.
+      auto block_of = [&](int b) { return LINE ? (MT == 1 ? group + 2 * b : group) : group * GROUP_BLOCKS + b; };
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         // Block b's codes are words 2b, 2b + 1 of chunk b / 2 (k 32·(b / 2) … +31) of a row; a thread
         // takes pair q of each word as BF16s, the codes of k 2q, 2q + 1 in its group of 8 — what an A
         // fragment's thread q holds (k 2q, 2q + 1 and 2q + 8, 2q + 9 of the block). The rotations are
-        // pair q's (nvfp4_layout.h).
-        uint32_t words[2][WORDS];
+        // pair q's (nvfp4_layout.h). In line order the producer staged lane slot c's 8 bytes of the
+        // half-block (chunks c and c + 4 of it) at word 2c of the row's 32 bytes: chunk j at word
+        // 2·(j % 4) + j / 4, so block B's two words are words B / 2 and B / 2 + 2 of smem chunk B % 2.
+        uint32_t words[2][GROUP_BLOCKS][2];  // [row][block of the group][k half]
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const uint8_t* chunk = codes + ((block0 / 2) * ROWS + local0 + 64 * m + 8 * r) * 16 + 8 * (block0 % 2);
-          if constexpr (WORDS == 4) {
-            const uint4 v = *reinterpret_cast<const uint4*>(chunk);
-            words[r][0] = v.x, words[r][1] = v.y, words[r][2] = v.z, words[r][3] = v.w;
+          const int row = local0 + 64 * m + 8 * r;
+          if constexpr (LINE) {
+            const uint4 v = *reinterpret_cast<const uint4*>(codes + ((MT == 1 ? group : group % 2) * ROWS + row) * 16);
+            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int b = 0; b < GROUP_BLOCKS; ++b) {
+              const int first = MT == 1 ? b : group / 2;
+              words[r][b][0] = w[first], words[r][b][1] = w[first + 2];
+            }
           } else {
-            const uint2 v = *reinterpret_cast<const uint2*>(chunk);
-            words[r][0] = v.x, words[r][1] = v.y;
+            const int block0 = group * GROUP_BLOCKS;
+            const uint8_t* chunk = codes + ((block0 / 2) * ROWS + row) * 16 + 8 * (block0 % 2);
+            if constexpr (WORDS == 4) {
+              const uint4 v = *reinterpret_cast<const uint4*>(chunk);
+              words[r][0][0] = v.x, words[r][0][1] = v.y, words[r][GROUP_BLOCKS - 1][0] = v.z,
+              words[r][GROUP_BLOCKS - 1][1] = v.w;
+            } else {
+              const uint2 v = *reinterpret_cast<const uint2*>(chunk);
+              words[r][0][0] = v.x, words[r][0][1] = v.y;
+            }
           }
         }
 #pragma unroll
         for (int b = 0; b < GROUP_BLOCKS; ++b) {
-          // [row][word]: in line order the stage's stored word w has the scale code in byte w % 4
-          // (a k16 step's two words, two blocks); otherwise both words are block block0 + b.
-          const int word0 = 2 * (block0 + b);
-          uint32_t scale[2][2];
+          const uint32_t scale0 = block_scale_bf16x2(scale_word[m][0], block_of(b));
+          const uint32_t scale1 = block_scale_bf16x2(scale_word[m][1], block_of(b));
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            scale[r][0] = block_scale_bf16x2(scale_word[m][r], LINE ? word0 & 3 : block0 + b);
-            scale[r][1] = LINE ? block_scale_bf16x2(scale_word[m][r], (word0 + 1) & 3) : scale[r][0];
-          }
-#pragma unroll
-          for (int i = 0; i < 4; ++i)  // A registers: row r = i % 2, word 2b + i / 2
+          for (int i = 0; i < 4; ++i)  // A registers: row r = i % 2, k half i / 2
             frag[parity][m][b][i] =
-                bf16x2_mul(decode_code_pair(words[i % 2][2 * b + i / 2], magnitude_rotation, sign_rotation),
-                           scale[i % 2][i / 2]);
+                bf16x2_mul(decode_code_pair(words[i % 2][b][i / 2], magnitude_rotation, sign_rotation),
+                           i % 2 ? scale1 : scale0);
         }
       }
       wgmma::fence();
@@ -224,7 +235,7 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
 #pragma unroll
         for (int b = 0; b < GROUP_BLOCKS; ++b)
           wgmma::mma_rs<WIDTH>(*reinterpret_cast<float(*)[WIDTH / 2]>(&acc[m][0]), frag[parity][m][b],
-                               stage_descriptor + (block0 + b) * 2);
+                               stage_descriptor + block_of(b) * 2);
       wgmma::commit();
       // The group before this one is done: its fragments may be rewritten, and after the first group
       // the previous stage has no reader left.
@@ -426,11 +437,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
 #pragma unroll
       for (int i = 0; i < CHUNKS; ++i) {
         const int t = min(lane / 8 + 16 * i, tile.rows - 1);
-        // In line order stage chunk i holds physical chunk line_order_chunk(8·(kt % 2) + i) of the
-        // stage's 128-block: 4·(i % 4) + i / 4 from an even stage's base, 96 bytes back on odd ones.
-        const int chunk = lane % 8;
-        act_offset[i] = uint32_t(source_row(p, tile.row0 + t)) * uint32_t(p.k) * 2u +
-                        (LINE ? 4 * (chunk % 4) + chunk / 4 : chunk) * 16;
+        act_offset[i] = uint32_t(source_row(p, tile.row0 + t)) * uint32_t(p.k) * 2u + (lane % 8) * 16;
       }
       const uint8_t* act_base = reinterpret_cast<const uint8_t*>(p.act);  // + the k-step's bytes
       for (int kt = 0; kt < k_tiles; ++kt, ++fills) {
@@ -439,16 +446,23 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
           const uint32_t code = code_place + slot * L::CODE_STAGE + m * 128 * 16;
-          cp_async_shared<16>(code, code_src[m]);
-          cp_async_shared<16>(code + ROWS * 16, code_src[m] + 16);
+          if constexpr (LINE) {
+            // Half-block kt % 2 of the row's 128-block is bytes 8·(kt % 2) … + 7 of each lane slot's 16
+            // (nvfp4_layout.h); slot c's 8 to word 2c of the stage's 32 (code_src has moved 32 a stage).
+            const uint8_t* block = code_src[m] - (kt & 1 ? 24 : 0);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) cp_async_shared<8>(code + (c / 2) * ROWS * 16 + 8 * (c % 2), block + 16 * c);
+          } else {
+            cp_async_shared<16>(code, code_src[m]);
+            cp_async_shared<16>(code + ROWS * 16, code_src[m] + 16);
+          }
           cp_async_shared<4>(scale_place + slot * L::SCALE_STAGE + m * 128 * 4, scale_src[m]);
           code_src[m] += BK / 2, scale_src[m] += BK / 16;
         }
         const uint32_t a = act_place + slot * L::ACT_STAGE;
-        const uint8_t* stage_base = act_base - (LINE && (kt & 1) ? 96 : 0);
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i)
-          if (i < copies) cp_async_shared<16>(a + i * 16 * 128, stage_base + act_offset[i]);
+          if (i < copies) cp_async_shared<16>(a + i * 16 * 128, act_base + act_offset[i]);
         barrier_arrive_on_copies_shared(full_place + slot * 8);
         act_base += BK * 2;
         if (++slot == STAGES) slot = 0, phase ^= 1;

@@ -38,18 +38,19 @@ __device__ __forceinline__ uint4 load_stream(const uint8_t* p) {
   return v;
 }
 
-// A lane's four scale codes of a k-block in line order (load_scales<true>), L1-cached (the next
+// Line order: lane c's code words q are k16 blocks 2q + c / 2 of the block's eight scale codes —
+// this byte_perm selector of the eight as two words picks them (bytes q of the result).
+__device__ __forceinline__ uint32_t line_scale_selector(int c) { return c >> 1 ? 0x7531u : 0x6420u; }
+
+// A lane's four scale codes of a k-block in line order from the block's eight, L1-cached (the next
 // blocks' share its sector); L2_FETCH 128 as above (a 2,048-wide row's whole scale row).
 template <int L2_FETCH = 0>
-__device__ __forceinline__ uint32_t load_line_scales(const uint32_t* p) {
+__device__ __forceinline__ uint32_t load_line_scales(const uint2* p, uint32_t selector) {
   static_assert(L2_FETCH == 0 || L2_FETCH == 128);
-  if constexpr (L2_FETCH == 0) {
-    return __ldg(p);
-  } else {
-    uint32_t v;
-    asm("ld.global.nc.L2::128B.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
-    return v;
-  }
+  uint2 v;
+  if constexpr (L2_FETCH == 0) v = __ldg(p);
+  else asm("ld.global.nc.L2::128B.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return __byte_perm(v.x, v.y, selector);
 }
 
 // The 16-byte chunk (8 values) of a 128-wide k-block of x that lane c's code word q multiplies.
@@ -62,7 +63,7 @@ __device__ __forceinline__ int x_chunk(int c, int q) {
 // code words (bytes q); otherwise those of k16 blocks 2c (low byte) and 2c + 1.
 template <bool LINE>
 __device__ __forceinline__ uint32_t load_scales(const uint8_t* block_scales, int c) {
-  if constexpr (LINE) return __ldg(reinterpret_cast<const uint32_t*>(block_scales + 4 * (c >> 1)));
+  if constexpr (LINE) return load_line_scales(reinterpret_cast<const uint2*>(block_scales), line_scale_selector(c));
   else return __ldg(reinterpret_cast<const uint16_t*>(block_scales + 2 * c));
 }
 

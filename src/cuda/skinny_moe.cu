@@ -145,8 +145,8 @@ __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, i
                                                 const uint8_t* const (&row_scales)[2]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const uint8_t* code_at[2] = {row_codes[0] + 16 * c, row_codes[1] + 16 * c};
-  const uint32_t* scale_at[2] = {reinterpret_cast<const uint32_t*>(row_scales[0] + 4 * (c >> 1)),
-                                 reinterpret_cast<const uint32_t*>(row_scales[1] + 4 * (c >> 1))};  // load_scales<true>
+  const uint2* scale_at[2] = {reinterpret_cast<const uint2*>(row_scales[0]), reinterpret_cast<const uint2*>(row_scales[1])};
+  const uint32_t selector = line_scale_selector(c);  // load_scales<true>
   const uint16_t* x_rows[NT];
   token_rows<NT, false>(p, tile, g, x_rows);
   const uint4* x_at[NT];
@@ -160,7 +160,7 @@ __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, i
     if (j < nkb)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        codes[h][j] = load_stream<L2_FETCH>(code_at[h] + j * 64), scales[h][j] = load_line_scales<L2_FETCH>(scale_at[h] + j * 2);
+        codes[h][j] = load_stream<L2_FETCH>(code_at[h] + j * 64), scales[h][j] = load_line_scales<L2_FETCH>(scale_at[h] + j, selector);
   float acc[NT][4] = {};
   for (int kb0 = 0; kb0 < nkb; kb0 += WINDOW) {
 #pragma unroll
@@ -176,10 +176,10 @@ __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, i
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           codes[h][j] = load_stream<L2_FETCH>(code_at[h] + (j + WINDOW) * 64),
-          scales[h][j] = load_line_scales<L2_FETCH>(scale_at[h] + (j + WINDOW) * 2);
+          scales[h][j] = load_line_scales<L2_FETCH>(scale_at[h] + j + WINDOW, selector);
     }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) code_at[h] += WINDOW * 64, scale_at[h] += WINDOW * 2;
+    for (int h = 0; h < 2; ++h) code_at[h] += WINDOW * 64, scale_at[h] += WINDOW;
 #pragma unroll
     for (int n = 0; n < NT; ++n) x_at[n] += WINDOW * 16;
   }

@@ -218,9 +218,9 @@ TEST(CudaHost, RepackedBlocksDecodeToTheirWeights) {
 
 // Line order (expert weights): the stored words of a 128-block are a permutation of its k-chunks
 // (its own inverse), lane c's word q is chunk 4q + c (the skinny kernels' whole-line x loads), and
-// every stored word finds its own block's scale code where the scales were placed; a 64-wide half of
-// the block (stored words 0-7 or 8-15) keeps its four scale codes in one contiguous half.
-TEST(CudaHost, LineOrderPlacesEveryChunkAndItsScale) {
+// bytes 8h … 8h + 7 of every lane's 16 (stored words with (s % 4) / 2 = h) are exactly the chunks of
+// the 64-wide half h (what a wgmma stage copies).
+TEST(CudaHost, LineOrderPlacesEveryChunk) {
   std::array<int, 16> seen{};
   for (int s = 0; s < 16; ++s) {
     const int chunk = cuda::line_order_chunk(s);
@@ -229,12 +229,8 @@ TEST(CudaHost, LineOrderPlacesEveryChunkAndItsScale) {
     ++seen[size_t(chunk)];
     EXPECT_EQ(cuda::line_order_chunk(chunk), s) << "not its own inverse at " << s;
     EXPECT_EQ(chunk, 4 * (s % 4) + s / 4) << "lane " << s / 4 << " word " << s % 4;
-    EXPECT_EQ(cuda::line_order_word_scale(s), cuda::line_order_scale_place(chunk / 2)) << "stored word " << s;
-    EXPECT_EQ(cuda::line_order_word_scale(s) / 4, s / 8) << "the half-block's scales leave its half at " << s;
+    EXPECT_EQ(chunk / 8, (s % 4) / 2) << "stored word " << s << " leaves its half-block";
   }
   for (int chunk = 0; chunk < 16; ++chunk) EXPECT_EQ(seen[size_t(chunk)], 1) << "chunk " << chunk;
-  std::array<int, 8> places{};
-  for (int b = 0; b < 8; ++b) ++places[size_t(cuda::line_order_scale_place(b))];
-  for (int place = 0; place < 8; ++place) EXPECT_EQ(places[size_t(place)], 1) << "scale place " << place;
   EXPECT_TRUE(cuda::expert_line_order(2048) && cuda::expert_line_order(768) && !cuda::expert_line_order(64 * 5));
 }
