@@ -2,7 +2,7 @@
 // warp's weight fragments loaded straight from global memory, its mma steps over k-blocks, the
 // CTA's k-split sum, and the launch rules they share. The k permutation is skinny_gemm.cu's; LINE:
 // the weights are in line order (nvfp4_layout.h, expert weights), and lane c's code word q is
-// physical k 32q + 8c … + 7, so its x loads of a k-block are chunks 4q + c (line_x_chunk).
+// physical k 32q + 8c … + 7, so its x loads of a k-block are chunks 4q + c (x_chunk).
 #pragma once
 
 #include <cuda_bf16.h>

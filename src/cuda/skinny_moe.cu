@@ -221,8 +221,9 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
     return Status::error(std::string(what) + ": null pointer");
   if (a.tile_rows != 8 && a.tile_rows != 16 && a.tile_rows != 32)
     return Status::error(std::string(what) + ": the grouping must use tiles of 8, 16 or 32 rows (skinny_moe_tile_rows)");
-  if (reinterpret_cast<uintptr_t>(a.act) % 16 || reinterpret_cast<uintptr_t>(w0.packed) % 16)
-    return Status::error(std::string(what) + ": activations and weights must be 16-byte aligned");
+  if (reinterpret_cast<uintptr_t>(a.act) % 16 || reinterpret_cast<uintptr_t>(w0.packed) % 16 ||
+      reinterpret_cast<uintptr_t>(w0.block_scales) % 8)
+    return Status::error(std::string(what) + ": activations and weights must be 16-byte aligned (scale codes 8)");
   if (a.pairs <= 0) return Status::ok();
   if (a.pairs >= int64_t{1} << 24) return Status::error(std::string(what) + ": more than 2^24 rows (source_row's float quotient)");
   MoeParams p{};
