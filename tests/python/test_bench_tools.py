@@ -18,6 +18,8 @@ import requests
 from conftest import REPO
 
 TTFT_S, ITL_S, FAIL_EVERY = 0.120, 0.040, 5  # mock: first token after 120 ms, then one per 40 ms; every 5th request fails
+# A prompt holding this fails too. Long and bracketed: random-token prompts held "FAIL" for seed 1720983024.
+FAIL_MARKER = "[[scripted failure]]"
 # Scheduling and loopback delays: the mock runs in a Python thread beside pytest on a 2-core CI
 # machine, so medians can land tens of ms late (never early: the script's sleeps are lower bounds).
 JITTER_S = 0.100
@@ -72,7 +74,7 @@ class MockServer:
         elif path == "/v1/completions" and body.get("stream"):
             self.count += 1
             k = self.count  # this request's number (others arrive while it streams)
-            if (self.fail_every and k % self.fail_every == 0) or "FAIL" in body.get("prompt", ""):
+            if (self.fail_every and k % self.fail_every == 0) or FAIL_MARKER in body.get("prompt", ""):
                 await send(500, {"error": {"message": "scripted failure", "code": 500}})
             else:
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
@@ -345,7 +347,7 @@ def test_bench_serve_sharegpt_and_jsonl_datasets(build_dir, tmp_path):
     sharegpt = tmp_path / "sharegpt.json"
     sharegpt.write_text(json.dumps(conversations))
     jsonl = tmp_path / "prompts.jsonl"
-    jsonl.write_text("".join(json.dumps({"prompt": f"prompt {i}" + (" FAIL" if i == 5 else ""), "output_len": 2 + i % 3})
+    jsonl.write_text("".join(json.dumps({"prompt": f"prompt {i}" + (" " + FAIL_MARKER if i == 5 else ""), "output_len": 2 + i % 3})
                              + "\n" for i in range(6)))
     mock = MockServer(fail_every=0)
     try:
