@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
@@ -363,7 +364,11 @@ GemmBackend resolve_moe_backend(GemmBackend backend, int64_t tokens, const Devic
   if ((backend == GemmBackend::SKINNY && !skinny_fits) || (backend == GemmBackend::WGMMA && !wgmma_fits))
     return GemmBackend::FUSED;
   if (backend != GemmBackend::AUTO) return backend;
-  if (tokens * w.top_k < AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT * w.experts && skinny_fits) return GemmBackend::SKINNY;
+  // NIBBLE_SKINNY_MOE_MAX_ROWS moves the skinny bound for measurements (scripts/device_quick.sh VARIANTS).
+  static const int64_t skinny_rows = std::getenv("NIBBLE_SKINNY_MOE_MAX_ROWS")
+                                         ? std::atoll(std::getenv("NIBBLE_SKINNY_MOE_MAX_ROWS"))
+                                         : AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT;
+  if (tokens * w.top_k < skinny_rows * w.experts && skinny_fits) return GemmBackend::SKINNY;
   const bool wgmma_rows = tokens * w.top_k >= AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT * w.experts;
   return wgmma_fits && wgmma_rows ? GemmBackend::WGMMA : GemmBackend::FUSED;
 }

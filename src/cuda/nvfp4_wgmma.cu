@@ -53,8 +53,12 @@ constexpr int STAGED_PITCH = 128 + 16;
 
 // Shared memory per stage: the activation tile (wgmma B, N rows × 128 B in the 128-byte swizzle,
 // 1024-byte aligned), the codes chunk-major ([2 chunks][BM rows][16 B]: a quarter-warp's reads of
-// eight rows fall in distinct banks) and the scales ([BM rows][4 B]).
-template <int N, int MT, int CTAS = CTAS_PER_SM<N, MT>>
+// eight rows fall in distinct banks) and the scales ([BM rows][4 B]). In line order (LINE,
+// nvfp4_layout.h) a row's 16-byte lane slot holds codes of both halves of its 128-block, so the codes
+// come a block at a time into a ring of their own: CODE_PAIRS regions of two stages' codes
+// ([4 lane slots][BM rows][16 B]), one more than half the stages, so a pair's region is refilled only
+// after both its stages were consumed (the producer waits for fill f − STAGES before fill f).
+template <int N, int MT, bool LINE = false, int CTAS = CTAS_PER_SM<N, MT>>
 struct Layout {
   static constexpr int ACT_STAGE = N * 128;
   static constexpr int CODE_STAGE = BM<MT> * BK / 2;
@@ -62,9 +66,11 @@ struct Layout {
   static constexpr int STAGE = ACT_STAGE + CODE_STAGE + SCALE_STAGE;
   // Bytes in flight for the memory-bound small N; two CTAs an SM share its 227 KB.
   static constexpr int STAGES = std::min(8, (CTAS == 1 ? 192 * 1024 : 100 * 1024) / STAGE);
+  static constexpr int CODE_PAIRS = STAGES / 2 + 1;
+  static constexpr int CODE_STAGES = LINE ? 2 * CODE_PAIRS : STAGES;
   static constexpr int ACT_OFFSET = 0;
   static constexpr int CODE_OFFSET = STAGES * ACT_STAGE;
-  static constexpr int SCALE_OFFSET = CODE_OFFSET + STAGES * CODE_STAGE;
+  static constexpr int SCALE_OFFSET = CODE_OFFSET + CODE_STAGES * CODE_STAGE;
   static constexpr int BARRIER_OFFSET = SCALE_OFFSET + STAGES * SCALE_STAGE;
   static constexpr int ROW_SCALES_OFFSET = BARRIER_OFFSET + 2 * STAGES * 8;
   static constexpr int STAGING_OFFSET = ROW_SCALES_OFFSET + N * int(sizeof(float));
@@ -147,6 +153,7 @@ __device__ __forceinline__ void with_width(int width, F&& f) {
 struct RingPosition {
   int slot = 0;
   uint32_t phase = 0;
+  int code_pair = 0;  // line order: the region of the codes (Layout::CODE_PAIRS)
 };
 
 // One item's k-steps for a consumer thread: wait for each stage, decode its weight rows' codes into A
@@ -154,14 +161,13 @@ struct RingPosition {
 // rows, free each stage when its MMAs are done. A wgmma group is two MMAs (one m-tile: half a k-step,
 // two k16 blocks; two m-tiles: one k16 block each), decoded while the group before runs: two groups'
 // fragments are all a thread holds beside its accumulators (more made ptxas serialize the wgmmas).
-template <int WIDTH, int N, int MT, bool LINE, int STAGES, int CODE_OFFSET, int CODE_STAGE, int SCALE_OFFSET,
-          int SCALE_STAGE, int ACT_STAGE>
+template <int WIDTH, int N, int MT, bool LINE, class L>
 __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPosition& ring, uint8_t* smem,
                                              uint64_t* full, uint64_t* empty, uint64_t act_descriptor, int k_tiles,
                                              int local0, int lane, int magnitude_rotation, int sign_rotation) {
   constexpr int ROWS = BM<MT>;
+  constexpr int STAGES = L::STAGES;
   constexpr int GROUP_BLOCKS = 2 / MT;      // k16 blocks a group
-  constexpr int WORDS = 2 * GROUP_BLOCKS;  // code words a row a group: 8 codes a word, a k16 block two words
   uint32_t frag[2][MT][GROUP_BLOCKS][4];   // [group parity][m-tile][k16 block in the group][A register]
   int prev_slot = 0;
   for (int kt = 0; kt < k_tiles; ++kt) {
@@ -170,52 +176,51 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
     // async proxy. (Fencing on the producer side instead, after cp.async.wait_group, made the 1-CTA
     // tiles 3-8% slower on the H200: the fence waits for all of that thread's copies in flight.)
     wgmma::fence_shared_for_async();
-    const uint8_t* codes = smem + CODE_OFFSET + ring.slot * CODE_STAGE;
-    const uint8_t* scales = smem + SCALE_OFFSET + ring.slot * SCALE_STAGE;
+    const uint8_t* codes = smem + L::CODE_OFFSET + (LINE ? ring.code_pair * 2 : ring.slot) * L::CODE_STAGE;
+    const uint8_t* scales = smem + L::SCALE_OFFSET + ring.slot * L::SCALE_STAGE;
+    const int half = kt & 1;  // line order: the stage's half of the 128-block (k_tiles is even)
     uint32_t scale_word[MT][2];
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
         scale_word[m][r] = *reinterpret_cast<const uint32_t*>(scales + (local0 + 64 * m + 8 * r) * 4);
-    const uint64_t stage_descriptor = act_descriptor + uint32_t(ring.slot * (ACT_STAGE / 16));
+    const uint64_t stage_descriptor = act_descriptor + uint32_t(ring.slot * (L::ACT_STAGE / 16));
 #pragma unroll
     for (int group = 0; group < 4 / GROUP_BLOCKS; ++group) {
       const int parity = group % 2;
-      // The group's k16 blocks: block0 + b; in line order a smem chunk (16 bytes of a row) holds
-      // blocks c and c + 2 (chunk_block), so one-m-tile groups take blocks {g, g + 2}.
+      // The group's k16 blocks of the stage. Natural: blocks 2g, 2g + 1 (one m-tile) or g. Line order:
+      // the stage's block B is natural words 8h + 2B + e (h the half, e = 0, 1), stored as word
+      // 2h + B / 2 of lane slot 2(B % 2) + e; so one-m-tile groups take blocks {g, g + 2}, whose
+      // words are the two words at 8h bytes of lane slots 2g and 2g + 1.
       auto block_of = [&](int b) { return LINE ? (MT == 1 ? group + 2 * b : group) : group * GROUP_BLOCKS + b; };
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
-        // Block b's codes are words 2b, 2b + 1 of chunk b / 2 (k 32·(b / 2) … +31) of a row; a thread
-        // takes pair q of each word as BF16s, the codes of k 2q, 2q + 1 in its group of 8 — what an A
-        // fragment's thread q holds (k 2q, 2q + 1 and 2q + 8, 2q + 9 of the block). The rotations are
-        // pair q's (nvfp4_layout.h). In line order the producer staged lane slot c's 8 bytes of the
-        // half-block (chunks c and c + 4 of it) at word 2c of the row's 32 bytes: chunk j at word
-        // 2·(j % 4) + j / 4, so block B's two words are words B / 2 and B / 2 + 2 of smem chunk B % 2.
-        uint32_t words[2][GROUP_BLOCKS][2];  // [row][block of the group][k half]
+        // Natural: block b's codes are words 2b, 2b + 1 of chunk b / 2 (k 32·(b / 2) … +31) of a row.
+        // A thread takes pair q of each word as BF16s, the codes of k 2q, 2q + 1 in its group of 8 —
+        // what an A fragment's thread q holds (k 2q, 2q + 1 and 2q + 8, 2q + 9 of the block). The
+        // rotations are pair q's (nvfp4_layout.h).
+        uint32_t words[2][GROUP_BLOCKS][2];  // [row][block of the group][k half of the block]
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int row = local0 + 64 * m + 8 * r;
-          if constexpr (LINE) {
-            const uint4 v = *reinterpret_cast<const uint4*>(codes + ((MT == 1 ? group : group % 2) * ROWS + row) * 16);
-            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+          if constexpr (LINE && MT == 1) {
 #pragma unroll
-            for (int b = 0; b < GROUP_BLOCKS; ++b) {
-              const int first = MT == 1 ? b : group / 2;
-              words[r][b][0] = w[first], words[r][b][1] = w[first + 2];
+            for (int e = 0; e < 2; ++e) {
+              const uint2 v = *reinterpret_cast<const uint2*>(codes + ((2 * group + e) * ROWS + row) * 16 + 8 * half);
+              words[r][0][e] = v.x, words[r][1][e] = v.y;
             }
+          } else if constexpr (LINE) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              words[r][0][e] = *reinterpret_cast<const uint32_t*>(codes + ((2 * (group % 2) + e) * ROWS + row) * 16 +
+                                                                  4 * (2 * half + group / 2));
+          } else if constexpr (GROUP_BLOCKS == 2) {
+            const uint4 v = *reinterpret_cast<const uint4*>(codes + (group * ROWS + row) * 16);
+            words[r][0][0] = v.x, words[r][0][1] = v.y, words[r][1][0] = v.z, words[r][1][1] = v.w;
           } else {
-            const int block0 = group * GROUP_BLOCKS;
-            const uint8_t* chunk = codes + ((block0 / 2) * ROWS + row) * 16 + 8 * (block0 % 2);
-            if constexpr (WORDS == 4) {
-              const uint4 v = *reinterpret_cast<const uint4*>(chunk);
-              words[r][0][0] = v.x, words[r][0][1] = v.y, words[r][GROUP_BLOCKS - 1][0] = v.z,
-              words[r][GROUP_BLOCKS - 1][1] = v.w;
-            } else {
-              const uint2 v = *reinterpret_cast<const uint2*>(chunk);
-              words[r][0][0] = v.x, words[r][0][1] = v.y;
-            }
+            const uint2 v = *reinterpret_cast<const uint2*>(codes + ((group / 2) * ROWS + row) * 16 + 8 * (group % 2));
+            words[r][0][0] = v.x, words[r][0][1] = v.y;
           }
         }
 #pragma unroll
@@ -244,6 +249,7 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
     }
     prev_slot = ring.slot;
     if (++ring.slot == STAGES) ring.slot = 0, ring.phase ^= 1;
+    if (half && ++ring.code_pair == L::CODE_PAIRS) ring.code_pair = 0;
   }
   wgmma::wait<0>();
   if (lane == 0) barrier_arrive(&empty[prev_slot]);  // the item's last stage: free for the next item's fills
@@ -373,7 +379,7 @@ struct Outputs {
 // one's MMAs and store its outputs. The ring (slot, phase) runs on across items.
 template <bool GATED, int N, int MT, bool LINE, int CTAS = CTAS_PER_SM<N, MT>>
 __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kernel(const Params p) {
-  using L = Layout<N, MT>;
+  using L = Layout<N, MT, LINE>;
   constexpr int ROWS = BM<MT>;
   constexpr int STAGES = L::STAGES;
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -410,7 +416,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     const uint32_t code_place = smem_address(smem + L::CODE_OFFSET) + lane * 16;
     const uint32_t scale_place = smem_address(smem + L::SCALE_OFFSET) + lane * 4;
     const uint32_t full_place = smem_address(full);
-    int slot = 0;
+    int slot = 0, code_pair = 0;
     uint32_t phase = 0;
     for (int item = blockIdx.x, fills = 0; item < items; item += gridDim.x) {
       const RowTile tile = row_tile(p, item / p.slices, N);
@@ -445,20 +451,25 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
         if (fills >= STAGES) barrier_wait(&empty[slot], phase ^ 1);
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
-          const uint32_t code = code_place + slot * L::CODE_STAGE + m * 128 * 16;
           if constexpr (LINE) {
-            // Half-block kt % 2 of the row's 128-block is bytes 8·(kt % 2) … + 7 of each lane slot's 16
-            // (nvfp4_layout.h); slot c's 8 to word 2c of the stage's 32 (code_src has moved 32 a stage).
-            const uint8_t* block = code_src[m] - (kt & 1 ? 24 : 0);
+            // A row's whole 128-block (four 16-byte lane slots) with the even stage, into the pair's
+            // region (Layout); fill f − STAGES consumed means both stages of its last pair were.
+            if ((kt & 1) == 0) {
+              const uint32_t code = code_place + code_pair * 2 * L::CODE_STAGE + m * 128 * 16;
 #pragma unroll
-            for (int c = 0; c < 4; ++c) cp_async_shared<8>(code + (c / 2) * ROWS * 16 + 8 * (c % 2), block + 16 * c);
+              for (int c = 0; c < 4; ++c) cp_async_shared<16>(code + c * ROWS * 16, code_src[m] + 16 * c);
+              code_src[m] += 2 * (BK / 2);
+            }
           } else {
+            const uint32_t code = code_place + slot * L::CODE_STAGE + m * 128 * 16;
             cp_async_shared<16>(code, code_src[m]);
             cp_async_shared<16>(code + ROWS * 16, code_src[m] + 16);
+            code_src[m] += BK / 2;
           }
           cp_async_shared<4>(scale_place + slot * L::SCALE_STAGE + m * 128 * 4, scale_src[m]);
-          code_src[m] += BK / 2, scale_src[m] += BK / 16;
+          scale_src[m] += BK / 16;
         }
+        if (LINE && (kt & 1) && ++code_pair == L::CODE_PAIRS) code_pair = 0;
         const uint32_t a = act_place + slot * L::ACT_STAGE;
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i)
@@ -495,9 +506,8 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     // Warp-uniform as ptxas can see, like `warpgroup`.
     const int width = __shfl_sync(0xffffffffu, mma_width<N>(tile.rows), 0);
     with_width<N>(width, [&](auto w) {
-      consume_item<decltype(w)::value, N, MT, LINE, STAGES, L::CODE_OFFSET, L::CODE_STAGE, L::SCALE_OFFSET,
-                   L::SCALE_STAGE, L::ACT_STAGE>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0, lane,
-                                                 magnitude_rotation, sign_rotation);
+      consume_item<decltype(w)::value, N, MT, LINE, L>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0,
+                                                       lane, magnitude_rotation, sign_rotation);
     });
     if (p.row_scales) {
       // Every consumer is past the last item's epilogue before the staged scales are replaced.
@@ -532,7 +542,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
 template <bool GATED, int N, int MT, bool LINE>
 Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
   auto kernel = nvfp4_wgmma_kernel<GATED, N, MT, LINE>;
-  constexpr int bytes = Layout<N, MT>::BYTES;
+  constexpr int bytes = Layout<N, MT, LINE>::BYTES;
   // Set once per instantiation and process, not per launch.
   static const cudaError_t limit = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   NIB_RETURN_IF_ERROR(cuda_status(limit, "wgmma gemm: shared memory"));
