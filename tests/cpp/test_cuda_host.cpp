@@ -56,9 +56,10 @@ TEST(CudaHost, AutoPicksTheSkinnyKernelsForFewRows) {
   cuda::DeviceMoeWeights qwen3;
   qwen3.hidden = 2048, qwen3.intermediate = 768, qwen3.experts = 128, qwen3.top_k = 8;
   EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 1, qwen3), GemmBackend::SKINNY);
-  // Skinny while experts average fewer than 10 rows: 159 tokens · top-8 over 128 experts, not 160.
-  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 159, qwen3), GemmBackend::SKINNY);
-  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 160, qwen3), GemmBackend::FUSED);
+  // Skinny while experts average fewer than 24 rows: 383 tokens · top-8 over 128 experts, not 384.
+  static_assert(cuda::AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT == 24 && cuda::AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT == 32);
+  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 383, qwen3), GemmBackend::SKINNY);
+  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 384, qwen3), GemmBackend::FUSED);
   // Skinny tiles grow with the rows per expert: 8 below 3 on average, 16 below 16, else 32.
   EXPECT_EQ(cuda::skinny_moe_tile_rows(8, 128), 8);
   EXPECT_EQ(cuda::skinny_moe_tile_rows(383, 128), 8);
