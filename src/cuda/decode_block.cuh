@@ -1,5 +1,6 @@
 // The one-launch MoE block's pieces (moe_decode.cu): grid barriers between co-resident CTAs, and a
-// warp's NVFP4 tile GEMV from shared memory in skinny_gemm.cu's fragments and k order.
+// warp's NVFP4 tile GEMV from shared memory in skinny_gemm.cu's fragments and k order, the expert
+// weights in line order (nvfp4_layout.h, skinny_fragments.cuh's LINE).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -44,14 +45,15 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar, unsigned ctas, unsig
   __syncthreads();
 }
 
-// The lane's code words and scale codes of k-block b of a 16-row tile in shared memory (codes rows
-// k / 2 bytes, then scale code rows k / 16 bytes): rows g and g + 8.
+// The lane's code words and scale codes (load_scales<true>) of k-block b of a 16-row tile in shared
+// memory (codes rows k / 2 bytes, then scale code rows k / 16 bytes): rows g and g + 8.
 __device__ __forceinline__ void load_kblock(const uint8_t* tile, int k, int b, uint4 (&codes)[2], uint32_t (&scales)[2]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     codes[h] = *reinterpret_cast<const uint4*>(tile + (g + 8 * h) * (k / 2) + b * 64 + 16 * c);
-    scales[h] = *reinterpret_cast<const uint16_t*>(tile + 16 * (k / 2) + (g + 8 * h) * (k / 16) + b * 8 + 2 * c);
+    const uint2 v = *reinterpret_cast<const uint2*>(tile + 16 * (k / 2) + (g + 8 * h) * (k / 16) + b * 8);
+    scales[h] = __byte_perm(v.x, v.y, skinny::line_scale_selector(c));
   }
 }
 
@@ -76,10 +78,11 @@ __device__ __forceinline__ void tile_mma(const uint8_t* tile, int k, const uint1
       load_kblock(tile, k, b, codes[j], scales[j]);
 #pragma unroll
       for (int q = 0; q < 4; ++q)
-        xv[j][0][q] = x_row && real ? reinterpret_cast<const uint4*>(x_row + b * 128 + 32 * c)[q] : make_uint4(0, 0, 0, 0);
+        xv[j][0][q] = x_row && real ? reinterpret_cast<const uint4*>(x_row + b * 128)[skinny::x_chunk<true>(c, q)]
+                                    : make_uint4(0, 0, 0, 0);
     }
-    skinny::mma_kblock<1>(codes[0], scales[0], xv[0], acc);
-    skinny::mma_kblock<1>(codes[1], scales[1], xv[1], acc2);
+    skinny::mma_kblock<1, true>(codes[0], scales[0], xv[0], acc);
+    skinny::mma_kblock<1, true>(codes[1], scales[1], xv[1], acc2);
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) acc[0][i] += acc2[0][i];

@@ -195,6 +195,11 @@ Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
     return Status::error(std::string("FlashInfer attention plan: ") + error.what());
   }
   const bool split = 2 * tiles * s.n_kv_heads < m.sms;
+  // PrefillPlan leaves the fields it does not use (the split buffers' offsets without a split) as they
+  // were: reset, so a decode graph's plan compares equal to its capture's whatever ran in between (a
+  // long prefill or a small split batch before made every S_TG and serving decode step of ≥ 17
+  // requests run eagerly).
+  m.info = flashinfer::PrefillPlanInfo{};
   try {
     const cudaError_t e = flashinfer::PrefillPlan<int32_t>(
         m.float_ws, m.float_bytes, m.int_ws, m.h_int_ws, m.int_bytes, m.info, m.qo_indptr(m.h_meta), m.kv_indptr(m.h_meta),

@@ -145,18 +145,23 @@ Status launch_gemv_for_k(const uint16_t* x, int M, int K, const DeviceNvfp4Weigh
 // Each thread: one repacked word of codes (8 weights of one block half) → 8 BF16 values, exact
 // (e2m1 · e4m3 has at most 6 significant bits): the GEMMs' decode, then × 2⁸ to undo its 2⁻⁸.
 __global__ void dequantize_kernel(const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scales,
-                                  int64_t n_words, uint16_t* __restrict__ out) {
+                                  int64_t n_words, bool line_order, uint16_t* __restrict__ out) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_words) return;
   const uint32_t word = __ldg(reinterpret_cast<const uint32_t*>(packed) + i);
-  const uint32_t scale = block_scale_bf16x2(scales[i / 2], 0);  // 8 weights per word, 16 per block
+  // Stored word i holds weights 8i … 8i + 7, or in line order those of chunk line_order_chunk of its
+  // 128-block (nvfp4_layout.h), and the scale code of that chunk's k16 block.
+  const int64_t line = i / 16;
+  const int s = int(i % 16);
+  const int64_t at = line_order ? 16 * line + line_order_chunk(s) : i;
+  const uint32_t scale = block_scale_bf16x2(scales[line_order ? (at / 2) : i / 2], 0);
   constexpr uint32_t EPILOGUE = 0x43804380u;  // BF16 pair of 256 = WEIGHT_DECODE_EPILOGUE
   static_assert(WEIGHT_DECODE_EPILOGUE == 256.0f);
   uint32_t result[4];
   decode_code_word(word, result);
 #pragma unroll
   for (int b = 0; b < 4; ++b) result[b] = bf16x2_mul(bf16x2_mul(result[b], scale), EPILOGUE);
-  reinterpret_cast<uint4*>(out)[i] = make_uint4(result[0], result[1], result[2], result[3]);
+  reinterpret_cast<uint4*>(out)[at] = make_uint4(result[0], result[1], result[2], result[3]);
 }
 
 // y[m, :] *= row_scales[m] (the W4A4 epilogue after cuBLAS).
@@ -207,12 +212,12 @@ GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K) {
   return M <= AUTO_FUSED_MAX_M && fused_supported(K) ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;
 }
 
-Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStream_t stream) {
+Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStream_t stream, bool line_order) {
   NIB_RETURN_IF_ERROR(check_weight(w));
   const int64_t n_words = w.rows * w.cols / 8;
   const int threads = 256;
   dequantize_kernel<<<unsigned((n_words + threads - 1) / threads), threads, 0, stream>>>(w.packed, w.block_scales,
-                                                                                          n_words, out);
+                                                                                          n_words, line_order, out);
   return cuda_status(cudaGetLastError(), "dequantize_nvfp4_bf16 launch");
 }
 

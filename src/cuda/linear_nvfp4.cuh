@@ -35,7 +35,8 @@ struct DeviceNvfp4Weight {
 // The checkpoint's code bytes (element 2j in the low nibble) and E4M3 block scales of `blocks` 16-code
 // blocks → the GPU layout (nvfp4_layout.h), in place on `stream`: every weight passes through it once
 // after it reaches the GPU.
-Status repack_nvfp4(uint8_t* packed, uint8_t* block_scales, size_t blocks, cudaStream_t stream);
+// line_order (expert weights with expert_line_order(in_features)): blocks a multiple of 8, the rows' 128-wide k-blocks.
+Status repack_nvfp4(uint8_t* packed, uint8_t* block_scales, size_t blocks, cudaStream_t stream, bool line_order = false);
 
 enum class GemmBackend { AUTO, FUSED, DEQUANT_CUBLAS, SKINNY, WGMMA };
 const char* gemm_backend_name(GemmBackend backend);
@@ -69,8 +70,9 @@ bool fused_supported(int64_t in_features);
 // unless that kernel cannot take K: then AUTO's choice).
 GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K);
 
-// Ŵ as BF16 [rows, cols], unscaled by weight_scale_2 (so exact).
-Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStream_t stream);
+// Ŵ as BF16 [rows, cols], unscaled by weight_scale_2 (so exact); line_order: an expert weight's
+// (nvfp4_layout.h).
+Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStream_t stream, bool line_order = false);
 
 // x: [M, K] BF16 (device), y: [M, N] fp32 (device). Shape or alignment problems are errors.
 // row_scales (optional, device [M]) multiply each output row (the W4A4 epilogue).

@@ -9,9 +9,11 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
+#include "cuda/nvfp4_layout.h"
 #include "cuda/moe_decode.cuh"
 #include "cuda/moe_router.cuh"
 #include "cuda/nvfp4_wgmma.cuh"
@@ -319,9 +321,9 @@ Status run_dequant_cublas(const uint16_t* gate_up_in, const float* token_scales,
     uint16_t* gate_e = ws.gate_bf16 + e * I * H;
     uint16_t* up_e = ws.up_bf16 + e * I * H;
     uint16_t* down_e = ws.down_bf16 + e * H * I;
-    NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(expert_view(w.gate), gate_e, stream));
-    NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(expert_view(w.up), up_e, stream));
-    NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(expert_view(w.down), down_e, stream));
+    NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(expert_view(w.gate), gate_e, stream, expert_line_order(H)));
+    NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(expert_view(w.up), up_e, stream, expert_line_order(H)));
+    NIB_RETURN_IF_ERROR(dequantize_nvfp4_bf16(expert_view(w.down), down_e, stream, expert_line_order(I)));
     const uint16_t* x_e = ws.x_sorted + row0 * H;
     void* out_e = w4a4 ? static_cast<void*>(static_cast<float*>(ws.gate_up) + row0 * 2 * I)
                        : static_cast<void*>(static_cast<uint16_t*>(ws.gate_up) + row0 * 2 * I);
@@ -362,7 +364,11 @@ GemmBackend resolve_moe_backend(GemmBackend backend, int64_t tokens, const Devic
   if ((backend == GemmBackend::SKINNY && !skinny_fits) || (backend == GemmBackend::WGMMA && !wgmma_fits))
     return GemmBackend::FUSED;
   if (backend != GemmBackend::AUTO) return backend;
-  if (tokens * w.top_k < AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT * w.experts && skinny_fits) return GemmBackend::SKINNY;
+  // NIBBLE_SKINNY_MOE_MAX_ROWS moves the skinny bound for measurements (scripts/device_quick.sh VARIANTS).
+  static const int64_t skinny_rows = std::getenv("NIBBLE_SKINNY_MOE_MAX_ROWS")
+                                         ? std::atoll(std::getenv("NIBBLE_SKINNY_MOE_MAX_ROWS"))
+                                         : AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT;
+  if (tokens * w.top_k < skinny_rows * w.experts && skinny_fits) return GemmBackend::SKINNY;
   const bool wgmma_rows = tokens * w.top_k >= AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT * w.experts;
   return wgmma_fits && wgmma_rows ? GemmBackend::WGMMA : GemmBackend::FUSED;
 }

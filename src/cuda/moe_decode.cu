@@ -6,7 +6,8 @@
 // waited on three launches for them. gate_up + SwiGLU as the tiles land → act (global) → a grid
 // barrier, inside which each warp decodes its down fragments → down → combine → residual; the last
 // CTA to arrive computes the next norm. H200, Qwen3-30B-A3B (docs/perf.md): 17.4 µs against the
-// chain's 21.7 (bench kernels), tg128 457 against 436 tok/s. Fragments and k order: skinny_gemm.cu's.
+// chain's 21.7 (bench kernels), tg128 457 against 436 tok/s. Fragments and k order: skinny_gemm.cu's,
+// the experts in line order.
 #include "cuda/moe_decode.cuh"
 
 #include <cuda_bf16.h>
@@ -242,7 +243,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
       uint4 codes[2];
       uint32_t scales[2];
       load_kblock(tile, I, kb0 + j, codes, scales);
-      skinny::decode_kblock(codes, scales, a[j]);
+      skinny::decode_kblock<true>(codes, scales, a[j]);
     }
   }
   if (threadIdx.x == 0) grid_wait(p.barrier, generation);
@@ -265,7 +266,8 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
       uint4 xv[1][4];
 #pragma unroll
       for (int q = 0; q < 4; ++q)
-        xv[0][q] = g == 0 ? reinterpret_cast<const uint4*>(x_row + (kb0 + j) * 128 + 32 * c)[q] : make_uint4(0, 0, 0, 0);
+        xv[0][q] = g == 0 ? reinterpret_cast<const uint4*>(x_row + (kb0 + j) * 128)[skinny::x_chunk<true>(c, q)]
+                          : make_uint4(0, 0, 0, 0);
       skinny::mma_decoded<1>(a[j], xv, acc);
     }
   }

@@ -4,9 +4,11 @@
 // gathered BF16 activation rows in shared memory (cp.async, multi-stage), and each warp decodes its
 // A fragments in registers: eight repacked E2M1 codes → BF16 in shifts and masks, × the block scale —
 // exact, since an E2M1 · E4M3 product has ≤ 6 significant bits. Within each 32-wide k-chunk,
-// thread c of a quad takes physical k 8c…8c+7 for both operands (MMA k order is free as long as A
-// and B agree), so its codes are one 32-bit word and its activations one 16-byte load. Small
-// batches split each k-step's chunks over several warps (WARPS_K) for more loads in flight.
+// thread c of a quad takes code word c for both operands (MMA k order is free as long as A and B
+// agree), so its codes are one 32-bit word and its activations one 16-byte load: physical k 8c … 8c+7,
+// or with k-steps of 128 and 256 (in_features a multiple of 128: the weights in line order,
+// nvfp4_layout.h) the chunk line_order_chunk of that word. Small batches split each k-step's chunks
+// over several warps (WARPS_K) for more loads in flight.
 #include "cuda/moe_gemm.cuh"
 
 #include <cuda_bf16.h>
@@ -17,6 +19,7 @@
 #include "cuda/check.cuh"
 #include "cuda/moe_grouping.cuh"
 #include "cuda/nvfp4_fragments.cuh"
+#include "cuda/nvfp4_layout.h"
 
 namespace nibble::cuda {
 namespace {
@@ -28,6 +31,7 @@ struct Config {
   static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, WARPS_K = WARPS_K_, WM = WM_, WN = WN_, BK = BK_,
                        STAGES = STAGES_;
   static constexpr int J = BK / 32;
+  static constexpr bool LINE = BK >= 128;  // whole 128-blocks: the weights are in line order
   static_assert(J == 2 || J == 4 || J == 8, "k-step of 64, 128 or 256");
   static_assert(J % WARPS_K == 0, "each k-warp takes every WARPS_K-th chunk");
   static constexpr int BM = WARPS_M * WM * 16;  // weight rows per CTA
@@ -43,8 +47,22 @@ struct Config {
   __device__ static int code_offset(int srow, int j) {
     return srow * CODE_ROW + ((j ^ ((srow >> SWIZZLE_SHIFT) & (J - 1))) * 16);
   }
-  // Activation chunk (16 B) q of row t: the two rows a quarter-warp reads differ in bit 2.
-  __device__ static int act_offset(int trow, int q) { return trow * ACT_ROW + ((q ^ ((trow & 1) << 2)) * 16); }
+  // Activation chunk (16 B) q of row t: the two rows a quarter-warp reads differ in bit 2. In line
+  // order a quarter-warp's chunks are 4c + r (c = 0 … 3) of two rows, placed apart by bit 3 of q
+  // into bit 1 and by the row into bit 0: eight distinct 16-byte bank groups.
+  __device__ static int act_offset(int trow, int q) {
+    if constexpr (LINE) return trow * ACT_ROW + ((q ^ (((q >> 3) & 1) << 1) ^ (trow & 1)) * 16);
+    return trow * ACT_ROW + ((q ^ ((trow & 1) << 2)) * 16);
+  }
+  // The scale code (its byte in a row's stage) and activation chunk of code word c of 32-wide chunk j.
+  __device__ static int scale_byte(int j, int c) {
+    if constexpr (LINE) return 8 * (j >> 2) + line_order_chunk(4 * (j & 3) + c) / 2;
+    return 2 * j + (c >> 1);
+  }
+  __device__ static int act_chunk(int j, int c) {
+    if constexpr (LINE) return 16 * (j >> 2) + line_order_chunk(4 * (j & 3) + c);
+    return 4 * j + c;
+  }
   static constexpr int STAGE_BYTES = CODE_BYTES + SCALE_BYTES + ACT_BYTES;
   static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + BT * int(sizeof(int));
 };
@@ -210,7 +228,7 @@ __global__ void __launch_bounds__(C::THREADS) moe_gemm_kernel(const KernelParams
           const int srow = (warp_m * C::WM + t) * 16 + g + 8 * h;
           const uint32_t word =
               *reinterpret_cast<const uint32_t*>(codes + C::code_offset(srow, j) + 4 * c);
-          const uint32_t scale = block_scale_bf16x2(scales[srow * C::SCALE_ROW + 2 * j + (c >> 1)], 0);
+          const uint32_t scale = block_scale_bf16x2(scales[srow * C::SCALE_ROW + C::scale_byte(j, c)], 0);
           uint32_t pair[4];
           decode_code_word(word, pair);
 #pragma unroll
@@ -220,7 +238,7 @@ __global__ void __launch_bounds__(C::THREADS) moe_gemm_kernel(const KernelParams
 #pragma unroll
       for (int u = 0; u < C::WN; ++u) {
         const int trow = (warp_n * C::WN + u) * 8 + g;
-        const uint4 v = *reinterpret_cast<const uint4*>(act + C::act_offset(trow, 4 * j + c));
+        const uint4 v = *reinterpret_cast<const uint4*>(act + C::act_offset(trow, C::act_chunk(j, c)));
 #pragma unroll
         for (int t = 0; t < C::WM; ++t) {
           mma_bf16(acc[t][u], a[t][0], v.x, v.y);

@@ -98,6 +98,16 @@ NIB_HD void repack_block(uint32_t& word0, uint32_t& word1, uint8_t& scale) {
   word0 = repack_code_word(word0), word1 = repack_code_word(word1);
 }
 
+// Line order (expert weights whose in_features are a multiple of 128): inside each 128-wide k-block
+// of a row, the sixteen code words as a 4 × 4 matrix transposed, so stored word 4c + q holds k
+// 32q + 8c … + 7; the scale codes keep their order. The skinny kernels' lane c of a row then reads its
+// 16 code bytes as before while its x loads, k 32q + 8c … + 7, are whole lines across the four lanes
+// (H200, MoE block T = 128 173 → 149 µs; docs/perf.md, "The skinny MoE's activation loads as whole
+// lines"). A 64-wide half-block (a wgmma stage) is bytes 8h … 8h + 7 of each lane's 16.
+NIB_HD bool expert_line_order(int64_t in_features) { return in_features % 128 == 0; }
+// The k-chunk (8 codes) of stored word s (0 … 15) of a block; the transpose is its own inverse.
+NIB_HD int line_order_chunk(int s) { return 4 * (s & 3) + (s >> 2); }
+
 // Pair p alone, given its two rotations (p known only at run time: each lane of the wgmma kernels
 // takes one pair of every word, and computes its rotations once).
 NIB_HD uint32_t decode_code_pair(uint32_t w, int magnitude_rotation, int sign_rotation) {

@@ -18,6 +18,7 @@
 #include "cuda/check.cuh"
 #include "cuda/moe_grouping.cuh"
 #include "cuda/nvfp4_fragments.cuh"
+#include "cuda/nvfp4_layout.h"
 #include "cuda/nvfp4_wgmma.cuh"
 #include "cuda/wgmma.cuh"
 
@@ -52,8 +53,12 @@ constexpr int STAGED_PITCH = 128 + 16;
 
 // Shared memory per stage: the activation tile (wgmma B, N rows × 128 B in the 128-byte swizzle,
 // 1024-byte aligned), the codes chunk-major ([2 chunks][BM rows][16 B]: a quarter-warp's reads of
-// eight rows fall in distinct banks) and the scales ([BM rows][4 B]).
-template <int N, int MT, int CTAS = CTAS_PER_SM<N, MT>>
+// eight rows fall in distinct banks) and the scales ([BM rows][4 B]). In line order (LINE,
+// nvfp4_layout.h) a row's 16-byte lane slot holds codes of both halves of its 128-block, so the codes
+// come a block at a time into a ring of their own: CODE_PAIRS regions of two stages' codes
+// ([4 lane slots][BM rows][16 B]), one more than half the stages, so a pair's region is refilled only
+// after both its stages were consumed (the producer waits for fill f − STAGES before fill f).
+template <int N, int MT, bool LINE = false, int CTAS = CTAS_PER_SM<N, MT>>
 struct Layout {
   static constexpr int ACT_STAGE = N * 128;
   static constexpr int CODE_STAGE = BM<MT> * BK / 2;
@@ -61,9 +66,11 @@ struct Layout {
   static constexpr int STAGE = ACT_STAGE + CODE_STAGE + SCALE_STAGE;
   // Bytes in flight for the memory-bound small N; two CTAs an SM share its 227 KB.
   static constexpr int STAGES = std::min(8, (CTAS == 1 ? 192 * 1024 : 100 * 1024) / STAGE);
+  static constexpr int CODE_PAIRS = STAGES / 2 + 1;
+  static constexpr int CODE_STAGES = LINE ? 2 * CODE_PAIRS : STAGES;
   static constexpr int ACT_OFFSET = 0;
   static constexpr int CODE_OFFSET = STAGES * ACT_STAGE;
-  static constexpr int SCALE_OFFSET = CODE_OFFSET + STAGES * CODE_STAGE;
+  static constexpr int SCALE_OFFSET = CODE_OFFSET + CODE_STAGES * CODE_STAGE;
   static constexpr int BARRIER_OFFSET = SCALE_OFFSET + STAGES * SCALE_STAGE;
   static constexpr int ROW_SCALES_OFFSET = BARRIER_OFFSET + 2 * STAGES * 8;
   static constexpr int STAGING_OFFSET = ROW_SCALES_OFFSET + N * int(sizeof(float));
@@ -88,6 +95,7 @@ struct Params {
   int slices;  // CTAs' weight-row slices per row tile (BM rows, gated BM / 2 features)
   void* out;
   bool out_fp32;
+  bool line_order;  // expert weights in line order (nvfp4_layout.h); dense weights never (the kernels' LINE)
 };
 
 // One work item's row tile: the expert, its first sorted row (or dense token row) and its rows.
@@ -145,6 +153,7 @@ __device__ __forceinline__ void with_width(int width, F&& f) {
 struct RingPosition {
   int slot = 0;
   uint32_t phase = 0;
+  int code_pair = 0;  // line order: the region of the codes (Layout::CODE_PAIRS)
 };
 
 // One item's k-steps for a consumer thread: wait for each stage, decode its weight rows' codes into A
@@ -152,14 +161,13 @@ struct RingPosition {
 // rows, free each stage when its MMAs are done. A wgmma group is two MMAs (one m-tile: half a k-step,
 // two k16 blocks; two m-tiles: one k16 block each), decoded while the group before runs: two groups'
 // fragments are all a thread holds beside its accumulators (more made ptxas serialize the wgmmas).
-template <int WIDTH, int N, int MT, int STAGES, int CODE_OFFSET, int CODE_STAGE, int SCALE_OFFSET, int SCALE_STAGE,
-          int ACT_STAGE>
+template <int WIDTH, int N, int MT, bool LINE, class L>
 __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPosition& ring, uint8_t* smem,
                                              uint64_t* full, uint64_t* empty, uint64_t act_descriptor, int k_tiles,
                                              int local0, int lane, int magnitude_rotation, int sign_rotation) {
   constexpr int ROWS = BM<MT>;
+  constexpr int STAGES = L::STAGES;
   constexpr int GROUP_BLOCKS = 2 / MT;      // k16 blocks a group
-  constexpr int WORDS = 2 * GROUP_BLOCKS;  // code words a row a group: 8 codes a word, a k16 block two words
   uint32_t frag[2][MT][GROUP_BLOCKS][4];   // [group parity][m-tile][k16 block in the group][A register]
   int prev_slot = 0;
   for (int kt = 0; kt < k_tiles; ++kt) {
@@ -168,44 +176,61 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
     // async proxy. (Fencing on the producer side instead, after cp.async.wait_group, made the 1-CTA
     // tiles 3-8% slower on the H200: the fence waits for all of that thread's copies in flight.)
     wgmma::fence_shared_for_async();
-    const uint8_t* codes = smem + CODE_OFFSET + ring.slot * CODE_STAGE;
-    const uint8_t* scales = smem + SCALE_OFFSET + ring.slot * SCALE_STAGE;
+    const uint8_t* codes = smem + L::CODE_OFFSET + (LINE ? ring.code_pair * 2 : ring.slot) * L::CODE_STAGE;
+    const uint8_t* scales = smem + L::SCALE_OFFSET + ring.slot * L::SCALE_STAGE;
+    const int half = kt & 1;  // line order: the stage's half of the 128-block (k_tiles is even)
     uint32_t scale_word[MT][2];
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
         scale_word[m][r] = *reinterpret_cast<const uint32_t*>(scales + (local0 + 64 * m + 8 * r) * 4);
-    const uint64_t stage_descriptor = act_descriptor + uint32_t(ring.slot * (ACT_STAGE / 16));
+    const uint64_t stage_descriptor = act_descriptor + uint32_t(ring.slot * (L::ACT_STAGE / 16));
 #pragma unroll
     for (int group = 0; group < 4 / GROUP_BLOCKS; ++group) {
-      const int block0 = group * GROUP_BLOCKS, parity = group % 2;
+      const int parity = group % 2;
+      // The group's k16 blocks of the stage. Natural: blocks 2g, 2g + 1 (one m-tile) or g. Line order:
+      // the stage's block B is natural words 8h + 2B + e (h the half, e = 0, 1), stored as word
+      // 2h + B / 2 of lane slot 2(B % 2) + e; so one-m-tile groups take blocks {g, g + 2}, whose
+      // words are the two words at 8h bytes of lane slots 2g and 2g + 1.
+      auto block_of = [&](int b) { return LINE ? (MT == 1 ? group + 2 * b : group) : group * GROUP_BLOCKS + b; };
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
-        // Block b's codes are words 2b, 2b + 1 of chunk b / 2 (k 32·(b / 2) … +31) of a row; a thread
-        // takes pair q of each word as BF16s, the codes of k 2q, 2q + 1 in its group of 8 — what an A
-        // fragment's thread q holds (k 2q, 2q + 1 and 2q + 8, 2q + 9 of the block). The rotations are
-        // pair q's (nvfp4_layout.h).
-        uint32_t words[2][WORDS];
+        // Natural: block b's codes are words 2b, 2b + 1 of chunk b / 2 (k 32·(b / 2) … +31) of a row.
+        // A thread takes pair q of each word as BF16s, the codes of k 2q, 2q + 1 in its group of 8 —
+        // what an A fragment's thread q holds (k 2q, 2q + 1 and 2q + 8, 2q + 9 of the block). The
+        // rotations are pair q's (nvfp4_layout.h).
+        uint32_t words[2][GROUP_BLOCKS][2];  // [row][block of the group][k half of the block]
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const uint8_t* chunk = codes + ((block0 / 2) * ROWS + local0 + 64 * m + 8 * r) * 16 + 8 * (block0 % 2);
-          if constexpr (WORDS == 4) {
-            const uint4 v = *reinterpret_cast<const uint4*>(chunk);
-            words[r][0] = v.x, words[r][1] = v.y, words[r][2] = v.z, words[r][3] = v.w;
+          const int row = local0 + 64 * m + 8 * r;
+          if constexpr (LINE && MT == 1) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const uint2 v = *reinterpret_cast<const uint2*>(codes + ((2 * group + e) * ROWS + row) * 16 + 8 * half);
+              words[r][0][e] = v.x, words[r][1][e] = v.y;
+            }
+          } else if constexpr (LINE) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              words[r][0][e] = *reinterpret_cast<const uint32_t*>(codes + ((2 * (group % 2) + e) * ROWS + row) * 16 +
+                                                                  4 * (2 * half + group / 2));
+          } else if constexpr (GROUP_BLOCKS == 2) {
+            const uint4 v = *reinterpret_cast<const uint4*>(codes + (group * ROWS + row) * 16);
+            words[r][0][0] = v.x, words[r][0][1] = v.y, words[r][1][0] = v.z, words[r][1][1] = v.w;
           } else {
-            const uint2 v = *reinterpret_cast<const uint2*>(chunk);
-            words[r][0] = v.x, words[r][1] = v.y;
+            const uint2 v = *reinterpret_cast<const uint2*>(codes + ((group / 2) * ROWS + row) * 16 + 8 * (group % 2));
+            words[r][0][0] = v.x, words[r][0][1] = v.y;
           }
         }
 #pragma unroll
         for (int b = 0; b < GROUP_BLOCKS; ++b) {
-          const uint32_t scale0 = block_scale_bf16x2(scale_word[m][0], block0 + b);
-          const uint32_t scale1 = block_scale_bf16x2(scale_word[m][1], block0 + b);
+          const uint32_t scale0 = block_scale_bf16x2(scale_word[m][0], block_of(b));
+          const uint32_t scale1 = block_scale_bf16x2(scale_word[m][1], block_of(b));
 #pragma unroll
-          for (int i = 0; i < 4; ++i)  // A registers: row r = i % 2, word 2b + i / 2
+          for (int i = 0; i < 4; ++i)  // A registers: row r = i % 2, k half i / 2
             frag[parity][m][b][i] =
-                bf16x2_mul(decode_code_pair(words[i % 2][2 * b + i / 2], magnitude_rotation, sign_rotation),
+                bf16x2_mul(decode_code_pair(words[i % 2][b][i / 2], magnitude_rotation, sign_rotation),
                            i % 2 ? scale1 : scale0);
         }
       }
@@ -215,7 +240,7 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
 #pragma unroll
         for (int b = 0; b < GROUP_BLOCKS; ++b)
           wgmma::mma_rs<WIDTH>(*reinterpret_cast<float(*)[WIDTH / 2]>(&acc[m][0]), frag[parity][m][b],
-                               stage_descriptor + (block0 + b) * 2);
+                               stage_descriptor + block_of(b) * 2);
       wgmma::commit();
       // The group before this one is done: its fragments may be rewritten, and after the first group
       // the previous stage has no reader left.
@@ -224,6 +249,7 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
     }
     prev_slot = ring.slot;
     if (++ring.slot == STAGES) ring.slot = 0, ring.phase ^= 1;
+    if (half && ++ring.code_pair == L::CODE_PAIRS) ring.code_pair = 0;
   }
   wgmma::wait<0>();
   if (lane == 0) barrier_arrive(&empty[prev_slot]);  // the item's last stage: free for the next item's fills
@@ -351,9 +377,9 @@ struct Outputs {
 // stay in L2 for its slices), and CTA b takes items b, b + gridDim.x, … of a grid of CTA slots per
 // SM, the producers filling the ring with the next item's stages while the consumers finish the last
 // one's MMAs and store its outputs. The ring (slot, phase) runs on across items.
-template <bool GATED, int N, int MT, int CTAS = CTAS_PER_SM<N, MT>>
+template <bool GATED, int N, int MT, bool LINE, int CTAS = CTAS_PER_SM<N, MT>>
 __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kernel(const Params p) {
-  using L = Layout<N, MT>;
+  using L = Layout<N, MT, LINE>;
   constexpr int ROWS = BM<MT>;
   constexpr int STAGES = L::STAGES;
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -390,7 +416,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     const uint32_t code_place = smem_address(smem + L::CODE_OFFSET) + lane * 16;
     const uint32_t scale_place = smem_address(smem + L::SCALE_OFFSET) + lane * 4;
     const uint32_t full_place = smem_address(full);
-    int slot = 0;
+    int slot = 0, code_pair = 0;
     uint32_t phase = 0;
     for (int item = blockIdx.x, fills = 0; item < items; item += gridDim.x) {
       const RowTile tile = row_tile(p, item / p.slices, N);
@@ -425,12 +451,25 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
         if (fills >= STAGES) barrier_wait(&empty[slot], phase ^ 1);
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
-          const uint32_t code = code_place + slot * L::CODE_STAGE + m * 128 * 16;
-          cp_async_shared<16>(code, code_src[m]);
-          cp_async_shared<16>(code + ROWS * 16, code_src[m] + 16);
+          if constexpr (LINE) {
+            // A row's whole 128-block (four 16-byte lane slots) with the even stage, into the pair's
+            // region (Layout); fill f − STAGES consumed means both stages of its last pair were.
+            if ((kt & 1) == 0) {
+              const uint32_t code = code_place + code_pair * 2 * L::CODE_STAGE + m * 128 * 16;
+#pragma unroll
+              for (int c = 0; c < 4; ++c) cp_async_shared<16>(code + c * ROWS * 16, code_src[m] + 16 * c);
+              code_src[m] += 2 * (BK / 2);
+            }
+          } else {
+            const uint32_t code = code_place + slot * L::CODE_STAGE + m * 128 * 16;
+            cp_async_shared<16>(code, code_src[m]);
+            cp_async_shared<16>(code + ROWS * 16, code_src[m] + 16);
+            code_src[m] += BK / 2;
+          }
           cp_async_shared<4>(scale_place + slot * L::SCALE_STAGE + m * 128 * 4, scale_src[m]);
-          code_src[m] += BK / 2, scale_src[m] += BK / 16;
+          scale_src[m] += BK / 16;
         }
+        if (LINE && (kt & 1) && ++code_pair == L::CODE_PAIRS) code_pair = 0;
         const uint32_t a = act_place + slot * L::ACT_STAGE;
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i)
@@ -467,9 +506,8 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     // Warp-uniform as ptxas can see, like `warpgroup`.
     const int width = __shfl_sync(0xffffffffu, mma_width<N>(tile.rows), 0);
     with_width<N>(width, [&](auto w) {
-      consume_item<decltype(w)::value, N, MT, STAGES, L::CODE_OFFSET, L::CODE_STAGE, L::SCALE_OFFSET,
-                   L::SCALE_STAGE, L::ACT_STAGE>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0, lane,
-                                                 magnitude_rotation, sign_rotation);
+      consume_item<decltype(w)::value, N, MT, LINE, L>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0,
+                                                       lane, magnitude_rotation, sign_rotation);
     });
     if (p.row_scales) {
       // Every consumer is past the last item's epilogue before the staged scales are replaced.
@@ -501,10 +539,10 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
   }
 }
 
-template <bool GATED, int N, int MT>
-Status launch_n(Params p, int64_t row_tiles, cudaStream_t stream) {
-  auto kernel = nvfp4_wgmma_kernel<GATED, N, MT>;
-  constexpr int bytes = Layout<N, MT>::BYTES;
+template <bool GATED, int N, int MT, bool LINE>
+Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
+  auto kernel = nvfp4_wgmma_kernel<GATED, N, MT, LINE>;
+  constexpr int bytes = Layout<N, MT, LINE>::BYTES;
   // Set once per instantiation and process, not per launch.
   static const cudaError_t limit = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   NIB_RETURN_IF_ERROR(cuda_status(limit, "wgmma gemm: shared memory"));
@@ -520,6 +558,14 @@ Status launch_n(Params p, int64_t row_tiles, cudaStream_t stream) {
   const int64_t grid = std::min<int64_t>(items, int64_t{sms} * CTAS_PER_SM<N, MT>);
   kernel<<<unsigned(grid), CONSUMERS + PRODUCERS, bytes, stream>>>(p);
   return cuda_status(cudaGetLastError(), GATED ? "wgmma gate_up launch" : "wgmma gemm launch");
+}
+
+// Dense weights are never in line order, expert weights are where in_features are a multiple of 128
+// (expert_line_order).
+template <bool GATED, int N, int MT>
+Status launch_n(const Params& p, int64_t row_tiles, cudaStream_t stream) {
+  return p.line_order ? launch_kernel<GATED, N, MT, true>(p, row_tiles, stream)
+                      : launch_kernel<GATED, N, MT, false>(p, row_tiles, stream);
 }
 
 // M-tiles a consumer warpgroup: one (128 weight rows a CTA), or two on 128-row tiles with
@@ -573,6 +619,7 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
   p.act = a.act, p.sorted_pairs = a.sorted_pairs, p.top_k = int(a.top_k), p.row_scales = a.row_scales;
   p.tile_offsets = a.tile_offsets, p.tiles = a.tiles, p.experts = int(w0.experts);
   p.out = a.out, p.out_fp32 = a.out_fp32;
+  p.line_order = expert_line_order(w0.cols);
   const int64_t row_tiles = max_expert_tiles(a.pairs, p.experts, a.tile_rows);
   return w1 ? launch<true>(p, a.tile_rows, row_tiles, stream) : launch<false>(p, a.tile_rows, row_tiles, stream);
 }

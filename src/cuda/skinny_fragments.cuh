@@ -1,6 +1,8 @@
 // Device helpers of the skinny NVFP4 kernels (dense in skinny_gemm.cu, MoE in skinny_moe.cu): a
 // warp's weight fragments loaded straight from global memory, its mma steps over k-blocks, the
-// CTA's k-split sum, and the launch rules they share. The k permutation is skinny_gemm.cu's.
+// CTA's k-split sum, and the launch rules they share. The k permutation is skinny_gemm.cu's; LINE:
+// the weights are in line order (nvfp4_layout.h, expert weights), and lane c's code word q is
+// physical k 32q + 8c … + 7, so its x loads of a k-block are chunks 4q + c (x_chunk).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -36,25 +38,40 @@ __device__ __forceinline__ uint4 load_stream(const uint8_t* p) {
   return v;
 }
 
-// A lane's two scale codes, L1-cached (the next blocks' share its sector); L2_FETCH 128 as above (a
-// 2,048-wide row's whole scale row).
+// Line order: lane c's code words q are k16 blocks 2q + c / 2 of the block's eight scale codes —
+// this byte_perm selector of the eight as two words picks them (bytes q of the result).
+__device__ __forceinline__ uint32_t line_scale_selector(int c) { return c >> 1 ? 0x7531u : 0x6420u; }
+
+// A lane's four scale codes of a k-block in line order from the block's eight, L1-cached (the next
+// blocks' share its sector); L2_FETCH 128 as above (a 2,048-wide row's whole scale row).
 template <int L2_FETCH = 0>
-__device__ __forceinline__ uint32_t load_scale_pair(const uint16_t* p) {
+__device__ __forceinline__ uint32_t load_line_scales(const uint2* p, uint32_t selector) {
   static_assert(L2_FETCH == 0 || L2_FETCH == 128);
-  if constexpr (L2_FETCH == 0) {
-    return __ldg(p);
-  } else {
-    uint16_t v;
-    asm("ld.global.nc.L2::128B.u16 %0, [%1];\n" : "=h"(v) : "l"(p));
-    return v;
-  }
+  uint2 v;
+  if constexpr (L2_FETCH == 0) v = __ldg(p);
+  else asm("ld.global.nc.L2::128B.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return __byte_perm(v.x, v.y, selector);
+}
+
+// The 16-byte chunk (8 values) of a 128-wide k-block of x that lane c's code word q multiplies.
+template <bool LINE>
+__device__ __forceinline__ int x_chunk(int c, int q) {
+  return LINE ? 4 * q + c : 4 * c + q;
+}
+
+// Lane c's scale codes of a k-block from the row's scale codes at the block: LINE, the four of its
+// code words (bytes q); otherwise those of k16 blocks 2c (low byte) and 2c + 1.
+template <bool LINE>
+__device__ __forceinline__ uint32_t load_scales(const uint8_t* block_scales, int c) {
+  if constexpr (LINE) return load_line_scales(reinterpret_cast<const uint2*>(block_scales), line_scale_selector(c));
+  else return __ldg(reinterpret_cast<const uint16_t*>(block_scales + 2 * c));
 }
 
 // One warp's weight fragments: rows g and g + 8 (h = 0, 1) over BLOCKS k-blocks.
-template <int BLOCKS>
+template <int BLOCKS, bool LINE = false>
 struct WeightFragments {
   uint4 codes[2][BLOCKS];
-  uint32_t scales[2][BLOCKS];  // scale codes of blocks 2c (low byte) and 2c + 1
+  uint32_t scales[2][BLOCKS];  // load_scales<LINE>
 
   // codes[h] / scales[h]: row g + 8h of the weight (null past the weight: zeros), from k-block kb0.
   __device__ void load(const uint8_t* const (&row_codes)[2], const uint8_t* const (&row_scales)[2], int kb0, int nkb,
@@ -65,7 +82,7 @@ struct WeightFragments {
       for (int b = 0; b < BLOCKS; ++b) {
         if (b < nkb && row_codes[h]) {
           codes[h][b] = load_stream(row_codes[h] + (kb0 + b) * 64 + 16 * c);
-          scales[h][b] = __ldg(reinterpret_cast<const uint16_t*>(row_scales[h] + (kb0 + b) * 8 + 2 * c));
+          scales[h][b] = load_scales<LINE>(row_scales[h] + (kb0 + b) * 8, c);
         } else {
           codes[h][b] = make_uint4(0, 0, 0, 0);
           scales[h][b] = 0;
@@ -78,29 +95,31 @@ struct WeightFragments {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint8_t* code = row_codes[h] + kb0 * 64 + 16 * c;
-      const uint16_t* scale = reinterpret_cast<const uint16_t*>(row_scales[h] + kb0 * 8 + 2 * c);
+      const uint8_t* scale = row_scales[h] + kb0 * 8;
 #pragma unroll
-      for (int b = 0; b < BLOCKS; ++b) codes[h][b] = load_stream(code + b * 64), scales[h][b] = __ldg(scale + b * 4);
+      for (int b = 0; b < BLOCKS; ++b) codes[h][b] = load_stream(code + b * 64), scales[h][b] = load_scales<LINE>(scale + b * 8, c);
     }
   }
 };
 
 // One k-block's A fragments of the lane's rows g, g + 8 (h = 0, 1), from its code words and scale
-// codes: a[q] feeds mma steps 2q (a[q][0..3]) and 2q + 1 (a[q][4..7]).
+// codes (load_scales<LINE>): a[q] feeds mma steps 2q (a[q][0..3]) and 2q + 1 (a[q][4..7]).
+template <bool LINE = false>
 __device__ __forceinline__ void decode_kblock(const uint4 (&codes)[2], const uint32_t (&scales)[2], uint32_t (&a)[4][8]) {
-  uint32_t scale[2][2];
+  constexpr int SCALES = LINE ? 4 : 2;  // LINE: one a code word, else one a pair of words
+  uint32_t scale[2][SCALES];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    scale[h][0] = block_scale_bf16x2(scales[h], 0);
-    scale[h][1] = block_scale_bf16x2(scales[h], 1);
-  }
+  for (int h = 0; h < 2; ++h)
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {  // code word q: physical k 32c + 8q … + 7, mma steps 2q and 2q + 1
+    for (int i = 0; i < SCALES; ++i) scale[h][i] = block_scale_bf16x2(scales[h], i);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {  // code word q: physical k chunk x_chunk<LINE>(c, q), mma steps 2q and 2q + 1
     uint32_t lo[4], hi[4];
     decode_code_word(word_of(codes[0], q), lo);
     decode_code_word(word_of(codes[1], q), hi);
+    const int s = LINE ? q : q >> 1;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) lo[i] = bf16x2_mul(lo[i], scale[0][q >> 1]), hi[i] = bf16x2_mul(hi[i], scale[1][q >> 1]);
+    for (int i = 0; i < 4; ++i) lo[i] = bf16x2_mul(lo[i], scale[0][s]), hi[i] = bf16x2_mul(hi[i], scale[1][s]);
     const uint32_t frag[8] = {lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], lo[3], hi[3]};
 #pragma unroll
     for (int i = 0; i < 8; ++i) a[q][i] = frag[i];
@@ -123,11 +142,11 @@ __device__ __forceinline__ void mma_decoded(const uint32_t (&a)[4][8], const uin
 }
 
 // One k-block of one m-tile: acc[n] += Ŵ(rows g, g + 8) · x(column g of n-tile n).
-template <int NT>
+template <int NT, bool LINE = false>
 __device__ __forceinline__ void mma_kblock(const uint4 (&codes)[2], const uint32_t (&scales)[2], const uint4 (&xv)[NT][4],
                                            float (&acc)[NT][4]) {
   uint32_t a[4][8];
-  decode_kblock(codes, scales, a);
+  decode_kblock<LINE>(codes, scales, a);
   mma_decoded<NT>(a, xv, acc);
 }
 
@@ -136,8 +155,8 @@ __device__ __forceinline__ void mma_kblock(const uint4 (&codes)[2], const uint32
 // With one n-tile every x load is issued before the first mma (one L2 round trip, not one per
 // k-block); otherwise they load per block (registers: preloading two n-tiles' x for two blocks took
 // 114-118 registers and made dense M = 32-64 1.3x slower, H200).
-template <int BLOCKS, int NT, bool GUARDED = true>
-__device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS>& w, const uint16_t* const (&x_rows)[NT], int kb0,
+template <int BLOCKS, int NT, bool GUARDED = true, bool LINE = false>
+__device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS, LINE>& w, const uint16_t* const (&x_rows)[NT], int kb0,
                                            int nkb, int c, float (&acc)[NT][4]) {
   constexpr int PRELOADED = NT == 1 ? BLOCKS : 1;
   if constexpr (!GUARDED) nkb = BLOCKS;
@@ -148,7 +167,7 @@ __device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS>& w, con
 #pragma unroll
       for (int q = 0; q < 4; ++q)
         xv[n][q] = !GUARDED || (b < nkb && x_rows[n])
-                       ? __ldg(reinterpret_cast<const uint4*>(x_rows[n] + (kb0 + b) * 128 + 32 * c) + q)
+                       ? __ldg(reinterpret_cast<const uint4*>(x_rows[n] + (kb0 + b) * 128) + x_chunk<LINE>(c, q))
                        : make_uint4(0, 0, 0, 0);
   };
   if constexpr (PRELOADED > 1)
@@ -158,7 +177,7 @@ __device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS>& w, con
   for (int b = 0; b < BLOCKS; ++b) {
     if (b >= nkb) break;
     if constexpr (PRELOADED == 1) load_x(b, x_all[0]);
-    mma_kblock<NT>({w.codes[0][b], w.codes[1][b]}, {w.scales[0][b], w.scales[1][b]}, x_all[PRELOADED > 1 ? b : 0], acc);
+    mma_kblock<NT, LINE>({w.codes[0][b], w.codes[1][b]}, {w.scales[0][b], w.scales[1][b]}, x_all[PRELOADED > 1 ? b : 0], acc);
   }
 }
 

@@ -1,6 +1,7 @@
 // The skinny NVFP4 MoE projections: gate_up (+SwiGLU) and down over group_by_expert's tile list,
 // each warp's weight fragments loaded straight into registers (skinny_fragments.cuh; the k
-// permutation is skinny_gemm.cu's), the tokens of a tile as the mma's n dimension.
+// permutation is skinny_gemm.cu's, the expert weights in line order), the tokens of a tile as the
+// mma's n dimension.
 #include <algorithm>
 #include <cstdlib>
 
@@ -120,7 +121,7 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, 1) skinny_moe_split_kernel(con
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int m0 = blockIdx.x * (GATED ? 8 : 16);
   const int kb0 = warp * BLOCKS, nkb = FULL ? BLOCKS : min(BLOCKS, p.k / 128 - kb0);
-  WeightFragments<BLOCKS> w;
+  WeightFragments<BLOCKS, true> w;
   const uint8_t* row_codes[2];
   const uint8_t* row_scales[2];
   slice_rows<GATED, !FULL>(p, tile.x, m0, g, row_codes, row_scales);
@@ -129,7 +130,7 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, 1) skinny_moe_split_kernel(con
   const uint16_t* x_rows[1];
   token_rows<1, !FULL>(p, tile, g, x_rows);
   float acc[1][4] = {};
-  mma_blocks<BLOCKS, 1, !FULL>(w, x_rows, kb0, nkb, c, acc);
+  mma_blocks<BLOCKS, 1, !FULL, true>(w, x_rows, kb0, nkb, c, acc);
   if (!reduce_warps<1>(acc, partial)) return;
   store_slice<GATED, 1>(p, tile, m0, acc);
 }
@@ -144,13 +145,13 @@ __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, i
                                                 const uint8_t* const (&row_scales)[2]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const uint8_t* code_at[2] = {row_codes[0] + 16 * c, row_codes[1] + 16 * c};
-  const uint16_t* scale_at[2] = {reinterpret_cast<const uint16_t*>(row_scales[0] + 2 * c),
-                                 reinterpret_cast<const uint16_t*>(row_scales[1] + 2 * c)};
+  const uint2* scale_at[2] = {reinterpret_cast<const uint2*>(row_scales[0]), reinterpret_cast<const uint2*>(row_scales[1])};
+  const uint32_t selector = line_scale_selector(c);  // load_scales<true>
   const uint16_t* x_rows[NT];
   token_rows<NT, false>(p, tile, g, x_rows);
   const uint4* x_at[NT];
 #pragma unroll
-  for (int n = 0; n < NT; ++n) x_at[n] = reinterpret_cast<const uint4*>(x_rows[n] + 32 * c);
+  for (int n = 0; n < NT; ++n) x_at[n] = reinterpret_cast<const uint4*>(x_rows[n]) + x_chunk<true>(c, 0);
   const int nkb = p.k / 128;
   uint4 codes[2][WINDOW];
   uint32_t scales[2][WINDOW];
@@ -159,7 +160,7 @@ __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, i
     if (j < nkb)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        codes[h][j] = load_stream<L2_FETCH>(code_at[h] + j * 64), scales[h][j] = load_scale_pair<L2_FETCH>(scale_at[h] + j * 4);
+        codes[h][j] = load_stream<L2_FETCH>(code_at[h] + j * 64), scales[h][j] = load_line_scales<L2_FETCH>(scale_at[h] + j, selector);
   float acc[NT][4] = {};
   for (int kb0 = 0; kb0 < nkb; kb0 += WINDOW) {
 #pragma unroll
@@ -169,16 +170,16 @@ __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, i
 #pragma unroll
       for (int n = 0; n < NT; ++n)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) xv[n][q] = __ldg(x_at[n] + j * 16 + q);  // 128 values a block
-      mma_kblock<NT>({codes[0][j], codes[1][j]}, {scales[0][j], scales[1][j]}, xv, acc);
+        for (int q = 0; q < 4; ++q) xv[n][q] = __ldg(x_at[n] + j * 16 + x_chunk<true>(0, q));  // 128 values a block
+      mma_kblock<NT, true>({codes[0][j], codes[1][j]}, {scales[0][j], scales[1][j]}, xv, acc);
       if (kb0 + j + WINDOW < nkb)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           codes[h][j] = load_stream<L2_FETCH>(code_at[h] + (j + WINDOW) * 64),
-          scales[h][j] = load_scale_pair<L2_FETCH>(scale_at[h] + (j + WINDOW) * 4);
+          scales[h][j] = load_line_scales<L2_FETCH>(scale_at[h] + j + WINDOW, selector);
     }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) code_at[h] += WINDOW * 64, scale_at[h] += WINDOW * 4;
+    for (int h = 0; h < 2; ++h) code_at[h] += WINDOW * 64, scale_at[h] += WINDOW;
 #pragma unroll
     for (int n = 0; n < NT; ++n) x_at[n] += WINDOW * 16;
   }
@@ -220,8 +221,9 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
     return Status::error(std::string(what) + ": null pointer");
   if (a.tile_rows != 8 && a.tile_rows != 16 && a.tile_rows != 32)
     return Status::error(std::string(what) + ": the grouping must use tiles of 8, 16 or 32 rows (skinny_moe_tile_rows)");
-  if (reinterpret_cast<uintptr_t>(a.act) % 16 || reinterpret_cast<uintptr_t>(w0.packed) % 16)
-    return Status::error(std::string(what) + ": activations and weights must be 16-byte aligned");
+  if (reinterpret_cast<uintptr_t>(a.act) % 16 || reinterpret_cast<uintptr_t>(w0.packed) % 16 ||
+      reinterpret_cast<uintptr_t>(w0.block_scales) % 8)
+    return Status::error(std::string(what) + ": activations and weights must be 16-byte aligned (scale codes 8)");
   if (a.pairs <= 0) return Status::ok();
   if (a.pairs >= int64_t{1} << 24) return Status::error(std::string(what) + ": more than 2^24 rows (source_row's float quotient)");
   MoeParams p{};

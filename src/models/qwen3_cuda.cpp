@@ -18,6 +18,7 @@
 #include "cuda/flashinfer_attention.cuh"
 #include "cuda/linear_nvfp4.cuh"
 #include "cuda/moe.cuh"
+#include "cuda/nvfp4_layout.h"
 #include "cuda/quantize_nvfp4.cuh"
 #include "cuda/step_profiler.cuh"
 #include "cuda/transformer_ops.cuh"
@@ -226,7 +227,8 @@ struct CudaModel::Impl {
       host_scales[static_cast<size_t>(e)] = lw.weight_scale_2;
       input_scale = std::max(input_scale, lw.input_scale);
     }
-    NIB_RETURN_IF_ERROR(cuda::repack_nvfp4(packed, scales, scale_bytes * E, nullptr));  // after the copies, on their stream
+    // after the copies, on their stream
+    NIB_RETURN_IF_ERROR(cuda::repack_nvfp4(packed, scales, scale_bytes * E, nullptr, cuda::expert_line_order(cols)));
     NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemcpy(global, host_scales.data(), E * sizeof(float), cudaMemcpyHostToDevice),
                                           "expert global scales"));
     d = {packed, scales, global, E, rows, cols};

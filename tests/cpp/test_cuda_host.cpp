@@ -4,6 +4,7 @@
 // leave tiles without a CTA, i.e. rows never computed), and the GPU layout of the NVFP4 codes and scales.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -55,9 +56,10 @@ TEST(CudaHost, AutoPicksTheSkinnyKernelsForFewRows) {
   cuda::DeviceMoeWeights qwen3;
   qwen3.hidden = 2048, qwen3.intermediate = 768, qwen3.experts = 128, qwen3.top_k = 8;
   EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 1, qwen3), GemmBackend::SKINNY);
-  // Skinny while experts average fewer than 10 rows: 159 tokens · top-8 over 128 experts, not 160.
-  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 159, qwen3), GemmBackend::SKINNY);
-  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 160, qwen3), GemmBackend::FUSED);
+  // Skinny while experts average fewer than 24 rows: 383 tokens · top-8 over 128 experts, not 384.
+  static_assert(cuda::AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT == 24 && cuda::AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT == 32);
+  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 383, qwen3), GemmBackend::SKINNY);
+  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 384, qwen3), GemmBackend::FUSED);
   // Skinny tiles grow with the rows per expert: 8 below 3 on average, 16 below 16, else 32.
   EXPECT_EQ(cuda::skinny_moe_tile_rows(8, 128), 8);
   EXPECT_EQ(cuda::skinny_moe_tile_rows(383, 128), 8);
@@ -213,4 +215,23 @@ TEST(CudaHost, RepackedBlocksDecodeToTheirWeights) {
         }
       }
     }
+}
+
+// Line order (expert weights): the stored words of a 128-block are a permutation of its k-chunks
+// (its own inverse), lane c's word q is chunk 4q + c (the skinny kernels' whole-line x loads), and
+// bytes 8h … 8h + 7 of every lane's 16 (stored words with (s % 4) / 2 = h) are exactly the chunks of
+// the 64-wide half h (what a wgmma stage copies).
+TEST(CudaHost, LineOrderPlacesEveryChunk) {
+  std::array<int, 16> seen{};
+  for (int s = 0; s < 16; ++s) {
+    const int chunk = cuda::line_order_chunk(s);
+    ASSERT_GE(chunk, 0);
+    ASSERT_LT(chunk, 16);
+    ++seen[size_t(chunk)];
+    EXPECT_EQ(cuda::line_order_chunk(chunk), s) << "not its own inverse at " << s;
+    EXPECT_EQ(chunk, 4 * (s % 4) + s / 4) << "lane " << s / 4 << " word " << s % 4;
+    EXPECT_EQ(chunk / 8, (s % 4) / 2) << "stored word " << s << " leaves its half-block";
+  }
+  for (int chunk = 0; chunk < 16; ++chunk) EXPECT_EQ(seen[size_t(chunk)], 1) << "chunk " << chunk;
+  EXPECT_TRUE(cuda::expert_line_order(2048) && cuda::expert_line_order(768) && !cuda::expert_line_order(64 * 5));
 }

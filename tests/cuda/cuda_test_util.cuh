@@ -44,13 +44,13 @@ class DeviceBuffer {
 };
 
 // A checkpoint's NVFP4 codes and E4M3 block scales on the GPU in its layout (cuda::repack_nvfp4), as
-// the model's upload leaves them.
+// the model's upload leaves them (line_order: an expert weight's, nvfp4_layout.h).
 struct DeviceNvfp4 {
   DeviceBuffer<uint8_t> packed, scales;
-  DeviceNvfp4(const std::vector<uint8_t>& host_packed, const std::vector<uint8_t>& host_scales)
+  DeviceNvfp4(const std::vector<uint8_t>& host_packed, const std::vector<uint8_t>& host_scales, bool line_order = false)
       : packed(host_packed), scales(host_scales) {
     const Status s = host_packed.size() == 8 * host_scales.size()
-                         ? cuda::repack_nvfp4(packed.get(), scales.get(), host_scales.size(), nullptr)
+                         ? cuda::repack_nvfp4(packed.get(), scales.get(), host_scales.size(), nullptr, line_order)
                          : Status::error("codes and scales differ in block count");
     if (!s.is_ok() || cudaStreamSynchronize(nullptr) != cudaSuccess) {
       std::fprintf(stderr, "DeviceNvfp4: %s\n", s.is_ok() ? "repack failed" : s.message().c_str());

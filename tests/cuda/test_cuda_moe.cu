@@ -28,6 +28,7 @@
 #include "cuda/moe.cuh"
 #include "cuda/moe_decode.cuh"
 #include "cuda/quantize_nvfp4.cuh"
+#include "cuda/nvfp4_layout.h"
 #include "cuda/nvfp4_wgmma.cuh"
 #include "cuda/skinny_gemm.cuh"
 #include "cuda_test_util.cuh"
@@ -47,6 +48,7 @@ const Config QWEN3_30B{128, 8, 2048, 768};
 struct HostProjection {
   std::vector<uint8_t> packed, scales;
   std::vector<float> global;
+  int64_t cols = 0;  // in_features: expert weights repack in line order where expert_line_order(cols)
 };
 
 struct Problem {
@@ -58,6 +60,7 @@ struct Problem {
 
 HostProjection random_projection(int64_t experts, int64_t rows, int64_t cols, std::mt19937_64& rng) {
   HostProjection p;
+  p.cols = cols;
   p.packed.resize(size_t(experts * rows * cols / 2));
   p.scales.resize(size_t(experts * rows * cols / 16));
   for (size_t i = 0; i < p.packed.size(); i += 8) {
@@ -105,7 +108,8 @@ Problem make_problem(const Config& c, uint64_t seed) {
 struct DeviceProjection {
   test::DeviceNvfp4 weights;
   test::DeviceBuffer<float> global;
-  explicit DeviceProjection(const HostProjection& h) : weights(h.packed, h.scales), global(h.global) {}
+  explicit DeviceProjection(const HostProjection& h)
+      : weights(h.packed, h.scales, cuda::expert_line_order(h.cols)), global(h.global) {}
   cuda::DeviceNvfp4Experts view(int64_t experts, int64_t rows, int64_t cols) {
     return {weights.packed.get(), weights.scales.get(), global.get(), experts, rows, cols};
   }

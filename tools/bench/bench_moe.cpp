@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda/moe.cuh"
+#include "cuda/nvfp4_layout.h"
 #include "cuda/moe_decode.cuh"
 #include "formats/bf16.h"
 #include "tools/bench/cuda_timing.h"
@@ -35,7 +36,7 @@ int upload_experts(int64_t E, int64_t rows, int64_t cols, std::mt19937_64& rng, 
   BENCH_CUDA(cudaMalloc(&d.packed, values / 2));
   BENCH_CUDA(cudaMalloc(&d.scales, values / 16));
   BENCH_CUDA(cudaMalloc(&d.global, E * sizeof(float)));
-  if (upload_random_nvfp4(values, rng, d.packed, d.scales)) return 1;
+  if (upload_random_nvfp4(values, rng, d.packed, d.scales, cuda::expert_line_order(cols))) return 1;
   BENCH_CUDA(cudaMemcpy(d.global, d.host_global.data(), E * sizeof(float), cudaMemcpyHostToDevice));
   return 0;
 }

@@ -39,8 +39,9 @@ inline std::vector<cuda::GemmBackend> backends_to_time(const std::string& name) 
 
 // `values` random NVFP4 weights into device buffers the caller allocated (values / 2 code bytes,
 // values / 16 scale codes): any code bits, E4M3 scales 0.5 … 2, repacked into the GPU layout as the
-// model loads them. 0 on success.
-inline int upload_random_nvfp4(size_t values, std::mt19937_64& rng, uint8_t* d_packed, uint8_t* d_scales) {
+// model loads them (line_order: an expert weight's). 0 on success.
+inline int upload_random_nvfp4(size_t values, std::mt19937_64& rng, uint8_t* d_packed, uint8_t* d_scales,
+                               bool line_order = false) {
   std::vector<uint8_t> packed(values / 2), scales(values / 16);
   for (size_t i = 0; i < packed.size(); i += 8) {
     const uint64_t bits = rng();
@@ -49,7 +50,7 @@ inline int upload_random_nvfp4(size_t values, std::mt19937_64& rng, uint8_t* d_p
   for (uint8_t& s : scales) s = uint8_t(0x30 + rng() % 17);
   BENCH_CUDA(cudaMemcpy(d_packed, packed.data(), packed.size(), cudaMemcpyHostToDevice));
   BENCH_CUDA(cudaMemcpy(d_scales, scales.data(), scales.size(), cudaMemcpyHostToDevice));
-  if (!cuda::repack_nvfp4(d_packed, d_scales, scales.size(), nullptr)) return 1;
+  if (!cuda::repack_nvfp4(d_packed, d_scales, scales.size(), nullptr, line_order)) return 1;
   BENCH_CUDA(cudaStreamSynchronize(nullptr));
   return 0;
 }
