@@ -86,9 +86,10 @@ struct MoeWorkspace {
 // on fused; fused wins decode at 128 and 256 sequences (7,838 / 10,508 tok/s against skinny's 7,260 / 9,502).
 // With the skinny MoE's long warps (docs/perf.md "Long warps", twenty-first session) skinny wins to
 // 8 rows: S_TG b96 8,123 against fused's 7,748, b128 9,244 / 9,074; fused from 12: b192 10,699 /
-// 10,520, b256 11,823 / 11,287. With expert weights in line order (docs/perf.md, "The expert line order merged")
-// skinny wins to 16 rows (one build, bound 24 against 10): S_TG b192 12,067 against fused's 10,325,
-// b256 13,266 / 11,381; a bound of 40 (pp512's 32 rows on skinny) took pp512 from 38,773 to 28,503.
+// 10,520, b256 11,823 / 11,287. With expert weights in line order (docs/perf.md, "The expert line
+// order merged") skinny wins to 16 rows (one build, bound 24 against 10): S_TG b192 12,067 against
+// fused's 10,325, b256 13,266 / 11,381; a bound of 40 (pp512's 32 rows on skinny) took pp512 from
+// 38,773 to 28,503.
 inline constexpr int64_t AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT = 24;
 inline constexpr int64_t AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT = 32;
 // The backend moe_forward runs for `backend` (AUTO resolved; SKINNY falls back to FUSED for shapes
