@@ -39,7 +39,8 @@ for n in "${names[@]}"; do
   grep -hE "Failure|Expected|actual|Which is" "$OUT/$n.log" | head -4
 done
 latency_summary() {
-  awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}' "$1"
+  awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}
+       $2 == "mix" {printf "%s/%s=%sms ", $1, $3, $6}' "$1"
 }
 if [ "${BASELINE:-0}" = 1 ]; then
   [ -e build-base/nibble ] || tar -C build-base -xzf build-base/bins.tar.gz

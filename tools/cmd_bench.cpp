@@ -85,6 +85,9 @@ CommandRunner register_bench(CLI::App& root) {
   latency->add_option("--batches", l->batches, "Batched decode: parallel sequences (S_TG)")->capture_default_str();
   latency->add_option("--batch-prompt", l->batch_prompt, "Batched decode: prompt tokens per sequence")->capture_default_str();
   latency->add_option("--batch-gen", l->batch_gen, "Batched decode: timed steps")->capture_default_str();
+  latency->add_option("--mixed", l->mixed,
+                      "Mixed steps: prompt lengths P; each batch's timed steps again, each step also prefilling a "
+                      "new P-token prompt (serving's steps with a prompt); reported as mix bB+pP");
   latency->add_option("--repeats", l->repeats, "pp/tg: runs (median)")->check(CLI::PositiveNumber)->capture_default_str();
   latency->add_flag("--enforce-eager", l->enforce_eager, "No CUDA graphs");
   latency->add_flag("--disable-overlap-schedule", l->disable_overlap_schedule,

@@ -1,6 +1,6 @@
 // The FlashInfer attention wrapper: the step's page table staged through pinned memory, FlashInfer's
 // planners (host) splitting the work over CTAs, and the launch of its FA2 paged kernels
-// (flashinfer_attention_hd*.cu) or, for steps of prefill chunks, its SM90 one
+// (flashinfer_attention_hd*.cu) and, for a step's trailing prefill chunks, its SM90 one
 // (flashinfer_attention_sm90.cu). FlashInfer throws flashinfer::Error: caught here, returned as Status.
 #include "cuda/flashinfer_attention.cuh"
 
@@ -21,8 +21,8 @@ namespace glue = flashinfer_glue;
 bool flashinfer_attention_supported(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
 namespace {
-// Query rows every request of a step needs for the SM90 kernel (below: FA2, which packs a group's
-// query heads into one tile).
+// Query rows a request needs for the SM90 kernel (below: FA2, which packs a group's query heads into
+// one tile).
 constexpr int64_t SM90_MIN_ROWS = 64;
 }  // namespace
 
@@ -39,20 +39,35 @@ struct FlashInferAttention::Impl {
   int parity = 0;
   int32_t *h_meta = nullptr, *d_meta = nullptr;
   int64_t n = 0, rows = 0, pages = 0;
-  // FlashInfer's workspaces: split-KV partial outputs (device), its schedule (device, staged in pinned memory).
+  // FlashInfer's workspaces: split-KV partial outputs (device), the FA2 and SM90 schedules (device,
+  // staged in pinned memory; one each, since a step can run both kernels).
   void* float_ws = nullptr;
-  void* int_ws = nullptr;
-  void* h_int_ws = nullptr;  // h_int_wss[parity]
-  size_t float_bytes = 0, int_bytes = 0;
+  void *int_ws = nullptr, *sm90_int_ws = nullptr;
+  PinnedArray<char> h_sm90_int_wss[2];
+  void *h_int_ws = nullptr, *h_sm90_int_ws = nullptr;  // h_int_wss[parity], h_sm90_int_wss[parity]
+  size_t float_bytes = 0, int_bytes = 0, sm90_int_bytes = 0;
   flashinfer::PrefillPlanInfo info;
-  // Steps of prefill chunks only (head dim 128) run FlashInfer's SM90 kernel instead, on its plan.
+  // A step's trailing requests of SM90_MIN_ROWS or more rows (head dim 128) run FlashInfer's SM90
+  // kernel on its own plan; requests [0, fa2_requests) run FA2. The scheduler puts the running
+  // sequences (decodes) first and new prompts last, so a mixed step's prompts take the SM90 kernel
+  // and its decode rows FA2's packed 16-row tiles — one FA2 plan for both made the decode rows each
+  // a 128-row tile (FlashInfer picks the tile height from the step's mean query length).
   flashinfer::PrefillPlanSM90Info sm90_info;
   std::vector<int32_t> kv_lens;  // the SM90 plan's input: keys per request
-  bool sm90 = false;
+  int64_t fa2_requests = 0;
   bool planned = false;
 
-  // The SM90 kernel's schedule for the staged step (PrefillSM90Plan: host, then a copy on the stream).
-  Status plan_sm90(cudaStream_t stream);
+  bool runs_sm90() const { return fa2_requests < n; }
+  int64_t q_rows(int64_t i) const { return qo_indptr(h_meta)[i + 1] - qo_indptr(h_meta)[i]; }
+  // The SM90 kernel's schedule for requests [first, n) (PrefillSM90Plan: host, then a copy on the stream).
+  Status plan_sm90(int64_t first, cudaStream_t stream);
+  // FA2's schedule for requests [0, fa2_requests) (PrefillPlan, likewise).
+  Status plan_fa2(bool graph, cudaStream_t stream);
+  // The launches of each part, by its plan.
+  Status run_sm90(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache, uint16_t* out,
+                  cudaStream_t stream) const;
+  Status run_fa2(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache, uint16_t* out,
+                 cudaStream_t stream) const;
 
   int32_t* qo_indptr(int32_t* base) const { return base; }
   int32_t* kv_indptr(int32_t* base) const { return base + max_requests + 1; }
@@ -63,6 +78,7 @@ struct FlashInferAttention::Impl {
     parity ^= 1;
     h_meta = h_metas[parity].data();
     h_int_ws = h_int_wss[parity].data();
+    h_sm90_int_ws = h_sm90_int_wss[parity].data();
   }
 };
 
@@ -99,14 +115,20 @@ Result<std::unique_ptr<FlashInferAttention>> FlashInferAttention::create(const S
   const int64_t tiles = std::max(ctas, (max_rows * group + 15) / 16 + max_requests);
   // The SM90 schedule: 7 ints per (query tile of 128, head) work and one per SM (PrefillSM90Plan).
   const int64_t sm90_works = ((max_rows + 127) / 128 + max_requests) * shape.n_heads;
-  impl->int_bytes = static_cast<size_t>(4 * std::max(4 * tiles + max_requests + max_rows + 8, 7 * sm90_works + sms + 1) + 256);
+  impl->int_bytes = static_cast<size_t>(4 * (4 * tiles + max_requests + max_rows + 8) + 256);
+  impl->sm90_int_bytes = static_cast<size_t>(4 * (7 * sm90_works + sms + 1) + 256);
   auto fw = arena.alloc(impl->float_bytes, "the FlashInfer split-KV workspace");
   if (!fw) return fw.status();
   impl->float_ws = *fw;
   auto iw = arena.alloc(impl->int_bytes, "the FlashInfer schedule");
   if (!iw) return iw.status();
   impl->int_ws = *iw;
+  auto sw = arena.alloc(impl->sm90_int_bytes, "the FlashInfer SM90 schedule");
+  if (!sw) return sw.status();
+  impl->sm90_int_ws = *sw;
   for (PinnedArray<char>& h : impl->h_int_wss) NIB_RETURN_IF_ERROR(h.resize(impl->int_bytes, "the FlashInfer schedule"));
+  for (PinnedArray<char>& h : impl->h_sm90_int_wss)
+    NIB_RETURN_IF_ERROR(h.resize(impl->sm90_int_bytes, "the FlashInfer SM90 schedule"));
   impl->kv_lens.resize(static_cast<size_t>(max_requests));
   impl->flip();
   return std::unique_ptr<FlashInferAttention>(new FlashInferAttention(std::move(impl)));
@@ -135,48 +157,33 @@ Status FlashInferAttention::add(int64_t q_rows, int64_t kv_tokens, const int32_t
   return Status::ok();
 }
 
-Status FlashInferAttention::Impl::plan_sm90(cudaStream_t stream) {
+Status FlashInferAttention::Impl::plan_sm90(int64_t first, cudaStream_t stream) {
   Impl& m = *this;
   const Shape& s = m.shape;
-  for (int64_t i = 0; i < m.n; ++i) {
+  for (int64_t i = first; i < m.n; ++i) {
     const int64_t pages = m.kv_indptr(m.h_meta)[i + 1] - m.kv_indptr(m.h_meta)[i];
     m.kv_lens[static_cast<size_t>(i)] = static_cast<int32_t>((pages - 1) * s.page_size + m.last_page_len(m.h_meta)[i]);
   }
+  // The schedule keeps each request's query and page offsets as given (absolute in the step's q, out
+  // and page ids), so requests [first, n) plan from their slice of the step's arrays.
+  const int64_t rows = m.rows - m.qo_indptr(m.h_meta)[first];
   try {
     const cudaError_t e = flashinfer::PrefillSM90Plan<int32_t>(
-        m.float_ws, m.float_bytes, m.int_ws, m.h_int_ws, m.int_bytes, m.sm90_info, m.qo_indptr(m.h_meta),
-        m.kv_indptr(m.h_meta), m.kv_lens.data(), static_cast<uint32_t>(m.rows), static_cast<uint32_t>(m.n),
-        static_cast<uint32_t>(s.n_heads), static_cast<uint32_t>(s.n_kv_heads), static_cast<uint32_t>(s.head_dim),
-        static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(s.page_size), /*causal=*/true,
-        /*enable_cuda_graph=*/false, /*sizeof_dtype_o=*/2, stream);
+        m.float_ws, m.float_bytes, m.sm90_int_ws, m.h_sm90_int_ws, m.sm90_int_bytes, m.sm90_info,
+        m.qo_indptr(m.h_meta) + first, m.kv_indptr(m.h_meta) + first, m.kv_lens.data() + first,
+        static_cast<uint32_t>(rows), static_cast<uint32_t>(m.n - first), static_cast<uint32_t>(s.n_heads),
+        static_cast<uint32_t>(s.n_kv_heads), static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(s.head_dim),
+        static_cast<uint32_t>(s.page_size), /*causal=*/true, /*enable_cuda_graph=*/false, /*sizeof_dtype_o=*/2, stream);
     return cuda_status(e, "FlashInfer SM90 attention plan");
   } catch (const std::exception& error) {
     return Status::error(std::string("FlashInfer SM90 attention plan: ") + error.what());
   }
 }
 
-Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
-  Impl& m = *impl_;
-  if (m.n == 0) return Status::error("FlashInfer attention: an empty step");
-  // The metadata block up to the last page id in use; the caller waits for a step before staging the
-  // one after next, so a copy never reads a pinned buffer being rewritten.
-  const size_t used = static_cast<size_t>(3 * m.max_requests + 2 + m.pages) * 4;
-  NIB_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(m.d_meta, m.h_meta, used, cudaMemcpyHostToDevice, stream),
-                                  "FlashInfer page table"));
+Status FlashInferAttention::Impl::plan_fa2(bool graph, cudaStream_t stream) {
+  Impl& m = *this;
   const Shape& s = m.shape;
-  // Prefill chunks only, each of SM90_MIN_ROWS rows or more: the SM90 kernel (no query-head packing,
-  // so a CTA's 128 query rows are one head's: short chunks and decode rows stay on FA2's packed tiles).
-  // NIBBLE_FI_SM90=0 keeps FA2 (an experiment switch).
-  static const bool sm90_allowed = !(std::getenv("NIBBLE_FI_SM90") && std::string(std::getenv("NIBBLE_FI_SM90")) == "0");
-  bool sm90 = sm90_allowed && !graph && s.head_dim == 128;
-  for (int64_t i = 0; i < m.n && sm90; ++i)
-    sm90 = m.qo_indptr(m.h_meta)[i + 1] - m.qo_indptr(m.h_meta)[i] >= SM90_MIN_ROWS;
-  m.sm90 = sm90;
-  if (sm90) {
-    NIB_RETURN_IF_ERROR(m.plan_sm90(stream));
-    m.planned = true;
-    return Status::ok();
-  }
+  const int64_t n = m.fa2_requests, rows = m.qo_indptr(m.h_meta)[n];
   // Split-KV (FlashInfer's planner, and its merge launch) only while the unsplit grid — a CTA per query
   // tile and KV head — would fill less than half the SMs. A function of the query rows alone, so each
   // decode graph (one per batch size) keeps its split or its absence on every replay. H200, full-size
@@ -187,10 +194,9 @@ Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
   const int64_t group = s.n_heads / s.n_kv_heads;
   int64_t tiles = 0;
   try {
-    const int64_t avg_packed = graph ? group : m.rows * group / m.n;
+    const int64_t avg_packed = graph ? group : rows * group / n;
     const int64_t cta_tile_q = flashinfer::FA2DetermineCtaTileQ(avg_packed, static_cast<uint32_t>(s.head_dim));
-    for (int64_t i = 0; i < m.n; ++i)
-      tiles += ((m.qo_indptr(m.h_meta)[i + 1] - m.qo_indptr(m.h_meta)[i]) * group + cta_tile_q - 1) / cta_tile_q;
+    for (int64_t i = 0; i < n; ++i) tiles += (m.q_rows(i) * group + cta_tile_q - 1) / cta_tile_q;
   } catch (const std::exception& error) {
     return Status::error(std::string("FlashInfer attention plan: ") + error.what());
   }
@@ -203,51 +209,76 @@ Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
   try {
     const cudaError_t e = flashinfer::PrefillPlan<int32_t>(
         m.float_ws, m.float_bytes, m.int_ws, m.h_int_ws, m.int_bytes, m.info, m.qo_indptr(m.h_meta), m.kv_indptr(m.h_meta),
-        static_cast<uint32_t>(m.rows), static_cast<uint32_t>(m.n), static_cast<uint32_t>(s.n_heads),
+        static_cast<uint32_t>(rows), static_cast<uint32_t>(n), static_cast<uint32_t>(s.n_heads),
         static_cast<uint32_t>(s.n_kv_heads), static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(s.head_dim),
         static_cast<uint32_t>(s.page_size), graph, /*sizeof_dtype_o=*/2, /*window_left=*/-1, /*fixed_split_size=*/-1,
         /*disable_split_kv=*/!split, /*num_colocated_ctas=*/0, /*uniform_q_len=*/graph ? 1 : 0, stream);
-    NIB_RETURN_IF_ERROR(cuda_status(e, "FlashInfer attention plan"));
+    return cuda_status(e, "FlashInfer attention plan");
   } catch (const std::exception& error) {
     return Status::error(std::string("FlashInfer attention plan: ") + error.what());
   }
+}
+
+Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
+  Impl& m = *impl_;
+  if (m.n == 0) return Status::error("FlashInfer attention: an empty step");
+  m.planned = false;
+  // The metadata block up to the last page id in use; the caller waits for a step before staging the
+  // one after next, so a copy never reads a pinned buffer being rewritten.
+  const size_t used = static_cast<size_t>(3 * m.max_requests + 2 + m.pages) * 4;
+  NIB_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(m.d_meta, m.h_meta, used, cudaMemcpyHostToDevice, stream),
+                                  "FlashInfer page table"));
+  // The trailing run of requests of SM90_MIN_ROWS rows or more: the SM90 kernel (no query-head
+  // packing, so a CTA's 128 query rows are one head's: short chunks and decode rows stay on FA2's
+  // packed tiles). NIBBLE_FI_SM90=0 keeps FA2 for all (an experiment switch); NIBBLE_FI_SM90=whole
+  // takes the SM90 kernel only when every request can (the rule before mixed steps were split).
+  static const std::string sm90_rule = std::getenv("NIBBLE_FI_SM90") ? std::getenv("NIBBLE_FI_SM90") : "";
+  m.fa2_requests = m.n;
+  if (sm90_rule != "0" && !graph && m.shape.head_dim == 128)
+    while (m.fa2_requests > 0 && m.q_rows(m.fa2_requests - 1) >= SM90_MIN_ROWS) --m.fa2_requests;
+  if (sm90_rule == "whole" && m.fa2_requests > 0) m.fa2_requests = m.n;
+  if (m.runs_sm90()) NIB_RETURN_IF_ERROR(m.plan_sm90(m.fa2_requests, stream));
+  if (m.fa2_requests > 0) NIB_RETURN_IF_ERROR(m.plan_fa2(graph, stream));
   m.planned = true;
   return Status::ok();
 }
 
 std::vector<int64_t> FlashInferAttention::plan_info() const { return impl_->info.ToVector(); }
 
-Status FlashInferAttention::run(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache, uint16_t* out,
-                                cudaStream_t stream) const {
-  const Impl& m = *impl_;
-  if (!m.planned) return Status::error("FlashInfer attention: run before plan");
+Status FlashInferAttention::Impl::run_sm90(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache,
+                                          uint16_t* out, cudaStream_t stream) const {
+  const Impl& m = *this;
   const Shape& s = m.shape;
-  if (m.sm90) {
-    const flashinfer::PrefillPlanSM90Info& si = m.sm90_info;
-    void* iw = m.int_ws;
-    auto at = [&](int64_t offset) { return flashinfer::GetPtrFromBaseOffset<int32_t>(iw, offset); };
-    flashinfer_sm90::Args a{};
-    a.q = q, a.k_cache = k_cache, a.v_cache = v_cache, a.out = out;
-    a.kv_indices = m.indices(m.d_meta);
-    a.qo_tile_indices = at(si.qo_tile_indices_offset), a.qo_indptr = at(si.qo_indptr_offset);
-    a.kv_indptr = at(si.kv_indptr_offset), a.qo_lens = at(si.qo_len_offset), a.kv_lens = at(si.kv_len_offset);
-    a.head_indices = at(si.head_indices_offset), a.work_indptr = at(si.work_indptr_offset);
-    a.batch_indices = at(si.batch_indices_offset);
-    a.same_schedule_for_all_heads = si.same_schedule_for_all_heads;
-    a.rows = m.rows;
-    a.n_heads = static_cast<int>(s.n_heads), a.n_kv_heads = static_cast<int>(s.n_kv_heads);
-    a.page_size = static_cast<int>(s.page_size);
-    a.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
-    a.stream = stream;
-    return flashinfer_sm90::launch_paged_hd128(a);
-  }
+  const flashinfer::PrefillPlanSM90Info& si = m.sm90_info;
+  void* iw = m.sm90_int_ws;
+  auto at = [&](int64_t offset) { return flashinfer::GetPtrFromBaseOffset<int32_t>(iw, offset); };
+  flashinfer_sm90::Args a{};
+  a.q = q, a.k_cache = k_cache, a.v_cache = v_cache, a.out = out;
+  a.kv_indices = m.indices(m.d_meta);
+  a.qo_tile_indices = at(si.qo_tile_indices_offset), a.qo_indptr = at(si.qo_indptr_offset);
+  a.kv_indptr = at(si.kv_indptr_offset), a.qo_lens = at(si.qo_len_offset), a.kv_lens = at(si.kv_len_offset);
+  a.head_indices = at(si.head_indices_offset), a.work_indptr = at(si.work_indptr_offset);
+  a.batch_indices = at(si.batch_indices_offset);
+  a.same_schedule_for_all_heads = si.same_schedule_for_all_heads;
+  a.rows = m.rows;
+  a.n_heads = static_cast<int>(s.n_heads), a.n_kv_heads = static_cast<int>(s.n_kv_heads);
+  a.page_size = static_cast<int>(s.page_size);
+  a.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+  a.stream = stream;
+  return flashinfer_sm90::launch_paged_hd128(a);
+}
+
+Status FlashInferAttention::Impl::run_fa2(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache,
+                                         uint16_t* out, cudaStream_t stream) const {
+  const Impl& m = *this;
+  const Shape& s = m.shape;
   using glue::DTypeKV;
   glue::LaunchArgs a{};
   glue::PagedParams& p = a.params;
   p.q = reinterpret_cast<glue::DTypeQ*>(const_cast<uint16_t*>(q));
   p.paged_kv = flashinfer::paged_kv_t<DTypeKV, int32_t>(
       static_cast<uint32_t>(s.n_kv_heads), static_cast<uint32_t>(s.page_size), static_cast<uint32_t>(s.head_dim),
-      static_cast<uint32_t>(m.n), flashinfer::QKVLayout::kNHD, reinterpret_cast<DTypeKV*>(const_cast<uint16_t*>(k_cache)),
+      static_cast<uint32_t>(m.fa2_requests), flashinfer::QKVLayout::kNHD, reinterpret_cast<DTypeKV*>(const_cast<uint16_t*>(k_cache)),
       reinterpret_cast<DTypeKV*>(const_cast<uint16_t*>(v_cache)), m.indices(m.d_meta), m.kv_indptr(m.d_meta),
       m.last_page_len(m.d_meta));
   p.q_indptr = m.qo_indptr(m.d_meta);
@@ -287,6 +318,16 @@ Status FlashInferAttention::run(const uint16_t* q, const uint16_t* k_cache, cons
   } catch (const std::exception& error) {
     return Status::error(std::string("FlashInfer paged attention: ") + error.what());
   }
+}
+
+Status FlashInferAttention::run(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache, uint16_t* out,
+                                cudaStream_t stream) const {
+  const Impl& m = *impl_;
+  if (!m.planned) return Status::error("FlashInfer attention: run before plan");
+  // The two parts write disjoint rows of out.
+  if (m.fa2_requests > 0) NIB_RETURN_IF_ERROR(m.run_fa2(q, k_cache, v_cache, out, stream));
+  if (m.runs_sm90()) NIB_RETURN_IF_ERROR(m.run_sm90(q, k_cache, v_cache, out, stream));
+  return Status::ok();
 }
 
 }  // namespace nibble::cuda

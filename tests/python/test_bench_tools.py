@@ -395,15 +395,16 @@ def test_bench_serve_progress_counts_requests_and_metric_names_are_checked(build
 
 def test_bench_latency_reports_every_test(build_dir, tiny_models, tmp_path):
     """nibble bench latency on the CPU runner: a row per mode and test, positive throughputs, and
-    token counts as asked (B sequences × timed steps for batched decode)."""
+    token counts as asked (B sequences × timed steps for batched decode; B + P tokens a mixed step)."""
     out = tmp_path / "latency.json"
     r = run_nibble(build_dir, "bench", "latency", "--model", str(tiny_models["a"]), "--backend", "cpu",
                    "--modes", "none,per-token", "--pp", "16,40", "--tg", "4", "--batches", "1,3",
-                   "--batch-prompt", "20", "--batch-gen", "2", "--repeats", "1", "--json", str(out))
+                   "--batch-prompt", "20", "--batch-gen", "2", "--mixed", "9,33", "--repeats", "1", "--json", str(out))
     rows = json.loads(out.read_text())
     got = {(row["mode"], row["test"]): row for row in rows}
     for mode in ("none", "per-token"):
-        for test, tokens in (("pp16", 16), ("pp40", 40), ("tg4", 4), ("S_TG b1", 2), ("S_TG b3", 6)):
+        for test, tokens in (("pp16", 16), ("pp40", 40), ("tg4", 4), ("S_TG b1", 2), ("S_TG b3", 6),
+                             ("mix b1+p9", 20), ("mix b3+p33", 72)):
             row = got[(mode, test)]
             assert row["tokens"] == tokens and row["tok_s"] > 0 and row["ms_per_step"] > 0, row
             assert row["backend"].startswith("cpu")

@@ -1,6 +1,8 @@
 // `nibble bench latency`: times the runner's steps directly. Prefill: one sequence, the whole prompt
 // in one step. Decode: greedy steps through runner.step (sampling included, as serving runs it).
-// Batched decode: B sequences with batch_prompt-token prompts prefilled first, then steps of B tokens.
+// Batched decode: B sequences with batch_prompt-token prompts prefilled first, then steps of B tokens;
+// mixed: the same steps, each also prefilling a new prompt of P tokens (after the decode rows, where
+// the scheduler puts a new prompt).
 #include "tools/bench/bench_latency.h"
 
 #include <algorithm>
@@ -92,7 +94,8 @@ class Bench {
 
   // `steps` decode steps for every sequence (each feeds its last token). Overlapped, as the serving
   // engine runs them: step k + 1 is launched on step k's pending tokens, then step k is collected.
-  Status decode(std::vector<Sequence>& seqs, int64_t steps, bool overlap) {
+  // prompt: also prefilled whole in every step, after the decode rows (its blocks rewritten each time).
+  Status decode(std::vector<Sequence>& seqs, int64_t steps, bool overlap, const Sequence* prompt = nullptr) {
     for (int64_t k = 0; k < steps; ++k) {
       const bool pending = overlap && k > 0;
       models::Batch batch;
@@ -106,6 +109,14 @@ class Bench {
         batch.logits_rows.push_back(static_cast<int64_t>(i));
         rows.push_back(row(s, pending));
         s.seq.start_position += 1;
+      }
+      if (prompt) {
+        batch.token_ids.insert(batch.token_ids.end(), prompt->tokens.begin(), prompt->tokens.end());
+        models::BatchSequence bs = prompt->seq;
+        bs.n_tokens = static_cast<int64_t>(prompt->tokens.size());
+        batch.sequences.push_back(bs);
+        batch.logits_rows.push_back(static_cast<int64_t>(batch.token_ids.size()) - 1);
+        rows.push_back(row(*prompt));
       }
       NIB_RETURN_IF_ERROR(runner_.launch(batch, rows));
       if (overlap && k == 0) continue;
@@ -139,9 +150,10 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     std::fprintf(stderr, "nibble bench latency: %s\n", m.c_str());
     return 1;
   };
-  const std::vector<int64_t> pp = int_list(o.pp), batches = int_list(o.batches);
+  const std::vector<int64_t> pp = int_list(o.pp), batches = int_list(o.batches), mixed = int_list(o.mixed);
   const int64_t max_batch = batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end());
   const int64_t max_pp = pp.empty() ? 1 : *std::max_element(pp.begin(), pp.end());
+  const int64_t max_mixed = mixed.empty() ? 0 : *std::max_element(mixed.begin(), mixed.end());
   nlohmann::json rows = nlohmann::json::array();
   std::stringstream modes_in(o.modes);
   std::string mode_name;
@@ -161,8 +173,8 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     ro.gemm = *gemm;
     ro.moe = *moe;
     ro.act_quant_moe = ro.act_quant_dense = *mode;
-    ro.max_num_seqs = std::max<int64_t>(max_batch, 1);
-    ro.max_num_batched_tokens = std::max<int64_t>(max_pp, 2048);
+    ro.max_num_seqs = std::max<int64_t>(max_batch, 1) + (max_mixed > 0);
+    ro.max_num_batched_tokens = std::max<int64_t>({max_pp, 2048, max_batch + max_mixed});
     ro.enforce_eager = o.enforce_eager;
     const Clock::time_point load_start = Clock::now();
     auto runner = engine::create_runner(o.model, ro);
@@ -214,7 +226,8 @@ int run_bench_latency(const BenchLatencyOptions& o) {
 #endif
     }
     for (int64_t B : batches) {
-      const int64_t total = o.batch_prompt + o.batch_gen + 2;
+      // Room for the warm-up step, the timed steps and each mixed run's steps.
+      const int64_t total = o.batch_prompt + o.batch_gen * (1 + static_cast<int64_t>(mixed.size())) + 2;
       if (need_blocks(B, total) > capacity) {
         std::printf("%-10s %-14s skipped: %lld sequences of %lld tokens need more than %lld KV blocks\n", mode_name.c_str(),
                     ("S_TG b" + std::to_string(B)).c_str(), static_cast<long long>(B), static_cast<long long>(total),
@@ -230,6 +243,19 @@ int run_bench_latency(const BenchLatencyOptions& o) {
       if (Status d = bench.decode(seqs, o.batch_gen, overlap); !d) return fail(d.message());
       const double secs = seconds_since(t);
       report("S_TG b" + std::to_string(B), B * o.batch_gen, B * o.batch_gen / secs, secs * 1e3 / o.batch_gen);
+      // The same steps with a new prompt each (tokens: decode rows and prompt tokens alike).
+      for (int64_t P : mixed) {
+        const std::string test = "mix b" + std::to_string(B) + "+p" + std::to_string(P);
+        if (need_blocks(B, total) + need_blocks(1, P + 1) > capacity) {
+          std::printf("%-10s %-14s skipped: the prompt does not fit the KV cache beside the batch\n", mode_name.c_str(), test.c_str());
+          continue;
+        }
+        const Sequence prompt = bench.make(P, P + 1, static_cast<int32_t>(need_blocks(B, total)));
+        const Clock::time_point tm = Clock::now();
+        if (Status d = bench.decode(seqs, o.batch_gen, overlap, &prompt); !d) return fail(d.message());
+        const double mix_secs = seconds_since(tm);
+        report(test, (B + P) * o.batch_gen, (B + P) * o.batch_gen / mix_secs, mix_secs * 1e3 / o.batch_gen);
+      }
     }
   }
   if (!o.json_out.empty()) {

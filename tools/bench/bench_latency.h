@@ -1,6 +1,7 @@
 // `nibble bench latency`: an offline benchmark in llama-bench's shape through a model runner (no
-// server): prefill throughput (ppN), single-stream decode (tgN) and batched decode (S_TG) with long
-// prompts, per activation mode, with load time.
+// server): prefill throughput (ppN), single-stream decode (tgN), batched decode (S_TG) with long
+// prompts and mixed steps (batched decode plus a new prompt each step, serving's prefill steps), per
+// activation mode, with load time.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@ struct BenchLatencyOptions {
   std::string batches = "1,16,64,128"; // batched decode: parallel sequences
   int64_t batch_prompt = 1000;         // their prompt length
   int64_t batch_gen = 64;              // decode steps timed per batch size
+  std::string mixed;                   // prompt lengths: each batch's steps again, each with a new prompt of that length
   int64_t repeats = 3;                 // median of
   bool enforce_eager = false;
   bool disable_overlap_schedule = false;  // decode steps each collected before the next is launched
