@@ -129,21 +129,24 @@ __device__ __forceinline__ int weight_row(int slice, int local) {
 }
 
 // The MMA width for a tile of `rows` rows in a kernel of height N: the narrowest wgmma shape that
-// holds them (32, 64, 128, 192, 256), so the tensor cores skip most of an expert's last, partial tile
-// (H200, MoE block on even routing: T = 512 399 → 359 µs, T = 2,048 755 → 713). Widths made of two
-// shapes, 96 = 64 + 32 and the like, made ptxas serialize the wgmma pipeline.
+// holds them, so the tensor cores skip most of an expert's last, partial tile (H200, MoE block on
+// even routing, widths 32, 64, 128, 192, 256 against N always: T = 512 399 → 359 µs, T = 2,048 755 →
+// 713). Below N = 256 every multiple of 32 (one m64nWk16 shape each; 96 as well as 128: T = 1,024 411
+// → 399 µs); N = 256 keeps 32, 64, 128, 192, 256: with seven or more shapes in one kernel ptxas
+// serializes its wgmmas (C7512: registers), as it did for widths made of two shapes.
 template <int N>
 __device__ __forceinline__ int mma_width(int rows) {
-  const int width = rows <= 32 ? 32 : rows <= 64 ? 64 : rows <= 128 ? 128 : rows <= 192 ? 192 : 256;
-  return min(N, width);
+  const int width = N < 256 ? (rows + 31) / 32 * 32
+                            : rows <= 32 ? 32 : rows <= 64 ? 64 : rows <= 128 ? 128 : rows <= 192 ? 192 : 256;
+  return min(N, max(width, 32));
 }
 
-// Calls f(std::integral_constant<int, W>) for W = width, one of the shapes above up to N (warp-uniform).
+// Calls f(std::integral_constant<int, W>) for W = width, one of mma_width's widths up to N (warp-uniform).
 template <int N, int W = 32, class F>
 __device__ __forceinline__ void with_width(int width, F&& f) {
   if constexpr (W < N) {
     if (width == W) return f(std::integral_constant<int, W>{});
-    with_width<N, W == 32 ? 64 : W == 64 ? 128 : W == 128 ? 192 : 256>(width, f);
+    with_width<N, N < 256 ? W + 32 : W == 32 ? 64 : W == 64 ? 128 : W + 64>(width, f);
   } else {
     f(std::integral_constant<int, N>{});
   }
