@@ -1,7 +1,7 @@
 // NVFP4 × BF16 GEMMs for prefill-sized batches on Hopper's warpgroup MMA with the weights as the
-// register operand (wgmma RS, sm_90a): a CTA computes 128 · MT weight rows (two consumer warpgroups of
-// MT m-tiles of 64; gate_up: gate and up of each feature in one thread) × N token rows (N = 32…256, the
-// tile height). A producer warpgroup cp.asyncs each 64-wide k-step — FP4 codes, scale codes and the
+// register operand (wgmma RS, sm_90a): a CTA computes 64 · WG · MT weight rows (WG = 2 or 3 consumer
+// warpgroups of MT m-tiles of 64; gate_up: gate and up of each feature in one thread) × N token rows
+// (N = 32…256, the tile height). A producer warpgroup cp.asyncs each 64-wide k-step — FP4 codes, scale codes and the
 // (gathered) BF16 activation rows — into a ring of stages; each consumer thread decodes its weight
 // rows' codes straight into wgmma A fragments (E2M1 × E4M3 is exact in BF16) while the previous
 // group's MMAs run, and the activations are wgmma's B operand in shared memory. A tile's MMAs are only as wide as its rows need,
@@ -26,26 +26,31 @@ namespace nibble::cuda {
 namespace {
 
 constexpr int BK = 64;         // k per stage: one 128-byte swizzled row of BF16 activations
-constexpr int CONSUMERS = 256;  // two warpgroups, MT m-tiles of 64 weight rows each
+// WG consumer warpgroups (two, or three on 128-row tiles: more warps to hide the decode's latency),
+// MT m-tiles of 64 weight rows each.
+template <int WG>
+constexpr int CONSUMER_THREADS = 128 * WG;
 constexpr int PRODUCERS = 128;  // one warpgroup of copy issuers
 // Weight rows per CTA: MT m-tiles of 64 a consumer warpgroup. A CTA's accumulators are bounded (two
-// warpgroups of ≤ 128 fp32 each a thread: 128 × 256 or 256 × 128 weight rows × tokens), and a token
+// warpgroups of ≤ 128 fp32 each a thread: 128 × 256 or 256 × 128 weight rows × tokens; three of 64 on
+// 128-row tiles: 192 × 128), and a token
 // row costs 2 bytes a k where a weight row costs 0.5625: 256 × 128 brings 30% fewer bytes a k-step
 // into the SM than 128 × 256 for the same MMAs, at twice the decode a token.
-template <int MT>
-constexpr int BM = 128 * MT;
+template <int MT, int WG = 2>
+constexpr int BM = 64 * WG * MT;
 // Tiles of ≤ 64 rows run two CTAs an SM: twice the warps to hide the decode's latency and one CTA's
 // pipeline fill behind the other's work (H200, MoE block T = 64 / 128 with 32-row tiles: 372 → 290
 // and 374 → 294 µs; T = 512 with 64-row tiles: 421 → 351).
 template <int N, int MT>
 constexpr int CTAS_PER_SM = N <= 64 && MT == 1 ? 2 : 1;
 // setmaxnreg (multiples of 8) moves registers between a CTA's warps: one CTA an SM, 128 · (72 + 2 · 216)
-// = 64,512 = the 384 · 168 it launches with; two, 128 · (48 + 2 · 96) = 30,720 = 384 · 80. The
-// producer takes all the consumers leave: its per-item offsets and sources stay in registers.
-template <int CTAS>
-constexpr int PRODUCER_REGISTERS = CTAS == 1 ? 72 : 48;
-template <int CTAS>
-constexpr int CONSUMER_REGISTERS = CTAS == 1 ? 216 : 96;
+// = 64,512 = the 384 · 168 it launches with; two, 128 · (48 + 2 · 96) = 30,720 = 384 · 80; three
+// consumer warpgroups, 128 · (56 + 3 · 152) = 65,536 = 512 · 128. The producer takes all the
+// consumers leave: its per-item offsets and sources stay in registers.
+template <int CTAS, int WG = 2>
+constexpr int PRODUCER_REGISTERS = WG == 3 ? 56 : CTAS == 1 ? 72 : 48;
+template <int CTAS, int WG = 2>
+constexpr int CONSUMER_REGISTERS = WG == 3 ? 152 : CTAS == 1 ? 216 : 96;
 
 // The epilogue's staging of BF16 outputs (one CTA an SM only): per consumer warpgroup 64 token rows of
 // one m-tile's ≤ 64 features (128 bytes) + 16, so a stmatrix's eight rows start in distinct banks.
@@ -58,11 +63,12 @@ constexpr int STAGED_PITCH = 128 + 16;
 // come a block at a time into a ring of their own: CODE_PAIRS regions of two stages' codes
 // ([4 lane slots][BM rows][16 B]), one more than half the stages, so a pair's region is refilled only
 // after both its stages were consumed (the producer waits for fill f − STAGES before fill f).
-template <int N, int MT, bool LINE = false, int CTAS = CTAS_PER_SM<N, MT>>
+template <int N, int MT, bool LINE = false, int WG = 2, int CTAS = CTAS_PER_SM<N, MT>>
 struct Layout {
+  static constexpr int ROWS = BM<MT, WG>;
   static constexpr int ACT_STAGE = N * 128;
-  static constexpr int CODE_STAGE = BM<MT> * BK / 2;
-  static constexpr int SCALE_STAGE = BM<MT> * BK / 16;
+  static constexpr int CODE_STAGE = ROWS * BK / 2;
+  static constexpr int SCALE_STAGE = ROWS * BK / 16;
   static constexpr int STAGE = ACT_STAGE + CODE_STAGE + SCALE_STAGE;
   // Bytes in flight for the memory-bound small N; two CTAs an SM share its 227 KB.
   static constexpr int STAGES = std::min(8, (CTAS == 1 ? 192 * 1024 : 100 * 1024) / STAGE);
@@ -74,7 +80,7 @@ struct Layout {
   static constexpr int BARRIER_OFFSET = SCALE_OFFSET + STAGES * SCALE_STAGE;
   static constexpr int ROW_SCALES_OFFSET = BARRIER_OFFSET + 2 * STAGES * 8;
   static constexpr int STAGING_OFFSET = ROW_SCALES_OFFSET + N * int(sizeof(float));
-  static constexpr int STAGING = CTAS == 1 ? 2 * 64 * STAGED_PITCH : 0;
+  static constexpr int STAGING = CTAS == 1 ? WG * 64 * STAGED_PITCH : 0;
   static constexpr int BYTES = STAGING_OFFSET + STAGING + 1024;  // + alignment slack
   static_assert(BYTES * CTAS <= 227 * 1024, "Hopper's shared memory per SM");
 };
@@ -122,10 +128,10 @@ template <bool GATED>
 __device__ __forceinline__ int projection(int local) {
   return GATED ? (local / 8) % 2 : 0;
 }
-template <bool GATED, int MT>
+template <bool GATED, int ROWS>
 __device__ __forceinline__ int weight_row(int slice, int local) {
-  if constexpr (GATED) return slice * (BM<MT> / 2) + 32 * (local / 64) + 8 * ((local % 64) / 16) + local % 8;
-  else return slice * BM<MT> + local;
+  if constexpr (GATED) return slice * (ROWS / 2) + 32 * (local / 64) + 8 * ((local % 64) / 16) + local % 8;
+  else return slice * ROWS + local;
 }
 
 // The MMA width for a tile of `rows` rows in a kernel of height N: the narrowest wgmma shape that
@@ -168,7 +174,7 @@ template <int WIDTH, int N, int MT, bool LINE, class L>
 __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPosition& ring, uint8_t* smem,
                                              uint64_t* full, uint64_t* empty, uint64_t act_descriptor, int k_tiles,
                                              int local0, int lane, int magnitude_rotation, int sign_rotation) {
-  constexpr int ROWS = BM<MT>;
+  constexpr int ROWS = L::ROWS;
   constexpr int STAGES = L::STAGES;
   constexpr int GROUP_BLOCKS = 2 / MT;      // k16 blocks a group
   uint32_t frag[2][MT][GROUP_BLOCKS][4];   // [group parity][m-tile][k16 block in the group][A register]
@@ -380,10 +386,11 @@ struct Outputs {
 // stay in L2 for its slices), and CTA b takes items b, b + gridDim.x, … of a grid of CTA slots per
 // SM, the producers filling the ring with the next item's stages while the consumers finish the last
 // one's MMAs and store its outputs. The ring (slot, phase) runs on across items.
-template <bool GATED, int N, int MT, bool LINE, int CTAS = CTAS_PER_SM<N, MT>>
-__global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kernel(const Params p) {
-  using L = Layout<N, MT, LINE>;
-  constexpr int ROWS = BM<MT>;
+template <bool GATED, int N, int MT, bool LINE, int WG, int CTAS = CTAS_PER_SM<N, MT>>
+__global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_wgmma_kernel(const Params p) {
+  using L = Layout<N, MT, LINE, WG>;
+  constexpr int ROWS = L::ROWS;
+  constexpr int CONSUMERS = CONSUMER_THREADS<WG>;
   constexpr int STAGES = L::STAGES;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   // 1024-byte aligned for the swizzle by an offset from the __shared__ array (rounding the generic
@@ -408,9 +415,10 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
 
   if (warpgroup == CONSUMERS / 128) {  // the producers: local weight rows lane + 128m, activation chunks
     // Registers go to the consumers (N = 256 holds 128 accumulators and 16 fragment registers).
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS<CTAS>) : "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGISTERS<CTAS, WG>) : "memory");
     const int lane = tid - CONSUMERS;
     const int which = projection<GATED>(lane);  // the same for lane + 128m
+    constexpr int PRODUCER_ROWS = (ROWS + PRODUCERS - 1) / PRODUCERS;
     // Everything a k-step's copies need is in registers: 64-bit weight sources and an activation base
     // advanced by a k-step's bytes, the activation rows' byte offsets from it, 32-bit shared addresses. (Recomputing the sources
     // from the parameters per copy made the producer warp, one per scheduler, the kernel's limit:
@@ -425,11 +433,12 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
       const RowTile tile = row_tile(p, item / p.slices, N);
       // Weight rows past the weight's rows read its last row, activation rows past the tile's rows its
       // last row: their outputs are dropped, and no copy needs a zero fill.
-      const uint8_t* code_src[MT];
-      const uint8_t* scale_src[MT];
+      // Producer thread `lane` copies local rows lane + 128m, m < PRODUCER_ROWS, those below ROWS.
+      const uint8_t* code_src[PRODUCER_ROWS];
+      const uint8_t* scale_src[PRODUCER_ROWS];
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        const int row = min(weight_row<GATED, MT>(item % p.slices, lane + 128 * m), p.n - 1);
+      for (int m = 0; m < PRODUCER_ROWS; ++m) {
+        const int row = min(weight_row<GATED, ROWS>(item % p.slices, min(lane + 128 * m, ROWS - 1)), p.n - 1);
         const size_t row_index = size_t(tile.expert) * p.n + row;
         code_src[m] = p.codes[which] + row_index * (p.k / 2);
         scale_src[m] = p.scales[which] + row_index * (p.k / 16);
@@ -453,7 +462,8 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
         // Fill `fills` reuses the slot of fill − STAGES: wait for that one's consumption.
         if (fills >= STAGES) barrier_wait(&empty[slot], phase ^ 1);
 #pragma unroll
-        for (int m = 0; m < MT; ++m) {
+        for (int m = 0; m < PRODUCER_ROWS; ++m) {
+          if (ROWS % 128 && lane + 128 * m >= ROWS) continue;  // three warpgroups' 192 rows: warp-uniform
           if constexpr (LINE) {
             // A row's whole 128-block (four 16-byte lane slots) with the even stage, into the pair's
             // region (Layout); fill f − STAGES consumed means both stages of its last pair were.
@@ -486,7 +496,7 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGISTERS<CTAS>) : "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGISTERS<CTAS, WG>) : "memory");
   const int lane = tid & 31, warp = (tid / 32) % 4, q = lane % 4;
   const int local0 = 64 * MT * warpgroup + 16 * warp + lane / 4;  // m-tile m: rows local0 + 64m and + 8
   const int magnitude_rotation = pair_magnitude_rotation(q), sign_rotation = pair_sign_rotation(q);
@@ -528,11 +538,11 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
       Outputs<GATED, N> out{p,      tile,   p.row_scales ? row_scales : nullptr,
-                            scale0, scale1, weight_row<GATED, MT>(slice, local0 + 64 * m),
-                            weight_row<GATED, MT>(slice, local0 + 64 * m + 8), q};
+                            scale0, scale1, weight_row<GATED, ROWS>(slice, local0 + 64 * m),
+                            weight_row<GATED, ROWS>(slice, local0 + 64 * m + 8), q};
       if (staged) {
         const uint32_t staging = smem_address(smem + L::STAGING_OFFSET) + warpgroup * 64 * STAGED_PITCH;
-        const int feature0 = weight_row<GATED, MT>(slice, 64 * (MT * warpgroup + m));
+        const int feature0 = weight_row<GATED, ROWS>(slice, 64 * (MT * warpgroup + m));
         if (p.row_scales) out.template store_bf16_staged<true>(acc[m], staging, feature0, warpgroup, tid % 128);
         else out.template store_bf16_staged<false>(acc[m], staging, feature0, warpgroup, tid % 128);
       } else if (bf16 && p.n % 2 == 0) out.store_bf16_pairs(acc[m], lane);
@@ -542,14 +552,14 @@ __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, CTAS) nvfp4_wgmma_kerne
   }
 }
 
-template <bool GATED, int N, int MT, bool LINE>
+template <bool GATED, int N, int MT, bool LINE, int WG = 2>
 Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
-  auto kernel = nvfp4_wgmma_kernel<GATED, N, MT, LINE>;
-  constexpr int bytes = Layout<N, MT, LINE>::BYTES;
+  auto kernel = nvfp4_wgmma_kernel<GATED, N, MT, LINE, WG>;
+  constexpr int bytes = Layout<N, MT, LINE, WG>::BYTES;
   // Set once per instantiation and process, not per launch.
   static const cudaError_t limit = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   NIB_RETURN_IF_ERROR(cuda_status(limit, "wgmma gemm: shared memory"));
-  const int rows_per_cta = GATED ? BM<MT> / 2 : BM<MT>;
+  const int rows_per_cta = GATED ? BM<MT, WG> / 2 : BM<MT, WG>;
   p.slices = (p.n + rows_per_cta - 1) / rows_per_cta;
   const int64_t items = int64_t{p.slices} * row_tiles;  // the host's bound: the device knows the tile count
   if (items > INT32_MAX) return Status::error("wgmma gemm: more than 2^31 work items");
@@ -559,16 +569,27 @@ Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
   NIB_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "wgmma gemm: device"));
   NIB_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "wgmma gemm: SMs"));
   const int64_t grid = std::min<int64_t>(items, int64_t{sms} * CTAS_PER_SM<N, MT>);
-  kernel<<<unsigned(grid), CONSUMERS + PRODUCERS, bytes, stream>>>(p);
+  kernel<<<unsigned(grid), CONSUMER_THREADS<WG> + PRODUCERS, bytes, stream>>>(p);
   return cuda_status(cudaGetLastError(), GATED ? "wgmma gate_up launch" : "wgmma gemm launch");
 }
 
 // Dense weights are never in line order, expert weights are where in_features are a multiple of 128
 // (expert_line_order).
-template <bool GATED, int N, int MT>
+template <bool GATED, int N, int MT, int WG = 2>
 Status launch_n(const Params& p, int64_t row_tiles, cudaStream_t stream) {
-  return p.line_order ? launch_kernel<GATED, N, MT, true>(p, row_tiles, stream)
-                      : launch_kernel<GATED, N, MT, false>(p, row_tiles, stream);
+  return p.line_order ? launch_kernel<GATED, N, MT, true, WG>(p, row_tiles, stream)
+                      : launch_kernel<GATED, N, MT, false, WG>(p, row_tiles, stream);
+}
+
+// Three consumer warpgroups (192 weight rows a CTA) on 128-row tiles, where an expert's 16–95 rows
+// leave each decoded weight few MMA columns and two consumer warps a scheduler could not hide the
+// decode's latency (0.43 instructions issued a cycle). H200, full-size Qwen3-30B-A3B (docs/perf.md),
+// against two: MoE block T = 512 366 → 325 µs, T = 1,024 397 → 359 (even routing); a 64-sequence
+// decode step with a 1,024-token prompt 31.2 → 29.5 ms. (256-row tiles have no registers for a third:
+// 128 accumulators a thread.) NIBBLE_WGMMA_WG=2 keeps two (an experiment switch).
+bool three_consumers() {
+  static const bool three = !(std::getenv("NIBBLE_WGMMA_WG") && std::atoi(std::getenv("NIBBLE_WGMMA_WG")) == 2);
+  return three;
 }
 
 // M-tiles a consumer warpgroup: one (128 weight rows a CTA), or two on 128-row tiles with
@@ -588,7 +609,9 @@ Status launch(const Params& p, int tile_rows, int64_t row_tiles, cudaStream_t st
     case 32: return launch_n<GATED, 32, 1>(p, row_tiles, stream);
     case 64: return launch_n<GATED, 64, 1>(p, row_tiles, stream);
     case 128:
-      return two_m_tiles() ? launch_n<GATED, 128, 2>(p, row_tiles, stream) : launch_n<GATED, 128, 1>(p, row_tiles, stream);
+      return two_m_tiles()       ? launch_n<GATED, 128, 2>(p, row_tiles, stream)
+             : three_consumers() ? launch_n<GATED, 128, 1, 3>(p, row_tiles, stream)
+                                 : launch_n<GATED, 128, 1>(p, row_tiles, stream);
     case 256: return launch_n<GATED, 256, 1>(p, row_tiles, stream);
     default: return Status::error("wgmma gemm: tile rows " + std::to_string(tile_rows) + " (32, 64, 128 or 256)");
   }
