@@ -1,12 +1,12 @@
 // NVFP4 × BF16 GEMMs for prefill-sized batches on Hopper's warpgroup MMA with the weights as the
 // register operand (wgmma RS, sm_90a): a CTA computes 64 · WG · MT weight rows (WG = 2 or 3 consumer
 // warpgroups of MT m-tiles of 64; gate_up: gate and up of each feature in one thread) × N token rows
-// (N = 32…256, the tile height). A producer warpgroup cp.asyncs each 64-wide k-step — FP4 codes, scale codes and the
-// (gathered) BF16 activation rows — into a ring of stages; each consumer thread decodes its weight
-// rows' codes straight into wgmma A fragments (E2M1 × E4M3 is exact in BF16) while the previous
-// group's MMAs run, and the activations are wgmma's B operand in shared memory. A tile's MMAs are only as wide as its rows need,
-// and BF16 outputs leave through a shared-memory staging in 16-byte runs. Twin of ref::moe's
-// projections and ref::linear_nvfp4.
+// (N = 32…256, the tile height). A producer warpgroup cp.asyncs each 64-wide k-step — FP4 codes,
+// scale codes and the (gathered) BF16 activation rows — into a ring of stages; each consumer thread
+// decodes its weight rows' codes straight into wgmma A fragments (E2M1 × E4M3 is exact in BF16) while
+// the previous group's MMAs run, and the activations are wgmma's B operand in shared memory. A tile's
+// MMAs are only as wide as its rows need, and BF16 outputs leave through a shared-memory staging in
+// 16-byte runs. Twin of ref::moe's projections and ref::linear_nvfp4.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -33,9 +33,9 @@ constexpr int CONSUMER_THREADS = 128 * WG;
 constexpr int PRODUCERS = 128;  // one warpgroup of copy issuers
 // Weight rows per CTA: MT m-tiles of 64 a consumer warpgroup. A CTA's accumulators are bounded (two
 // warpgroups of ≤ 128 fp32 each a thread: 128 × 256 or 256 × 128 weight rows × tokens; three of 64 on
-// 128-row tiles: 192 × 128), and a token
-// row costs 2 bytes a k where a weight row costs 0.5625: 256 × 128 brings 30% fewer bytes a k-step
-// into the SM than 128 × 256 for the same MMAs, at twice the decode a token.
+// 128-row tiles: 192 × 128), and a token row costs 2 bytes a k where a weight row costs 0.5625:
+// 256 × 128 brings 30% fewer bytes a k-step into the SM than 128 × 256 for the same MMAs, at twice
+// the decode a token.
 template <int MT, int WG = 2>
 constexpr int BM = 64 * WG * MT;
 // Tiles of ≤ 64 rows run two CTAs an SM: twice the warps to hide the decode's latency and one CTA's
