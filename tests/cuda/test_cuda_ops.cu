@@ -227,7 +227,7 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
       {20, 4, 128, 16, {{100, 1}, {5, 1}, {700, 1}, {0, 1}, {64, 1}}},       // ERNIE decodes
       // Mixed steps: the trailing chunks of 64+ rows on the SM90 kernel, the requests before on FA2.
       {32, 4, 128, 16, {{999, 1}, {0, 1}, {300, 1}, {17, 5}, {0, 700}, {64, 200}}},  // decodes, then prompts
-      {32, 4, 128, 16, {{0, 100}, {50, 1}, {0, 90}}},                         // a prompt before the decode: FA2
+      {32, 4, 128, 16, {{0, 100}, {50, 1}, {0, 90}}},                         // a prompt before a decode: on FA2
       {32, 4, 128, 16, {{3000, 1}, {0, 128}}},                                // FA2's part split over CTAs
       {20, 4, 128, 16, {{100, 1}, {7, 1}, {0, 200}}},                         // ERNIE, mixed
   };
