@@ -212,16 +212,16 @@ __global__ void __launch_bounds__(CLUSTER_THREADS) route_group_cluster_kernel(co
     for (int j = 0; j < 4; ++j) {  // piece j: mma steps 2j (words x, y) and 2j + 1 (z, w)
       const uint32_t a0[4] = {w[b][0][j].x, w[b][1][j].x, w[b][0][j].y, w[b][1][j].y};
       const uint32_t a1[4] = {w[b][0][j].z, w[b][1][j].z, w[b][0][j].w, w[b][1][j].w};
-      const uint32_t chunk = x_smem + g * pitch + b * 256 + 16 * ((4 * c + j) ^ (c >> 1));
+      // Every n-tile's x piece first, then each step's MMAs over the n-tiles: no mma waits on its load
+      // or on the mma just before it.
+      const uint8_t* chunk = smem + layout.x + g * pitch + b * 256 + 16 * ((4 * c + j) ^ (c >> 1));
+      uint4 v[NT];
 #pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        uint4 v;
-        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "r"(chunk + 8 * n * pitch));
-        mma_bf16(acc[n], a0, v.x, v.y);
-        mma_bf16(acc[n], a1, v.z, v.w);
-      }
+      for (int n = 0; n < NT; ++n) v[n] = *reinterpret_cast<const uint4*>(chunk + 8 * n * pitch);
+#pragma unroll
+      for (int n = 0; n < NT; ++n) mma_bf16(acc[n], a0, v[n].x, v[n].y);
+#pragma unroll
+      for (int n = 0; n < NT; ++n) mma_bf16(acc[n], a1, v[n].z, v[n].w);
     }
   }
   float* logits = reinterpret_cast<float*>(smem + layout.logits);

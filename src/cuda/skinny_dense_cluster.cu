@@ -70,9 +70,12 @@ __device__ __forceinline__ void cp_async_wait_at_most(int pending) {
 }
 
 // One k-block: acc[n] += Ŵ(rows g, g + 8) · x(token column g of n-tile n), x from the staged block at
-// `x_block` (this lane's token row g of n-tile 0). A word at a time, so only its two A fragments live.
+// `x_block` (this lane's token row g of n-tile 0). A word at a time, so only its two A fragments live;
+// its x pieces for four n-tiles are loaded before their first mma and each step's MMAs run over the
+// four, so no mma waits on a load or on the mma just before it (load → mma → mma per n-tile kept
+// one warp's chain serial: q_proj M = 64 took 14.8 µs, H200).
 template <int NT>
-__device__ __forceinline__ void mma_staged_block(const uint4 (&codes)[2], const uint32_t (&scales)[2], uint32_t x_block,
+__device__ __forceinline__ void mma_staged_block(const uint4 (&codes)[2], const uint32_t (&scales)[2], const uint8_t* x_block,
                                                  int pitch, int c, float (&acc)[NT][4]) {
 #pragma unroll
   for (int q = 0; q < 4; ++q) {  // code word q: k 32c + 8q … + 7, mma steps 2q and 2q + 1
@@ -82,23 +85,26 @@ __device__ __forceinline__ void mma_staged_block(const uint4 (&codes)[2], const 
     const uint32_t s0 = block_scale_bf16x2(scales[0], q >> 1), s1 = block_scale_bf16x2(scales[1], q >> 1);
     const uint32_t a0[4] = {bf16x2_mul(lo[0], s0), bf16x2_mul(hi[0], s1), bf16x2_mul(lo[1], s0), bf16x2_mul(hi[1], s1)};
     const uint32_t a1[4] = {bf16x2_mul(lo[2], s0), bf16x2_mul(hi[2], s1), bf16x2_mul(lo[3], s0), bf16x2_mul(hi[3], s1)};
-    const uint32_t chunk = x_block + 16 * swizzled_chunk(4 * c + q);
+    const uint8_t* chunk = x_block + 16 * swizzled_chunk(4 * c + q);
+    constexpr int GROUP = NT < 4 ? NT : 4;  // n-tiles a round: 8 would take 16 more registers and spill
 #pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      uint4 v;
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "r"(chunk + 8 * n * pitch));
-      mma_bf16(acc[n], a0, v.x, v.y);
-      mma_bf16(acc[n], a1, v.z, v.w);
+    for (int n0 = 0; n0 < NT; n0 += GROUP) {
+      uint4 v[GROUP];
+#pragma unroll
+      for (int n = 0; n < GROUP; ++n) v[n] = *reinterpret_cast<const uint4*>(chunk + 8 * (n0 + n) * pitch);
+#pragma unroll
+      for (int n = 0; n < GROUP; ++n) mma_bf16(acc[n0 + n], a0, v[n].x, v[n].y);
+#pragma unroll
+      for (int n = 0; n < GROUP; ++n) mma_bf16(acc[n0 + n], a1, v[n].z, v[n].w);
     }
   }
 }
 
 // Grid: (128-row CTA tiles × cluster size, 1, token tiles of 8 · NT); the cluster (size, 1, 1) is one
 // CTA tile's k split.
+// Two CTAs an SM up to 4 n-tiles (128 registers); 8 n-tiles need more (they spilled ~140 bytes at 128).
 template <int NT>
-__global__ void __launch_bounds__(WARPS * 32, 2) skinny_dense_cluster_kernel(const Params p) {
+__global__ void __launch_bounds__(WARPS * 32, NT < 8 ? 2 : 1) skinny_dense_cluster_kernel(const Params p) {
   extern __shared__ __align__(16) uint8_t smem[];
   const cg::cluster_group cluster = cg::this_cluster();
   const int ranks = int(cluster.num_blocks()), rank = int(cluster.block_rank());
@@ -142,7 +148,7 @@ __global__ void __launch_bounds__(WARPS * 32, 2) skinny_dense_cluster_kernel(con
   }
 
   float acc[NT][4] = {};
-  const uint32_t x_lane = x_smem + g * pitch;
+  const uint8_t* x_lane = smem + g * pitch;
   for (int pass = 0; pass < blocks; pass += PASS_BLOCKS) {
     if (pass > 0) w.load(row_codes, row_scales, kb0 + pass, min(PASS_BLOCKS, blocks - pass), c);
 #pragma unroll
@@ -249,7 +255,10 @@ Status skinny_linear_cluster(const uint16_t* x, int64_t M, const DeviceNvfp4Weig
   p.cta_blocks = (blocks + ranks - 1) / ranks;
   if (M <= 8) return launch<1>(p, tiles, ranks, stream);
   if (M <= 16) return launch<2>(p, tiles, ranks, stream);
-  if (M <= 32) return launch<4>(p, tiles, ranks, stream);
+  // NIBBLE_SKINNY_CLUSTER_TOKENS=32: token tiles of 32 rows beyond (an experiment switch), else of 64.
+  static const bool tiles_of_32 =
+      std::getenv("NIBBLE_SKINNY_CLUSTER_TOKENS") && std::atoi(std::getenv("NIBBLE_SKINNY_CLUSTER_TOKENS")) == 32;
+  if (M <= 32 || tiles_of_32) return launch<4>(p, tiles, ranks, stream);
   return launch<8>(p, tiles, ranks, stream);  // token tiles of 64 (gridDim.z) beyond
 }
 
