@@ -264,15 +264,8 @@ Status launch_cluster_router(const RouterArgs& a, int tile_rows, const ExpertGro
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ClusterRouterLayout(KBS, NT, 8 * NT * 32).bytes));
   NIB_RETURN_IF_ERROR(cuda_status(limit, "route_and_group_cluster: shared memory"));
   const unsigned ranks = unsigned((a.hidden / 128 + KBS - 1) / KBS);
-  cudaLaunchAttribute attributes[2] = {};
-  attributes[0].id = cudaLaunchAttributeClusterDimension;
-  attributes[0].val.clusterDim.x = ranks, attributes[0].val.clusterDim.y = 1, attributes[0].val.clusterDim.z = 1;
-  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[1].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(ranks), config.blockDim = dim3(CLUSTER_THREADS), config.dynamicSmemBytes = bytes;
-  config.stream = stream, config.attrs = attributes, config.numAttrs = 2;
-  return cuda_status(cudaLaunchKernelEx(&config, kernel, a, tile_rows, groups), "route_and_group_cluster launch");
+  return cuda_status(launch_pdl_cluster(kernel, dim3(ranks), dim3(CLUSTER_THREADS), bytes, ranks, stream, a, tile_rows, groups),
+                     "route_and_group_cluster launch");
 }
 
 template <int KBS>
@@ -343,17 +336,8 @@ Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGro
     return Status::error("route_and_group_small: the input norm needs its residual, delta and weight, and writes args.x");
   if (norm && norm->quant.x_hat && (!norm->quant.row_scales || !(norm->quant.input_scale >= 0.0f) || a.hidden % 16 != 0))
     return Status::error("route_and_group_small: the input norm's x̂ needs row scales and an input_scale ≥ 0");
-  // One cluster of the CTAs the experts need, launched with programmatic dependent launch as launch_pdl does.
+  // One cluster of the CTAs the experts need; x staged in ≤ 32 KB of shared memory (no opt-in needed).
   const unsigned ctas = unsigned((a.experts + SMALL_WARPS - 1) / SMALL_WARPS);
-  cudaLaunchAttribute attributes[2] = {};
-  attributes[0].id = cudaLaunchAttributeClusterDimension;
-  attributes[0].val.clusterDim.x = ctas, attributes[0].val.clusterDim.y = 1, attributes[0].val.clusterDim.z = 1;
-  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[1].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(ctas), config.blockDim = dim3(SMALL_THREADS);
-  config.dynamicSmemBytes = size_t(a.tokens) * a.hidden * sizeof(uint16_t);  // ≤ 32 KB: no opt-in needed
-  config.stream = stream, config.attrs = attributes, config.numAttrs = 2;
   using Kernel = void (*)(RouterArgs, int, ExpertGroups, InputNorm);
   constexpr int C = SMALL_MAX_CHUNKS;
   const Kernel kernels[2][2][2] = {  // [fp32 router][hidden > 2,048][input norm]
@@ -362,7 +346,8 @@ Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGro
       {{route_group_small_kernel<true, C / 2, false>, route_group_small_kernel<true, C / 2, true>},
        {route_group_small_kernel<true, C, false>, route_group_small_kernel<true, C, true>}}};
   const Kernel kernel = kernels[a.router_f32 != nullptr][a.hidden > 256 * C / 2][norm != nullptr];
-  return cuda_status(cudaLaunchKernelEx(&config, kernel, a, tile_rows, groups, norm ? *norm : InputNorm{}),
+  return cuda_status(launch_pdl_cluster(kernel, dim3(ctas), dim3(SMALL_THREADS), size_t(a.tokens) * a.hidden * sizeof(uint16_t),
+                                        ctas, stream, a, tile_rows, groups, norm ? *norm : InputNorm{}),
                      "route_and_group_small launch");
 }
 

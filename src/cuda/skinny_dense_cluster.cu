@@ -212,17 +212,9 @@ Status launch(Params p, int tiles, int ranks, cudaStream_t stream) {
   static const cudaError_t limit =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(NT, MAX_CTA_BLOCKS)));
   NIB_RETURN_IF_ERROR(cuda_status(limit, "skinny_linear (cluster): shared memory"));
-  // The cluster along x, launched with programmatic dependent launch as launch_pdl does.
-  cudaLaunchAttribute attributes[2] = {};
-  attributes[0].id = cudaLaunchAttributeClusterDimension;
-  attributes[0].val.clusterDim.x = unsigned(ranks), attributes[0].val.clusterDim.y = 1, attributes[0].val.clusterDim.z = 1;
-  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[1].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(tiles * ranks), 1, unsigned((p.m + 8 * NT - 1) / (8 * NT)));
-  config.blockDim = dim3(WARPS * 32), config.dynamicSmemBytes = bytes, config.stream = stream;
-  config.attrs = attributes, config.numAttrs = 2;
-  return cuda_status(cudaLaunchKernelEx(&config, kernel, p), "skinny_linear (cluster) launch");
+  const dim3 grid(unsigned(tiles * ranks), 1, unsigned((p.m + 8 * NT - 1) / (8 * NT)));
+  return cuda_status(launch_pdl_cluster(kernel, grid, dim3(WARPS * 32), bytes, unsigned(ranks), stream, p),
+                     "skinny_linear (cluster) launch");
 }
 
 }  // namespace
