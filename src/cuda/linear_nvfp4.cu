@@ -8,7 +8,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_fragments.cuh"
@@ -202,12 +201,6 @@ std::optional<GemmBackend> parse_gemm_backend(std::string_view name) {
 // The fused GEMV unrolls at most 8 steps of CODES_PER_STEP codes over k (launch_gemv_for_k).
 bool fused_supported(int64_t in_features) { return in_features <= 8 * CODES_PER_STEP; }
 
-// AUTO's skinny bound; NIBBLE_SKINNY_MAX_M overrides it (an experiment switch for A/B device calls).
-int64_t auto_skinny_max_m() {
-  static const int64_t forced = std::getenv("NIBBLE_SKINNY_MAX_M") ? std::atoll(std::getenv("NIBBLE_SKINNY_MAX_M")) : 0;
-  return forced > 0 ? forced : AUTO_SKINNY_MAX_M;
-}
-
 GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K) {
   // A kernel that cannot take this K falls back to AUTO's choice (e.g. the fused GEMV on ERNIE-4.5's
   // dense down_proj, K = 12,288: skinny).
@@ -215,7 +208,7 @@ GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K) {
       (backend == GemmBackend::WGMMA && !wgmma_supported(1, K)))
     backend = GemmBackend::AUTO;
   if (backend != GemmBackend::AUTO) return backend;
-  if (M <= auto_skinny_max_m() && skinny_linear_supported(K)) return GemmBackend::SKINNY;
+  if (M <= AUTO_SKINNY_MAX_M && skinny_linear_supported(K)) return GemmBackend::SKINNY;
   return M <= AUTO_FUSED_MAX_M && fused_supported(K) ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;
 }
 

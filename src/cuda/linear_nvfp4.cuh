@@ -60,8 +60,8 @@ inline constexpr int64_t FUSED_MAX_M = 16;
 inline constexpr int64_t AUTO_FUSED_MAX_M = 1;
 // AUTO takes the skinny tensor-core kernels (skinny_gemm.cuh) up to this many rows when in_features
 // allows them, before the rules above (H200, q_proj: skinny/dequant-cublas 4.6/11.5 µs at M = 1,
-// 8.9/11.3 at 32, 15.7/11.9 at 64 before the cluster kernel).
-inline constexpr int64_t AUTO_SKINNY_MAX_M = 64;
+// 8.9/11.3 at 32, 15.7/11.9 at 64).
+inline constexpr int64_t AUTO_SKINNY_MAX_M = 32;
 
 // Whether the fused GEMV takes this in_features (up to 8192).
 bool fused_supported(int64_t in_features);

@@ -8,10 +8,7 @@
 #include "cuda/skinny_gemm.cuh"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
-#include "cuda/skinny_dense_cluster.cuh"
 #include "cuda/skinny_fragments.cuh"
 
 namespace nibble::cuda {
@@ -92,16 +89,6 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, BLOCKS == 2 && NT == 2 ? 2 : 1
     }
 }
 
-// The cluster kernel (skinny_dense_cluster.cu) from SKINNY_CLUSTER_MIN_M rows where it takes K;
-// NIBBLE_SKINNY_DENSE=warps|cluster forces one kernel where it can run (an experiment switch).
-bool use_cluster_kernel(int64_t M, int64_t K) {
-  static const char* forced = std::getenv("NIBBLE_SKINNY_DENSE");
-  if (!skinny_cluster_supported(K)) return false;
-  if (forced && std::strcmp(forced, "warps") == 0) return false;
-  if (forced && std::strcmp(forced, "cluster") == 0) return true;
-  return M >= SKINNY_CLUSTER_MIN_M;
-}
-
 }  // namespace
 
 bool skinny_supported(int64_t in_features) {
@@ -117,20 +104,16 @@ Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* cons
   if (count < 1 || count > MAX_SEGMENTS) return Status::error("skinny_linear: 1 to 3 weights per launch");
   if (M <= 0 || M > INT32_MAX / 2) return Status::error("skinny_linear: M must be in [1, 2^30)");
   if (!x || reinterpret_cast<uintptr_t>(x) % 16) return Status::error("skinny_linear: x must be 16-byte aligned");
+  DenseParams p{};
+  p.count = count, p.k_stride = int(weights[0]->cols), p.x = x, p.m = int(M), p.row_scales = row_scales;
   NIB_RETURN_IF_ERROR(check_in_features(weights[0]->cols, true, "skinny_linear"));
+  int tiles = 0;
   for (int i = 0; i < count; ++i) {
     const DeviceNvfp4Weight& w = *weights[i];
     if (!w.packed || !w.block_scales || !outputs[i]) return Status::error("skinny_linear: null pointer");
     if (w.cols != weights[0]->cols) return Status::error("skinny_linear: the weights of one launch share in_features");
     if (w.rows < 1 || w.rows > INT32_MAX / 2) return Status::error("skinny_linear: bad out_features");
     if (reinterpret_cast<uintptr_t>(w.packed) % 16) return Status::error("skinny_linear: weights must be 16-byte aligned");
-  }
-  if (use_cluster_kernel(M, weights[0]->cols)) return skinny_linear_cluster(x, M, weights, outputs, count, row_scales, stream);
-  DenseParams p{};
-  p.count = count, p.k_stride = int(weights[0]->cols), p.x = x, p.m = int(M), p.row_scales = row_scales;
-  int tiles = 0;
-  for (int i = 0; i < count; ++i) {
-    const DeviceNvfp4Weight& w = *weights[i];
     // The decoded weights are × 2⁻⁸ (nvfp4_layout.h): alpha's factor restores them, exactly.
     p.seg[i] = {w.packed, w.block_scales, w.weight_scale_2 * WEIGHT_DECODE_EPILOGUE, outputs[i], int(w.rows), tiles};
     tiles += int((w.rows + 15) / 16);

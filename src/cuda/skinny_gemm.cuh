@@ -35,13 +35,8 @@ bool skinny_supported(int64_t in_features);  // the MoE kernels (one CTA spans k
 // skinny_linear: any multiple of 128 (k ranges of SKINNY_MAX_K in successive launches).
 bool skinny_linear_supported(int64_t in_features);
 
-// skinny_linear runs the cluster kernel (skinny_dense_cluster.cuh: 128 weight rows a CTA over x staged
-// in shared memory, K split over a cluster) from this many rows where in_features allows it (≤ 8,192),
-// and below it the per-m-tile kernel (16 weight rows a CTA, its warps splitting k).
-inline constexpr int64_t SKINNY_CLUSTER_MIN_M = 9;
-
 // y_i[M, N_i] fp32 = row_scale · weight_scale_2_i · (x[M, K] · Ŵ_iᵀ) for each of `count` ≤ 3 weights
-// sharing x (the same K); row_scales (device [M]) or null for 1. Any M (token tiles of 16 or 64 each
+// sharing x (the same K); row_scales (device [M]) or null for 1. Any M (token tiles of 16 each
 // re-read the weights, from L2 when they fit); the kernels are meant for M ≤ 64.
 Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights, float* const* outputs,
                      int count, const float* row_scales, cudaStream_t stream);

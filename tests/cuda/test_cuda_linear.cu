@@ -171,23 +171,18 @@ TEST(CudaLinearNvfp4, FusedMatchesReferenceOnModelShapes) {
 TEST(CudaLinearNvfp4, SkinnyMatchesReferenceOnModelShapes) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaLinearNvfp4.Skinny");
-  // The per-m-tile kernel below SKINNY_CLUSTER_MIN_M rows (one n-tile), the cluster kernel from it:
-  // 2, 4 and 8 n-tiles, token tiles of 64 past the first (65, 100), clusters of 4 (K = 2,048) and 8
-  // (4,096) CTAs, and 2 CTAs of 3 k-blocks (K = 768).
-  for (int64_t m : {1, 3, 8, 9, 16, 33, 64, 65, 100})
+  // One and two n-tiles, token tiles past the first, and AUTO's bound (64 rows) past it.
+  for (int64_t m : {1, 3, 8, 9, 16, 33, 64, 65})
     for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::SKINNY, seed + m);
   check(5, {40, 384, "odd rows"}, cuda::GemmBackend::SKINNY, seed);  // rows not a multiple of 16, 3 k-blocks
-  check(24, {40, 384, "odd rows"}, cuda::GemmBackend::SKINNY, seed);  // one cluster rank, a CTA tile of 40 rows
-  check(24, {41, 640, "odd rows"}, cuda::GemmBackend::SKINNY, seed);  // rows not a multiple of 4: scalar stores
+  check(24, {41, 640, "odd rows"}, cuda::GemmBackend::SKINNY, seed);  // two n-tiles, 5 k-blocks
   check(2, {24, 8192, "long k"}, cuda::GemmBackend::SKINNY, seed);    // 16 warps
-  check(20, {24, 8192, "long k"}, cuda::GemmBackend::SKINNY, seed);   // 8 ranks of 8 k-blocks
-  // ERNIE-4.5's dense down_proj: two k ranges, the second adding to y (at any M: K is past the cluster kernel's).
-  for (int64_t m : {1, 5, 12})
+  for (int64_t m : {1, 5, 12})  // ERNIE-4.5's dense down_proj: two k ranges, the second adding to y
     check(m, {2560, 12288, "k ranges"}, cuda::GemmBackend::SKINNY, seed + 100 + m);
 }
 
 // q, k and v as one launch give what three launches give, bit for bit (each row's sum is the same),
-// on both kernels (5 rows: per m-tile; 40: the cluster kernel, whose k split depends on K alone).
+// with one n-tile (5 rows) and with three token tiles of two (40).
 TEST(CudaLinearNvfp4, SkinnyThreeWeightsInOneLaunch) {
   NIB_SKIP_WITHOUT_GPU();
   for (int64_t m : {5, 40}) check_three_weights(m, test::test_seed("CudaLinearNvfp4.SkinnyThree") + m);
@@ -221,7 +216,7 @@ TEST(CudaLinearNvfp4, W4A4ModesMatchReference) {
                                       cuda::GemmBackend::WGMMA})
       for (int64_t m : {1, 3, 16})
         for (const Shape& s : SHAPES) check(m, s, backend, seed + m, mode);
-  check(40, SHAPES[2], cuda::GemmBackend::SKINNY, seed, formats::ActQuant::PER_TOKEN);  // the cluster kernel's row scales
+  check(40, SHAPES[2], cuda::GemmBackend::SKINNY, seed, formats::ActQuant::PER_TOKEN);  // row scales past the first token tile
   check(255, SHAPES[0], cuda::GemmBackend::AUTO, seed, formats::ActQuant::PER_TOKEN);
   check(3, {2560, 12288, "k ranges"}, cuda::GemmBackend::SKINNY, seed, formats::ActQuant::PER_TOKEN);  // row scales per range
   check(4099, SHAPES[4], cuda::GemmBackend::AUTO, seed, formats::ActQuant::STATIC);
