@@ -162,18 +162,10 @@ Status decode_attention(const uint16_t* q, const uint16_t* k_cache, const uint16
   if (!q || !k_cache || !v_cache || !out || !b.token_seq || !b.positions || !b.block_tables)
     return Status::error("decode_attention: null pointer");
   const float scale_log2 = float(1.4426950408889634 / std::sqrt(double(D)));  // log2(e) / sqrt(head_dim)
-  // A row's splits are one cluster (x), launched with programmatic dependent launch as launch_pdl does.
-  cudaLaunchAttribute attributes[2] = {};
-  attributes[0].id = cudaLaunchAttributeClusterDimension;
-  attributes[0].val.clusterDim.x = unsigned(b.splits), attributes[0].val.clusterDim.y = 1, attributes[0].val.clusterDim.z = 1;
-  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[1].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(b.splits), unsigned(b.n_kv_heads), unsigned(b.tokens));
-  config.blockDim = dim3(WARPS * 32), config.dynamicSmemBytes = 0, config.stream = stream;
-  config.attrs = attributes, config.numAttrs = 2;
-  return cuda_status(cudaLaunchKernelEx(&config, decode_attention_kernel, q, k_cache, v_cache, b, int(b.n_heads / b.n_kv_heads),
-                                        scale_log2, out),
+  // A row's splits are one cluster (x).
+  return cuda_status(launch_pdl_cluster(decode_attention_kernel, dim3(unsigned(b.splits), unsigned(b.n_kv_heads), unsigned(b.tokens)),
+                                        dim3(WARPS * 32), 0, unsigned(b.splits), stream, q, k_cache, v_cache, b,
+                                        int(b.n_heads / b.n_kv_heads), scale_log2, out),
                      "decode_attention launch");
 }
 

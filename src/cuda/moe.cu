@@ -433,6 +433,13 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
   return std::move(ws);
 }
 
+// The one-launch cluster router for mid-size batches; NIBBLE_CLUSTER_ROUTER=0 keeps the three launches
+// (an experiment switch for A/B device calls).
+static bool cluster_router_enabled() {
+  static const bool enabled = !(std::getenv("NIBBLE_CLUSTER_ROUTER") && std::atoi(std::getenv("NIBBLE_CLUSTER_ROUTER")) == 0);
+  return enabled;
+}
+
 Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
                    GemmBackend backend, MoeWorkspace& ws, float* out, cudaStream_t stream, cublasHandle_t cublas,
                    const ResidualNorm* norm, const float* add, bool x_quantized, const InputNorm* input_norm) {
@@ -465,9 +472,14 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
       NIB_RETURN_IF_ERROR(add_rmsnorm(input_norm->residual, input_norm->delta, tokens, w.hidden,
                                       input_norm->weight, input_norm->eps, input_norm->out, stream, nullptr,
                                       input_norm->quant));
+  const bool mid = !small && backend != GemmBackend::DEQUANT_CUBLAS && cluster_router_enabled() &&
+                   route_cluster_supported(tokens, w.experts, w.hidden, w.top_k, w.router_f32 != nullptr);
   if (small) {
     for (int i = 0; i < op_repeats("router"); ++i)
       NIB_RETURN_IF_ERROR(route_and_group_small(router, tile_rows, ws.groups, stream, router_norm));
+  } else if (mid) {
+    for (int i = 0; i < op_repeats("router"); ++i)
+      NIB_RETURN_IF_ERROR(route_and_group_cluster(router, tile_rows, ws.groups, stream));
   } else {
     for (int i = 0; i < op_repeats("router"); ++i) {
       NIB_RETURN_IF_ERROR(route(router, cublas, stream));

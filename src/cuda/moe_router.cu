@@ -9,6 +9,7 @@
 #include "cuda/async_copy.cuh"
 #include "cuda/check.cuh"
 #include "cuda/moe_routing_device.cuh"
+#include "cuda/nvfp4_fragments.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/rmsnorm_row.cuh"
 
@@ -142,6 +143,139 @@ __global__ void __launch_bounds__(SMALL_THREADS)
   group_rows<SMALL_THREADS, 1>(a.expert_ids, T * int(a.top_k), E, tile_rows, groups, sm.grouping);
 }
 
+// Mid-size batches: one cluster splits hidden into 128-wide k-blocks, KBS a CTA. A warp's m16 tile is
+// 16 experts, its BF16 router rows loaded straight into mma fragments before the PDL wait (the skinny
+// GEMMs' k permutation: lane c takes physical k 32c … + 31 of each block, so A and B agree); the
+// tokens' x of the CTA's blocks staged in shared memory (the 16-byte chunks swizzled by bit 3, so a
+// quarter-warp's loads of rows g, g + 1 fall in distinct bank groups). The partial logits meet over
+// distributed shared memory: warp w of rank r sums token 8r + w's over the ranks in rank order, runs
+// its softmax + top-k and puts the ids in the first CTA, which groups them after a second barrier.
+constexpr int CLUSTER_THREADS = 256;
+constexpr int CLUSTER_WARPS = CLUSTER_THREADS / 32;
+constexpr int CLUSTER_MAX_EXPERTS = 16 * CLUSTER_WARPS;
+constexpr int CLUSTER_MAX_RANKS = 8;
+constexpr int CLUSTER_LOGIT_PITCH = CLUSTER_MAX_EXPERTS + 4;  // floats: the partial stores avoid bank conflicts
+
+__host__ __device__ constexpr int cluster_x_pitch(int kbs) { return kbs * 256 + 32; }
+
+// Dynamic shared memory of route_group_cluster_kernel<KBS, NT>, in this order.
+struct ClusterRouterLayout {
+  size_t x, logits, rows, ids, grouping, bytes;
+  __host__ __device__ constexpr ClusterRouterLayout(int kbs, int nt, int max_pairs)
+      : x(0),
+        logits(size_t(8 * nt) * cluster_x_pitch(kbs)),
+        rows(logits + size_t(8 * nt) * CLUSTER_LOGIT_PITCH * sizeof(float)),
+        ids(rows + size_t(CLUSTER_WARPS) * CLUSTER_MAX_EXPERTS * sizeof(float)),
+        grouping(ids + (size_t(max_pairs) * sizeof(int32_t) + 15) / 16 * 16),
+        bytes(grouping + sizeof(GroupingSmem<CLUSTER_THREADS>)) {}
+};
+
+template <int KBS, int NT>
+__global__ void __launch_bounds__(CLUSTER_THREADS) route_group_cluster_kernel(const RouterArgs a, int tile_rows,
+                                                                              ExpertGroups groups) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int ranks = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int H = int(a.hidden), E = int(a.experts), T = int(a.tokens), K = int(a.top_k);
+  const ClusterRouterLayout layout(KBS, NT, T * K);
+  const int kb0 = rank * KBS, blocks = max(0, min(KBS, H / 128 - kb0));
+  uint4 w[KBS][2][4];  // [block][row g, g + 8][16-byte piece j: physical k 32c + 8j … + 7]
+#pragma unroll
+  for (int b = 0; b < KBS; ++b)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int e = 16 * warp + g + 8 * h;
+      const uint4* row = reinterpret_cast<const uint4*>(a.router + size_t(min(e, E - 1)) * H + (kb0 + b) * 128 + 32 * c);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) w[b][h][j] = e < E && b < blocks ? __ldg(row + j) : make_uint4(0, 0, 0, 0);
+    }
+  pdl_wait();
+  pdl_launch_dependents();
+  const int pitch = cluster_x_pitch(KBS);
+  const uint32_t x_smem = smem_address(smem + layout.x);
+  for (int i = threadIdx.x; i < T * 16 * blocks; i += CLUSTER_THREADS) {
+    const int t = i / (16 * blocks), b = (i / 16) % blocks, chunk = i & 15;
+    cp_async_shared<16>(x_smem + t * pitch + b * 256 + 16 * (chunk ^ ((chunk >> 3) & 1)),
+                        a.x + size_t(t) * H + (kb0 + b) * 128 + chunk * 8);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  // Token rows past the batch hold stale values: an mma column depends on its own token alone.
+  float acc[NT][4] = {};
+#pragma unroll
+  for (int b = 0; b < KBS; ++b) {
+    if (b >= blocks) break;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // piece j: mma steps 2j (words x, y) and 2j + 1 (z, w)
+      const uint32_t a0[4] = {w[b][0][j].x, w[b][1][j].x, w[b][0][j].y, w[b][1][j].y};
+      const uint32_t a1[4] = {w[b][0][j].z, w[b][1][j].z, w[b][0][j].w, w[b][1][j].w};
+      // Every n-tile's x piece first, then each step's MMAs over the n-tiles: no mma waits on its load
+      // or on the mma just before it.
+      const uint8_t* chunk = smem + layout.x + g * pitch + b * 256 + 16 * ((4 * c + j) ^ (c >> 1));
+      uint4 v[NT];
+#pragma unroll
+      for (int n = 0; n < NT; ++n) v[n] = *reinterpret_cast<const uint4*>(chunk + 8 * n * pitch);
+#pragma unroll
+      for (int n = 0; n < NT; ++n) mma_bf16(acc[n], a0, v[n].x, v[n].y);
+#pragma unroll
+      for (int n = 0; n < NT; ++n) mma_bf16(acc[n], a1, v[n].z, v[n].w);
+    }
+  }
+  float* logits = reinterpret_cast<float*>(smem + layout.logits);
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)  // acc i: expert g + 8·(i / 2) of the warp's tile, token 2c + i % 2
+      logits[(8 * n + 2 * c + (i & 1)) * CLUSTER_LOGIT_PITCH + 16 * warp + g + 8 * (i >> 1)] = acc[n][i];
+  cluster.sync();  // release / acquire: every rank's partial logits are visible to the cluster
+  float* row = reinterpret_cast<float*>(smem + layout.rows) + warp * CLUSTER_MAX_EXPERTS;
+  int32_t* first_ids = cluster.map_shared_rank(reinterpret_cast<int32_t*>(smem + layout.ids), 0);
+  for (int t = rank * CLUSTER_WARPS + warp; t < T; t += ranks * CLUSTER_WARPS) {
+    for (int e = lane; e < E; e += 32) {
+      float sum = 0.0f;
+      for (int r = 0; r < ranks; ++r) sum += cluster.map_shared_rank(logits, r)[t * CLUSTER_LOGIT_PITCH + e];
+      row[e] = sum;
+    }
+    __syncwarp();
+    warp_softmax_topk<true>(row, E, K, a.norm_topk_prob, a.score_bias, a.norm_min, first_ids + t * K,
+                            a.weights + size_t(t) * K);
+    __syncwarp();  // the row is read before the warp's next token rewrites it
+  }
+  cluster.sync();  // every token's ids are in the first CTA; no rank reads another's memory after this
+  if (rank != 0) return;
+  const int32_t* ids = reinterpret_cast<const int32_t*>(smem + layout.ids);
+  for (int i = threadIdx.x; i < T * K; i += CLUSTER_THREADS) a.expert_ids[i] = ids[i];
+  group_rows<CLUSTER_THREADS, 2>(ids, T * K, E, tile_rows, groups,
+                                 *reinterpret_cast<GroupingSmem<CLUSTER_THREADS>*>(smem + layout.grouping));
+}
+
+// k-blocks a CTA: one, or two where hidden has more than 8 (the cluster's portable size).
+int cluster_router_kbs(int64_t hidden) { return hidden / 128 > CLUSTER_MAX_RANKS ? 2 : 1; }
+
+template <int KBS, int NT>
+Status launch_cluster_router(const RouterArgs& a, int tile_rows, const ExpertGroups& groups, cudaStream_t stream) {
+  const auto kernel = route_group_cluster_kernel<KBS, NT>;
+  const size_t bytes = ClusterRouterLayout(KBS, NT, int(a.tokens * a.top_k)).bytes;
+  // Set once per instantiation and process, at the largest size a launch asks for.
+  static const cudaError_t limit = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ClusterRouterLayout(KBS, NT, 8 * NT * 32).bytes));
+  NIB_RETURN_IF_ERROR(cuda_status(limit, "route_and_group_cluster: shared memory"));
+  const unsigned ranks = unsigned((a.hidden / 128 + KBS - 1) / KBS);
+  return cuda_status(launch_pdl_cluster(kernel, dim3(ranks), dim3(CLUSTER_THREADS), bytes, ranks, stream, a, tile_rows, groups),
+                     "route_and_group_cluster launch");
+}
+
+template <int KBS>
+Status launch_cluster_router(const RouterArgs& a, int tile_rows, const ExpertGroups& groups, cudaStream_t stream) {
+  if (a.tokens <= 8) return launch_cluster_router<KBS, 1>(a, tile_rows, groups, stream);
+  if (a.tokens <= 16) return launch_cluster_router<KBS, 2>(a, tile_rows, groups, stream);
+  if (a.tokens <= 32) return launch_cluster_router<KBS, 4>(a, tile_rows, groups, stream);
+  return launch_cluster_router<KBS, 8>(a, tile_rows, groups, stream);
+}
+
 }  // namespace
 
 Status route_topk(const float* logits, int64_t tokens, int64_t experts, int64_t top_k, bool norm_topk_prob,
@@ -202,17 +336,8 @@ Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGro
     return Status::error("route_and_group_small: the input norm needs its residual, delta and weight, and writes args.x");
   if (norm && norm->quant.x_hat && (!norm->quant.row_scales || !(norm->quant.input_scale >= 0.0f) || a.hidden % 16 != 0))
     return Status::error("route_and_group_small: the input norm's x̂ needs row scales and an input_scale ≥ 0");
-  // One cluster of the CTAs the experts need, launched with programmatic dependent launch as launch_pdl does.
+  // One cluster of the CTAs the experts need; x staged in ≤ 32 KB of shared memory (no opt-in needed).
   const unsigned ctas = unsigned((a.experts + SMALL_WARPS - 1) / SMALL_WARPS);
-  cudaLaunchAttribute attributes[2] = {};
-  attributes[0].id = cudaLaunchAttributeClusterDimension;
-  attributes[0].val.clusterDim.x = ctas, attributes[0].val.clusterDim.y = 1, attributes[0].val.clusterDim.z = 1;
-  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[1].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(ctas), config.blockDim = dim3(SMALL_THREADS);
-  config.dynamicSmemBytes = size_t(a.tokens) * a.hidden * sizeof(uint16_t);  // ≤ 32 KB: no opt-in needed
-  config.stream = stream, config.attrs = attributes, config.numAttrs = 2;
   using Kernel = void (*)(RouterArgs, int, ExpertGroups, InputNorm);
   constexpr int C = SMALL_MAX_CHUNKS;
   const Kernel kernels[2][2][2] = {  // [fp32 router][hidden > 2,048][input norm]
@@ -221,8 +346,33 @@ Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGro
       {{route_group_small_kernel<true, C / 2, false>, route_group_small_kernel<true, C / 2, true>},
        {route_group_small_kernel<true, C, false>, route_group_small_kernel<true, C, true>}}};
   const Kernel kernel = kernels[a.router_f32 != nullptr][a.hidden > 256 * C / 2][norm != nullptr];
-  return cuda_status(cudaLaunchKernelEx(&config, kernel, a, tile_rows, groups, norm ? *norm : InputNorm{}),
+  return cuda_status(launch_pdl_cluster(kernel, dim3(ctas), dim3(SMALL_THREADS), size_t(a.tokens) * a.hidden * sizeof(uint16_t),
+                                        ctas, stream, a, tile_rows, groups, norm ? *norm : InputNorm{}),
                      "route_and_group_small launch");
+}
+
+}  // namespace nibble::cuda
+
+namespace nibble::cuda {
+
+bool route_cluster_supported(int64_t tokens, int64_t experts, int64_t hidden, int64_t top_k, bool f32_router) {
+  return !f32_router && tokens >= 1 && tokens <= ROUTER_CLUSTER_MAX_TOKENS && experts >= 1 &&
+         experts <= CLUSTER_MAX_EXPERTS && top_k >= 1 && top_k <= 32 && top_k <= experts && hidden % 128 == 0 &&
+         hidden / 128 <= 2 * CLUSTER_MAX_RANKS;
+}
+
+Status route_and_group_cluster(const RouterArgs& a, int tile_rows, const ExpertGroups& groups, cudaStream_t stream) {
+  if (!route_cluster_supported(a.tokens, a.experts, a.hidden, a.top_k, a.router_f32 != nullptr))
+    return Status::error("route_and_group_cluster: needs a BF16 router, 1 to " + std::to_string(ROUTER_CLUSTER_MAX_TOKENS) +
+                         " tokens, experts ≤ " + std::to_string(CLUSTER_MAX_EXPERTS) +
+                         ", top_k ≤ 32 and hidden a multiple of 128 up to " + std::to_string(2 * CLUSTER_MAX_RANKS * 128));
+  if (!a.x || !a.router || !a.expert_ids || !a.weights || !groups.tiles)
+    return Status::error("route_and_group_cluster: null pointer");
+  if (tile_rows < 1) return Status::error("route_and_group_cluster: tile_rows must be positive");
+  if (reinterpret_cast<uintptr_t>(a.x) % 16 || reinterpret_cast<uintptr_t>(a.router) % 16)
+    return Status::error("route_and_group_cluster: x and the router must be 16-byte aligned");
+  return cluster_router_kbs(a.hidden) == 2 ? launch_cluster_router<2>(a, tile_rows, groups, stream)
+                                           : launch_cluster_router<1>(a, tile_rows, groups, stream);
 }
 
 }  // namespace nibble::cuda

@@ -50,6 +50,15 @@ inline constexpr int64_t ROUTER_SMALL_MAX_TOKENS = 4;
 inline constexpr int64_t ROUTER_SMALL_MAX_HIDDEN = 4096;
 bool route_small_supported(int64_t tokens, int64_t experts, int64_t hidden, int64_t top_k);
 
+// Mid-size batches: the router and group_by_expert in one launch for a BF16 router — one cluster
+// splitting hidden, the logits on tensor cores (mma.sync, fp32 sums), a warp per token's top-k and the
+// first CTA's grouping. Up to 64 tokens, experts ≤ 128, hidden a multiple of 128 up to 2,048. Against
+// the three launches (cuBLAS logits, top-k, grouping; H200, Qwen3-30B-A3B, docs/perf.md): MoE block
+// T = 8 67.5 → 63.5 µs, T = 64 140.4 → 139.0; S_TG b8 +4.6%, b16 +3.3%, b64 +1.0%.
+inline constexpr int64_t ROUTER_CLUSTER_MAX_TOKENS = 64;
+bool route_cluster_supported(int64_t tokens, int64_t experts, int64_t hidden, int64_t top_k, bool f32_router);
+Status route_and_group_cluster(const RouterArgs& args, int tile_rows, const ExpertGroups& groups, cudaStream_t stream);
+
 // The MoE block's input norm (the post-attention add + RMSNorm): out = BF16(rmsnorm(residual + delta) ·
 // weight), with its x̂ when quant asks — add_rmsnorm's bits — while residual is left as it was for
 // the combine to add delta (ResidualNorm::pending).

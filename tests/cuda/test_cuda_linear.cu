@@ -131,33 +131,9 @@ void check(int64_t m, const Shape& s, cuda::GemmBackend backend, uint64_t seed,
   EXPECT_LT(max_rel, 1e-4) << s.what << " M=" << m;
 }
 
-const Shape SHAPES[] = {{4096, 2048, "q_proj"}, {512, 2048, "k_proj"}, {2048, 4096, "o_proj"},
-                        {768, 2048, "gate"},    {2048, 768, "down"}};
-
-TEST(CudaLinearNvfp4, FusedMatchesReferenceOnModelShapes) {
-  NIB_SKIP_WITHOUT_GPU();
-  const uint64_t seed = test::test_seed("CudaLinearNvfp4.Fused");
-  for (int64_t m : {1, 3, 8, 16})
-    for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::FUSED, seed + m);
-  check(17, SHAPES[3], cuda::GemmBackend::FUSED, seed);  // past one M tile
-}
-
-TEST(CudaLinearNvfp4, SkinnyMatchesReferenceOnModelShapes) {
-  NIB_SKIP_WITHOUT_GPU();
-  const uint64_t seed = test::test_seed("CudaLinearNvfp4.Skinny");
-  for (int64_t m : {1, 3, 8, 9, 16, 33})  // one and two n-tiles, and token tiles past the first
-    for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::SKINNY, seed + m);
-  check(5, {40, 384, "odd rows"}, cuda::GemmBackend::SKINNY, seed);  // rows not a multiple of 16, 3 k-blocks
-  check(2, {24, 8192, "long k"}, cuda::GemmBackend::SKINNY, seed);    // 16 warps
-  for (int64_t m : {1, 5, 12})  // ERNIE-4.5's dense down_proj: two k ranges, the second adding to y
-    check(m, {2560, 12288, "k ranges"}, cuda::GemmBackend::SKINNY, seed + 100 + m);
-}
-
-// q, k and v as one launch give what three launches give, bit for bit (each row's sum is the same).
-TEST(CudaLinearNvfp4, SkinnyThreeWeightsInOneLaunch) {
-  NIB_SKIP_WITHOUT_GPU();
-  const uint64_t seed = test::test_seed("CudaLinearNvfp4.SkinnyThree");
-  const int64_t m = 5, k = 2048, rows[3] = {4096, 512, 512};
+// q, k and v (Qwen3-30B-A3B's shapes) on one x, as one skinny_linear launch and as three.
+void check_three_weights(int64_t m, uint64_t seed) {
+  const int64_t k = 2048, rows[3] = {4096, 512, 512};
   std::vector<Problem> problems;
   for (int i = 0; i < 3; ++i) problems.push_back(make_problem(m, {rows[i], k, "qkv"}, seed + i));
   test::DeviceBuffer<uint16_t> d_x(problems[0].x_bf16);
@@ -178,7 +154,38 @@ TEST(CudaLinearNvfp4, SkinnyThreeWeightsInOneLaunch) {
     ASSERT_TRUE(cuda::skinny_linear(d_x.get(), m, &weights[i], out, 1, nullptr, nullptr).is_ok());
   }
   NIB_CUDA_CHECK(cudaDeviceSynchronize());
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(together[i]->to_host(), alone[i]->to_host()) << "weight " << i;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(together[i]->to_host(), alone[i]->to_host()) << "weight " << i << ", M=" << m;
+}
+
+const Shape SHAPES[] = {{4096, 2048, "q_proj"}, {512, 2048, "k_proj"}, {2048, 4096, "o_proj"},
+                        {768, 2048, "gate"},    {2048, 768, "down"}};
+
+TEST(CudaLinearNvfp4, FusedMatchesReferenceOnModelShapes) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaLinearNvfp4.Fused");
+  for (int64_t m : {1, 3, 8, 16})
+    for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::FUSED, seed + m);
+  check(17, SHAPES[3], cuda::GemmBackend::FUSED, seed);  // past one M tile
+}
+
+TEST(CudaLinearNvfp4, SkinnyMatchesReferenceOnModelShapes) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaLinearNvfp4.Skinny");
+  // One and two n-tiles, token tiles past the first, and AUTO's bound (64 rows) past it.
+  for (int64_t m : {1, 3, 8, 9, 16, 33, 64, 65})
+    for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::SKINNY, seed + m);
+  check(5, {40, 384, "odd rows"}, cuda::GemmBackend::SKINNY, seed);  // rows not a multiple of 16, 3 k-blocks
+  check(24, {41, 640, "odd rows"}, cuda::GemmBackend::SKINNY, seed);  // two n-tiles, 5 k-blocks
+  check(2, {24, 8192, "long k"}, cuda::GemmBackend::SKINNY, seed);    // 16 warps
+  for (int64_t m : {1, 5, 12})  // ERNIE-4.5's dense down_proj: two k ranges, the second adding to y
+    check(m, {2560, 12288, "k ranges"}, cuda::GemmBackend::SKINNY, seed + 100 + m);
+}
+
+// q, k and v as one launch give what three launches give, bit for bit (each row's sum is the same),
+// with one n-tile (5 rows) and with three token tiles of two (40).
+TEST(CudaLinearNvfp4, SkinnyThreeWeightsInOneLaunch) {
+  NIB_SKIP_WITHOUT_GPU();
+  for (int64_t m : {5, 40}) check_three_weights(m, test::test_seed("CudaLinearNvfp4.SkinnyThree") + m);
 }
 
 TEST(CudaLinearNvfp4, DequantCublasMatchesReferenceOnModelShapes) {
@@ -209,6 +216,7 @@ TEST(CudaLinearNvfp4, W4A4ModesMatchReference) {
                                       cuda::GemmBackend::WGMMA})
       for (int64_t m : {1, 3, 16})
         for (const Shape& s : SHAPES) check(m, s, backend, seed + m, mode);
+  check(40, SHAPES[2], cuda::GemmBackend::SKINNY, seed, formats::ActQuant::PER_TOKEN);  // row scales past the first token tile
   check(255, SHAPES[0], cuda::GemmBackend::AUTO, seed, formats::ActQuant::PER_TOKEN);
   check(3, {2560, 12288, "k ranges"}, cuda::GemmBackend::SKINNY, seed, formats::ActQuant::PER_TOKEN);  // row scales per range
   check(4099, SHAPES[4], cuda::GemmBackend::AUTO, seed, formats::ActQuant::STATIC);

@@ -1,6 +1,7 @@
 // cuda::route (router GEMM + softmax/top-k/renormalize) against ref::route on Qwen3-30B-A3B's router
 // (E = 128, k = 8, H = 2048) and the tiny model's (E = 8, k = 2), T = 1 to 4099, and with every token
-// identical (all tokens on the same experts); up to 4 tokens also the one-launch router and grouping.
+// identical (all tokens on the same experts); up to 4 tokens also the one-launch router and grouping,
+// from 5 to 64 the one-launch cluster router (logits on tensor cores) and its grouping.
 // The logit GEMMs sum 2048 fp32 products in different orders, so logits differ by up to ~1e-5 and
 // the renormalized weights (0.05–0.5) by a few 1e-6: weights must agree within 2e-5 absolute, and
 // expert ids must match except where the two candidates' weights are within that tolerance (a
@@ -91,13 +92,17 @@ void check(int64_t tokens, int64_t experts, int64_t top_k, int64_t hidden, bool 
   ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
   const cuda::RouterArgs args{d_x.get(), d_router.get(), tokens, hidden, experts, top_k, true,
                               d_logits.get(), d_ids.get(), d_w.get()};
-  // Both paths where the one-launch router takes the batch: its own logit sums are a third order.
+  // Both paths where a one-launch router takes the batch (the small one up to 4 tokens, the cluster
+  // one on tensor cores up to 64): their logit sums are a third and a fourth order.
   const bool small = cuda::route_small_supported(tokens, experts, hidden, top_k);
-  for (int path = 0; path < (small ? 2 : 1); ++path) {
+  const bool mid = !small && cuda::route_cluster_supported(tokens, experts, hidden, top_k, false);
+  for (int path = 0; path < (small || mid ? 2 : 1); ++path) {
     NIB_CUDA_CHECK(cudaMemset(d_ids.get(), 0xFF, want_ids.size() * sizeof(int32_t)));
+    NIB_CUDA_CHECK(cudaMemset(d_w.get(), 0xFF, want_w.size() * sizeof(float)));  // NaN: a weight not written fails
     SmallGrouping grouping(tokens * top_k, experts);
     const Status s = path == 0 ? cuda::route(args, handle, nullptr)
-                               : cuda::route_and_group_small(args, 8, grouping.groups, nullptr);
+                     : small   ? cuda::route_and_group_small(args, 8, grouping.groups, nullptr)
+                               : cuda::route_and_group_cluster(args, 8, grouping.groups, nullptr);
     ASSERT_TRUE(s.is_ok()) << s.message();
     NIB_CUDA_CHECK(cudaDeviceSynchronize());
     const auto got_ids = d_ids.to_host();
@@ -111,7 +116,7 @@ void check(int64_t tokens, int64_t experts, int64_t top_k, int64_t hidden, bool 
       EXPECT_LT(std::fabs(got_w[i] - want_w[i]), 2e-5) << "token " << i / top_k << " slot " << i % top_k
                                                        << ": expert " << got_ids[i] << " vs " << want_ids[i];
     }
-    std::printf("route%s E=%lld k=%lld T=%lld%s: %lld near-tie swaps, max weight err %.2e\n", path ? " (one launch)" : "",
+    std::printf("route%s E=%lld k=%lld T=%lld%s: %lld near-tie swaps, max weight err %.2e\n", path ? (small ? " (one launch)" : " (cluster)") : "",
                 static_cast<long long>(experts), static_cast<long long>(top_k), static_cast<long long>(tokens),
                 identical_tokens ? " (identical)" : "", static_cast<long long>(near_ties), max_w_err);
     EXPECT_LT(max_w_err, 2e-5);
@@ -126,9 +131,11 @@ void check(int64_t tokens, int64_t experts, int64_t top_k, int64_t hidden, bool 
 TEST(CudaRouter, MatchesReference) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaRouter.MatchesReference");
-  for (int64_t t : {1, 3, 4, 17, 255, 4099}) check(t, 128, 8, 2048, false, seed + t);
+  for (int64_t t : {1, 3, 4, 5, 8, 9, 17, 33, 64, 255, 4099}) check(t, 128, 8, 2048, false, seed + t);
   check(255, 8, 2, 32, false, seed);
   check(64, 128, 8, 2048, true, seed);
+  check(40, 100, 6, 384, false, seed);  // the cluster router: 3 ranks of one k-block, experts past the last m16 tile
+  check(12, 64, 4, 1920, false, seed);  // 8 ranks of two k-blocks, the last with one
 }
 
 // ERNIE-4.5's router (E = 64, k = 6, H = 2560; fp32 weights, a correction bias that chooses, the
