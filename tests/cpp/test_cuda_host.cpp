@@ -92,6 +92,16 @@ TEST(CudaHost, AutoPicksTheSkinnyKernelsForFewRows) {
   EXPECT_FALSE(cuda::route_small_supported(1, 512, 2048, 8));
   EXPECT_FALSE(cuda::route_small_supported(1, 128, 2000, 8));
   EXPECT_FALSE(cuda::route_small_supported(1, 128, 8192, 8));
+  // The cluster router: up to 64 tokens, a BF16 router of ≤ 128 experts (a warp's m16 tile each of 8),
+  // hidden in 128-wide k-blocks, two a CTA over at most 8 CTAs (≤ 2,048); ERNIE's fp32 router keeps
+  // cuBLAS + top-k + grouping.
+  EXPECT_TRUE(cuda::route_cluster_supported(5, 128, 2048, 8, false));
+  EXPECT_TRUE(cuda::route_cluster_supported(cuda::ROUTER_CLUSTER_MAX_TOKENS, 100, 384, 6, false));
+  EXPECT_FALSE(cuda::route_cluster_supported(cuda::ROUTER_CLUSTER_MAX_TOKENS + 1, 128, 2048, 8, false));
+  EXPECT_FALSE(cuda::route_cluster_supported(16, 64, 2560, 6, true));
+  EXPECT_FALSE(cuda::route_cluster_supported(16, 129, 2048, 8, false));
+  EXPECT_FALSE(cuda::route_cluster_supported(16, 128, 2048 + 64, 8, false));
+  EXPECT_FALSE(cuda::route_cluster_supported(16, 128, 2048 + 128, 8, false));
 }
 
 TEST(CudaHost, MoeTilingFitsEveryShape) {
