@@ -233,11 +233,27 @@ __global__ void __launch_bounds__(CLUSTER_THREADS) route_group_cluster_kernel(co
   cluster.sync();  // release / acquire: every rank's partial logits are visible to the cluster
   float* row = reinterpret_cast<float*>(smem + layout.rows) + warp * CLUSTER_MAX_EXPERTS;
   int32_t* first_ids = cluster.map_shared_rank(reinterpret_cast<int32_t*>(smem + layout.ids), 0);
+  const float* rank_logits[CLUSTER_MAX_RANKS];
+#pragma unroll
+  for (int r = 0; r < CLUSTER_MAX_RANKS; ++r) rank_logits[r] = cluster.map_shared_rank(logits, min(r, ranks - 1));
   for (int t = rank * CLUSTER_WARPS + warp; t < T; t += ranks * CLUSTER_WARPS) {
-    for (int e = lane; e < E; e += 32) {
-      float sum = 0.0f;
-      for (int r = 0; r < ranks; ++r) sum += cluster.map_shared_rank(logits, r)[t * CLUSTER_LOGIT_PITCH + e];
-      row[e] = sum;
+    // Every rank's part of the lane's experts loaded before the first add (a remote load and an add in
+    // turn waited out the distributed shared memory's latency once per rank and expert), then summed
+    // in rank order.
+    constexpr int PER_LANE = CLUSTER_MAX_EXPERTS / 32;
+    float part[PER_LANE][CLUSTER_MAX_RANKS];
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i)
+#pragma unroll
+      for (int r = 0; r < CLUSTER_MAX_RANKS; ++r)
+        part[i][r] = r < ranks && lane + 32 * i < E ? rank_logits[r][t * CLUSTER_LOGIT_PITCH + lane + 32 * i] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      float sum = part[i][0];
+#pragma unroll
+      for (int r = 1; r < CLUSTER_MAX_RANKS; ++r)
+        if (r < ranks) sum += part[i][r];
+      if (lane + 32 * i < E) row[lane + 32 * i] = sum;
     }
     __syncwarp();
     warp_softmax_topk<true>(row, E, K, a.norm_topk_prob, a.score_bias, a.norm_min, first_ids + t * K,
