@@ -1,5 +1,6 @@
-// Router kernels: top-k with one warp per token (warp_softmax_topk), after cuBLAS's logits or, for
-// small batches, in one launch with the logits GEMV and the grouping (route_and_group_small).
+// Router kernels: top-k with one warp per token (warp_softmax_topk), after cuBLAS's logits or in one
+// launch with the logits and the grouping — a GEMV for up to 4 tokens (route_and_group_small), mma.sync
+// over a cluster splitting hidden for up to 64 (route_and_group_cluster).
 #include "cuda/moe_router.cuh"
 
 #include <cooperative_groups.h>
@@ -366,10 +367,6 @@ Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGro
                                         ctas, stream, a, tile_rows, groups, norm ? *norm : InputNorm{}),
                      "route_and_group_small launch");
 }
-
-}  // namespace nibble::cuda
-
-namespace nibble::cuda {
 
 bool route_cluster_supported(int64_t tokens, int64_t experts, int64_t hidden, int64_t top_k, bool f32_router) {
   return !f32_router && tokens >= 1 && tokens <= ROUTER_CLUSTER_MAX_TOKENS && experts >= 1 &&
