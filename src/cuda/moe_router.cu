@@ -158,6 +158,8 @@ constexpr int CLUSTER_MAX_RANKS = 8;
 constexpr int CLUSTER_LOGIT_PITCH = CLUSTER_MAX_EXPERTS + 4;  // floats: the partial stores avoid bank conflicts
 
 __host__ __device__ constexpr int cluster_x_pitch(int kbs) { return kbs * 256 + 32; }
+// A 16-byte chunk's place in its staged k-block: bit 3 of the chunk flips bit 0.
+__device__ __forceinline__ int swizzled_chunk(int chunk) { return chunk ^ ((chunk >> 3) & 1); }
 
 // Dynamic shared memory of route_group_cluster_kernel<KBS, NT>, in this order.
 struct ClusterRouterLayout {
@@ -198,7 +200,7 @@ __global__ void __launch_bounds__(CLUSTER_THREADS) route_group_cluster_kernel(co
   const uint32_t x_smem = smem_address(smem + layout.x);
   for (int i = threadIdx.x; i < T * 16 * blocks; i += CLUSTER_THREADS) {
     const int t = i / (16 * blocks), b = (i / 16) % blocks, chunk = i & 15;
-    cp_async_shared<16>(x_smem + t * pitch + b * 256 + 16 * (chunk ^ ((chunk >> 3) & 1)),
+    cp_async_shared<16>(x_smem + t * pitch + b * 256 + 16 * swizzled_chunk(chunk),
                         a.x + size_t(t) * H + (kb0 + b) * 128 + chunk * 8);
   }
   cp_async_commit();
@@ -215,7 +217,7 @@ __global__ void __launch_bounds__(CLUSTER_THREADS) route_group_cluster_kernel(co
       const uint32_t a1[4] = {w[b][0][j].z, w[b][1][j].z, w[b][0][j].w, w[b][1][j].w};
       // Every n-tile's x piece first, then each step's MMAs over the n-tiles: no mma waits on its load
       // or on the mma just before it.
-      const uint8_t* chunk = smem + layout.x + g * pitch + b * 256 + 16 * ((4 * c + j) ^ (c >> 1));
+      const uint8_t* chunk = smem + layout.x + g * pitch + b * 256 + 16 * swizzled_chunk(4 * c + j);
       uint4 v[NT];
 #pragma unroll
       for (int n = 0; n < NT; ++n) v[n] = *reinterpret_cast<const uint4*>(chunk + 8 * n * pitch);

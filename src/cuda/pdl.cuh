@@ -20,32 +20,27 @@ __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepc
 // Whether launch_pdl sets the attribute: on unless NIBBLE_NO_PDL=1 (to measure or rule it out).
 bool pdl_enabled();
 
-// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization allowed.
-template <class... Params, class... Args>
-cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                       Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = smem, config.stream = stream;
-  config.attrs = &attribute, config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
-
-// The same for a grid of thread-block clusters of `cluster_x` CTAs along x (gridDim.x a multiple of it).
+// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization allowed, as a
+// grid of thread-block clusters of `cluster_x` CTAs along x (gridDim.x a multiple of it; 0: no clusters).
 template <class... Params, class... Args>
 cudaError_t launch_pdl_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, unsigned cluster_x,
                                cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attributes[2] = {};
-  attributes[0].id = cudaLaunchAttributeClusterDimension;
-  attributes[0].val.clusterDim.x = cluster_x, attributes[0].val.clusterDim.y = 1, attributes[0].val.clusterDim.z = 1;
-  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[1].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = cluster_x, attributes[1].val.clusterDim.y = 1, attributes[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = smem, config.stream = stream;
-  config.attrs = attributes, config.numAttrs = 2;
+  config.attrs = attributes, config.numAttrs = cluster_x > 0 ? 2 : 1;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// The same without clusters.
+template <class... Params, class... Args>
+cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+  return launch_pdl_cluster(kernel, grid, block, smem, 0, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace nibble::cuda

@@ -171,7 +171,7 @@ TEST(CudaLinearNvfp4, FusedMatchesReferenceOnModelShapes) {
 TEST(CudaLinearNvfp4, SkinnyMatchesReferenceOnModelShapes) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaLinearNvfp4.Skinny");
-  // One and two n-tiles, token tiles past the first, and AUTO's bound (64 rows) past it.
+  // One and two n-tiles, token tiles past the first, and 64-row batches and one row more.
   for (int64_t m : {1, 3, 8, 9, 16, 33, 64, 65})
     for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::SKINNY, seed + m);
   check(5, {40, 384, "odd rows"}, cuda::GemmBackend::SKINNY, seed);  // rows not a multiple of 16, 3 k-blocks

@@ -116,7 +116,8 @@ void check(int64_t tokens, int64_t experts, int64_t top_k, int64_t hidden, bool 
       EXPECT_LT(std::fabs(got_w[i] - want_w[i]), 2e-5) << "token " << i / top_k << " slot " << i % top_k
                                                        << ": expert " << got_ids[i] << " vs " << want_ids[i];
     }
-    std::printf("route%s E=%lld k=%lld T=%lld%s: %lld near-tie swaps, max weight err %.2e\n", path ? (small ? " (one launch)" : " (cluster)") : "",
+    const char* path_name = path == 0 ? "" : small ? " (one launch)" : " (cluster)";
+    std::printf("route%s E=%lld k=%lld T=%lld%s: %lld near-tie swaps, max weight err %.2e\n", path_name,
                 static_cast<long long>(experts), static_cast<long long>(top_k), static_cast<long long>(tokens),
                 identical_tokens ? " (identical)" : "", static_cast<long long>(near_ties), max_w_err);
     EXPECT_LT(max_w_err, 2e-5);
