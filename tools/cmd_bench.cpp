@@ -79,6 +79,7 @@ CommandRunner register_bench(CLI::App& root) {
   latency->add_option("--gemm-backend", l->gemm_backend, choices)->capture_default_str();
   latency->add_option("--moe-backend", l->moe_backend, choices)->envname("NIBBLE_MOE_BACKEND")->capture_default_str();
   latency->add_option("--attention-backend", l->attention_backend, "auto | flashinfer | native")->capture_default_str();
+  latency->add_option("--kv-cache-dtype", l->kv_cache_dtype, "auto | bf16 | fp8 (E4M3, unit scale) | fp32 (CPU)")->capture_default_str();
   latency->add_option("--decode-attention", l->decode_attention, "Native attention's decode kernel: auto | split-kv | tensor-core")->capture_default_str();
   latency->add_option("--pp", l->pp, "Prefill lengths (ppN)")->capture_default_str();
   latency->add_option("--tg", l->tg, "Single-stream decode tokens (tgN; 0: skip)")->capture_default_str();

@@ -113,7 +113,7 @@ CommandRunner register_serve(CLI::App& root) {
          "KV-cache memory when --num-kv-blocks is 0 (0: measured; CPU: min(1 GiB, a quarter of free memory))");
   option(cmd, "--gpu-memory-utilization", o->gpu_memory_utilization,
          "Share of GPU memory for weights, workspaces and the KV cache (CUDA backend)");
-  option(cmd, "--kv-cache-dtype", o->kv_cache_dtype, "KV-cache dtype: auto | bf16");
+  option(cmd, "--kv-cache-dtype", o->kv_cache_dtype, "KV-cache dtype: auto | bf16 | fp8 (E4M3, unit scale; = fp8_e4m3)");
   option(cmd, "--enable-prefix-caching", o->enable_prefix_caching, "Reuse KV blocks of shared prompt prefixes");
   option(cmd, "--enforce-eager", o->enforce_eager, "CUDA backend: no CUDA graphs for decode steps");
   option(cmd, "--disable-overlap-schedule", o->disable_overlap_schedule,

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "cuda/check.cuh"
 #include "cuda/flashinfer_attention_launch.cuh"
@@ -18,7 +19,7 @@ namespace nibble::cuda {
 
 namespace glue = flashinfer_glue;
 
-bool flashinfer_attention_supported(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+bool flashinfer_attention_supported(int64_t head_dim, bool kv_fp8) { return head_dim == 128 || (head_dim == 64 && !kv_fp8); }
 
 namespace {
 // Query rows a request needs for the SM90 kernel (below: FA2, which packs a group's query heads into
@@ -66,8 +67,8 @@ struct FlashInferAttention::Impl {
   // The launches of each part, by its plan.
   Status run_sm90(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache, uint16_t* out,
                   cudaStream_t stream) const;
-  Status run_fa2(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache, uint16_t* out,
-                 cudaStream_t stream) const;
+  template <typename KV>  // the cache's element: __nv_bfloat16 or FP8 E4M3
+  Status run_fa2(const uint16_t* q, const void* k_cache, const void* v_cache, uint16_t* out, cudaStream_t stream) const;
 
   int32_t* qo_indptr(int32_t* base) const { return base; }
   int32_t* kv_indptr(int32_t* base) const { return base + max_requests + 1; }
@@ -88,8 +89,9 @@ FlashInferAttention::~FlashInferAttention() = default;
 Result<std::unique_ptr<FlashInferAttention>> FlashInferAttention::create(const Shape& shape, int64_t max_rows,
                                                                          int64_t max_requests, int64_t max_pages,
                                                                          DeviceArena& arena) {
-  if (!flashinfer_attention_supported(shape.head_dim))
-    return Status::error("FlashInfer attention: head_dim " + std::to_string(shape.head_dim) + " is not compiled in (64, 128)");
+  if (!flashinfer_attention_supported(shape.head_dim, shape.kv_fp8))
+    return Status::error("FlashInfer attention: head_dim " + std::to_string(shape.head_dim) + " is not compiled in (" +
+                         (shape.kv_fp8 ? "128 with an FP8 KV cache)" : "64, 128)"));
   if (shape.n_kv_heads <= 0 || shape.n_heads % shape.n_kv_heads != 0 || shape.page_size <= 0)
     return Status::error("FlashInfer attention: n_heads must be a multiple of n_kv_heads");
   auto impl = std::make_unique<Impl>();
@@ -231,10 +233,11 @@ Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
   // The trailing run of requests of SM90_MIN_ROWS rows or more: the SM90 kernel (no query-head
   // packing, so a CTA's 128 query rows are one head's: short chunks and decode rows stay on FA2's
   // packed tiles). NIBBLE_FI_SM90=0 keeps FA2 for all (an experiment switch); NIBBLE_FI_SM90=whole
-  // takes the SM90 kernel only when every request can (the rule before mixed steps were split).
+  // takes the SM90 kernel only when every request can (the rule before mixed steps were split). An FP8
+  // cache runs FA2 for all (the SM90 kernel reads FP8 K/V only with FP8 queries).
   static const std::string sm90_rule = std::getenv("NIBBLE_FI_SM90") ? std::getenv("NIBBLE_FI_SM90") : "";
   m.fa2_requests = m.n;
-  if (sm90_rule != "0" && !graph && m.shape.head_dim == 128)
+  if (sm90_rule != "0" && !graph && m.shape.head_dim == 128 && !m.shape.kv_fp8)
     while (m.fa2_requests > 0 && m.q_rows(m.fa2_requests - 1) >= SM90_MIN_ROWS) --m.fa2_requests;
   if (sm90_rule == "whole" && m.fa2_requests > 0) m.fa2_requests = m.n;
   if (m.runs_sm90()) NIB_RETURN_IF_ERROR(m.plan_sm90(m.fa2_requests, stream));
@@ -268,19 +271,18 @@ Status FlashInferAttention::Impl::run_sm90(const uint16_t* q, const uint16_t* k_
   return flashinfer_sm90::launch_paged_hd128(a);
 }
 
-Status FlashInferAttention::Impl::run_fa2(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache,
-                                         uint16_t* out, cudaStream_t stream) const {
+template <typename KV>
+Status FlashInferAttention::Impl::run_fa2(const uint16_t* q, const void* k_cache, const void* v_cache, uint16_t* out,
+                                         cudaStream_t stream) const {
   const Impl& m = *this;
   const Shape& s = m.shape;
-  using glue::DTypeKV;
-  glue::LaunchArgs a{};
-  glue::PagedParams& p = a.params;
+  glue::LaunchArgs<KV> a{};
+  glue::PagedParams<KV>& p = a.params;
   p.q = reinterpret_cast<glue::DTypeQ*>(const_cast<uint16_t*>(q));
-  p.paged_kv = flashinfer::paged_kv_t<DTypeKV, int32_t>(
+  p.paged_kv = flashinfer::paged_kv_t<KV, int32_t>(
       static_cast<uint32_t>(s.n_kv_heads), static_cast<uint32_t>(s.page_size), static_cast<uint32_t>(s.head_dim),
-      static_cast<uint32_t>(m.fa2_requests), flashinfer::QKVLayout::kNHD, reinterpret_cast<DTypeKV*>(const_cast<uint16_t*>(k_cache)),
-      reinterpret_cast<DTypeKV*>(const_cast<uint16_t*>(v_cache)), m.indices(m.d_meta), m.kv_indptr(m.d_meta),
-      m.last_page_len(m.d_meta));
+      static_cast<uint32_t>(m.fa2_requests), flashinfer::QKVLayout::kNHD, static_cast<KV*>(const_cast<void*>(k_cache)),
+      static_cast<KV*>(const_cast<void*>(v_cache)), m.indices(m.d_meta), m.kv_indptr(m.d_meta), m.last_page_len(m.d_meta));
   p.q_indptr = m.qo_indptr(m.d_meta);
   p.o = reinterpret_cast<glue::DTypeO*>(out);
   p.lse = nullptr;
@@ -313,20 +315,25 @@ Status FlashInferAttention::Impl::run_fa2(const uint16_t* q, const uint16_t* k_c
   a.enable_pdl = pdl_enabled();
   a.stream = stream;
   try {
-    const cudaError_t e = s.head_dim == 128 ? glue::launch_paged<128>(a) : glue::launch_paged<64>(a);
+    cudaError_t e = cudaErrorInvalidValue;  // create() checked the pair is compiled in
+    if constexpr (std::is_same_v<KV, glue::Fp8>) e = glue::launch_paged<128, KV>(a);
+    else e = s.head_dim == 128 ? glue::launch_paged<128, KV>(a) : glue::launch_paged<64, KV>(a);
     return cuda_status(e, "FlashInfer paged attention");
   } catch (const std::exception& error) {
     return Status::error(std::string("FlashInfer paged attention: ") + error.what());
   }
 }
 
-Status FlashInferAttention::run(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache, uint16_t* out,
+Status FlashInferAttention::run(const uint16_t* q, const void* k_cache, const void* v_cache, uint16_t* out,
                                 cudaStream_t stream) const {
   const Impl& m = *impl_;
   if (!m.planned) return Status::error("FlashInfer attention: run before plan");
-  // The two parts write disjoint rows of out.
-  if (m.fa2_requests > 0) NIB_RETURN_IF_ERROR(m.run_fa2(q, k_cache, v_cache, out, stream));
-  if (m.runs_sm90()) NIB_RETURN_IF_ERROR(m.run_sm90(q, k_cache, v_cache, out, stream));
+  // The two parts write disjoint rows of out (an FP8 cache runs FA2 only: plan()).
+  if (m.fa2_requests > 0)
+    NIB_RETURN_IF_ERROR(m.shape.kv_fp8 ? m.run_fa2<glue::Fp8>(q, k_cache, v_cache, out, stream)
+                                       : m.run_fa2<__nv_bfloat16>(q, k_cache, v_cache, out, stream));
+  if (m.runs_sm90())
+    NIB_RETURN_IF_ERROR(m.run_sm90(q, static_cast<const uint16_t*>(k_cache), static_cast<const uint16_t*>(v_cache), out, stream));
   return Status::ok();
 }
 

@@ -16,13 +16,14 @@
 
 namespace nibble::cuda {
 
-// The head dims compiled in (flashinfer_attention.cu instantiates each).
-bool flashinfer_attention_supported(int64_t head_dim);
+// The head dims compiled in (flashinfer_attention.cu instantiates each): BF16 KV 64 and 128, FP8 KV 128.
+bool flashinfer_attention_supported(int64_t head_dim, bool kv_fp8 = false);
 
 class FlashInferAttention {
  public:
   struct Shape {
     int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0, page_size = 0;
+    bool kv_fp8 = false;  // the cache holds FP8 E4M3 codes of unit scale (every step on FA2) instead of BF16
   };
   // Workspaces for steps of up to max_rows query rows from up to max_requests sequences holding
   // up to max_pages pages in all (device buffers from the arena, pinned host staging).
@@ -45,8 +46,8 @@ class FlashInferAttention {
   Status plan(bool graph, cudaStream_t stream);
   std::vector<int64_t> plan_info() const;
   // q BF16 [rows, n_heads, head_dim] → out BF16 [rows, n_heads · head_dim]; k_cache / v_cache: one
-  // layer's [pages, page_size, n_kv_heads, head_dim] BF16. Uses the last plan.
-  Status run(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache, uint16_t* out, cudaStream_t stream) const;
+  // layer's [pages, page_size, n_kv_heads, head_dim] BF16 (or FP8 codes, Shape::kv_fp8). Uses the last plan.
+  Status run(const uint16_t* q, const void* k_cache, const void* v_cache, uint16_t* out, cudaStream_t stream) const;
 
  private:
   struct Impl;

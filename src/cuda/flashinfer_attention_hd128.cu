@@ -3,5 +3,5 @@
 #include "cuda/flashinfer_attention_launch.cuh"
 
 namespace nibble::cuda::flashinfer_glue {
-template cudaError_t launch_paged<128>(const LaunchArgs& a);
+template cudaError_t launch_paged<128, __nv_bfloat16>(const LaunchArgs<__nv_bfloat16>& a);
 }  // namespace nibble::cuda::flashinfer_glue

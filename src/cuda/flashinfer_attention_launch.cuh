@@ -1,10 +1,13 @@
 // Internal to the FlashInfer wrapper: the parameter block FlashInfer's FA2 paged batch-prefill
 // kernel reads (the fields its Python glue declares, csrc/batch_prefill_customize_config.jinja of
-// flashinfer-python 0.7.2.post1) and the launch for one head dim, instantiated once per head dim in
-// flashinfer_attention_hd*.cu so the kernels compile in parallel. Included only by those files.
+// flashinfer-python 0.7.2.post1) and the launch for one head dim and KV element (BF16, or FP8 E4M3:
+// FlashInfer's FA2 kernels convert FP8 K/V tiles to the query's BF16 as they load them),
+// instantiated once per pair in flashinfer_attention_hd*.cu so the kernels compile in parallel.
+// Included only by those files.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <flashinfer/attention/prefill.cuh>
 #include <flashinfer/attention/scheduler.cuh>
@@ -19,13 +22,14 @@
 namespace nibble::cuda::flashinfer_glue {
 
 using DTypeQ = __nv_bfloat16;
-using DTypeKV = __nv_bfloat16;
 using DTypeO = __nv_bfloat16;
 using IdType = int32_t;
+using Fp8 = __nv_fp8_e4m3;
 
+template <typename KV>  // __nv_bfloat16 or Fp8
 struct PagedParams {
   using DTypeQ = flashinfer_glue::DTypeQ;
-  using DTypeKV = flashinfer_glue::DTypeKV;
+  using DTypeKV = KV;
   using DTypeO = flashinfer_glue::DTypeO;
   using IdType = flashinfer_glue::IdType;
 
@@ -86,8 +90,9 @@ struct PagedParams {
 using Variant = flashinfer::DefaultAttention<false, false, false, false>;
 
 // Everything one launch needs besides the head dim.
+template <typename KV>
 struct LaunchArgs {
-  PagedParams params;
+  PagedParams<KV> params;
   DTypeO* tmp_v;
   float* tmp_s;
   int64_t cta_tile_q;
@@ -95,13 +100,13 @@ struct LaunchArgs {
   cudaStream_t stream;
 };
 
-template <uint32_t HEAD_DIM>
-cudaError_t launch_paged(const LaunchArgs& a);
+template <uint32_t HEAD_DIM, typename KV>
+cudaError_t launch_paged(const LaunchArgs<KV>& a);
 
 #ifdef NIBBLE_FLASHINFER_INSTANTIATE
 // The CTA heights FlashInfer's planner picks below head dim 512 (FA2DetermineCtaTileQ): 16, 64, 128.
-template <uint32_t HEAD_DIM>
-cudaError_t launch_paged(const LaunchArgs& a) {
+template <uint32_t HEAD_DIM, typename KV>
+cudaError_t launch_paged(const LaunchArgs<KV>& a) {
   using flashinfer::MaskMode;
   using flashinfer::PosEncodingMode;
   switch (a.cta_tile_q) {
@@ -109,7 +114,7 @@ cudaError_t launch_paged(const LaunchArgs& a) {
   case TILE:                                                                                                            \
     return flashinfer::BatchPrefillWithPagedKVCacheDispatched</*SAME_KV_STRIDES=*/true, TILE, HEAD_DIM, HEAD_DIM,     \
                                                               PosEncodingMode::kNone, false, MaskMode::kCausal,       \
-                                                              Variant, PagedParams>(a.params, a.tmp_v, a.tmp_s,        \
+                                                              Variant, PagedParams<KV>>(a.params, a.tmp_v, a.tmp_s,    \
                                                                                     a.enable_pdl, a.stream);
     NIBBLE_FI_CASE(16)
     NIBBLE_FI_CASE(64)

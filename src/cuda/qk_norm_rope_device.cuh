@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -53,6 +54,21 @@ __device__ __forceinline__ void store_run(uint16_t* p, const float (&v)[N]) {
 #pragma unroll
     for (int k = 0; k < N; ++k) p[k] = float_to_bf16(v[k]);
   }
+}
+// FP8 E4M3 codes (an FP8 KV cache): round to nearest even, saturating at ±448, as formats::e4m3_encode.
+template <int N>
+__device__ __forceinline__ void store_run(uint8_t* p, const float (&v)[N]) {
+  uint32_t codes[(N + 3) / 4] = {};
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    codes[k / 4] |= uint32_t(__nv_cvt_float_to_fp8(v[k], __NV_SATFINITE, __NV_E4M3)) << (8 * (k % 4));
+  if constexpr (N == 2) *reinterpret_cast<uint16_t*>(p) = uint16_t(codes[0]);
+  else if constexpr (N == 4) *reinterpret_cast<uint32_t*>(p) = codes[0];
+  else if constexpr (N == 8) *reinterpret_cast<uint2*>(p) = make_uint2(codes[0], codes[1]);
+  else if constexpr (N == 16) *reinterpret_cast<uint4*>(p) = make_uint4(codes[0], codes[1], codes[2], codes[3]);
+  else
+#pragma unroll
+    for (int k = 0; k < N; ++k) p[k] = uint8_t(codes[k / 4] >> (8 * (k % 4)));
 }
 template <int N>
 __device__ __forceinline__ void store_run(float* p, const float (&v)[N]) {

@@ -63,11 +63,11 @@ __global__ void __launch_bounds__(NORM_THREADS)
 // computed once for the warp's items. Prefill takes 4 items a warp (fewer waves), decode 1 (the
 // shortest chain for a step of few warps: 4 there cost tg128 ~6%). A lane holds PAIRS consecutive
 // rotation pairs (head_dim ≤ 64 · PAIRS), read and written as runs with vector loads and stores
-// (the host checked their alignment).
-template <int PAIRS, int ITEMS>
+// (the host checked their alignment). KV: the cache's element, uint16_t (BF16) or uint8_t (FP8 codes).
+template <int PAIRS, int ITEMS, typename KV>
 __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
                                           const uint16_t* q_norm, const uint16_t* k_norm, float eps,
-                                          float* q_out, uint16_t* q_out_bf16, uint16_t* k_cache, uint16_t* v_cache) {
+                                          float* q_out, uint16_t* q_out_bf16, KV* k_cache, KV* v_cache) {
   const int lane = threadIdx.x & 31;
   const int64_t D = l.head_dim, half = D / 2, kv_width = l.n_kv_heads * D, i0 = int64_t{lane} * PAIRS;
   const bool active = i0 < half;
@@ -181,7 +181,7 @@ Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t 
 
 Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
                           const uint16_t* q_norm, const uint16_t* k_norm, float eps, float* q_out,
-                          uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream, uint16_t* q_out_bf16) {
+                          void* k_cache, void* v_cache, cudaStream_t stream, uint16_t* q_out_bf16, KvFormat kv_format) {
   if (layout.tokens <= 0) return Status::ok();
   const int64_t half = layout.head_dim / 2;
   // A lane's pairs: the fewest that cover half a head with 32 lanes, a whole number of them.
@@ -194,8 +194,9 @@ Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
   const auto aligned = [&](const void* p, size_t element) {
     return reinterpret_cast<uintptr_t>(p) % (2 * size_t(pairs) * element) == 0;
   };
+  const size_t kv_element = kv_format == KvFormat::FP8 ? 1 : 2;
   if (!aligned(in.q, 4) || !aligned(in.k, 4) || !aligned(in.v, 4) || !aligned(q_out, 4) || !aligned(q_out_bf16, 2) ||
-      !aligned(k_cache, 2) || !aligned(v_cache, 2) || !aligned(q_norm, 2) || !aligned(k_norm, 2) ||
+      !aligned(k_cache, kv_element) || !aligned(v_cache, kv_element) || !aligned(q_norm, 2) || !aligned(k_norm, 2) ||
       in.row_stride % (2 * pairs) != 0)
     return Status::error("qk_norm_rope_store: q/k/v, caches and norm weights must be aligned to " + std::to_string(2 * pairs) +
                          " elements");
@@ -205,14 +206,19 @@ Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
   const int64_t warps = layout.tokens * ((heads + per_warp - 1) / per_warp);
   const int threads = 256;
   const int64_t blocks = (warps * 32 + threads - 1) / threads;
-  using Kernel = void (*)(QkvInput, QkvLayout, const uint16_t*, const uint16_t*, float, float*, uint16_t*, uint16_t*, uint16_t*);
-  const Kernel kernels[2][4] = {
-      {qk_norm_rope_store_kernel<1, 1>, qk_norm_rope_store_kernel<2, 1>, qk_norm_rope_store_kernel<4, 1>, qk_norm_rope_store_kernel<8, 1>},
-      {qk_norm_rope_store_kernel<1, 4>, qk_norm_rope_store_kernel<2, 4>, qk_norm_rope_store_kernel<4, 4>, qk_norm_rope_store_kernel<8, 4>}};
-  const Kernel kernel = kernels[per_warp == 4][pairs == 1 ? 0 : pairs == 2 ? 1 : pairs == 4 ? 2 : 3];
-  return cuda_status(launch_pdl(kernel, dim3(unsigned(blocks)), dim3(threads), 0, stream, in, layout, q_norm, k_norm, eps,
-                                q_out, q_out_bf16, k_cache, v_cache),
-                     "qk_norm_rope_store");
+  const int index = pairs == 1 ? 0 : pairs == 2 ? 1 : pairs == 4 ? 2 : 3;
+  auto launch = [&](auto kv_element) -> Status {
+    using KV = decltype(kv_element);
+    using Kernel = void (*)(QkvInput, QkvLayout, const uint16_t*, const uint16_t*, float, float*, uint16_t*, KV*, KV*);
+    const Kernel kernels[2][4] = {{qk_norm_rope_store_kernel<1, 1, KV>, qk_norm_rope_store_kernel<2, 1, KV>,
+                                   qk_norm_rope_store_kernel<4, 1, KV>, qk_norm_rope_store_kernel<8, 1, KV>},
+                                  {qk_norm_rope_store_kernel<1, 4, KV>, qk_norm_rope_store_kernel<2, 4, KV>,
+                                   qk_norm_rope_store_kernel<4, 4, KV>, qk_norm_rope_store_kernel<8, 4, KV>}};
+    return cuda_status(launch_pdl(kernels[per_warp == 4][index], dim3(unsigned(blocks)), dim3(threads), 0, stream, in, layout,
+                                  q_norm, k_norm, eps, q_out, q_out_bf16, static_cast<KV*>(k_cache), static_cast<KV*>(v_cache)),
+                       "qk_norm_rope_store");
+  };
+  return kv_format == KvFormat::FP8 ? launch(uint8_t{}) : launch(uint16_t{});
 }
 
 Status silu_mul_bf16(const float* gate, const float* up, int64_t n, uint16_t* out, cudaStream_t stream) {

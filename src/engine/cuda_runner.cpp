@@ -267,7 +267,12 @@ Status cuda_runner_supports(const io::BoundCheckpoint& checkpoint) { return mode
 
 Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
                                                         const RunnerOptions& o) {
-  if (o.kv_dtype == KvCacheDtype::FP32) return Status::error("--backend cuda keeps a BF16 KV cache (fp32 is CPU-only)");
+  if (o.kv_dtype == KvCacheDtype::FP32) return Status::error("--backend cuda keeps a BF16 or FP8 KV cache (fp32 is CPU-only)");
+  if (o.kv_dtype == KvCacheDtype::FP8 &&
+      (o.attention == AttentionBackend::NATIVE || !cuda::flashinfer_attention_supported(checkpoint->bound.config.head_dim, true)))
+    return Status::error("--kv-cache-dtype fp8 needs FlashInfer attention with head_dim 128 (this model: head_dim " +
+                         std::to_string(checkpoint->bound.config.head_dim) +
+                         (o.attention == AttentionBackend::NATIVE ? ", --attention-backend native)" : ")"));
   NIB_RETURN_IF_ERROR(models::cuda_model_supports(checkpoint->bound));
   auto ctx = cuda::DeviceContext::create(0);
   if (!ctx) return Status::error("--backend cuda: " + ctx.status().message());
@@ -283,6 +288,7 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
     return Status::error("--attention-backend flashinfer: head_dim " + std::to_string(checkpoint->bound.config.head_dim) +
                          " is not compiled in (64, 128); use auto or native");
   mo.flashinfer = o.attention != AttentionBackend::NATIVE;
+  mo.kv_fp8 = o.kv_dtype == KvCacheDtype::FP8;
   mo.max_tokens = std::max<int64_t>(o.max_num_batched_tokens, 1);
   mo.max_rows = std::max<int64_t>(o.max_num_seqs, 1);
   mo.max_seqs = std::max<int64_t>(o.max_num_seqs, 1);
@@ -320,7 +326,8 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
   else if (mo.moe == cuda::GemmBackend::DEQUANT_CUBLAS)
     log_info("decode steps run eagerly: the dequant-cublas MoE backend reads expert counts back to the host");
   else NIB_RETURN_IF_ERROR(runner->model().capture_decode_graphs(mo.max_seqs));
-  log_info("GPU KV cache: " + std::to_string(n_blocks) + " blocks of " + std::to_string(o.block_size) + " tokens (" +
+  log_info(std::string("GPU KV cache (") + (mo.kv_fp8 ? "FP8 E4M3" : "BF16") + "): " + std::to_string(n_blocks) + " blocks of " +
+           std::to_string(o.block_size) + " tokens (" +
            std::to_string((n_blocks * block_bytes) >> 20) + " MiB); " + std::to_string(c.arena.bytes() >> 20) +
            " MiB on " + c.name + " in all");
   return std::unique_ptr<ModelRunner>(std::move(runner));

@@ -40,7 +40,9 @@ class CpuRunner : public ModelRunner {
   int64_t n_kv_blocks() const override { return cache_.n_blocks(); }
   int64_t block_size() const override { return cache_.block_size(); }
   std::string describe() const override {
-    return std::string("cpu (reference, ") + (cache_.dtype() == models::KvDtype::BF16 ? "bf16" : "fp32") + " KV)";
+    const models::KvDtype d = cache_.dtype();
+    return std::string("cpu (reference, ") + (d == models::KvDtype::BF16 ? "bf16" : d == models::KvDtype::FP8 ? "fp8" : "fp32") +
+           " KV)";
   }
 
   Status forward_logits(const models::Batch& batch, std::vector<float>& logits) override {
@@ -150,7 +152,9 @@ Result<std::unique_ptr<ModelRunner>> create_cpu_runner(std::shared_ptr<const io:
            std::to_string(n_blocks * block_bytes >> 20) + " MiB)");
   return std::unique_ptr<ModelRunner>(
       new CpuRunner(std::move(checkpoint), std::move(model.value()), model_options, n_blocks, o.block_size,
-                    o.kv_dtype == KvCacheDtype::FP32 ? models::KvDtype::FP32 : models::KvDtype::BF16));
+                    o.kv_dtype == KvCacheDtype::FP32  ? models::KvDtype::FP32
+                    : o.kv_dtype == KvCacheDtype::FP8 ? models::KvDtype::FP8
+                                                      : models::KvDtype::BF16));
 }
 
 }  // namespace

@@ -38,6 +38,7 @@ std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name) {
   if (name == "auto") return KvCacheDtype::AUTO;
   if (name == "bf16") return KvCacheDtype::BF16;
   if (name == "fp32") return KvCacheDtype::FP32;
+  if (name == "fp8" || name == "fp8_e4m3") return KvCacheDtype::FP8;
   return std::nullopt;
 }
 

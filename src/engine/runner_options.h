@@ -15,7 +15,9 @@ namespace nibble::engine {
 
 enum class Backend { AUTO, CPU, CUDA };            // auto: CUDA when a GPU is visible
 enum class KernelChoice { AUTO, FUSED, DEQUANT_CUBLAS, SKINNY, WGMMA };
-enum class KvCacheDtype { AUTO, BF16, FP32 };      // auto: BF16; FP32 only on the CPU (reference runs)
+// auto: BF16; FP32 only on the CPU (reference runs); FP8: E4M3 with unit scale (vLLM's fp8_e4m3
+// without calibrated scales), half the bytes of BF16 to store and to read.
+enum class KvCacheDtype { AUTO, BF16, FP32, FP8 };
 // Decode tokens' attention on the GPU: the split-KV CUDA-core kernel, or the tensor-core prefill
 // kernel with one item per token (a CTA per token and KV head over its whole context).
 // auto: tensor-core from 16 decode rows in a step, split-kv below (models::AUTO_TENSOR_CORE_DECODE_MIN_ROWS).
@@ -27,7 +29,7 @@ enum class AttentionBackend { AUTO, FLASHINFER, NATIVE };
 
 std::optional<Backend> parse_backend(std::string_view name);           // auto | cpu | cuda
 std::optional<KernelChoice> parse_kernel_choice(std::string_view name);  // one of kernel_choice_names()
-std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name); // auto | bf16 | fp32
+std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name); // auto | bf16 | fp32 | fp8 (= fp8_e4m3)
 std::optional<DecodeAttention> parse_decode_attention(std::string_view name);  // auto | split-kv | tensor-core
 std::optional<AttentionBackend> parse_attention_backend(std::string_view name);  // auto | flashinfer | native
 const char* backend_name(Backend backend);

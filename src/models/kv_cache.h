@@ -1,6 +1,6 @@
 // KV cache storage for the CPU backend: per layer, K and V as [n_blocks, block_size, n_kv_heads,
-// head_dim] fp32, holding BF16-rounded values for a BF16 cache (KvDtype::BF16) or full fp32 for
-// the reference. Which blocks a sequence owns is decided by the engine's block manager; this only
+// head_dim] fp32, holding BF16- or FP8-rounded values for a BF16 or FP8 cache (KvDtype::BF16, FP8:
+// what the GPU stores) or full fp32 for the reference. Which blocks a sequence owns is decided by the engine's block manager; this only
 // holds the numbers. Memory is left uninitialised, so pages are committed only once written.
 #pragma once
 
@@ -13,7 +13,7 @@
 
 namespace nibble::models {
 
-enum class KvDtype { FP32, BF16 };
+enum class KvDtype { FP32, BF16, FP8 };
 
 class KvCache {
  public:
@@ -35,7 +35,10 @@ class KvCache {
     return config.num_hidden_layers * 2 * config.num_key_value_heads * config.head_dim * int64_t{sizeof(float)};
   }
   ref::PagedKvLayer layer(int64_t l) {
-    return {k_[l].get(), v_[l].get(), n_blocks_, block_size_, n_kv_heads_, head_dim_, dtype_ == KvDtype::BF16};
+    const ref::KvRounding rounding = dtype_ == KvDtype::BF16  ? ref::KvRounding::BF16
+                                     : dtype_ == KvDtype::FP8 ? ref::KvRounding::FP8
+                                                              : ref::KvRounding::NONE;
+    return {k_[l].get(), v_[l].get(), n_blocks_, block_size_, n_kv_heads_, head_dim_, rounding};
   }
 
  private:

@@ -108,7 +108,7 @@ struct CudaModel::Impl {
     for (auto& [size, graph] : graphs) cudaGraphExecDestroy(graph);
   }
   // KV cache: [layers, blocks, block_size, NKV, D] BF16 for K and for V.
-  uint16_t *k_cache = nullptr, *v_cache = nullptr;
+  uint8_t *k_cache = nullptr, *v_cache = nullptr;  // BF16 values or FP8 codes (options.kv_fp8)
   int64_t n_blocks = 0;
   // Upload bookkeeping.
   uint64_t bytes_uploaded = 0, bytes_total = 0, bf16_copy_bytes = 0;
@@ -402,13 +402,17 @@ struct CudaModel::Impl {
     const int64_t split_tokens = std::min<int64_t>(T, 528);
     NIB_RETURN_IF_ERROR(a.alloc(attention_ws, static_cast<size_t>(cuda::attention_workspace_floats(split_tokens, NH, D, 32)),
                                 "the split-KV attention scratch"));
+    if (options.kv_fp8 && !(options.flashinfer && cuda::flashinfer_attention_supported(D, true)))
+      return Status::error("an FP8 KV cache needs FlashInfer attention with head_dim 128 (this model: head_dim " +
+                           std::to_string(D) + (options.flashinfer ? ")" : ", attention backend native)"));
     if (options.flashinfer && cuda::flashinfer_attention_supported(D)) {
       const int64_t S = options.max_seqs;  // decode graphs pad to at most max_seqs requests
-      auto fi = cuda::FlashInferAttention::create({NH, NKV, D, options.block_size}, T, S, S * max_blocks_per_seq + S, a);
+      auto fi = cuda::FlashInferAttention::create({NH, NKV, D, options.block_size, options.kv_fp8}, T, S,
+                                                  S * max_blocks_per_seq + S, a);
       if (!fi) return fi.status();
       flashinfer = std::move(fi.value());
       NIB_RETURN_IF_ERROR(a.alloc(q_bf16, T * NH * D, "q after RoPE (BF16)"));
-      if (cuda::decode_attention_supported(NH, NKV, D, options.block_size))
+      if (cuda::decode_attention_supported(NH, NKV, D, options.block_size) && !options.kv_fp8)
         one_launch_max_rows = std::min({options.one_launch_decode_max_rows, options.max_seqs, T});
     }
     return Status::ok();
@@ -602,7 +606,7 @@ struct CudaModel::Impl {
 
   // A layer's attention half as a kernel chain: q/k/v, q/k norm + RoPE + KV store, attention, o
   // projection into delta.
-  Status attention_chain(const DeviceLayer& w, int64_t T, uint16_t* kc, uint16_t* vc, const cuda::QkvLayout& qkv,
+  Status attention_chain(const DeviceLayer& w, int64_t T, void* kc, void* vc, const cuda::QkvLayout& qkv,
                          const cuda::AttentionBatch& att, const cuda::DecodeAttentionBatch& one_launch, bool qkv_quantized) {
     const float eps = static_cast<float>(config.rms_norm_eps);
     const cudaStream_t s = stream();
@@ -612,20 +616,23 @@ struct CudaModel::Impl {
     const bool o_quantized = flashinfer && step_one_launch && dense == ActQuant::STATIC && w.o.nvfp4 && gemm.act_workspace;
     if (flashinfer) {
       for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
-        NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16));
+        NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16,
+                                                     options.kv_fp8 ? cuda::KvFormat::FP8 : cuda::KvFormat::BF16));
       profiler.mark("q/k norm, RoPE, KV store");
       // Static W4A4: the one-launch kernel writes the o projection's x̂ too (no quantize launch).
       cuda::DecodeAttentionBatch layer_launch = one_launch;
       if (o_quantized) layer_launch.x_hat = gemm.act_workspace, layer_launch.x_hat_global = 1.0f / w.o.input_scale;
       for (int i = 0; i < cuda::op_repeats("attention"); ++i)
-        NIB_RETURN_IF_ERROR(step_one_launch ? cuda::decode_attention(q_bf16, kc, vc, layer_launch, attn, s)
+        NIB_RETURN_IF_ERROR(step_one_launch ? cuda::decode_attention(q_bf16, static_cast<uint16_t*>(kc), static_cast<uint16_t*>(vc),
+                                                                     layer_launch, attn, s)
                                             : flashinfer->run(q_bf16, kc, vc, attn, s));
     } else {
       for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
         NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, q_rot, kc, vc, s));
       profiler.mark("q/k norm, RoPE, KV store");
       for (int i = 0; i < cuda::op_repeats("attention"); ++i)
-        NIB_RETURN_IF_ERROR(cuda::paged_attention(q_rot, kc, vc, att, attn, s, attention_ws));
+        NIB_RETURN_IF_ERROR(
+            cuda::paged_attention(q_rot, static_cast<uint16_t*>(kc), static_cast<uint16_t*>(vc), att, attn, s, attention_ws));
     }
     profiler.mark("attention");
     for (int i = 0; i < cuda::op_repeats("o_proj"); ++i) NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta, o_quantized));
@@ -639,7 +646,7 @@ struct CudaModel::Impl {
     const int64_t H = config.hidden_size, D = config.head_dim, NH = config.num_attention_heads, NKV = config.num_key_value_heads;
     const float eps = static_cast<float>(config.rms_norm_eps);
     const cudaStream_t s = stream();
-    const size_t layer_kv = static_cast<size_t>((n_blocks + 1) * options.block_size * NKV * D);
+    const size_t layer_kv = static_cast<size_t>((n_blocks + 1) * options.block_size * NKV * D) * (options.kv_fp8 ? 1 : 2);  // bytes
     NIB_RETURN_IF_ERROR(cuda::embedding_gather(ids, T, embed, H, x, s, drawn));
     profiler.mark("embedding");
     const cuda::QkvLayout qkv{T, NH, NKV, D, positions, slots, inv_freq, config.rope_style == io::RopeStyle::INTERLEAVED};
@@ -659,8 +666,8 @@ struct CudaModel::Impl {
       if (!normed)
         NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, l == 0 ? nullptr : delta, T, H, w.input_norm, eps, h, s, nullptr, qkv_in));
       profiler.mark("norms");
-      uint16_t* kc = k_cache + l * layer_kv;
-      uint16_t* vc = v_cache + l * layer_kv;
+      uint8_t* kc = k_cache + l * layer_kv;
+      uint8_t* vc = v_cache + l * layer_kv;
       NIB_RETURN_IF_ERROR(attention_chain(w, T, kc, vc, qkv, att, one_launch, qkv_in.x_hat != nullptr));
       const cuda::NormActQuant moe_in = moe_quant(w);
       // A MoE block without shared experts (which read h before it) runs its own input norm: inside
@@ -809,15 +816,15 @@ const io::ModelConfig& CudaModel::config() const { return impl_->config; }
 
 int64_t CudaModel::kv_bytes_per_block() const {
   const io::ModelConfig& c = impl_->config;
-  return 2 * c.num_hidden_layers * impl_->options.block_size * c.num_key_value_heads * c.head_dim * 2;
+  return 2 * c.num_hidden_layers * impl_->options.block_size * c.num_key_value_heads * c.head_dim * (impl_->options.kv_fp8 ? 1 : 2);
 }
 
 Status CudaModel::allocate_kv_cache(int64_t n_blocks) {
   if (impl_->k_cache) return Status::error("the KV cache is already allocated");
   // One more block than the engine sees: where padding tokens of a replayed graph write.
-  const size_t values = static_cast<size_t>(kv_bytes_per_block() / 4) * static_cast<size_t>(n_blocks + 1);
-  NIB_RETURN_IF_ERROR(impl_->ctx->arena.alloc(impl_->k_cache, values, "the KV cache (K)"));
-  NIB_RETURN_IF_ERROR(impl_->ctx->arena.alloc(impl_->v_cache, values, "the KV cache (V)"));
+  const size_t bytes = static_cast<size_t>(kv_bytes_per_block() / 2) * static_cast<size_t>(n_blocks + 1);  // K, and V
+  NIB_RETURN_IF_ERROR(impl_->ctx->arena.alloc(impl_->k_cache, bytes, "the KV cache (K)"));
+  NIB_RETURN_IF_ERROR(impl_->ctx->arena.alloc(impl_->v_cache, bytes, "the KV cache (V)"));
   impl_->n_blocks = n_blocks;
   impl_->trash_block = static_cast<int32_t>(n_blocks);
   return Status::ok();

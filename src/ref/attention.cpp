@@ -6,6 +6,7 @@
 
 #include "core/parallel.h"
 #include "formats/bf16.h"
+#include "formats/e4m3.h"
 #include "ref/dot.h"
 
 namespace nibble::ref {
@@ -17,13 +18,22 @@ int64_t slot_of(const PagedKvLayer& kv, const AttentionSequence& seq, int64_t po
 
 }  // namespace
 
+float kv_round(float x, KvRounding rounding) {
+  switch (rounding) {
+    case KvRounding::BF16: return formats::bf16_round(x);
+    case KvRounding::FP8: return formats::e4m3_decode(formats::e4m3_encode(x));
+    case KvRounding::NONE: break;
+  }
+  return x;
+}
+
 void kv_store(const PagedKvLayer& kv, const AttentionSequence& seq, const float* k, const float* v) {
   const int64_t width = kv.n_kv_heads * kv.head_dim;
   for (int64_t i = 0; i < seq.n_tokens; ++i) {
     const int64_t slot = slot_of(kv, seq, seq.start_position + i);
     for (int64_t j = 0; j < width; ++j) {
-      kv.k[slot * width + j] = kv.round_to_bf16 ? formats::bf16_round(k[i * width + j]) : k[i * width + j];
-      kv.v[slot * width + j] = kv.round_to_bf16 ? formats::bf16_round(v[i * width + j]) : v[i * width + j];
+      kv.k[slot * width + j] = kv_round(k[i * width + j], kv.rounding);
+      kv.v[slot * width + j] = kv_round(v[i * width + j], kv.rounding);
     }
   }
 }

@@ -137,8 +137,8 @@ Status validate_options(const ServerOptions& o) {
   NIB_RETURN_IF_ERROR(check_member("--act-quant-moe", o.act_quant_moe, Names{"none", "static", "per-token"}));
   NIB_RETURN_IF_ERROR(check_member("--act-quant-dense", o.act_quant_dense, Names{"none", "static", "per-token"}));
   NIB_RETURN_IF_ERROR(check_member("--reasoning-parser", o.reasoning_parser, Names{"auto", "qwen3", "none"}));
-  if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "bf16")
-    return Status::error("--kv-cache-dtype '" + o.kv_cache_dtype + "' is not supported yet (supported: auto, bf16)");
+  if (const auto kv = engine::parse_kv_cache_dtype(o.kv_cache_dtype); !kv || *kv == engine::KvCacheDtype::FP32)
+    return Status::error("--kv-cache-dtype '" + o.kv_cache_dtype + "' is not supported (supported: auto, bf16, fp8, fp8_e4m3)");
   if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1))
     return Status::error("--gpu-memory-utilization must be in (0, 1]");
   if (o.tensor_parallel_size != 1)

@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <random>
 
+#include "models/kv_cache.h"
 #include "models/model.h"
+#include "ref/attention.h"
 #include "test_seed.h"
 #include "tools/synth.h"
 
@@ -163,4 +165,58 @@ TEST(ModelErrors, BadBatchesAreErrors) {
   EXPECT_NE(model->forward(batch, cache, logits).message().find("block table is too short"), std::string::npos);
   batch.sequences = {{{0, 9}, 0, 9}};
   EXPECT_FALSE(model->forward(batch, cache, logits).is_ok());
+}
+
+// An FP8 KV cache (--kv-cache-dtype fp8) rounds what it stores to E4M3 of unit scale, round to nearest
+// even and saturating (the GPU store's __nv_cvt_float_to_fp8 with __NV_SATFINITE), and a prompt
+// prefilled in chunks still gives the logits of one full prefill over that cache: each stored value
+// is rounded once, whatever the chunks.
+TEST(KvCacheFp8, RoundsToE4m3AndChunkingChangesNothing) {
+  using ref::KvRounding;
+  EXPECT_EQ(ref::kv_round(1.0625f, KvRounding::FP8), 1.0f);    // a tie: to the even mantissa
+  EXPECT_EQ(ref::kv_round(1.1875f, KvRounding::FP8), 1.25f);   // a tie: to the even mantissa
+  EXPECT_EQ(ref::kv_round(1.07f, KvRounding::FP8), 1.125f);
+  EXPECT_EQ(ref::kv_round(-1000.0f, KvRounding::FP8), -448.0f);  // saturates
+  EXPECT_EQ(ref::kv_round(0.001f, KvRounding::FP8), 0.001953125f);  // 2^-9, the smallest subnormal
+  EXPECT_EQ(ref::kv_round(3.0e-4f, KvRounding::FP8), 0.0f);
+  EXPECT_EQ(ref::kv_round(1.0f + 1.0f / 256, KvRounding::BF16), 1.0f);
+  EXPECT_EQ(ref::kv_round(1.3f, KvRounding::NONE), 1.3f);
+
+  std::mt19937_64 rng(test::test_seed("KvCacheFp8"));
+  auto model = make_model(formats::ActQuant::NONE);
+  const int64_t V = model->config().vocab_size;
+  const auto tokens = random_tokens(rng, 13);
+  BatchSequence seq;
+  for (int32_t b = 0; b < 16; ++b) seq.block_table.push_back(b);
+  auto run = [&](const std::vector<size_t>& chunks, KvCache& cache) {
+    std::vector<float> last;
+    size_t done = 0;
+    for (size_t chunk : chunks) {
+      Batch batch;
+      batch.token_ids.assign(tokens.begin() + done, tokens.begin() + done + chunk);
+      seq.start_position = static_cast<int64_t>(done);
+      seq.n_tokens = static_cast<int64_t>(chunk);
+      batch.sequences = {seq};
+      batch.logits_rows = {static_cast<int64_t>(chunk) - 1};
+      EXPECT_TRUE(model->forward(batch, cache, last).is_ok());
+      done += chunk;
+    }
+    return last;
+  };
+  KvCache whole(model->config(), 16, BLOCK, KvDtype::FP8), chunked(model->config(), 16, BLOCK, KvDtype::FP8),
+      bf16(model->config(), 16, BLOCK, KvDtype::BF16);
+  const auto want = run({13}, whole);
+  EXPECT_EQ(run({4, 6, 1, 1, 1}, chunked), want);
+  const auto with_bf16 = run({13}, bf16);
+  ASSERT_EQ(with_bf16.size(), size_t(V));
+  EXPECT_NE(with_bf16, want) << "an FP8 cache should change the logits a little";
+  // Every stored value is an E4M3 value.
+  const ref::PagedKvLayer layer = whole.layer(0);
+  const int64_t width = layer.n_kv_heads * layer.head_dim;
+  for (int64_t i = 0; i < 13 * width; ++i) {
+    const int64_t slot = int64_t{seq.block_table[i / width / BLOCK]} * BLOCK + (i / width) % BLOCK;
+    const float k = layer.k[slot * width + i % width], v = layer.v[slot * width + i % width];
+    ASSERT_EQ(ref::kv_round(k, KvRounding::FP8), k) << "K value " << i;
+    ASSERT_EQ(ref::kv_round(v, KvRounding::FP8), v) << "V value " << i;
+  }
 }

@@ -57,7 +57,8 @@ std::string test_model() {
 std::unique_ptr<engine::ModelRunner> runner(engine::Backend backend, formats::ActQuant mode, int64_t blocks = 64,
                                             bool eager = false,
                                             engine::DecodeAttention attention = engine::DecodeAttention::AUTO,
-                                            engine::AttentionBackend kernels = engine::AttentionBackend::AUTO) {
+                                            engine::AttentionBackend kernels = engine::AttentionBackend::AUTO,
+                                            engine::KvCacheDtype kv = engine::KvCacheDtype::BF16) {
   engine::RunnerOptions o;
   o.enforce_eager = eager;
   o.decode_attention = attention;
@@ -66,7 +67,7 @@ std::unique_ptr<engine::ModelRunner> runner(engine::Backend backend, formats::Ac
   o.backend = backend;
   o.act_quant_moe = o.act_quant_dense = mode;
   o.num_kv_blocks = blocks;
-  o.kv_dtype = engine::KvCacheDtype::BF16;
+  o.kv_dtype = kv;
   o.max_num_batched_tokens = 512;
   o.max_num_seqs = 8;
   auto r = engine::create_runner(test_model(), o);
@@ -171,6 +172,52 @@ TEST(CudaRunner, MatchesTheCpuReferenceInEveryMode) {
       EXPECT_GE(l2_w4a16, 0.5 * l2_noise) << formats::act_quant_name(mode);
     }
   }
+}
+
+// An FP8 KV cache on both sides (W4A16; head dim 128 only, so it runs on NIBBLE_TEST_MODEL's slice of
+// Qwen3-30B-A3B): the GPU's FlashInfer over E4M3 codes against the CPU's E4M3-rounded cache, with the
+// tolerances above; and how far FP8 moves the GPU's logits from its BF16 cache (printed).
+TEST(CudaRunner, Fp8KvCacheMatchesTheCpu) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaRunner.Fp8KvCacheMatchesTheCpu");
+  const auto fp8 = engine::KvCacheDtype::FP8;
+  auto probe = runner(engine::Backend::CPU, formats::ActQuant::NONE);
+  ASSERT_TRUE(probe);
+  if (probe->config().head_dim != 128) GTEST_SKIP() << "an FP8 KV cache on the GPU needs head dim 128 (NIBBLE_TEST_MODEL)";
+  const auto none = formats::ActQuant::NONE;
+  auto gpu = runner(engine::Backend::CUDA, none, 64, false, engine::DecodeAttention::AUTO, engine::AttentionBackend::AUTO, fp8);
+  auto cpu = runner(engine::Backend::CPU, none, 64, false, engine::DecodeAttention::AUTO, engine::AttentionBackend::AUTO, fp8);
+  auto gpu_bf16 = runner(engine::Backend::CUDA, none);
+  ASSERT_TRUE(gpu && cpu && gpu_bf16);
+  const int64_t V = cpu->config().vocab_size;
+  std::mt19937_64 rng(seed);
+  const std::vector<int32_t> prompt = random_tokens(45, rng, V);
+  std::vector<float> lg, lc, lb;
+  double worst = 0, l2 = 0, l2_bf16 = 0;
+  int rows = 0, clear = 0, agreed = 0;
+  int64_t position = 0;
+  models::Batch step = one_sequence(prompt, 0, 8);
+  for (int i = 0; i < 11; ++i) {
+    ASSERT_TRUE(gpu->forward_logits(step, lg).is_ok());
+    ASSERT_TRUE(cpu->forward_logits(step, lc).is_ok());
+    ASSERT_TRUE(gpu_bf16->forward_logits(step, lb).is_ok());
+    worst = std::max(worst, row_error(lg, lc, V));
+    l2 += mean_l2(lg, lc, V), l2_bf16 += mean_l2(lg, lb, V), ++rows;
+    std::vector<float> sorted(lc.begin(), lc.end());
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+    double scale = 0;
+    for (float x : lc) scale = std::max(scale, std::fabs(double(x)));
+    const int32_t cpu_token = int32_t(std::max_element(lc.begin(), lc.end()) - lc.begin());
+    const int32_t gpu_token = int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin());
+    if (sorted[0] - sorted[1] > 2 * TOLERANCE * scale) ++clear, agreed += cpu_token == gpu_token;
+    position += int64_t(step.token_ids.size());
+    step = one_sequence({cpu_token}, position, 8);
+  }
+  std::printf("FP8 KV: max row error %.2e; mean L2 GPU-CPU %.3e, GPU FP8-BF16 KV %.3e; greedy %d/%d clear-margin tokens "
+              "agree\n", worst, l2 / rows, l2_bf16 / rows, agreed, clear);
+  EXPECT_LE(worst, TOLERANCE);
+  EXPECT_LE(l2 / rows, MEAN_TOLERANCE);
+  EXPECT_EQ(agreed, clear);
 }
 
 // A 512-token prompt in one step: 128 rows per expert, so AUTO runs the MoE on the wgmma kernels

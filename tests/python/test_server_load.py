@@ -362,7 +362,7 @@ def test_sigterm_ends_streams_with_abort_and_exits(build_dir, tiny_models, tmp_p
 
 def test_startup_errors_are_clear(build_dir, tmp_path):
     bad = subprocess.run([str(build_dir / "nibble"), "serve", "--model", str(tmp_path), "--port", "0",
-                          "--kv-cache-dtype", "fp8"], capture_output=True, text=True, timeout=60)
+                          "--kv-cache-dtype", "fp4"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--kv-cache-dtype" in bad.stderr
     for flag, value in (("--decode-attention", "flash"), ("--attention-backend", "fa3"), ("--moe-backend", "cutlass")):
         r = subprocess.run([str(build_dir / "nibble"), "serve", "--model", str(tmp_path), "--port", "0", flag, value],

@@ -165,8 +165,11 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     const auto gemm = engine::parse_kernel_choice(o.gemm_backend), moe = engine::parse_kernel_choice(o.moe_backend);
     const auto decode_attention = engine::parse_decode_attention(o.decode_attention);
     const auto attention = engine::parse_attention_backend(o.attention_backend);
-    if (!backend || !gemm || !moe || !decode_attention || !attention)
-      return fail("--backend / --gemm-backend / --moe-backend / --attention-backend / --decode-attention: unknown name");
+    const auto kv_dtype = engine::parse_kv_cache_dtype(o.kv_cache_dtype);
+    if (!backend || !gemm || !moe || !decode_attention || !attention || !kv_dtype)
+      return fail("--backend / --gemm-backend / --moe-backend / --attention-backend / --decode-attention / --kv-cache-dtype: "
+                  "unknown name");
+    ro.kv_dtype = *kv_dtype;
     ro.decode_attention = *decode_attention;
     ro.attention = *attention;
     ro.backend = *backend;

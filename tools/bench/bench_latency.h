@@ -15,6 +15,7 @@ struct BenchLatencyOptions {
   std::string backend = "auto";
   std::string modes = "none";          // activation modes to run, each for MoE and dense: none,static,per-token
   std::string gemm_backend = "auto", moe_backend = "auto", decode_attention = "auto", attention_backend = "auto";
+  std::string kv_cache_dtype = "auto";
   std::string pp = "512,2048";         // prefill lengths
   int64_t tg = 128;                    // single-stream decode tokens (after a 1-token prompt)
   std::string batches = "1,16,64,128"; // batched decode: parallel sequences
