@@ -180,11 +180,11 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
   uint32_t frag[2][MT][GROUP_BLOCKS][4];   // [group parity][m-tile][k16 block in the group][A register]
   int prev_slot = 0;
   for (int kt = 0; kt < k_tiles; ++kt) {
+    // The stage's copies landed (cp.async.mbarrier.arrive): wgmma reads them with no proxy fence
+    // between, as CUTLASS's SM90 cp.async mainloops do (sm90_mma_multistage_gmma_ss_warpspecialized.hpp:
+    // consumer_wait, warpgroup_arrive, gemm). A fence.proxy.async here cost the MoE block 5% at T = 512
+    // and 1,024 on the H200 (326 → 309, 360 → 342 µs; docs/perf.md), 3% of a mixed serving step.
     barrier_wait(&full[ring.slot], ring.phase);
-    // The activation tile landed through cp.async (the generic proxy); wgmma reads it through the
-    // async proxy. (Fencing on the producer side instead, after cp.async.wait_group, made the 1-CTA
-    // tiles 3-8% slower on the H200: the fence waits for all of that thread's copies in flight.)
-    wgmma::fence_shared_for_async();
     const uint8_t* codes = smem + L::CODE_OFFSET + (LINE ? ring.code_pair * 2 : ring.slot) * L::CODE_STAGE;
     const uint8_t* scales = smem + L::SCALE_OFFSET + ring.slot * L::SCALE_STAGE;
     const int half = kt & 1;  // line order: the stage's half of the 128-block (k_tiles is even)

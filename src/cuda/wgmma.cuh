@@ -28,10 +28,6 @@ template <int N>
 __device__ __forceinline__ void wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// Makes this thread's generic-proxy shared-memory writes (st.shared, completed cp.async) visible to
-// the async proxy that wgmma reads through; a barrier after it publishes them to the warpgroups.
-__device__ __forceinline__ void fence_shared_for_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
 // d += A · Bᵀ with A (64 × 16, the weights) in registers and B (N × 16) K-major in shared memory
 // (descriptor). A's fragment is the mma.m16n8k16 one for each warp's 16 rows: a[0] row lane/4, k
 // 2·(lane%4) +0/1; a[1] row lane/4 + 8, same k; a[2] and a[3] the same rows at k + 8. d fp32 64 × N

@@ -347,7 +347,11 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
       // The mean over fewer than 1,024 outputs (one token of a small model) rests on a handful of BF16
       // roundings of the output: twice the bound there (a T = 1 seed measured 1.52e-3 on dequant-cublas).
       EXPECT_LT(mean_rel, compared >= 1024 ? 1.5e-3 : 3e-3) << what;
-      if (w4a4) EXPECT_LT(p999_rel, 5e-3) << what;
+      // The 99.9th percentile is a tail only over more than one token's outputs: a code at a rounding
+      // edge of one token's static x̂ (the GPU's rcp.approx against the CPU's division) moves all that
+      // token's outputs together, every backend alike (H = 128, T = 33, one seed: p99.9 6.9e-3 on all four
+      // backends, which agreed with each other within 1.9e-3). Below 1,000 tokens the max bound holds.
+      if (w4a4 && compared >= 1000 * c.hidden) EXPECT_LT(p999_rel, 5e-3) << what;
       fused_norm_checks();
     }
     if (mode == formats::ActQuant::NONE) continue;
