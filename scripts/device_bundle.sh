@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null
 rm -rf build-device && mkdir -p build-device/tests build-device/bench
 cp build/nibble build-device/
-[ -x build/bench/l2_bandwidth ] && cp build/bench/l2_bandwidth build-device/bench/
+for b in l2_bandwidth cublaslt_probe; do [ -x "build/bench/$b" ] && cp "build/bench/$b" build-device/bench/; done
 if [ -n "${BUNDLE_TESTS:-}" ]; then
   for t in $BUNDLE_TESTS; do cp "build/tests/test_cuda_$t" build-device/tests/; done
 else
