@@ -28,6 +28,7 @@ struct GenerateOptions {
   std::string moe_backend = "auto";
   std::string attention_backend = "auto";
   std::string decode_attention = "auto";
+  std::string kv_cache_dtype = "auto";
   std::string act_quant_moe = "none";
   std::string act_quant_dense = "none";
   std::string dump_logits;
@@ -56,13 +57,14 @@ int run_generate(const GenerateOptions& o) {
   if (prompt->empty()) return fail("the prompt encodes to no tokens");
 
   // CLI11 has checked every name. One sequence: exactly the KV blocks it needs; the CPU reference
-  // keeps an fp32 KV cache (the differential tests' oracle), the GPU a BF16 one.
+  // keeps an fp32 KV cache (the differential tests' oracle) and the GPU a BF16 one unless --kv-cache-dtype says otherwise.
   engine::RunnerOptions options;
   options.backend = *engine::parse_backend(o.backend);
   options.gemm = *engine::parse_kernel_choice(o.gemm_backend);
   options.moe = *engine::parse_kernel_choice(o.moe_backend);
   options.attention = *engine::parse_attention_backend(o.attention_backend);
   options.decode_attention = *engine::parse_decode_attention(o.decode_attention);
+  options.kv_dtype = *engine::parse_kv_cache_dtype(o.kv_cache_dtype);
   options.act_quant_moe = formats::parse_act_quant(o.act_quant_moe).value();
   options.act_quant_dense = formats::parse_act_quant(o.act_quant_dense).value();
   const int64_t total = static_cast<int64_t>(prompt->size()) + o.max_tokens;
@@ -170,6 +172,8 @@ CommandRunner register_generate(CLI::App& root) {
       ->default_val("auto")->check(CLI::IsMember({"auto", "flashinfer", "native"}));
   cmd->add_option("--decode-attention", o->decode_attention, "Native attention's decode kernel (CUDA): auto | split-kv | tensor-core")
       ->default_val("auto")->check(CLI::IsMember({"auto", "split-kv", "tensor-core"}));
+  cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (CPU fp32, GPU BF16) | bf16 | fp8 (E4M3, unit scale) | fp32 (CPU)")
+      ->default_val("auto")->check(CLI::IsMember({"auto", "bf16", "fp8", "fp8_e4m3", "fp32"}));
   cmd->add_option("--act-quant-moe", o->act_quant_moe, "MoE activation quantization")
       ->default_val("none")->check(CLI::IsMember(modes));
   cmd->add_option("--act-quant-dense", o->act_quant_dense, "Dense-layer activation quantization")

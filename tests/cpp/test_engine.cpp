@@ -170,7 +170,7 @@ RunResult run(bool overlap, const std::vector<GenerationRequest>& requests, int6
     const Status s = engine.submit(std::move(r));
     if (!s) {
       ADD_FAILURE() << "request " << i << ": " << s.message();
-      return {};
+      return RunResult();
     }
   }
   sink.wait(requests.size());

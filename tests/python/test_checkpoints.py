@@ -179,6 +179,25 @@ def test_broken_folders_are_reported(build_dir, tiny, tmp_path):
     assert proc.returncode == 1 and "cannot open" in proc.stdout
 
 
+def test_generate_with_an_fp8_kv_cache(build_dir, tiny, tmp_path):
+    # --kv-cache-dtype fp8 on the CPU reference: the cache rounds K and V to E4M3, which moves the
+    # logits a little (3 significant bits against BF16's 8: ~2% of max|logit| on this tiny model,
+    # ~0.1% for a BF16 cache), never identically and never far; an unknown dtype is refused.
+    import numpy as np
+    logits = {}
+    for kv in ("auto", "bf16", "fp8"):
+        out = tmp_path / f"{kv}.npy"
+        nibble(build_dir, "generate", "--model", tiny, "--prompt-ids", "1,2,3,4,5,6,7,8,9,10", "--max-tokens", "6",
+               "--ignore-eos", "--backend", "cpu", "--kv-cache-dtype", kv, "--dump-logits", out)
+        logits[kv] = np.load(out)
+    scale = np.abs(logits["auto"]).max()
+    fp8 = np.abs(logits["fp8"] - logits["auto"]).max() / scale
+    bf16 = np.abs(logits["bf16"] - logits["auto"]).max() / scale
+    assert 0 < bf16 < fp8 < 0.1, (bf16, fp8)
+    proc = nibble(build_dir, "generate", "--model", tiny, "--prompt-ids", "1,2", "--kv-cache-dtype", "fp4", check=False)
+    assert proc.returncode != 0 and "--kv-cache-dtype" in proc.stderr
+
+
 def test_generate_with_text_prompt(build_dir, tiny):
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(str(tiny / "tokenizer.json"))
