@@ -65,6 +65,28 @@ std::vector<float> full_prefill(Model& model, const std::vector<int32_t>& tokens
   return logits;
 }
 
+// The logits of each chunk's last position, prefilling `tokens` into `cache` in chunks of the given
+// sizes (then single-token decode steps where a chunk is 1) over blocks 0–15.
+std::vector<std::vector<float>> chunked_logits(Model& model, KvCache& cache, const std::vector<int32_t>& tokens,
+                                               const std::vector<size_t>& chunks) {
+  BatchSequence seq;
+  for (int32_t b = 0; b < 16; ++b) seq.block_table.push_back(b);
+  std::vector<std::vector<float>> out;
+  size_t done = 0;
+  for (size_t chunk : chunks) {
+    Batch batch;
+    batch.token_ids.assign(tokens.begin() + done, tokens.begin() + done + chunk);
+    seq.start_position = static_cast<int64_t>(done);
+    seq.n_tokens = static_cast<int64_t>(chunk);
+    batch.sequences = {seq};
+    batch.logits_rows = {static_cast<int64_t>(chunk) - 1};
+    out.emplace_back();
+    EXPECT_TRUE(model.forward(batch, cache, out.back()).is_ok());
+    done += chunk;
+  }
+  return out;
+}
+
 class Batching : public ::testing::TestWithParam<formats::ActQuant> {};
 
 }  // namespace
@@ -77,21 +99,13 @@ TEST_P(Batching, ChunkedPrefillThenDecodeEqualsFullPrefill) {
   const auto expected = full_prefill(*model, tokens);
 
   KvCache cache(model->config(), 16, BLOCK);
-  BatchSequence seq;
-  for (int32_t b = 0; b < 16; ++b) seq.block_table.push_back(b);
+  const std::vector<size_t> chunks = {5, 3, 7, 1, 1, 1, 1};  // prefill chunks, then single-token decode steps
+  const auto logits = chunked_logits(*model, cache, tokens, chunks);
   size_t done = 0;
-  for (size_t chunk : {5, 3, 7, 1, 1, 1, 1}) {  // prefill chunks, then single-token decode steps
-    Batch batch;
-    batch.token_ids.assign(tokens.begin() + done, tokens.begin() + done + chunk);
-    seq.start_position = static_cast<int64_t>(done);
-    seq.n_tokens = static_cast<int64_t>(chunk);
-    batch.sequences = {seq};
-    batch.logits_rows = {static_cast<int64_t>(chunk) - 1};
-    std::vector<float> logits;
-    ASSERT_TRUE(model->forward(batch, cache, logits).is_ok());
-    done += chunk;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    done += chunks[i];
     const float* want = expected.data() + (done - 1) * V;
-    ASSERT_TRUE(std::equal(logits.begin(), logits.end(), want)) << "position " << done - 1;
+    ASSERT_TRUE(std::equal(logits[i].begin(), logits[i].end(), want)) << "position " << done - 1;
   }
 }
 
@@ -186,23 +200,7 @@ TEST(KvCacheFp8, RoundsToE4m3AndChunkingChangesNothing) {
   auto model = make_model(formats::ActQuant::NONE);
   const int64_t V = model->config().vocab_size;
   const auto tokens = random_tokens(rng, 13);
-  BatchSequence seq;
-  for (int32_t b = 0; b < 16; ++b) seq.block_table.push_back(b);
-  auto run = [&](const std::vector<size_t>& chunks, KvCache& cache) {
-    std::vector<float> last;
-    size_t done = 0;
-    for (size_t chunk : chunks) {
-      Batch batch;
-      batch.token_ids.assign(tokens.begin() + done, tokens.begin() + done + chunk);
-      seq.start_position = static_cast<int64_t>(done);
-      seq.n_tokens = static_cast<int64_t>(chunk);
-      batch.sequences = {seq};
-      batch.logits_rows = {static_cast<int64_t>(chunk) - 1};
-      EXPECT_TRUE(model->forward(batch, cache, last).is_ok());
-      done += chunk;
-    }
-    return last;
-  };
+  auto run = [&](const std::vector<size_t>& chunks, KvCache& cache) { return chunked_logits(*model, cache, tokens, chunks).back(); };
   KvCache whole(model->config(), 16, BLOCK, KvDtype::FP8), chunked(model->config(), 16, BLOCK, KvDtype::FP8),
       bf16(model->config(), 16, BLOCK, KvDtype::BF16);
   const auto want = run({13}, whole);
@@ -214,7 +212,7 @@ TEST(KvCacheFp8, RoundsToE4m3AndChunkingChangesNothing) {
   const ref::PagedKvLayer layer = whole.layer(0);
   const int64_t width = layer.n_kv_heads * layer.head_dim;
   for (int64_t i = 0; i < 13 * width; ++i) {
-    const int64_t slot = int64_t{seq.block_table[i / width / BLOCK]} * BLOCK + (i / width) % BLOCK;
+    const int64_t slot = i / width;  // blocks 0–15 in order
     const float k = layer.k[slot * width + i % width], v = layer.v[slot * width + i % width];
     ASSERT_EQ(ref::kv_round(k, KvRounding::FP8), k) << "K value " << i;
     ASSERT_EQ(ref::kv_round(v, KvRounding::FP8), v) << "V value " << i;

@@ -124,6 +124,19 @@ models::Batch one_sequence(const std::vector<int32_t>& tokens, int64_t start, in
   return b;
 }
 
+// The CPU's greedy token of a row; counts it in `clear` where the CPU's top-2 margin exceeds twice
+// the tolerance, and in `agreed` where the GPU's greedy token is the same there.
+int32_t greedy_agreement(const std::vector<float>& gpu, const std::vector<float>& cpu, int& clear, int& agreed) {
+  std::vector<float> sorted(cpu.begin(), cpu.end());
+  std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+  double scale = 0;
+  for (float x : cpu) scale = std::max(scale, std::fabs(double(x)));
+  const int32_t cpu_token = int32_t(std::max_element(cpu.begin(), cpu.end()) - cpu.begin());
+  const int32_t gpu_token = int32_t(std::max_element(gpu.begin(), gpu.end()) - gpu.begin());
+  if (sorted[0] - sorted[1] > 2 * TOLERANCE * scale) ++clear, agreed += cpu_token == gpu_token;
+  return cpu_token;
+}
+
 TEST(CudaRunner, MatchesTheCpuReferenceInEveryMode) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaRunner.MatchesTheCpuReferenceInEveryMode");
@@ -144,14 +157,7 @@ TEST(CudaRunner, MatchesTheCpuReferenceInEveryMode) {
     int clear = 0, agreed = 0;
     int64_t position = static_cast<int64_t>(prompt.size());
     for (int step = 0; step < 10; ++step) {
-      // Greedy agreement wherever the CPU's top-2 margin exceeds the tolerance.
-      std::vector<float> sorted(lc.begin(), lc.end());
-      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-      double scale = 0;
-      for (float x : lc) scale = std::max(scale, std::fabs(double(x)));
-      const int32_t cpu_token = int32_t(std::max_element(lc.begin(), lc.end()) - lc.begin());
-      const int32_t gpu_token = int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin());
-      if (sorted[0] - sorted[1] > 2 * TOLERANCE * scale) ++clear, agreed += cpu_token == gpu_token;
+      const int32_t cpu_token = greedy_agreement(lg, lc, clear, agreed);
       const auto next = one_sequence({cpu_token}, position++, 8);
       ASSERT_TRUE(gpu->forward_logits(next, lg).is_ok());
       ASSERT_TRUE(cpu->forward_logits(next, lc).is_ok());
@@ -203,13 +209,7 @@ TEST(CudaRunner, Fp8KvCacheMatchesTheCpu) {
     ASSERT_TRUE(gpu_bf16->forward_logits(step, lb).is_ok());
     worst = std::max(worst, row_error(lg, lc, V));
     l2 += mean_l2(lg, lc, V), l2_bf16 += mean_l2(lg, lb, V), ++rows;
-    std::vector<float> sorted(lc.begin(), lc.end());
-    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-    double scale = 0;
-    for (float x : lc) scale = std::max(scale, std::fabs(double(x)));
-    const int32_t cpu_token = int32_t(std::max_element(lc.begin(), lc.end()) - lc.begin());
-    const int32_t gpu_token = int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin());
-    if (sorted[0] - sorted[1] > 2 * TOLERANCE * scale) ++clear, agreed += cpu_token == gpu_token;
+    const int32_t cpu_token = greedy_agreement(lg, lc, clear, agreed);
     position += int64_t(step.token_ids.size());
     step = one_sequence({cpu_token}, position, 8);
   }
