@@ -57,7 +57,8 @@ json describe(const std::string& dir) {
   report["shape"]["moe_layers"] = moe_layers;
   report["quantization"] = quant->nvfp4 ? json{{"algorithm", "NVFP4"}, {"group_size", quant->group_size},
                                                {"source", quant->source}, {"producer", quant->producer},
-                                               {"exclude_modules", quant->exclude_modules}}
+                                               {"exclude_modules", quant->exclude_modules},
+                                               {"kv_cache", quant->kv_cache_fp8 ? "FP8" : "none"}}
                                         : json{{"algorithm", "none (BF16)"}};
   const auto modules = io::plan_modules(c, *quant);
   std::map<std::string, json> roles;
@@ -113,6 +114,7 @@ void print_text(const json& r) {
       std::printf(" (group %d) from %s, producer '%s', %zu exclusion pattern(s)", q["group_size"].get<int>(),
                   q["source"].get<std::string>().c_str(), q["producer"].get<std::string>().c_str(),
                   q["exclude_modules"].size());
+    if (q.value("kv_cache", "none") == "FP8") std::printf("; FP8 KV-cache scales (k_proj.k_scale, v_proj.v_scale)");
     std::printf("\nmodules\n");
     for (const auto& [role, m] : r["modules"].items()) {
       std::string formats;

@@ -20,6 +20,8 @@ CommandRunner register_synth(CLI::App& root) {
   cmd->add_option("--quantize-attention", *quantize_attention, "Quantize q/k/v/o to NVFP4")
       ->check(CLI::IsMember({"yes", "no"}))->default_val("yes");
   cmd->add_option("--shard-size", options->shard_bytes, "Bytes per safetensors shard (default: preset's)");
+  cmd->add_flag("--kv-cache-fp8", options->kv_cache_fp8,
+                "Declare kv_cache_quant_algo FP8 and write each layer's k_proj.k_scale / v_proj.v_scale (ModelOpt)");
   return [options, quantize_attention] {
     options->quantize_attention = *quantize_attention == "yes";
     Result<uint64_t> total = synth_total_bytes(*options);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/parallel.h"
+#include "formats/e4m3.h"
 #include "formats/bf16.h"
 #include "formats/nvfp4.h"
 #include "formats/nvfp4_block.h"
@@ -339,7 +340,7 @@ size_t numel(const io::ModuleSpec& m) {
   return n;
 }
 
-Status generate_group(const std::vector<const io::ModuleSpec*>& group, uint64_t seed, io::ShardedWriter& writer) {
+Status generate_weights(const std::vector<const io::ModuleSpec*>& group, uint64_t seed, io::ShardedWriter& writer) {
   const io::ModuleSpec& first = *group[0];
   FastRandom rng(seed, first.name);
   if (first.kind == io::ModuleKind::NORM) {
@@ -396,9 +397,24 @@ Status generate_group(const std::vector<const io::ModuleSpec*>& group, uint64_t 
   return Status::ok();
 }
 
-io::QuantConfig synth_quant_config(const io::ModelConfig& c, bool quantize_attention) {
+// A group's weights, then the FP8 KV-cache scales of its k_proj and v_proj where the checkpoint has
+// them: amax / 448 (ModelOpt's calibration) for K after its norm and RoPE (~2–8) and V (~1–4).
+Status generate_group(const std::vector<const io::ModuleSpec*>& group, uint64_t seed, io::ShardedWriter& writer) {
+  NIB_RETURN_IF_ERROR(generate_weights(group, seed, writer));
+  for (const io::ModuleSpec* m : group) {
+    if (!m->kv_scale) continue;
+    FastRandom rng(seed, m->name + ".kv_scale");
+    const bool k = m->role == io::ModuleRole::K_PROJ;
+    const float amax = (k ? 2.0f : 1.0f) * (1.0f + 3.0f * rng.uniform());
+    NIB_RETURN_IF_ERROR(write_f32(writer, m->tensors().back().name, amax / formats::E4M3_MAX));
+  }
+  return Status::ok();
+}
+
+io::QuantConfig synth_quant_config(const io::ModelConfig& c, bool quantize_attention, bool kv_cache_fp8) {
   io::QuantConfig q;
   q.nvfp4 = true;
+  q.kv_cache_fp8 = kv_cache_fp8;
   q.exclude_modules.push_back("lm_head");
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l);
@@ -428,7 +444,7 @@ Result<uint64_t> synth_total_bytes(const SynthOptions& options) {
   Result<io::ModelConfig> config = synth_config(options);
   if (!config) return config.status();
   uint64_t total = 0;
-  for (const auto& m : io::plan_modules(*config, synth_quant_config(*config, options.quantize_attention)))
+  for (const auto& m : io::plan_modules(*config, synth_quant_config(*config, options.quantize_attention, options.kv_cache_fp8)))
     total += m.nbytes();
   return total;
 }
@@ -438,7 +454,7 @@ Result<SynthReport> synth_checkpoint(const SynthOptions& options) {
   if (!preset) return preset.status();
   Result<io::ModelConfig> config = synth_config(options);
   if (!config) return config.status();
-  const io::QuantConfig quant = synth_quant_config(*config, options.quantize_attention);
+  const io::QuantConfig quant = synth_quant_config(*config, options.quantize_attention, options.kv_cache_fp8);
   const std::vector<io::ModuleSpec> modules = io::plan_modules(*config, quant);
 
   std::vector<io::TensorSpec> tensors;
@@ -466,15 +482,17 @@ Result<SynthReport> synth_checkpoint(const SynthOptions& options) {
   // Configs: hf_quant_config.json and the embedded form ModelOpt also writes into config.json.
   const json producer = {{"name", "modelopt"}, {"version", "0.47.0"}};
   const json hf_quant = {{"producer", producer},
-                         {"quantization", {{"quant_algo", "NVFP4"}, {"kv_cache_quant_algo", nullptr},
+                         {"quantization", {{"quant_algo", "NVFP4"},
+                                           {"kv_cache_quant_algo", options.kv_cache_fp8 ? json("FP8") : json(nullptr)},
                                            {"group_size", 16}, {"exclude_modules", quant.exclude_modules}}}};
   const json group = {{"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", 16}};
-  const json embedded = {{"config_groups", {{"group_0", {{"input_activations", group}, {"weights", group},
+  json embedded = {{"config_groups", {{"group_0", {{"input_activations", group}, {"weights", group},
                                                          {"targets", {"Linear"}}}}}},
                          {"ignore", quant.exclude_modules},
                          {"quant_algo", "NVFP4"},
                          {"producer", producer},
                          {"quant_method", "modelopt"}};
+  if (options.kv_cache_fp8) embedded["kv_cache_scheme"] = {{"dynamic", false}, {"num_bits", 8}, {"type", "float"}};
   const fs::path dir(options.out_dir);
   NIB_RETURN_IF_ERROR(write_json(dir / "config.json", config_json(*config, embedded)));
   NIB_RETURN_IF_ERROR(write_json(dir / "hf_quant_config.json", hf_quant));

@@ -67,8 +67,9 @@ struct FlashInferAttention::Impl {
   // The launches of each part, by its plan.
   Status run_sm90(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache, uint16_t* out,
                   cudaStream_t stream) const;
-  template <typename KV>  // the cache's element: __nv_bfloat16 or FP8 E4M3
-  Status run_fa2(const uint16_t* q, const void* k_cache, const void* v_cache, uint16_t* out, cudaStream_t stream) const;
+  template <typename KV>  // the cache's element: __nv_bfloat16 or FP8 E4M3 (scaled by k_scale, v_scale)
+  Status run_fa2(const uint16_t* q, const void* k_cache, const void* v_cache, uint16_t* out, cudaStream_t stream,
+                 float k_scale = 1.0f, float v_scale = 1.0f) const;
 
   int32_t* qo_indptr(int32_t* base) const { return base; }
   int32_t* kv_indptr(int32_t* base) const { return base + max_requests + 1; }
@@ -273,7 +274,7 @@ Status FlashInferAttention::Impl::run_sm90(const uint16_t* q, const uint16_t* k_
 
 template <typename KV>
 Status FlashInferAttention::Impl::run_fa2(const uint16_t* q, const void* k_cache, const void* v_cache, uint16_t* out,
-                                         cudaStream_t stream) const {
+                                         cudaStream_t stream, float k_scale, float v_scale) const {
   const Impl& m = *this;
   const Shape& s = m.shape;
   glue::LaunchArgs<KV> a{};
@@ -288,6 +289,7 @@ Status FlashInferAttention::Impl::run_fa2(const uint16_t* q, const void* k_cache
   p.lse = nullptr;
   p.group_size = flashinfer::uint_fastdiv(static_cast<uint32_t>(s.n_heads / s.n_kv_heads));
   p.sm_scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+  if constexpr (std::is_same_v<KV, glue::Fp8>) p.sm_scale *= k_scale, p.v_scale = v_scale;
   p.rope_rcp_scale = 1.0, p.rope_rcp_theta = 1.0, p.logits_soft_cap = 0.0;
   p.num_qo_heads = static_cast<uint32_t>(s.n_heads);
   p.q_stride_n = static_cast<int32_t>(s.n_heads * s.head_dim);
@@ -325,12 +327,12 @@ Status FlashInferAttention::Impl::run_fa2(const uint16_t* q, const void* k_cache
 }
 
 Status FlashInferAttention::run(const uint16_t* q, const void* k_cache, const void* v_cache, uint16_t* out,
-                                cudaStream_t stream) const {
+                                cudaStream_t stream, float k_scale, float v_scale) const {
   const Impl& m = *impl_;
   if (!m.planned) return Status::error("FlashInfer attention: run before plan");
   // The two parts write disjoint rows of out (an FP8 cache runs FA2 only: plan()).
   if (m.fa2_requests > 0)
-    NIB_RETURN_IF_ERROR(m.shape.kv_fp8 ? m.run_fa2<glue::Fp8>(q, k_cache, v_cache, out, stream)
+    NIB_RETURN_IF_ERROR(m.shape.kv_fp8 ? m.run_fa2<glue::Fp8>(q, k_cache, v_cache, out, stream, k_scale, v_scale)
                                        : m.run_fa2<__nv_bfloat16>(q, k_cache, v_cache, out, stream));
   if (m.runs_sm90())
     NIB_RETURN_IF_ERROR(m.run_sm90(q, static_cast<const uint16_t*>(k_cache), static_cast<const uint16_t*>(v_cache), out, stream));

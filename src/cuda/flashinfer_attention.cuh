@@ -46,8 +46,10 @@ class FlashInferAttention {
   Status plan(bool graph, cudaStream_t stream);
   std::vector<int64_t> plan_info() const;
   // q BF16 [rows, n_heads, head_dim] → out BF16 [rows, n_heads · head_dim]; k_cache / v_cache: one
-  // layer's [pages, page_size, n_kv_heads, head_dim] BF16 (or FP8 codes, Shape::kv_fp8). Uses the last plan.
-  Status run(const uint16_t* q, const void* k_cache, const void* v_cache, uint16_t* out, cudaStream_t stream) const;
+  // layer's [pages, page_size, n_kv_heads, head_dim] BF16 (or FP8 codes, Shape::kv_fp8, holding K / k_scale
+  // and V / v_scale: the scores are scaled by k_scale, the outputs by v_scale). Uses the last plan.
+  Status run(const uint16_t* q, const void* k_cache, const void* v_cache, uint16_t* out, cudaStream_t stream,
+             float k_scale = 1.0f, float v_scale = 1.0f) const;
 
  private:
   struct Impl;

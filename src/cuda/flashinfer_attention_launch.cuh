@@ -26,8 +26,17 @@ using DTypeO = __nv_bfloat16;
 using IdType = int32_t;
 using Fp8 = __nv_fp8_e4m3;
 
+// FlashInfer's default variant multiplies its outputs by params.v_scale where the parameter block has
+// one (variant_helper.cuh, has_v_scale_v): the FP8 cache's calibrated V scale; the BF16 block has none.
+template <typename KV>
+struct ValueScale {};
+template <>
+struct ValueScale<Fp8> {
+  float v_scale = 1.0f;
+};
+
 template <typename KV>  // __nv_bfloat16 or Fp8
-struct PagedParams {
+struct PagedParams : ValueScale<KV> {
   using DTypeQ = flashinfer_glue::DTypeQ;
   using DTypeKV = KV;
   using DTypeO = flashinfer_glue::DTypeO;

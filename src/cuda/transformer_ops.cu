@@ -67,7 +67,8 @@ __global__ void __launch_bounds__(NORM_THREADS)
 template <int PAIRS, int ITEMS, typename KV>
 __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
                                           const uint16_t* q_norm, const uint16_t* k_norm, float eps,
-                                          float* q_out, uint16_t* q_out_bf16, KV* k_cache, KV* v_cache) {
+                                          float* q_out, uint16_t* q_out_bf16, KV* k_cache, KV* v_cache, float k_scale,
+                                          float v_scale) {
   const int lane = threadIdx.x & 31;
   const int64_t D = l.head_dim, half = D / 2, kv_width = l.n_kv_heads * D, i0 = int64_t{lane} * PAIRS;
   const bool active = i0 < half;
@@ -120,7 +121,10 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
   for (int j = 0; j < ITEMS; ++j) {
     const int h = h0 + j;
     if (h >= heads) break;
-    if (h >= n_heads + n_kv_heads) {  // v: stored as it is
+    if (h >= n_heads + n_kv_heads) {  // v: stored as it is (an FP8 cache: / v_scale, ref::kv_round)
+      if constexpr (sizeof(KV) == 1)
+#pragma unroll
+        for (int p = 0; p < PAIRS; ++p) lo[j][p] /= v_scale, hi[j][p] /= v_scale;
       if (active)
         store_pairs<PAIRS>(v_cache + slot * kv_width + (h - n_heads - n_kv_heads) * D, i0, half, l.interleaved, lo[j], hi[j]);
       continue;
@@ -134,7 +138,12 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
     if (!active) continue;
     if (is_q && q_out_bf16) store_pairs<PAIRS>(q_out_bf16 + (t * l.n_heads + head) * D, i0, half, l.interleaved, x0, x1);
     else if (is_q) store_pairs<PAIRS>(q_out + (t * l.n_heads + head) * D, i0, half, l.interleaved, x0, x1);
-    else store_pairs<PAIRS>(k_cache + slot * kv_width + head * D, i0, half, l.interleaved, x0, x1);
+    else {
+      if constexpr (sizeof(KV) == 1)
+#pragma unroll
+        for (int p = 0; p < PAIRS; ++p) x0[p] /= k_scale, x1[p] /= k_scale;
+      store_pairs<PAIRS>(k_cache + slot * kv_width + head * D, i0, half, l.interleaved, x0, x1);
+    }
   }
 }
 
@@ -181,7 +190,8 @@ Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t 
 
 Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
                           const uint16_t* q_norm, const uint16_t* k_norm, float eps, float* q_out,
-                          void* k_cache, void* v_cache, cudaStream_t stream, uint16_t* q_out_bf16, KvFormat kv_format) {
+                          void* k_cache, void* v_cache, cudaStream_t stream, uint16_t* q_out_bf16, KvFormat kv_format,
+                          float k_scale, float v_scale) {
   if (layout.tokens <= 0) return Status::ok();
   const int64_t half = layout.head_dim / 2;
   // A lane's pairs: the fewest that cover half a head with 32 lanes, a whole number of them.
@@ -209,13 +219,15 @@ Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
   const int index = pairs == 1 ? 0 : pairs == 2 ? 1 : pairs == 4 ? 2 : 3;
   auto launch = [&](auto kv_element) -> Status {
     using KV = decltype(kv_element);
-    using Kernel = void (*)(QkvInput, QkvLayout, const uint16_t*, const uint16_t*, float, float*, uint16_t*, KV*, KV*);
+    using Kernel = void (*)(QkvInput, QkvLayout, const uint16_t*, const uint16_t*, float, float*, uint16_t*, KV*, KV*, float,
+                            float);
     const Kernel kernels[2][4] = {{qk_norm_rope_store_kernel<1, 1, KV>, qk_norm_rope_store_kernel<2, 1, KV>,
                                    qk_norm_rope_store_kernel<4, 1, KV>, qk_norm_rope_store_kernel<8, 1, KV>},
                                   {qk_norm_rope_store_kernel<1, 4, KV>, qk_norm_rope_store_kernel<2, 4, KV>,
                                    qk_norm_rope_store_kernel<4, 4, KV>, qk_norm_rope_store_kernel<8, 4, KV>}};
     return cuda_status(launch_pdl(kernels[per_warp == 4][index], dim3(unsigned(blocks)), dim3(threads), 0, stream, in, layout,
-                                  q_norm, k_norm, eps, q_out, q_out_bf16, static_cast<KV*>(k_cache), static_cast<KV*>(v_cache)),
+                                  q_norm, k_norm, eps, q_out, q_out_bf16, static_cast<KV*>(k_cache), static_cast<KV*>(v_cache),
+                                  k_scale, v_scale),
                        "qk_norm_rope_store");
   };
   return kv_format == KvFormat::FP8 ? launch(uint8_t{}) : launch(uint16_t{});

@@ -184,6 +184,11 @@ Result<std::unique_ptr<ModelRunner>> create_runner(const std::string& path, cons
   auto loaded = io::load_checkpoint(path);
   if (!loaded) return loaded.status();
   std::shared_ptr<const io::LoadedCheckpoint> checkpoint = std::move(loaded.value());
+  // As vLLM: a checkpoint's FP8 KV-cache scales serve an FP8 cache; auto keeps BF16 (and fp32 on the CPU).
+  if (checkpoint->bound.quant.kv_cache_fp8)
+    log_info(options.kv_dtype == KvCacheDtype::FP8
+                 ? "FP8 KV cache with the checkpoint's calibrated k_scale / v_scale"
+                 : "the checkpoint has FP8 KV-cache scales (kv_cache_quant_algo FP8): used with --kv-cache-dtype fp8");
   Backend backend = options.backend;
   if (backend == Backend::AUTO) {
     // The GPU when there is one and its kernels take this checkpoint; else the CPU reference (a

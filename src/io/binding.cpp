@@ -108,6 +108,18 @@ Result<BoundCheckpoint> bind_checkpoint(const SafetensorsReader& reader, const M
     LinearWeights lw;
     lw.module = m;
     bool ok = lookup(specs[0], lw.weight);
+    // ModelOpt's FP8 KV-cache scales sit on the projections that make K and V
+    // (model.layers.N.self_attn.k_proj.k_scale / v_proj.v_scale, fp32 scalars): the last spec.
+    if (m.kv_scale) {
+      TensorRef kv_scale;
+      if (lookup(specs.back(), kv_scale)) {
+        lw.kv_scale = read_f32(kv_scale.data);
+        if (!std::isfinite(lw.kv_scale) || lw.kv_scale <= 0.0f)
+          problems.push_back(specs.back().name + " is " + std::to_string(lw.kv_scale) + ", must be finite and > 0");
+      } else {
+        ok = false;
+      }
+    }
     if (m.quantized) {
       TensorRef scale_2, input_scale;
       ok &= lookup(specs[1], lw.weight_scale);

@@ -33,6 +33,9 @@ struct LinearWeights {
   TensorRef weight_scale;
   float weight_scale_2 = 1.0f;
   float input_scale = 0.0f;
+  // k_proj's k_scale or v_proj's v_scale (ModelOpt's FP8 KV-cache calibration: amax / 448) when the
+  // quant config has kv_cache_quant_algo FP8; 1 otherwise.
+  float kv_scale = 1.0f;
 };
 
 struct BoundCheckpoint {

@@ -75,15 +75,19 @@ Result<std::string> read_text(const std::string& path) {
   return text.str();
 }
 
-Status check_algorithms(const std::string& where, const json& quant_algo, const json& kv_cache) {
+// quant_algo must be NVFP4; the KV cache's quantization none or FP8 (hf_quant_config.json's
+// kv_cache_quant_algo "FP8", or config.json's kv_cache_scheme {"type": "float", "num_bits": 8}).
+Status check_algorithms(const std::string& where, const json& quant_algo, const json& kv_cache, bool& kv_fp8) {
   if (!quant_algo.is_string()) return Status::error(where + ": 'quant_algo' must be a string");
   if (quant_algo.get<std::string>() != "NVFP4") {
     return Status::error(where + ": quant_algo '" + quant_algo.get<std::string>() +
                          "' is not supported yet (nibble runs NVFP4 checkpoints)");
   }
-  if (!kv_cache.is_null()) {
+  kv_fp8 = (kv_cache.is_string() && kv_cache.get<std::string>() == "FP8") ||
+           (kv_cache.is_object() && kv_cache.value("type", json()) == "float" && kv_cache.value("num_bits", json()) == 8);
+  if (!kv_cache.is_null() && !kv_fp8) {
     return Status::error(where + ": KV-cache quantization (" + kv_cache.dump() +
-                         ") is not supported yet; nibble keeps the KV cache in BF16");
+                         ") is not supported (FP8 only: its scales serve --kv-cache-dtype fp8)");
   }
   return Status::ok();
 }
@@ -118,7 +122,7 @@ Result<QuantConfig> load_quant_config_unchecked(const std::string& model_dir, co
       return Status::error(hf_path + ": needs an object 'quantization'");
     const json& quant = root["quantization"];
     NIB_RETURN_IF_ERROR(check_algorithms(hf_path, quant.value("quant_algo", json()),
-                                         quant.value("kv_cache_quant_algo", json())));
+                                         quant.value("kv_cache_quant_algo", json()), q.kv_cache_fp8));
     JsonFields f(quant, hf_path);
     int64_t group_size = 16;
     f.integer("group_size", group_size, 1, 1024, false);
@@ -143,7 +147,7 @@ Result<QuantConfig> load_quant_config_unchecked(const std::string& model_dir, co
                            "' is not supported yet (nibble reads ModelOpt checkpoints)");
     }
     NIB_RETURN_IF_ERROR(check_algorithms(where, quant.value("quant_algo", json()),
-                                         quant.value("kv_cache_scheme", json())));
+                                         quant.value("kv_cache_scheme", json()), q.kv_cache_fp8));
     JsonFields f(quant, where);
     f.string_list("ignore", q.exclude_modules, false);
     if (!f.ok()) return Status::error(f.error());

@@ -16,6 +16,9 @@ struct QuantConfig {
   std::string producer;                      // e.g. "modelopt 0.29.0"
   int group_size = 16;
   std::vector<std::string> exclude_modules;  // fnmatch patterns of modules left unquantized
+  // kv_cache_quant_algo "FP8": k_proj and v_proj carry calibrated scales (k_scale, v_scale: amax /
+  // 448), which an FP8 KV cache (--kv-cache-dtype fp8) stores K / k_scale and V / v_scale with.
+  bool kv_cache_fp8 = false;
 
   // True when `module` (e.g. "model.layers.0.mlp.gate") stays unquantized.
   bool is_excluded(std::string_view module) const;

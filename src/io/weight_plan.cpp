@@ -9,6 +9,7 @@ void add_linear(std::vector<ModuleSpec>& out, const QuantConfig& quant, std::str
                 int64_t out_features, int64_t in_features, int64_t layer, int64_t expert = -1) {
   const bool quantized = quant.is_quantized(name);
   out.push_back({std::move(name), role, ModuleKind::LINEAR, {out_features, in_features}, quantized, layer, expert});
+  out.back().kv_scale = quant.kv_cache_fp8 && (role == ModuleRole::K_PROJ || role == ModuleRole::V_PROJ);
 }
 
 }  // namespace
@@ -23,12 +24,18 @@ const char* module_role_name(ModuleRole role) {
 
 std::vector<TensorSpec> ModuleSpec::tensors() const {
   if (kind == ModuleKind::TENSOR) return {{name, dtype, shape}};
-  if (kind != ModuleKind::LINEAR || !quantized) return {{name + ".weight", dtype, shape}};
-  const int64_t out = shape[0], in = shape[1];
-  return {{name + ".weight", DType::U8, {out, in / 2}},
-          {name + ".weight_scale", DType::F8_E4M3, {out, in / 16}},
-          {name + ".weight_scale_2", DType::F32, {}},
-          {name + ".input_scale", DType::F32, {}}};
+  std::vector<TensorSpec> t;
+  if (kind != ModuleKind::LINEAR || !quantized) {
+    t = {{name + ".weight", dtype, shape}};
+  } else {
+    const int64_t out = shape[0], in = shape[1];
+    t = {{name + ".weight", DType::U8, {out, in / 2}},
+         {name + ".weight_scale", DType::F8_E4M3, {out, in / 16}},
+         {name + ".weight_scale_2", DType::F32, {}},
+         {name + ".input_scale", DType::F32, {}}};
+  }
+  if (kv_scale) t.push_back({name + (role == ModuleRole::K_PROJ ? ".k_scale" : ".v_scale"), DType::F32, {}});
+  return t;
 }
 
 uint64_t ModuleSpec::nbytes() const {

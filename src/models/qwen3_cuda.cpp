@@ -35,6 +35,7 @@ struct DeviceLinear {
   cuda::DeviceNvfp4Weight q;      // nvfp4
   uint16_t* bf16 = nullptr;       // BF16 weight otherwise
   float input_scale = 0.0f;       // static mode (shared inputs: the maximum)
+  float kv_scale = 1.0f;          // k_proj / v_proj: the FP8 KV cache's calibrated scale (io::LinearWeights)
 };
 
 struct DeviceLayer {
@@ -153,6 +154,7 @@ struct CudaModel::Impl {
     l.out = lw.module.shape[0];
     l.in = lw.module.shape[1];
     l.nvfp4 = lw.module.quantized;
+    l.kv_scale = lw.kv_scale;
     const size_t n = static_cast<size_t>(l.out * l.in);
     if (!l.nvfp4) return copy(l.bf16, lw.weight.data, n * 2, allocate, name + ".weight");
     uint8_t* packed = const_cast<uint8_t*>(l.q.packed);
@@ -617,7 +619,8 @@ struct CudaModel::Impl {
     if (flashinfer) {
       for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
         NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16,
-                                                     options.kv_fp8 ? cuda::KvFormat::FP8 : cuda::KvFormat::BF16));
+                                                     options.kv_fp8 ? cuda::KvFormat::FP8 : cuda::KvFormat::BF16,
+                                                     w.k.kv_scale, w.v.kv_scale));
       profiler.mark("q/k norm, RoPE, KV store");
       // Static W4A4: the one-launch kernel writes the o projection's x̂ too (no quantize launch).
       cuda::DecodeAttentionBatch layer_launch = one_launch;
@@ -625,7 +628,7 @@ struct CudaModel::Impl {
       for (int i = 0; i < cuda::op_repeats("attention"); ++i)
         NIB_RETURN_IF_ERROR(step_one_launch ? cuda::decode_attention(q_bf16, static_cast<uint16_t*>(kc), static_cast<uint16_t*>(vc),
                                                                      layer_launch, attn, s)
-                                            : flashinfer->run(q_bf16, kc, vc, attn, s));
+                                            : flashinfer->run(q_bf16, kc, vc, attn, s, w.k.kv_scale, w.v.kv_scale));
     } else {
       for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
         NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, q_rot, kc, vc, s));

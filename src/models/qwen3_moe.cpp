@@ -21,6 +21,7 @@ struct Linear {
   std::string name;
   ref::LinearWeight weight;
   float input_scale = 0.0f;  // the checkpoint's (static mode); shared inputs use the max
+  float kv_scale = 1.0f;     // k_proj / v_proj: the FP8 KV cache's calibrated scale (io::LinearWeights)
 };
 
 struct LayerWeights {
@@ -46,6 +47,7 @@ Linear make_linear(const io::BoundCheckpoint& b, const std::string& name) {
   const io::LinearWeights& lw = b.linears.at(name);
   Linear l;
   l.name = name;
+  l.kv_scale = lw.kv_scale;
   l.weight.out_features = lw.module.shape[0];
   l.weight.in_features = lw.module.shape[1];
   if (lw.module.quantized) {
@@ -92,7 +94,9 @@ class Qwen3Cpu final : public Model {
     for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
       const LayerWeights& w = layers_[l];
       ref::rmsnorm(x.data(), T, H, w.input_norm, eps(), h.data());
-      NIB_RETURN_IF_ERROR(attention(w, h, T, positions, seqs, cache.layer(l), delta));
+      ref::PagedKvLayer kv = cache.layer(l);
+      kv.k_scale = w.k.kv_scale, kv.v_scale = w.v.kv_scale;  // used by an FP8 cache only
+      NIB_RETURN_IF_ERROR(attention(w, h, T, positions, seqs, kv, delta));
       ref::add_inplace(x.data(), delta.data(), T * H);
       ref::rmsnorm(x.data(), T, H, w.post_attention_norm, eps(), h.data());
       NIB_RETURN_IF_ERROR(w.is_moe ? moe(w, h, T, delta) : mlp(w, h, T, delta));

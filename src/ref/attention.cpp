@@ -18,10 +18,10 @@ int64_t slot_of(const PagedKvLayer& kv, const AttentionSequence& seq, int64_t po
 
 }  // namespace
 
-float kv_round(float x, KvRounding rounding) {
+float kv_round(float x, KvRounding rounding, float scale) {
   switch (rounding) {
     case KvRounding::BF16: return formats::bf16_round(x);
-    case KvRounding::FP8: return formats::e4m3_decode(formats::e4m3_encode(x));
+    case KvRounding::FP8: return formats::e4m3_decode(formats::e4m3_encode(x / scale)) * scale;  // exact at scale 1
     case KvRounding::NONE: break;
   }
   return x;
@@ -32,8 +32,8 @@ void kv_store(const PagedKvLayer& kv, const AttentionSequence& seq, const float*
   for (int64_t i = 0; i < seq.n_tokens; ++i) {
     const int64_t slot = slot_of(kv, seq, seq.start_position + i);
     for (int64_t j = 0; j < width; ++j) {
-      kv.k[slot * width + j] = kv_round(k[i * width + j], kv.rounding);
-      kv.v[slot * width + j] = kv_round(v[i * width + j], kv.rounding);
+      kv.k[slot * width + j] = kv_round(k[i * width + j], kv.rounding, kv.k_scale);
+      kv.v[slot * width + j] = kv_round(v[i * width + j], kv.rounding, kv.v_scale);
     }
   }
 }

@@ -6,13 +6,13 @@
 
 namespace nibble::ref {
 
-// How a KV cache rounds what it stores: not at all (the fp32 reference), to BF16, or to FP8 E4M3
-// with unit scale (round to nearest even, saturating at ±448: __nv_cvt_float_to_fp8 with
-// __NV_SATFINITE, straight from the fp32 value, as the GPU's KV store writes it).
+// How a KV cache rounds what it stores: not at all (the fp32 reference), to BF16, or to FP8 E4M3 of
+// x / scale (round to nearest even, saturating at ±448: __nv_cvt_float_to_fp8 with __NV_SATFINITE,
+// straight from the fp32 value, as the GPU's KV store writes it), read back as code · scale.
 enum class KvRounding { NONE, BF16, FP8 };
 
-// A value as a KV cache of that rounding holds it.
-float kv_round(float x, KvRounding rounding);
+// A value as a KV cache of that rounding holds it (scale: FP8's; 1 without calibrated scales).
+float kv_round(float x, KvRounding rounding, float scale = 1.0f);
 
 // One layer's KV cache: k and v are [n_blocks, block_size, n_kv_heads, head_dim] fp32.
 struct PagedKvLayer {
@@ -23,6 +23,7 @@ struct PagedKvLayer {
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
   KvRounding rounding = KvRounding::NONE;  // what the stored values are rounded to (the cache's numerics)
+  float k_scale = 1.0f, v_scale = 1.0f;     // FP8: the checkpoint's calibrated scales (ModelOpt k/v_scale)
 };
 
 // The tokens of one sequence in a step: rows [token_offset, token_offset + n_tokens) of the batch,

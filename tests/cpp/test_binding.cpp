@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path synth_tiny(const std::string& name, bool quantize_attention = true) {
+fs::path synth_tiny(const std::string& name, bool quantize_attention = true, bool kv_cache_fp8 = false) {
   fs::path dir = fs::temp_directory_path() / ("nibble_bind_" + name + "_" + std::to_string(getpid()));
   fs::remove_all(dir);
   tools::SynthOptions o;
@@ -26,6 +26,7 @@ fs::path synth_tiny(const std::string& name, bool quantize_attention = true) {
   o.out_dir = dir.string();
   o.seed = 3;
   o.quantize_attention = quantize_attention;
+  o.kv_cache_fp8 = kv_cache_fp8;
   auto r = tools::synth_checkpoint(o);
   EXPECT_TRUE(r.is_ok()) << r.status().message();
   return dir;
@@ -90,6 +91,35 @@ TEST(Binding, AttentionInBf16WhenExcluded) {
   EXPECT_FALSE(q.module.quantized);
   EXPECT_EQ(q.weight.dtype, DType::BF16);
   fs::remove_all(dir);
+}
+
+// A checkpoint with ModelOpt's FP8 KV-cache calibration: each layer's k_proj.k_scale and v_proj.v_scale
+// (amax / 448) are read; a missing one is named; a BF16-attention checkpoint carries them too.
+TEST(Binding, Fp8KvCacheScalesAreRead) {
+  for (bool quantized : {true, false}) {
+    const fs::path dir = synth_tiny(quantized ? "kvscales" : "kvscales_bf16", quantized, true);
+    auto loaded = load_checkpoint(dir.string());
+    ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+    const BoundCheckpoint& b = (*loaded)->bound;
+    EXPECT_TRUE(b.quant.kv_cache_fp8);
+    for (int64_t l = 0; l < b.config.num_hidden_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+      for (const char* proj : {"k_proj", "v_proj"}) {
+        const float s = b.linears.at(p + proj).kv_scale;
+        EXPECT_GT(s, 0.5f / 448) << p + proj;
+        EXPECT_LT(s, 9.0f / 448) << p + proj;
+      }
+      EXPECT_EQ(b.linears.at(p + "q_proj").kv_scale, 1.0f);
+    }
+    rewrite(dir, [](std::vector<TensorSpec>& specs) {
+      std::erase_if(specs, [](const TensorSpec& t) { return t.name == "model.layers.1.self_attn.v_proj.v_scale"; });
+    });
+    auto broken = load_checkpoint(dir.string());
+    ASSERT_FALSE(broken.is_ok());
+    EXPECT_NE(broken.status().message().find("missing tensor model.layers.1.self_attn.v_proj.v_scale"), std::string::npos)
+        << broken.status().message();
+    fs::remove_all(dir);
+  }
 }
 
 TEST(Binding, EveryProblemReportedAtOnce) {

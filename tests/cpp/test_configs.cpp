@@ -213,10 +213,22 @@ TEST(QuantConfig, UnquantizedAndUnsupported) {
   EXPECT_FALSE(plain->nvfp4);
   EXPECT_FALSE(plain->is_quantized("lm_head"));
 
+  // ModelOpt's FP8 KV-cache calibration is read (its scales serve --kv-cache-dtype fp8), in either
+  // config's spelling; another KV quantization is refused by name.
   json fp8_kv = {{"quantization", {{"quant_algo", "NVFP4"}, {"kv_cache_quant_algo", "FP8"}, {"group_size", 16}}}};
-  auto a = load(folder_with("fp8kv", qwen3_moe_config(), &fp8_kv));
+  auto kv = load(folder_with("fp8kv", qwen3_moe_config(), &fp8_kv));
+  ASSERT_TRUE(kv.is_ok()) << kv.status().message();
+  EXPECT_TRUE(kv->kv_cache_fp8);
+  json embedded_kv = qwen3_moe_config();
+  embedded_kv["quantization_config"] = {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"},
+                                        {"kv_cache_scheme", {{"dynamic", false}, {"num_bits", 8}, {"type", "float"}}}};
+  auto kv2 = load(folder_with("fp8kv2", embedded_kv, nullptr));
+  ASSERT_TRUE(kv2.is_ok()) << kv2.status().message();
+  EXPECT_TRUE(kv2->kv_cache_fp8);
+  json int8_kv = {{"quantization", {{"quant_algo", "NVFP4"}, {"kv_cache_quant_algo", "INT8"}, {"group_size", 16}}}};
+  auto a = load(folder_with("int8kv", qwen3_moe_config(), &int8_kv));
   ASSERT_FALSE(a.is_ok());
-  EXPECT_NE(a.status().message().find("KV-cache quantization (\"FP8\") is not supported yet"), std::string::npos)
+  EXPECT_NE(a.status().message().find("KV-cache quantization (\"INT8\") is not supported (FP8 only"), std::string::npos)
       << a.status().message();
   json fp8 = {{"quantization", {{"quant_algo", "FP8"}}}};
   auto b = load(folder_with("fp8", qwen3_moe_config(), &fp8));

@@ -218,3 +218,41 @@ TEST(KvCacheFp8, RoundsToE4m3AndChunkingChangesNothing) {
     ASSERT_EQ(ref::kv_round(v, KvRounding::FP8), v) << "V value " << i;
   }
 }
+
+// A checkpoint with FP8 KV-cache scales (ModelOpt's k_proj.k_scale, v_proj.v_scale): an FP8 cache holds
+// code · scale of each layer's own scale — every stored K and V divided by it is an E4M3 value.
+TEST(KvCacheFp8, CalibratedScalesFromTheCheckpoint) {
+  const fs::path dir = fs::temp_directory_path() / ("nibble_kvscales_" + std::to_string(getpid()));
+  tools::SynthOptions o;
+  o.preset = "tiny-moe";
+  o.out_dir = dir.string();
+  o.seed = 9;
+  o.layers = 2;
+  o.kv_cache_fp8 = true;
+  ASSERT_TRUE(tools::synth_checkpoint(o).is_ok());
+  auto loaded = io::load_checkpoint(dir.string());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  std::shared_ptr<const io::LoadedCheckpoint> checkpoint(std::move(loaded.value()));
+  auto model = create_model(checkpoint, {formats::ActQuant::NONE, formats::ActQuant::NONE, {}});
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  std::mt19937_64 rng(test::test_seed("KvCacheFp8.Scales"));
+  const auto tokens = random_tokens(rng, 9);
+  KvCache cache((*model)->config(), 16, BLOCK, KvDtype::FP8);
+  chunked_logits(**model, cache, tokens, {9});
+  for (int64_t l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+    const float k_scale = checkpoint->bound.linears.at(p + "k_proj").kv_scale;
+    const float v_scale = checkpoint->bound.linears.at(p + "v_proj").kv_scale;
+    ASSERT_NE(k_scale, 1.0f);
+    const ref::PagedKvLayer layer = cache.layer(l);
+    size_t off_unit_grid = 0;
+    for (int64_t i = 0; i < 9 * layer.n_kv_heads * layer.head_dim; ++i) {
+      const float k = layer.k[i], v = layer.v[i];
+      ASSERT_EQ(ref::kv_round(k, ref::KvRounding::FP8, k_scale), k) << "layer " << l << " K " << i;
+      ASSERT_EQ(ref::kv_round(v, ref::KvRounding::FP8, v_scale), v) << "layer " << l << " V " << i;
+      off_unit_grid += ref::kv_round(k, ref::KvRounding::FP8) != k;
+    }
+    EXPECT_GT(off_unit_grid, 0u) << "layer " << l << ": the values should sit on the scaled grid, not the unit one";
+  }
+  fs::remove_all(dir);
+}

@@ -424,8 +424,9 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
 }
 
 // An FP8 E4M3 KV cache (--kv-cache-dtype fp8): the store writes the codes of the normed, rotated K
-// and of V (round to nearest even, saturating: formats::e4m3_encode of the same fp32 values), and
-// FlashInfer's FA2 kernels read them, against ref::paged_attention over the same rounded cache.
+// and of V divided by their scales (round to nearest even, saturating: formats::e4m3_encode of the same
+// fp32 values), and FlashInfer's FA2 kernels read them (scores × k_scale, outputs × v_scale), against
+// ref::paged_attention over the same rounded cache; with unit and with calibrated scales.
 TEST(CudaOps, Fp8KvCacheStoreAndFlashInfer) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaOps.Fp8KvCacheStoreAndFlashInfer");
@@ -443,6 +444,8 @@ TEST(CudaOps, Fp8KvCacheStoreAndFlashInfer) {
       {20, 4, {{100, 1}, {7, 1}, {0, 200}}},                                    // ERNIE-4.5: groups of 5
   };
   const int64_t D = 128, bs = 16;
+  // Unit scales (--kv-cache-dtype fp8 alone) and a checkpoint's calibrated k_scale / v_scale.
+  for (const auto& [k_scale, v_scale] : {std::pair{1.0f, 1.0f}, std::pair{0.0123f, 0.0071f}})
   for (const Case& c : cases) {
     int64_t T = 0, blocks = 0;
     for (auto [cached, fresh] : c.seqs) T += fresh, blocks += (cached + fresh + bs - 1) / bs;
@@ -453,14 +456,15 @@ TEST(CudaOps, Fp8KvCacheStoreAndFlashInfer) {
     for (uint8_t& b : k_codes) b = formats::e4m3_encode(normal(rng));
     for (uint8_t& b : v_codes) b = formats::e4m3_encode(normal(rng));
     std::vector<float> ref_k(k_codes.size()), ref_v(v_codes.size());
-    for (size_t i = 0; i < k_codes.size(); ++i) ref_k[i] = formats::e4m3_decode(k_codes[i]), ref_v[i] = formats::e4m3_decode(v_codes[i]);
+    for (size_t i = 0; i < k_codes.size(); ++i)
+      ref_k[i] = formats::e4m3_decode(k_codes[i]) * k_scale, ref_v[i] = formats::e4m3_decode(v_codes[i]) * v_scale;
     std::vector<int32_t> pool(static_cast<size_t>(blocks));
     for (size_t i = 0; i < pool.size(); ++i) pool[i] = int32_t(i);
     std::shuffle(pool.begin(), pool.end(), rng);
     const auto q = random_f32(size_t(T * c.NH * D), rng, 1.0f), k = random_f32(size_t(T * kv_width), rng, 1.0f),
                v = random_f32(size_t(T * kv_width), rng, 1.0f);
     const auto q_norm = random_bf16(size_t(D), rng, 1.0f, 0.1f), k_norm = random_bf16(size_t(D), rng, 1.0f, 0.1f);
-    ref::PagedKvLayer kv{ref_k.data(), ref_v.data(), blocks, bs, c.NKV, D, ref::KvRounding::FP8};
+    ref::PagedKvLayer kv{ref_k.data(), ref_v.data(), blocks, bs, c.NKV, D, ref::KvRounding::FP8, k_scale, v_scale};
     std::vector<std::vector<int32_t>> tables;
     std::vector<ref::AttentionSequence> seqs;
     std::vector<int32_t> positions;
@@ -496,14 +500,15 @@ TEST(CudaOps, Fp8KvCacheStoreAndFlashInfer) {
     test::DeviceBuffer<int64_t> d_slots(slots);
     const cuda::QkvLayout layout{T, c.NH, c.NKV, D, d_pos.get(), d_slots.get(), d_freq.get()};
     ASSERT_TRUE(cuda::qk_norm_rope_store({d_q.get(), d_k.get(), d_v.get()}, layout, d_qn.get(), d_kn.get(), 1e-6f, nullptr,
-                                         d_kc.get(), d_vc.get(), nullptr, d_qb.get(), cuda::KvFormat::FP8)
+                                         d_kc.get(), d_vc.get(), nullptr, d_qb.get(), cuda::KvFormat::FP8, k_scale, v_scale)
                     .is_ok());
     NIB_CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<uint8_t> got_k = d_kc.to_host(), got_v = d_vc.to_host();
     // V is stored without math: its codes exactly. K's fp32 norm and RoPE differ from the CPU's by a
     // few ulp, so a code may sit one step off where the value is at a rounding edge: rare, never more.
     std::vector<uint8_t> kc2(ref_k.size()), vc2(ref_v.size());  // the reference cache's codes
-    for (size_t i = 0; i < kc2.size(); ++i) kc2[i] = formats::e4m3_encode(ref_k[i]), vc2[i] = formats::e4m3_encode(ref_v[i]);
+    for (size_t i = 0; i < kc2.size(); ++i)  // (code · s) / s is within an ulp of the code: its own nearest
+      kc2[i] = formats::e4m3_encode(ref_k[i] / k_scale), vc2[i] = formats::e4m3_encode(ref_v[i] / v_scale);
     EXPECT_EQ(got_v, vc2) << "V is stored without math: its codes exactly";
     size_t k_off = 0;
     for (size_t i = 0; i < got_k.size(); ++i) {
@@ -529,13 +534,14 @@ TEST(CudaOps, Fp8KvCacheStoreAndFlashInfer) {
       for (const auto& sq : seqs) ASSERT_TRUE((*fi)->add(sq.n_tokens, sq.start_position + sq.n_tokens, sq.block_table).is_ok());
       ASSERT_TRUE((*fi)->plan(graph, nullptr).is_ok());
       NIB_CUDA_CHECK(cudaMemset(d_out.get(), 0x7F, q.size() * sizeof(uint16_t)));  // poisoned: every row must be written
-      ASSERT_TRUE((*fi)->run(d_qr.get(), d_kc2.get(), d_vc2.get(), d_out.get(), nullptr).is_ok());
+      ASSERT_TRUE((*fi)->run(d_qr.get(), d_kc2.get(), d_vc2.get(), d_out.get(), nullptr, k_scale, v_scale).is_ok());
       NIB_CUDA_CHECK(cudaDeviceSynchronize());
       const auto got = decode(d_out.to_host());
       double worst = 0;
       for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
-      std::printf("NH %lld NKV %lld: FlashInfer over FP8 KV (%s plan) max error %.2e of max|out| %.2f; %zu K codes a step off\n",
-                  (long long)c.NH, (long long)c.NKV, graph ? "graph" : "eager", worst, max_abs, k_off);
+      std::printf("NH %lld NKV %lld, scales %g / %g: FlashInfer over FP8 KV (%s plan) max error %.2e of max|out| %.2f; %zu K "
+                  "codes a step off\n", (long long)c.NH, (long long)c.NKV, k_scale, v_scale, graph ? "graph" : "eager", worst,
+                  max_abs, k_off);
       EXPECT_LE(worst, 8e-3 * max_abs) << "FP8 KV, NH " << c.NH << (graph ? " (graph plan)" : "");
     }
   }

@@ -198,6 +198,20 @@ def test_generate_with_an_fp8_kv_cache(build_dir, tiny, tmp_path):
     assert proc.returncode != 0 and "--kv-cache-dtype" in proc.stderr
 
 
+def test_fp8_kv_cache_scales_from_a_modelopt_checkpoint(build_dir, tmp_path):
+    # kv_cache_quant_algo FP8 with each layer's k_proj.k_scale / v_proj.v_scale (ModelOpt's export):
+    # loads, inspect says so, and --kv-cache-dtype fp8 runs with the scales (auto keeps the usual cache).
+    ckpt = tmp_path / "kvfp8"
+    nibble(build_dir, "synth", "--preset", "tiny-moe", "--out", ckpt, "--seed", "4", "--kv-cache-fp8")
+    assert json.loads((ckpt / "hf_quant_config.json").read_text())["quantization"]["kv_cache_quant_algo"] == "FP8"
+    assert "FP8 KV-cache scales" in nibble(build_dir, "inspect", ckpt).stdout
+    fp8 = nibble(build_dir, "generate", "--model", ckpt, "--prompt-ids", "1,2,3", "--max-tokens", "3", "--backend", "cpu",
+                 "--kv-cache-dtype", "fp8")
+    assert "calibrated k_scale / v_scale" in fp8.stderr and "fp8 KV" in fp8.stderr
+    auto = nibble(build_dir, "generate", "--model", ckpt, "--prompt-ids", "1,2,3", "--max-tokens", "3", "--backend", "cpu")
+    assert "used with --kv-cache-dtype fp8" in auto.stderr and "fp32 KV" in auto.stderr
+
+
 def test_generate_with_text_prompt(build_dir, tiny):
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(str(tiny / "tokenizer.json"))
