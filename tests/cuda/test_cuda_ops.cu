@@ -542,7 +542,11 @@ TEST(CudaOps, Fp8KvCacheStoreAndFlashInfer) {
       std::printf("NH %lld NKV %lld, scales %g / %g: FlashInfer over FP8 KV (%s plan) max error %.2e of max|out| %.2f; %zu K "
                   "codes a step off\n", (long long)c.NH, (long long)c.NKV, k_scale, v_scale, graph ? "graph" : "eager", worst,
                   max_abs, k_off);
-      EXPECT_LE(worst, 8e-3 * max_abs) << "FP8 KV, NH " << c.NH << (graph ? " (graph plan)" : "");
+      // The BF16 cache's bound, widened: q and P rounded to BF16 (~2^-9 relative each) over up to 3,000
+      // keys of random-sign V, whose mix cancels to a few % of |V| — so the error relative to max|out|
+      // grows with the context (one 3,000-key decode measured 7.5e-3 of a max|out| of 0.0085; 4.3e-3
+      // with another draw). The codes themselves are exact in BF16.
+      EXPECT_LE(worst, 1.2e-2 * max_abs) << "FP8 KV, NH " << c.NH << (graph ? " (graph plan)" : "");
     }
   }
   cuda::DeviceArena arena;

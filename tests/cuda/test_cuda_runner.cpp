@@ -126,14 +126,15 @@ models::Batch one_sequence(const std::vector<int32_t>& tokens, int64_t start, in
 
 // The CPU's greedy token of a row; counts it in `clear` where the CPU's top-2 margin exceeds twice
 // the tolerance, and in `agreed` where the GPU's greedy token is the same there.
-int32_t greedy_agreement(const std::vector<float>& gpu, const std::vector<float>& cpu, int& clear, int& agreed) {
+int32_t greedy_agreement(const std::vector<float>& gpu, const std::vector<float>& cpu, int& clear, int& agreed,
+                         double tolerance = TOLERANCE) {
   std::vector<float> sorted(cpu.begin(), cpu.end());
   std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
   double scale = 0;
   for (float x : cpu) scale = std::max(scale, std::fabs(double(x)));
   const int32_t cpu_token = int32_t(std::max_element(cpu.begin(), cpu.end()) - cpu.begin());
   const int32_t gpu_token = int32_t(std::max_element(gpu.begin(), gpu.end()) - gpu.begin());
-  if (sorted[0] - sorted[1] > 2 * TOLERANCE * scale) ++clear, agreed += cpu_token == gpu_token;
+  if (sorted[0] - sorted[1] > 2 * tolerance * scale) ++clear, agreed += cpu_token == gpu_token;
   return cpu_token;
 }
 
@@ -209,14 +210,17 @@ TEST(CudaRunner, Fp8KvCacheMatchesTheCpu) {
     ASSERT_TRUE(gpu_bf16->forward_logits(step, lb).is_ok());
     worst = std::max(worst, row_error(lg, lc, V));
     l2 += mean_l2(lg, lc, V), l2_bf16 += mean_l2(lg, lb, V), ++rows;
-    const int32_t cpu_token = greedy_agreement(lg, lc, clear, agreed);
+    const int32_t cpu_token = greedy_agreement(lg, lc, clear, agreed, 2 * TOLERANCE);  // the FP8 bound below
     position += int64_t(step.token_ids.size());
     step = one_sequence({cpu_token}, position, 8);
   }
   std::printf("FP8 KV: max row error %.2e; mean L2 GPU-CPU %.3e, GPU FP8-BF16 KV %.3e; greedy %d/%d clear-margin tokens "
               "agree\n", worst, l2 / rows, l2_bf16 / rows, agreed, clear);
-  EXPECT_LE(worst, TOLERANCE);
-  EXPECT_LE(l2 / rows, MEAN_TOLERANCE);
+  // An E4M3 step is 2^-3 relative (BF16's 2^-8), and the two sides' K and V differ by fp32 summation
+  // order, so a value at an FP8 rounding edge lands a whole step apart: twice the BF16 cache's max
+  // bound and 1.5× its mean (4-layer slice: max 2.0–2.7e-2, mean 1.3e-2; a 2-layer one: 5.1e-2, 1.6e-2).
+  EXPECT_LE(worst, 2 * TOLERANCE);
+  EXPECT_LE(l2 / rows, 1.5 * MEAN_TOLERANCE);
   EXPECT_EQ(agreed, clear);
 }
 
