@@ -217,8 +217,10 @@ Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
   const int threads = 256;
   const int64_t blocks = (warps * 32 + threads - 1) / threads;
   const int index = pairs == 1 ? 0 : pairs == 2 ? 1 : pairs == 4 ? 2 : 3;
-  auto launch = [&](auto kv_element) -> Status {
-    using KV = decltype(kv_element);
+  if (kv_format == KvFormat::FP8 && !(k_scale > 0.0f && v_scale > 0.0f))
+    return Status::error("qk_norm_rope_store: an FP8 cache's k_scale and v_scale must be > 0");
+  auto launch = [&](auto element_tag) -> Status {
+    using KV = decltype(element_tag);
     using Kernel = void (*)(QkvInput, QkvLayout, const uint16_t*, const uint16_t*, float, float*, uint16_t*, KV*, KV*, float,
                             float);
     const Kernel kernels[2][4] = {{qk_norm_rope_store_kernel<1, 1, KV>, qk_norm_rope_store_kernel<2, 1, KV>,

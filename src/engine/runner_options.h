@@ -15,8 +15,8 @@ namespace nibble::engine {
 
 enum class Backend { AUTO, CPU, CUDA };            // auto: CUDA when a GPU is visible
 enum class KernelChoice { AUTO, FUSED, DEQUANT_CUBLAS, SKINNY, WGMMA };
-// auto: BF16; FP32 only on the CPU (reference runs); FP8: E4M3 with unit scale (vLLM's fp8_e4m3
-// without calibrated scales), half the bytes of BF16 to store and to read.
+// auto: BF16; FP32 only on the CPU (reference runs); FP8: E4M3 of the checkpoint's calibrated k/v
+// scales, or of unit scale without them (vLLM's fp8_e4m3), half the bytes of BF16 to store and read.
 enum class KvCacheDtype { AUTO, BF16, FP32, FP8 };
 // Decode tokens' attention on the GPU: the split-KV CUDA-core kernel, or the tensor-core prefill
 // kernel with one item per token (a CTA per token and KV head over its whole context).

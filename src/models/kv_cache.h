@@ -1,7 +1,8 @@
 // KV cache storage for the CPU backend: per layer, K and V as [n_blocks, block_size, n_kv_heads,
 // head_dim] fp32, holding BF16- or FP8-rounded values for a BF16 or FP8 cache (KvDtype::BF16, FP8:
-// what the GPU stores) or full fp32 for the reference. Which blocks a sequence owns is decided by the engine's block manager; this only
-// holds the numbers. Memory is left uninitialised, so pages are committed only once written.
+// what the GPU stores) or full fp32 for the reference. Which blocks a sequence owns is decided by the
+// engine's block manager; this only holds the numbers. Memory is left uninitialised, so pages are
+// committed only once written.
 #pragma once
 
 #include <cstdint>
