@@ -23,7 +23,7 @@ class FlashInferAttention {
  public:
   struct Shape {
     int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0, page_size = 0;
-    bool kv_fp8 = false;  // the cache holds FP8 E4M3 codes of unit scale (every step on FA2) instead of BF16
+    bool kv_fp8 = false;  // the cache holds FP8 E4M3 codes (run's k_scale, v_scale; every step on FA2) instead of BF16
   };
   // Workspaces for steps of up to max_rows query rows from up to max_requests sequences holding
   // up to max_pages pages in all (device buffers from the arena, pinned host staging).

@@ -55,8 +55,8 @@ struct QkvInput {
   const float* row_scales = nullptr;
 };
 
-// What the paged KV cache holds: BF16 values, or FP8 E4M3 codes of unit scale (round to nearest
-// even, saturating: ref::KvRounding::FP8), half the bytes.
+// What the paged KV cache holds: BF16 values, or FP8 E4M3 codes of K / k_scale and V / v_scale (round
+// to nearest even, saturating: ref::KvRounding::FP8), half the bytes.
 enum class KvFormat { BF16, FP8 };
 
 // q [T, NH·D] and k, v [T, NKV·D] fp32 (the projections, as QkvInput lays them out): per-head RMSNorm of q and k with their

@@ -268,11 +268,6 @@ Status cuda_runner_supports(const io::BoundCheckpoint& checkpoint) { return mode
 Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
                                                         const RunnerOptions& o) {
   if (o.kv_dtype == KvCacheDtype::FP32) return Status::error("--backend cuda keeps a BF16 or FP8 KV cache (fp32 is CPU-only)");
-  if (o.kv_dtype == KvCacheDtype::FP8 &&
-      (o.attention == AttentionBackend::NATIVE || !cuda::flashinfer_attention_supported(checkpoint->bound.config.head_dim, true)))
-    return Status::error("--kv-cache-dtype fp8 needs FlashInfer attention with head_dim 128 (this model: head_dim " +
-                         std::to_string(checkpoint->bound.config.head_dim) +
-                         (o.attention == AttentionBackend::NATIVE ? ", --attention-backend native)" : ")"));
   NIB_RETURN_IF_ERROR(models::cuda_model_supports(checkpoint->bound));
   auto ctx = cuda::DeviceContext::create(0);
   if (!ctx) return Status::error("--backend cuda: " + ctx.status().message());

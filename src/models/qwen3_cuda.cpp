@@ -108,8 +108,9 @@ struct CudaModel::Impl {
   ~Impl() {
     for (auto& [size, graph] : graphs) cudaGraphExecDestroy(graph);
   }
-  // KV cache: [layers, blocks, block_size, NKV, D] BF16 for K and for V.
-  uint8_t *k_cache = nullptr, *v_cache = nullptr;  // BF16 values or FP8 codes (options.kv_fp8)
+  // KV cache: [layers, blocks, block_size, NKV, D] for K and for V, BF16 values or FP8 codes (options.kv_fp8).
+  uint8_t *k_cache = nullptr, *v_cache = nullptr;
+  int64_t kv_element_bytes() const { return options.kv_fp8 ? 1 : 2; }
   int64_t n_blocks = 0;
   // Upload bookkeeping.
   uint64_t bytes_uploaded = 0, bytes_total = 0, bf16_copy_bytes = 0;
@@ -404,9 +405,6 @@ struct CudaModel::Impl {
     const int64_t split_tokens = std::min<int64_t>(T, 528);
     NIB_RETURN_IF_ERROR(a.alloc(attention_ws, static_cast<size_t>(cuda::attention_workspace_floats(split_tokens, NH, D, 32)),
                                 "the split-KV attention scratch"));
-    if (options.kv_fp8 && !(options.flashinfer && cuda::flashinfer_attention_supported(D, true)))
-      return Status::error("an FP8 KV cache needs FlashInfer attention with head_dim 128 (this model: head_dim " +
-                           std::to_string(D) + (options.flashinfer ? ")" : ", attention backend native)"));
     if (options.flashinfer && cuda::flashinfer_attention_supported(D)) {
       const int64_t S = options.max_seqs;  // decode graphs pad to at most max_seqs requests
       auto fi = cuda::FlashInferAttention::create({NH, NKV, D, options.block_size, options.kv_fp8}, T, S,
@@ -649,7 +647,7 @@ struct CudaModel::Impl {
     const int64_t H = config.hidden_size, D = config.head_dim, NH = config.num_attention_heads, NKV = config.num_key_value_heads;
     const float eps = static_cast<float>(config.rms_norm_eps);
     const cudaStream_t s = stream();
-    const size_t layer_kv = static_cast<size_t>((n_blocks + 1) * options.block_size * NKV * D) * (options.kv_fp8 ? 1 : 2);  // bytes
+    const size_t layer_kv = static_cast<size_t>((n_blocks + 1) * options.block_size * NKV * D * kv_element_bytes());  // bytes
     NIB_RETURN_IF_ERROR(cuda::embedding_gather(ids, T, embed, H, x, s, drawn));
     profiler.mark("embedding");
     const cuda::QkvLayout qkv{T, NH, NKV, D, positions, slots, inv_freq, config.rope_style == io::RopeStyle::INTERLEAVED};
@@ -803,6 +801,10 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const io::L
                                                      const CudaModelOptions& options, cuda::DeviceContext& ctx) {
   const io::ModelConfig& c = checkpoint->bound.config;
   NIB_RETURN_IF_ERROR(cuda_model_supports(checkpoint->bound));
+  // Before the upload: only FlashInfer's FA2 kernels read an FP8 cache.
+  if (options.kv_fp8 && !(options.flashinfer && cuda::flashinfer_attention_supported(c.head_dim, true)))
+    return Status::error("--kv-cache-dtype fp8 needs FlashInfer attention with head_dim 128 (this model: head_dim " +
+                         std::to_string(c.head_dim) + (options.flashinfer ? ")" : ", --attention-backend native)"));
   auto impl = std::make_unique<Impl>();
   impl->checkpoint = checkpoint;
   impl->config = c;
@@ -819,7 +821,7 @@ const io::ModelConfig& CudaModel::config() const { return impl_->config; }
 
 int64_t CudaModel::kv_bytes_per_block() const {
   const io::ModelConfig& c = impl_->config;
-  return 2 * c.num_hidden_layers * impl_->options.block_size * c.num_key_value_heads * c.head_dim * (impl_->options.kv_fp8 ? 1 : 2);
+  return 2 * c.num_hidden_layers * impl_->options.block_size * c.num_key_value_heads * c.head_dim * impl_->kv_element_bytes();
 }
 
 Status CudaModel::allocate_kv_cache(int64_t n_blocks) {

@@ -37,7 +37,8 @@ struct CudaModelOptions {
   // attention (cuda/decode_attention.cuh) instead of FlashInfer's split-KV kernel and merge, where
   // the shapes allow; 0: never. NIBBLE_DECODE_ATTENTION_MAX_ROWS overrides it (A/B measurements).
   int64_t one_launch_decode_max_rows = 0;
-  // The KV cache in FP8 E4M3 of unit scale (half the bytes a token; FlashInfer attention only).
+  // The KV cache in FP8 E4M3 of the checkpoint's k/v scales, or of unit scale (half the bytes a token;
+  // FlashInfer attention with head dim 128 only).
   bool kv_fp8 = false;
   int64_t max_tokens = 8192;  // tokens in one step
   int64_t max_rows = 256;     // rows that want logits in one step

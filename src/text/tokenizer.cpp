@@ -572,7 +572,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
 std::string_view Tokenizer::token_bytes(int32_t id, bool skip_special_tokens) const {
   const Impl& m = *impl_;
   if (id < 0 || static_cast<size_t>(id) >= m.id_special.size()) return {};
-  if (skip_special_tokens && m.id_special[id]) return {};
+  if (skip_special_tokens && is_special(id)) return {};
   return std::string_view(m.id_blob).substr(m.id_begin[id], m.id_begin[id + 1] - m.id_begin[id]);
 }
 
