@@ -54,6 +54,20 @@ __device__ __forceinline__ void barrier_arrive_on_copies(uint64_t* bar) { barrie
 __device__ __forceinline__ void barrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes) : "memory");
 }
+// Adds `bytes` to the transfer count of the barrier's current phase, without arriving (the copies are
+// another thread's arrival's: PTX mbarrier.expect_tx).
+__device__ __forceinline__ void barrier_expect_tx_shared(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// The copy engine brings the box at coordinates (x, y) of a 2-D tensor map (a __grid_constant__ kernel
+// parameter or global memory) to shared address `smem`, counted on `bar` (PTX cp.async.bulk.tensor).
+__device__ __forceinline__ void tma_load_2d(uint32_t smem, const void* map, int x, int y, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          smem),
+      "l"(map), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
 // Makes barrier_init's barriers visible to the bulk-copy (async) proxy; then a __syncthreads before use.
 __device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 // The copy engine (TMA) moves `bytes` (a multiple of 16; both addresses 16-byte aligned) global → shared

@@ -7,10 +7,15 @@
 // the previous group's MMAs run, and the activations are wgmma's B operand in shared memory. A tile's
 // MMAs are only as wide as its rows need, and BF16 outputs leave through a shared-memory staging in
 // 16-byte runs. Twin of ref::moe's projections and ref::linear_nvfp4.
+#include <cuda.h>  // CUtensorMap
 #include <cuda_bf16.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <string>
 #include <type_traits>
 
@@ -86,6 +91,9 @@ struct Layout {
 };
 
 struct Params {
+  // Line-order expert codes as 2-D tensors of rows × in_features / 2 bytes for the copy engine (TMA):
+  // boxes of 16 bytes (one lane slot) × a slice's rows of a projection.
+  CUtensorMap code_maps[2];
   const uint8_t* codes[2];  // gate, up (gated) or down / dense in [0]
   const uint8_t* scales[2];
   const float* global_scales[2];  // per expert; null: `scale` (the dense weight's weight_scale_2)
@@ -165,12 +173,20 @@ struct RingPosition {
   int code_pair = 0;  // line order: the region of the codes (Layout::CODE_PAIRS)
 };
 
+// Where a local weight row's codes are in a stage's code region: at its local row, or with the copy
+// engine's boxes (TMA) at its row in its projection's block (gated: gate rows, then up rows).
+template <bool GATED, bool TMA, int ROWS>
+__device__ __forceinline__ int code_row(int local) {
+  if constexpr (TMA && GATED) return projection<GATED>(local) * (ROWS / 2) + weight_row<GATED, ROWS>(0, local);
+  else return local;
+}
+
 // One item's k-steps for a consumer thread: wait for each stage, decode its weight rows' codes into A
 // fragments (MT m-tiles, rows local0 + 64m and + 8), issue the MMAs over the tile's first WIDTH token
 // rows, free each stage when its MMAs are done. A wgmma group is two MMAs (one m-tile: half a k-step,
 // two k16 blocks; two m-tiles: one k16 block each), decoded while the group before runs: two groups'
 // fragments are all a thread holds beside its accumulators (more made ptxas serialize the wgmmas).
-template <int WIDTH, int N, int MT, bool LINE, class L>
+template <int WIDTH, int N, int MT, bool LINE, bool GATED, bool TMA, class L>
 __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPosition& ring, uint8_t* smem,
                                              uint64_t* full, uint64_t* empty, uint64_t act_descriptor, int k_tiles,
                                              int local0, int lane, int magnitude_rotation, int sign_rotation) {
@@ -212,7 +228,7 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
         uint32_t words[2][GROUP_BLOCKS][2];  // [row][block of the group][k half of the block]
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const int row = local0 + 64 * m + 8 * r;
+          const int row = code_row<GATED, TMA, ROWS>(local0 + 64 * m + 8 * r);
           if constexpr (LINE && MT == 1) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
@@ -386,8 +402,8 @@ struct Outputs {
 // stay in L2 for its slices), and CTA b takes items b, b + gridDim.x, … of a grid of CTA slots per
 // SM, the producers filling the ring with the next item's stages while the consumers finish the last
 // one's MMAs and store its outputs. The ring (slot, phase) runs on across items.
-template <bool GATED, int N, int MT, bool LINE, int WG, int CTAS = CTAS_PER_SM<N, MT>>
-__global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_wgmma_kernel(const Params p) {
+template <bool GATED, int N, int MT, bool LINE, int WG, bool TMA, int CTAS = CTAS_PER_SM<N, MT>>
+__global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_wgmma_kernel(const __grid_constant__ Params p) {
   using L = Layout<N, MT, LINE, WG>;
   constexpr int ROWS = L::ROWS;
   constexpr int CONSUMERS = CONSUMER_THREADS<WG>;
@@ -407,6 +423,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
   if (tid < STAGES) {
     barrier_init(&full[tid], PRODUCERS);        // each producer thread's copies
     barrier_init(&empty[tid], CONSUMERS / 32);  // lane 0 of each consumer warp
+    fence_barrier_init();                       // the copy engine completes transfers on `full`
   }
   __syncthreads();
   const int k_tiles = p.k / BK;
@@ -461,10 +478,30 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
       for (int kt = 0; kt < k_tiles; ++kt, ++fills) {
         // Fill `fills` reuses the slot of fill − STAGES: wait for that one's consumption.
         if (fills >= STAGES) barrier_wait(&empty[slot], phase ^ 1);
+        if constexpr (TMA) {
+          // The copy engine brings the pair's codes with the even stage: per projection, each 16-byte
+          // lane slot of the slice's rows as one box, into [lane slot][ROWS][16 B] (gated: gate rows,
+          // then up rows: code_row). 16-byte cp.asyncs, one a row and slot, had the producer's
+          // requests in flight as its limit (docs/perf.md). Rows past the expert's read the next
+          // expert's (or the copy engine's zeros past the last): their outputs are dropped.
+          if ((kt & 1) == 0 && lane == 0) {
+            constexpr int PROJECTIONS = GATED ? 2 : 1, PROJECTION_ROWS = ROWS / PROJECTIONS;
+            barrier_expect_tx_shared(full_place + slot * 8, PROJECTIONS * 4 * PROJECTION_ROWS * 16);
+            const uint32_t region = smem_address(smem + L::CODE_OFFSET) + code_pair * 2 * L::CODE_STAGE;
+            const int y = tile.expert * p.n + (item % p.slices) * PROJECTION_ROWS;
+#pragma unroll
+            for (int w = 0; w < PROJECTIONS; ++w)
+#pragma unroll
+              for (int c = 0; c < 4; ++c)
+                tma_load_2d(region + (c * ROWS + w * PROJECTION_ROWS) * 16, &p.code_maps[w], kt * (BK / 2) + 16 * c, y,
+                            full_place + slot * 8);
+          }
+        }
 #pragma unroll
         for (int m = 0; m < PRODUCER_ROWS; ++m) {
           if (ROWS % 128 && lane + 128 * m >= ROWS) continue;  // three warpgroups' 192 rows: warp-uniform
-          if constexpr (LINE) {
+          if constexpr (TMA) {
+          } else if constexpr (LINE) {
             // A row's whole 128-block (four 16-byte lane slots) with the even stage, into the pair's
             // region (Layout); fill f − STAGES consumed means both stages of its last pair were.
             if ((kt & 1) == 0) {
@@ -519,7 +556,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
     // Warp-uniform as ptxas can see, like `warpgroup`.
     const int width = __shfl_sync(0xffffffffu, mma_width<N>(tile.rows), 0);
     with_width<N>(width, [&](auto w) {
-      consume_item<decltype(w)::value, N, MT, LINE, L>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0,
+      consume_item<decltype(w)::value, N, MT, LINE, GATED, TMA, L>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0,
                                                        lane, magnitude_rotation, sign_rotation);
     });
     if (p.row_scales) {
@@ -552,9 +589,53 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
   }
 }
 
-template <bool GATED, int N, int MT, bool LINE, int WG = 2>
+// The copy engine's map of a line-order code tensor (rows × row_bytes), boxes of 16 bytes × box_rows:
+// encoded once per tensor and box (host work, no device call), so graph captures and replays see the
+// same maps; /update_weights_from_disk loads in place (same addresses and shapes).
+Status code_map(const uint8_t* codes, int64_t rows, int64_t row_bytes, int box_rows, CUtensorMap* out) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
+    return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)
+                                                                     : nullptr;
+  }();
+  if (!encode) return Status::error("wgmma gemm: the driver has no cuTensorMapEncodeTiled");
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int64_t, int64_t, int>, CUtensorMap> maps;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(static_cast<const void*>(codes), rows, row_bytes, box_rows);
+  if (auto it = maps.find(key); it != maps.end()) return *out = it->second, Status::ok();
+  const cuuint64_t dims[2] = {cuuint64_t(row_bytes), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(row_bytes)};
+  const cuuint32_t box[2] = {16, cuuint32_t(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  CUtensorMap map{};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(codes), dims, strides, box,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return Status::error("wgmma gemm: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
+  maps.emplace(key, map);
+  *out = map;
+  return Status::ok();
+}
+
+Status set_code_maps(Params& p, int box_rows, int projections) {
+  for (int w = 0; w < projections; ++w)
+    NIB_RETURN_IF_ERROR(code_map(p.codes[w], int64_t{p.experts} * p.n, p.k / 2, box_rows, &p.code_maps[w]));
+  return Status::ok();
+}
+
+// Line-order codes by the copy engine (experiment switch NIBBLE_WGMMA_TMA=1).
+bool tma_codes() {
+  static const bool tma = std::getenv("NIBBLE_WGMMA_TMA") && std::atoi(std::getenv("NIBBLE_WGMMA_TMA")) == 1;
+  return tma;
+}
+
+template <bool GATED, int N, int MT, bool LINE, int WG, bool TMA>
 Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
-  auto kernel = nvfp4_wgmma_kernel<GATED, N, MT, LINE, WG>;
+  auto kernel = nvfp4_wgmma_kernel<GATED, N, MT, LINE, WG, TMA>;
+  if constexpr (TMA) NIB_RETURN_IF_ERROR(set_code_maps(p, BM<MT, WG> / (GATED ? 2 : 1), GATED ? 2 : 1));
   constexpr int bytes = Layout<N, MT, LINE, WG>::BYTES;
   // Set once per instantiation and process, not per launch.
   static const cudaError_t limit = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
@@ -577,8 +658,10 @@ Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
 // (expert_line_order).
 template <bool GATED, int N, int MT, int WG = 2>
 Status launch_n(const Params& p, int64_t row_tiles, cudaStream_t stream) {
-  return p.line_order ? launch_kernel<GATED, N, MT, true, WG>(p, row_tiles, stream)
-                      : launch_kernel<GATED, N, MT, false, WG>(p, row_tiles, stream);
+  if constexpr (MT == 1)
+    if (p.line_order && tma_codes()) return launch_kernel<GATED, N, MT, true, WG, true>(p, row_tiles, stream);
+  return p.line_order ? launch_kernel<GATED, N, MT, true, WG, false>(p, row_tiles, stream)
+                      : launch_kernel<GATED, N, MT, false, WG, false>(p, row_tiles, stream);
 }
 
 // Three consumer warpgroups (192 weight rows a CTA) on 128-row tiles, where an expert's 16–95 rows
