@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
   if (tid < STAGES) {
     barrier_init(&full[tid], PRODUCERS);        // each producer thread's copies
     barrier_init(&empty[tid], CONSUMERS / 32);  // lane 0 of each consumer warp
-    fence_barrier_init();                       // the copy engine completes transfers on `full`
+    if constexpr (TMA) fence_barrier_init();    // the copy engine completes transfers on `full`
   }
   __syncthreads();
   const int k_tiles = p.k / BK;
