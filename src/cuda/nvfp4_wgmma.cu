@@ -94,6 +94,8 @@ struct Params {
   // Line-order expert codes as 2-D tensors of rows × in_features / 2 bytes for the copy engine (TMA):
   // boxes of 16 bytes (one lane slot) × a slice's rows of a projection.
   CUtensorMap code_maps[2];
+  CUtensorMap act_map;  // the activations as a 2-D tensor, when their rows are in order (TMA bit 2)
+  int64_t act_rows;     // its rows: the pairs (MoE) or m (dense)
   const uint8_t* codes[2];  // gate, up (gated) or down / dense in [0]
   const uint8_t* scales[2];
   const float* global_scales[2];  // per expert; null: `scale` (the dense weight's weight_scale_2)
@@ -175,9 +177,9 @@ struct RingPosition {
 
 // Where a local weight row's codes are in a stage's code region: at its local row, or with the copy
 // engine's boxes (TMA) at its row in its projection's block (gated: gate rows, then up rows).
-template <bool GATED, bool TMA, int ROWS>
+template <bool GATED, int TMA, int ROWS>
 __device__ __forceinline__ int code_row(int local) {
-  if constexpr (TMA && GATED) return projection<GATED>(local) * (ROWS / 2) + weight_row<GATED, ROWS>(0, local);
+  if constexpr ((TMA & 1) && GATED) return projection<GATED>(local) * (ROWS / 2) + weight_row<GATED, ROWS>(0, local);
   else return local;
 }
 
@@ -186,7 +188,7 @@ __device__ __forceinline__ int code_row(int local) {
 // rows, free each stage when its MMAs are done. A wgmma group is two MMAs (one m-tile: half a k-step,
 // two k16 blocks; two m-tiles: one k16 block each), decoded while the group before runs: two groups'
 // fragments are all a thread holds beside its accumulators (more made ptxas serialize the wgmmas).
-template <int WIDTH, int N, int MT, bool LINE, bool GATED, bool TMA, class L>
+template <int WIDTH, int N, int MT, bool LINE, bool GATED, int TMA, class L>
 __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPosition& ring, uint8_t* smem,
                                              uint64_t* full, uint64_t* empty, uint64_t act_descriptor, int k_tiles,
                                              int local0, int lane, int magnitude_rotation, int sign_rotation) {
@@ -402,7 +404,7 @@ struct Outputs {
 // stay in L2 for its slices), and CTA b takes items b, b + gridDim.x, … of a grid of CTA slots per
 // SM, the producers filling the ring with the next item's stages while the consumers finish the last
 // one's MMAs and store its outputs. The ring (slot, phase) runs on across items.
-template <bool GATED, int N, int MT, bool LINE, int WG, bool TMA, int CTAS = CTAS_PER_SM<N, MT>>
+template <bool GATED, int N, int MT, bool LINE, int WG, int TMA, int CTAS = CTAS_PER_SM<N, MT>>
 __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_wgmma_kernel(const __grid_constant__ Params p) {
   using L = Layout<N, MT, LINE, WG>;
   constexpr int ROWS = L::ROWS;
@@ -423,7 +425,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
   if (tid < STAGES) {
     barrier_init(&full[tid], PRODUCERS);        // each producer thread's copies
     barrier_init(&empty[tid], CONSUMERS / 32);  // lane 0 of each consumer warp
-    if constexpr (TMA) fence_barrier_init();    // the copy engine completes transfers on `full`
+    if constexpr (TMA != 0) fence_barrier_init();    // the copy engine completes transfers on `full`
   }
   __syncthreads();
   const int k_tiles = p.k / BK;
@@ -478,7 +480,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
       for (int kt = 0; kt < k_tiles; ++kt, ++fills) {
         // Fill `fills` reuses the slot of fill − STAGES: wait for that one's consumption.
         if (fills >= STAGES) barrier_wait(&empty[slot], phase ^ 1);
-        if constexpr (TMA) {
+        if constexpr ((TMA & 1) != 0) {
           // The copy engine brings the pair's codes with the even stage: per projection, each 16-byte
           // lane slot of the slice's rows as one box, into [lane slot][ROWS][16 B] (gated: gate rows,
           // then up rows: code_row). 16-byte cp.asyncs, one a row and slot, had the producer's
@@ -500,7 +502,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
 #pragma unroll
         for (int m = 0; m < PRODUCER_ROWS; ++m) {
           if (ROWS % 128 && lane + 128 * m >= ROWS) continue;  // three warpgroups' 192 rows: warp-uniform
-          if constexpr (TMA) {
+          if constexpr ((TMA & 1) != 0) {
           } else if constexpr (LINE) {
             // A row's whole 128-block (four 16-byte lane slots) with the even stage, into the pair's
             // region (Layout); fill f − STAGES consumed means both stages of its last pair were.
@@ -520,10 +522,23 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
           scale_src[m] += BK / 16;
         }
         if (LINE && (kt & 1) && ++code_pair == L::CODE_PAIRS) code_pair = 0;
-        const uint32_t a = act_place + slot * L::ACT_STAGE;
+        if constexpr ((TMA & 2) != 0) {
+          // Rows in order (down's input, a dense GEMM's x): the copy engine brings the stage's rows of
+          // the MMA width as boxes of 32 rows × 64 k, in the 128-byte swizzle wgmma reads (the
+          // stage's 1024-byte alignment keeps the address-based pattern); rows past the tensor are zeros.
+          if (lane == 0) {
+            const int boxes = copies / 2;  // the width (a multiple of 32) in 32-row boxes
+            barrier_expect_tx_shared(full_place + slot * 8, boxes * 32 * BK * 2);
+            const uint32_t stage = smem_address(smem + L::ACT_OFFSET) + slot * L::ACT_STAGE;
+            for (int b = 0; b < boxes; ++b)
+              tma_load_2d(stage + b * 32 * 128, &p.act_map, kt * BK, tile.row0 + 32 * b, full_place + slot * 8);
+          }
+        } else {
+          const uint32_t a = act_place + slot * L::ACT_STAGE;
 #pragma unroll
-        for (int i = 0; i < CHUNKS; ++i)
-          if (i < copies) cp_async_shared<16>(a + i * 16 * 128, act_base + act_offset[i]);
+          for (int i = 0; i < CHUNKS; ++i)
+            if (i < copies) cp_async_shared<16>(a + i * 16 * 128, act_base + act_offset[i]);
+        }
         barrier_arrive_on_copies_shared(full_place + slot * 8);
         act_base += BK * 2;
         if (++slot == STAGES) slot = 0, phase ^= 1;
@@ -589,10 +604,8 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
   }
 }
 
-// The copy engine's map of a line-order code tensor (rows × row_bytes), boxes of 16 bytes × box_rows:
-// encoded once per tensor and box (host work, no device call), so graph captures and replays see the
-// same maps; /update_weights_from_disk loads in place (same addresses and shapes).
-Status code_map(const uint8_t* codes, int64_t rows, int64_t row_bytes, int box_rows, CUtensorMap* out) {
+// The driver's cuTensorMapEncodeTiled through the runtime (no link against libcuda), or null.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -600,6 +613,14 @@ Status code_map(const uint8_t* codes, int64_t rows, int64_t row_bytes, int box_r
     return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)
                                                                      : nullptr;
   }();
+  return encode;
+}
+
+// The copy engine's map of a line-order code tensor (rows × row_bytes), boxes of 16 bytes × box_rows:
+// encoded once per tensor and box (host work, no device call), so graph captures and replays see the
+// same maps; /update_weights_from_disk loads in place (same addresses and shapes).
+Status code_map(const uint8_t* codes, int64_t rows, int64_t row_bytes, int box_rows, CUtensorMap* out) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (!encode) return Status::error("wgmma gemm: the driver has no cuTensorMapEncodeTiled");
   static std::mutex mutex;
   static std::map<std::tuple<const void*, int64_t, int64_t, int>, CUtensorMap> maps;
@@ -626,16 +647,35 @@ Status set_code_maps(Params& p, int box_rows, int projections) {
   return Status::ok();
 }
 
-// Line-order codes by the copy engine (experiment switch NIBBLE_WGMMA_TMA=1).
-bool tma_codes() {
-  static const bool tma = std::getenv("NIBBLE_WGMMA_TMA") && std::atoi(std::getenv("NIBBLE_WGMMA_TMA")) == 1;
-  return tma;
+// The activations of a GEMM whose rows are in order (down, dense) as a 2-D BF16 tensor of act_rows × k
+// for the copy engine: boxes of 64 k × 32 rows in the 128-byte swizzle. Encoded each launch (the rows
+// change with the batch; a capture keeps the map it was launched with, for the same buffers and rows).
+Status set_act_map(Params& p) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (!encode) return Status::error("wgmma gemm: the driver has no cuTensorMapEncodeTiled");
+  const cuuint64_t dims[2] = {cuuint64_t(p.k), cuuint64_t(p.act_rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(p.k) * 2};
+  const cuuint32_t box[2] = {BK, 32};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode(&p.act_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(p.act), dims, strides,
+                            box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? Status::ok()
+                           : Status::error("wgmma gemm: cuTensorMapEncodeTiled (activations) failed (" + std::to_string(int(r)) + ")");
 }
 
-template <bool GATED, int N, int MT, bool LINE, int WG, bool TMA>
+// The copy engine for line-order codes (bit 1) and in-order activations (bit 2): experiment switch
+// NIBBLE_WGMMA_TMA=0…3 (off by default until measured).
+int tma_parts() {
+  static const int parts = std::getenv("NIBBLE_WGMMA_TMA") ? std::atoi(std::getenv("NIBBLE_WGMMA_TMA")) & 3 : 0;
+  return parts;
+}
+
+template <bool GATED, int N, int MT, bool LINE, int WG, int TMA>
 Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
   auto kernel = nvfp4_wgmma_kernel<GATED, N, MT, LINE, WG, TMA>;
-  if constexpr (TMA) NIB_RETURN_IF_ERROR(set_code_maps(p, BM<MT, WG> / (GATED ? 2 : 1), GATED ? 2 : 1));
+  if constexpr ((TMA & 1) != 0) NIB_RETURN_IF_ERROR(set_code_maps(p, BM<MT, WG> / (GATED ? 2 : 1), GATED ? 2 : 1));
+  if constexpr ((TMA & 2) != 0) NIB_RETURN_IF_ERROR(set_act_map(p));
   constexpr int bytes = Layout<N, MT, LINE, WG>::BYTES;
   // Set once per instantiation and process, not per launch.
   static const cudaError_t limit = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
@@ -658,10 +698,19 @@ Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
 // (expert_line_order).
 template <bool GATED, int N, int MT, int WG = 2>
 Status launch_n(const Params& p, int64_t row_tiles, cudaStream_t stream) {
-  if constexpr (MT == 1)
-    if (p.line_order && tma_codes()) return launch_kernel<GATED, N, MT, true, WG, true>(p, row_tiles, stream);
-  return p.line_order ? launch_kernel<GATED, N, MT, true, WG, false>(p, row_tiles, stream)
-                      : launch_kernel<GATED, N, MT, false, WG, false>(p, row_tiles, stream);
+  // The copy engine: codes in line order with one m-tile; activations whose rows are in order (not
+  // gate_up's gathered rows).
+  const int codes = MT == 1 && p.line_order && (tma_parts() & 1) ? 1 : 0;
+  const int act = !GATED && !p.sorted_pairs && (tma_parts() & 2) ? 2 : 0;
+  switch (p.line_order ? codes | act : act) {
+    case 1: return launch_kernel<GATED, N, MT, true, WG, 1>(p, row_tiles, stream);
+    case 2: return p.line_order ? launch_kernel<GATED, N, MT, true, WG, 2>(p, row_tiles, stream)
+                                : launch_kernel<GATED, N, MT, false, WG, 2>(p, row_tiles, stream);
+    case 3: return launch_kernel<GATED, N, MT, true, WG, 3>(p, row_tiles, stream);
+    default: break;
+  }
+  return p.line_order ? launch_kernel<GATED, N, MT, true, WG, 0>(p, row_tiles, stream)
+                      : launch_kernel<GATED, N, MT, false, WG, 0>(p, row_tiles, stream);
 }
 
 // Three consumer warpgroups (192 weight rows a CTA) on 128-row tiles, where an expert's 16–95 rows
@@ -728,6 +777,7 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
   p.act = a.act, p.sorted_pairs = a.sorted_pairs, p.top_k = int(a.top_k), p.row_scales = a.row_scales;
   p.tile_offsets = a.tile_offsets, p.tiles = a.tiles, p.experts = int(w0.experts);
   p.out = a.out, p.out_fp32 = a.out_fp32;
+  p.act_rows = a.pairs;
   p.line_order = expert_line_order(w0.cols);
   const int64_t row_tiles = max_expert_tiles(a.pairs, p.experts, a.tile_rows);
   return w1 ? launch<true>(p, a.tile_rows, row_tiles, stream) : launch<false>(p, a.tile_rows, row_tiles, stream);
@@ -769,7 +819,7 @@ Status wgmma_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, fl
   Params p{};
   p.codes[0] = w.packed, p.scales[0] = w.block_scales, p.scale = w.weight_scale_2;
   p.n = int(w.rows), p.k = int(w.cols), p.m = int(M);
-  p.act = x, p.top_k = 1, p.row_scales = row_scales;
+  p.act = x, p.top_k = 1, p.row_scales = row_scales, p.act_rows = M;
   p.out = y, p.out_fp32 = true;
   const int tile_rows = wgmma_tile_rows(M, 1);
   return launch<false>(p, tile_rows, (M + tile_rows - 1) / tile_rows, stream);
