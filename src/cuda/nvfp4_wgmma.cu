@@ -700,15 +700,18 @@ template <bool GATED, int N, int MT, int WG = 2>
 Status launch_n(const Params& p, int64_t row_tiles, cudaStream_t stream) {
   // The copy engine: codes in line order with one m-tile; activations whose rows are in order (not
   // gate_up's gathered rows).
-  const int codes = MT == 1 && p.line_order && (tma_parts() & 1) ? 1 : 0;
-  const int act = !GATED && !p.sorted_pairs && (tma_parts() & 2) ? 2 : 0;
-  switch (p.line_order ? codes | act : act) {
-    case 1: return launch_kernel<GATED, N, MT, true, WG, 1>(p, row_tiles, stream);
-    case 2: return p.line_order ? launch_kernel<GATED, N, MT, true, WG, 2>(p, row_tiles, stream)
-                                : launch_kernel<GATED, N, MT, false, WG, 2>(p, row_tiles, stream);
-    case 3: return launch_kernel<GATED, N, MT, true, WG, 3>(p, row_tiles, stream);
-    default: break;
+  const bool act = !GATED && !p.sorted_pairs && (tma_parts() & 2);
+  if constexpr (MT == 1) {
+    if (p.line_order && (tma_parts() & 1)) {
+      if constexpr (!GATED)
+        if (act) return launch_kernel<GATED, N, MT, true, WG, 3>(p, row_tiles, stream);
+      return launch_kernel<GATED, N, MT, true, WG, 1>(p, row_tiles, stream);
+    }
   }
+  if constexpr (!GATED)
+    if (act)
+      return p.line_order ? launch_kernel<GATED, N, MT, true, WG, 2>(p, row_tiles, stream)
+                          : launch_kernel<GATED, N, MT, false, WG, 2>(p, row_tiles, stream);
   return p.line_order ? launch_kernel<GATED, N, MT, true, WG, 0>(p, row_tiles, stream)
                       : launch_kernel<GATED, N, MT, false, WG, 0>(p, row_tiles, stream);
 }
