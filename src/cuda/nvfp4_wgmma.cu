@@ -7,15 +7,10 @@
 // the previous group's MMAs run, and the activations are wgmma's B operand in shared memory. A tile's
 // MMAs are only as wide as its rows need, and BF16 outputs leave through a shared-memory staging in
 // 16-byte runs. Twin of ref::moe's projections and ref::linear_nvfp4.
-#include <cuda.h>  // CUtensorMap
 #include <cuda_bf16.h>
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 #include <algorithm>
 #include <cstdlib>
-#include <map>
-#include <mutex>
-#include <tuple>
 #include <string>
 #include <type_traits>
 
@@ -25,6 +20,7 @@
 #include "cuda/nvfp4_fragments.cuh"
 #include "cuda/nvfp4_layout.h"
 #include "cuda/nvfp4_wgmma.cuh"
+#include "cuda/tensor_maps.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace nibble::cuda {
@@ -604,64 +600,25 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
   }
 }
 
-// The driver's cuTensorMapEncodeTiled through the runtime (no link against libcuda), or null.
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
-    return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)
-                                                                     : nullptr;
-  }();
-  return encode;
-}
-
-// The copy engine's map of a line-order code tensor (rows × row_bytes), boxes of 16 bytes × box_rows:
-// encoded once per tensor and box (host work, no device call), so graph captures and replays see the
-// same maps; /update_weights_from_disk loads in place (same addresses and shapes).
-Status code_map(const uint8_t* codes, int64_t rows, int64_t row_bytes, int box_rows, CUtensorMap* out) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (!encode) return Status::error("wgmma gemm: the driver has no cuTensorMapEncodeTiled");
-  static std::mutex mutex;
-  static std::map<std::tuple<const void*, int64_t, int64_t, int>, CUtensorMap> maps;
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(static_cast<const void*>(codes), rows, row_bytes, box_rows);
-  if (auto it = maps.find(key); it != maps.end()) return *out = it->second, Status::ok();
-  const cuuint64_t dims[2] = {cuuint64_t(row_bytes), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(row_bytes)};
-  const cuuint32_t box[2] = {16, cuuint32_t(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  CUtensorMap map{};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(codes), dims, strides, box,
-                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) return Status::error("wgmma gemm: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
-  maps.emplace(key, map);
-  *out = map;
-  return Status::ok();
-}
-
+// The copy engine's maps of the line-order code tensors (rows × in_features / 2 bytes; boxes of one
+// 16-byte lane slot × box_rows), kept per tensor: graph captures and replays see the same maps, and
+// /update_weights_from_disk loads in place (same addresses and shapes).
 Status set_code_maps(Params& p, int box_rows, int projections) {
   for (int w = 0; w < projections; ++w)
-    NIB_RETURN_IF_ERROR(code_map(p.codes[w], int64_t{p.experts} * p.n, p.k / 2, box_rows, &p.code_maps[w]));
+    NIB_RETURN_IF_ERROR(cached_tensor_map({CU_TENSOR_MAP_DATA_TYPE_UINT8, p.codes[w], uint64_t(p.k / 2),
+                                           uint64_t(p.experts) * uint64_t(p.n), uint64_t(p.k / 2), 16,
+                                           uint32_t(box_rows), CU_TENSOR_MAP_SWIZZLE_NONE},
+                                          &p.code_maps[w]));
   return Status::ok();
 }
 
-// The activations of a GEMM whose rows are in order (down, dense) as a 2-D BF16 tensor of act_rows × k
-// for the copy engine: boxes of 64 k × 32 rows in the 128-byte swizzle. Encoded each launch (the rows
-// change with the batch; a capture keeps the map it was launched with, for the same buffers and rows).
+// The activations of a GEMM whose rows are in order (down, dense) as a BF16 tensor of act_rows × k:
+// boxes of 64 k × 32 rows in the 128-byte swizzle wgmma reads. Encoded each launch (the rows change
+// with the batch; a capture keeps the map it was launched with, for the same buffers and rows).
 Status set_act_map(Params& p) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (!encode) return Status::error("wgmma gemm: the driver has no cuTensorMapEncodeTiled");
-  const cuuint64_t dims[2] = {cuuint64_t(p.k), cuuint64_t(p.act_rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(p.k) * 2};
-  const cuuint32_t box[2] = {BK, 32};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode(&p.act_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(p.act), dims, strides,
-                            box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? Status::ok()
-                           : Status::error("wgmma gemm: cuTensorMapEncodeTiled (activations) failed (" + std::to_string(int(r)) + ")");
+  return encode_tensor_map({CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.act, uint64_t(p.k), uint64_t(p.act_rows),
+                            uint64_t(p.k) * 2, BK, 32, CU_TENSOR_MAP_SWIZZLE_128B},
+                           &p.act_map);
 }
 
 // The copy engine for line-order codes (bit 1) and in-order activations (bit 2): experiment switch
