@@ -621,13 +621,6 @@ Status set_act_map(Params& p) {
                            &p.act_map);
 }
 
-// The copy engine for line-order codes (bit 1) and in-order activations (bit 2): experiment switch
-// NIBBLE_WGMMA_TMA=0…3 (off by default until measured).
-int tma_parts() {
-  static const int parts = std::getenv("NIBBLE_WGMMA_TMA") ? std::atoi(std::getenv("NIBBLE_WGMMA_TMA")) & 3 : 0;
-  return parts;
-}
-
 template <bool GATED, int N, int MT, bool LINE, int WG, int TMA>
 Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
   auto kernel = nvfp4_wgmma_kernel<GATED, N, MT, LINE, WG, TMA>;
@@ -656,19 +649,16 @@ Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
 template <bool GATED, int N, int MT, int WG = 2>
 Status launch_n(const Params& p, int64_t row_tiles, cudaStream_t stream) {
   // The copy engine: codes in line order with one m-tile; activations whose rows are in order (not
-  // gate_up's gathered rows).
-  const bool act = !GATED && !p.sorted_pairs && (tma_parts() & 2);
+  // gate_up's rows read through sorted_pairs).
+  const bool act = !p.sorted_pairs && (wgmma_tma_parts() & 2);
   if constexpr (MT == 1) {
-    if (p.line_order && (tma_parts() & 1)) {
-      if constexpr (!GATED)
-        if (act) return launch_kernel<GATED, N, MT, true, WG, 3>(p, row_tiles, stream);
-      return launch_kernel<GATED, N, MT, true, WG, 1>(p, row_tiles, stream);
-    }
+    if (p.line_order && (wgmma_tma_parts() & 1))
+      return act ? launch_kernel<GATED, N, MT, true, WG, 3>(p, row_tiles, stream)
+                 : launch_kernel<GATED, N, MT, true, WG, 1>(p, row_tiles, stream);
   }
-  if constexpr (!GATED)
-    if (act)
-      return p.line_order ? launch_kernel<GATED, N, MT, true, WG, 2>(p, row_tiles, stream)
-                          : launch_kernel<GATED, N, MT, false, WG, 2>(p, row_tiles, stream);
+  if (act)
+    return p.line_order ? launch_kernel<GATED, N, MT, true, WG, 2>(p, row_tiles, stream)
+                        : launch_kernel<GATED, N, MT, false, WG, 2>(p, row_tiles, stream);
   return p.line_order ? launch_kernel<GATED, N, MT, true, WG, 0>(p, row_tiles, stream)
                       : launch_kernel<GATED, N, MT, false, WG, 0>(p, row_tiles, stream);
 }
@@ -744,6 +734,11 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
 }
 
 }  // namespace
+
+int wgmma_tma_parts() {
+  static const int parts = std::getenv("NIBBLE_WGMMA_TMA") ? std::atoi(std::getenv("NIBBLE_WGMMA_TMA")) & 7 : 0;
+  return parts;
+}
 
 bool wgmma_supported(int64_t rows, int64_t cols) { return cols >= BK && cols % BK == 0 && rows >= 1; }
 
