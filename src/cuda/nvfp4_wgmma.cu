@@ -498,8 +498,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
 #pragma unroll
         for (int m = 0; m < PRODUCER_ROWS; ++m) {
           if (ROWS % 128 && lane + 128 * m >= ROWS) continue;  // three warpgroups' 192 rows: warp-uniform
-          if constexpr ((TMA & 1) != 0) {
-          } else if constexpr (LINE) {
+          if constexpr ((TMA & 1) == 0 && LINE) {  // (TMA & 1: the copy engine brought them above)
             // A row's whole 128-block (four 16-byte lane slots) with the even stage, into the pair's
             // region (Layout); fill f − STAGES consumed means both stages of its last pair were.
             if ((kt & 1) == 0) {
@@ -508,7 +507,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
               for (int c = 0; c < 4; ++c) cp_async_shared<16>(code + c * ROWS * 16, code_src[m] + 16 * c);
               code_src[m] += 2 * (BK / 2);
             }
-          } else {
+          } else if constexpr ((TMA & 1) == 0) {
             const uint32_t code = code_place + slot * L::CODE_STAGE + m * 128 * 16;
             cp_async_shared<16>(code, code_src[m]);
             cp_async_shared<16>(code + ROWS * 16, code_src[m] + 16);

@@ -26,10 +26,10 @@ Status wgmma_moe_gate_up(const GroupedGemmArgs& args, const DeviceNvfp4Experts& 
                          cudaStream_t stream);
 Status wgmma_moe_down(const GroupedGemmArgs& args, const DeviceNvfp4Experts& down, cudaStream_t stream);
 
-// The experiment switch NIBBLE_WGMMA_TMA (0 by default, not yet measured; docs/perf.md): bit 1, line-order
-// expert codes by the copy engine; bit 2, activations whose rows are in order (down's input, dense x,
-// gate_up's when gathered) by it; bit 4, gate_up's rows gathered into sorted order first (where no token's row scale is read;
-// moe.cu).
+// The experiment switch NIBBLE_WGMMA_TMA (0 by default, not yet measured; docs/perf.md): bit 1,
+// line-order expert codes by the copy engine; bit 2, activations whose rows are in order (down's input,
+// dense x, gate_up's when gathered) by it; bit 4 with bit 2, gate_up's rows gathered into sorted order
+// first (where no token's row scale is read; moe.cu).
 int wgmma_tma_parts();
 
 // y[M, N] (fp32) = row_scales[m] · weight_scale_2 · (x[M, K] · Ŵᵀ), as linear_nvfp4_w4a16.
