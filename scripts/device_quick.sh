@@ -8,7 +8,7 @@
 # one or more commits) runs the latency of this build and of each baseline alternately, ROUNDS (default
 # 2) times each: machines differ by several percent on one binary, so a comparison needs all in one
 # call (bundle with BUNDLE_TESTS="$TESTS" so that build-device/ and build-base/ fit the carry
-# limit). Logs under $OUT, table last.
+# limit). Logs under $OUT, table last, the tests' verdicts at its end.
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 TESTS=${TESTS:-router moe ops runner linear quantize}
@@ -30,14 +30,15 @@ for v in base ${TEST_VARIANTS:-}; do
   names+=("slice_$tag")
 done
 wait
-results=()
+verdicts=()
 for n in "${names[@]}"; do
   # No PASSED/FAILED line: the binary crashed, timed out or was not bundled (BUNDLE_TESTS; the slice
   # is test_cuda_runner's).
   verdict=$(grep -hE "^\[  (PASSED|FAILED) " "$OUT/$n.log" | tr '\n' ' ')
-  results+=("$(printf '%-36s %s' "$n" "${verdict:-NOT RUN TO THE END: $(tail -1 "$OUT/$n.log")}")")
+  verdicts+=("$(printf '%-36s %s' "$n" "${verdict:-NOT RUN TO THE END: $(tail -1 "$OUT/$n.log")}")")
   grep -hE "Failure|Expected|actual|Which is" "$OUT/$n.log" | head -4
 done
+results=()
 latency_summary() {
   awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}
        $2 == "mix" {printf "%s/%s=%sms ", $1, $3, $6}' "$1"
@@ -70,3 +71,5 @@ for v in ${VARIANTS-$default_variants}; do
 done
 grep -hE "^(mode|512)" "$OUT"/slice_*.log | head -8
 printf '%s\n' "${results[@]}"
+# The verdicts last: the call returns only the output's tail, and the kernel tables are long.
+printf '%s\n' "${verdicts[@]}"

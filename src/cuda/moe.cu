@@ -230,15 +230,6 @@ Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_
   gate_up.row_scales = token_scales, gate_up.expert_offsets = ws.groups.expert_offsets;
   gate_up.tile_offsets = ws.groups.tile_offsets, gate_up.tiles = ws.groups.tiles, gate_up.tile_rows = tile_rows;
   gate_up.pairs = pairs, gate_up.out = ws.act, gate_up.out_fp32 = is_w4a4(mode);
-  if (backend == GemmBackend::WGMMA && (wgmma_tma_parts() & 6) == 6 && !token_scales) {
-    // gate_up's rows gathered into sorted order first (in y, which down overwrites only after gate_up
-    // has read it), so the copy engine can bring them as boxes (an experiment switch, docs/perf.md);
-    // without the copy engine for activations (bit 2) the gather would buy nothing.
-    gather_rows_kernel<<<unsigned(pairs), THREADS, 0, stream>>>(gate_up_in, ws.groups.sorted_pairs, int(w.top_k),
-                                                                int(w.hidden), ws.y);
-    NIB_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "moe gather launch"));
-    gate_up.act = ws.y, gate_up.sorted_pairs = nullptr, gate_up.top_k = 1;
-  }
   for (int i = 0; i < op_repeats("gate_up"); ++i)
     NIB_RETURN_IF_ERROR(backend == GemmBackend::SKINNY  ? skinny_moe_gate_up(gate_up, w.gate, w.up, stream)
                         : backend == GemmBackend::WGMMA ? wgmma_moe_gate_up(gate_up, w.gate, w.up, stream)

@@ -735,7 +735,7 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
 }  // namespace
 
 int wgmma_tma_parts() {
-  static const int parts = std::getenv("NIBBLE_WGMMA_TMA") ? std::atoi(std::getenv("NIBBLE_WGMMA_TMA")) & 7 : 0;
+  static const int parts = std::getenv("NIBBLE_WGMMA_TMA") ? std::atoi(std::getenv("NIBBLE_WGMMA_TMA")) & 3 : 3;
   return parts;
 }
 
