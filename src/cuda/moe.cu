@@ -369,7 +369,11 @@ GemmBackend resolve_moe_backend(GemmBackend backend, int64_t tokens, const Devic
                                          ? std::atoll(std::getenv("NIBBLE_SKINNY_MOE_MAX_ROWS"))
                                          : AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT;
   if (tokens * w.top_k < skinny_rows * w.experts && skinny_fits) return GemmBackend::SKINNY;
-  const bool wgmma_rows = tokens * w.top_k >= AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT * w.experts;
+  // NIBBLE_WGMMA_MOE_MIN_ROWS moves the wgmma bound the same way.
+  static const int64_t wgmma_min_rows = std::getenv("NIBBLE_WGMMA_MOE_MIN_ROWS")
+                                            ? std::atoll(std::getenv("NIBBLE_WGMMA_MOE_MIN_ROWS"))
+                                            : AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT;
+  const bool wgmma_rows = tokens * w.top_k >= wgmma_min_rows * w.experts;
   return wgmma_fits && wgmma_rows ? GemmBackend::WGMMA : GemmBackend::FUSED;
 }
 

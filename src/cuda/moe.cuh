@@ -91,6 +91,9 @@ struct MoeWorkspace {
 // fused's 10,325, b256 13,266 / 11,381; a bound of 40 (pp512's 32 rows on skinny) took pp512 from
 // 38,773 to 28,503.
 inline constexpr int64_t AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT = 24;
+// With the copy engine bringing the wgmma kernels' codes (2026-12-04, docs/perf.md), wgmma beats fused
+// from 24 rows on even routing (T = 384 / 448: 257 / 262 µs against 312 / 350; skinny 249 / 277); not
+// yet measured end to end on skewed routing (NIBBLE_WGMMA_MOE_MIN_ROWS=24 in moe.cu is that A/B).
 inline constexpr int64_t AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT = 32;
 // The backend moe_forward runs for `backend` (AUTO resolved; SKINNY falls back to FUSED for shapes
 // it does not take).
