@@ -462,8 +462,8 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
       // chunk for every i as t_i % 8 = (lane / 8) % 8; rows from the tile's MMA width on are not read.
       // Each copy's address is a register pair built from a uniform base and a 32-bit offset, and a
       // copy reads it late: the copies wait on one another (H200, MoE T = 8,192, gate_up: consumers
-      // waiting on their stages in 12% of the stall samples; docs/perf.md). The copy engine for rows in
-      // sorted order (down's input) was tried and gained nothing measurable.
+      // waiting on their stages in 12% of the stall samples; docs/perf.md). Rows in order (down's input,
+      // dense x) come by the copy engine instead (TMA bit 2, below); gate_up's gathered rows cannot.
       constexpr int CHUNKS = N * 8 / PRODUCERS;
       const int copies = mma_width<N>(tile.rows) / 16;  // chunks i < copies are inside the width
       uint32_t act_offset[CHUNKS];
@@ -643,6 +643,14 @@ Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
   return cuda_status(cudaGetLastError(), GATED ? "wgmma gate_up launch" : "wgmma gemm launch");
 }
 
+// Which operands the copy engine (TMA) brings, NIBBLE_WGMMA_TMA (default 3, both; 0 keeps the producer's
+// cp.async copies, for A/B): bit 1, line-order expert codes; bit 2, activations whose rows are in order
+// (down's input, dense x). H200 (docs/perf.md): MoE block T = 512 304 -> 272 µs, 8,192 1,529 -> 1,462.
+int wgmma_tma_parts() {
+  static const int parts = std::getenv("NIBBLE_WGMMA_TMA") ? std::atoi(std::getenv("NIBBLE_WGMMA_TMA")) & 3 : 3;
+  return parts;
+}
+
 // Dense weights are never in line order, expert weights are where in_features are a multiple of 128
 // (expert_line_order).
 template <bool GATED, int N, int MT, int WG = 2>
@@ -733,11 +741,6 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
 }
 
 }  // namespace
-
-int wgmma_tma_parts() {
-  static const int parts = std::getenv("NIBBLE_WGMMA_TMA") ? std::atoi(std::getenv("NIBBLE_WGMMA_TMA")) & 3 : 3;
-  return parts;
-}
 
 bool wgmma_supported(int64_t rows, int64_t cols) { return cols >= BK && cols % BK == 0 && rows >= 1; }
 

@@ -26,11 +26,6 @@ Status wgmma_moe_gate_up(const GroupedGemmArgs& args, const DeviceNvfp4Experts& 
                          cudaStream_t stream);
 Status wgmma_moe_down(const GroupedGemmArgs& args, const DeviceNvfp4Experts& down, cudaStream_t stream);
 
-// Which operands the copy engine (TMA) brings, NIBBLE_WGMMA_TMA (default 3, both; 0 keeps the producer's
-// cp.async copies): bit 1, line-order expert codes; bit 2, activations whose rows are in order (down's
-// input, dense x). H200 (docs/perf.md): MoE block T = 512 304 -> 272 µs, 8,192 1,529 -> 1,462.
-int wgmma_tma_parts();
-
 // y[M, N] (fp32) = row_scales[m] · weight_scale_2 · (x[M, K] · Ŵᵀ), as linear_nvfp4_w4a16.
 Status wgmma_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, float* y, const float* row_scales,
                     cudaStream_t stream);
