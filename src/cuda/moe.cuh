@@ -92,9 +92,10 @@ struct MoeWorkspace {
 // 38,773 to 28,503.
 inline constexpr int64_t AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT = 24;
 // With the copy engine bringing the wgmma kernels' codes (2026-12-04, docs/perf.md), wgmma beats fused
-// from 24 rows on even routing (T = 384 / 448: 257 / 262 µs against 312 / 350; skinny 249 / 277); not
-// yet measured end to end on skewed routing (NIBBLE_WGMMA_MOE_MIN_ROWS=24 in moe.cu is that A/B).
-inline constexpr int64_t AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT = 32;
+// from 24 rows: even routing T = 384 / 448 257 / 262 µs against 312 / 350; end to end (skewed
+// routing) pp384 22,839 -> 37,424 tok/s, mix b64+p320 23.8 -> 17.3 ms. So no fused band is left on
+// Qwen3's shapes: skinny below 24 rows, wgmma from 24.
+inline constexpr int64_t AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT = 24;
 // The backend moe_forward runs for `backend` (AUTO resolved; SKINNY falls back to FUSED for shapes
 // it does not take).
 GemmBackend resolve_moe_backend(GemmBackend backend, int64_t tokens, const DeviceMoeWeights& w);
