@@ -180,15 +180,6 @@ __device__ __forceinline__ int code_row(int local) {
   else return local;
 }
 
-// Pair q of a repacked word (decode_code_pair's bits) with its signs moved by a multiply: they sit at
-// bits 15 − s and 31 − s (s = pair_sign_rotation(q) ≤ 3), so a left shift by s, never wrapping, brings
-// them to 15 and 31 as the rotation does, and × 2^s runs on the FMA pipe (IMAD) where the rotation took
-// the ALU pipe beside the magnitudes' rotation and both masks (the decode kept that pipe busy: Nsight
-// Compute's math-throttle stalls, docs/perf.md).
-__device__ __forceinline__ uint32_t decode_pair_two_pipes(uint32_t w, int magnitude_rotation, uint32_t sign_multiplier) {
-  return (rotate_left(w, magnitude_rotation) & DECODED_MAGNITUDE_BITS) | ((w * sign_multiplier) & DECODED_SIGN_BITS);
-}
-
 // One item's k-steps for a consumer thread: wait for each stage, decode its weight rows' codes into A
 // fragments (MT m-tiles, rows local0 + 64m and + 8), issue the MMAs over the tile's first WIDTH token
 // rows, free each stage when its MMAs are done. A wgmma group is two MMAs (one m-tile: half a k-step,
@@ -197,7 +188,7 @@ __device__ __forceinline__ uint32_t decode_pair_two_pipes(uint32_t w, int magnit
 template <int WIDTH, int N, int MT, bool LINE, bool GATED, int TMA, class L>
 __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPosition& ring, uint8_t* smem,
                                              uint64_t* full, uint64_t* empty, uint64_t act_descriptor, int k_tiles,
-                                             int local0, int lane, int magnitude_rotation, uint32_t sign_multiplier,
+                                             int local0, int lane, int magnitude_rotation, int sign_rotation,
                                              uint32_t wait_hint) {
   constexpr int ROWS = L::ROWS;
   constexpr int STAGES = L::STAGES;
@@ -264,7 +255,7 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
 #pragma unroll
           for (int i = 0; i < 4; ++i)  // A registers: row r = i % 2, k half i / 2
             frag[parity][m][b][i] =
-                bf16x2_mul(decode_pair_two_pipes(words[i % 2][b][i / 2], magnitude_rotation, sign_multiplier),
+                bf16x2_mul(decode_code_pair(words[i % 2][b][i / 2], magnitude_rotation, sign_rotation),
                            i % 2 ? scale1 : scale0);
         }
       }
@@ -557,9 +548,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGISTERS<CTAS, WG>) : "memory");
   const int lane = tid & 31, warp = (tid / 32) % 4, q = lane % 4;
   const int local0 = 64 * MT * warpgroup + 16 * warp + lane / 4;  // m-tile m: rows local0 + 64m and + 8
-  const int magnitude_rotation = pair_magnitude_rotation(q);
-  // Through a shuffle (to itself): seeing 1 << s, ptxas turns the multiply back into a shift.
-  const uint32_t sign_multiplier = __shfl_sync(0xffffffffu, 1u << pair_sign_rotation(q), lane);
+  const int magnitude_rotation = pair_magnitude_rotation(q), sign_rotation = pair_sign_rotation(q);
   // The activation tile's descriptors: that of stage 0's first k16 block, plus 16-byte units.
   const uint64_t act_descriptor = wgmma::descriptor(smem + L::ACT_OFFSET);
   RingPosition ring;
@@ -580,7 +569,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
     const int width = __shfl_sync(0xffffffffu, mma_width<N>(tile.rows), 0);
     with_width<N>(width, [&](auto w) {
       consume_item<decltype(w)::value, N, MT, LINE, GATED, TMA, L>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0,
-                                                       lane, magnitude_rotation, sign_multiplier, p.wait_hint);
+                                                       lane, magnitude_rotation, sign_rotation, p.wait_hint);
     });
     if (p.row_scales) {
       // Every consumer is past the last item's epilogue before the staged scales are replaced.
