@@ -78,21 +78,9 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* smem, const void* gmem
                "l"(gmem), "r"(bytes), "r"(smem_address(bar))
                : "memory");
 }
-// Waits until the phase of parity `parity` has completed. With suspend_ns, each try_wait may suspend
-// the thread up to that long before it polls again (PTX suspendTimeHint; CUTLASS's ClusterBarrier::wait
-// passes 10 ms): fewer polls taking issue slots from the warps doing the work. The thread resumes
-// when the phase completes either way.
-__device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t parity, uint32_t suspend_ns = 0) {
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
-  if (suspend_ns) {
-    while (!done)
-      asm volatile(
-          "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}\n"
-          : "=r"(done)
-          : "r"(smem_address(bar)), "r"(parity), "r"(suspend_ns)
-          : "memory");
-    return;
-  }
   while (!done)
     asm volatile(
         "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"

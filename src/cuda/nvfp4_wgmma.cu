@@ -108,7 +108,6 @@ struct Params {
   void* out;
   bool out_fp32;
   bool line_order;  // expert weights in line order (nvfp4_layout.h); dense weights never (the kernels' LINE)
-  uint32_t wait_hint;  // the ring's waits' suspend hint in ns (barrier_wait), 0: none
 };
 
 // One work item's row tile: the expert, its first sorted row (or dense token row) and its rows.
@@ -188,8 +187,7 @@ __device__ __forceinline__ int code_row(int local) {
 template <int WIDTH, int N, int MT, bool LINE, bool GATED, int TMA, class L>
 __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPosition& ring, uint8_t* smem,
                                              uint64_t* full, uint64_t* empty, uint64_t act_descriptor, int k_tiles,
-                                             int local0, int lane, int magnitude_rotation, int sign_rotation,
-                                             uint32_t wait_hint) {
+                                             int local0, int lane, int magnitude_rotation, int sign_rotation) {
   constexpr int ROWS = L::ROWS;
   constexpr int STAGES = L::STAGES;
   constexpr int GROUP_BLOCKS = 2 / MT;      // k16 blocks a group
@@ -200,7 +198,7 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
     // between, as CUTLASS's SM90 cp.async mainloops do (sm90_mma_multistage_gmma_ss_warpspecialized.hpp:
     // consumer_wait, warpgroup_arrive, gemm). A fence.proxy.async here cost the MoE block 5% at T = 512
     // and 1,024 on the H200 (326 → 309, 360 → 342 µs; docs/perf.md), 3% of a mixed serving step.
-    barrier_wait(&full[ring.slot], ring.phase, wait_hint);
+    barrier_wait(&full[ring.slot], ring.phase);
     const uint8_t* codes = smem + L::CODE_OFFSET + (LINE ? ring.code_pair * 2 : ring.slot) * L::CODE_STAGE;
     const uint8_t* scales = smem + L::SCALE_OFFSET + ring.slot * L::SCALE_STAGE;
     const int half = kt & 1;  // line order: the stage's half of the 128-block (k_tiles is even)
@@ -477,7 +475,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
       const uint8_t* act_base = reinterpret_cast<const uint8_t*>(p.act);  // + the k-step's bytes
       for (int kt = 0; kt < k_tiles; ++kt, ++fills) {
         // Fill `fills` reuses the slot of fill − STAGES: wait for that one's consumption.
-        if (fills >= STAGES) barrier_wait(&empty[slot], phase ^ 1, p.wait_hint);
+        if (fills >= STAGES) barrier_wait(&empty[slot], phase ^ 1);
         if constexpr ((TMA & 1) != 0) {
           // The copy engine brings the pair's codes with the even stage: per projection, each 16-byte
           // lane slot of the slice's rows as one box, into [lane slot][ROWS][16 B] (gated: gate rows,
@@ -569,7 +567,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
     const int width = __shfl_sync(0xffffffffu, mma_width<N>(tile.rows), 0);
     with_width<N>(width, [&](auto w) {
       consume_item<decltype(w)::value, N, MT, LINE, GATED, TMA, L>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0,
-                                                       lane, magnitude_rotation, sign_rotation, p.wait_hint);
+                                                       lane, magnitude_rotation, sign_rotation);
     });
     if (p.row_scales) {
       // Every consumer is past the last item's epilogue before the staged scales are replaced.
@@ -625,9 +623,6 @@ Status set_act_map(Params& p) {
 template <bool GATED, int N, int MT, bool LINE, int WG, int TMA>
 Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
   auto kernel = nvfp4_wgmma_kernel<GATED, N, MT, LINE, WG, TMA>;
-  // NIBBLE_WGMMA_WAIT_HINT (ns) gives the ring's waits a suspend hint (an experiment switch).
-  static const uint32_t wait_hint = std::getenv("NIBBLE_WGMMA_WAIT_HINT") ? uint32_t(std::atol(std::getenv("NIBBLE_WGMMA_WAIT_HINT"))) : 0;
-  p.wait_hint = wait_hint;
   if constexpr ((TMA & 1) != 0) NIB_RETURN_IF_ERROR(set_code_maps(p, BM<MT, WG> / (GATED ? 2 : 1), GATED ? 2 : 1));
   if constexpr ((TMA & 2) != 0) NIB_RETURN_IF_ERROR(set_act_map(p));
   constexpr int bytes = Layout<N, MT, LINE, WG>::BYTES;
