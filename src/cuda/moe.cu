@@ -9,8 +9,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
+#include "core/env.h"
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/nvfp4_layout.h"
@@ -365,14 +365,10 @@ GemmBackend resolve_moe_backend(GemmBackend backend, int64_t tokens, const Devic
     return GemmBackend::FUSED;
   if (backend != GemmBackend::AUTO) return backend;
   // NIBBLE_SKINNY_MOE_MAX_ROWS moves the skinny bound for measurements (scripts/device_quick.sh VARIANTS).
-  static const int64_t skinny_rows = std::getenv("NIBBLE_SKINNY_MOE_MAX_ROWS")
-                                         ? std::atoll(std::getenv("NIBBLE_SKINNY_MOE_MAX_ROWS"))
-                                         : AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT;
+  static const int64_t skinny_rows = env_int("NIBBLE_SKINNY_MOE_MAX_ROWS", AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT);
   if (tokens * w.top_k < skinny_rows * w.experts && skinny_fits) return GemmBackend::SKINNY;
   // NIBBLE_WGMMA_MOE_MIN_ROWS moves the wgmma bound the same way.
-  static const int64_t wgmma_min_rows = std::getenv("NIBBLE_WGMMA_MOE_MIN_ROWS")
-                                            ? std::atoll(std::getenv("NIBBLE_WGMMA_MOE_MIN_ROWS"))
-                                            : AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT;
+  static const int64_t wgmma_min_rows = env_int("NIBBLE_WGMMA_MOE_MIN_ROWS", AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT);
   const bool wgmma_rows = tokens * w.top_k >= wgmma_min_rows * w.experts;
   return wgmma_fits && wgmma_rows ? GemmBackend::WGMMA : GemmBackend::FUSED;
 }
@@ -440,7 +436,7 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
 // The one-launch cluster router for mid-size batches; NIBBLE_CLUSTER_ROUTER=0 keeps the three launches
 // (an experiment switch for A/B device calls).
 static bool cluster_router_enabled() {
-  static const bool enabled = !(std::getenv("NIBBLE_CLUSTER_ROUTER") && std::atoi(std::getenv("NIBBLE_CLUSTER_ROUTER")) == 0);
+  static const bool enabled = env_int("NIBBLE_CLUSTER_ROUTER", 1) != 0;
   return enabled;
 }
 

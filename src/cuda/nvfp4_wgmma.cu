@@ -1,19 +1,20 @@
 // NVFP4 × BF16 GEMMs for prefill-sized batches on Hopper's warpgroup MMA with the weights as the
 // register operand (wgmma RS, sm_90a): a CTA computes 64 · WG · MT weight rows (WG = 2 or 3 consumer
 // warpgroups of MT m-tiles of 64; gate_up: gate and up of each feature in one thread) × N token rows
-// (N = 32…256, the tile height). A producer warpgroup cp.asyncs each 64-wide k-step — FP4 codes,
-// scale codes and the (gathered) BF16 activation rows — into a ring of stages; each consumer thread
-// decodes its weight rows' codes straight into wgmma A fragments (E2M1 × E4M3 is exact in BF16) while
-// the previous group's MMAs run, and the activations are wgmma's B operand in shared memory. A tile's
-// MMAs are only as wide as its rows need, and BF16 outputs leave through a shared-memory staging in
-// 16-byte runs. Twin of ref::moe's projections and ref::linear_nvfp4.
+// (N = 32…256, the tile height). A producer warpgroup brings each 64-wide k-step — FP4 codes and
+// in-order BF16 activation rows by the copy engine (TMA), scale codes and gathered rows by cp.async —
+// into a ring of stages; each consumer thread decodes its weight rows' codes straight into wgmma A
+// fragments (E2M1 × E4M3 is exact in BF16) while the previous group's MMAs run, and the activations
+// are wgmma's B operand in shared memory. A tile's MMAs are only as wide as its rows need, and BF16
+// outputs leave through a shared-memory staging in 16-byte runs. Twin of ref::moe's projections and
+// ref::linear_nvfp4.
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 
+#include "core/env.h"
 #include "cuda/async_copy.cuh"
 #include "cuda/check.cuh"
 #include "cuda/moe_grouping.cuh"
@@ -647,7 +648,7 @@ Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
 // cp.async copies, for A/B): bit 1, line-order expert codes; bit 2, activations whose rows are in order
 // (down's input, dense x). H200 (docs/perf.md): MoE block T = 512 304 -> 272 µs, 8,192 1,529 -> 1,462.
 int wgmma_tma_parts() {
-  static const int parts = std::getenv("NIBBLE_WGMMA_TMA") ? std::atoi(std::getenv("NIBBLE_WGMMA_TMA")) & 3 : 3;
+  static const int parts = int(env_int("NIBBLE_WGMMA_TMA", 3) & 3);
   return parts;
 }
 
@@ -677,7 +678,7 @@ Status launch_n(const Params& p, int64_t row_tiles, cudaStream_t stream) {
 // decode step with a 1,024-token prompt 31.2 → 29.5 ms. (256-row tiles have no registers for a third:
 // 128 accumulators a thread.) NIBBLE_WGMMA_WG=2 keeps two (an experiment switch).
 bool three_consumers() {
-  static const bool three = !(std::getenv("NIBBLE_WGMMA_WG") && std::atoi(std::getenv("NIBBLE_WGMMA_WG")) == 2);
+  static const bool three = env_int("NIBBLE_WGMMA_WG", 3) != 2;
   return three;
 }
 
@@ -688,7 +689,7 @@ bool three_consumers() {
 // from 40,571 to 39,793 tok/s, and at T = 8,192 (forced 128-row tiles) 1,526 → 1,696 µs: the decode a
 // token doubles.
 bool two_m_tiles() {
-  static const bool two = std::getenv("NIBBLE_WGMMA_BM") && std::atoi(std::getenv("NIBBLE_WGMMA_BM")) == 256;
+  static const bool two = env_int("NIBBLE_WGMMA_BM", 0) == 256;
   return two;
 }
 
@@ -751,7 +752,7 @@ bool wgmma_supported(int64_t rows, int64_t cols) { return cols >= BK && cols % B
 // 128 is never more than 17% off either. NIBBLE_WGMMA_N=32|64|128|256 forces one height
 // (scripts/device_wgmma.sh PARTS=variants compares them).
 int wgmma_tile_rows(int64_t rows, int64_t experts) {
-  static const int forced = std::getenv("NIBBLE_WGMMA_N") ? std::atoi(std::getenv("NIBBLE_WGMMA_N")) : 0;
+  static const int forced = int(env_int("NIBBLE_WGMMA_N", 0));
   if (forced == 32 || forced == 64 || forced == 128 || forced == 256) return forced;
   const int64_t per_expert = rows / std::max<int64_t>(experts, 1);
   return per_expert >= 96 ? 256 : per_expert >= 16 ? 128 : per_expert >= 8 ? 64 : 32;

@@ -8,9 +8,9 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_fragments.cuh"
@@ -205,7 +205,7 @@ __device__ __forceinline__ bool reduce_warps(float (&acc)[COUNT][4], float* part
 // Never more than MAX_WARPS warps: 4 blocks a warp beyond 2 · MAX_WARPS blocks. NIBBLE_SKINNY_BLOCKS=2
 // or 4 forces one where it fits (an experiment switch for scripts/device_ab.sh).
 inline int blocks_per_warp(int k, bool dense, int nt) {
-  static const int forced = std::getenv("NIBBLE_SKINNY_BLOCKS") ? std::atoi(std::getenv("NIBBLE_SKINNY_BLOCKS")) : 0;
+  static const int forced = int(env_int("NIBBLE_SKINNY_BLOCKS", 0));
   const int blocks = k / 128;
   if (blocks > 2 * MAX_WARPS) return 4;
   if (forced == 2 || (forced == 4 && blocks >= 4)) return forced;

@@ -3,8 +3,8 @@
 // permutation is skinny_gemm.cu's, the expert weights in line order), the tokens of a tile as the
 // mma's n dimension.
 #include <algorithm>
-#include <cstdlib>
 
+#include "core/env.h"
 #include "cuda/moe_grouping.cuh"
 #include "cuda/skinny_fragments.cuh"
 #include "cuda/skinny_gemm.cuh"
@@ -259,7 +259,7 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
   // slice its rows: all the models' shapes. H200, Qwen3-30B-A3B (docs/perf.md, twentieth session):
   // MoE block T = 16 122.5 → 119.8 µs, S_TG b16 2,255 → 2,307 tok/s. NIBBLE_SKINNY_MOE_GUARDED=1
   // forces the guarded ones (an experiment switch for A/B runs).
-  static const bool guarded = std::getenv("NIBBLE_SKINNY_MOE_GUARDED") && std::atoi(std::getenv("NIBBLE_SKINNY_MOE_GUARDED"));
+  static const bool guarded = env_int("NIBBLE_SKINNY_MOE_GUARDED", 0) != 0;
   const int per_warp = blocks_per_warp(p.k, false, 1);
   const bool full = !guarded && p.n % SLICE_ROWS == 0 && (p.k / 128) % per_warp == 0;
   const Kernel kernel = per_warp == 4 ? (full ? skinny_moe_split_kernel<4, GATED, true> : skinny_moe_split_kernel<4, GATED, false>)
