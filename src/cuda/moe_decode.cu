@@ -7,7 +7,8 @@
 // barrier, inside which each warp decodes its down fragments → down → combine → residual; the last
 // CTA to arrive computes the next norm. H200, Qwen3-30B-A3B (docs/perf.md): 17.4 µs against the
 // chain's 21.7 (bench kernels), tg128 457 against 436 tok/s. Fragments and k order: skinny_gemm.cu's,
-// the experts in line order.
+// the experts in line order. W4A4 (both modes) quantizes as the chain does: x̂ of the input in every
+// CTA (the router reads x), the fp32 SwiGLU rows after barrier 2, the next norm's x̂ in the last CTA.
 #include "cuda/moe_decode.cuh"
 
 #include <cuda_bf16.h>
@@ -19,6 +20,7 @@
 #include "cuda/check.cuh"
 #include "cuda/decode_block.cuh"
 #include "cuda/moe_routing_device.cuh"
+#include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/nvfp4_layout.h"
 #include "cuda/pdl.cuh"
 #include "cuda/phase_stamps.cuh"
@@ -48,7 +50,7 @@ struct DecodeLayout {
 __host__ __device__ inline DecodeLayout decode_layout(int hidden, int inter, int top_k, int gate_tiles) {
   DecodeLayout l;
   l.gate_tile = tile_bytes(hidden), l.down_tile = tile_bytes(inter);
-  l.down_off = gate_tiles * l.gate_tile;
+  l.down_off = max(gate_tiles * l.gate_tile, top_k * inter * 4);  // W4A4 reuses it for the fp32 SwiGLU rows
   l.act_off = l.down_off + top_k * l.down_tile;
   l.sums_off = l.act_off + top_k * inter * 2;
   l.x_off = l.sums_off + WARPS * 4 * 32 * 4;
@@ -70,6 +72,10 @@ struct DecodeParams {
   int hidden, inter, experts, top_k, gate_tiles;  // gate_tiles: gate_up m-tiles (8 features) a CTA
   const uint8_t *gate_codes, *gate_scales, *up_codes, *up_scales, *down_codes, *down_scales;
   const float *gate_global, *up_global, *down_global;
+  // W4A4: the gate_up and down inputs quantized with these input scales (static; 0: per-token), the
+  // SwiGLU rows kept in fp32 (act_f32) for down's quantization, as moe_forward's chain.
+  float x_input_scale, act_input_scale;
+  float* act_f32;         // [top_k, inter] (W4A4)
   float* logits;          // [experts]
   int32_t* expert_ids;    // [top_k]
   float* route_weights;   // [top_k]
@@ -85,6 +91,79 @@ constexpr const char* STAMP_NAMES[STAMPS] = {"start",  "input ready", "router", 
                                             "top-k",  "copies out",  "gate_up", "barrier 2 (down decode inside)",
                                             "act in", "down",        "combine", "arrive (the last CTA then norms)"};
 __device__ __forceinline__ void stamp(const DecodeParams& p, int phase) { phase_stamp(p.stamps, STAMPS, phase); }
+
+// The maximum of v over the four lanes of a quad (lanes 4i … 4i + 3): a 16-value block's when each
+// lane holds four of its values. Every lane of the warp calls it.
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, 2));
+}
+__device__ __forceinline__ float max_abs4(float a, float b, float c, float d) {
+  return fmaxf(fmaxf(fabsf(a), fabsf(b)), fmaxf(fabsf(c), fabsf(d)));
+}
+
+// x̂ of a BF16 row in shared memory, written to `out` (shared or global; may be `in`), bit for bit
+// quantize_dequantize_activation_bf16 (input_scale > 0: static; 0: per-token): every thread calls it,
+// a thread four values at a time (consecutive: no bank conflicts), a quad of lanes a 16-value block.
+// n a multiple of 128 (whole warps in every round). Returns the row scale.
+__device__ float quantize_row_bf16(const uint16_t* in, uint16_t* out, int n, float input_scale, float* partial) {
+  float thread_amax = 0.0f;
+  if (input_scale == 0.0f)
+    for (int i = threadIdx.x; i < n / 4; i += THREADS) {
+      const uint2 v = reinterpret_cast<const uint2*>(in)[i];
+      thread_amax = fmaxf(thread_amax, max_abs4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u),
+                                                __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xFFFF0000u)));
+    }
+  const float row_amax = input_scale == 0.0f ? cta_max(thread_amax, partial) : 0.0f;
+  float global, row_scale;
+  act_row_scales(input_scale, row_amax, global, row_scale);
+  __syncthreads();  // with `out` == `in`: every amax read before the first write
+  for (int i = threadIdx.x; i < n / 4; i += THREADS) {
+    const uint2 v = reinterpret_cast<const uint2*>(in)[i];
+    const float x[4] = {__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u), __uint_as_float(v.y << 16),
+                        __uint_as_float(v.y & 0xFFFF0000u)};
+    const ActBlockScale block(quad_max(max_abs4(x[0], x[1], x[2], x[3])), global);
+    reinterpret_cast<uint2*>(out)[i] =
+        make_uint2(block.bf16(x[0]) | block.bf16(x[1]) << 16, block.bf16(x[2]) | block.bf16(x[3]) << 16);
+  }
+  __syncthreads();
+  return row_scale;
+}
+
+// W4A4's down input: x̂ of each slot's fp32 SwiGLU row (act_f32, written by other CTAs: copied
+// through L2 into `rows`, the gate_up tiles' space, so the down fragments held in registers meanwhile
+// do not spill) into the BF16 stage, and each row's scale into act_scale[slot], bit for bit
+// quantize_dequantize_activation_f32. A thread four consecutive values a round, a quad of lanes a
+// 16-value block; a warp's round lies in one slot row (inter a multiple of 128), whose per-token
+// amax the warps meet in with one shared atomic each.
+__device__ void quantize_act_rows(const DecodeParams& p, float* rows, uint16_t* stage, float* act_scale, float* act_global,
+                                  unsigned* slot_amax) {
+  const int quads = p.top_k * p.inter / 4, per_row = p.inter / 4;
+  for (int i = threadIdx.x; i < quads; i += THREADS) cp_async<16>(rows + i * 4, p.act_f32 + size_t(i) * 4, 16);
+  cp_async_commit();
+  if (int(threadIdx.x) < p.top_k) slot_amax[threadIdx.x] = 0u;
+  cp_async_wait<0>();
+  __syncthreads();
+  const float4* rows4 = reinterpret_cast<const float4*>(rows);
+  if (p.act_input_scale == 0.0f) {  // per-token: each slot row's amax (non-negative floats order as their bits)
+    for (int i = threadIdx.x; i < quads; i += THREADS) {
+      const float4 v = rows4[i];
+      float m = max_abs4(v.x, v.y, v.z, v.w);
+      for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
+      if ((threadIdx.x & 31) == 0) atomicMax(&slot_amax[i / per_row], __float_as_uint(m));
+    }
+    __syncthreads();
+  }
+  if (int(threadIdx.x) < p.top_k) act_row_scales(p.act_input_scale, __uint_as_float(slot_amax[threadIdx.x]),
+                                                 act_global[threadIdx.x], act_scale[threadIdx.x]);
+  __syncthreads();
+  for (int i = threadIdx.x; i < quads; i += THREADS) {
+    const float4 v = rows4[i];
+    const ActBlockScale block(quad_max(max_abs4(v.x, v.y, v.z, v.w)), act_global[i / per_row]);
+    reinterpret_cast<uint2*>(stage)[i] = make_uint2(block.bf16(v.x) | block.bf16(v.y) << 16, block.bf16(v.z) | block.bf16(v.w) << 16);
+  }
+  __syncthreads();
+}
 
 // The CTA's weights into shared memory by the copy engine, each tile signalling landed[t] (the down
 // tiles landed[MAX_GATE_TILES]) as its bytes arrive. A tile is a few contiguous runs (4 a gate_up
@@ -126,7 +205,9 @@ __device__ __forceinline__ void copy_weights(const DecodeParams& p, const Decode
   }
 }
 
-template <int CHUNKS>
+// W4A4: a kernel of its own, so that W4A16's registers (its down fragments are live across the
+// act rows' quantization) stay as they were, without spills.
+template <int CHUNKS, bool W4A4>
 __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodeParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ float partial[WARPS];
@@ -134,6 +215,8 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   __shared__ float route_w[MAX_TOP_K];
   __shared__ float ys[MAX_TOP_K][FEATURES];
   __shared__ uint64_t landed[MAX_GATE_TILES + 1];  // each gate_up tile's weights, then all the down tiles'
+  __shared__ float x_scale, act_scale[MAX_TOP_K], act_global[MAX_TOP_K];  // W4A4: x̂'s row scale, each down input's
+  __shared__ unsigned slot_amax[MAX_TOP_K];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int cta = blockIdx.x, ctas = gridDim.x;
   const int H = p.hidden, I = p.inter, E = p.experts, K = p.top_k;
@@ -187,7 +270,21 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
     if (lane == 0) p.logits[expert] = acc;
   }
   stamp(p, 2);
-  grid_barrier(p.barrier, ctas, generation);
+  // Barrier 1 (every logit written), W4A4 quantizing x in place between its arrival and its wait:
+  // the router has read x, gate_up reads x̂ (CTA 0 also writes it where the input norm's quant asks).
+  __syncthreads();
+  if (threadIdx.x == 0) grid_arrive(p.barrier, ctas, ++generation);
+  if constexpr (W4A4) {
+    const float scale = quantize_row_bf16(x_stage, x_stage, H, p.x_input_scale, partial);
+    if (threadIdx.x == 0) x_scale = scale;
+    if (cta == 0 && p.has_in && p.in.quant.x_hat) {
+      for (int i = threadIdx.x; i < H / 8; i += THREADS)
+        reinterpret_cast<uint4*>(p.in.quant.x_hat)[i] = reinterpret_cast<const uint4*>(x_stage)[i];
+      if (threadIdx.x == 0) p.in.quant.row_scales[0] = scale;
+    }
+  }
+  if (threadIdx.x == 0) grid_wait(p.barrier, generation);
+  __syncthreads();
   stamp(p, 3);
   if (warp == 0) warp_softmax_topk<false>(p.logits, E, K, p.renormalize, p.score_bias, p.norm_min, ids, route_w);
   __syncthreads();
@@ -217,10 +314,12 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
       sum_split(acc, split, active, split_sums);
       if (active && part == 0 && c == 0) {  // token column 0: acc[0] gate, acc[2] up of feature m0 + g
         const int j = t0 + t, s = j / tiles_per_slot, feature = (j - s * tiles_per_slot) * 8 + g, e = ids[s];
-        const float gate = acc[0][0] * (p.gate_global[e] * WEIGHT_DECODE_EPILOGUE);
-        const float up = acc[0][2] * (p.up_global[e] * WEIGHT_DECODE_EPILOGUE);
+        const float row_scale = W4A4 ? x_scale : 1.0f;  // (× 1 is exact: W4A16's bits unchanged)
+        const float gate = acc[0][0] * (p.gate_global[e] * WEIGHT_DECODE_EPILOGUE) * row_scale;
+        const float up = acc[0][2] * (p.up_global[e] * WEIGHT_DECODE_EPILOGUE) * row_scale;
         const float value = gate / (1.0f + expf(-gate)) * up;  // silu(gate) · up, as the skinny epilogue
-        p.act[size_t(s) * I + feature] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+        if constexpr (W4A4) p.act_f32[size_t(s) * I + feature] = value;
+        else p.act[size_t(s) * I + feature] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
       }
     }
   }
@@ -252,10 +351,14 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
 
   // down: every slot's SwiGLU row into shared memory (through L2), then the decoded fragments' mma.
   uint16_t* act_stage = reinterpret_cast<uint16_t*>(smem + L.act_off);
-  for (int i = threadIdx.x; i < K * I / 8; i += THREADS) cp_async<16>(act_stage + i * 8, p.act + size_t(i) * 8, 16);
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
+  if constexpr (W4A4) {
+    quantize_act_rows(p, reinterpret_cast<float*>(smem), act_stage, act_scale, act_global, slot_amax);  // gate_up's tiles are done
+  } else {
+    for (int i = threadIdx.x; i < K * I / 8; i += THREADS) cp_async<16>(act_stage + i * 8, p.act + size_t(i) * 8, 16);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+  }
   stamp(p, 8);
   float acc[1][4] = {};
   if (active) {
@@ -273,9 +376,9 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   }
   sum_split(acc, split, active, split_sums);
   if (active && part == 0 && c == 0) {  // BF16 as the chain's y rows: acc[0] feature f0 + g, acc[2] f0 + g + 8
-    const float scale = p.down_global[ids[s]] * WEIGHT_DECODE_EPILOGUE;
-    ys[s][g] = __bfloat162float(__float2bfloat16_rn(acc[0][0] * scale));
-    ys[s][g + 8] = __bfloat162float(__float2bfloat16_rn(acc[0][2] * scale));
+    const float scale = p.down_global[ids[s]] * WEIGHT_DECODE_EPILOGUE, row_scale = W4A4 ? act_scale[s] : 1.0f;
+    ys[s][g] = __bfloat162float(__float2bfloat16_rn(acc[0][0] * scale * row_scale));
+    ys[s][g + 8] = __bfloat162float(__float2bfloat16_rn(acc[0][2] * scale * row_scale));
   }
   __syncthreads();
   stamp(p, 9);
@@ -330,6 +433,12 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
       out[q] = pack_bf16x2(lo, hi);
     }
     *reinterpret_cast<uint2*>(p.next.out + j) = make_uint2(out[0], out[1]);
+    if (p.next.quant.x_hat) *reinterpret_cast<uint2*>(x_stage + j) = make_uint2(out[0], out[1]);
+  }
+  if (p.next.quant.x_hat) {  // x̂ of the next norm's output for the next W4A4 GEMM, as the chain's combine
+    __syncthreads();
+    const float scale = quantize_row_bf16(x_stage, p.next.quant.x_hat, H, p.next.quant.input_scale, partial);
+    if (threadIdx.x == 0) p.next.quant.row_scales[0] = scale;
   }
 }
 
@@ -376,12 +485,17 @@ bool decode_shape(const DeviceMoeWeights& w, DecodeShape& shape) {
 bool moe_decode_block_supported(int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
                                 const ResidualNorm* norm, const float* add, const InputNorm* input_norm) {
   DecodeShape shape;
-  return enabled() && tokens == 1 && mode == formats::ActQuant::NONE && w.router && !w.router_f32 && !add &&
-         (!norm || (!norm->quant.x_hat && !norm->pending)) && (!input_norm || (norm && !input_norm->quant.x_hat)) &&
+  const bool w4a4 = mode != formats::ActQuant::NONE;
+  if (mode == formats::ActQuant::STATIC && !(w.gate_up_input_scale > 0.0f && w.down_input_scale > 0.0f)) return false;
+  // An input norm's x̂ is the block's own (written from CTA 0), so it must be asked with the block's scale.
+  const float x_scale = mode == formats::ActQuant::STATIC ? w.gate_up_input_scale : 0.0f;
+  const bool input_ok = !input_norm || (norm && (!input_norm->quant.x_hat ||
+                                                 (w4a4 && input_norm->quant.row_scales && input_norm->quant.input_scale == x_scale)));
+  return enabled() && tokens == 1 && w.router && !w.router_f32 && !add && (!norm || !norm->pending) && input_ok &&
          decode_shape(w, shape);
 }
 
-Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, MoeWorkspace& ws, float* out,
+Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws, float* out,
                         const ResidualNorm* norm, const InputNorm* input_norm, cudaStream_t stream) {
   DecodeShape shape;
   if (!decode_shape(w, shape)) return Status::error("moe_decode_block: these MoE shapes do not fit the one-launch kernel");
@@ -393,19 +507,28 @@ Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, MoeWorkspa
   p.router = w.router, p.score_bias = w.score_bias, p.norm_min = w.norm_min, p.renormalize = w.norm_topk_prob;
   p.hidden = int(w.hidden), p.inter = int(w.intermediate), p.experts = int(w.experts), p.top_k = int(w.top_k);
   p.gate_tiles = shape.gate_tiles;
+  p.x_input_scale = mode == formats::ActQuant::STATIC ? w.gate_up_input_scale : 0.0f;
+  p.act_input_scale = mode == formats::ActQuant::STATIC ? w.down_input_scale : 0.0f;
+  p.act_f32 = static_cast<float*>(ws.act);
   p.gate_codes = w.gate.packed, p.gate_scales = w.gate.block_scales, p.gate_global = w.gate.global_scales;
   p.up_codes = w.up.packed, p.up_scales = w.up.block_scales, p.up_global = w.up.global_scales;
   p.down_codes = w.down.packed, p.down_scales = w.down.block_scales, p.down_global = w.down.global_scales;
   p.logits = ws.logits, p.expert_ids = ws.expert_ids, p.route_weights = ws.route_weights;
   p.act = static_cast<uint16_t*>(ws.act), p.partials = ws.block_partials, p.barrier = ws.block_barrier;
   p.stamps = shape.ctas <= PHASE_STAMP_MAX_CTAS ? timing_stamps() : nullptr;
-  const auto kernel = w.hidden <= 256 * MAX_CHUNKS / 2 ? moe_decode_kernel<MAX_CHUNKS / 2> : moe_decode_kernel<MAX_CHUNKS>;
+  using Kernel = void (*)(DecodeParams);
+  static constexpr Kernel kernels[2][2] = {{moe_decode_kernel<MAX_CHUNKS / 2, false>, moe_decode_kernel<MAX_CHUNKS / 2, true>},
+                                           {moe_decode_kernel<MAX_CHUNKS, false>, moe_decode_kernel<MAX_CHUNKS, true>}};
+  const Kernel kernel = kernels[w.hidden > 256 * MAX_CHUNKS / 2][mode != formats::ActQuant::NONE];
   const size_t smem = size_t(shape.layout.bytes);
-  // Both kernels may take all the shared memory a CTA can have (set once; decode_shape checked the fit).
+  // Every kernel may take all the shared memory a CTA can have (set once; decode_shape checked the fit).
   static const cudaError_t attributes = [] {
     const int bytes = device_limits().smem_optin - STATIC_SMEM;
-    cudaError_t e = cudaFuncSetAttribute(moe_decode_kernel<MAX_CHUNKS / 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    return e != cudaSuccess ? e : cudaFuncSetAttribute(moe_decode_kernel<MAX_CHUNKS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    cudaError_t e = cudaSuccess;
+    for (const auto& row : kernels)
+      for (Kernel k : row)
+        if (e == cudaSuccess) e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    return e;
   }();
   NIB_RETURN_IF_ERROR(cuda_status(attributes, "moe_decode_block: shared memory attribute"));
   // Launched after the previous kernel's trigger (PDL) like the chain; the CTAs first resident wait

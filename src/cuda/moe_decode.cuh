@@ -1,6 +1,7 @@
 // The MoE block of one token in one launch (single-stream decode): input norm → router → top-k →
 // gate_up + SwiGLU → down → combine (+ residual and the next norm), CTAs meeting at grid barriers
-// where the kernel chain of moe_forward ended a launch. W4A16 with a BF16 router; moe_forward takes it.
+// where the kernel chain of moe_forward ended a launch. All three activation modes, a BF16 router;
+// moe_forward takes it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,16 +15,17 @@
 
 namespace nibble::cuda {
 
-// Whether moe_decode_block runs this call: one token, W4A16, a BF16 router, no shared-expert sum, no
-// x̂ for either norm, shapes whose CTAs (hidden / 16 of them, one an SM) and shared memory fit this
-// GPU. NIBBLE_MOE_DECODE_BLOCK=0 turns it off (the kernel chain runs instead; for A/B runs).
+// Whether moe_decode_block runs this call: one token, a BF16 router, no shared-expert sum, static
+// W4A4 only with both input scales, an input norm's x̂ only in W4A4 with the gate_up input's scale,
+// shapes whose CTAs (hidden / 16 of them, one an SM) and shared memory fit this GPU.
+// NIBBLE_MOE_DECODE_BLOCK=0 turns it off (the kernel chain runs instead; for A/B runs).
 bool moe_decode_block_supported(int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
                                 const ResidualNorm* norm, const float* add, const InputNorm* input_norm);
 
 // The block as moe_forward computes it (same arguments; supported() must hold): routing into
 // ws.expert_ids / ws.route_weights (ws.groups is not written), the output into `out` or, with
 // `norm`, residual and norm->out.
-Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, MoeWorkspace& ws, float* out,
+Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws, float* out,
                         const ResidualNorm* norm, const InputNorm* input_norm, cudaStream_t stream);
 
 // With NIBBLE_DECODE_BLOCK_TIMING=1, the last launch's time in each phase (SM clock stamps of every CTA:

@@ -14,8 +14,8 @@
 // last bits: mean 1.5e-3, 99.9th percentile 5e-3 (measured ≤ 2.7e-3), max 2e-2 (measured ≤ 3.8e-3;
 // the margin is for a rare value re-quantized one step apart, which moves its row by up to ~1%). The two backends share the quantizer and are also checked against each other (mean
 // 1e-3, 99.9th percentile 1e-2: where each rounds to BF16, and rare re-quantization steps).
-// At T = 1 AUTO runs the one-launch block (moe_decode.cuh) in W4A16, checked against the reference
-// with the same bounds, and against the kernel chain in DecodeBlockMatchesTheKernelChain.
+// At T = 1 AUTO runs the one-launch block (moe_decode.cuh) in every mode, checked against the
+// reference with the same bounds, and against the kernel chain in DecodeBlockMatchesTheKernelChain.
 // Tokens whose expert choice differs (a near-tie in the router, see test_cuda_router) are skipped
 // and counted; there must be few.
 #include <gtest/gtest.h>
@@ -398,20 +398,24 @@ TEST(CudaMoe, SmallOddConfig) {
   for (int64_t tokens : {1, 33, 1000}) check(p, tokens, false, seed + tokens);
 }
 
-// The one-launch block (moe_decode.cuh) against the kernel chain (SKINNY) at T = 1, W4A16, on
-// Qwen3-30B-A3B shapes: the same routing bit for bit (the logits are computed alike), the same input
-// norm h bit for bit, and outputs within BF16 roundings — both round the SwiGLU and down outputs to
-// BF16 after fp32 sums in different orders, so a value near a rounding boundary may land one BF16
-// step (2⁻⁸ relative) apart and carry that into the combine: max 4e-3, mean 2e-4 of max|out|. With the
-// norms fused: the residual within 1e-3 of its max (it adds the output), the next norm's BF16 output
-// within 1e-2 of its max and a mean of 1e-3 (its sum of squares is also taken in another order).
+// The one-launch block (moe_decode.cuh) against the kernel chain (SKINNY) at T = 1 on Qwen3-30B-A3B
+// shapes, in all three modes: the same routing bit for bit (the logits are computed alike), the same
+// input norm h — and in W4A4 its x̂ and row scale — bit for bit, and outputs within roundings. W4A16:
+// both round the SwiGLU and down outputs to BF16 after fp32 sums in different orders, so a value near
+// a rounding boundary may land one BF16 step (2⁻⁸ relative) apart and carry that into the combine: max
+// 4e-3, mean 2e-4 of max|out|. W4A4 re-quantizes the fp32 SwiGLU rows, so a value at an E2M1 rounding
+// edge (or a per-token row amax one bit apart) may land a step apart in x̂ and move its output by up to
+// ~1%: max 2e-2, mean 1e-3 (test check()'s bounds for the same effect). With the norms fused: the
+// residual within 1e-3 of its max (W4A4: 5e-3), the next norm's BF16 output within 1e-2 of its max and
+// a mean of 1e-3 (its sum of squares is also taken in another order), and in W4A4 its x̂ and row scale
+// bit for bit what the quantize kernel makes of the block's own next-norm output.
 TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaMoe.DecodeBlock");
   const Problem p = make_problem(QWEN3_30B, seed);
   const Config& c = p.c;
   DeviceProblem device(p);
-  const cuda::DeviceMoeWeights& dw = device.w;
+  cuda::DeviceMoeWeights& dw = device.w;
   if (!cuda::moe_decode_block_supported(1, dw, formats::ActQuant::NONE, nullptr, nullptr, nullptr))
     GTEST_SKIP() << "the one-launch MoE block does not fit this GPU (or NIBBLE_MOE_DECODE_BLOCK=0)";
   auto ws = cuda::MoeWorkspace::create(dw, 1, false);
@@ -431,63 +435,110 @@ TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
     for (size_t i = 0; i < v.size(); ++i) v[i] = formats::bf16_decode(bits[i]);
     return v;
   };
-  for (int trial = 0; trial < 6; ++trial) {
-    std::vector<uint16_t> x_bits(H), post_w(H), next_w(H);
-    std::vector<float> residual(H), delta(H);
+  auto random_x = [&] {
+    std::vector<uint16_t> x_bits(H);
     for (auto& v : x_bits) v = formats::bf16_encode(normal(rng) * (rng() % 97 == 0 ? 20.0f : 1.0f));
-    for (float& v : residual) v = normal(rng);
-    for (float& v : delta) v = 0.5f * normal(rng);
-    for (auto& v : post_w) v = formats::bf16_encode(1.0f + 0.1f * normal(rng));
-    for (auto& v : next_w) v = formats::bf16_encode(1.0f + 0.1f * normal(rng));
-    test::DeviceBuffer<uint16_t> d_x(x_bits), d_pw(post_w), d_nw(next_w);
-    test::DeviceBuffer<float> d_delta(delta);
-    struct Run {
-      std::vector<float> out, weights, residual;
-      std::vector<int32_t> ids;
-      std::vector<uint16_t> h, next;
-    } runs[2];
-    for (int chain = 0; chain < 2; ++chain) {
-      const cuda::GemmBackend backend = chain ? cuda::GemmBackend::SKINNY : cuda::GemmBackend::AUTO;
-      Run& r = runs[chain];
-      test::DeviceBuffer<float> d_out(H);
-      NIB_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, H * sizeof(float)));  // NaN: nothing left unwritten
-      ASSERT_TRUE(cuda::moe_forward(d_x.get(), 1, dw, formats::ActQuant::NONE, backend, **ws, d_out.get(), nullptr, handle).is_ok());
-      NIB_CUDA_CHECK(cudaDeviceSynchronize());
-      r.out = d_out.to_host();
-      r.ids.resize(k), r.weights.resize(k);
-      NIB_CUDA_CHECK(cudaMemcpy(r.ids.data(), (*ws)->expert_ids, k * 4, cudaMemcpyDeviceToHost));
-      NIB_CUDA_CHECK(cudaMemcpy(r.weights.data(), (*ws)->route_weights, k * 4, cudaMemcpyDeviceToHost));
-      // The block's own input norm and the next norm fused, as a decode step of the model runs it.
-      test::DeviceBuffer<float> d_res(residual);
-      test::DeviceBuffer<uint16_t> d_h(H), d_next(H);
-      const cuda::ResidualNorm next{d_res.get(), d_nw.get(), 1e-6f, d_next.get(), {}};
-      const cuda::InputNorm input{d_res.get(), d_delta.get(), d_pw.get(), 1e-6f, d_h.get(), {}};
-      ASSERT_TRUE(cuda::moe_forward(d_h.get(), 1, dw, formats::ActQuant::NONE, backend, **ws, nullptr, nullptr, handle, &next,
-                                    nullptr, false, &input).is_ok());
-      NIB_CUDA_CHECK(cudaDeviceSynchronize());
-      r.residual = d_res.to_host(), r.h = d_h.to_host(), r.next = d_next.to_host();
-    }
-    const Run &block = runs[0], &chain = runs[1];
-    EXPECT_EQ(block.ids, chain.ids) << "trial " << trial;
-    EXPECT_EQ(block.weights, chain.weights) << "trial " << trial;
-    EXPECT_EQ(block.h, chain.h) << "h of the input norm, trial " << trial;
-    auto compare = [&](const std::vector<float>& got, const std::vector<float>& want, double max_bound, double mean_bound,
-                       const char* what) {
-      const double scale = max_abs(want);
-      double max_diff = 0, sum_diff = 0;
-      for (size_t i = 0; i < want.size(); ++i) {
-        ASSERT_FALSE(std::isnan(got[i])) << what << " " << i;
-        const double d = std::fabs(double(got[i]) - want[i]);
-        max_diff = std::max(max_diff, d), sum_diff += d;
+    return x_bits;
+  };
+  {  // static input scales calibrated on one such input (amax / (6 · 448)), as check() does
+    const std::vector<float> x = bf16_values(random_x());
+    float x_amax = 0.0f, act_amax = 0.0f;
+    for (float v : x) x_amax = std::max(x_amax, std::fabs(v));
+    std::vector<float> out(H);
+    ASSERT_TRUE(ref::moe(x.data(), 1, p.ref, formats::ActQuant::NONE, out.data(),
+                         [&](int64_t, const char* stage, const float* in, int64_t rows, int64_t width) {
+                           if (std::string(stage) != "down") return;
+                           for (int64_t i = 0; i < rows * width; ++i) act_amax = std::max(act_amax, std::fabs(in[i]));
+                         }).is_ok());
+    dw.gate_up_input_scale = x_amax / 2688.0f, dw.down_input_scale = act_amax / 2688.0f;
+  }
+  for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
+    const bool w4a4 = mode != formats::ActQuant::NONE;
+    const char* mode_name = formats::act_quant_name(mode);
+    for (int trial = 0; trial < 4; ++trial) {
+      const std::vector<uint16_t> x_bits = random_x();
+      std::vector<uint16_t> post_w(H), next_w(H);
+      std::vector<float> residual(H), delta(H);
+      for (float& v : residual) v = normal(rng);
+      for (float& v : delta) v = 0.5f * normal(rng);
+      for (auto& v : post_w) v = formats::bf16_encode(1.0f + 0.1f * normal(rng));
+      for (auto& v : next_w) v = formats::bf16_encode(1.0f + 0.1f * normal(rng));
+      test::DeviceBuffer<uint16_t> d_x(x_bits), d_pw(post_w), d_nw(next_w);
+      test::DeviceBuffer<float> d_delta(delta);
+      // The next norm's x̂ as the runner asks it for the next layer's q/k/v (an arbitrary static scale).
+      const float next_scale = mode == formats::ActQuant::STATIC ? 0.0173f : 0.0f;
+      struct Run {
+        std::vector<float> out, weights, residual, x_scale, next_scale;
+        std::vector<int32_t> ids;
+        std::vector<uint16_t> h, x_hat, next, next_hat;
+      } runs[2];
+      for (int chain = 0; chain < 2; ++chain) {
+        const cuda::GemmBackend backend = chain ? cuda::GemmBackend::SKINNY : cuda::GemmBackend::AUTO;
+        Run& r = runs[chain];
+        test::DeviceBuffer<float> d_out(H);
+        NIB_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, H * sizeof(float)));  // NaN: nothing left unwritten
+        ASSERT_TRUE(cuda::moe_forward(d_x.get(), 1, dw, mode, backend, **ws, d_out.get(), nullptr, handle).is_ok());
+        NIB_CUDA_CHECK(cudaDeviceSynchronize());
+        r.out = d_out.to_host();
+        r.ids.resize(k), r.weights.resize(k);
+        NIB_CUDA_CHECK(cudaMemcpy(r.ids.data(), (*ws)->expert_ids, k * 4, cudaMemcpyDeviceToHost));
+        NIB_CUDA_CHECK(cudaMemcpy(r.weights.data(), (*ws)->route_weights, k * 4, cudaMemcpyDeviceToHost));
+        // The block's own input norm and the next norm fused, as a decode step of the model runs it.
+        // The input norm's x̂ where the runner has it written: the workspace's, which the chain's GEMMs read.
+        test::DeviceBuffer<float> d_res(residual), d_next_scale(1);
+        test::DeviceBuffer<uint16_t> d_h(H), d_next(H), d_next_hat(H);
+        NIB_CUDA_CHECK(cudaMemset((*ws)->x_hat, 0xFF, H * 2));
+        NIB_CUDA_CHECK(cudaMemset(d_next_hat.get(), 0xFF, H * 2));
+        const cuda::NormActQuant x_quant{mode == formats::ActQuant::STATIC ? dw.gate_up_input_scale : 0.0f,
+                                         w4a4 ? (*ws)->x_hat : nullptr, (*ws)->x_row_scales};
+        const cuda::ResidualNorm next{d_res.get(), d_nw.get(), 1e-6f, d_next.get(),
+                                      {next_scale, w4a4 ? d_next_hat.get() : nullptr, d_next_scale.get()}};
+        const cuda::InputNorm input{d_res.get(), d_delta.get(), d_pw.get(), 1e-6f, d_h.get(), x_quant};
+        const bool block = !chain && cuda::moe_decode_block_supported(1, dw, mode, &next, nullptr, &input);
+        ASSERT_EQ(block, !chain) << "the block takes T = 1 with both norms in " << mode_name;
+        ASSERT_TRUE(cuda::moe_forward(d_h.get(), 1, dw, mode, backend, **ws, nullptr, nullptr, handle, &next, nullptr,
+                                      w4a4, &input).is_ok());
+        NIB_CUDA_CHECK(cudaDeviceSynchronize());
+        r.residual = d_res.to_host(), r.h = d_h.to_host(), r.next = d_next.to_host();
+        if (w4a4) {
+          r.x_hat.resize(H), r.x_scale.resize(1);
+          NIB_CUDA_CHECK(cudaMemcpy(r.x_hat.data(), (*ws)->x_hat, H * 2, cudaMemcpyDeviceToHost));
+          NIB_CUDA_CHECK(cudaMemcpy(r.x_scale.data(), (*ws)->x_row_scales, 4, cudaMemcpyDeviceToHost));
+          r.next_hat = d_next_hat.to_host(), r.next_scale = d_next_scale.to_host();
+          // The next x̂ against the quantize kernel on this run's own next-norm output.
+          test::DeviceBuffer<uint16_t> d_want(H);
+          test::DeviceBuffer<float> d_want_scale(1);
+          ASSERT_TRUE(cuda::quantize_dequantize_activation_bf16(d_next.get(), 1, c.hidden, next_scale, d_want.get(),
+                                                                d_want_scale.get(), nullptr).is_ok());
+          NIB_CUDA_CHECK(cudaDeviceSynchronize());
+          EXPECT_EQ(r.next_hat, d_want.to_host()) << "x̂ of the next norm, " << (chain ? "chain" : "block") << ", " << mode_name;
+          EXPECT_EQ(r.next_scale, d_want_scale.to_host()) << "its row scale, " << mode_name;
+        }
       }
-      std::printf("decode block vs chain, trial %d: %-9s max %.2e mean %.2e of max|chain| %.3g\n", trial, what,
-                  max_diff / scale, sum_diff / want.size() / scale, scale);
-      EXPECT_LE(max_diff / scale, max_bound) << what << ", trial " << trial;
-      EXPECT_LE(sum_diff / want.size() / scale, mean_bound) << what << ", trial " << trial;
-    };
-    compare(block.out, chain.out, 4e-3, 2e-4, "output");
-    compare(block.residual, chain.residual, 1e-3, 1e-4, "residual");
-    compare(bf16_values(block.next), bf16_values(chain.next), 1e-2, 1e-3, "next norm");
+      const Run &block = runs[0], &chain = runs[1];
+      EXPECT_EQ(block.ids, chain.ids) << mode_name << " trial " << trial;
+      EXPECT_EQ(block.weights, chain.weights) << mode_name << " trial " << trial;
+      EXPECT_EQ(block.h, chain.h) << "h of the input norm, " << mode_name << " trial " << trial;
+      EXPECT_EQ(block.x_hat, chain.x_hat) << "x̂ of the input norm, " << mode_name << " trial " << trial;
+      EXPECT_EQ(block.x_scale, chain.x_scale) << "its row scale, " << mode_name << " trial " << trial;
+      auto compare = [&](const std::vector<float>& got, const std::vector<float>& want, double max_bound, double mean_bound,
+                         const char* what) {
+        const double scale = max_abs(want);
+        double max_diff = 0, sum_diff = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_FALSE(std::isnan(got[i])) << what << " " << i;
+          const double d = std::fabs(double(got[i]) - want[i]);
+          max_diff = std::max(max_diff, d), sum_diff += d;
+        }
+        std::printf("decode block vs chain, %-9s trial %d: %-9s max %.2e mean %.2e of max|chain| %.3g\n", mode_name, trial,
+                    what, max_diff / scale, sum_diff / want.size() / scale, scale);
+        EXPECT_LE(max_diff / scale, max_bound) << what << ", " << mode_name << " trial " << trial;
+        EXPECT_LE(sum_diff / want.size() / scale, mean_bound) << what << ", " << mode_name << " trial " << trial;
+      };
+      compare(block.out, chain.out, w4a4 ? 2e-2 : 4e-3, w4a4 ? 1e-3 : 2e-4, "output");
+      compare(block.residual, chain.residual, w4a4 ? 5e-3 : 1e-3, 1e-4, "residual");
+      compare(bf16_values(block.next), bf16_values(chain.next), 1e-2, 1e-3, "next norm");
+    }
   }
   cublasDestroy(handle);
 }
