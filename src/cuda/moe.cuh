@@ -61,6 +61,7 @@ struct MoeWorkspace {
   // partial sums, one a CTA.
   uint32_t* block_barrier = nullptr;
   float* block_partials = nullptr;    // [hidden / 16]
+  uint32_t* block_row_amax = nullptr;  // [2 · hidden / 16] per-token W4A4: each CTA's SwiGLU row amaxes (fp32 bits)
   // dequant-cublas only
   uint16_t* gate_bf16 = nullptr;      // [E, I, H]
   uint16_t* up_bf16 = nullptr;        // [E, I, H]

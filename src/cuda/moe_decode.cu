@@ -80,6 +80,7 @@ struct DecodeParams {
   int32_t* expert_ids;    // [top_k]
   float* route_weights;   // [top_k]
   uint16_t* act;          // BF16 [top_k, inter]
+  unsigned* row_amax;     // [CTAs, 2] per-token W4A4: the amax of each CTA's share of its first and next SwiGLU row
   float* partials;        // [CTAs]: the next norm's sums of squares
   unsigned* barrier;      // {arrived, generation}
   long long* stamps;      // NIBBLE_DECODE_BLOCK_TIMING=1: [CTAs, STAMPS] clock64 at each phase's end; else null
@@ -133,30 +134,30 @@ __device__ float quantize_row_bf16(const uint16_t* in, uint16_t* out, int n, flo
 // W4A4's down input: x̂ of each slot's fp32 SwiGLU row (act_f32, written by other CTAs: copied
 // through L2 into `rows`, the gate_up tiles' space, so the down fragments held in registers meanwhile
 // do not spill) into the BF16 stage, and each row's scale into act_scale[slot], bit for bit
-// quantize_dequantize_activation_f32. A thread four consecutive values a round, a quad of lanes a
-// 16-value block; a warp's round lies in one slot row (inter a multiple of 128), whose per-token
-// amax the warps meet in with one shared atomic each.
+// quantize_dequantize_activation_f32 (per-token: each row's amax from the producing CTAs' shares,
+// p.row_amax). A thread four consecutive values a round, a quad of lanes a 16-value block (inter a
+// multiple of 128: whole warps a round); rounds unrolled so their latencies overlap.
 __device__ void quantize_act_rows(const DecodeParams& p, float* rows, uint16_t* stage, float* act_scale, float* act_global,
                                   unsigned* slot_amax) {
-  const int quads = p.top_k * p.inter / 4, per_row = p.inter / 4;
+  const int quads = p.top_k * p.inter / 4, per_row = p.inter / 4, ctas = gridDim.x;
   for (int i = threadIdx.x; i < quads; i += THREADS) cp_async<16>(rows + i * 4, p.act_f32 + size_t(i) * 4, 16);
   cp_async_commit();
-  if (int(threadIdx.x) < p.top_k) slot_amax[threadIdx.x] = 0u;
-  cp_async_wait<0>();
-  __syncthreads();
-  const float4* rows4 = reinterpret_cast<const float4*>(rows);
-  if (p.act_input_scale == 0.0f) {  // per-token: each slot row's amax (non-negative floats order as their bits)
-    for (int i = threadIdx.x; i < quads; i += THREADS) {
-      const float4 v = rows4[i];
-      float m = max_abs4(v.x, v.y, v.z, v.w);
-      for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
-      if ((threadIdx.x & 31) == 0) atomicMax(&slot_amax[i / per_row], __float_as_uint(m));
+  if (p.act_input_scale == 0.0f) {
+    if (int(threadIdx.x) < p.top_k) slot_amax[threadIdx.x] = 0u;
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * ctas; i += THREADS) {  // CTA i / 2's share of its first row (+ i % 2)
+      const unsigned m = __ldcg(p.row_amax + i);
+      const int slot = (i / 2) * p.gate_tiles / (p.inter / 8) + (i & 1);
+      if (m && slot < p.top_k) atomicMax(&slot_amax[slot], m);
     }
     __syncthreads();
   }
-  if (int(threadIdx.x) < p.top_k) act_row_scales(p.act_input_scale, __uint_as_float(slot_amax[threadIdx.x]),
-                                                 act_global[threadIdx.x], act_scale[threadIdx.x]);
+  if (int(threadIdx.x) < p.top_k)
+    act_row_scales(p.act_input_scale, __uint_as_float(slot_amax[threadIdx.x]), act_global[threadIdx.x], act_scale[threadIdx.x]);
+  cp_async_wait<0>();
   __syncthreads();
+  const float4* rows4 = reinterpret_cast<const float4*>(rows);
+#pragma unroll 4
   for (int i = threadIdx.x; i < quads; i += THREADS) {
     const float4 v = rows4[i];
     const ActBlockScale block(quad_max(max_abs4(v.x, v.y, v.z, v.w)), act_global[i / per_row]);
@@ -216,7 +217,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   __shared__ float ys[MAX_TOP_K][FEATURES];
   __shared__ uint64_t landed[MAX_GATE_TILES + 1];  // each gate_up tile's weights, then all the down tiles'
   __shared__ float x_scale, act_scale[MAX_TOP_K], act_global[MAX_TOP_K];  // W4A4: x̂'s row scale, each down input's
-  __shared__ unsigned slot_amax[MAX_TOP_K];
+  __shared__ unsigned slot_amax[MAX_TOP_K];  // per-token W4A4: [0, 1] the CTA's share of its first and next SwiGLU rows' amaxes, later each row's
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int cta = blockIdx.x, ctas = gridDim.x;
   const int H = p.hidden, I = p.inter, E = p.experts, K = p.top_k;
@@ -225,6 +226,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   unsigned generation = 0;  // thread 0's: the barriers passed, read after the PDL wait
   if (threadIdx.x == 0) {
     for (int t = 0; t <= MAX_GATE_TILES; ++t) barrier_init(&landed[t], 1);
+    slot_amax[0] = slot_amax[1] = 0u;
     fence_barrier_init();  // (the __syncthreads after the input norm publishes them)
   }
 
@@ -301,6 +303,8 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   // gate_up + SwiGLU: `split` warps share an m-tile's k-blocks.
   float* split_sums = reinterpret_cast<float*>(smem + L.sums_off);
   {
+    // Per-token W4A4: this thread's amax of the values it writes of the CTA's first row (slot t0 / I · 8) and the next.
+    float first_max = 0.0f, next_max = 0.0f;
     const int split = max(1, WARPS / p.gate_tiles), groups = WARPS / split, part = warp % split;
     const int kb_total = H / 128, kb_per = (kb_total + split - 1) / split;
     for (int round = 0; round < my_tiles; round += groups) {  // the same trip count in every warp
@@ -318,15 +322,30 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
         const float gate = acc[0][0] * (p.gate_global[e] * WEIGHT_DECODE_EPILOGUE) * row_scale;
         const float up = acc[0][2] * (p.up_global[e] * WEIGHT_DECODE_EPILOGUE) * row_scale;
         const float value = gate / (1.0f + expf(-gate)) * up;  // silu(gate) · up, as the skinny epilogue
-        if constexpr (W4A4) p.act_f32[size_t(s) * I + feature] = value;
-        else p.act[size_t(s) * I + feature] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+        if constexpr (W4A4) {
+          p.act_f32[size_t(s) * I + feature] = value;
+          if (s == t0 / tiles_per_slot) first_max = fmaxf(first_max, fabsf(value));
+          else next_max = fmaxf(next_max, fabsf(value));
+        } else {
+          p.act[size_t(s) * I + feature] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+        }
       }
     }
+    if (W4A4 && p.act_input_scale == 0.0f)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {  // (a CTA's ≤ 16 tiles of 8 features span at most two rows of ≥ 256)
+        const unsigned m = __reduce_max_sync(0xFFFFFFFFu, __float_as_uint(r ? next_max : first_max));
+        if (lane == 0 && m) atomicMax(&slot_amax[r], m);
+      }
   }
   // Barrier 2 (every act row written) in two halves: between its arrival and its wait, each warp
   // decodes its down fragments (slot s, k-blocks kb0 …), which landed while gate_up computed.
+  // Per-token W4A4: thread 0 first stores the CTA's row amaxes (released by its arrival).
   __syncthreads();
-  if (threadIdx.x == 0) grid_arrive(p.barrier, ctas, ++generation);
+  if (threadIdx.x == 0) {
+    if (W4A4 && p.act_input_scale == 0.0f) p.row_amax[2 * cta] = slot_amax[0], p.row_amax[2 * cta + 1] = slot_amax[1];
+    grid_arrive(p.barrier, ctas, ++generation);
+  }
   stamp(p, 6);
   const int split = WARPS / K, s = warp / split, part = warp % split;  // K ≤ WARPS (decode_shape)
   const int kb_total = I / 128, kb_per = (kb_total + split - 1) / split;
@@ -499,7 +518,7 @@ Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::A
                         const ResidualNorm* norm, const InputNorm* input_norm, cudaStream_t stream) {
   DecodeShape shape;
   if (!decode_shape(w, shape)) return Status::error("moe_decode_block: these MoE shapes do not fit the one-launch kernel");
-  if (!ws.block_barrier || !ws.block_partials) return Status::error("moe_decode_block: the workspace has no barrier");
+  if (!ws.block_barrier || !ws.block_partials || !ws.block_row_amax) return Status::error("moe_decode_block: the workspace has no barrier");
   DecodeParams p{};
   p.x = x, p.out = out;
   if (input_norm) p.in = *input_norm, p.has_in = true;
@@ -514,7 +533,7 @@ Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::A
   p.up_codes = w.up.packed, p.up_scales = w.up.block_scales, p.up_global = w.up.global_scales;
   p.down_codes = w.down.packed, p.down_scales = w.down.block_scales, p.down_global = w.down.global_scales;
   p.logits = ws.logits, p.expert_ids = ws.expert_ids, p.route_weights = ws.route_weights;
-  p.act = static_cast<uint16_t*>(ws.act), p.partials = ws.block_partials, p.barrier = ws.block_barrier;
+  p.act = static_cast<uint16_t*>(ws.act), p.row_amax = ws.block_row_amax, p.partials = ws.block_partials, p.barrier = ws.block_barrier;
   p.stamps = shape.ctas <= PHASE_STAMP_MAX_CTAS ? timing_stamps() : nullptr;
   using Kernel = void (*)(DecodeParams);
   static constexpr Kernel kernels[2][2] = {{moe_decode_kernel<MAX_CHUNKS / 2, false>, moe_decode_kernel<MAX_CHUNKS / 2, true>},

@@ -21,11 +21,14 @@ struct ApproxReciprocal {
 
 // e2m1_decode(e2m1_encode(v)): v rounded to the nearest E2M1 value (ties to even, saturating at 6,
 // sign kept), computed on the value grid — spacing 0.5 below 2, 1 below 4, 2 up to 6 — with rint,
-// whose half-to-even on that grid is the E2M1 tie rule (0.25→0, 0.75→1, 2.5→2, 5→4, ...).
+// whose half-to-even on that grid is the E2M1 tie rule (0.25→0, 0.75→1, 2.5→2, 5→4, ...). The
+// spacing's reciprocal is selected, not divided (1.0f / step compiled to an IEEE division with its
+// slow-path call for every value); both are powers of two, so the products are exact either way.
 __device__ __forceinline__ float e2m1_round_value(float v) {
   const float a = fabsf(v);
-  const float step = a < 2.0f ? 0.5f : a < 4.0f ? 1.0f : 2.0f;
-  return copysignf(fminf(rintf(a * (1.0f / step)) * step, formats::E2M1_MAX), v);  // exact: step is 2^k
+  const bool fine = a < 2.0f, mid = a < 4.0f;
+  const float step = fine ? 0.5f : mid ? 1.0f : 2.0f, per_step = fine ? 2.0f : mid ? 1.0f : 0.5f;
+  return copysignf(fminf(rintf(a * per_step) * step, formats::E2M1_MAX), v);
 }
 
 // A block's scales from its amax under the global scale G: x̂ = e2m1_round(v · out_scale) · block_scale.
