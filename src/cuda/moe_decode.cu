@@ -37,7 +37,7 @@ constexpr int MAX_TOP_K = 8;
 constexpr int MAX_GATE_TILES = 16; // gate_up m-tiles a CTA (shared memory holds fewer at Qwen3's sizes)
 constexpr int DOWN_BLOCKS = 3;     // down k-blocks a warp holds decoded (I ≤ 128 · 3 · WARPS / top_k)
 constexpr int MAX_CHUNKS = 16;     // hidden ≤ 256 · 16
-constexpr int STATIC_SMEM = 1024;  // the kernel's __shared__ arrays, with room
+constexpr int STATIC_SMEM = 2048;  // the kernels' __shared__ arrays (ptxas: 1,408 bytes in W4A4), with room
 
 // Shared memory: each weight tile as it lies in global memory, rows dense (so a tile is a few
 // contiguous runs for the copy engine). A gate_up m-tile of 8 features: codes of its 8 gate rows then
@@ -75,6 +75,9 @@ struct DecodeParams {
   // W4A4: the gate_up and down inputs quantized with these input scales (static; 0: per-token), the
   // SwiGLU rows kept in fp32 (act_f32) for down's quantization, as moe_forward's chain.
   float x_input_scale, act_input_scale;
+  // Static W4A4 where every 16-value block of a SwiGLU row is one CTA's (gate_tiles even: a block is
+  // two of its m-tiles): the producers write x̂ in BF16 to act, and no CTA re-quantizes the rows.
+  bool local_act_quant;
   float* act_f32;         // [top_k, inter] (W4A4)
   float* logits;          // [experts]
   int32_t* expert_ids;    // [top_k]
@@ -218,6 +221,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   __shared__ uint64_t landed[MAX_GATE_TILES + 1];  // each gate_up tile's weights, then all the down tiles'
   __shared__ float x_scale, act_scale[MAX_TOP_K], act_global[MAX_TOP_K];  // W4A4: x̂'s row scale, each down input's
   __shared__ unsigned slot_amax[MAX_TOP_K];  // per-token W4A4: [0, 1] the CTA's share of its first and next SwiGLU rows' amaxes, later each row's
+  __shared__ __align__(16) float tile_values[MAX_GATE_TILES * 8];  // local_act_quant: the CTA's SwiGLU values, tile-major
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int cta = blockIdx.x, ctas = gridDim.x;
   const int H = p.hidden, I = p.inter, E = p.experts, K = p.top_k;
@@ -322,7 +326,9 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
         const float gate = acc[0][0] * (p.gate_global[e] * WEIGHT_DECODE_EPILOGUE) * row_scale;
         const float up = acc[0][2] * (p.up_global[e] * WEIGHT_DECODE_EPILOGUE) * row_scale;
         const float value = gate / (1.0f + expf(-gate)) * up;  // silu(gate) · up, as the skinny epilogue
-        if constexpr (W4A4) {
+        if (W4A4 && p.local_act_quant) {
+          tile_values[t * 8 + g] = value;
+        } else if constexpr (W4A4) {
           p.act_f32[size_t(s) * I + feature] = value;
           if (s == t0 / tiles_per_slot) first_max = fmaxf(first_max, fabsf(value));
           else next_max = fmaxf(next_max, fabsf(value));
@@ -341,6 +347,25 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   // Barrier 2 (every act row written) in two halves: between its arrival and its wait, each warp
   // decodes its down fragments (slot s, k-blocks kb0 …), which landed while gate_up computed.
   // Per-token W4A4: thread 0 first stores the CTA's row amaxes (released by its arrival).
+  if (W4A4 && p.local_act_quant) {  // x̂ of the CTA's blocks (m-tiles 2b, 2b + 1) by warp 0, a quad of lanes a block
+    __syncthreads();
+    if (warp == 0) {
+      float global, row_scale;
+      act_row_scales(p.act_input_scale, 0.0f, global, row_scale);
+      for (int b0 = 0; b0 < my_tiles / 2; b0 += 8) {  // the same trip count in every lane (quad_max)
+        const int b = b0 + lane / 4, q = lane & 3;
+        const bool real = b < my_tiles / 2;
+        const float4 v = real ? reinterpret_cast<const float4*>(tile_values)[4 * b + q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float amax = quad_max(max_abs4(v.x, v.y, v.z, v.w));
+        if (real) {
+          const int j = t0 + 2 * b, s = j / tiles_per_slot;
+          const ActBlockScale block(amax, global);
+          reinterpret_cast<uint2*>(p.act + size_t(s) * I + (j - s * tiles_per_slot) * 8)[q] =
+              make_uint2(block.bf16(v.x) | block.bf16(v.y) << 16, block.bf16(v.z) | block.bf16(v.w) << 16);
+        }
+      }
+    }
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
     if (W4A4 && p.act_input_scale == 0.0f) p.row_amax[2 * cta] = slot_amax[0], p.row_amax[2 * cta + 1] = slot_amax[1];
@@ -370,9 +395,10 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
 
   // down: every slot's SwiGLU row into shared memory (through L2), then the decoded fragments' mma.
   uint16_t* act_stage = reinterpret_cast<uint16_t*>(smem + L.act_off);
-  if constexpr (W4A4) {
+  if (W4A4 && !p.local_act_quant) {
     quantize_act_rows(p, reinterpret_cast<float*>(smem), act_stage, act_scale, act_global, slot_amax);  // gate_up's tiles are done
   } else {
+    if (W4A4 && int(threadIdx.x) < K) act_scale[threadIdx.x] = p.act_input_scale;  // static: the producers' x̂
     for (int i = threadIdx.x; i < K * I / 8; i += THREADS) cp_async<16>(act_stage + i * 8, p.act + size_t(i) * 8, 16);
     cp_async_commit();
     cp_async_wait<0>();
@@ -529,6 +555,7 @@ Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::A
   p.x_input_scale = mode == formats::ActQuant::STATIC ? w.gate_up_input_scale : 0.0f;
   p.act_input_scale = mode == formats::ActQuant::STATIC ? w.down_input_scale : 0.0f;
   p.act_f32 = static_cast<float*>(ws.act);
+  p.local_act_quant = mode == formats::ActQuant::STATIC && shape.gate_tiles % 2 == 0;
   p.gate_codes = w.gate.packed, p.gate_scales = w.gate.block_scales, p.gate_global = w.gate.global_scales;
   p.up_codes = w.up.packed, p.up_scales = w.up.block_scales, p.up_global = w.up.global_scales;
   p.down_codes = w.down.packed, p.down_scales = w.down.block_scales, p.down_global = w.down.global_scales;
