@@ -8,7 +8,8 @@
 // CTA to arrive computes the next norm. H200, Qwen3-30B-A3B (docs/perf.md): 17.4 µs against the
 // chain's 21.7 (bench kernels), tg128 457 against 436 tok/s. Fragments and k order: skinny_gemm.cu's,
 // the experts in line order. W4A4 (both modes) quantizes as the chain does: x̂ of the input in every
-// CTA (the router reads x), the fp32 SwiGLU rows after barrier 2, the next norm's x̂ in the last CTA.
+// CTA (the router reads x), the SwiGLU rows (static: by the CTAs that produce their 16-value blocks;
+// per-token: the fp32 rows after barrier 2, by every CTA), the next norm's x̂ in the last CTA.
 #include "cuda/moe_decode.cuh"
 
 #include <cuda_bf16.h>
