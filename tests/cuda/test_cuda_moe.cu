@@ -407,8 +407,9 @@ TEST(CudaMoe, SmallOddConfig) {
 // edge (or a per-token row amax one bit apart) may land a step apart in x̂ and move its output by up to
 // ~1%: max 2e-2, mean 1e-3 (test check()'s bounds for the same effect). With the norms fused: the
 // residual within 1e-3 of its max (W4A4: 5e-3), the next norm's BF16 output within 1e-2 of its max and
-// a mean of 1e-3 (its sum of squares is also taken in another order), and in W4A4 its x̂ and row scale
-// bit for bit what the quantize kernel makes of the block's own next-norm output.
+// a mean of 1e-3 (its sum of squares is also taken in another order), and its x̂ and row scale (asked
+// in every mode: a W4A16 MoE may sit between W4A4 dense layers) bit for bit what the quantize kernel
+// makes of the block's own next-norm output.
 TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaMoe.DecodeBlock");
@@ -465,8 +466,10 @@ TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
       for (auto& v : next_w) v = formats::bf16_encode(1.0f + 0.1f * normal(rng));
       test::DeviceBuffer<uint16_t> d_x(x_bits), d_pw(post_w), d_nw(next_w);
       test::DeviceBuffer<float> d_delta(delta);
-      // The next norm's x̂ as the runner asks it for the next layer's q/k/v (an arbitrary static scale).
-      const float next_scale = mode == formats::ActQuant::STATIC ? 0.0173f : 0.0f;
+      // The next norm's x̂ as the runner asks it for the next layer's q/k/v (an arbitrary static scale),
+      // in W4A16 too (W4A4 dense layers beside a W4A16 MoE: static and per-token on alternate trials).
+      const bool next_static = mode == formats::ActQuant::STATIC || (mode == formats::ActQuant::NONE && trial % 2 == 0);
+      const float next_scale = next_static ? 0.0173f : 0.0f;
       struct Run {
         std::vector<float> out, weights, residual, x_scale, next_scale;
         std::vector<int32_t> ids;
@@ -492,7 +495,7 @@ TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
         const cuda::NormActQuant x_quant{mode == formats::ActQuant::STATIC ? dw.gate_up_input_scale : 0.0f,
                                          w4a4 ? (*ws)->x_hat : nullptr, (*ws)->x_row_scales};
         const cuda::ResidualNorm next{d_res.get(), d_nw.get(), 1e-6f, d_next.get(),
-                                      {next_scale, w4a4 ? d_next_hat.get() : nullptr, d_next_scale.get()}};
+                                      {next_scale, d_next_hat.get(), d_next_scale.get()}};
         const cuda::InputNorm input{d_res.get(), d_delta.get(), d_pw.get(), 1e-6f, d_h.get(), x_quant};
         const bool block = !chain && cuda::moe_decode_block_supported(1, dw, mode, &next, nullptr, &input);
         ASSERT_EQ(block, !chain) << "the block takes T = 1 with both norms in " << mode_name;
@@ -504,16 +507,16 @@ TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
           r.x_hat.resize(H), r.x_scale.resize(1);
           NIB_CUDA_CHECK(cudaMemcpy(r.x_hat.data(), (*ws)->x_hat, H * 2, cudaMemcpyDeviceToHost));
           NIB_CUDA_CHECK(cudaMemcpy(r.x_scale.data(), (*ws)->x_row_scales, 4, cudaMemcpyDeviceToHost));
-          r.next_hat = d_next_hat.to_host(), r.next_scale = d_next_scale.to_host();
-          // The next x̂ against the quantize kernel on this run's own next-norm output.
-          test::DeviceBuffer<uint16_t> d_want(H);
-          test::DeviceBuffer<float> d_want_scale(1);
-          ASSERT_TRUE(cuda::quantize_dequantize_activation_bf16(d_next.get(), 1, c.hidden, next_scale, d_want.get(),
-                                                                d_want_scale.get(), nullptr).is_ok());
-          NIB_CUDA_CHECK(cudaDeviceSynchronize());
-          EXPECT_EQ(r.next_hat, d_want.to_host()) << "x̂ of the next norm, " << (chain ? "chain" : "block") << ", " << mode_name;
-          EXPECT_EQ(r.next_scale, d_want_scale.to_host()) << "its row scale, " << mode_name;
         }
+        // The next x̂ against the quantize kernel on this run's own next-norm output.
+        r.next_hat = d_next_hat.to_host(), r.next_scale = d_next_scale.to_host();
+        test::DeviceBuffer<uint16_t> d_want(H);
+        test::DeviceBuffer<float> d_want_scale(1);
+        ASSERT_TRUE(cuda::quantize_dequantize_activation_bf16(d_next.get(), 1, c.hidden, next_scale, d_want.get(),
+                                                              d_want_scale.get(), nullptr).is_ok());
+        NIB_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(r.next_hat, d_want.to_host()) << "x̂ of the next norm, " << (chain ? "chain" : "block") << ", " << mode_name;
+        EXPECT_EQ(r.next_scale, d_want_scale.to_host()) << "its row scale, " << mode_name;
       }
       const Run &block = runs[0], &chain = runs[1];
       EXPECT_EQ(block.ids, chain.ids) << mode_name << " trial " << trial;
