@@ -38,7 +38,10 @@ constexpr int MAX_TOP_K = 8;
 constexpr int MAX_GATE_TILES = 16; // gate_up m-tiles a CTA (shared memory holds fewer at Qwen3's sizes)
 constexpr int DOWN_BLOCKS = 3;     // down k-blocks a warp holds decoded (I ≤ 128 · 3 · WARPS / top_k)
 constexpr int MAX_CHUNKS = 16;     // hidden ≤ 256 · 16
-constexpr int STATIC_SMEM = 2048;  // the kernels' __shared__ arrays (ptxas: 1,408 bytes in W4A4), with room
+// The kernels' __shared__ arrays (ptxas: 896 bytes in W4A16, 1,408 in W4A4), with room: the dynamic
+// part they opt into is the rest of what a CTA may have (a 1,024 reserve fell short of W4A4's arrays
+// and the attribute call failed on the device).
+constexpr int STATIC_SMEM = 2048;
 
 // Shared memory: each weight tile as it lies in global memory, rows dense (so a tile is a few
 // contiguous runs for the copy engine). A gate_up m-tile of 8 features: codes of its 8 gate rows then
@@ -345,9 +348,6 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
         if (lane == 0 && m) atomicMax(&slot_amax[r], m);
       }
   }
-  // Barrier 2 (every act row written) in two halves: between its arrival and its wait, each warp
-  // decodes its down fragments (slot s, k-blocks kb0 …), which landed while gate_up computed.
-  // Per-token W4A4: thread 0 first stores the CTA's row amaxes (released by its arrival).
   if (W4A4 && p.local_act_quant) {  // x̂ of the CTA's blocks (m-tiles 2b, 2b + 1) by warp 0, a quad of lanes a block
     __syncthreads();
     if (warp == 0) {
@@ -367,6 +367,9 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
       }
     }
   }
+  // Barrier 2 (every act row written) in two halves: between its arrival and its wait, each warp
+  // decodes its down fragments (slot s, k-blocks kb0 …), which landed while gate_up computed.
+  // Per-token W4A4: thread 0 first stores the CTA's row amaxes (released by its arrival).
   __syncthreads();
   if (threadIdx.x == 0) {
     if (W4A4 && p.act_input_scale == 0.0f) p.row_amax[2 * cta] = slot_amax[0], p.row_amax[2 * cta + 1] = slot_amax[1];
