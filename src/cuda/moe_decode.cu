@@ -14,9 +14,9 @@
 
 #include <cuda_bf16.h>
 
-#include <cstdlib>
 #include <string>
 
+#include "core/env.h"
 #include "cuda/async_copy.cuh"
 #include "cuda/check.cuh"
 #include "cuda/decode_block.cuh"
@@ -110,6 +110,13 @@ __device__ __forceinline__ float max_abs4(float a, float b, float c, float d) {
   return fmaxf(fmaxf(fabsf(a), fabsf(b)), fmaxf(fabsf(c), fabsf(d)));
 }
 
+// x̂ (BF16 bits, two a word) of a lane's four consecutive values of a 16-value block that a quad of
+// lanes holds, under the global scale G. Every lane of the warp calls it (quad_max).
+__device__ __forceinline__ uint2 quantize_quad(float4 v, float global) {
+  const ActBlockScale block(quad_max(max_abs4(v.x, v.y, v.z, v.w)), global);
+  return make_uint2(block.bf16(v.x) | block.bf16(v.y) << 16, block.bf16(v.z) | block.bf16(v.w) << 16);
+}
+
 // x̂ of a BF16 row in shared memory, written to `out` (shared or global; may be `in`), bit for bit
 // quantize_dequantize_activation_bf16 (input_scale > 0: static; 0: per-token): every thread calls it,
 // a thread four values at a time (consecutive: no bank conflicts), a quad of lanes a 16-value block.
@@ -128,11 +135,10 @@ __device__ float quantize_row_bf16(const uint16_t* in, uint16_t* out, int n, flo
   __syncthreads();  // with `out` == `in`: every amax read before the first write
   for (int i = threadIdx.x; i < n / 4; i += THREADS) {
     const uint2 v = reinterpret_cast<const uint2*>(in)[i];
-    const float x[4] = {__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u), __uint_as_float(v.y << 16),
-                        __uint_as_float(v.y & 0xFFFF0000u)};
-    const ActBlockScale block(quad_max(max_abs4(x[0], x[1], x[2], x[3])), global);
     reinterpret_cast<uint2*>(out)[i] =
-        make_uint2(block.bf16(x[0]) | block.bf16(x[1]) << 16, block.bf16(x[2]) | block.bf16(x[3]) << 16);
+        quantize_quad(make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u), __uint_as_float(v.y << 16),
+                                  __uint_as_float(v.y & 0xFFFF0000u)),
+                      global);
   }
   __syncthreads();
   return row_scale;
@@ -165,11 +171,7 @@ __device__ void quantize_act_rows(const DecodeParams& p, float* rows, uint16_t* 
   __syncthreads();
   const float4* rows4 = reinterpret_cast<const float4*>(rows);
 #pragma unroll 4
-  for (int i = threadIdx.x; i < quads; i += THREADS) {
-    const float4 v = rows4[i];
-    const ActBlockScale block(quad_max(max_abs4(v.x, v.y, v.z, v.w)), act_global[i / per_row]);
-    reinterpret_cast<uint2*>(stage)[i] = make_uint2(block.bf16(v.x) | block.bf16(v.y) << 16, block.bf16(v.z) | block.bf16(v.w) << 16);
-  }
+  for (int i = threadIdx.x; i < quads; i += THREADS) reinterpret_cast<uint2*>(stage)[i] = quantize_quad(rows4[i], act_global[i / per_row]);
   __syncthreads();
 }
 
@@ -357,12 +359,10 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
         const int b = b0 + lane / 4, q = lane & 3;
         const bool real = b < my_tiles / 2;
         const float4 v = real ? reinterpret_cast<const float4*>(tile_values)[4 * b + q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        const float amax = quad_max(max_abs4(v.x, v.y, v.z, v.w));
+        const uint2 x_hat = quantize_quad(v, global);
         if (real) {
           const int j = t0 + 2 * b, s = j / tiles_per_slot;
-          const ActBlockScale block(amax, global);
-          reinterpret_cast<uint2*>(p.act + size_t(s) * I + (j - s * tiles_per_slot) * 8)[q] =
-              make_uint2(block.bf16(v.x) | block.bf16(v.y) << 16, block.bf16(v.z) | block.bf16(v.w) << 16);
+          reinterpret_cast<uint2*>(p.act + size_t(s) * I + (j - s * tiles_per_slot) * 8)[q] = x_hat;
         }
       }
     }
@@ -504,10 +504,7 @@ long long* timing_stamps() {
 }
 
 bool enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("NIBBLE_MOE_DECODE_BLOCK");
-    return !(env && std::string(env) == "0");
-  }();
+  static const bool on = env_int("NIBBLE_MOE_DECODE_BLOCK", 1) != 0;
   return on;
 }
 
