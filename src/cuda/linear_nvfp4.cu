@@ -263,6 +263,12 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
   return cuda_status(cudaGetLastError(), "linear_nvfp4 row scales launch");
 }
 
+// W4A4 of one token on the skinny kernel: x's quantize inside the GEMM (skinny_linear_quantizing),
+// under the experiment switch.
+static bool fused_quantize(int64_t M, int64_t K, GemmBackend backend) {
+  return M == 1 && skinny_fused_quant_enabled() && skinny_supported(K) && resolve_gemm_backend(backend, M, K) == GemmBackend::SKINNY;
+}
+
 Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, formats::ActQuant mode,
                     float input_scale, float* y, GemmBackend backend, const GemmContext& ctx, bool x_quantized) {
   if (mode == formats::ActQuant::NONE) return linear_nvfp4_w4a16(x, M, w, y, backend, ctx);
@@ -271,6 +277,11 @@ Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, fo
   if (!ctx.act_workspace || !ctx.row_scales || ctx.act_workspace_elements < size_t(M * w.cols))
     return Status::error("linear_nvfp4 (W4A4): needs an activation workspace of " + std::to_string(M * w.cols) +
                          " BF16 values and " + std::to_string(M) + " row scales");
+  if (!x_quantized && fused_quantize(M, w.cols, backend)) {
+    const DeviceNvfp4Weight* weights[1] = {&w};
+    return skinny_linear_quantizing(x, weights, &y, 1, mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
+                                    ctx.act_workspace, ctx.row_scales, ctx.stream);
+  }
   if (!x_quantized)
     NIB_RETURN_IF_ERROR(quantize_dequantize_activation_bf16(x, M, w.cols, mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
                                                             ctx.act_workspace, ctx.row_scales, ctx.stream));
@@ -298,6 +309,9 @@ Status linear_nvfp4_shared_input(const uint16_t* x, int64_t M, const DeviceNvfp4
   if (!ctx.act_workspace || !ctx.row_scales || ctx.act_workspace_elements < size_t(M * weights[0]->cols))
     return Status::error("linear_nvfp4 (W4A4): needs an activation workspace of " + std::to_string(M * weights[0]->cols) +
                          " BF16 values and " + std::to_string(M) + " row scales");
+  if (!x_quantized && fused_quantize(M, weights[0]->cols, backend))
+    return skinny_linear_quantizing(x, weights, outputs, count, mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
+                                    ctx.act_workspace, ctx.row_scales, ctx.stream);
   // x̂ once for all; row_scales holds the token scale (per-token) or input_scale (static) of each row.
   if (!x_quantized)
     NIB_RETURN_IF_ERROR(quantize_dequantize_activation_bf16(x, M, weights[0]->cols,

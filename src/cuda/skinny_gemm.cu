@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/skinny_fragments.cuh"
 
 namespace nibble::cuda {
@@ -89,7 +90,128 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, BLOCKS == 2 && NT == 2 ? 2 : 1
     }
 }
 
+// One token's W4A4 GEMM with its quantize inside (M = 1, in_features ≤ SKINNY_MAX_K: the CTA's warps
+// span the row): each warp quantizes its own k range of x cooperatively — a lane a 16-value block, as
+// quantize_dequantize_activation_bf16 computes it (per-token: the row amax met over the CTA's warps) —
+// into shared memory, from which its token-column lanes take their fragments; the separate quantize
+// launch goes. CTA (0, 0) also writes x̂ and the row scale where asked (the workspace linear_nvfp4
+// fills). alpha holds static's input_scale (folded as linear_nvfp4 folds it); per-token multiplies
+// by the row scale in the epilogue, as the kernel above does with row_scales.
+template <int BLOCKS>
+__global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_quant_kernel(const DenseParams p, float quant_scale,
+                                                                           uint16_t* x_hat_out, float* row_scale_out) {
+  extern __shared__ float partial[];  // reduce_warps' sums, then x̂ of the row (BF16)
+  __shared__ float warp_amax[MAX_WARPS];
+  int s = 0;
+#pragma unroll
+  for (int i = 1; i < MAX_SEGMENTS; ++i)
+    if (i < p.count && int(blockIdx.x) >= p.seg[i].tile_begin) s = i;
+  const DenseSegment& seg = p.seg[s];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int warps = blockDim.x / 32;
+  const int m0 = (int(blockIdx.x) - seg.tile_begin) * 16;
+  const size_t code_row = size_t(p.k_stride) / 2, scale_row = size_t(p.k_stride) / 16;
+  const uint8_t* row_codes[2];
+  const uint8_t* row_scales[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = m0 + g + 8 * h;
+    row_codes[h] = row < seg.rows ? seg.codes + row * code_row : nullptr;
+    row_scales[h] = seg.scales + min(row, seg.rows - 1) * scale_row;
+  }
+  const int kb0 = warp * BLOCKS, nkb = min(BLOCKS, p.k / 128 - kb0);
+  WeightFragments<BLOCKS> w;
+  w.load(row_codes, row_scales, kb0, nkb, c);  // the weights do not depend on earlier kernels
+  pdl_wait();
+  pdl_launch_dependents();
+  uint16_t* xq = reinterpret_cast<uint16_t*>(partial + (warps - 1) * 4 * 32);
+  // The warp's k range, a 16-value block a lane (BLOCKS · 128 ≤ 512 values: one round).
+  const int k0 = kb0 * 128 + 16 * lane;
+  const bool holds = 16 * lane < nkb * 128;
+  uint4 raw[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+  if (holds) raw[0] = __ldg(reinterpret_cast<const uint4*>(p.x + k0)), raw[1] = __ldg(reinterpret_cast<const uint4*>(p.x + k0) + 1);
+  const uint32_t words[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w, raw[1].x, raw[1].y, raw[1].z, raw[1].w};
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(words[i] << 16)), fabsf(__uint_as_float(words[i] & 0xFFFF0000u))));
+  float row_amax = 0.0f;
+  if (quant_scale == 0.0f) {  // per-token: the row's amax over the CTA's warps
+    float m = amax;
+    for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
+    if (lane == 0) warp_amax[warp] = m;
+    __syncthreads();
+    for (int i = 0; i < warps; ++i) row_amax = fmaxf(row_amax, warp_amax[i]);
+  }
+  float global, row_scale;
+  act_row_scales(quant_scale, row_amax, global, row_scale);
+  if (holds) {
+    const ActBlockScale block(amax, global);
+    uint32_t out[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      out[i] = block.bf16(__uint_as_float(words[i] << 16)) | block.bf16(__uint_as_float(words[i] & 0xFFFF0000u)) << 16;
+    const uint4 lo = make_uint4(out[0], out[1], out[2], out[3]), hi = make_uint4(out[4], out[5], out[6], out[7]);
+    reinterpret_cast<uint4*>(xq + k0)[0] = lo, reinterpret_cast<uint4*>(xq + k0)[1] = hi;
+    if (x_hat_out && blockIdx.x == 0) reinterpret_cast<uint4*>(x_hat_out + k0)[0] = lo, reinterpret_cast<uint4*>(x_hat_out + k0)[1] = hi;
+  }
+  if (row_scale_out && blockIdx.x == 0 && threadIdx.x == 0) *row_scale_out = row_scale;
+  __syncwarp();  // a warp reads only the k range it wrote
+  float acc[1][4] = {};
+#pragma unroll
+  for (int b = 0; b < BLOCKS; ++b) {
+    if (b >= nkb) break;
+    uint4 xv[1][4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      xv[0][q] = g == 0 ? reinterpret_cast<const uint4*>(xq + (kb0 + b) * 128)[x_chunk<false>(c, q)] : make_uint4(0, 0, 0, 0);
+    mma_kblock<1>({w.codes[0][b], w.codes[1][b]}, {w.scales[0][b], w.scales[1][b]}, xv, acc);
+  }
+  if (!reduce_warps<1>(acc, partial)) return;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // acc i: row g + 8·(i / 2), token column 2c + i % 2: only column 0 exists
+    const int t = 2 * c + (i & 1), row = m0 + g + 8 * (i >> 1);
+    if (t != 0 || row >= seg.rows) continue;
+    seg.y[row] = acc[0][i] * (quant_scale == 0.0f ? seg.alpha * row_scale : seg.alpha);
+  }
+}
+
 }  // namespace
+
+// NIBBLE_SKINNY_FUSED_QUANT=1: W4A4 linear_nvfp4 of one token quantizes inside the skinny GEMM (an
+// experiment switch, off until measured on the H200).
+bool skinny_fused_quant_enabled() {
+  static const bool on = env_int("NIBBLE_SKINNY_FUSED_QUANT", 0) != 0;
+  return on;
+}
+
+Status skinny_linear_quantizing(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs, int count,
+                                float input_scale, uint16_t* x_hat_out, float* row_scale_out, cudaStream_t stream) {
+  if (count < 1 || count > MAX_SEGMENTS) return Status::error("skinny_linear_quantizing: 1 to 3 weights per launch");
+  if (!x || reinterpret_cast<uintptr_t>(x) % 16) return Status::error("skinny_linear_quantizing: x must be 16-byte aligned");
+  const int64_t K = weights[0]->cols;
+  if (!skinny_supported(K)) return Status::error("skinny_linear_quantizing: in_features must be a multiple of 128 up to SKINNY_MAX_K");
+  DenseParams p{};
+  p.count = count, p.k_stride = int(K), p.k = int(K), p.x = x, p.m = 1;
+  int tiles = 0;
+  for (int i = 0; i < count; ++i) {
+    const DeviceNvfp4Weight& w = *weights[i];
+    if (!w.packed || !w.block_scales || !outputs[i]) return Status::error("skinny_linear_quantizing: null pointer");
+    if (w.cols != K) return Status::error("skinny_linear_quantizing: the weights of one launch share in_features");
+    if (reinterpret_cast<uintptr_t>(w.packed) % 16) return Status::error("skinny_linear_quantizing: weights must be 16-byte aligned");
+    // Static folds input_scale into alpha (linear_nvfp4's order: weight_scale_2 · input_scale, then × 2⁸).
+    const float scale_2 = input_scale > 0.0f ? w.weight_scale_2 * input_scale : w.weight_scale_2;
+    p.seg[i] = {w.packed, w.block_scales, scale_2 * WEIGHT_DECODE_EPILOGUE, outputs[i], int(w.rows), tiles};
+    tiles += int((w.rows + 15) / 16);
+  }
+  const int per_warp = blocks_per_warp(p.k, true, 1);
+  const int warps = (p.k / 128 + per_warp - 1) / per_warp;
+  const size_t smem = size_t(warps - 1) * 4 * 32 * sizeof(float) + size_t(K) * 2;
+  const auto kernel = per_warp == 4 ? skinny_dense_quant_kernel<4> : skinny_dense_quant_kernel<2>;
+  return cuda_status(launch_pdl(kernel, dim3(unsigned(tiles)), dim3(unsigned(warps * 32)), smem, stream, p, input_scale,
+                                x_hat_out, row_scale_out),
+                     "skinny_linear_quantizing");
+}
 
 bool skinny_supported(int64_t in_features) {
   return in_features > 0 && in_features % SKINNY_K_BLOCK == 0 && in_features <= SKINNY_MAX_K;

@@ -41,6 +41,14 @@ bool skinny_linear_supported(int64_t in_features);
 Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights, float* const* outputs,
                      int count, const float* row_scales, cudaStream_t stream);
 
+// One token's W4A4 y_i = x̂ · Ŵ_iᵀ with x's quantize inside the GEMM (input_scale > 0: static, folded
+// into alpha; 0: per-token), bit for bit quantize_dequantize_activation_bf16 + skinny_linear; x̂ and
+// the row scale also into x_hat_out / row_scale_out when not null. in_features ≤ SKINNY_MAX_K.
+// Used by linear_nvfp4 under NIBBLE_SKINNY_FUSED_QUANT=1 (skinny_fused_quant_enabled).
+bool skinny_fused_quant_enabled();
+Status skinny_linear_quantizing(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs, int count,
+                                float input_scale, uint16_t* x_hat_out, float* row_scale_out, cudaStream_t stream);
+
 // The MoE projections over tiles of skinny_moe_tile_rows rows (args.tile_rows must be one of them): gate_up
 // writes silu(g) · u per sorted row, down the expert outputs, both as moe_gemm_gate_up and
 // moe_gemm_down define them.
