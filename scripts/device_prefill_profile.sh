@@ -4,7 +4,8 @@
 # Qwen3-30B-A3B, summed by kernel name (ncu serializes launches: GPU time without launch gaps or
 # PDL overlap). BIN picks the binary (default build-device/nibble); KERNEL, a regex, times only those
 # kernels, LAST of them per forward. METRICS=N instead reads the key counters (DRAM bytes and
-# throughput, occupancy, stalls) of the first N launches of KERNEL, averaged per kernel. Run on the
+# throughput, occupancy, stalls) of the first N launches of KERNEL, averaged per kernel. MODE picks the
+# activation numerics (none, static or per-token; default none). Run on the
 # GPU machine with build-device/ carried; logs under $OUT, table last.
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -12,13 +13,14 @@ synth_qwen3_full
 PP=${PP:-2048}
 BIN=${BIN:-build-device/nibble}
 KERNEL=${KERNEL:-.}
-tag=$(basename "$BIN")
-bench=("$BIN" bench latency --model "$SYNTH_DIR" --backend cuda --pp "$PP" --tg 0 --batches "" --repeats 1)
+MODE=${MODE:-none}
+tag=$(basename "$BIN")_$MODE
+bench=("$BIN" bench latency --model "$SYNTH_DIR" --backend cuda --modes "$MODE" --pp "$PP" --tg 0 --batches "" --repeats 1)
 if [ -n "${METRICS:-}" ]; then
   timeout 400 ncu --clock-control none --csv --kernel-name "regex:$KERNEL" --launch-count "$METRICS" \
     --metrics "$KEY_METRICS,dram__bytes_read.sum,dram__bytes_write.sum,launch__registers_per_thread,launch__grid_size" \
     "${bench[@]}" > "$OUT/ncu_metrics_$tag.csv" 2> "$OUT/ncu_metrics_$tag.err"
-  echo "== $BIN: pp$PP, key counters of the first $METRICS launches of $KERNEL (averaged per kernel; MB, us)"
+  echo "== $BIN ($MODE): pp$PP, key counters of the first $METRICS launches of $KERNEL (averaged per kernel; MB, us)"
   python3 -c "
 import csv, re, sys, collections
 short = {'gpu__time_duration': 'us', 'dram__throughput': 'dram%', 'dram__bytes_read': 'rdMB', 'dram__bytes_write': 'wrMB',
@@ -45,7 +47,7 @@ for name, s in sums.items():
 fi
 timeout 400 ncu --clock-control none --csv --kernel-name "regex:$KERNEL" --metrics gpu__time_duration.sum "${bench[@]}" \
   > "$OUT/ncu_prefill_$tag.csv" 2> "$OUT/ncu_prefill_$tag.err"
-echo "== $BIN: pp$PP, one forward (W4A16, eager, kernels serialized by ncu)"
+echo "== $BIN: pp$PP, one forward (mode $MODE, eager, kernels serialized by ncu)"
 # The last forward: from its embedding, or the last LAST launches of the kernels timed.
 start=embedding_kernel; [ "$KERNEL" != . ] && start=${LAST:?LAST: the launches of KERNEL in one forward}
-ncu_kernel_table "$start" < "$OUT/ncu_prefill_$tag.csv" | head -26
+ncu_kernel_table "$start" < "$OUT/ncu_prefill_$tag.csv" | head -34

@@ -263,10 +263,11 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
   return cuda_status(cudaGetLastError(), "linear_nvfp4 row scales launch");
 }
 
-// W4A4 of one token on the skinny kernel: x's quantize inside the GEMM (skinny_linear_quantizing),
-// under the experiment switch.
+// W4A4 of one token on the skinny kernel: x's quantize inside the GEMM (skinny_linear_quantizing), so
+// a decode step's o projection is one launch, not a quantize launch then the GEMM (tg128 +2.2% static,
+// +2.6% per-token on the H200; docs/perf.md).
 static bool fused_quantize(int64_t M, int64_t K, GemmBackend backend) {
-  return M == 1 && skinny_fused_quant_enabled() && skinny_supported(K) && resolve_gemm_backend(backend, M, K) == GemmBackend::SKINNY;
+  return M == 1 && skinny_supported(K) && resolve_gemm_backend(backend, M, K) == GemmBackend::SKINNY;
 }
 
 Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, formats::ActQuant mode,

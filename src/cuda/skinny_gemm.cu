@@ -178,13 +178,6 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_quant_kernel(cons
 
 }  // namespace
 
-// NIBBLE_SKINNY_FUSED_QUANT=1: W4A4 linear_nvfp4 of one token quantizes inside the skinny GEMM (an
-// experiment switch, off until measured on the H200).
-bool skinny_fused_quant_enabled() {
-  static const bool on = env_int("NIBBLE_SKINNY_FUSED_QUANT", 0) != 0;
-  return on;
-}
-
 Status skinny_linear_quantizing(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs, int count,
                                 float input_scale, uint16_t* x_hat_out, float* row_scale_out, cudaStream_t stream) {
   if (count < 1 || count > MAX_SEGMENTS) return Status::error("skinny_linear_quantizing: 1 to 3 weights per launch");

@@ -44,8 +44,7 @@ Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* cons
 // One token's W4A4 y_i = x̂ · Ŵ_iᵀ with x's quantize inside the GEMM (input_scale > 0: static, folded
 // into alpha; 0: per-token), bit for bit quantize_dequantize_activation_bf16 + skinny_linear; x̂ and
 // the row scale also into x_hat_out / row_scale_out when not null. in_features ≤ SKINNY_MAX_K.
-// Used by linear_nvfp4 under NIBBLE_SKINNY_FUSED_QUANT=1 (skinny_fused_quant_enabled).
-bool skinny_fused_quant_enabled();
+// linear_nvfp4 takes it for every W4A4 token on the skinny backend.
 Status skinny_linear_quantizing(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs, int count,
                                 float input_scale, uint16_t* x_hat_out, float* row_scale_out, cudaStream_t stream);
 
