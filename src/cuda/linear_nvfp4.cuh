@@ -81,9 +81,13 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
 
 // Any activation mode: NONE is linear_nvfp4_w4a16; STATIC (input_scale > 0) and PER_TOKEN quantize
 // x into ctx.act_workspace / ctx.row_scales first — unless x_quantized: a norm already wrote x̂ and
-// the row scales there (add_rmsnorm's NormActQuant, with this input_scale).
+// the row scales there (add_rmsnorm's NormActQuant, with this input_scale). deferred_row_scales (optional):
+// where per-token's row scales would take a pass of their own over y (the cuBLAS backend), y is left
+// unscaled and *deferred_row_scales is set to ctx.row_scales for the consumer to apply (add_rmsnorm's
+// delta_row_scales); null when y is complete.
 Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, formats::ActQuant mode,
-                    float input_scale, float* y, GemmBackend backend, const GemmContext& ctx, bool x_quantized = false);
+                    float input_scale, float* y, GemmBackend backend, const GemmContext& ctx, bool x_quantized = false,
+                    const float** deferred_row_scales = nullptr);
 
 // Several weights on the same input (q, k and v): one launch where the backend is SKINNY (x
 // quantized once in the W4A4 modes), else linear_nvfp4 for each. outputs[i]: [M, rows_i] fp32.

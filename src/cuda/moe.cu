@@ -468,12 +468,12 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   const int tile_rows = moe_grouping_tile_rows(kernels, pairs, w);
   const bool small = route_small_supported(tokens, w.experts, w.hidden, w.top_k) && backend != GemmBackend::DEQUANT_CUBLAS;
   // The router computes the input norm where the combine can add the post-attention output after it.
-  const InputNorm* router_norm = small && norm ? input_norm : nullptr;
+  const InputNorm* router_norm = small && norm && input_norm && !input_norm->delta_row_scales ? input_norm : nullptr;
   if (input_norm && !router_norm)
     for (int i = 0; i < op_repeats("post_norm"); ++i)
       NIB_RETURN_IF_ERROR(add_rmsnorm(input_norm->residual, input_norm->delta, tokens, w.hidden,
                                       input_norm->weight, input_norm->eps, input_norm->out, stream, nullptr,
-                                      input_norm->quant));
+                                      input_norm->quant, input_norm->delta_row_scales));
   const bool mid = !small && backend != GemmBackend::DEQUANT_CUBLAS && cluster_router_enabled() &&
                    route_cluster_supported(tokens, w.experts, w.hidden, w.top_k, w.router_f32 != nullptr);
   if (small) {

@@ -69,6 +69,9 @@ struct InputNorm {
   float eps = 0.0f;
   uint16_t* out = nullptr;           // BF16 [tokens, hidden]: the router's input args.x
   NormActQuant quant;
+  // [tokens]: delta's rows still to be multiplied by these (add_rmsnorm's delta_row_scales); only
+  // add_rmsnorm applies them, so the router and the one-launch block leave such a norm to it.
+  const float* delta_row_scales = nullptr;
 };
 
 // norm: the router's input computed in its own launch (each CTA normalizes the rows it reads, the

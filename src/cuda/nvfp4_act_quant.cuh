@@ -34,6 +34,7 @@ __device__ __forceinline__ float e2m1_round_value(float v) {
 // A block's scales from its amax under the global scale G: x̂ = e2m1_round(v · out_scale) · block_scale.
 struct ActBlockScale {
   float out_scale, block_scale;
+  ActBlockScale() = default;  // for scales another thread computed (shuffled in)
   __device__ ActBlockScale(float amax, float global) {
     block_scale = formats::e4m3_decode(formats::activation_block_scale(amax, global, out_scale, ApproxReciprocal()));
   }

@@ -1,6 +1,7 @@
 // NVFP4 activation quantization kernel: one CTA per row; per-token mode first reduces the row amax.
 // The block math is formats/nvfp4_block.h with rcp.approx.ftz, as TensorRT-LLM's
 // cvt_warp_fp16_to_fp4 computes it on Blackwell.
+#include "core/env.h"
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/pdl.cuh"
@@ -98,7 +99,9 @@ __global__ void __launch_bounds__(THREADS)
       load_block(x_row + b * formats::NVFP4_BLOCK, values);
       for (float v : values) row_amax = fmaxf(row_amax, fabsf(v));
     }
-    for (int offset = 16; offset > 0; offset /= 2) row_amax = fmaxf(row_amax, __shfl_xor_sync(0xffffffffu, row_amax, offset));
+    // Within the group (a group of 16: two rows a warp, each half its own).
+    for (int offset = min(group, 32) / 2; offset > 0; offset /= 2)
+      row_amax = fmaxf(row_amax, __shfl_xor_sync(0xffffffffu, row_amax, offset));
     if (group > 32) {  // the group's warps meet in shared memory
       if ((threadIdx.x & 31) == 0) warp_amax[threadIdx.x >> 5] = row_amax;
       __syncthreads();
@@ -139,8 +142,17 @@ Status quantize_dequantize(const In* x, int64_t rows, int64_t cols, float input_
   if (input_scale < 0.0f || !(input_scale == input_scale))
     return Status::error("quantize_dequantize_activation: input_scale must be > 0 (static) or 0 (per-token)");
   if (rows == 0) return Status::ok();
+  const int64_t n_blocks = cols / formats::NVFP4_BLOCK;
   int group = 32;  // a block a thread where the row allows
-  while (group < THREADS && group < cols / formats::NVFP4_BLOCK) group *= 2;
+  while (group < THREADS && group < n_blocks) group *= 2;
+  // Experiment (NIBBLE_QUANT_ROW_GROUP=1): where the blocks outnumber the threads the GPU holds (a
+  // prefill's rows), the fewest threads a row that hold it in registers (16 to THREADS, up to
+  // MAX_HELD_BLOCKS blocks each): no idle lanes on 48-block rows, no barrier where a warp holds the row.
+  static const bool packed = env_int("NIBBLE_QUANT_ROW_GROUP", 0) != 0;
+  if (packed && rows * n_blocks >= 132 * 2048) {
+    group = 16;
+    while (group < THREADS && group * MAX_HELD_BLOCKS < n_blocks) group *= 2;
+  }
   const int64_t rows_per_cta = THREADS / group;
   return cuda_status(launch_pdl(quantize_dequantize_kernel<In>, dim3(unsigned((rows + rows_per_cta - 1) / rows_per_cta)),
                                 dim3(THREADS), 0, stream, x, rows, cols, input_scale, x_hat, row_scales, group),

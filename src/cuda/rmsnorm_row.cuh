@@ -26,13 +26,17 @@ __device__ __forceinline__ void load_norm_weight(const uint16_t* weight, int64_t
   }
 }
 
-// v = x (+ delta) of the thread's elements; predicated, not `break`: every load in flight at once.
+// v = x (+ delta · delta_scale) of the thread's elements; predicated, not `break`: every load in flight
+// at once. delta_scale ≠ 1: a per-token W4A4 GEMM's row scale, rounded apart from the add (no FMA), as
+// a scaling pass over delta would have rounded it.
 template <int PER>
-__device__ __forceinline__ void load_row(const float* x, const float* delta, int64_t width, bool active, float (&v)[PER]) {
+__device__ __forceinline__ void load_row(const float* x, const float* delta, int64_t width, bool active, float (&v)[PER],
+                                         float delta_scale = 1.0f) {
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
     const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
-    v[k] = active && i < width ? (delta ? x[i] + delta[i] : x[i]) : 0.0f;
+    v[k] = active && i < width ? (delta ? x[i] + (delta_scale == 1.0f ? delta[i] : __fmul_rn(delta[i], delta_scale)) : x[i])
+                               : 0.0f;
   }
 }
 
@@ -57,6 +61,9 @@ __device__ __forceinline__ void normalize_row(float (&v)[PER], const float (&w)[
 
 // x̂ of the normed row (v from normalize_row) into q.x_hat row `row`, its row scale into q.row_scales[row]
 // (a 16-value block is 16 consecutive threads of one k; width a multiple of 16). Every thread calls it.
+// A block's scales are computed once, by lane k of its half-warp, and shuffled to the block's 16
+// lanes: each lane computing them for each of its values (the same bits) made a W4A4 prefill's norm
+// ~60% slower than W4A16's (H200, docs/perf.md).
 template <int PER>
 __device__ __forceinline__ void quantize_row(const float (&v)[PER], int64_t width, const NormActQuant& q, int64_t row,
                                              float* partial) {
@@ -66,13 +73,29 @@ __device__ __forceinline__ void quantize_row(const float (&v)[PER], int64_t widt
     for (int k = 0; k < PER; ++k) thread_amax = fmaxf(thread_amax, fabsf(v[k]));
   const float global = cta_row_global(q.input_scale, thread_amax, partial, q.row_scales + row);
   if (threadIdx.x >= NORM_THREADS) return;  // whole warps: the shuffles below stay converged
+  // Each k's block amax over its 16 lanes (zeros past the row: every k runs, the shuffles converged).
+  float amax[PER];
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
-    if (int64_t{k} * NORM_THREADS >= width) break;  // uniform over the threads: the shuffles stay converged
-    float amax = fabsf(v[k]);
-    for (int offset = 1; offset < 16; offset <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-    const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
-    if (i < width) q.x_hat[row * width + i] = static_cast<uint16_t>(ActBlockScale(amax, global).bf16(v[k]));
+    amax[k] = fabsf(v[k]);
+    for (int offset = 1; offset < 16; offset <<= 1) amax[k] = fmaxf(amax[k], __shfl_xor_sync(0xffffffffu, amax[k], offset));
+  }
+  const int lane16 = threadIdx.x & 15;
+#pragma unroll
+  for (int k0 = 0; k0 < PER; k0 += 16) {
+    float mine = 0.0f;  // the amax of block k0 + lane16, selected (a register array indexed at run time spills)
+#pragma unroll
+    for (int k = 0; k < 16 && k0 + k < PER; ++k)
+      if (lane16 == k) mine = amax[k0 + k];
+    const ActBlockScale computed(mine, global);
+#pragma unroll
+    for (int k = k0; k < PER && k < k0 + 16; ++k) {
+      ActBlockScale block;
+      block.out_scale = __shfl_sync(0xffffffffu, computed.out_scale, k - k0, 16);
+      block.block_scale = __shfl_sync(0xffffffffu, computed.block_scale, k - k0, 16);
+      const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
+      if (i < width) q.x_hat[row * width + i] = static_cast<uint16_t>(block.bf16(v[k]));
+    }
   }
 }
 

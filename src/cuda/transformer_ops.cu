@@ -34,14 +34,14 @@ constexpr int NORM_MAX_PER_THREAD = 32;  // width ≤ 8192
 template <int PER>
 __global__ void __launch_bounds__(NORM_THREADS)
     add_rmsnorm_kernel(float* residual, const float* delta, int64_t width, const uint16_t* weight, float eps,
-                       uint16_t* out, const int32_t* rows, NormActQuant quant) {
+                       uint16_t* out, const int32_t* rows, NormActQuant quant, const float* delta_row_scales) {
   float w[PER], v[PER];
   load_norm_weight(weight, width, true, w);
   pdl_wait();
   pdl_launch_dependents();
   const int64_t r = blockIdx.x, src = rows ? rows[r] : r;
   float* x = residual + src * width;
-  load_row(x, delta ? delta + src * width : nullptr, width, true, v);
+  load_row(x, delta ? delta + src * width : nullptr, width, true, v, delta_row_scales ? delta_row_scales[r] : 1.0f);
   if (delta)
 #pragma unroll
     for (int k = 0; k < PER; ++k) {
@@ -173,8 +173,10 @@ Status embedding_gather(const int32_t* ids, int64_t tokens, const uint16_t* tabl
 }
 
 Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t width, const uint16_t* weight, float eps,
-                   uint16_t* out, cudaStream_t stream, const int32_t* rows, const NormActQuant& quant) {
+                   uint16_t* out, cudaStream_t stream, const int32_t* rows, const NormActQuant& quant,
+                   const float* delta_row_scales) {
   if (n_rows <= 0) return Status::ok();
+  if (delta_row_scales && !delta) return Status::error("add_rmsnorm: delta row scales without a delta");
   if (quant.x_hat && (width % 16 != 0 || !quant.row_scales || !(quant.input_scale >= 0.0f)))
     return Status::error("add_rmsnorm: x̂ needs width a multiple of 16, row scales and an input_scale ≥ 0");
   if (rows && delta) return Status::error("add_rmsnorm: a row selection reads the residual only (no delta)");
@@ -184,7 +186,7 @@ Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t 
                       : width <= NORM_THREADS * 16 ? add_rmsnorm_kernel<16>
                                                    : add_rmsnorm_kernel<NORM_MAX_PER_THREAD>;
   return cuda_status(launch_pdl(kernel, dim3(unsigned(n_rows)), dim3(NORM_THREADS), 0, stream, residual, delta,
-                                width, weight, eps, out, rows, quant),
+                                width, weight, eps, out, rows, quant, delta_row_scales),
                      "add_rmsnorm");
 }
 

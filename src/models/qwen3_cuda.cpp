@@ -64,6 +64,8 @@ struct CudaModel::Impl {
   // Workspaces for max_tokens tokens.
   float *x = nullptr, *delta = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *q_rot = nullptr;
   cuda::QkvInput qkv_out;  // where run_qkv left this layer's q, k and v
+  // The o projection's per-token row scales when it left delta unscaled (cuBLAS), for the norm that adds it.
+  const float* delta_row_scales = nullptr;
   float *mlp_gate = nullptr, *mlp_up = nullptr, *logits = nullptr, *shared_out = nullptr;
   uint16_t *h = nullptr, *attn = nullptr, *mlp_act = nullptr, *final_rows = nullptr;
   cuda::GemmContext gemm;
@@ -419,13 +421,14 @@ struct CudaModel::Impl {
   }
 
   Status run_linear(const DeviceLinear& l, const uint16_t* in, int64_t M, ActQuant mode, float* out,
-                    bool in_quantized = false) {
+                    bool in_quantized = false, const float** deferred_row_scales = nullptr) {
+    if (deferred_row_scales) *deferred_row_scales = nullptr;
     if (!l.nvfp4) return cuda::linear_bf16(in, M, l.bf16, l.out, l.in, out, ctx->cublas);
     const cuda::GemmBackend backend =
         options.gemm == cuda::GemmBackend::FUSED && M > cuda::FUSED_MAX_M ? cuda::GemmBackend::DEQUANT_CUBLAS : options.gemm;
     if (backend == cuda::GemmBackend::DEQUANT_CUBLAS && !gemm.workspace)
       return Status::error("--gemm-backend fused: this step has more than " + std::to_string(cuda::FUSED_MAX_M) + " rows");
-    return cuda::linear_nvfp4(in, M, l.q, mode, l.input_scale, out, backend, gemm, in_quantized);
+    return cuda::linear_nvfp4(in, M, l.q, mode, l.input_scale, out, backend, gemm, in_quantized, deferred_row_scales);
   }
 
   // out = down(silu(gate(in)) · up(in)) in the dense activation mode (dense layers, shared experts).
@@ -636,7 +639,9 @@ struct CudaModel::Impl {
             cuda::paged_attention(q_rot, static_cast<uint16_t*>(kc), static_cast<uint16_t*>(vc), att, attn, s, attention_ws));
     }
     profiler.mark("attention");
-    for (int i = 0; i < cuda::op_repeats("o_proj"); ++i) NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta, o_quantized));
+    // Per-token on cuBLAS: delta's row scales are applied by the norm that adds it (delta_row_scales).
+    for (int i = 0; i < cuda::op_repeats("o_proj"); ++i)
+      NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta, o_quantized, &delta_row_scales));
     profiler.mark("o projection");
     return Status::ok();
   }
@@ -676,7 +681,7 @@ struct CudaModel::Impl {
       const bool block_norm = w.is_moe && !w.has_shared;
       if (!block_norm)
         for (int i = 0; i < cuda::op_repeats("post_norm"); ++i)
-          NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s, nullptr, moe_in));
+          NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s, nullptr, moe_in, delta_row_scales));
       profiler.mark("norms");
       normed = w.is_moe;
       if (w.is_moe) {
@@ -688,7 +693,7 @@ struct CudaModel::Impl {
           NIB_RETURN_IF_ERROR(swiglu_mlp(w.shared_gate, w.shared_up, w.shared_down, h, T, shared_out));
           profiler.mark("shared experts");
         }
-        const cuda::InputNorm input{x, delta, w.post_norm, eps, h, moe_in};
+        const cuda::InputNorm input{x, delta, w.post_norm, eps, h, moe_in, delta_row_scales};
         NIB_RETURN_IF_ERROR(cuda::moe_forward(h, T, w.moe, options.act_quant_moe, options.moe, *moe_ws, delta, s,
                                               ctx->cublas, &next, w.has_shared ? shared_out : nullptr, moe_in.x_hat != nullptr,
                                               block_norm ? &input : nullptr));

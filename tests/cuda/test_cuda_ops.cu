@@ -97,6 +97,19 @@ TEST(CudaOps, EmbeddingAndRmsnorm) {
     test::DeviceBuffer<uint16_t> d_w(weight), d_out(want.size());
     ASSERT_TRUE(cuda::add_rmsnorm(d_res.get(), d_delta.get(), tokens, hidden, d_w.get(), 1e-6f, d_out.get(), nullptr).is_ok());
     EXPECT_EQ(d_res.to_host(), sum) << "the residual add is one fp32 add per value: exact";
+    {  // delta left unscaled by a per-token GEMM: its row scales applied in the add, as a pass over delta would
+      std::vector<float> row_scales(static_cast<size_t>(tokens)), scaled = delta, want_res = residual;
+      for (float& r : row_scales) r = 0.01f + 0.002f * float(rng() % 1000);
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t i = 0; i < hidden; ++i) scaled[t * hidden + i] *= row_scales[t];
+      ref::add_inplace(want_res.data(), scaled.data(), int64_t(want_res.size()));
+      test::DeviceBuffer<float> d_res2(residual), d_row_scales(row_scales);
+      test::DeviceBuffer<uint16_t> d_out2(want.size());
+      ASSERT_TRUE(cuda::add_rmsnorm(d_res2.get(), d_delta.get(), tokens, hidden, d_w.get(), 1e-6f, d_out2.get(), nullptr,
+                                    nullptr, {}, d_row_scales.get()).is_ok());
+      EXPECT_EQ(d_res2.to_host(), want_res) << "delta · row scale, then the add: each rounded once, hidden " << hidden;
+      EXPECT_NE(want_res, sum) << "the row scales change the sum";
+    }
     // One BF16 ulp is 2^-8 relative; fp32 summation order moves the scale by ~1e-7.
     EXPECT_LE(max_rel(decode(d_out.to_host()), normed, 1e-3), 1.0 / 128) << "vocab " << vocab << " hidden " << hidden;
     std::vector<int32_t> rows = {int32_t(tokens - 1), 0};

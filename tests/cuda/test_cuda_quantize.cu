@@ -103,7 +103,9 @@ TEST(CudaQuantizeActivation, DequantizedFormIsTheCodesTimesTheirScales) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const Case cases[] = {{1, 4096, 0},    {1, 4096, 0.003f}, {8, 768, 0},      {8, 768, 0.0005f}, {5, 96, 0},
-                        {33, 2048, 0},   {3, 8192, 0},      {3, 12288, 0},    {2, 12288, 0.002f}, {130, 768, 0}};
+                        {33, 2048, 0},   {3, 8192, 0},      {3, 12288, 0},    {2, 12288, 0.002f}, {130, 768, 0},
+                        // Prefill-sized: more blocks than the GPU holds threads (fewer threads a row).
+                        {6000, 768, 0},  {6000, 768, 0.0005f}, {2100, 4096, 0}, {2100, 2048, 0}};
   for (const Case& c : cases)
     for (const bool bf16_input : {false, true}) {
       std::vector<float> x(static_cast<size_t>(c.rows * c.cols));
