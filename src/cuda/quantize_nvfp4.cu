@@ -1,7 +1,6 @@
 // NVFP4 activation quantization kernel: one CTA per row; per-token mode first reduces the row amax.
 // The block math is formats/nvfp4_block.h with rcp.approx.ftz, as TensorRT-LLM's
 // cvt_warp_fp16_to_fp4 computes it on Blackwell.
-#include "core/env.h"
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/pdl.cuh"
@@ -63,9 +62,9 @@ __device__ void load_block(const float* src, float* values) {
 
 // The W4A4 modes on Hopper: the same quantization, then x̂ = e2m1 · e4m3 (unscaled by G; exact in
 // BF16) written as BF16 for the BF16 tensor cores, and the row's scale (token scale, or input_scale).
-// A group of `group` threads (32 to THREADS, a power of two) per row, a block of 16 per thread
-// where the row has no more blocks than that, and every thread issues all its loads before it
-// reduces anything: a decode step's few rows cost one round of loads. (A warp per row took one round
+// A group of `group` threads (16 to THREADS, a power of two) per row, a block of 16 per thread
+// where the row has no more blocks than that (prefill-sized inputs: up to MAX_HELD_BLOCKS), and
+// every thread issues all its loads before it reduces anything: a decode step's few rows cost one round of loads. (A warp per row took one round
 // a block: 8 dependent rounds for a 4,096-wide row, 16 per-token; in the CUDA graph of single-stream
 // W4A4 decode that quantize cost ~10 us a layer, H200, docs/perf.md.)
 constexpr int MAX_HELD_BLOCKS = 4;  // blocks a thread keeps in registers; further ones are read again
@@ -145,11 +144,11 @@ Status quantize_dequantize(const In* x, int64_t rows, int64_t cols, float input_
   const int64_t n_blocks = cols / formats::NVFP4_BLOCK;
   int group = 32;  // a block a thread where the row allows
   while (group < THREADS && group < n_blocks) group *= 2;
-  // Experiment (NIBBLE_QUANT_ROW_GROUP=1): where the blocks outnumber the threads the GPU holds (a
-  // prefill's rows), the fewest threads a row that hold it in registers (16 to THREADS, up to
-  // MAX_HELD_BLOCKS blocks each): no idle lanes on 48-block rows, no barrier where a warp holds the row.
-  static const bool packed = env_int("NIBBLE_QUANT_ROW_GROUP", 0) != 0;
-  if (packed && rows * n_blocks >= 132 * 2048) {
+  // Where the blocks outnumber the threads the GPU holds (a prefill's rows): the fewest threads a row
+  // that hold it in registers (16 to THREADS, up to MAX_HELD_BLOCKS blocks each) — no idle lanes on
+  // 48-block rows, no barrier where a warp holds the row (pp2048's MoE down input 20.5 µs a layer
+  // static, 20.4 per-token, against 26.0 / 33.3 a block a thread; H200, docs/perf.md).
+  if (rows * n_blocks >= 132 * 2048) {
     group = 16;
     while (group < THREADS && group * MAX_HELD_BLOCKS < n_blocks) group *= 2;
   }
