@@ -40,13 +40,14 @@ struct DenseParams {
   const float* row_scales;
 };
 
-// Two n-tiles of 2 k-blocks a warp fit 64 registers: 2048 threads an SM. The scale codes' decode let
-// ptxas take 71 without the bound (1.5x fewer resident CTAs), and launches of more CTAs than then fit
-// took more waves: q_proj M = 64 16.4 -> 18.8 us, o_proj M = 64 16.9 -> 21.2 (H200; M = 17-32 launch
-// half as many CTAs, still more than fit at 71). Two words spill, outside the k loop.
-template <int BLOCKS, int NT>
-__global__ void __launch_bounds__(MAX_WARPS * 32, BLOCKS == 2 && NT == 2 ? 2 : 1) skinny_dense_kernel(const DenseParams p) {
-  extern __shared__ float partial[];
+// The CTA's m-tile: which weight of the launch (segment s), its first row m0, and the warp's k-blocks
+// [kb0, kb0 + nkb) of the launch's k range, whose weight fragments are loaded into w (they do not
+// depend on earlier kernels: both dense kernels call this before their PDL wait).
+struct DenseTile {
+  int s, m0, kb0, nkb;
+};
+template <int BLOCKS>
+__device__ __forceinline__ DenseTile load_dense_tile(const DenseParams& p, WeightFragments<BLOCKS>& w) {
   int s = 0;
 #pragma unroll
   for (int i = 1; i < MAX_SEGMENTS; ++i)
@@ -64,8 +65,22 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, BLOCKS == 2 && NT == 2 ? 2 : 1
     row_scales[h] = seg.scales + min(row, seg.rows - 1) * scale_row + p.k_offset / 16;
   }
   const int kb0 = warp * BLOCKS, nkb = min(BLOCKS, p.k / 128 - kb0);
+  w.load(row_codes, row_scales, kb0, nkb, c);
+  return {s, m0, kb0, nkb};
+}
+
+// Two n-tiles of 2 k-blocks a warp fit 64 registers: 2048 threads an SM. The scale codes' decode let
+// ptxas take 71 without the bound (1.5x fewer resident CTAs), and launches of more CTAs than then fit
+// took more waves: q_proj M = 64 16.4 -> 18.8 us, o_proj M = 64 16.9 -> 21.2 (H200; M = 17-32 launch
+// half as many CTAs, still more than fit at 71). Two words spill, outside the k loop.
+template <int BLOCKS, int NT>
+__global__ void __launch_bounds__(MAX_WARPS * 32, BLOCKS == 2 && NT == 2 ? 2 : 1) skinny_dense_kernel(const DenseParams p) {
+  extern __shared__ float partial[];
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   WeightFragments<BLOCKS> w;
-  w.load(row_codes, row_scales, kb0, nkb, c);  // the weights do not depend on earlier kernels
+  const DenseTile tile = load_dense_tile(p, w);
+  const DenseSegment& seg = p.seg[tile.s];
+  const int m0 = tile.m0, kb0 = tile.kb0, nkb = tile.nkb;
   pdl_wait();
   pdl_launch_dependents();
   const int t0 = blockIdx.y * 8 * NT;
@@ -102,26 +117,12 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_quant_kernel(cons
                                                                            uint16_t* x_hat_out, float* row_scale_out) {
   extern __shared__ float partial[];  // reduce_warps' sums, then x̂ of the row (BF16)
   __shared__ float warp_amax[MAX_WARPS];
-  int s = 0;
-#pragma unroll
-  for (int i = 1; i < MAX_SEGMENTS; ++i)
-    if (i < p.count && int(blockIdx.x) >= p.seg[i].tile_begin) s = i;
-  const DenseSegment& seg = p.seg[s];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int warps = blockDim.x / 32;
-  const int m0 = (int(blockIdx.x) - seg.tile_begin) * 16;
-  const size_t code_row = size_t(p.k_stride) / 2, scale_row = size_t(p.k_stride) / 16;
-  const uint8_t* row_codes[2];
-  const uint8_t* row_scales[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = m0 + g + 8 * h;
-    row_codes[h] = row < seg.rows ? seg.codes + row * code_row : nullptr;
-    row_scales[h] = seg.scales + min(row, seg.rows - 1) * scale_row;
-  }
-  const int kb0 = warp * BLOCKS, nkb = min(BLOCKS, p.k / 128 - kb0);
   WeightFragments<BLOCKS> w;
-  w.load(row_codes, row_scales, kb0, nkb, c);  // the weights do not depend on earlier kernels
+  const DenseTile tile = load_dense_tile(p, w);  // (k_offset 0: one launch covers the row)
+  const DenseSegment& seg = p.seg[tile.s];
+  const int m0 = tile.m0, kb0 = tile.kb0, nkb = tile.nkb;
   pdl_wait();
   pdl_launch_dependents();
   uint16_t* xq = reinterpret_cast<uint16_t*>(partial + (warps - 1) * 4 * 32);
