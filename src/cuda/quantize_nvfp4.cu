@@ -64,10 +64,12 @@ __device__ void load_block(const float* src, float* values) {
 // BF16) written as BF16 for the BF16 tensor cores, and the row's scale (token scale, or input_scale).
 // A group of `group` threads (16 to THREADS, a power of two) per row, a block of 16 per thread
 // where the row has no more blocks than that (prefill-sized inputs: up to MAX_HELD_BLOCKS), and
-// every thread issues all its loads before it reduces anything: a decode step's few rows cost one round of loads. (A warp per row took one round
-// a block: 8 dependent rounds for a 4,096-wide row, 16 per-token; in the CUDA graph of single-stream
-// W4A4 decode that quantize cost ~10 us a layer, H200, docs/perf.md.)
+// every thread issues all its loads before it reduces anything: a decode step's few rows cost one
+// round of loads. (A warp per row took one round a block: 8 dependent rounds for a 4,096-wide row,
+// 16 per-token; in the CUDA graph of single-stream W4A4 decode that quantize cost ~10 us a layer,
+// H200, docs/perf.md.)
 constexpr int MAX_HELD_BLOCKS = 4;  // blocks a thread keeps in registers; further ones are read again
+constexpr int64_t GPU_THREADS = 132 * 2048;  // the threads an H100 / H200 holds at once (132 SMs of 2,048)
 
 template <class In>
 __global__ void __launch_bounds__(THREADS)
@@ -148,7 +150,7 @@ Status quantize_dequantize(const In* x, int64_t rows, int64_t cols, float input_
   // that hold it in registers (16 to THREADS, up to MAX_HELD_BLOCKS blocks each) — no idle lanes on
   // 48-block rows, no barrier where a warp holds the row (pp2048's MoE down input 20.5 µs a layer
   // static, 20.4 per-token, against 26.0 / 33.3 a block a thread; H200, docs/perf.md).
-  if (rows * n_blocks >= 132 * 2048) {
+  if (rows * n_blocks >= GPU_THREADS) {
     group = 16;
     while (group < THREADS && group * MAX_HELD_BLOCKS < n_blocks) group *= 2;
   }

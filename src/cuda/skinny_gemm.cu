@@ -8,6 +8,7 @@
 #include "cuda/skinny_gemm.cuh"
 
 #include <algorithm>
+#include <string>
 
 #include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/skinny_fragments.cuh"
@@ -179,25 +180,38 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_quant_kernel(cons
 
 }  // namespace
 
-Status skinny_linear_quantizing(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs, int count,
-                                float input_scale, uint16_t* x_hat_out, float* row_scale_out, cudaStream_t stream) {
-  if (count < 1 || count > MAX_SEGMENTS) return Status::error("skinny_linear_quantizing: 1 to 3 weights per launch");
-  if (!x || reinterpret_cast<uintptr_t>(x) % 16) return Status::error("skinny_linear_quantizing: x must be 16-byte aligned");
-  const int64_t K = weights[0]->cols;
-  if (!skinny_supported(K)) return Status::error("skinny_linear_quantizing: in_features must be a multiple of 128 up to SKINNY_MAX_K");
-  DenseParams p{};
-  p.count = count, p.k_stride = int(K), p.k = int(K), p.x = x, p.m = 1;
-  int tiles = 0;
+// p's segments, one a weight of the launch (checked: 1 to MAX_SEGMENTS of them sharing in_features,
+// aligned, x too), the m-tiles of all of them into `tiles`. input_scale > 0 (static W4A4) is folded
+// into each alpha in linear_nvfp4's order: weight_scale_2 · input_scale, then × 2⁸, which restores
+// the decoded weights' 2⁻⁸ exactly (nvfp4_layout.h).
+static Status fill_segments(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs, int count,
+                            float input_scale, const char* what, DenseParams& p, int& tiles) {
+  const std::string name(what);
+  if (count < 1 || count > MAX_SEGMENTS) return Status::error(name + ": 1 to 3 weights per launch");
+  if (!x || reinterpret_cast<uintptr_t>(x) % 16) return Status::error(name + ": x must be 16-byte aligned");
+  p.count = count, p.x = x;
+  tiles = 0;
   for (int i = 0; i < count; ++i) {
     const DeviceNvfp4Weight& w = *weights[i];
-    if (!w.packed || !w.block_scales || !outputs[i]) return Status::error("skinny_linear_quantizing: null pointer");
-    if (w.cols != K) return Status::error("skinny_linear_quantizing: the weights of one launch share in_features");
-    if (reinterpret_cast<uintptr_t>(w.packed) % 16) return Status::error("skinny_linear_quantizing: weights must be 16-byte aligned");
-    // Static folds input_scale into alpha (linear_nvfp4's order: weight_scale_2 · input_scale, then × 2⁸).
+    if (!w.packed || !w.block_scales || !outputs[i]) return Status::error(name + ": null pointer");
+    if (w.cols != weights[0]->cols) return Status::error(name + ": the weights of one launch share in_features");
+    if (w.rows < 1 || w.rows > INT32_MAX / 2) return Status::error(name + ": bad out_features");
+    if (reinterpret_cast<uintptr_t>(w.packed) % 16) return Status::error(name + ": weights must be 16-byte aligned");
     const float scale_2 = input_scale > 0.0f ? w.weight_scale_2 * input_scale : w.weight_scale_2;
     p.seg[i] = {w.packed, w.block_scales, scale_2 * WEIGHT_DECODE_EPILOGUE, outputs[i], int(w.rows), tiles};
     tiles += int((w.rows + 15) / 16);
   }
+  return Status::ok();
+}
+
+Status skinny_linear_quantizing(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs, int count,
+                                float input_scale, uint16_t* x_hat_out, float* row_scale_out, cudaStream_t stream) {
+  DenseParams p{};
+  int tiles = 0;
+  NIB_RETURN_IF_ERROR(fill_segments(x, weights, outputs, count, input_scale, "skinny_linear_quantizing", p, tiles));
+  const int64_t K = weights[0]->cols;
+  if (!skinny_supported(K)) return Status::error("skinny_linear_quantizing: in_features must be a multiple of 128 up to SKINNY_MAX_K");
+  p.k_stride = int(K), p.k = int(K), p.m = 1;
   const int per_warp = blocks_per_warp(p.k, true, 1);
   const int warps = (p.k / 128 + per_warp - 1) / per_warp;
   const size_t smem = size_t(warps - 1) * 4 * 32 * sizeof(float) + size_t(K) * 2;
@@ -217,23 +231,12 @@ bool skinny_linear_supported(int64_t in_features) {
 
 Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights, float* const* outputs,
                      int count, const float* row_scales, cudaStream_t stream) {
-  if (count < 1 || count > MAX_SEGMENTS) return Status::error("skinny_linear: 1 to 3 weights per launch");
   if (M <= 0 || M > INT32_MAX / 2) return Status::error("skinny_linear: M must be in [1, 2^30)");
-  if (!x || reinterpret_cast<uintptr_t>(x) % 16) return Status::error("skinny_linear: x must be 16-byte aligned");
   DenseParams p{};
-  p.count = count, p.k_stride = int(weights[0]->cols), p.x = x, p.m = int(M), p.row_scales = row_scales;
-  NIB_RETURN_IF_ERROR(check_in_features(weights[0]->cols, true, "skinny_linear"));
   int tiles = 0;
-  for (int i = 0; i < count; ++i) {
-    const DeviceNvfp4Weight& w = *weights[i];
-    if (!w.packed || !w.block_scales || !outputs[i]) return Status::error("skinny_linear: null pointer");
-    if (w.cols != weights[0]->cols) return Status::error("skinny_linear: the weights of one launch share in_features");
-    if (w.rows < 1 || w.rows > INT32_MAX / 2) return Status::error("skinny_linear: bad out_features");
-    if (reinterpret_cast<uintptr_t>(w.packed) % 16) return Status::error("skinny_linear: weights must be 16-byte aligned");
-    // The decoded weights are × 2⁻⁸ (nvfp4_layout.h): alpha's factor restores them, exactly.
-    p.seg[i] = {w.packed, w.block_scales, w.weight_scale_2 * WEIGHT_DECODE_EPILOGUE, outputs[i], int(w.rows), tiles};
-    tiles += int((w.rows + 15) / 16);
-  }
+  NIB_RETURN_IF_ERROR(fill_segments(x, weights, outputs, count, 0.0f, "skinny_linear", p, tiles));
+  NIB_RETURN_IF_ERROR(check_in_features(weights[0]->cols, true, "skinny_linear"));
+  p.k_stride = int(weights[0]->cols), p.m = int(M), p.row_scales = row_scales;
   const int nt = M <= 8 ? 1 : 2;
   const dim3 grid(unsigned(tiles), unsigned((M + 8 * nt - 1) / (8 * nt)));
   // in_features beyond one CTA's SKINNY_MAX_K: launches over k ranges, each adding to y in k order
