@@ -34,6 +34,9 @@ struct DeviceMoeWeights {
   float gate_up_input_scale = 0.0f, down_input_scale = 0.0f;
 };
 
+// The most experts a token the one-launch decode block (moe_decode.cuh) takes.
+inline constexpr int DECODE_BLOCK_MAX_TOP_K = 8;
+
 // Device buffers for one MoE call of up to max_tokens tokens, reused across layers and steps; after a
 // call they hold its routing and grouping (tests and tools read them). With the dequant-cublas
 // backend it also holds every expert's weights as BF16 (3 · E · I · H values).
@@ -61,7 +64,7 @@ struct MoeWorkspace {
   // partial sums, one a CTA.
   uint32_t* block_barrier = nullptr;
   float* block_partials = nullptr;    // [hidden / 16]
-  uint32_t* block_row_amax = nullptr;  // [2 · hidden / 16] per-token W4A4: each CTA's SwiGLU row amaxes (fp32 bits)
+  uint32_t* block_slot_amax = nullptr;  // [2, DECODE_BLOCK_MAX_TOP_K] per-token W4A4: each slot's SwiGLU row amax (fp32 bits), a set a launch parity
   // dequant-cublas only
   uint16_t* gate_bf16 = nullptr;      // [E, I, H]
   uint16_t* up_bf16 = nullptr;        // [E, I, H]

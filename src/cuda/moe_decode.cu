@@ -34,7 +34,7 @@ using namespace decode_block;
 
 constexpr int WARPS = 16, THREADS = WARPS * 32;
 constexpr int FEATURES = 16;       // output features of a CTA: one m16 tile of the down projection
-constexpr int MAX_TOP_K = 8;
+constexpr int MAX_TOP_K = DECODE_BLOCK_MAX_TOP_K;
 constexpr int MAX_GATE_TILES = 16; // gate_up m-tiles a CTA (shared memory holds fewer at Qwen3's sizes)
 constexpr int DOWN_BLOCKS = 3;     // down k-blocks a warp holds decoded (I ≤ 128 · 3 · WARPS / top_k)
 constexpr int MAX_CHUNKS = 16;     // hidden ≤ 256 · 16
@@ -87,7 +87,10 @@ struct DecodeParams {
   int32_t* expert_ids;    // [top_k]
   float* route_weights;   // [top_k]
   uint16_t* act;          // BF16 [top_k, inter]
-  unsigned* row_amax;     // [CTAs, 2] per-token W4A4: the amax of each CTA's share of its first and next SwiGLU row
+  // [2, MAX_TOP_K] per-token W4A4: each SwiGLU row's amax (fp32 bits), the producing CTAs' maxima met
+  // by atomics in L2; set (generation / 2) % 2 serves a launch (two grid barriers a launch), which
+  // clears the other set for the next (the last launch that used it has ended: PDL wait).
+  unsigned* slot_amax;
   float* partials;        // [CTAs]: the next norm's sums of squares
   unsigned* barrier;      // {arrived, generation}
   long long* stamps;      // NIBBLE_DECODE_BLOCK_TIMING=1: [CTAs, STAMPS] clock64 at each phase's end; else null
@@ -120,19 +123,21 @@ __device__ __forceinline__ uint2 quantize_quad(float4 v, float global) {
 // x̂ of a BF16 row in shared memory, written to `out` (shared or global; may be `in`), bit for bit
 // quantize_dequantize_activation_bf16 (input_scale > 0: static; 0: per-token): every thread calls it,
 // a thread four values at a time (consecutive: no bank conflicts), a quad of lanes a 16-value block.
-// n a multiple of 128 (whole warps in every round). Returns the row scale.
-__device__ float quantize_row_bf16(const uint16_t* in, uint16_t* out, int n, float input_scale, float* partial) {
+// n a multiple of 128 (whole warps in every round). Per-token: the row's amax given (known_amax ≥ 0)
+// or found here. Returns the row scale.
+__device__ float quantize_row_bf16(const uint16_t* in, uint16_t* out, int n, float input_scale, float known_amax,
+                                   float* partial) {
   float thread_amax = 0.0f;
-  if (input_scale == 0.0f)
+  if (input_scale == 0.0f && known_amax < 0.0f)
     for (int i = threadIdx.x; i < n / 4; i += THREADS) {
       const uint2 v = reinterpret_cast<const uint2*>(in)[i];
       thread_amax = fmaxf(thread_amax, max_abs4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u),
                                                 __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xFFFF0000u)));
     }
-  const float row_amax = input_scale == 0.0f ? cta_max(thread_amax, partial) : 0.0f;
+  const float row_amax = input_scale != 0.0f ? 0.0f : known_amax >= 0.0f ? known_amax : cta_max(thread_amax, partial);
   float global, row_scale;
   act_row_scales(input_scale, row_amax, global, row_scale);
-  __syncthreads();  // with `out` == `in`: every amax read before the first write
+  if (known_amax < 0.0f) __syncthreads();  // with `out` == `in`: every amax read before the first write
   for (int i = threadIdx.x; i < n / 4; i += THREADS) {
     const uint2 v = reinterpret_cast<const uint2*>(in)[i];
     reinterpret_cast<uint2*>(out)[i] =
@@ -147,31 +152,47 @@ __device__ float quantize_row_bf16(const uint16_t* in, uint16_t* out, int n, flo
 // W4A4's down input: x̂ of each slot's fp32 SwiGLU row (act_f32, written by other CTAs: copied
 // through L2 into `rows`, the gate_up tiles' space, so the down fragments held in registers meanwhile
 // do not spill) into the BF16 stage, and each row's scale into act_scale[slot], bit for bit
-// quantize_dequantize_activation_f32 (per-token: each row's amax from the producing CTAs' shares,
-// p.row_amax). A thread four consecutive values a round, a quad of lanes a 16-value block (inter a
-// multiple of 128: whole warps a round); rounds unrolled so their latencies overlap.
+// quantize_dequantize_activation_f32 (per-token: each row's amax as the producing CTAs' atomics left
+// it in `slot_amax`, this launch's set). A thread four consecutive values a round, a quad of lanes a
+// 16-value block (inter a multiple of 128: whole warps a round); rounds unrolled so their latencies
+// overlap.
 __device__ void quantize_act_rows(const DecodeParams& p, float* rows, uint16_t* stage, float* act_scale, float* act_global,
-                                  unsigned* slot_amax) {
-  const int quads = p.top_k * p.inter / 4, per_row = p.inter / 4, ctas = gridDim.x;
+                                  const unsigned* slot_amax) {
+  const int quads = p.top_k * p.inter / 4, per_row = p.inter / 4;
   for (int i = threadIdx.x; i < quads; i += THREADS) cp_async<16>(rows + i * 4, p.act_f32 + size_t(i) * 4, 16);
   cp_async_commit();
-  if (p.act_input_scale == 0.0f) {
-    if (int(threadIdx.x) < p.top_k) slot_amax[threadIdx.x] = 0u;
-    __syncthreads();
-    for (int i = threadIdx.x; i < 2 * ctas; i += THREADS) {  // CTA i / 2's share of its first row (+ i % 2)
-      const unsigned m = __ldcg(p.row_amax + i);
-      const int slot = (i / 2) * p.gate_tiles / (p.inter / 8) + (i & 1);
-      if (m && slot < p.top_k) atomicMax(&slot_amax[slot], m);
-    }
-    __syncthreads();
+  if (int(threadIdx.x) < p.top_k) {
+    const float amax = p.act_input_scale == 0.0f ? __uint_as_float(__ldcg(slot_amax + threadIdx.x)) : 0.0f;
+    act_row_scales(p.act_input_scale, amax, act_global[threadIdx.x], act_scale[threadIdx.x]);
   }
-  if (int(threadIdx.x) < p.top_k)
-    act_row_scales(p.act_input_scale, __uint_as_float(slot_amax[threadIdx.x]), act_global[threadIdx.x], act_scale[threadIdx.x]);
   cp_async_wait<0>();
   __syncthreads();
+  // Four rounds at a time, lane q of a quad computing the block scales of round q's block (shuffled
+  // to the quad): a block's scale math once, not in each of its four lanes.
   const float4* rows4 = reinterpret_cast<const float4*>(rows);
-#pragma unroll 4
-  for (int i = threadIdx.x; i < quads; i += THREADS) reinterpret_cast<uint2*>(stage)[i] = quantize_quad(rows4[i], act_global[i / per_row]);
+  const int lane = threadIdx.x & 31, quad_lane0 = lane & ~3;
+  for (int i0 = threadIdx.x; i0 - int(threadIdx.x) < quads; i0 += 4 * THREADS) {  // the same trip count in every lane
+    float amax[4];  // (the values are read again below: held here, they spilled the down fragments)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int i = i0 + r * THREADS;
+      const float4 v = i < quads ? rows4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      amax[r] = quad_max(max_abs4(v.x, v.y, v.z, v.w));
+    }
+    const int q = lane & 3, mine = min(i0 + q * THREADS, quads - 1);  // round q's quad (clamped: a round past the row)
+    const float my_amax = q == 0 ? amax[0] : q == 1 ? amax[1] : q == 2 ? amax[2] : amax[3];
+    const ActBlockScale computed(my_amax, act_global[mine / per_row]);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      ActBlockScale block;
+      block.out_scale = __shfl_sync(0xFFFFFFFFu, computed.out_scale, quad_lane0 + r);
+      block.block_scale = __shfl_sync(0xFFFFFFFFu, computed.block_scale, quad_lane0 + r);
+      const int i = i0 + r * THREADS;
+      if (i >= quads) continue;
+      const float4 v = rows4[i];
+      reinterpret_cast<uint2*>(stage)[i] = make_uint2(block.bf16(v.x) | block.bf16(v.y) << 16, block.bf16(v.z) | block.bf16(v.w) << 16);
+    }
+  }
   __syncthreads();
 }
 
@@ -226,7 +247,11 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   __shared__ float ys[MAX_TOP_K][FEATURES];
   __shared__ uint64_t landed[MAX_GATE_TILES + 1];  // each gate_up tile's weights, then all the down tiles'
   __shared__ float x_scale, act_scale[MAX_TOP_K], act_global[MAX_TOP_K];  // W4A4: x̂'s row scale, each down input's
-  __shared__ unsigned slot_amax[MAX_TOP_K];  // per-token W4A4: [0, 1] the CTA's share of its first and next SwiGLU rows' amaxes, later each row's
+  // Per-token W4A4: the CTA's share of its first and next SwiGLU rows' amaxes; each warp's of the input
+  // x; this launch's set of p.slot_amax.
+  __shared__ unsigned cta_amax[2];
+  __shared__ float warp_amax[WARPS];
+  __shared__ unsigned amax_set;
   __shared__ __align__(16) float tile_values[MAX_GATE_TILES * 8];  // local_act_quant: the CTA's SwiGLU values, tile-major
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int cta = blockIdx.x, ctas = gridDim.x;
@@ -236,7 +261,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   unsigned generation = 0;  // thread 0's: the barriers passed, read after the PDL wait
   if (threadIdx.x == 0) {
     for (int t = 0; t <= MAX_GATE_TILES; ++t) barrier_init(&landed[t], 1);
-    slot_amax[0] = slot_amax[1] = 0u;
+    cta_amax[0] = cta_amax[1] = 0u;
     fence_barrier_init();  // (the __syncthreads after the input norm publishes them)
   }
 
@@ -253,9 +278,11 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   stamp(p, 0);
   pdl_wait();
   // The last launch's final generation (read after the wait: its writes are visible only then).
-  if (threadIdx.x == 0) generation = first_generation(p.barrier);
+  if (threadIdx.x == 0) generation = first_generation(p.barrier), amax_set = (generation >> 1) & 1;
 
-  // The router's input: the block's input norm (the same bits as add_rmsnorm), or x.
+  // The router's input: the block's input norm (the same bits as add_rmsnorm), or x. Per-token W4A4:
+  // each warp's amax of it too, so x̂'s row amax needs no reduction of its own (barrier 1 below).
+  float x_amax = 0.0f;
   if (p.has_in) {
     float v[CHUNKS];
     load_row(p.in.residual, p.in.delta, H, norm_thread, v);
@@ -267,11 +294,25 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
       const uint16_t bits = uint16_t(__float_as_uint(v[k]) >> 16);  // v holds exact BF16 values
       x_stage[i] = bits;
       if (cta == 0) p.in.out[i] = bits;
+      x_amax = fmaxf(x_amax, fabsf(v[k]));
     }
   } else {
-    for (int i = threadIdx.x; i < H / 8; i += THREADS) reinterpret_cast<uint4*>(x_stage)[i] = reinterpret_cast<const uint4*>(p.x)[i];
+    for (int i = threadIdx.x; i < H / 8; i += THREADS) {
+      const uint4 v = reinterpret_cast<const uint4*>(p.x)[i];
+      reinterpret_cast<uint4*>(x_stage)[i] = v;
+      for (uint32_t word : {v.x, v.y, v.z, v.w})
+        x_amax = fmaxf(x_amax, max_abs4(__uint_as_float(word << 16), __uint_as_float(word & 0xFFFF0000u), 0.0f, 0.0f));
+    }
+  }
+  const bool per_token = W4A4 && p.x_input_scale == 0.0f;
+  if (per_token) {  // |x| as fp32 bits: their order is the values' order
+    const unsigned m = __reduce_max_sync(0xFFFFFFFFu, __float_as_uint(x_amax));
+    if (lane == 0) warp_amax[warp] = __uint_as_float(m);
   }
   __syncthreads();
+  // The next launch's set of slot amaxes starts from zero (this launch and the next read only their own).
+  if (W4A4 && p.act_input_scale == 0.0f && cta == 0 && threadIdx.x < MAX_TOP_K)
+    p.slot_amax[(amax_set ^ 1) * MAX_TOP_K + threadIdx.x] = 0u;
   stamp(p, 1);
   if (expert < E) {  // the logit as route_and_group_small computes it: the same routing
     float acc = 0.0f;
@@ -287,7 +328,12 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   __syncthreads();
   if (threadIdx.x == 0) grid_arrive(p.barrier, ctas, ++generation);
   if constexpr (W4A4) {
-    const float scale = quantize_row_bf16(x_stage, x_stage, H, p.x_input_scale, partial);
+    float known_amax = -1.0f;  // static: unused
+    if (per_token) {
+      known_amax = 0.0f;
+      for (int w = 0; w < WARPS; ++w) known_amax = fmaxf(known_amax, warp_amax[w]);
+    }
+    const float scale = quantize_row_bf16(x_stage, x_stage, H, p.x_input_scale, known_amax, partial);
     if (threadIdx.x == 0) x_scale = scale;
     if (cta == 0 && p.has_in && p.in.quant.x_hat) {
       for (int i = threadIdx.x; i < H / 8; i += THREADS)
@@ -347,7 +393,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
 #pragma unroll
       for (int r = 0; r < 2; ++r) {  // (a CTA's ≤ 16 tiles of 8 features span at most two rows of ≥ 256)
         const unsigned m = __reduce_max_sync(0xFFFFFFFFu, __float_as_uint(r ? next_max : first_max));
-        if (lane == 0 && m) atomicMax(&slot_amax[r], m);
+        if (lane == 0 && m) atomicMax(&cta_amax[r], m);
       }
   }
   if (W4A4 && p.local_act_quant) {  // x̂ of the CTA's blocks (m-tiles 2b, 2b + 1) by warp 0, a quad of lanes a block
@@ -369,10 +415,15 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   }
   // Barrier 2 (every act row written) in two halves: between its arrival and its wait, each warp
   // decodes its down fragments (slot s, k-blocks kb0 …), which landed while gate_up computed.
-  // Per-token W4A4: thread 0 first stores the CTA's row amaxes (released by its arrival).
+  // Per-token W4A4: thread 0 first meets its CTA's row amaxes with the other CTAs' in L2 (atomics
+  // released by its arrival).
   __syncthreads();
   if (threadIdx.x == 0) {
-    if (W4A4 && p.act_input_scale == 0.0f) p.row_amax[2 * cta] = slot_amax[0], p.row_amax[2 * cta + 1] = slot_amax[1];
+    if (W4A4 && p.act_input_scale == 0.0f)
+      for (int r = 0; r < 2; ++r) {
+        const int slot = t0 / tiles_per_slot + r;
+        if (cta_amax[r] && slot < K) atomicMax(p.slot_amax + amax_set * MAX_TOP_K + slot, cta_amax[r]);
+      }
     grid_arrive(p.barrier, ctas, ++generation);
   }
   stamp(p, 6);
@@ -400,7 +451,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   // down: every slot's SwiGLU row into shared memory (through L2), then the decoded fragments' mma.
   uint16_t* act_stage = reinterpret_cast<uint16_t*>(smem + L.act_off);
   if (W4A4 && !p.local_act_quant) {
-    quantize_act_rows(p, reinterpret_cast<float*>(smem), act_stage, act_scale, act_global, slot_amax);  // gate_up's tiles are done
+    quantize_act_rows(p, reinterpret_cast<float*>(smem), act_stage, act_scale, act_global, p.slot_amax + amax_set * MAX_TOP_K);  // gate_up's tiles are done
   } else {
     if (W4A4 && int(threadIdx.x) < K) act_scale[threadIdx.x] = p.act_input_scale;  // static: the producers' x̂
     for (int i = threadIdx.x; i < K * I / 8; i += THREADS) cp_async<16>(act_stage + i * 8, p.act + size_t(i) * 8, 16);
@@ -486,7 +537,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   }
   if (p.next.quant.x_hat) {  // x̂ of the next norm's output for the next W4A4 GEMM, as the chain's combine
     __syncthreads();
-    const float scale = quantize_row_bf16(x_stage, p.next.quant.x_hat, H, p.next.quant.input_scale, partial);
+    const float scale = quantize_row_bf16(x_stage, p.next.quant.x_hat, H, p.next.quant.input_scale, -1.0f, partial);
     if (threadIdx.x == 0) p.next.quant.row_scales[0] = scale;
   }
 }
@@ -546,7 +597,7 @@ Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::A
                         const ResidualNorm* norm, const InputNorm* input_norm, cudaStream_t stream) {
   DecodeShape shape;
   if (!decode_shape(w, shape)) return Status::error("moe_decode_block: these MoE shapes do not fit the one-launch kernel");
-  if (!ws.block_barrier || !ws.block_partials || !ws.block_row_amax) return Status::error("moe_decode_block: the workspace has no barrier");
+  if (!ws.block_barrier || !ws.block_partials || !ws.block_slot_amax) return Status::error("moe_decode_block: the workspace has no barrier");
   DecodeParams p{};
   p.x = x, p.out = out;
   if (input_norm) p.in = *input_norm, p.has_in = true;
@@ -562,7 +613,7 @@ Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::A
   p.up_codes = w.up.packed, p.up_scales = w.up.block_scales, p.up_global = w.up.global_scales;
   p.down_codes = w.down.packed, p.down_scales = w.down.block_scales, p.down_global = w.down.global_scales;
   p.logits = ws.logits, p.expert_ids = ws.expert_ids, p.route_weights = ws.route_weights;
-  p.act = static_cast<uint16_t*>(ws.act), p.row_amax = ws.block_row_amax, p.partials = ws.block_partials, p.barrier = ws.block_barrier;
+  p.act = static_cast<uint16_t*>(ws.act), p.slot_amax = ws.block_slot_amax, p.partials = ws.block_partials, p.barrier = ws.block_barrier;
   p.stamps = shape.ctas <= PHASE_STAMP_MAX_CTAS ? timing_stamps() : nullptr;
   using Kernel = void (*)(DecodeParams);
   static constexpr Kernel kernels[2][2] = {{moe_decode_kernel<MAX_CHUNKS / 2, false>, moe_decode_kernel<MAX_CHUNKS / 2, true>},

@@ -137,7 +137,7 @@ int run_bench_moe(const BenchKernelsOptions& o, const MoeShape& shape, cudaStrea
         if (t_baseline > 0) std::snprintf(versus, sizeof versus, "%.2fx", t_baseline / t);
         std::printf("%-6s %6lld %-30s %10.2f %9.0f %9.1f %7.0f%% %8d %17s\n", "moe", (long long)tokens, label.c_str(),
                     t * 1e6, bytes / t / 1e9, flops / t / 1e12, 100.0 * floor / t, active, versus);
-        if (backend == cuda::GemmBackend::AUTO && mode == formats::ActQuant::NONE && tokens == 1)
+        if (backend == cuda::GemmBackend::AUTO && tokens == 1)  // the block's phases in each mode
           if (const std::string phases = cuda::moe_decode_block_timing(H); !phases.empty()) std::printf("%s\n", phases.c_str());
         rows.push_back({{"op", "moe"}, {"shape", shape.label}, {"tokens", tokens}, {"backend", cuda::gemm_backend_name(backend)},
                         {"mode", bench_mode_label(mode)}, {"time_us", t * 1e6}, {"gb_s", bytes / t / 1e9},
