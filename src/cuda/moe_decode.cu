@@ -522,6 +522,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
     if (lane == 0) inv = 1.0f / sqrtf(total / float(H) + p.next.eps);
   }
   __syncthreads();
+  float out_amax = 0.0f;  // per-token x̂ below: the thread's share of the output's amax
   for (int j = threadIdx.x * 4; j < H; j += THREADS * 4) {  // kept values through L2 (other CTAs wrote them)
     const float4 v = __ldcg(reinterpret_cast<const float4*>(p.next.residual + j));
     const float x[4] = {v.x, v.y, v.z, v.w};
@@ -531,13 +532,24 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
       const float lo = x[2 * q] * inv * __uint_as_float(uint32_t(p.next.weight[j + 2 * q]) << 16);
       const float hi = x[2 * q + 1] * inv * __uint_as_float(uint32_t(p.next.weight[j + 2 * q + 1]) << 16);
       out[q] = pack_bf16x2(lo, hi);
+      out_amax = max_abs4(__uint_as_float(out[q] << 16), __uint_as_float(out[q] & 0xFFFF0000u), out_amax, 0.0f);
     }
     *reinterpret_cast<uint2*>(p.next.out + j) = make_uint2(out[0], out[1]);
     if (p.next.quant.x_hat) *reinterpret_cast<uint2*>(x_stage + j) = make_uint2(out[0], out[1]);
   }
   if (p.next.quant.x_hat) {  // x̂ of the next norm's output for the next W4A4 GEMM, as the chain's combine
+    const bool next_per_token = p.next.quant.input_scale == 0.0f;
+    if (next_per_token) {  // the warps' amaxes meet at the barrier the x̂ stage needs anyway
+      const unsigned m = __reduce_max_sync(0xFFFFFFFFu, __float_as_uint(out_amax));
+      if (lane == 0) warp_amax[warp] = __uint_as_float(m);
+    }
     __syncthreads();
-    const float scale = quantize_row_bf16(x_stage, p.next.quant.x_hat, H, p.next.quant.input_scale, -1.0f, partial);
+    float known_amax = -1.0f;
+    if (next_per_token) {
+      known_amax = 0.0f;
+      for (int w = 0; w < WARPS; ++w) known_amax = fmaxf(known_amax, warp_amax[w]);
+    }
+    const float scale = quantize_row_bf16(x_stage, p.next.quant.x_hat, H, p.next.quant.input_scale, known_amax, partial);
     if (threadIdx.x == 0) p.next.quant.row_scales[0] = scale;
   }
 }
