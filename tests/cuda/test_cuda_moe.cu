@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -508,6 +509,29 @@ TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
           r.x_hat.resize(H), r.x_scale.resize(1);
           NIB_CUDA_CHECK(cudaMemcpy(r.x_hat.data(), (*ws)->x_hat, H * 2, cudaMemcpyDeviceToHost));
           NIB_CUDA_CHECK(cudaMemcpy(r.x_scale.data(), (*ws)->x_row_scales, 4, cudaMemcpyDeviceToHost));
+        }
+        if (block && mode == formats::ActQuant::PER_TOKEN) {
+          // The block's per-token SwiGLU row amaxes: the set this launch used holds each row's amax of
+          // the fp32 rows it left in ws.act, bit for bit, and the other set is cleared for the next
+          // launch (a stale maximum there would coarsen a later token's x̂).
+          const size_t I = static_cast<size_t>(c.intermediate);
+          std::vector<float> act(k * I);
+          std::vector<uint32_t> sets(2 * cuda::DECODE_BLOCK_MAX_TOP_K);
+          NIB_CUDA_CHECK(cudaMemcpy(act.data(), (*ws)->act, act.size() * 4, cudaMemcpyDeviceToHost));
+          NIB_CUDA_CHECK(cudaMemcpy(sets.data(), (*ws)->block_slot_amax, sets.size() * 4, cudaMemcpyDeviceToHost));
+          std::vector<uint32_t> want(k);
+          for (size_t s = 0; s < k; ++s) {
+            float m = 0.0f;
+            for (size_t i = 0; i < I; ++i) m = std::max(m, std::fabs(act[s * I + i]));
+            std::memcpy(&want[s], &m, 4);
+          }
+          const auto set = [&](int i) {
+            return std::vector<uint32_t>(sets.begin() + i * cuda::DECODE_BLOCK_MAX_TOP_K,
+                                         sets.begin() + i * cuda::DECODE_BLOCK_MAX_TOP_K + k);
+          };
+          const std::vector<uint32_t> zeros(k, 0u);
+          EXPECT_TRUE((set(0) == want && set(1) == zeros) || (set(1) == want && set(0) == zeros))
+              << "slot amaxes, trial " << trial;
         }
         // The next x̂ against the quantize kernel on this run's own next-norm output.
         r.next_hat = d_next_hat.to_host(), r.next_scale = d_next_scale.to_host();
