@@ -113,6 +113,19 @@ __device__ __forceinline__ float max_abs4(float a, float b, float c, float d) {
   return fmaxf(fmaxf(fabsf(a), fabsf(b)), fmaxf(fabsf(c), fabsf(d)));
 }
 
+// A per-token row amax without a reduction of its own: each warp publishes its maximum of the threads'
+// |value| maxima before a CTA barrier the caller needs anyway (every lane calls it), and after that
+// barrier every thread reads the warps' maximum. (|x| as fp32 bits: their order is the values'.)
+__device__ __forceinline__ void publish_warp_amax(float thread_amax, float* warp_amax) {
+  const unsigned m = __reduce_max_sync(0xFFFFFFFFu, __float_as_uint(thread_amax));
+  if ((threadIdx.x & 31) == 0) warp_amax[threadIdx.x >> 5] = __uint_as_float(m);
+}
+__device__ __forceinline__ float warps_amax(const float* warp_amax) {
+  float m = 0.0f;
+  for (int w = 0; w < WARPS; ++w) m = fmaxf(m, warp_amax[w]);
+  return m;
+}
+
 // x̂ (BF16 bits, two a word) of a lane's four consecutive values of a 16-value block that a quad of
 // lanes holds, under the global scale G. Every lane of the warp calls it (quad_max).
 __device__ __forceinline__ uint2 quantize_quad(float4 v, float global) {
@@ -305,10 +318,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
     }
   }
   const bool per_token = W4A4 && p.x_input_scale == 0.0f;
-  if (per_token) {  // |x| as fp32 bits: their order is the values' order
-    const unsigned m = __reduce_max_sync(0xFFFFFFFFu, __float_as_uint(x_amax));
-    if (lane == 0) warp_amax[warp] = __uint_as_float(m);
-  }
+  if (per_token) publish_warp_amax(x_amax, warp_amax);
   __syncthreads();
   // The next launch's set of slot amaxes starts from zero (this launch and the next read only their own).
   if (W4A4 && p.act_input_scale == 0.0f && cta == 0 && threadIdx.x < MAX_TOP_K)
@@ -328,12 +338,8 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   __syncthreads();
   if (threadIdx.x == 0) grid_arrive(p.barrier, ctas, ++generation);
   if constexpr (W4A4) {
-    float known_amax = -1.0f;  // static: unused
-    if (per_token) {
-      known_amax = 0.0f;
-      for (int w = 0; w < WARPS; ++w) known_amax = fmaxf(known_amax, warp_amax[w]);
-    }
-    const float scale = quantize_row_bf16(x_stage, x_stage, H, p.x_input_scale, known_amax, partial);
+    const float scale =
+        quantize_row_bf16(x_stage, x_stage, H, p.x_input_scale, per_token ? warps_amax(warp_amax) : -1.0f, partial);
     if (threadIdx.x == 0) x_scale = scale;
     if (cta == 0 && p.has_in && p.in.quant.x_hat) {
       for (int i = threadIdx.x; i < H / 8; i += THREADS)
@@ -451,7 +457,8 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   // down: every slot's SwiGLU row into shared memory (through L2), then the decoded fragments' mma.
   uint16_t* act_stage = reinterpret_cast<uint16_t*>(smem + L.act_off);
   if (W4A4 && !p.local_act_quant) {
-    quantize_act_rows(p, reinterpret_cast<float*>(smem), act_stage, act_scale, act_global, p.slot_amax + amax_set * MAX_TOP_K);  // gate_up's tiles are done
+    quantize_act_rows(p, reinterpret_cast<float*>(smem), act_stage, act_scale, act_global,  // (gate_up's tiles are done)
+                      p.slot_amax + amax_set * MAX_TOP_K);
   } else {
     if (W4A4 && int(threadIdx.x) < K) act_scale[threadIdx.x] = p.act_input_scale;  // static: the producers' x̂
     for (int i = threadIdx.x; i < K * I / 8; i += THREADS) cp_async<16>(act_stage + i * 8, p.act + size_t(i) * 8, 16);
@@ -539,17 +546,10 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   }
   if (p.next.quant.x_hat) {  // x̂ of the next norm's output for the next W4A4 GEMM, as the chain's combine
     const bool next_per_token = p.next.quant.input_scale == 0.0f;
-    if (next_per_token) {  // the warps' amaxes meet at the barrier the x̂ stage needs anyway
-      const unsigned m = __reduce_max_sync(0xFFFFFFFFu, __float_as_uint(out_amax));
-      if (lane == 0) warp_amax[warp] = __uint_as_float(m);
-    }
-    __syncthreads();
-    float known_amax = -1.0f;
-    if (next_per_token) {
-      known_amax = 0.0f;
-      for (int w = 0; w < WARPS; ++w) known_amax = fmaxf(known_amax, warp_amax[w]);
-    }
-    const float scale = quantize_row_bf16(x_stage, p.next.quant.x_hat, H, p.next.quant.input_scale, known_amax, partial);
+    if (next_per_token) publish_warp_amax(out_amax, warp_amax);
+    __syncthreads();  // (the x̂ stage's)
+    const float scale = quantize_row_bf16(x_stage, p.next.quant.x_hat, H, p.next.quant.input_scale,
+                                          next_per_token ? warps_amax(warp_amax) : -1.0f, partial);
     if (threadIdx.x == 0) p.next.quant.row_scales[0] = scale;
   }
 }
