@@ -458,8 +458,11 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   if (tokens == 0) return Status::ok();
   // One token (single-stream decode): the whole block in one launch where it fits.
   // (With x_quantized it computes x̂ of x again: the same bits.)
-  if (backend == GemmBackend::AUTO && moe_decode_block_supported(tokens, w, mode, norm, add, input_norm))
+  if (backend == GemmBackend::AUTO && moe_decode_block_supported(tokens, w, mode, norm, add, input_norm)) {
+    for (int i = 1; i < op_repeats("moe_block"); ++i)  // (timing only: the residual gets the output twice)
+      NIB_RETURN_IF_ERROR(moe_decode_block(x, w, mode, ws, out, norm, input_norm, stream));
     return moe_decode_block(x, w, mode, ws, out, norm, input_norm, stream);
+  }
   if (!cublas) return Status::error("moe_forward: the router GEMM needs a cuBLAS handle");
   const RouterArgs router{x,         w.router,      tokens,       w.hidden,        w.experts,
                           w.top_k,   w.norm_topk_prob, ws.logits, ws.expert_ids, ws.route_weights,

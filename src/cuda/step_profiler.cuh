@@ -16,10 +16,11 @@
 namespace nibble::cuda {
 
 // How many times the model runs op `op` each time it would run it once: 2 for the op named by
-// NIBBLE_REPEAT_OP (qkv, qk_rope_store, attention, o_proj, post_norm, router, gate_up, act_quant,
-// down, combine), else 1. Each of these ops gives the same result run twice, or adds its residual
-// twice (timing only). The step time's increase, CUDA graphs and PDL included, is the op's cost in
-// the running step — what fusing it away could save at most (scripts/device_repeat_ops.sh).
+// NIBBLE_REPEAT_OP (qkv, qk_rope_store, attention, o_proj, post_norm, moe_block — one token's
+// one-launch MoE block —, router, gate_up, act_quant, down, combine), else 1. Each of these ops gives
+// the same result run twice, or adds its residual twice (timing only). The step time's increase, CUDA
+// graphs and PDL included, is the op's cost in the running step — what fusing it away could save at
+// most (scripts/device_repeat_ops.sh).
 int op_repeats(const char* op);
 
 class StepProfiler {
