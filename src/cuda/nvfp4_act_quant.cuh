@@ -33,19 +33,21 @@ __device__ __forceinline__ float e2m1_round_value(float v) {
   return copysignf(fminf(rintf(a * per_step) * step, formats::E2M1_MAX), v);
 }
 
+// The E4M3 codec in the hardware's conversions (sm_89+ cvt.rn.satfinite: formats::e4m3_encode's round
+// to nearest even and saturation, NaN to 0x7F; the decode exact through f16), where the software
+// codec took ~30 dependent instructions a block scale.
+struct HardwareE4M3 {
+  __device__ uint8_t encode(float x) const { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); }
+  __device__ float decode(uint8_t code) const { return __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3))); }
+};
+
 // A block's scales from its amax under the global scale G: x̂ = e2m1_round(v · out_scale) · block_scale.
 struct ActBlockScale {
   float out_scale, block_scale;
   ActBlockScale() = default;  // for scales another thread computed (shuffled in)
-  // formats::activation_block_scale's rule, its E4M3 round trip in the hardware's conversions (sm_89+
-  // cvt.rn.satfinite: formats::e4m3_encode's round to nearest even and saturation, NaN to 0x7F; the
-  // decode exact through f16), where the software codec took ~30 dependent instructions a block.
   __device__ ActBlockScale(float amax, float global) {
-    const ApproxReciprocal rcp;
-    const float sf_value = global * (amax * rcp(formats::E2M1_MAX));
-    const __nv_fp8_storage_t sf = __nv_cvt_float_to_fp8(sf_value, __NV_SATFINITE, __NV_E4M3);
-    block_scale = __half2float(__half(__nv_cvt_fp8_to_halfraw(sf, __NV_E4M3)));
-    out_scale = block_scale != 0.0f ? rcp(block_scale * rcp(global)) : 0.0f;
+    const HardwareE4M3 e4m3;
+    block_scale = e4m3.decode(formats::activation_block_scale(amax, global, out_scale, ApproxReciprocal(), e4m3));
   }
   // x̂ of v as BF16 bits: e2m1 · e4m3 has at most 6 significant bits, exact in BF16 (the truncation drops zeros).
   __device__ uint32_t bf16(float v) const { return __float_as_uint(e2m1_round_value(v * out_scale) * block_scale) >> 16; }

@@ -20,13 +20,21 @@ struct ExactReciprocal {
   NIB_HD float operator()(float x) const { return 1.0f / x; }
 };
 
+// The E4M3 codec of the scale rule: e4m3.h's, host and device. GPU kernels pass the hardware's
+// conversions, which give the same codes and values (cuda/nvfp4_act_quant.cuh).
+struct SoftwareE4M3 {
+  NIB_HD uint8_t encode(float x) const { return e4m3_encode(x); }
+  NIB_HD float decode(uint8_t code) const { return e4m3_decode(code); }
+};
+
 // The block scale of 16 activations with block maximum amax and global scale G, and the factor that
 // takes an element to E2M1 units (out_scale); 0 for an all-zero block.
-template <class Reciprocal = ExactReciprocal>
-NIB_HD uint8_t activation_block_scale(float amax, float global_scale, float& out_scale, Reciprocal rcp = Reciprocal()) {
+template <class Reciprocal = ExactReciprocal, class E4M3 = SoftwareE4M3>
+NIB_HD uint8_t activation_block_scale(float amax, float global_scale, float& out_scale, Reciprocal rcp = Reciprocal(),
+                                      E4M3 e4m3 = E4M3()) {
   const float sf_value = global_scale * (amax * rcp(E2M1_MAX));
-  const uint8_t sf = e4m3_encode(sf_value);
-  const float sf_decoded = e4m3_decode(sf);
+  const uint8_t sf = e4m3.encode(sf_value);
+  const float sf_decoded = e4m3.decode(sf);
   out_scale = sf_decoded != 0.0f ? rcp(sf_decoded * rcp(global_scale)) : 0.0f;
   return sf;
 }
