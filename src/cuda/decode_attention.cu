@@ -1,6 +1,6 @@
 // Decode attention in one launch (decode_attention.cuh): 4 warps a (token, KV head, split) on BF16
 // mma.sync with fragments loaded straight from global memory; warps merge in shared memory, a row's
-// splits (one thread-block cluster) in its first CTA through distributed shared memory.
+// splits (one thread-block cluster) a head a CTA through distributed shared memory.
 #include "cuda/decode_attention.cuh"
 
 #include <algorithm>
@@ -113,28 +113,29 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
   }
   if (active == 1) return;
-  // The cluster's first CTA merges the splits' results from their shared memory; the second barrier
-  // keeps every CTA (and its shared memory) alive until it has read them.
+  // The cluster's CTAs share the merge, a head each (CTA r: heads r, r + active, …), every split's
+  // result read from its shared memory in one round of loads; the second barrier keeps every CTA
+  // (and its shared memory) alive until they have been read.
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
-  if (split == 0) {
-    const CtaShared* results[MAX_SPLITS];
+  for (int h = split; split < active && h < group; h += active) {
+    float m_r[MAX_SPLITS], l_r[MAX_SPLITS], o_r[MAX_SPLITS], m = -FLT_MAX;
 #pragma unroll
-    for (int r = 0; r < MAX_SPLITS; ++r) results[r] = r < active ? cluster.map_shared_rank(&sm, r) : &sm;
-    for (int h = 0; h < group; ++h) {
-      float m_r[MAX_SPLITS], m = -FLT_MAX;
-#pragma unroll
-      for (int r = 0; r < MAX_SPLITS; ++r) m_r[r] = r < active ? results[r]->result_m[h] : -FLT_MAX, m = fmaxf(m, m_r[r]);
-      float l = 0.0f, o = 0.0f;
-#pragma unroll
-      for (int r = 0; r < MAX_SPLITS; ++r) {
-        if (r >= active) continue;
-        const float weight = exp2f(m_r[r] - m);
-        l += results[r]->result_l[h] * weight, o += results[r]->result_o[h][d] * weight;
-      }
-      store_output(b, out, out_column + h * D, o / l);
+    for (int r = 0; r < MAX_SPLITS; ++r) {
+      const CtaShared* result = cluster.map_shared_rank(&sm, r < active ? r : split);
+      m_r[r] = r < active ? result->result_m[h] : -FLT_MAX;
+      l_r[r] = result->result_l[h], o_r[r] = result->result_o[h][d];
+      m = fmaxf(m, m_r[r]);
     }
+    float l = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int r = 0; r < MAX_SPLITS; ++r) {
+      if (r >= active) continue;
+      const float weight = exp2f(m_r[r] - m);
+      l += l_r[r] * weight, o += o_r[r] * weight;
+    }
+    store_output(b, out, out_column + h * D, o / l);
   }
   cluster.sync();
 }
