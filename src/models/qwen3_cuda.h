@@ -36,9 +36,10 @@ struct CudaModelOptions {
   // Decode steps of at most this many rows (graph padding included) run the one-launch decode
   // attention (cuda/decode_attention.cuh) instead of FlashInfer's split-KV kernel and merge, where
   // the shapes allow; 0: never. NIBBLE_DECODE_ATTENTION_MAX_ROWS overrides it (A/B measurements).
-  // 4: on the H200 (full-size Qwen3-30B-A3B, docs/perf.md, 2026-12-04) it is faster single stream
-  // (tg128 +5%, 1,000-key b1 +2% W4A16, +4% static W4A4), even at 4 rows, slower from 16 (−9%).
-  int64_t one_launch_decode_max_rows = 4;
+  // 2: on the H200 (full-size Qwen3-30B-A3B, docs/perf.md, 2026-12-04) it is faster at 1 and 2 rows
+  // in every mode (tg128 +5%, 1,000-key contexts +2–5%), at 4 rows 1% slower in W4A16 (faster in
+  // W4A4), and 9% slower at 16 (more splits there: slower still).
+  int64_t one_launch_decode_max_rows = 2;
   // The KV cache in FP8 E4M3 of the checkpoint's k/v scales, or of unit scale (half the bytes a token;
   // FlashInfer attention with head dim 128 only).
   bool kv_fp8 = false;
