@@ -76,10 +76,7 @@ __device__ __forceinline__ void tile_mma(const uint8_t* tile, int k, const uint1
       const int b = min(b0 + j, kb1 - 1);  // an odd range's last step repeats a block into a zero x
       const bool real = b0 + j < kb1;
       load_kblock(tile, k, b, codes[j], scales[j]);
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-        xv[j][0][q] = x_row && real ? reinterpret_cast<const uint4*>(x_row + b * 128)[skinny::x_chunk<true>(c, q)]
-                                    : make_uint4(0, 0, 0, 0);
+      skinny::token_x_fragment<true>(x_row, b, x_row && real, c, xv[j][0]);
     }
     skinny::mma_kblock<1, true>(codes[0], scales[0], xv[0], acc);
     skinny::mma_kblock<1, true>(codes[1], scales[1], xv[1], acc2);

@@ -474,10 +474,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
     for (int j = 0; j < DOWN_BLOCKS; ++j) {
       if (j >= nkb) break;
       uint4 xv[1][4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-        xv[0][q] = g == 0 ? reinterpret_cast<const uint4*>(x_row + (kb0 + j) * 128)[skinny::x_chunk<true>(c, q)]
-                          : make_uint4(0, 0, 0, 0);
+      skinny::token_x_fragment<true>(x_row, kb0 + j, g == 0, c, xv[0]);
       skinny::mma_decoded<1>(a[j], xv, acc);
     }
   }

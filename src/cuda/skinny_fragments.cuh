@@ -59,6 +59,14 @@ __device__ __forceinline__ int x_chunk(int c, int q) {
   return LINE ? 4 * q + c : 4 * c + q;
 }
 
+// One token's x fragment of k-block kb of `row` (in any memory): the n-tile's column 0, read where
+// `take` (lanes g == 0 of a real block), zeros elsewhere. (The row is indexed only where taken.)
+template <bool LINE>
+__device__ __forceinline__ void token_x_fragment(const uint16_t* row, int kb, bool take, int c, uint4 (&xv)[4]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) xv[q] = take ? reinterpret_cast<const uint4*>(row + kb * 128)[x_chunk<LINE>(c, q)] : make_uint4(0, 0, 0, 0);
+}
+
 // Lane c's scale codes of a k-block from the row's scale codes at the block: LINE, the four of its
 // code words (bytes q); otherwise those of k16 blocks 2c (low byte) and 2c + 1.
 template <bool LINE>

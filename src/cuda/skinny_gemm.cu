@@ -164,9 +164,7 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_quant_kernel(cons
   for (int b = 0; b < BLOCKS; ++b) {
     if (b >= nkb) break;
     uint4 xv[1][4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-      xv[0][q] = g == 0 ? reinterpret_cast<const uint4*>(xq + (kb0 + b) * 128)[x_chunk<false>(c, q)] : make_uint4(0, 0, 0, 0);
+    token_x_fragment<false>(xq, kb0 + b, g == 0, c, xv[0]);
     mma_kblock<1>({w.codes[0][b], w.codes[1][b]}, {w.scales[0][b], w.scales[1][b]}, xv, acc);
   }
   if (!reduce_warps<1>(acc, partial)) return;
