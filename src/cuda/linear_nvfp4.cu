@@ -266,11 +266,8 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
 // W4A4 of a decode step's few tokens on the skinny kernel: x's quantize inside the GEMM
 // (skinny_linear_quantizing), so the o projection is one launch, not a quantize launch then the GEMM
 // (one token: tg128 +2.2% static, +2.6% per-token on the H200; docs/perf.md).
-// NIBBLE_QUANT_FOLD_ROWS=1 keeps it to one token as before (an experiment switch for A/B calls; the MoE
-// down's fold of its quantize follows it too).
 static bool fused_quantize(int64_t M, int64_t K, GemmBackend backend) {
-  return M <= quant_fold_max_rows() && skinny_quantizing_supported(M, K) &&
-         resolve_gemm_backend(backend, M, K) == GemmBackend::SKINNY;
+  return skinny_quantizing_supported(M, K) && resolve_gemm_backend(backend, M, K) == GemmBackend::SKINNY;
 }
 
 Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, formats::ActQuant mode,

@@ -239,8 +239,7 @@ Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_
   down.out = ws.y, down.out_fp32 = false;
   if (is_w4a4(mode)) {
     // Decode steps of a few tokens: the skinny down quantizes its fp32 input itself (one launch fewer).
-    if (backend == GemmBackend::SKINNY && tokens <= quant_fold_max_rows() &&
-        skinny_moe_down_quantizing_supported(pairs, tile_rows, w.down)) {
+    if (backend == GemmBackend::SKINNY && skinny_moe_down_quantizing_supported(pairs, tile_rows, w.down)) {
       for (int i = 0; i < op_repeats("down"); ++i)
         NIB_RETURN_IF_ERROR(skinny_moe_down_quantizing(down, static_cast<const float*>(ws.act),
                                                        mode == formats::ActQuant::STATIC ? w.down_input_scale : 0.0f, w.down,

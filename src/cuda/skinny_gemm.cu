@@ -269,11 +269,6 @@ Status skinny_linear_quantizing(const uint16_t* x, int64_t M, const DeviceNvfp4W
                      "skinny_linear_quantizing");
 }
 
-int64_t quant_fold_max_rows() {
-  static const int64_t rows = env_int("NIBBLE_QUANT_FOLD_ROWS", SKINNY_QUANT_MAX_M);
-  return rows;
-}
-
 bool skinny_quantizing_supported(int64_t M, int64_t K) {
   return M >= 1 && M <= SKINNY_QUANT_MAX_M && skinny_supported(K) &&
          quant_smem(M, K) + 2048 <= size_t(device_limits().smem_optin);

@@ -50,9 +50,6 @@ Status skinny_linear_quantizing(const uint16_t* x, int64_t M, const DeviceNvfp4W
                                 int count, float input_scale, uint16_t* x_hat_out, float* row_scales_out, cudaStream_t stream);
 // M rows of in_features K fit it: K a multiple of 128 up to SKINNY_MAX_K, x̂ in this GPU's shared memory.
 bool skinny_quantizing_supported(int64_t M, int64_t K);
-// The most rows of a step whose W4A4 quantize the skinny GEMMs fold in (dense and MoE down):
-// SKINNY_QUANT_MAX_M, or NIBBLE_QUANT_FOLD_ROWS (an experiment switch: 1 is the one-token fold only).
-int64_t quant_fold_max_rows();
 
 // The MoE projections over tiles of skinny_moe_tile_rows rows (args.tile_rows must be one of them): gate_up
 // writes silu(g) · u per sorted row, down the expert outputs, both as moe_gemm_gate_up and
