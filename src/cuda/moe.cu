@@ -238,14 +238,6 @@ Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_
   down.act = static_cast<const uint16_t*>(ws.act), down.sorted_pairs = nullptr, down.top_k = 1, down.row_scales = nullptr;
   down.out = ws.y, down.out_fp32 = false;
   if (is_w4a4(mode)) {
-    // Decode steps of a few tokens: the skinny down quantizes its fp32 input itself (one launch fewer).
-    if (backend == GemmBackend::SKINNY && skinny_moe_down_quantizing_supported(pairs, tile_rows, w.down)) {
-      for (int i = 0; i < op_repeats("down"); ++i)
-        NIB_RETURN_IF_ERROR(skinny_moe_down_quantizing(down, static_cast<const float*>(ws.act),
-                                                       mode == formats::ActQuant::STATIC ? w.down_input_scale : 0.0f, w.down,
-                                                       stream));
-      return Status::ok();
-    }
     for (int i = 0; i < op_repeats("act_quant"); ++i) NIB_RETURN_IF_ERROR(quantize_act(w, mode, pairs, ws, stream));
     down.act = ws.act_hat, down.row_scales = ws.act_row_scales;
   }

@@ -57,13 +57,5 @@ bool skinny_quantizing_supported(int64_t M, int64_t K);
 Status skinny_moe_gate_up(const GroupedGemmArgs& args, const DeviceNvfp4Experts& gate, const DeviceNvfp4Experts& up,
                           cudaStream_t stream);
 Status skinny_moe_down(const GroupedGemmArgs& args, const DeviceNvfp4Experts& down, cudaStream_t stream);
-// W4A4 down with the quantize of its input inside: args.act unused, the fp32 SwiGLU rows in act_f32
-// quantized as quantize_dequantize_activation_f32 with input_scale (0: per-token) and applied as
-// skinny_moe_down applies args.row_scales — bit for bit that launch then skinny_moe_down. Only where
-// skinny_moe_down_quantizing_supported (few pairs: the split kernels' tiles; moe_forward quantizes
-// first elsewhere).
-bool skinny_moe_down_quantizing_supported(int64_t pairs, int tile_rows, const DeviceNvfp4Experts& down);
-Status skinny_moe_down_quantizing(const GroupedGemmArgs& args, const float* act_f32, float input_scale,
-                                  const DeviceNvfp4Experts& down, cudaStream_t stream);
 
 }  // namespace nibble::cuda

@@ -6,7 +6,6 @@
 
 #include "core/env.h"
 #include "cuda/moe_grouping.cuh"
-#include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/skinny_fragments.cuh"
 #include "cuda/skinny_gemm.cuh"
 
@@ -30,10 +29,6 @@ struct MoeParams {
   const int4* tiles;
   void* out;
   bool out_fp32;
-  // down, W4A4 with the quantize inside (skinny_moe_down_quantizing): the fp32 SwiGLU rows and the
-  // input scale (0: per-token); act is then unused.
-  const float* act_f32;
-  float act_input_scale;
 };
 
 // sorted_pairs[r] / top_k without an integer division by a variable (~25 instructions): for pair <
@@ -77,18 +72,16 @@ __device__ __forceinline__ void token_rows(const MoeParams& p, int4 tile, int g,
 }
 
 // Warp 0's epilogue: the summed accumulators of tile (expert, row0, rows) × slice m0, scaled (and
-// SwiGLU'd when GATED) into the sorted output rows; W4A4 row scales from p.row_scales, or where the
-// kernel quantized its rows itself, tile_row_scales[r] for the tile's row r.
+// SwiGLU'd when GATED) into the sorted output rows.
 template <bool GATED, int NT>
-__device__ __forceinline__ void store_slice(const MoeParams& p, int4 tile, int m0, const float (&acc)[NT][4],
-                                            const float* tile_row_scales = nullptr) {
+__device__ __forceinline__ void store_slice(const MoeParams& p, int4 tile, int m0, const float (&acc)[NT][4]) {
   const int expert = tile.x, row0 = tile.y, rows = tile.z;
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 #pragma unroll
   for (int i = 0; i < 2 * NT; ++i) {  // token columns 8n + 2c + j of n-tile n = i / 2
     const int n = i >> 1, j = i & 1, r = 8 * n + 2 * c + j;
     if (r >= rows) continue;
-    const float row_scale = tile_row_scales ? tile_row_scales[r] : p.row_scales ? p.row_scales[source_row(p, row0 + r)] : 1.0f;
+    const float row_scale = p.row_scales ? p.row_scales[source_row(p, row0 + r)] : 1.0f;
     const size_t out_row = size_t(row0 + r) * p.n;
 #pragma unroll
     for (int h = 0; h < (GATED ? 1 : 2); ++h) {
@@ -140,84 +133,6 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, 1) skinny_moe_split_kernel(con
   mma_blocks<BLOCKS, 1, !FULL, true>(w, x_rows, kb0, nkb, c, acc);
   if (!reduce_warps<1>(acc, partial)) return;
   store_slice<GATED, 1>(p, tile, m0, acc);
-}
-
-// The split down kernel (FULL) of a W4A4 step with the quantize of its input inside: each warp reads
-// its k-blocks of the tile's fp32 SwiGLU rows (lane g: row g, the last row past the tile), and x̂ is
-// computed in registers, bit for bit quantize_dequantize_activation_f32 — a 16-value block's amax
-// over the lane pair that holds it (line order: chunks 4q + c and 4q + (c ^ 1)), per-token each row's
-// amax met over the lanes of the row and the CTA's warps in shared memory. The separate quantize
-// launch of the SwiGLU rows goes (decode steps of 2-7 tokens).
-template <int BLOCKS>
-__global__ void __maxnreg__(80) skinny_moe_down_quant_kernel(const MoeParams p) {
-  extern __shared__ float partial[];
-  __shared__ float warp_amax[MAX_WARPS][8];
-  __shared__ float tile_row_scales[8];
-  pdl_wait();  // the tile list comes from the routing kernels
-  pdl_launch_dependents();
-  const int4 tile = p.tiles[blockIdx.y];
-  if (int(blockIdx.y) >= *p.tile_count) return;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int m0 = blockIdx.x * 16, kb0 = warp * BLOCKS;
-  WeightFragments<BLOCKS, true> w;
-  const uint8_t* row_codes[2];
-  const uint8_t* row_scales[2];
-  slice_rows<false, false>(p, tile.x, m0, g, row_codes, row_scales);
-  w.load_all(row_codes, row_scales, kb0, c);
-  const float4* row = reinterpret_cast<const float4*>(p.act_f32 + size_t(source_row(p, tile.y + min(g, tile.z - 1))) * p.k);
-  // The lane's 8 values of chunk x_chunk<true>(c, q) of each k-block: read once for the amaxes, then
-  // again (L1 hits, __ldca: not merged with the first reads) for x̂, so that 64 values are not held
-  // across the row-amax barrier (128 registers, 5 CTAs an SM against 8).
-  const auto chunk = [&](int b, int q, int h) { return row + ((kb0 + b) * 128 + x_chunk<true>(c, q) * 8) / 4 + h; };
-  float chunk_amax[BLOCKS][4], lane_amax = 0.0f;
-  {
-    float4 v[BLOCKS][4][2];
-#pragma unroll
-    for (int b = 0; b < BLOCKS; ++b)
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) v[b][q][h] = __ldca(chunk(b, q, h));
-#pragma unroll
-    for (int b = 0; b < BLOCKS; ++b)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        float m = 0.0f;
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          m = fmaxf(m, fmaxf(fmaxf(fabsf(v[b][q][h].x), fabsf(v[b][q][h].y)), fmaxf(fabsf(v[b][q][h].z), fabsf(v[b][q][h].w))));
-        chunk_amax[b][q] = m;
-        lane_amax = fmaxf(lane_amax, m);
-      }
-  }
-  const bool per_token = p.act_input_scale == 0.0f;
-  float row_amax = 0.0f;
-  if (per_token) {  // row g's amax: its four lanes, then the CTA's warps (every warp holds other k-blocks)
-    lane_amax = fmaxf(lane_amax, __shfl_xor_sync(0xFFFFFFFFu, lane_amax, 1));
-    lane_amax = fmaxf(lane_amax, __shfl_xor_sync(0xFFFFFFFFu, lane_amax, 2));
-    if (c == 0) warp_amax[warp][g] = lane_amax;
-    __syncthreads();
-    for (int i = 0; i < int(blockDim.x / 32); ++i) row_amax = fmaxf(row_amax, warp_amax[i][g]);
-  }
-  float global, row_scale;
-  act_row_scales(p.act_input_scale, row_amax, global, row_scale);
-  if (warp == 0 && c == 0) tile_row_scales[g] = row_scale;  // (warp 0's epilogue reads them after reduce_warps)
-  uint4 xv[BLOCKS][1][4];
-#pragma unroll
-  for (int b = 0; b < BLOCKS; ++b)
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const ActBlockScale block(fmaxf(chunk_amax[b][q], __shfl_xor_sync(0xFFFFFFFFu, chunk_amax[b][q], 1)), global);
-      const float4 lo = __ldca(chunk(b, q, 0)), hi = __ldca(chunk(b, q, 1));
-      xv[b][0][q] = make_uint4(block.bf16(lo.x) | block.bf16(lo.y) << 16, block.bf16(lo.z) | block.bf16(lo.w) << 16,
-                               block.bf16(hi.x) | block.bf16(hi.y) << 16, block.bf16(hi.z) | block.bf16(hi.w) << 16);
-    }
-  float acc[1][4] = {};
-#pragma unroll
-  for (int b = 0; b < BLOCKS; ++b) mma_kblock<1, true>({w.codes[0][b], w.codes[1][b]}, {w.scales[0][b], w.scales[1][b]}, xv[b], acc);
-  if (!reduce_warps<1>(acc, partial)) return;
-  __syncwarp();
-  store_slice<false, 1>(p, tile, m0, acc, tile_row_scales);
 }
 
 // One warp's whole k range for its slice (row_codes / row_scales, slice_rows) and NT n-tiles of the
@@ -352,14 +267,6 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
   return launch(kernel, dim3(unsigned(slices), unsigned(max_tiles)), p.k, per_warp, 1, p, stream, what);
 }
 
-// Where the split kernels (FULL) take a down projection's tiles: few pairs on 8-row tiles, shapes
-// that give every warp its k-blocks and every slice its rows (launch_moe's choice).
-bool split_full(int64_t pairs, int64_t experts, int tile_rows, int64_t n, int64_t k) {
-  static const bool guarded = env_int("NIBBLE_SKINNY_MOE_GUARDED", 0) != 0;
-  return tile_rows == 8 && 2 * pairs < experts && !guarded && n % 16 == 0 && k % 128 == 0 &&
-         (k / 128) % blocks_per_warp(int(k), false, 1) == 0;
-}
-
 }  // namespace
 
 // 8-row tiles below 3 rows per expert, 16 below 16, then 32. H200, full-size synthetic Qwen3-30B-A3B
@@ -380,34 +287,6 @@ Status skinny_moe_gate_up(const GroupedGemmArgs& args, const DeviceNvfp4Experts&
 Status skinny_moe_down(const GroupedGemmArgs& args, const DeviceNvfp4Experts& down, cudaStream_t stream) {
   if (args.sorted_pairs) return Status::error("skinny_moe_down: reads the sorted rows directly (sorted_pairs must be null)");
   return launch_moe<false>(args, down, nullptr, stream);
-}
-
-bool skinny_moe_down_quantizing_supported(int64_t pairs, int tile_rows, const DeviceNvfp4Experts& down) {
-  return skinny_supported(down.cols) && split_full(pairs, down.experts, tile_rows, down.rows, down.cols) &&
-         blocks_per_warp(int(down.cols), false, 1) == 2;  // (the kernel's one instance: in_features ≤ 4,096)
-}
-
-Status skinny_moe_down_quantizing(const GroupedGemmArgs& args, const float* act_f32, float input_scale,
-                                  const DeviceNvfp4Experts& down, cudaStream_t stream) {
-  const char* what = "skinny_moe_down_quantizing";
-  if (!skinny_moe_down_quantizing_supported(args.pairs, args.tile_rows, down))
-    return Status::error(std::string(what) + ": these pairs and shapes take the long kernels (quantize first)");
-  if (args.sorted_pairs || !act_f32 || !args.tile_offsets || !args.tiles || !args.out || !down.packed || !down.block_scales ||
-      !down.global_scales || !(input_scale >= 0.0f))
-    return Status::error(std::string(what) + ": null pointer, sorted_pairs given, or input_scale < 0");
-  if (reinterpret_cast<uintptr_t>(act_f32) % 16 || reinterpret_cast<uintptr_t>(down.packed) % 16 ||
-      reinterpret_cast<uintptr_t>(down.block_scales) % 8)
-    return Status::error(std::string(what) + ": activations and weights must be 16-byte aligned (scale codes 8)");
-  if (args.pairs <= 0) return Status::ok();
-  MoeParams p{};
-  p.codes[0] = down.packed, p.scales[0] = down.block_scales, p.global_scales[0] = down.global_scales;
-  p.n = int(down.rows), p.k = int(down.cols), p.top_k = 1, p.inv_top_k = 1.0f;
-  p.act_f32 = act_f32, p.act_input_scale = input_scale;
-  p.tile_count = args.tile_offsets + down.experts, p.tiles = args.tiles;
-  p.out = args.out, p.out_fp32 = args.out_fp32;
-  const int per_warp = blocks_per_warp(p.k, false, 1);  // 2 (supported)
-  return launch(skinny_moe_down_quant_kernel<2>, dim3(unsigned(p.n / 16), unsigned(max_expert_tiles(args.pairs, down.experts, 8))), p.k, per_warp, 1, p,
-                stream, what);
 }
 
 }  // namespace nibble::cuda

@@ -28,7 +28,6 @@
 
 #include "cuda/moe.cuh"
 #include "cuda/moe_decode.cuh"
-#include "cuda/moe_grouping.cuh"
 #include "cuda/quantize_nvfp4.cuh"
 #include "cuda/nvfp4_layout.h"
 #include "cuda/nvfp4_wgmma.cuh"
@@ -570,67 +569,6 @@ TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
     }
   }
   cublasDestroy(handle);
-}
-
-// Decode steps of a few tokens on the skinny backend: the down projection quantizes its fp32 SwiGLU
-// rows itself (skinny_moe_down_quantizing); that must be bit for bit the quantize launch followed by
-// skinny_moe_down on its x̂ and row scales, in both W4A4 modes, for 2, 3, 4 and 7 tokens routed at
-// random (some experts with several rows of a tile, most with one), rows with outliers.
-TEST(CudaMoe, SkinnyDownQuantizingIsTheQuantizeThenTheDown) {
-  NIB_SKIP_WITHOUT_GPU();
-  const uint64_t seed = test::test_seed("CudaMoe.SkinnyDownQuantizing");
-  const Config& c = QWEN3_30B;
-  std::mt19937_64 rng(seed);
-  const Problem problem = make_problem(c, seed);
-  DeviceProblem dev(problem);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t tokens : {2, 3, 4, 7}) {
-    const int64_t pairs = tokens * c.top_k;
-    const int tile_rows = cuda::skinny_moe_tile_rows(pairs, c.experts);
-    ASSERT_TRUE(cuda::skinny_moe_down_quantizing_supported(pairs, tile_rows, dev.w.down)) << tokens << " tokens";
-    std::vector<int32_t> ids;
-    for (int64_t t = 0; t < tokens; ++t) {  // top_k distinct experts a token, from a quarter of them (shared rows)
-      std::vector<int32_t> pool(size_t(c.experts / 4));
-      for (size_t e = 0; e < pool.size(); ++e) pool[e] = int32_t(e * 4 + rng() % 4);
-      std::shuffle(pool.begin(), pool.end(), rng);
-      ids.insert(ids.end(), pool.begin(), pool.begin() + c.top_k);
-    }
-    std::vector<float> act(size_t(pairs * c.intermediate));
-    for (float& v : act) v = normal(rng) * (rng() % 97 == 0 ? 30.0f : 1.0f);
-    test::DeviceBuffer<int32_t> d_ids(ids), offsets{size_t(c.experts + 1)}, tile_offsets{size_t(c.experts + 1)};
-    test::DeviceBuffer<int32_t> sorted{size_t(pairs)}, pair_rows{size_t(pairs)};
-    test::DeviceBuffer<int4> tiles{size_t(cuda::max_expert_tiles(pairs, c.experts, tile_rows))};
-    const cuda::ExpertGroups groups{offsets.get(), tile_offsets.get(), sorted.get(), pair_rows.get(), tiles.get()};
-    ASSERT_TRUE(cuda::group_by_expert(d_ids.get(), tokens, c.top_k, c.experts, tile_rows, groups, nullptr).is_ok());
-    test::DeviceBuffer<float> d_act(act), row_scales{size_t(pairs)};
-    test::DeviceBuffer<uint16_t> act_hat{act.size()}, fused{size_t(pairs * c.hidden)}, chain{size_t(pairs * c.hidden)};
-    cuda::GroupedGemmArgs args;
-    args.expert_offsets = offsets.get(), args.tile_offsets = tile_offsets.get(), args.tiles = tiles.get();
-    args.tile_rows = tile_rows, args.pairs = pairs;
-    float amax = 0.0f;
-    for (float v : act) amax = std::max(amax, std::fabs(v));
-    for (formats::ActQuant mode : {formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
-      const float input_scale = mode == formats::ActQuant::STATIC ? amax / 2688.0f : 0.0f;
-      args.out = fused.get();
-      const Status s = cuda::skinny_moe_down_quantizing(args, d_act.get(), input_scale, dev.w.down, nullptr);
-      ASSERT_TRUE(s.is_ok()) << s.message();
-      ASSERT_TRUE(cuda::quantize_dequantize_activation_f32(d_act.get(), pairs, c.intermediate, input_scale, act_hat.get(),
-                                                           row_scales.get(), nullptr)
-                      .is_ok());
-      args.out = chain.get(), args.act = act_hat.get(), args.row_scales = row_scales.get();
-      const Status d = cuda::skinny_moe_down(args, dev.w.down, nullptr);
-      ASSERT_TRUE(d.is_ok()) << d.message();
-      args.act = nullptr, args.row_scales = nullptr;
-      NIB_CUDA_CHECK(cudaDeviceSynchronize());
-      const std::vector<uint16_t> got = fused.to_host(), want = chain.to_host();
-      EXPECT_EQ(got, want) << formats::act_quant_name(mode) << ", " << tokens << " tokens";
-      size_t nonzero = 0;
-      for (uint16_t v : want) nonzero += (v & 0x7FFF) != 0;
-      EXPECT_GT(nonzero, want.size() / 2) << "the down outputs are mostly zeros";
-      std::printf("  skinny down quantizing %-9s %lld tokens (%d-row tiles): %zu outputs as the quantize + down chain's\n",
-                  formats::act_quant_name(mode), static_cast<long long>(tokens), tile_rows, got.size());
-    }
-  }
 }
 
 TEST(CudaMoe, BadInputsAreErrors) {
