@@ -10,8 +10,6 @@
 #include <algorithm>
 #include <string>
 
-#include "cuda/async_copy.cuh"
-#include "cuda/device_context.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/skinny_fragments.cuh"
 
@@ -108,116 +106,77 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, BLOCKS == 2 && NT == 2 ? 2 : 1
     }
 }
 
-// Up to 8 tokens' W4A4 GEMM (one n-tile) with their quantize inside (in_features ≤ SKINNY_MAX_K: the
-// CTA's warps span the rows): each warp quantizes its own k range of every row cooperatively — a lane
-// a 16-value block a row, as quantize_dequantize_activation_bf16 computes it (per-token: each row's
-// amax met over the CTA's warps) — into shared memory, from which its token-column lanes take their
-// fragments; the separate quantize launch goes. The raw rows come in by cp.async (no registers held
-// beside the weight fragments). CTA 0 also writes x̂ and the row scales where asked (the workspace
-// linear_nvfp4 fills). alpha holds static's input_scale (folded as linear_nvfp4 folds it); per-token
-// multiplies by the row scale in the epilogue, as the kernel above does with row_scales.
+// One token's W4A4 GEMM with its quantize inside (M = 1, in_features ≤ SKINNY_MAX_K: the CTA's warps
+// span the row): each warp quantizes its own k range of x cooperatively — a lane a 16-value block, as
+// quantize_dequantize_activation_bf16 computes it (per-token: the row amax met over the CTA's warps) —
+// into shared memory, from which its token-column lanes take their fragments; the separate quantize
+// launch goes. CTA (0, 0) also writes x̂ and the row scale where asked (the workspace linear_nvfp4
+// fills). alpha holds static's input_scale (folded as linear_nvfp4 folds it); per-token multiplies
+// by the row scale in the epilogue, as the kernel above does with row_scales.
 template <int BLOCKS>
 __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_quant_kernel(const DenseParams p, float quant_scale,
                                                                            uint16_t* x_hat_out, float* row_scale_out) {
-  extern __shared__ float partial[];  // reduce_warps' sums, then x̂ of the rows (BF16, [m, k])
-  __shared__ float warp_amax[SKINNY_QUANT_MAX_M][MAX_WARPS];
-  __shared__ float row_scales[SKINNY_QUANT_MAX_M];  // for warp 0's epilogue
+  extern __shared__ float partial[];  // reduce_warps' sums, then x̂ of the row (BF16)
+  __shared__ float warp_amax[MAX_WARPS];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int warps = blockDim.x / 32, M = p.m, K = p.k;
+  const int warps = blockDim.x / 32;
   WeightFragments<BLOCKS> w;
-  const DenseTile tile = load_dense_tile(p, w);  // (k_offset 0: one launch covers the rows)
+  const DenseTile tile = load_dense_tile(p, w);  // (k_offset 0: one launch covers the row)
   const DenseSegment& seg = p.seg[tile.s];
   const int m0 = tile.m0, kb0 = tile.kb0, nkb = tile.nkb;
   pdl_wait();
   pdl_launch_dependents();
   uint16_t* xq = reinterpret_cast<uint16_t*>(partial + (warps - 1) * 4 * 32);
-  // The warp's k range, a 16-value block a lane a row (BLOCKS · 128 ≤ 512 values: one round).
+  // The warp's k range, a 16-value block a lane (BLOCKS · 128 ≤ 512 values: one round).
   const int k0 = kb0 * 128 + 16 * lane;
   const bool holds = 16 * lane < nkb * 128;
+  uint4 raw[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+  if (holds) raw[0] = __ldg(reinterpret_cast<const uint4*>(p.x + k0)), raw[1] = __ldg(reinterpret_cast<const uint4*>(p.x + k0) + 1);
+  const uint32_t words[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w, raw[1].x, raw[1].y, raw[1].z, raw[1].w};
+  float amax = 0.0f;
 #pragma unroll
-  for (int t = 0; t < SKINNY_QUANT_MAX_M; ++t)
-    if (t < M && holds)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) cp_async<16>(xq + t * K + k0 + 8 * h, p.x + size_t(t) * K + k0 + 8 * h, 16);
-  cp_async_commit();
-  cp_async_wait<0>();  // (a lane reads back only what it copied until the quantize's __syncwarp)
-  float block_amax[SKINNY_QUANT_MAX_M];
-#pragma unroll
-  for (int t = 0; t < SKINNY_QUANT_MAX_M; ++t) {
-    block_amax[t] = 0.0f;
-    if (t >= M || !holds) continue;
-    const uint4* v = reinterpret_cast<const uint4*>(xq + t * K + k0);
-    for (const uint4 half : {v[0], v[1]})
-      for (const uint32_t word : {half.x, half.y, half.z, half.w})
-        block_amax[t] = fmaxf(block_amax[t], fmaxf(fabsf(__uint_as_float(word << 16)), fabsf(__uint_as_float(word & 0xFFFF0000u))));
-  }
-  const bool per_token = quant_scale == 0.0f;
-  if (per_token) {  // each row's amax over the CTA's warps
-#pragma unroll
-    for (int t = 0; t < SKINNY_QUANT_MAX_M; ++t) {
-      if (t >= M) continue;
-      const float m = __uint_as_float(__reduce_max_sync(0xFFFFFFFFu, __float_as_uint(block_amax[t])));  // |x|: bits order as values
-      if (lane == 0) warp_amax[t][warp] = m;
-    }
+  for (int i = 0; i < 8; ++i)
+    amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(words[i] << 16)), fabsf(__uint_as_float(words[i] & 0xFFFF0000u))));
+  float row_amax = 0.0f;
+  if (quant_scale == 0.0f) {  // per-token: the row's amax over the CTA's warps
+    float m = amax;
+    for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
+    if (lane == 0) warp_amax[warp] = m;
     __syncthreads();
+    for (int i = 0; i < warps; ++i) row_amax = fmaxf(row_amax, warp_amax[i]);
   }
-#pragma unroll
-  for (int t = 0; t < SKINNY_QUANT_MAX_M; ++t) {
-    if (t >= M) continue;
-    float row_amax = 0.0f;
-    if (per_token)
-      for (int i = 0; i < warps; ++i) row_amax = fmaxf(row_amax, warp_amax[t][i]);
-    float global, row_scale;
-    act_row_scales(quant_scale, row_amax, global, row_scale);
-    if (threadIdx.x == 0) {
-      row_scales[t] = row_scale;
-      if (row_scale_out && blockIdx.x == 0) row_scale_out[t] = row_scale;
-    }
-    if (!holds) continue;
-    uint4* v = reinterpret_cast<uint4*>(xq + t * K + k0);
-    const uint4 raw[2] = {v[0], v[1]};
-    const uint32_t words[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w, raw[1].x, raw[1].y, raw[1].z, raw[1].w};
-    const ActBlockScale block(block_amax[t], global);
+  float global, row_scale;
+  act_row_scales(quant_scale, row_amax, global, row_scale);
+  if (holds) {
+    const ActBlockScale block(amax, global);
     uint32_t out[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i)
       out[i] = block.bf16(__uint_as_float(words[i] << 16)) | block.bf16(__uint_as_float(words[i] & 0xFFFF0000u)) << 16;
     const uint4 lo = make_uint4(out[0], out[1], out[2], out[3]), hi = make_uint4(out[4], out[5], out[6], out[7]);
-    v[0] = lo, v[1] = hi;
-    if (x_hat_out && blockIdx.x == 0) {
-      uint4* dst = reinterpret_cast<uint4*>(x_hat_out + size_t(t) * K + k0);
-      dst[0] = lo, dst[1] = hi;
-    }
+    reinterpret_cast<uint4*>(xq + k0)[0] = lo, reinterpret_cast<uint4*>(xq + k0)[1] = hi;
+    if (x_hat_out && blockIdx.x == 0) reinterpret_cast<uint4*>(x_hat_out + k0)[0] = lo, reinterpret_cast<uint4*>(x_hat_out + k0)[1] = hi;
   }
-  __syncwarp();  // a warp reads only the k range it wrote (and warp 0 the row scales its thread 0 wrote)
+  if (row_scale_out && blockIdx.x == 0 && threadIdx.x == 0) *row_scale_out = row_scale;
+  __syncwarp();  // a warp reads only the k range it wrote
   float acc[1][4] = {};
 #pragma unroll
   for (int b = 0; b < BLOCKS; ++b) {
     if (b >= nkb) break;
     uint4 xv[1][4];
-    token_x_fragment<false>(xq + min(g, M - 1) * K, kb0 + b, g < M, c, xv[0]);
+    token_x_fragment<false>(xq, kb0 + b, g == 0, c, xv[0]);
     mma_kblock<1>({w.codes[0][b], w.codes[1][b]}, {w.scales[0][b], w.scales[1][b]}, xv, acc);
   }
   if (!reduce_warps<1>(acc, partial)) return;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {  // acc i: row g + 8·(i / 2), token column 2c + i % 2
+  for (int i = 0; i < 4; ++i) {  // acc i: row g + 8·(i / 2), token column 2c + i % 2: only column 0 exists
     const int t = 2 * c + (i & 1), row = m0 + g + 8 * (i >> 1);
-    if (t >= M || row >= seg.rows) continue;
-    seg.y[size_t(t) * seg.rows + row] = acc[0][i] * (per_token ? seg.alpha * row_scales[t] : seg.alpha);
+    if (t != 0 || row >= seg.rows) continue;
+    seg.y[row] = acc[0][i] * (quant_scale == 0.0f ? seg.alpha * row_scale : seg.alpha);
   }
 }
 
 }  // namespace
-
-// skinny_dense_quant_kernel's warps and dynamic shared memory (reduce_warps' sums, then x̂ of the
-// rows); the kernel's static arrays take under 2,048 bytes beside it.
-static int quant_warps(int64_t K) {
-  const int per_warp = skinny::blocks_per_warp(int(K), true, 1);
-  return int(K / 128 + per_warp - 1) / per_warp;
-}
-static size_t quant_smem(int64_t M, int64_t K) {
-  return size_t(quant_warps(K) - 1) * 4 * 32 * sizeof(float) + size_t(M * K) * 2;
-}
 
 // p's segments, one a weight of the launch (checked: 1 to MAX_SEGMENTS of them sharing in_features,
 // aligned, x too), the m-tiles of all of them into `tiles`. input_scale > 0 (static W4A4) is folded
@@ -243,35 +202,21 @@ static Status fill_segments(const uint16_t* x, const DeviceNvfp4Weight* const* w
   return Status::ok();
 }
 
-Status skinny_linear_quantizing(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights, float* const* outputs,
-                                int count, float input_scale, uint16_t* x_hat_out, float* row_scales_out, cudaStream_t stream) {
+Status skinny_linear_quantizing(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs, int count,
+                                float input_scale, uint16_t* x_hat_out, float* row_scale_out, cudaStream_t stream) {
   DenseParams p{};
   int tiles = 0;
   NIB_RETURN_IF_ERROR(fill_segments(x, weights, outputs, count, input_scale, "skinny_linear_quantizing", p, tiles));
   const int64_t K = weights[0]->cols;
-  if (!skinny_quantizing_supported(M, K))
-    return Status::error("skinny_linear_quantizing: " + std::to_string(M) + " rows of in_features " + std::to_string(K) +
-                         " (1 to " + std::to_string(SKINNY_QUANT_MAX_M) +
-                         " rows, a multiple of 128 up to SKINNY_MAX_K, whose x̂ fits the shared memory)");
-  p.k_stride = int(K), p.k = int(K), p.m = int(M);
+  if (!skinny_supported(K)) return Status::error("skinny_linear_quantizing: in_features must be a multiple of 128 up to SKINNY_MAX_K");
+  p.k_stride = int(K), p.k = int(K), p.m = 1;
   const int per_warp = blocks_per_warp(p.k, true, 1);
+  const int warps = (p.k / 128 + per_warp - 1) / per_warp;
+  const size_t smem = size_t(warps - 1) * 4 * 32 * sizeof(float) + size_t(K) * 2;
   const auto kernel = per_warp == 4 ? skinny_dense_quant_kernel<4> : skinny_dense_quant_kernel<2>;
-  // Both kernels may take all the shared memory a CTA can have (set once; the fit is checked above).
-  static const cudaError_t attributes = [] {
-    cudaError_t e = cudaSuccess;
-    for (auto k : {skinny_dense_quant_kernel<4>, skinny_dense_quant_kernel<2>})
-      if (e == cudaSuccess) e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, device_limits().smem_optin - 2048);
-    return e;
-  }();
-  NIB_RETURN_IF_ERROR(cuda_status(attributes, "skinny_linear_quantizing: shared memory attribute"));
-  return cuda_status(launch_pdl(kernel, dim3(unsigned(tiles)), dim3(unsigned(quant_warps(K) * 32)), quant_smem(M, K), stream, p,
-                                input_scale, x_hat_out, row_scales_out),
+  return cuda_status(launch_pdl(kernel, dim3(unsigned(tiles)), dim3(unsigned(warps * 32)), smem, stream, p, input_scale,
+                                x_hat_out, row_scale_out),
                      "skinny_linear_quantizing");
-}
-
-bool skinny_quantizing_supported(int64_t M, int64_t K) {
-  return M >= 1 && M <= SKINNY_QUANT_MAX_M && skinny_supported(K) &&
-         quant_smem(M, K) + 2048 <= size_t(device_limits().smem_optin);
 }
 
 bool skinny_supported(int64_t in_features) {

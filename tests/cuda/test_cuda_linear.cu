@@ -191,11 +191,10 @@ TEST(CudaLinearNvfp4, SkinnyThreeWeightsInOneLaunch) {
   for (int64_t m : {5, 40}) check_three_weights(m, test::test_seed("CudaLinearNvfp4.SkinnyThree") + m);
 }
 
-// W4A4 decode steps of up to 8 tokens on the skinny backend quantize inside the GEMM
-// (skinny_linear_quantizing); that must be bit for bit the separate quantize launch followed by the
-// GEMM on its x̂: the same x̂ and row scales written back, the same outputs (the same per-warp sums,
-// the same epilogue product), for one weight and for q/k/v in one launch, in both modes, at M = 1, 2,
-// 3 and 8 (one n-tile: columns past M are zeros on both sides).
+// One W4A4 token on the skinny backend quantizes inside the GEMM (skinny_linear_quantizing); that
+// must be bit for bit the separate quantize launch followed by the GEMM on its x̂: the same x̂ and
+// row scale written back, the same outputs (the same per-warp sums, the same epilogue product), for
+// one weight and for q/k/v in one launch, in both modes.
 TEST(CudaLinearNvfp4, QuantizingSkinnyIsTheQuantizeThenTheGemm) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaLinearNvfp4.QuantizingSkinny");
@@ -206,61 +205,51 @@ TEST(CudaLinearNvfp4, QuantizingSkinnyIsTheQuantizeThenTheGemm) {
   const Case cases[] = {{4096, {2048}}, {2048, {4096, 512, 512}}, {768, {2048}}, {8192, {24}}};
   for (formats::ActQuant mode : {formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
     for (const Case& c : cases) {
-      for (int64_t m : {1, 2, 3, 8}) {
-        if (!cuda::skinny_quantizing_supported(m, c.k)) {  // (8 rows of 8,192: x̂ beyond a CTA's shared memory)
-          std::printf("  quantizing skinny K=%-5lld M=%lld: not taken (linear_nvfp4 quantizes first)\n",
-                      static_cast<long long>(c.k), static_cast<long long>(m));
-          continue;
-        }
-        const int count = int(c.rows.size());
-        std::vector<Problem> problems;
-        for (int i = 0; i < count; ++i) problems.push_back(make_problem(m, {c.rows[i], c.k, "w"}, seed + 7 * i + c.k + 1000 * m));
-        float amax = 0.0f;
-        for (float v : problems[0].x) amax = std::max(amax, std::fabs(v));
-        const float input_scale = amax / 2688.0f;
-        const size_t elements = size_t(m * c.k);
-        test::DeviceBuffer<uint16_t> d_x(problems[0].x_bf16), d_x_hat_fused(elements), d_x_hat_chain(elements);
-        test::DeviceBuffer<float> d_scale_fused{size_t(m)}, d_scale_chain{size_t(m)};
-        std::vector<std::unique_ptr<test::DeviceNvfp4>> device_weights;
-        std::vector<std::unique_ptr<test::DeviceBuffer<float>>> fused, chain;
-        std::vector<cuda::DeviceNvfp4Weight> w;
-        for (int i = 0; i < count; ++i) {
-          device_weights.push_back(std::make_unique<test::DeviceNvfp4>(problems[i].w.packed, problems[i].w.block_scales));
-          fused.push_back(std::make_unique<test::DeviceBuffer<float>>(size_t(m * c.rows[i])));
-          chain.push_back(std::make_unique<test::DeviceBuffer<float>>(size_t(m * c.rows[i])));
-          w.push_back({device_weights[i]->packed.get(), device_weights[i]->scales.get(), c.rows[i], c.k, problems[i].w.scale});
-        }
-        std::vector<const cuda::DeviceNvfp4Weight*> weights;
-        std::vector<float*> fused_out, chain_out;
-        for (int i = 0; i < count; ++i) weights.push_back(&w[i]), fused_out.push_back(fused[i]->get()), chain_out.push_back(chain[i]->get());
-        const cuda::GemmContext fused_ctx{nullptr, nullptr, nullptr, 0, d_x_hat_fused.get(), d_scale_fused.get(), elements};
-        const cuda::GemmContext chain_ctx{nullptr, nullptr, nullptr, 0, d_x_hat_chain.get(), d_scale_chain.get(), elements};
-        const float scale = mode == formats::ActQuant::STATIC ? input_scale : 0.0f;
-        // The fused path (x not yet quantized), and the chain: the quantize launch, then the GEMM told x̂ is ready.
-        const Status s = cuda::linear_nvfp4_shared_input(d_x.get(), m, weights.data(), fused_out.data(), count, mode,
-                                                         input_scale, cuda::GemmBackend::SKINNY, fused_ctx);
-        ASSERT_TRUE(s.is_ok()) << s.message();
-        const Status quantized =
-            cuda::quantize_dequantize_activation_bf16(d_x.get(), m, c.k, scale, d_x_hat_chain.get(), d_scale_chain.get(), nullptr);
-        ASSERT_TRUE(quantized.is_ok()) << quantized.message();
-        const Status gemm = cuda::linear_nvfp4_shared_input(d_x.get(), m, weights.data(), chain_out.data(), count, mode,
-                                                            input_scale, cuda::GemmBackend::SKINNY, chain_ctx, /*x_quantized=*/true);
-        ASSERT_TRUE(gemm.is_ok()) << gemm.message();
-        NIB_CUDA_CHECK(cudaDeviceSynchronize());
-        const std::string what = std::string(formats::act_quant_name(mode)) + " K=" + std::to_string(c.k) +
-                                 " M=" + std::to_string(m) + " weights=" + std::to_string(count);
-        EXPECT_EQ(d_x_hat_fused.to_host(), d_x_hat_chain.to_host()) << what;
-        EXPECT_EQ(d_scale_fused.to_host(), d_scale_chain.to_host()) << what;
-        for (int i = 0; i < count; ++i) {
-          const std::vector<float> got = fused[i]->to_host(), expected = chain[i]->to_host();
-          EXPECT_EQ(got, expected) << what << ", weight " << i;
-          for (int64_t t = 0; t < m; ++t)  // every token's row is real (not a run of zeros)
-            EXPECT_GT(*std::max_element(expected.begin() + t * c.rows[i], expected.begin() + (t + 1) * c.rows[i]), 0.0f)
-                << what << ", token " << t;
-        }
-        std::printf("  quantizing skinny %-9s K=%-5lld M=%lld %d weight(s): x̂, row scales and outputs as the chain's\n",
-                    formats::act_quant_name(mode), static_cast<long long>(c.k), static_cast<long long>(m), count);
+      const int count = int(c.rows.size());
+      std::vector<Problem> problems;
+      for (int i = 0; i < count; ++i) problems.push_back(make_problem(1, {c.rows[i], c.k, "w"}, seed + 7 * i + c.k));
+      float amax = 0.0f;
+      for (float v : problems[0].x) amax = std::max(amax, std::fabs(v));
+      const float input_scale = amax / 2688.0f;
+      test::DeviceBuffer<uint16_t> d_x(problems[0].x_bf16), d_x_hat_fused(size_t(c.k)), d_x_hat_chain(size_t(c.k));
+      test::DeviceBuffer<float> d_scale_fused(1), d_scale_chain(1);
+      std::vector<std::unique_ptr<test::DeviceNvfp4>> device_weights;
+      std::vector<std::unique_ptr<test::DeviceBuffer<float>>> fused, chain;
+      std::vector<cuda::DeviceNvfp4Weight> w;
+      for (int i = 0; i < count; ++i) {
+        device_weights.push_back(std::make_unique<test::DeviceNvfp4>(problems[i].w.packed, problems[i].w.block_scales));
+        fused.push_back(std::make_unique<test::DeviceBuffer<float>>(size_t(c.rows[i])));
+        chain.push_back(std::make_unique<test::DeviceBuffer<float>>(size_t(c.rows[i])));
+        w.push_back({device_weights[i]->packed.get(), device_weights[i]->scales.get(), c.rows[i], c.k, problems[i].w.scale});
       }
+      std::vector<const cuda::DeviceNvfp4Weight*> weights;
+      std::vector<float*> fused_out, chain_out;
+      for (int i = 0; i < count; ++i) weights.push_back(&w[i]), fused_out.push_back(fused[i]->get()), chain_out.push_back(chain[i]->get());
+      const cuda::GemmContext fused_ctx{nullptr, nullptr, nullptr, 0, d_x_hat_fused.get(), d_scale_fused.get(), size_t(c.k)};
+      const cuda::GemmContext chain_ctx{nullptr, nullptr, nullptr, 0, d_x_hat_chain.get(), d_scale_chain.get(), size_t(c.k)};
+      const float scale = mode == formats::ActQuant::STATIC ? input_scale : 0.0f;
+      // The fused path (x not yet quantized), and the chain: the quantize launch, then the GEMM told x̂ is ready.
+      const Status s = cuda::linear_nvfp4_shared_input(d_x.get(), 1, weights.data(), fused_out.data(), count, mode,
+                                                       input_scale, cuda::GemmBackend::SKINNY, fused_ctx);
+      ASSERT_TRUE(s.is_ok()) << s.message();
+      const Status quantized =
+          cuda::quantize_dequantize_activation_bf16(d_x.get(), 1, c.k, scale, d_x_hat_chain.get(), d_scale_chain.get(), nullptr);
+      ASSERT_TRUE(quantized.is_ok()) << quantized.message();
+      const Status gemm = cuda::linear_nvfp4_shared_input(d_x.get(), 1, weights.data(), chain_out.data(), count, mode, input_scale,
+                                                          cuda::GemmBackend::SKINNY, chain_ctx, /*x_quantized=*/true);
+      ASSERT_TRUE(gemm.is_ok()) << gemm.message();
+      NIB_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::string what = std::string(formats::act_quant_name(mode)) + " K=" + std::to_string(c.k) +
+                               " weights=" + std::to_string(count);
+      EXPECT_EQ(d_x_hat_fused.to_host(), d_x_hat_chain.to_host()) << what;
+      EXPECT_EQ(d_scale_fused.to_host(), d_scale_chain.to_host()) << what;
+      for (int i = 0; i < count; ++i) {
+        const std::vector<float> got = fused[i]->to_host(), expected = chain[i]->to_host();
+        EXPECT_EQ(got, expected) << what << ", weight " << i;
+        EXPECT_GT(*std::max_element(expected.begin(), expected.end()), 0.0f) << what;  // not a run of zeros
+      }
+      std::printf("  quantizing skinny %-9s K=%-5lld %d weight(s): x̂, row scale and outputs as the chain's\n",
+                  formats::act_quant_name(mode), static_cast<long long>(c.k), count);
     }
   }
 }
