@@ -89,6 +89,9 @@ CommandRunner register_bench(CLI::App& root) {
   latency->add_option("--mixed", l->mixed,
                       "Mixed steps: prompt lengths P; each batch's timed steps again, each step also prefilling a "
                       "new P-token prompt (serving's steps with a prompt); reported as mix bB+pP");
+  latency->add_option("--temperature", l->temperature, "Decode steps' sampling temperature (0: greedy)")->capture_default_str();
+  latency->add_option("--top-k", l->top_k, "Decode steps' top-k (0: off)")->capture_default_str();
+  latency->add_option("--top-p", l->top_p, "Decode steps' top-p (1: off)")->capture_default_str();
   latency->add_option("--repeats", l->repeats, "pp/tg: runs (median)")->check(CLI::PositiveNumber)->capture_default_str();
   latency->add_flag("--enforce-eager", l->enforce_eager, "No CUDA graphs");
   latency->add_flag("--disable-overlap-schedule", l->disable_overlap_schedule,

@@ -409,3 +409,18 @@ def test_bench_latency_reports_every_test(build_dir, tiny_models, tmp_path):
             assert row["tokens"] == tokens and row["tok_s"] > 0 and row["ms_per_step"] > 0, row
             assert row["backend"].startswith("cpu")
     assert "pp40" in r.stdout and "S_TG b3" in r.stdout
+
+
+def test_bench_latency_samples_as_a_request_asks(build_dir, tiny_models, tmp_path):
+    """bench latency's decode steps with a request's sampling (--temperature / --top-k / --top-p):
+    rows as with greedy; out-of-range values are refused with the field named."""
+    out = tmp_path / "latency.json"
+    run_nibble(build_dir, "bench", "latency", "--model", str(tiny_models["a"]), "--backend", "cpu", "--pp", "8",
+               "--tg", "4", "--batches", "2", "--batch-prompt", "8", "--batch-gen", "2", "--repeats", "1",
+               "--temperature", "0.7", "--top-k", "20", "--top-p", "0.8", "--json", str(out))
+    rows = {row["test"]: row for row in json.loads(out.read_text())}
+    assert rows["tg4"]["tok_s"] > 0 and rows["S_TG b2"]["tokens"] == 4, rows
+    bad = subprocess.run([str(build_dir / "nibble"), "bench", "latency", "--model", str(tiny_models["a"]), "--backend",
+                          "cpu", "--pp", "8", "--tg", "2", "--batches", "1", "--top-p", "1.5"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "top_p" in bad.stderr, bad.stderr

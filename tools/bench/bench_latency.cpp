@@ -1,5 +1,6 @@
 // `nibble bench latency`: times the runner's steps directly. Prefill: one sequence, the whole prompt
-// in one step. Decode: greedy steps through runner.step (sampling included, as serving runs it).
+// in one step. Decode: steps through runner.step (sampling included, as serving runs it: greedy, or
+// the --temperature / --top-k / --top-p a request would ask, seeded).
 // Batched decode: B sequences with batch_prompt-token prompts prefilled first, then steps of B tokens;
 // mixed: the same steps, each also prefilling a new prompt of P tokens (after the decode rows, where
 // the scheduler puts a new prompt).
@@ -44,9 +45,8 @@ struct Sequence {
 
 class Bench {
  public:
-  Bench(engine::ModelRunner& runner, uint64_t seed) : runner_(runner), rng_(seed) {
-    greedy_.temperature = 0.0f;
-  }
+  Bench(engine::ModelRunner& runner, uint64_t seed, const sampling::SamplingParams& params)
+      : runner_(runner), rng_(seed), params_(params) {}
 
   // A fresh sequence of n random prompt tokens on its own blocks (from `first_block`).
   Sequence make(int64_t n, int64_t total, int32_t first_block) {
@@ -126,9 +126,9 @@ class Bench {
   }
 
  private:
-  // Greedy rows: no token lists to read. `pending`: a token of the sequence is still being drawn.
+  // Rows without penalties: no token lists to read. `pending`: a token of the sequence is still being drawn.
   engine::SampleRow row(const Sequence& s, bool pending = false) {
-    return {&greedy_, {}, {1, static_cast<uint64_t>(s.tokens.size() + pending)}};
+    return {&params_, {}, {1, static_cast<uint64_t>(s.tokens.size() + pending)}};
   }
   Status collect(std::vector<Sequence>& seqs) {
     engine::StepOutput out;
@@ -138,7 +138,7 @@ class Bench {
   }
   engine::ModelRunner& runner_;
   std::mt19937_64 rng_;
-  sampling::SamplingParams greedy_;
+  sampling::SamplingParams params_;
 };
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -194,7 +194,10 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     std::printf("# %s on %s: loaded in %.1f s, %lld KV blocks of %lld\n", o.model.c_str(), r.describe().c_str(), load_s,
                 static_cast<long long>(capacity), static_cast<long long>(bs));
     std::printf("%-10s %-14s %12s %12s %10s\n", "mode", "test", "tokens", "tok/s", "ms/step");
-    Bench bench(r, 42);
+    sampling::SamplingParams params;
+    params.temperature = o.temperature, params.top_k = o.top_k, params.top_p = o.top_p, params.seed = 42;
+    if (Status valid = params.validate(); !valid) return fail(valid.message());
+    Bench bench(r, 42, params);
     const bool overlap = !o.disable_overlap_schedule;
     for (int64_t n : pp) {
       if (need_blocks(1, n + 1) > capacity) return fail("pp" + std::to_string(n) + " does not fit the KV cache");

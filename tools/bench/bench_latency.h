@@ -23,6 +23,9 @@ struct BenchLatencyOptions {
   int64_t batch_gen = 64;              // decode steps timed per batch size
   std::string mixed;                   // prompt lengths: each batch's steps again, each with a new prompt of that length
   int64_t repeats = 3;                 // median of
+  float temperature = 0.0f;            // decode steps' sampling (0: greedy), as a request's
+  int32_t top_k = 0;
+  float top_p = 1.0f;
   bool enforce_eager = false;
   bool disable_overlap_schedule = false;  // decode steps each collected before the next is launched
   std::string json_out;
