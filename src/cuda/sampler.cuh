@@ -1,7 +1,7 @@
 // Token sampling on the GPU, the twin of sampling::sample_next: min_tokens mask, logit_bias, repetition /
 // presence / frequency penalties, greedy or temperature → min_p → top_k → top_p → the exponential
-// race keyed by Philox(seed; position, token), and raw-distribution logprobs with their top k. One
-// CTA per row; the same logits, seed and position give the CPU sampler's token.
+// race keyed by Philox(seed; position, token), and raw-distribution logprobs with their top k. A
+// cluster of CTAs per row; the same logits, seed and position give the CPU sampler's token.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,8 +35,6 @@ struct SamplerBatch {
   // negative) are replaced in place by drawn[j], the token the step before drew for its row j.
   int32_t* tokens = nullptr;
   const int32_t* drawn = nullptr;
-  float* work = nullptr;              // scratch [rows, vocab]
-  uint32_t* seen = nullptr;           // scratch [rows, 2 · ceil(vocab / 32)]
   int32_t* out_tokens = nullptr;      // [rows]
   float* out_logprobs = nullptr;      // [rows]
   int32_t* out_top_tokens = nullptr;  // [rows, MAX_TOP_LOGPROBS]

@@ -31,11 +31,8 @@ class CudaRunner : public ModelRunner {
       : options_(options), ctx_(std::move(ctx)), model_(std::move(model)), checkpoint_(std::move(checkpoint)) {}
 
   Status init_sampler(int64_t max_rows) {
-    const int64_t V = model_->config().vocab_size, words = (V + 31) / 32;
     cuda::DeviceArena& a = ctx_->arena;
     max_rows_ = max_rows;
-    NIB_RETURN_IF_ERROR(a.alloc(work_, static_cast<size_t>(max_rows * V), "the sampler's work rows"));
-    NIB_RETURN_IF_ERROR(a.alloc(seen_, static_cast<size_t>(max_rows * 2 * words), "the sampler's token sets"));
     NIB_RETURN_IF_ERROR(a.alloc(params_, static_cast<size_t>(max_rows), "the sampling parameters"));
     NIB_RETURN_IF_ERROR(a.alloc(out_tokens_, static_cast<size_t>(max_rows), "sampled tokens"));
     NIB_RETURN_IF_ERROR(a.alloc(out_logprobs_, static_cast<size_t>(max_rows), "sampled logprobs"));
@@ -227,7 +224,7 @@ class CudaRunner : public ModelRunner {
     if (used) NIB_RETURN_IF_ERROR(copy(tokens_, slot.tokens.data(), used * 4, cudaMemcpyHostToDevice, "sampler token lists"));
     if (any_bias) NIB_RETURN_IF_ERROR(copy(biases_, slot.biases.data(), used * 4, cudaMemcpyHostToDevice, "logit_bias values"));
     int32_t* drawn = model_->drawn_tokens();
-    const cuda::SamplerBatch sb{R, config().vocab_size, model_->logits(), params_, tokens_, drawn, work_, seen_,
+    const cuda::SamplerBatch sb{R, config().vocab_size, model_->logits(), params_, tokens_, drawn,
                                 out_tokens_, out_logprobs_, out_top_tokens_, out_top_logprobs_, biases_};
     NIB_RETURN_IF_ERROR(cuda::sample_rows(sb, s));
     NIB_RETURN_IF_ERROR(copy(drawn, out_tokens_, R * 4, cudaMemcpyDeviceToDevice, "drawn tokens"));
@@ -250,8 +247,6 @@ class CudaRunner : public ModelRunner {
   int n_uncollected_ = 0;
   int64_t last_rows_ = 0;   // rows the last launched step draws (what pending ids may name)
   int64_t max_rows_ = 0;
-  float* work_ = nullptr;
-  uint32_t* seen_ = nullptr;
   cuda::SamplerRow* params_ = nullptr;
   int32_t* tokens_ = nullptr;
   float* biases_ = nullptr;

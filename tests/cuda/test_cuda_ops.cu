@@ -644,6 +644,10 @@ TEST(CudaOps, SamplerDrawsTheCpuSamplersTokens) {
     std::vector<float> logits = random_f32(size_t(R * V), rng, 2.0f);
     for (int64_t r = 0; r < R; ++r)
       for (int j = 0; j < 5; ++j) logits[size_t(r * V + rng() % V)] += 6.0f;
+    // Every fourth row on a grid of 1/4: many exact ties, which top-k and top-p cut by index across
+    // the CTAs that hold the row.
+    for (int64_t r = 3; r < R; r += 4)
+      for (int64_t t = 0; t < V; ++t) logits[size_t(r * V + t)] = std::round(logits[size_t(r * V + t)] * 4.0f) / 4.0f;
     // Every other row's last output token is a pending id, as overlapped steps upload it: the token
     // the step before drew for some row j, read from `drawn` on the device.
     std::vector<cuda::SamplerRow> params;
@@ -671,13 +675,12 @@ TEST(CudaOps, SamplerDrawsTheCpuSamplersTokens) {
       for (const auto& [t, v] : r.p.logit_bias) tokens.push_back(t), biases.push_back(v);
       params.push_back(g);
     }
-    test::DeviceBuffer<float> d_logits(logits), d_work(logits.size()), d_lp(static_cast<size_t>(R)), d_top_lp(static_cast<size_t>(R * cuda::MAX_TOP_LOGPROBS));
-    test::DeviceBuffer<uint32_t> d_seen(size_t(R * 2 * ((V + 31) / 32)));
+    test::DeviceBuffer<float> d_logits(logits), d_lp(static_cast<size_t>(R)), d_top_lp(static_cast<size_t>(R * cuda::MAX_TOP_LOGPROBS));
     test::DeviceBuffer<int32_t> d_tokens(tokens), d_drawn(drawn), d_out(static_cast<size_t>(R)), d_top(static_cast<size_t>(R * cuda::MAX_TOP_LOGPROBS));
     test::DeviceBuffer<cuda::SamplerRow> d_params(params);
     biases.resize(tokens.size());
     test::DeviceBuffer<float> d_biases(biases);
-    const cuda::SamplerBatch b{R, V, d_logits.get(), d_params.get(), d_tokens.get(), d_drawn.get(), d_work.get(), d_seen.get(),
+    const cuda::SamplerBatch b{R, V, d_logits.get(), d_params.get(), d_tokens.get(), d_drawn.get(),
                                d_out.get(), d_lp.get(), d_top.get(), d_top_lp.get(), d_biases.get()};
     ASSERT_TRUE(cuda::sample_rows(b, nullptr).is_ok());
     NIB_CUDA_CHECK(cudaDeviceSynchronize());
