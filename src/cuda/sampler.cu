@@ -356,8 +356,9 @@ Status sample_rows(const SamplerBatch& batch, cudaStream_t stream) {
   if (batch.vocab <= 0 || batch.vocab > (int64_t{1} << 31)) return Status::error("sample_rows: bad vocabulary size");
   const int64_t per = ((batch.vocab + CLUSTER - 1) / CLUSTER + 31) / 32 * 32;  // a slice; whole words of its token sets
   const size_t smem = size_t(per) * sizeof(float) + 2 * size_t(per / 32) * sizeof(uint32_t);
-  // The slice's shared memory, opted into once for the largest vocabulary seen.
-  static size_t opted = 48 * 1024;
+  // The slice's shared memory, opted into once for the largest vocabulary seen (the default leaves
+  // 48 KB less the kernel's static arrays).
+  static size_t opted = 0;
   if (smem > opted) {
     int device = 0, optin = 0;
     NIB_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "sample_rows"));
