@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "core/philox.h"
 #include "cuda/check.cuh"
@@ -29,8 +30,10 @@ constexpr int PROBES = 15;  // thresholds a search round: 4 bits of the 31 a rou
 struct Scratch {
   double part[WARPS][PROBES];  // each warp's share of a reduction
   double slot[2][PROBES];      // the CTA's share, read by the cluster; two, alternating (see reduce)
+  double result[PROBES];       // the cluster's result, met by a few threads, for the CTA's others
   int64_t index_part[WARPS];
   int64_t index_slot[2];
+  int64_t index_result;
   int warp_sums[WARPS];        // block_exclusive_scan's
 };
 
@@ -39,7 +42,8 @@ struct Scratch {
 // rank order — the same result in every CTA and every run. A CTA's share goes to one of two slots,
 // alternating: a CTA that has passed this reduction's cluster barrier may write its next share while
 // a slower CTA still reads this one, but not its share two reductions on (every CTA has arrived at
-// the next barrier only after it finished reading).
+// the next barrier only after it finished reading). Only the threads that meet a value read the other
+// CTAs' slots (remote loads from every thread of a CTA were ~5 µs a reduction, H200).
 class ClusterReducer {
  public:
   __device__ explicit ClusterReducer(Scratch& s) : s_(s), cluster_(cg::this_cluster()) {}
@@ -62,12 +66,14 @@ class ClusterReducer {
       s_.slot[parity_][threadIdx.x] = t;
     }
     cluster_.sync();
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      double t = *cluster_.map_shared_rank(&s_.slot[parity_][i], 0);
-      for (int r = 1; r < CLUSTER; ++r) t = combine(t, *cluster_.map_shared_rank(&s_.slot[parity_][i], r));
-      v[i] = t;
+    if (int(threadIdx.x) < N) {
+      double t = *cluster_.map_shared_rank(&s_.slot[parity_][threadIdx.x], 0);
+      for (int r = 1; r < CLUSTER; ++r) t = combine(t, *cluster_.map_shared_rank(&s_.slot[parity_][threadIdx.x], r));
+      s_.result[threadIdx.x] = t;
     }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = s_.result[i];
     parity_ ^= 1;
   }
   __device__ double sum(double v) {
@@ -100,24 +106,32 @@ class ClusterReducer {
       s_.slot[parity_][0] = score, s_.index_slot[parity_] = index;
     }
     cluster_.sync();
-    score = -1.0, index = -1;
-    for (int r = 0; r < CLUSTER; ++r) {
-      const double s = *cluster_.map_shared_rank(&s_.slot[parity_][0], r);
-      const int64_t k = *cluster_.map_shared_rank(&s_.index_slot[parity_], r);
-      if (better(s, k, score, index)) score = s, index = k;
+    if (threadIdx.x == 0) {
+      score = -1.0, index = -1;
+      for (int r = 0; r < CLUSTER; ++r) {
+        const double s = *cluster_.map_shared_rank(&s_.slot[parity_][0], r);
+        const int64_t k = *cluster_.map_shared_rank(&s_.index_slot[parity_], r);
+        if (better(s, k, score, index)) score = s, index = k;
+      }
+      s_.index_result = index;
     }
+    __syncthreads();
     parity_ ^= 1;
-    return index;
+    return s_.index_result;
   }
 
   // The sum of `cta_value` (the same in every thread of a CTA) over the CTAs of lower rank.
   __device__ double before_this_cta(double cta_value) {
     if (threadIdx.x == 0) s_.slot[parity_][0] = cta_value;
     cluster_.sync();
-    double t = 0.0;
-    for (int r = 0; r < int(cluster_.block_rank()); ++r) t += *cluster_.map_shared_rank(&s_.slot[parity_][0], r);
+    if (threadIdx.x == 0) {
+      double t = 0.0;
+      for (int r = 0; r < int(cluster_.block_rank()); ++r) t += *cluster_.map_shared_rank(&s_.slot[parity_][0], r);
+      s_.result[0] = t;
+    }
+    __syncthreads();
     parity_ ^= 1;
-    return t;
+    return s_.result[0];
   }
 
  private:
@@ -142,14 +156,18 @@ __device__ float largest_threshold(const Slice& s, double need, ClusterReducer& 
     uint32_t probe[PROBES];  // increasing, in (lo, hi]
 #pragma unroll
     for (int j = 0; j < PROBES; ++j) probe[j] = lo + uint32_t((uint64_t(hi - lo) * (j + 1) + PROBES) / (PROBES + 1));
-    double at_least[PROBES] = {};
+    using Acc = std::conditional_t<MASS, double, int>;  // (counts in int: no FP64 adds)
+    Acc mine[PROBES] = {};
     for (int64_t i = threadIdx.x; i < s.n; i += THREADS) {
       const float x = s.w[i];
       if (!(x > 0.0f)) continue;
 #pragma unroll
       for (int j = 0; j < PROBES; ++j)
-        if (x >= __uint_as_float(probe[j])) at_least[j] += MASS ? double(x) : 1.0;
+        if (x >= __uint_as_float(probe[j])) mine[j] += MASS ? Acc(x) : Acc(1);
     }
+    double at_least[PROBES];
+#pragma unroll
+    for (int j = 0; j < PROBES; ++j) at_least[j] = double(mine[j]);
     red.reduce<PROBES>(at_least);
     int met = -1;  // the last probe that meets the need (monotone: the ones before it meet it too)
 #pragma unroll
