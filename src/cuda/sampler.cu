@@ -16,6 +16,7 @@
 #include "cuda/check.cuh"
 #include "cuda/moe_routing_device.cuh"
 #include "cuda/pdl.cuh"
+#include "cuda/phase_stamps.cuh"
 #include "cuda/sampler.cuh"
 
 namespace nibble::cuda {
@@ -26,6 +27,16 @@ namespace cg = cooperative_groups;
 constexpr int CLUSTER = 8;  // CTAs a row: the portable cluster size
 constexpr int THREADS = 512, WARPS = THREADS / 32;
 constexpr int PROBES = 15;  // thresholds a search round: 4 bits of the 31 a round
+
+// Phases of sample_kernel, timed with NIBBLE_DECODE_BLOCK_TIMING=1 (sampler_timing).
+constexpr int STAMPS = 8;
+constexpr const char* STAMP_NAMES[STAMPS] = {"start", "logprobs' log Z", "processed logits", "max, exp",
+                                             "top-k",  "top-p",           "draw",             "top logprobs"};
+__device__ long long sampler_stamps[PHASE_STAMP_MAX_CTAS * STAMPS];
+long long* timing_stamps() {
+  static long long* stamps = phase_stamp_buffer(sampler_stamps);
+  return stamps;
+}
 
 struct Scratch {
   double part[WARPS][PROBES];  // each warp's share of a reduction
@@ -204,9 +215,11 @@ __device__ double count_candidates(const Slice& s, float v, bool equal, bool mas
   return red.sum(t);
 }
 
-__global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int64_t per) {
+__global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int64_t per, long long* stamps) {
   extern __shared__ float w[];  // the slice [per], then the two token sets of the slice (bits)
   __shared__ Scratch scratch;
+  const auto stamp = [&](int phase) { phase_stamp(blockIdx.x < PHASE_STAMP_MAX_CTAS ? stamps : nullptr, STAMPS, phase); };
+  stamp(0);
   pdl_wait();
   cg::cluster_group cluster = cg::this_cluster();
   ClusterReducer red(scratch);
@@ -239,6 +252,7 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
     for (int64_t t = begin + threadIdx.x; t < end; t += THREADS) z += exp(double(raw[t] - raw_max));
     log_z = raw_max + float(log(red.sum(z)));
   }
+  stamp(1);
 
   // Processed logits: mask, logit_bias, repetition (prompt ∪ output), presence and frequency (output).
   // Greedy rows without any of them take the argmax of the raw logits (no copy).
@@ -283,6 +297,7 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
     }
   }
 
+  stamp(2);
   int64_t token;
   if (greedy) {
     float best = -INFINITY;
@@ -306,6 +321,7 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
         w[i] = p > 0.0f && p >= P.min_p ? p : 0.0f;
       }
       const double n_cand = count_candidates(s, 0.0f, false, false, red);
+      stamp(3);
       if (P.top_k > 0 && P.top_k < n_cand) {
         const float vk = largest_threshold<false>(s, double(P.top_k), red);
         const double above = count_candidates(s, vk, false, false, red);
@@ -313,6 +329,7 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
           if (w[i] < vk) w[i] = 0.0f;
         keep_lowest_ties(s, vk, P.top_k - int64_t(above), red, scratch);
       }
+      stamp(4);
       if (P.top_p < 1.0f) {
         const double total = count_candidates(s, 0.0f, false, true, red);
         const double target = static_cast<double>(P.top_p) * total;
@@ -330,6 +347,7 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
         if (vp > 0.0f) keep_lowest_ties(s, vp, keep, red, scratch);
         else __syncthreads();
       }
+      stamp(5);
       double best = -1.0;
       int64_t at = -1;
       for (int64_t i = threadIdx.x; i < s.n; i += THREADS) {
@@ -341,6 +359,7 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
       token = red.argmax(best, at);
     }
   }
+  stamp(6);
   if (rank == 0 && threadIdx.x == 0) {
     b.out_tokens[row] = static_cast<int32_t>(token);
     b.out_logprobs[row] = P.logprobs >= 0 ? raw[token] - log_z : 0.0f;
@@ -364,6 +383,7 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
     prev_value = raw[pick];
     prev_index = pick;
   }
+  stamp(7);
   cluster.sync();  // no CTA leaves while another may still read its shared memory
 }
 
@@ -390,8 +410,16 @@ Status sample_rows(const SamplerBatch& batch, cudaStream_t stream) {
     opted = smem;
   }
   return cuda_status(launch_pdl_cluster(sample_kernel, dim3(unsigned(batch.rows * CLUSTER)), dim3(THREADS), smem, CLUSTER,
-                                        stream, batch, per),
+                                        stream, batch, per, timing_stamps()),
                      "sample_rows");
+}
+
+}  // namespace nibble::cuda
+
+namespace nibble::cuda {
+
+std::string sampler_timing(int64_t rows) {
+  return phase_report("sampler", timing_stamps(), int(std::min<int64_t>(rows * CLUSTER, PHASE_STAMP_MAX_CTAS)), STAMPS, STAMP_NAMES);
 }
 
 }  // namespace nibble::cuda

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "core/status.h"
 
@@ -43,5 +44,9 @@ struct SamplerBatch {
 };
 
 Status sample_rows(const SamplerBatch& batch, cudaStream_t stream);
+
+// With NIBBLE_DECODE_BLOCK_TIMING=1, the last launch's time in each phase for its first `rows` rows
+// (SM clock stamps of their CTAs: median and max), synchronizing the device; "" otherwise.
+std::string sampler_timing(int64_t rows);
 
 }  // namespace nibble::cuda

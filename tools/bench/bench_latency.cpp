@@ -17,6 +17,7 @@
 #include "engine/model_runner.h"
 #if NIBBLE_BENCH_CUDA
 #include "cuda/moe_decode.cuh"
+#include "cuda/sampler.cuh"
 #endif
 
 namespace nibble::tools {
@@ -229,6 +230,7 @@ int run_bench_latency(const BenchLatencyOptions& o) {
       // NIBBLE_DECODE_BLOCK_TIMING=1: the one-launch MoE block's phases in the model (the last layer of the last step).
       if (const std::string phases = cuda::moe_decode_block_timing(r.config().hidden_size); !phases.empty())
         std::printf("# %s\n", phases.c_str());
+      if (const std::string phases = cuda::sampler_timing(1); !phases.empty()) std::printf("# %s\n", phases.c_str());
 #endif
     }
     for (int64_t B : batches) {
