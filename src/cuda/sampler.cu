@@ -78,8 +78,12 @@ class ClusterReducer {
     }
     cluster_.sync();
     if (int(threadIdx.x) < N) {
-      double t = *cluster_.map_shared_rank(&s_.slot[parity_][threadIdx.x], 0);
-      for (int r = 1; r < CLUSTER; ++r) t = combine(t, *cluster_.map_shared_rank(&s_.slot[parity_][threadIdx.x], r));
+      double shares[CLUSTER];  // every remote load in flight before the first is combined
+#pragma unroll
+      for (int r = 0; r < CLUSTER; ++r) shares[r] = *cluster_.map_shared_rank(&s_.slot[parity_][threadIdx.x], r);
+      double t = shares[0];
+#pragma unroll
+      for (int r = 1; r < CLUSTER; ++r) t = combine(t, shares[r]);
       s_.result[threadIdx.x] = t;
     }
     __syncthreads();
@@ -118,12 +122,15 @@ class ClusterReducer {
     }
     cluster_.sync();
     if (threadIdx.x == 0) {
+      double scores[CLUSTER];
+      int64_t indices[CLUSTER];
+#pragma unroll
+      for (int r = 0; r < CLUSTER; ++r)
+        scores[r] = *cluster_.map_shared_rank(&s_.slot[parity_][0], r), indices[r] = *cluster_.map_shared_rank(&s_.index_slot[parity_], r);
       score = -1.0, index = -1;
-      for (int r = 0; r < CLUSTER; ++r) {
-        const double s = *cluster_.map_shared_rank(&s_.slot[parity_][0], r);
-        const int64_t k = *cluster_.map_shared_rank(&s_.index_slot[parity_], r);
-        if (better(s, k, score, index)) score = s, index = k;
-      }
+#pragma unroll
+      for (int r = 0; r < CLUSTER; ++r)
+        if (better(scores[r], indices[r], score, index)) score = scores[r], index = indices[r];
       s_.index_result = index;
     }
     __syncthreads();
@@ -136,8 +143,13 @@ class ClusterReducer {
     if (threadIdx.x == 0) s_.slot[parity_][0] = cta_value;
     cluster_.sync();
     if (threadIdx.x == 0) {
+      double shares[CLUSTER];
+#pragma unroll
+      for (int r = 0; r < CLUSTER; ++r) shares[r] = *cluster_.map_shared_rank(&s_.slot[parity_][0], r);
       double t = 0.0;
-      for (int r = 0; r < int(cluster_.block_rank()); ++r) t += *cluster_.map_shared_rank(&s_.slot[parity_][0], r);
+#pragma unroll
+      for (int r = 0; r < CLUSTER; ++r)
+        if (r < int(cluster_.block_rank())) t += shares[r];
       s_.result[0] = t;
     }
     __syncthreads();
@@ -180,12 +192,14 @@ __device__ float largest_threshold(const Slice& s, double need, ClusterReducer& 
 #pragma unroll
     for (int j = 0; j < PROBES; ++j) at_least[j] = double(mine[j]);
     red.reduce<PROBES>(at_least);
-    int met = -1;  // the last probe that meets the need (monotone: the ones before it meet it too)
+    // Between the last probe that meets the need (monotone: the ones before it meet it too) and the
+    // next one, which is larger (or hi). Unrolled selects: a probe indexed at run time would put the
+    // array in local memory, read in every value's loop above (a round took ~14 µs, H200).
+    uint32_t next_lo = lo, next_hi = probe[0] - 1;
 #pragma unroll
     for (int j = 0; j < PROBES; ++j)
-      if (at_least[j] >= need) met = j;
-    if (met < 0) hi = probe[0] - 1;
-    else hi = met + 1 < PROBES ? probe[met + 1] - 1 : hi, lo = probe[met];  // (the next probe is larger: met is the last)
+      if (at_least[j] >= need) next_lo = probe[j], next_hi = j + 1 < PROBES ? probe[j + 1] - 1 : hi;
+    lo = next_lo, hi = next_hi;
   }
   return __uint_as_float(lo);
 }
@@ -205,14 +219,20 @@ __device__ void keep_lowest_ties(const Slice& s, float v, int64_t keep, ClusterR
   __syncthreads();
 }
 
-// The number of candidates (w > 0), or their summed probability (mass), with w > v, or w == v (equal).
-__device__ double count_candidates(const Slice& s, float v, bool equal, bool mass, ClusterReducer& red) {
-  double t = 0.0;
+// Over the candidates (w > 0): the number (or, mass, the summed probability) of those above v, and
+// the number of those equal to v.
+struct AboveAndTies {
+  double above, ties;
+};
+__device__ AboveAndTies count_candidates(const Slice& s, float v, bool mass, ClusterReducer& red) {
+  double t[2] = {};
   for (int64_t i = threadIdx.x; i < s.n; i += THREADS) {
     const float x = s.w[i];
-    if (x > 0.0f && (equal ? x == v : x > v)) t += mass ? double(x) : 1.0;
+    if (x > 0.0f && x > v) t[0] += mass ? double(x) : 1.0;
+    if (x > 0.0f && x == v) t[1] += 1.0;
   }
-  return red.sum(t);
+  red.reduce<2>(t);
+  return {t[0], t[1]};
 }
 
 __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int64_t per, long long* stamps) {
@@ -320,22 +340,22 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
         const float p = expf(w[i] - m);
         w[i] = p > 0.0f && p >= P.min_p ? p : 0.0f;
       }
-      const double n_cand = count_candidates(s, 0.0f, false, false, red);
+      const double n_cand = count_candidates(s, 0.0f, false, red).above;
       stamp(3);
       if (P.top_k > 0 && P.top_k < n_cand) {
         const float vk = largest_threshold<false>(s, double(P.top_k), red);
-        const double above = count_candidates(s, vk, false, false, red);
+        const double above = count_candidates(s, vk, false, red).above;
         for (int64_t i = threadIdx.x; i < s.n; i += THREADS)
           if (w[i] < vk) w[i] = 0.0f;
         keep_lowest_ties(s, vk, P.top_k - int64_t(above), red, scratch);
       }
       stamp(4);
       if (P.top_p < 1.0f) {
-        const double total = count_candidates(s, 0.0f, false, true, red);
+        const double total = count_candidates(s, 0.0f, true, red).above;
         const double target = static_cast<double>(P.top_p) * total;
         const float vp = largest_threshold<true>(s, target, red);
-        const double above = count_candidates(s, vp, false, true, red);
-        const double ties = vp > 0.0f ? count_candidates(s, vp, true, false, red) : 0.0;
+        const auto [above, candidate_ties] = count_candidates(s, vp, true, red);
+        const double ties = vp > 0.0f ? candidate_ties : 0.0;
         // Ties at the cut join in index order until the mass reaches the target.
         int64_t keep = int64_t(ties);
         if (vp > 0.0f) {
