@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "core/philox.h"
+#include "cuda/async_copy.cuh"
 #include "cuda/check.cuh"
 #include "cuda/moe_routing_device.cuh"
 #include "cuda/pdl.cuh"
@@ -38,30 +39,38 @@ long long* timing_stamps() {
   return stamps;
 }
 
+constexpr int INBOX = PROBES + 1;  // words of a CTA's share in every CTA's inbox (an arg-max: 2)
+
 struct Scratch {
-  double part[WARPS][PROBES];  // each warp's share of a reduction
-  double slot[2][PROBES];      // the CTA's share, read by the cluster; two, alternating (see reduce)
-  double result[PROBES];       // the cluster's result, met by a few threads, for the CTA's others
+  double part[WARPS][PROBES];                       // each warp's share of a reduction
+  __align__(16) double inbox[2][CLUSTER][INBOX];    // every CTA's share, by rank; two, alternating
+  uint64_t inbox_full[2];                           // their mbarriers: one arrival (the expected bytes)
   int64_t index_part[WARPS];
-  int64_t index_slot[2];
-  int64_t index_result;
-  int warp_sums[WARPS];        // block_exclusive_scan's
+  int warp_sums[WARPS];                             // block_exclusive_scan's
 };
+
+__device__ __forceinline__ uint32_t rank_address(uint32_t shared_address, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(shared_address), "r"(rank));
+  return remote;
+}
 
 // Reductions over every thread of the row's cluster; every thread of every CTA calls each one, and
 // every thread gets the result. Order: a butterfly within each warp, the warps in order, the CTAs in
-// rank order — the same result in every CTA and every run. A CTA's share goes to one of two slots,
-// alternating: a CTA that has passed this reduction's cluster barrier may write its next share while
-// a slower CTA still reads this one, but not its share two reductions on (every CTA has arrived at
-// the next barrier only after it finished reading). Only the threads that meet a value read the other
-// CTAs' slots (remote loads from every thread of a CTA were ~5 µs a reduction, H200).
+// rank order — the same result in every CTA and every run. A CTA's share goes into every CTA's inbox
+// by remote stores that count their bytes on that CTA's mbarrier (st.async), so a reduction waits
+// only for the shares, with no cluster barrier (whose release is a GPU-wide MEMBAR: ~4 µs a
+// reduction, H200). The inboxes alternate: a CTA's share of reduction k + 2 can only come once this
+// CTA has sent its share of k + 1, which it does after every thread has read k's inbox.
 class ClusterReducer {
  public:
-  __device__ explicit ClusterReducer(Scratch& s) : s_(s), cluster_(cg::this_cluster()) {}
+  // Thread 0 has initialized the mbarriers and a cluster barrier has published them.
+  __device__ ClusterReducer(Scratch& s, uint32_t rank) : s_(s), rank_(rank) {}
 
   // Sums (MAX: maxima) of N values.
   template <int N, bool MAX = false>
   __device__ void reduce(double (&v)[N]) {
+    static_assert(N <= INBOX);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const auto combine = [](double a, double b) { return MAX ? fmax(a, b) : a + b; };
 #pragma unroll
@@ -74,22 +83,15 @@ class ClusterReducer {
     if (int(threadIdx.x) < N) {
       double t = s_.part[0][threadIdx.x];
       for (int w = 1; w < WARPS; ++w) t = combine(t, s_.part[w][threadIdx.x]);
-      s_.slot[parity_][threadIdx.x] = t;
+      send(threadIdx.x, t);
     }
-    cluster_.sync();
-    if (int(threadIdx.x) < N) {
-      double shares[CLUSTER];  // every remote load in flight before the first is combined
+    const double(*in)[INBOX] = receive(N);
 #pragma unroll
-      for (int r = 0; r < CLUSTER; ++r) shares[r] = *cluster_.map_shared_rank(&s_.slot[parity_][threadIdx.x], r);
-      double t = shares[0];
-#pragma unroll
-      for (int r = 1; r < CLUSTER; ++r) t = combine(t, shares[r]);
-      s_.result[threadIdx.x] = t;
+    for (int i = 0; i < N; ++i) {
+      double t = in[0][i];
+      for (int r = 1; r < CLUSTER; ++r) t = combine(t, in[r][i]);
+      v[i] = t;
     }
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = s_.result[i];
-    parity_ ^= 1;
   }
   __device__ double sum(double v) {
     double a[1] = {v};
@@ -118,49 +120,53 @@ class ClusterReducer {
     if (threadIdx.x == 0) {
       for (int w = 1; w < WARPS; ++w)
         if (better(s_.part[w][0], s_.index_part[w], score, index)) score = s_.part[w][0], index = s_.index_part[w];
-      s_.slot[parity_][0] = score, s_.index_slot[parity_] = index;
+      send(0, score);
+      send(1, __longlong_as_double(index));
     }
-    cluster_.sync();
-    if (threadIdx.x == 0) {
-      double scores[CLUSTER];
-      int64_t indices[CLUSTER];
-#pragma unroll
-      for (int r = 0; r < CLUSTER; ++r)
-        scores[r] = *cluster_.map_shared_rank(&s_.slot[parity_][0], r), indices[r] = *cluster_.map_shared_rank(&s_.index_slot[parity_], r);
-      score = -1.0, index = -1;
-#pragma unroll
-      for (int r = 0; r < CLUSTER; ++r)
-        if (better(scores[r], indices[r], score, index)) score = scores[r], index = indices[r];
-      s_.index_result = index;
-    }
-    __syncthreads();
-    parity_ ^= 1;
-    return s_.index_result;
+    const double(*in)[INBOX] = receive(2);
+    score = -1.0, index = -1;
+    for (int r = 0; r < CLUSTER; ++r)
+      if (better(in[r][0], __double_as_longlong(in[r][1]), score, index)) score = in[r][0], index = __double_as_longlong(in[r][1]);
+    return index;
   }
 
   // The sum of `cta_value` (the same in every thread of a CTA) over the CTAs of lower rank.
   __device__ double before_this_cta(double cta_value) {
-    if (threadIdx.x == 0) s_.slot[parity_][0] = cta_value;
-    cluster_.sync();
-    if (threadIdx.x == 0) {
-      double shares[CLUSTER];
-#pragma unroll
-      for (int r = 0; r < CLUSTER; ++r) shares[r] = *cluster_.map_shared_rank(&s_.slot[parity_][0], r);
-      double t = 0.0;
-#pragma unroll
-      for (int r = 0; r < CLUSTER; ++r)
-        if (r < int(cluster_.block_rank())) t += shares[r];
-      s_.result[0] = t;
-    }
-    __syncthreads();
-    parity_ ^= 1;
-    return s_.result[0];
+    if (threadIdx.x == 0) send(0, cta_value);
+    const double(*in)[INBOX] = receive(1);
+    double t = 0.0;
+    for (int r = 0; r < int(rank_); ++r) t += in[r][0];
+    return t;
   }
 
  private:
+  // Word `word` of this CTA's share of the current reduction, into every CTA's inbox.
+  __device__ void send(int word, double value) {
+    const int box = count_ & 1;
+    const uint32_t slot = smem_address(&s_.inbox[box][rank_][word]), full = smem_address(&s_.inbox_full[box]);
+    for (uint32_t q = 0; q < CLUSTER; ++q)
+      asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\n" ::"r"(rank_address(slot, q)),
+                   "l"(__double_as_longlong(value)), "r"(rank_address(full, q))
+                   : "memory");
+  }
+  // Waits until every CTA's `words` have arrived (thread 0 expects their bytes); the inbox by rank.
+  __device__ const double (*receive(int words))[INBOX] {
+    const int box = count_ & 1;
+    const uint32_t phase = (count_ >> 1) & 1;
+    ++count_;
+    if (threadIdx.x == 0) barrier_arrive_expect_tx(&s_.inbox_full[box], uint32_t(CLUSTER * words * sizeof(double)));
+    const uint32_t full = smem_address(&s_.inbox_full[box]);
+    for (uint32_t done = 0; !done;)  // acquire at cluster scope: the shares were written by other CTAs
+      asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                   : "=r"(done)
+                   : "r"(full), "r"(phase)
+                   : "memory");
+    return s_.inbox[box];
+  }
+
   Scratch& s_;
-  cg::cluster_group cluster_;
-  int parity_ = 0;
+  uint32_t rank_;
+  uint32_t count_ = 0;  // reductions so far: the inbox (count % 2) and its mbarrier's phase (count / 2 % 2)
 };
 
 // The CTA's slice of a row: vocabulary indices [begin, begin + n), its values w[0, n) in shared memory.
@@ -240,10 +246,15 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
   __shared__ Scratch scratch;
   const auto stamp = [&](int phase) { phase_stamp(blockIdx.x < PHASE_STAMP_MAX_CTAS ? stamps : nullptr, STAMPS, phase); };
   stamp(0);
-  pdl_wait();
   cg::cluster_group cluster = cg::this_cluster();
-  ClusterReducer red(scratch);
   const int rank = int(cluster.block_rank());
+  if (threadIdx.x == 0) {
+    barrier_init(&scratch.inbox_full[0], 1), barrier_init(&scratch.inbox_full[1], 1);
+    fence_barrier_init();
+  }
+  cluster.sync();  // every CTA's inbox mbarriers initialized before any share is sent
+  ClusterReducer red(scratch, uint32_t(rank));
+  pdl_wait();
   const int64_t row = blockIdx.x / CLUSTER, V = b.vocab;
   const int64_t begin = min(V, rank * per), end = min(V, begin + per);
   const Slice s{w, begin, end - begin};
@@ -404,7 +415,7 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
     prev_index = pick;
   }
   stamp(7);
-  cluster.sync();  // no CTA leaves while another may still read its shared memory
+  cluster.sync();  // no CTA leaves while another's stores into its inbox may be in flight
 }
 
 }  // namespace
