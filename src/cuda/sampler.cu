@@ -155,12 +155,16 @@ class ClusterReducer {
     const uint32_t phase = (count_ >> 1) & 1;
     ++count_;
     if (threadIdx.x == 0) barrier_arrive_expect_tx(&s_.inbox_full[box], uint32_t(CLUSTER * words * sizeof(double)));
+    // One warp waits, with acquire at cluster scope (the shares were written by other CTAs; in SASS an
+    // L1 invalidation), and the CTA barrier passes it on to the others.
     const uint32_t full = smem_address(&s_.inbox_full[box]);
-    for (uint32_t done = 0; !done;)  // acquire at cluster scope: the shares were written by other CTAs
-      asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                   : "=r"(done)
-                   : "r"(full), "r"(phase)
-                   : "memory");
+    if (threadIdx.x < 32)
+      for (uint32_t done = 0; !done;)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(full), "r"(phase)
+                     : "memory");
+    __syncthreads();
     return s_.inbox[box];
   }
 
