@@ -44,6 +44,7 @@ constexpr int INBOX = PROBES + 1;  // words of a CTA's share in every CTA's inbo
 struct Scratch {
   double part[WARPS][PROBES];                       // each warp's share of a reduction
   __align__(16) double inbox[2][CLUSTER][INBOX];    // every CTA's share, by rank; two, alternating
+  double result[INBOX];                             // a reduction's result, met by a few threads, for all
   uint64_t inbox_full[2];                           // their mbarriers: one arrival (the expected bytes)
   int64_t index_part[WARPS];
   int warp_sums[WARPS];                             // block_exclusive_scan's
@@ -67,18 +68,35 @@ class ClusterReducer {
   // Thread 0 has initialized the mbarriers and a cluster barrier has published them.
   __device__ ClusterReducer(Scratch& s, uint32_t rank) : s_(s), rank_(rank) {}
 
-  // Sums (MAX: maxima) of N values.
+  // Sums (MAX: maxima) of N values. Within a warp, one or two values by a butterfly; more by a
+  // reduce-scatter (each step a lane keeps half of its values and adds its partner's half: 16
+  // shuffles for 16 values where a butterfly each takes 80 — a search round's 15 sums took ~5 µs
+  // that way, shuffle-bound, H200). Then the warps' and the CTAs' sums, met by N threads and handed
+  // to the others through shared memory.
   template <int N, bool MAX = false>
   __device__ void reduce(double (&v)[N]) {
-    static_assert(N <= INBOX);
+    static_assert(N <= INBOX && N <= 16 && (!MAX || N <= 2));  // (the reduce-scatter pads with zeros: sums only)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const auto combine = [](double a, double b) { return MAX ? fmax(a, b) : a + b; };
+    if constexpr (N <= 2) {
 #pragma unroll
-    for (int i = 0; i < N; ++i)
-      for (int o = 16; o > 0; o >>= 1) v[i] = combine(v[i], __shfl_xor_sync(0xFFFFFFFFu, v[i], o));
-    if (lane == 0)
+      for (int i = 0; i < N; ++i)
+        for (int o = 16; o > 0; o >>= 1) v[i] = combine(v[i], __shfl_xor_sync(0xFFFFFFFFu, v[i], o));
+      if (lane == 0)
 #pragma unroll
-      for (int i = 0; i < N; ++i) s_.part[warp][i] = v[i];
+        for (int i = 0; i < N; ++i) s_.part[warp][i] = v[i];
+    } else {
+      double x[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) x[i] = i < N ? v[i] : 0.0;
+      scatter_step<16>(x, lane, combine);  // lane bit 16 set: it keeps the upper 8 values, and so on
+      scatter_step<8>(x, lane, combine);
+      scatter_step<4>(x, lane, combine);
+      scatter_step<2>(x, lane, combine);
+      x[0] = combine(x[0], __shfl_xor_sync(0xFFFFFFFFu, x[0], 1));
+      const int value = (lane >> 1) & 15;  // lanes 2j, 2j + 1 hold value j
+      if ((lane & 1) == 0 && value < N) s_.part[warp][value] = x[0];
+    }
     __syncthreads();
     if (int(threadIdx.x) < N) {
       double t = s_.part[0][threadIdx.x];
@@ -86,12 +104,14 @@ class ClusterReducer {
       send(threadIdx.x, t);
     }
     const double(*in)[INBOX] = receive(N);
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      double t = in[0][i];
-      for (int r = 1; r < CLUSTER; ++r) t = combine(t, in[r][i]);
-      v[i] = t;
+    if (int(threadIdx.x) < N) {
+      double t = in[0][threadIdx.x];
+      for (int r = 1; r < CLUSTER; ++r) t = combine(t, in[r][threadIdx.x]);
+      s_.result[threadIdx.x] = t;
     }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = s_.result[i];
   }
   __device__ double sum(double v) {
     double a[1] = {v};
@@ -102,6 +122,18 @@ class ClusterReducer {
     double a[1] = {v};
     reduce<1, true>(a);
     return a[0];
+  }
+
+  // One reduce-scatter step: of the lane's first COUNT values it keeps the upper half (lane bit COUNT
+  // set) or the lower, adding its partner's (lane ^ COUNT) copy of them; the kept ones move to the front.
+  template <int COUNT, class Combine>
+  __device__ static void scatter_step(double (&x)[16], int lane, Combine combine) {
+    const bool upper = lane & COUNT;
+#pragma unroll
+    for (int i = 0; i < COUNT / 2; ++i) {
+      const double received = __shfl_xor_sync(0xFFFFFFFFu, upper ? x[i] : x[i + COUNT / 2], COUNT);
+      x[i] = combine(upper ? x[i + COUNT / 2] : x[i], received);
+    }
   }
 
   // The best (score, index): the higher score, then the lower index; index -1: none.
