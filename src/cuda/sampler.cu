@@ -5,7 +5,8 @@
 // index exactly as the CPU's (prob desc, index asc) order. Sums, maxima and arg-maxima meet across
 // the cluster through distributed shared memory in rank order, so every CTA holds the same result and
 // a row's draw is deterministic. (One CTA a row with a bisection of 31 passes over the row took tg128
-// from 476 to 351 tok/s under temperature 0.7, top-k 20, top-p 0.8 on the H200; docs/perf.md.)
+// from 476 to 351 tok/s under temperature 0.7, top-k 20, top-p 0.8 on the H200; this kernel to 460
+// against 480 greedy; docs/perf.md.)
 #include <cooperative_groups.h>
 
 #include <cmath>
@@ -57,7 +58,7 @@ __device__ __forceinline__ uint32_t rank_address(uint32_t shared_address, uint32
 }
 
 // Reductions over every thread of the row's cluster; every thread of every CTA calls each one, and
-// every thread gets the result. Order: a butterfly within each warp, the warps in order, the CTAs in
+// every thread gets the result. Order: a fixed tree within each warp, the warps in order, the CTAs in
 // rank order — the same result in every CTA and every run. A CTA's share goes into every CTA's inbox
 // by remote stores that count their bytes on that CTA's mbarrier (st.async), so a reduction waits
 // only for the shares, with no cluster barrier (whose release is a GPU-wide MEMBAR: ~4 µs a
