@@ -61,9 +61,10 @@ __device__ __forceinline__ uint32_t rank_address(uint32_t shared_address, uint32
 // every thread gets the result. Order: a fixed tree within each warp, the warps in order, the CTAs in
 // rank order — the same result in every CTA and every run. A CTA's share goes into every CTA's inbox
 // by remote stores that count their bytes on that CTA's mbarrier (st.async), so a reduction waits
-// only for the shares, with no cluster barrier (whose release is a GPU-wide MEMBAR: ~4 µs a
-// reduction, H200). The inboxes alternate: a CTA's share of reduction k + 2 can only come once this
-// CTA has sent its share of k + 1, which it does after every thread has read k's inbox.
+// only for the shares, with no cluster barrier (whose release is a GPU-wide MEMBAR in SASS; on the
+// H200 that was a small part of a reduction's cost, docs/perf.md). The inboxes alternate: a CTA's
+// share of reduction k + 2 can only come once this CTA has sent its share of k + 1, which it does
+// after every thread has read k's inbox.
 class ClusterReducer {
  public:
   // Thread 0 has initialized the mbarriers and a cluster barrier has published them.
