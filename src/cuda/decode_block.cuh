@@ -101,21 +101,4 @@ __device__ __forceinline__ void sum_split(float (&acc)[1][4], int split, bool ac
   __syncthreads();
 }
 
-// This GPU's SMs and the shared memory a CTA may opt into (zeros when no device answers).
-struct DeviceLimits {
-  int sms = 0, smem_optin = 0;
-};
-inline const DeviceLimits& device_limits() {
-  static const DeviceLimits limits = [] {
-    DeviceLimits l;
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&l.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
-      l = DeviceLimits{};
-    return l;
-  }();
-  return limits;
-}
-
 }  // namespace nibble::cuda::decode_block

@@ -20,6 +20,7 @@
 #include "cuda/async_copy.cuh"
 #include "cuda/check.cuh"
 #include "cuda/decode_block.cuh"
+#include "cuda/device_context.cuh"
 #include "cuda/moe_routing_device.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/nvfp4_layout.h"

@@ -16,6 +16,7 @@
 #include "core/philox.h"
 #include "cuda/async_copy.cuh"
 #include "cuda/check.cuh"
+#include "cuda/device_context.cuh"
 #include "cuda/moe_routing_device.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/phase_stamps.cuh"
@@ -313,9 +314,9 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
   const auto resolve = [&](int32_t t) { return t < 0 && b.drawn ? b.drawn[-1 - t] : t; };
   if (rank == 0 && b.drawn) {
     for (int k = threadIdx.x; k < P.prompt_len + P.output_len; k += THREADS)
-      if (int32_t& t = b.tokens[P.prompt_offset + k]; t < 0) t = b.drawn[-1 - t];
+      if (int32_t& t = b.tokens[P.prompt_offset + k]; t < 0) t = resolve(t);
     for (int k = threadIdx.x; k < P.masked_len; k += THREADS)
-      if (int32_t& t = b.tokens[P.masked_offset + k]; t < 0) t = b.drawn[-1 - t];
+      if (int32_t& t = b.tokens[P.masked_offset + k]; t < 0) t = resolve(t);
   }
   const auto in_slice = [&](int32_t t) { return t >= begin && t < end; };
 
@@ -411,18 +412,15 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
         const double total = count_candidates(s, 0.0f, true, red).above;
         const double target = static_cast<double>(P.top_p) * total;
         const float vp = largest_threshold<true>(s, target, red);
-        const auto [above, candidate_ties] = count_candidates(s, vp, true, red);
-        const double ties = vp > 0.0f ? candidate_ties : 0.0;
-        // Ties at the cut join in index order until the mass reaches the target.
-        int64_t keep = int64_t(ties);
-        if (vp > 0.0f) {
-          keep = static_cast<int64_t>(ceil((target - above) / static_cast<double>(vp)));
+        const auto [above, ties] = count_candidates(s, vp, true, red);
+        if (vp > 0.0f) {  // (0: rounding kept the mass below the target at every cut; every candidate stays)
+          // Ties at the cut join in index order until the mass reaches the target.
+          int64_t keep = static_cast<int64_t>(ceil((target - above) / static_cast<double>(vp)));
           keep = keep < 1 ? 1 : keep > int64_t(ties) ? int64_t(ties) : keep;
+          for (int64_t i = threadIdx.x; i < s.n; i += THREADS)
+            if (w[i] < vp) w[i] = 0.0f;
+          keep_lowest_ties(s, vp, keep, red, scratch);
         }
-        for (int64_t i = threadIdx.x; i < s.n; i += THREADS)
-          if (w[i] < vp) w[i] = 0.0f;
-        if (vp > 0.0f) keep_lowest_ties(s, vp, keep, red, scratch);
-        else __syncthreads();
       }
       stamp(5);
       double best = -1.0;
@@ -475,9 +473,7 @@ Status sample_rows(const SamplerBatch& batch, cudaStream_t stream) {
   // 48 KB less the kernel's static arrays).
   static size_t opted = 0;
   if (smem > opted) {
-    int device = 0, optin = 0;
-    NIB_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "sample_rows"));
-    NIB_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "sample_rows"));
+    const int optin = device_limits().smem_optin;
     if (smem + sizeof(Scratch) > size_t(optin))
       return Status::error("sample_rows: a vocabulary of " + std::to_string(batch.vocab) + " needs " +
                            std::to_string((smem + sizeof(Scratch)) / 1024) + " KB of shared memory a CTA (" +
@@ -490,10 +486,6 @@ Status sample_rows(const SamplerBatch& batch, cudaStream_t stream) {
                                         stream, batch, per, timing_stamps()),
                      "sample_rows");
 }
-
-}  // namespace nibble::cuda
-
-namespace nibble::cuda {
 
 std::string sampler_timing(int64_t rows) {
   return phase_report("sampler", timing_stamps(), int(std::min<int64_t>(rows * CLUSTER, PHASE_STAMP_MAX_CTAS)), STAMPS, STAMP_NAMES);

@@ -155,6 +155,9 @@ int run_bench_latency(const BenchLatencyOptions& o) {
   const int64_t max_batch = batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end());
   const int64_t max_pp = pp.empty() ? 1 : *std::max_element(pp.begin(), pp.end());
   const int64_t max_mixed = mixed.empty() ? 0 : *std::max_element(mixed.begin(), mixed.end());
+  sampling::SamplingParams params;  // the decode steps', checked before any model loads
+  params.temperature = o.temperature, params.top_k = o.top_k, params.top_p = o.top_p, params.seed = 42;
+  if (Status valid = params.validate(); !valid) return fail(valid.message());
   nlohmann::json rows = nlohmann::json::array();
   std::stringstream modes_in(o.modes);
   std::string mode_name;
@@ -195,9 +198,6 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     std::printf("# %s on %s: loaded in %.1f s, %lld KV blocks of %lld\n", o.model.c_str(), r.describe().c_str(), load_s,
                 static_cast<long long>(capacity), static_cast<long long>(bs));
     std::printf("%-10s %-14s %12s %12s %10s\n", "mode", "test", "tokens", "tok/s", "ms/step");
-    sampling::SamplingParams params;
-    params.temperature = o.temperature, params.top_k = o.top_k, params.top_p = o.top_p, params.seed = 42;
-    if (Status valid = params.validate(); !valid) return fail(valid.message());
     Bench bench(r, 42, params);
     const bool overlap = !o.disable_overlap_schedule;
     for (int64_t n : pp) {
