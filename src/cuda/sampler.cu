@@ -42,8 +42,17 @@ long long* timing_stamps() {
 }
 
 constexpr int INBOX = PROBES + 1;  // words of a CTA's share in every CTA's inbox (an arg-max: 2)
+// The short list: the top-k cut for k ≤ SHORT_K (and top-p where the top SHORT_K hold its mass) runs
+// over the row's k largest candidates, found by merging lists (draw_from_short_list).
+constexpr int SHORT_K = 64;
+constexpr float NUCLEUS_FLOOR = 1.0f / 1024;  // top-p alone: of the best candidate's probability (1)
 
 struct Scratch {
+  uint64_t warp_keys[WARPS][SHORT_K];               // each warp's k largest candidate keys, descending
+  uint64_t short_keys[SHORT_K];                     // this CTA's
+  uint64_t cta_keys[CLUSTER][SHORT_K];              // every CTA's, by rank (sent by each)
+  uint64_t row_keys[SHORT_K];                       // the row's
+  uint64_t short_full;                              // cta_keys' mbarrier: one arrival (the expected bytes)
   double part[WARPS][PROBES];                       // each warp's share of a reduction
   __align__(16) double inbox[2][CLUSTER][INBOX];    // every CTA's share, by rank; two, alternating
   double result[INBOX];                             // a reduction's result, met by a few threads, for all
@@ -76,7 +85,8 @@ class ClusterReducer {
   // shuffles for 16 values where a butterfly each takes 80 — a search round's 15 sums took ~5 µs
   // that way, shuffle-bound, H200). Then the warps' and the CTAs' sums, met by N threads and handed
   // to the others through shared memory.
-  template <int N, bool MAX = false>
+  // LOCAL: over this CTA's threads only (no shares sent; the CTAs may then diverge).
+  template <int N, bool MAX = false, bool LOCAL = false>
   __device__ void reduce(double (&v)[N]) {
     static_assert(N <= INBOX && N <= 16 && (!MAX || N <= 2));  // (the reduce-scatter pads with zeros: sums only)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -104,13 +114,16 @@ class ClusterReducer {
     if (int(threadIdx.x) < N) {
       double t = s_.part[0][threadIdx.x];
       for (int w = 1; w < WARPS; ++w) t = combine(t, s_.part[w][threadIdx.x]);
-      send(threadIdx.x, t);
+      if constexpr (LOCAL) s_.result[threadIdx.x] = t;
+      else send(threadIdx.x, t);
     }
-    const double(*in)[INBOX] = receive(N);
-    if (int(threadIdx.x) < N) {
-      double t = in[0][threadIdx.x];
-      for (int r = 1; r < CLUSTER; ++r) t = combine(t, in[r][threadIdx.x]);
-      s_.result[threadIdx.x] = t;
+    if constexpr (!LOCAL) {
+      const double(*in)[INBOX] = receive(N);
+      if (int(threadIdx.x) < N) {
+        double t = in[0][threadIdx.x];
+        for (int r = 1; r < CLUSTER; ++r) t = combine(t, in[r][threadIdx.x]);
+        s_.result[threadIdx.x] = t;
+      }
     }
     __syncthreads();
 #pragma unroll
@@ -139,7 +152,9 @@ class ClusterReducer {
     }
   }
 
-  // The best (score, index): the higher score, then the lower index; index -1: none.
+  // The best (score, index): the higher score, then the lower index; index -1: none. LOCAL: over
+  // this CTA's threads only.
+  template <bool LOCAL = false>
   __device__ int64_t argmax(double score, int64_t index) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const auto better = [](double s, int64_t k, double score, int64_t index) {
@@ -155,8 +170,14 @@ class ClusterReducer {
     if (threadIdx.x == 0) {
       for (int w = 1; w < WARPS; ++w)
         if (better(s_.part[w][0], s_.index_part[w], score, index)) score = s_.part[w][0], index = s_.index_part[w];
-      send(0, score);
-      send(1, __longlong_as_double(index));
+      if constexpr (LOCAL) s_.index_part[0] = index;
+      else send(0, score), send(1, __longlong_as_double(index));
+    }
+    if constexpr (LOCAL) {
+      __syncthreads();
+      index = s_.index_part[0];
+      __syncthreads();
+      return index;
     }
     const double(*in)[INBOX] = receive(2);
     score = -1.0, index = -1;
@@ -165,12 +186,17 @@ class ClusterReducer {
     return index;
   }
 
-  // The sum of `cta_value` (the same in every thread of a CTA) over the CTAs of lower rank.
-  __device__ double before_this_cta(double cta_value) {
+  // The sum of `cta_value` (the same in every thread of a CTA) over the CTAs of lower rank, and
+  // over all of them.
+  struct BeforeAndTotal {
+    double before, total;
+  };
+  __device__ BeforeAndTotal before_this_cta(double cta_value) {
     if (threadIdx.x == 0) send(0, cta_value);
     const double(*in)[INBOX] = receive(1);
-    double t = 0.0;
-    for (int r = 0; r < int(rank_); ++r) t += in[r][0];
+    BeforeAndTotal t{0.0, 0.0};
+    for (int r = 0; r < CLUSTER; ++r) (r < int(rank_) ? t.before : t.total) += in[r][0];
+    t.total += t.before;
     return t;
   }
 
@@ -216,8 +242,9 @@ struct Slice {
 
 // The largest float v ≥ 0 (searched over its bits: order-preserving for v ≥ 0) for which `need` is
 // met by the candidates (w > 0) at or above v: their count (MASS false) or their summed
-// probability; `need` is met at v = 0 (the callers' guarantee). PROBES thresholds a round.
-template <bool MASS>
+// probability; 0 where it is met by no v > 0. PROBES thresholds a round. LOCAL: over this CTA's
+// slice alone.
+template <bool MASS, bool LOCAL = false>
 __device__ float largest_threshold(const Slice& s, double need, ClusterReducer& red) {
   uint32_t lo = 0, hi = 0x7f800000u;
   while (lo < hi) {
@@ -244,7 +271,7 @@ __device__ float largest_threshold(const Slice& s, double need, ClusterReducer& 
     double at_least[PROBES];
 #pragma unroll
     for (int j = 0; j < PROBES; ++j) at_least[j] = double(mine[j] + above_range);
-    red.reduce<PROBES>(at_least);
+    red.reduce<PROBES, false, LOCAL>(at_least);
     // Between the last probe that meets the need (monotone: the ones before it meet it too) and the
     // next one, which is larger (or hi). Unrolled selects: a probe indexed at run time would put the
     // array in local memory, read in every value's loop above (a round took ~14 µs, H200).
@@ -266,7 +293,7 @@ __device__ void keep_lowest_ties(const Slice& s, float v, int64_t keep, ClusterR
   for (int64_t i = first; i < last; ++i) mine += s.w[i] == v;
   int cta_total = 0;
   const int before_thread = block_exclusive_scan<THREADS>(mine, scratch.warp_sums, &cta_total);
-  int64_t rank = int64_t(red.before_this_cta(double(cta_total))) + before_thread;
+  int64_t rank = int64_t(red.before_this_cta(double(cta_total)).before) + before_thread;
   for (int64_t i = first; i < last; ++i)
     if (s.w[i] == v) s.w[i] = rank++ < keep ? v : 0.0f;
   __syncthreads();
@@ -288,6 +315,205 @@ __device__ AboveAndTies count_candidates(const Slice& s, float v, bool mass, Clu
   return {t[0], t[1]};
 }
 
+// The exponential race's score of candidate t of probability p (sampling::sample_next's draw).
+__device__ __forceinline__ double race_score(float p, const SamplerRow& P, int64_t t) {
+  return static_cast<double>(p) / -log(philox_uniform(P.seed, P.position, static_cast<uint32_t>(t)));
+}
+
+// A candidate as one sortable word: its probability's bits (order-preserving for p > 0) over its
+// index's complement, so that a larger key is the CPU's earlier candidate (probability desc, index
+// asc); 0: none.
+__device__ __forceinline__ uint64_t candidate_key(float p, int64_t t) {
+  return uint64_t(__float_as_uint(p)) << 32 | uint32_t(~uint32_t(t));
+}
+__device__ __forceinline__ float key_prob(uint64_t key) { return __uint_as_float(uint32_t(key >> 32)); }
+__device__ __forceinline__ int64_t key_token(uint64_t key) { return int64_t(~uint32_t(key)); }
+
+// Whether this lane holds the warp's largest key (keys are distinct, or 0), and whether any key is
+// left (not all 0). A redux of the probability bits; a second one of the indices only when they tie.
+struct WarpLargest {
+  bool mine, any;
+};
+__device__ __forceinline__ WarpLargest warp_largest_key(uint64_t key) {
+  const uint32_t hi = uint32_t(key >> 32), best_hi = __reduce_max_sync(0xFFFFFFFFu, hi);
+  const uint32_t tied = __ballot_sync(0xFFFFFFFFu, hi == best_hi);
+  if ((tied & (tied - 1)) == 0) return {hi == best_hi && best_hi != 0, best_hi != 0};
+  const uint32_t best_lo = __reduce_max_sync(0xFFFFFFFFu, hi == best_hi ? uint32_t(key) : 0u);
+  return {hi == best_hi && uint32_t(key) == best_lo && best_hi != 0, best_hi != 0};
+}
+
+// out[0 .. k) = the k largest keys of n_lists descending lists (list l at lists + l * stride, k
+// long, padded with 0), descending, 0 past the last: each key's rank is its position in its own
+// list plus, by binary search, the keys above it in the others. Every thread of the CTA calls it.
+__device__ void merge_by_rank(const uint64_t* lists, int stride, int n_lists, int k, uint64_t* out) {
+  for (int j = threadIdx.x; j < k; j += THREADS) out[j] = 0;
+  __syncthreads();
+  for (int e = threadIdx.x; e < n_lists * k; e += THREADS) {
+    const int own = e / k;
+    int rank = e % k;
+    const uint64_t key = lists[own * stride + rank];
+    if (key == 0) continue;
+    for (int l = 0; l < n_lists && rank < k; ++l) {
+      if (l == own) continue;
+      const uint64_t* list = lists + l * stride;
+      int lo = 0, hi = k;  // the first position below key
+      while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (list[mid] > key) lo = mid + 1;
+        else hi = mid;
+      }
+      rank += lo;
+    }
+    if (rank < k) out[rank] = key;
+  }
+  __syncthreads();
+}
+
+// Lane's LANE_KEPT largest candidate keys below `below` in its strided share of the slice, descending.
+constexpr int LANE_KEPT = 4;
+__device__ void lane_largest_keys(const Slice& s, uint64_t below, uint64_t (&kept)[LANE_KEPT]) {
+#pragma unroll
+  for (int j = 0; j < LANE_KEPT; ++j) kept[j] = 0;
+  for (int64_t i = threadIdx.x; i < s.n; i += THREADS) {
+    const float x = s.w[i];
+    if (!(x > 0.0f)) continue;
+    uint64_t key = candidate_key(x, s.begin + i);
+    if (key >= below || key <= kept[LANE_KEPT - 1]) continue;
+#pragma unroll
+    for (int j = 0; j < LANE_KEPT; ++j)  // insertion: the larger stays, the smaller moves down
+      if (key > kept[j]) {
+        const uint64_t t = kept[j];
+        kept[j] = key, key = t;
+      }
+  }
+}
+
+// Top-k (cut_k: k = P.top_k ≤ SHORT_K) then top-p, and the draw, over the row's k largest candidates
+// found without a threshold search: each warp takes its k largest by k rounds of a warp maximum (its
+// lanes keeping their LANE_KEPT largest in registers), the CTA merges its warps' lists, and every
+// CTA merges the CTAs' lists (sent to all by st.async), both by rank — the row's top k in the CPU's
+// order, the same in every CTA. Without cut_k (top-p alone, k = SHORT_K) the cut must fall within them; every CTA
+// then reaches the same outcome: the token, or -1 (the caller takes the long way).
+// p_total: top-p alone's total, over every candidate (as the CPU's).
+template <class Stamp>
+__device__ int64_t draw_from_short_list(const Slice& s, const SamplerRow& P, int k, bool cut_k, double p_total,
+                                        ClusterReducer& red, Scratch& scratch, int rank, const Stamp& stamp) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint64_t kept[LANE_KEPT];
+  lane_largest_keys(s, ~uint64_t{0}, kept);
+  uint64_t* warp_list = scratch.warp_keys[warp];
+  for (int r = 0; r < k; ++r) {
+    const WarpLargest largest = warp_largest_key(kept[0]);
+    if (!largest.any) {  // (the warp's candidates are spent: the rest of the list is 0)
+      for (int j = r + lane; j < k; j += 32) warp_list[j] = 0;
+      break;
+    }
+    if (largest.mine) {
+      warp_list[r] = kept[0];
+      const uint64_t taken = kept[0];
+#pragma unroll
+      for (int j = 0; j + 1 < LANE_KEPT; ++j) kept[j] = kept[j + 1];
+      kept[LANE_KEPT - 1] = 0;
+      if (kept[0] == 0) lane_largest_keys(s, taken, kept);  // (rare: a lane holds more than LANE_KEPT of the top k)
+    }
+  }
+  __syncthreads();
+  const uint32_t lists = smem_address(scratch.cta_keys), full = smem_address(&scratch.short_full);
+  if (threadIdx.x == 0) barrier_arrive_expect_tx(&scratch.short_full, uint32_t(CLUSTER * k * sizeof(uint64_t)));
+  merge_by_rank(&scratch.warp_keys[0][0], SHORT_K, WARPS, k, scratch.short_keys);
+  for (int j = threadIdx.x; j < k; j += THREADS) {  // this CTA's list into every CTA's row `rank`
+    const uint32_t slot = lists + uint32_t((rank * SHORT_K + j) * sizeof(uint64_t));
+    for (uint32_t q = 0; q < CLUSTER; ++q)
+      asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\n" ::"r"(rank_address(slot, q)),
+                   "l"(scratch.short_keys[j]), "r"(rank_address(full, q))
+                   : "memory");
+  }
+  if (threadIdx.x < 32)
+    for (uint32_t done = 0; !done;)
+      asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
+                   : "=r"(done)
+                   : "r"(full)
+                   : "memory");
+  __syncthreads();
+  merge_by_rank(&scratch.cta_keys[0][0], SHORT_K, CLUSTER, k, scratch.row_keys);
+  const uint64_t* key = scratch.row_keys;
+  stamp(4);
+  // Top-p in the CPU's order (keep_top_p): the mass summed in turn until it reaches top_p of the total
+  // (with cut_k: the top k's); none reaching it keeps all (rounding), or (top-p alone) the long way.
+  int keep = 0;
+  while (keep < k && key[keep] != 0) ++keep;
+  if (P.top_p < 1.0f) {
+    __shared__ int kept_count;
+    if (threadIdx.x == 0) {
+      double total_mass = cut_k ? 0.0 : p_total;
+      if (cut_k)
+        for (int j = 0; j < keep; ++j) total_mass += key_prob(key[j]);
+      const double target = static_cast<double>(P.top_p) * total_mass;
+      double mass = 0.0;
+      kept_count = cut_k ? keep : -1;
+      for (int j = 0; j < keep; ++j)
+        if ((mass += key_prob(key[j])) >= target) {
+          kept_count = j + 1;
+          break;
+        }
+    }
+    __syncthreads();
+    keep = kept_count;
+    __syncthreads();
+    if (keep < 0) return -1;  // (the same in every CTA)
+  }
+  stamp(5);
+  double best = -1.0;
+  int64_t best_at = -1;
+  for (int j = threadIdx.x; j < keep; j += THREADS) {
+    const int64_t t = key_token(key[j]);
+    const double score = race_score(key_prob(key[j]), P, t);
+    if (best_at < 0 || score > best || (score == best && t < best_at)) best = score, best_at = t;
+  }
+  return red.argmax<true>(best, best_at);
+}
+
+// Top-k (cut_k) then top-p, and the draw, by threshold searches over the whole row: ties at a cut
+// kept in index order across the CTAs.
+// p_total: top-p alone's total where known already (else < 0).
+template <class Stamp>
+__device__ int64_t draw_the_long_way(const Slice& s, const SamplerRow& P, bool cut_k, double p_total, ClusterReducer& red,
+                                     Scratch& scratch, const Stamp& stamp) {
+  float* w = s.w;
+  if (cut_k) {
+    const float vk = largest_threshold<false>(s, double(P.top_k), red);
+    const double above = count_candidates(s, vk, false, red).above;
+    for (int64_t i = threadIdx.x; i < s.n; i += THREADS)
+      if (w[i] < vk) w[i] = 0.0f;
+    keep_lowest_ties(s, vk, P.top_k - int64_t(above), red, scratch);
+  }
+  stamp(4);
+  if (P.top_p < 1.0f) {
+    const double total = !cut_k && p_total >= 0.0 ? p_total : count_candidates(s, 0.0f, true, red).above;
+    const double target = static_cast<double>(P.top_p) * total;
+    const float vp = largest_threshold<true>(s, target, red);
+    const auto [above, ties] = count_candidates(s, vp, true, red);
+    if (vp > 0.0f) {  // (0: rounding kept the mass below the target at every cut; every candidate stays)
+      // Ties at the cut join in index order until the mass reaches the target.
+      int64_t keep = static_cast<int64_t>(ceil((target - above) / static_cast<double>(vp)));
+      keep = keep < 1 ? 1 : keep > int64_t(ties) ? int64_t(ties) : keep;
+      for (int64_t i = threadIdx.x; i < s.n; i += THREADS)
+        if (w[i] < vp) w[i] = 0.0f;
+      keep_lowest_ties(s, vp, keep, red, scratch);
+    }
+  }
+  stamp(5);
+  double best = -1.0;
+  int64_t at = -1;
+  for (int64_t i = threadIdx.x; i < s.n; i += THREADS) {
+    if (!(w[i] > 0.0f)) continue;
+    const int64_t t = s.begin + i;
+    const double score = race_score(w[i], P, t);
+    if (at < 0 || score > best) best = score, at = t;
+  }
+  return red.argmax(best, at);
+}
+
 __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int64_t per, long long* stamps) {
   extern __shared__ float w[];  // the slice [per], then the two token sets of the slice (bits)
   __shared__ Scratch scratch;
@@ -296,7 +522,7 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank());
   if (threadIdx.x == 0) {
-    barrier_init(&scratch.inbox_full[0], 1), barrier_init(&scratch.inbox_full[1], 1);
+    barrier_init(&scratch.inbox_full[0], 1), barrier_init(&scratch.inbox_full[1], 1), barrier_init(&scratch.short_full, 1);
     fence_barrier_init();
   }
   cluster.sync();  // every CTA's inbox mbarriers initialized before any share is sent
@@ -400,38 +626,27 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
       }
       const double n_cand = count_candidates(s, 0.0f, false, red).above;
       stamp(3);
-      if (P.top_k > 0 && P.top_k < n_cand) {
-        const float vk = largest_threshold<false>(s, double(P.top_k), red);
-        const double above = count_candidates(s, vk, false, red).above;
+      const bool cut_k = P.top_k > 0 && P.top_k < n_cand;
+      token = -1;
+      double p_total = -1.0;
+      int nucleus = 0;  // top-p alone: the candidates within NUCLEUS_FLOOR of the best
+      bool short_list = cut_k && P.top_k <= SHORT_K;
+      if (!cut_k && P.top_p < 1.0f) {
+        // Top-p alone: the short list where the candidates within NUCLEUS_FLOOR of the best are few
+        // enough and hold the mass (the cut then falls among them), with the total the cut needs.
+        double t[3] = {};
         for (int64_t i = threadIdx.x; i < s.n; i += THREADS)
-          if (w[i] < vk) w[i] = 0.0f;
-        keep_lowest_ties(s, vk, P.top_k - int64_t(above), red, scratch);
+          if (const float x = w[i]; x > 0.0f) {
+            t[0] += double(x);
+            if (x >= NUCLEUS_FLOOR) t[1] += 1.0, t[2] += double(x);
+          }
+        red.reduce<3>(t);
+        p_total = t[0];
+        short_list = t[1] <= SHORT_K && t[2] >= static_cast<double>(P.top_p) * p_total;
+        nucleus = int(t[1]);
       }
-      stamp(4);
-      if (P.top_p < 1.0f) {
-        const double total = count_candidates(s, 0.0f, true, red).above;
-        const double target = static_cast<double>(P.top_p) * total;
-        const float vp = largest_threshold<true>(s, target, red);
-        const auto [above, ties] = count_candidates(s, vp, true, red);
-        if (vp > 0.0f) {  // (0: rounding kept the mass below the target at every cut; every candidate stays)
-          // Ties at the cut join in index order until the mass reaches the target.
-          int64_t keep = static_cast<int64_t>(ceil((target - above) / static_cast<double>(vp)));
-          keep = keep < 1 ? 1 : keep > int64_t(ties) ? int64_t(ties) : keep;
-          for (int64_t i = threadIdx.x; i < s.n; i += THREADS)
-            if (w[i] < vp) w[i] = 0.0f;
-          keep_lowest_ties(s, vp, keep, red, scratch);
-        }
-      }
-      stamp(5);
-      double best = -1.0;
-      int64_t at = -1;
-      for (int64_t i = threadIdx.x; i < s.n; i += THREADS) {
-        if (!(w[i] > 0.0f)) continue;
-        const int64_t t = begin + i;
-        const double score = static_cast<double>(w[i]) / -log(philox_uniform(P.seed, P.position, static_cast<uint32_t>(t)));
-        if (at < 0 || score > best) best = score, at = t;
-      }
-      token = red.argmax(best, at);
+      if (short_list) token = draw_from_short_list(s, P, cut_k ? P.top_k : nucleus, cut_k, p_total, red, scratch, rank, stamp);
+      if (token < 0) token = draw_the_long_way(s, P, cut_k, p_total, red, scratch, stamp);
     }
   }
   stamp(6);

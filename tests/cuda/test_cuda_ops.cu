@@ -621,7 +621,8 @@ TEST(CudaOps, SamplerDrawsTheCpuSamplersTokens) {
       Row r;
       const int kind = i % 8;
       r.p.temperature = kind == 0 ? 0.0f : 0.3f + 0.2f * float(i % 5);
-      if (kind == 2 || kind == 5) r.p.top_k = int32_t(1 + rng() % 50);
+      // top-k alone up to 300: the short list takes k ≤ 256, the threshold searches the rest.
+      if (kind == 2 || kind == 5) r.p.top_k = int32_t(1 + rng() % (kind == 2 ? 300 : 50));
       if (kind == 3 || kind == 5) r.p.top_p = 0.5f + 0.1f * float(i % 5);
       if (kind == 4) r.p.min_p = 0.05f;
       if (kind == 6) r.p.repetition_penalty = 1.3f, r.p.presence_penalty = 0.4f, r.p.frequency_penalty = 0.2f;
@@ -644,9 +645,9 @@ TEST(CudaOps, SamplerDrawsTheCpuSamplersTokens) {
     std::vector<float> logits = random_f32(size_t(R * V), rng, 2.0f);
     for (int64_t r = 0; r < R; ++r)
       for (int j = 0; j < 5; ++j) logits[size_t(r * V + rng() % V)] += 6.0f;
-    // Every fourth row on a grid of 1/4: many exact ties, which top-k and top-p cut by index across
-    // the CTAs that hold the row.
-    for (int64_t r = 3; r < R; r += 4)
+    // Every third row (every kind in turn) on a grid of 1/4: many exact ties, which top-k and top-p
+    // cut by index across the CTAs that hold the row.
+    for (int64_t r = 2; r < R; r += 3)
       for (int64_t t = 0; t < V; ++t) logits[size_t(r * V + t)] = std::round(logits[size_t(r * V + t)] * 4.0f) / 4.0f;
     // Every other row's last output token is a pending id, as overlapped steps upload it: the token
     // the step before drew for some row j, read from `drawn` on the device.
