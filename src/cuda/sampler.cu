@@ -1,12 +1,13 @@
 // GPU sampler: a thread-block cluster of CLUSTER CTAs per row, CTA r holding slice r of the row's
-// logits in shared memory through every pass (the row is read from global memory once). Filters that
-// the CPU sampler computes by sorting (top_k, top_p) become threshold searches over the probability's
-// float bits (order-preserving for positive floats), PROBES thresholds a round, with ties broken by
-// index exactly as the CPU's (prob desc, index asc) order. Sums, maxima and arg-maxima meet across
-// the cluster through distributed shared memory in rank order, so every CTA holds the same result and
-// a row's draw is deterministic. (One CTA a row with a bisection of 31 passes over the row took tg128
-// from 476 to 351 tok/s under temperature 0.7, top-k 20, top-p 0.8 on the H200; this kernel to 460
-// against 480 greedy; docs/perf.md.)
+// logits in shared memory through every pass (the row is read from global memory once). A top-k of
+// at most SHORT_K (and top-p whose nucleus is among few candidates) takes the row's k largest
+// candidates by merging sorted lists — the lanes', the warps', the CTAs' — and cuts them as the CPU
+// does; other filters that the CPU sampler computes by sorting become threshold searches over the
+// probability's float bits (order-preserving for positive floats), PROBES thresholds a round, with
+// ties broken by index exactly as the CPU's (prob desc, index asc) order. Sums, maxima and arg-maxima
+// meet across the cluster through distributed shared memory in rank order, so every CTA holds the
+// same result and a row's draw is deterministic. (Temperature 0.7, top-k 20, top-p 0.8 took tg128 from
+// 476 to 351 tok/s with one CTA a row and bisections; 473.5 against 479 greedy now; docs/perf.md.)
 #include <cooperative_groups.h>
 
 #include <cmath>
@@ -32,9 +33,9 @@ constexpr int THREADS = 512, WARPS = THREADS / 32;
 constexpr int PROBES = 15;  // thresholds a search round: 4 bits of the 31 a round
 
 // Phases of sample_kernel, timed with NIBBLE_DECODE_BLOCK_TIMING=1 (sampler_timing).
-constexpr int STAMPS = 8;
-constexpr const char* STAMP_NAMES[STAMPS] = {"start", "logprobs' log Z", "processed logits", "max, exp",
-                                             "top-k",  "top-p",           "draw",             "top logprobs"};
+constexpr int STAMPS = 11;
+constexpr const char* STAMP_NAMES[STAMPS] = {"start", "logprobs' log Z", "processed logits", "max, exp", "short: lanes",
+                                             "short: warps", "short: CTA", "top-k", "top-p", "draw", "top logprobs"};
 __device__ long long sampler_stamps[PHASE_STAMP_MAX_CTAS * STAMPS];
 long long* timing_stamps() {
   static long long* stamps = phase_stamp_buffer(sampler_stamps);
@@ -329,54 +330,38 @@ __device__ __forceinline__ uint64_t candidate_key(float p, int64_t t) {
 __device__ __forceinline__ float key_prob(uint64_t key) { return __uint_as_float(uint32_t(key >> 32)); }
 __device__ __forceinline__ int64_t key_token(uint64_t key) { return int64_t(~uint32_t(key)); }
 
-// Whether this lane holds the warp's largest key (keys are distinct, or 0), and whether any key is
-// left (not all 0). A redux of the probability bits; a second one of the indices only when they tie.
-struct WarpLargest {
-  bool mine, any;
-};
-__device__ __forceinline__ WarpLargest warp_largest_key(uint64_t key) {
-  const uint32_t hi = uint32_t(key >> 32), best_hi = __reduce_max_sync(0xFFFFFFFFu, hi);
-  const uint32_t tied = __ballot_sync(0xFFFFFFFFu, hi == best_hi);
-  if ((tied & (tied - 1)) == 0) return {hi == best_hi && best_hi != 0, best_hi != 0};
-  const uint32_t best_lo = __reduce_max_sync(0xFFFFFFFFu, hi == best_hi ? uint32_t(key) : 0u);
-  return {hi == best_hi && uint32_t(key) == best_lo && best_hi != 0, best_hi != 0};
+// The largest key of the warp's lanes (keys are distinct, or 0): a redux of the probability bits,
+// then one of the indices among the lanes that hold them.
+__device__ __forceinline__ uint64_t warp_max_key(uint64_t key) {
+  const uint32_t hi = __reduce_max_sync(0xFFFFFFFFu, uint32_t(key >> 32));
+  const uint32_t lo = __reduce_max_sync(0xFFFFFFFFu, uint32_t(key >> 32) == hi ? uint32_t(key) : 0u);
+  return uint64_t(hi) << 32 | lo;
 }
 
-// out[0 .. k) = the k largest keys of n_lists descending lists (list l at lists + l * stride, k
-// long, padded with 0), descending, 0 past the last: each key's rank is its position in its own
-// list plus, by binary search, the keys above it in the others. Every thread of the CTA calls it.
-__device__ void merge_by_rank(const uint64_t* lists, int stride, int n_lists, int k, uint64_t* out) {
-  for (int j = threadIdx.x; j < k; j += THREADS) out[j] = 0;
-  __syncthreads();
-  for (int e = threadIdx.x; e < n_lists * k; e += THREADS) {
-    const int own = e / k;
-    int rank = e % k;
-    const uint64_t key = lists[own * stride + rank];
-    if (key == 0) continue;
-    for (int l = 0; l < n_lists && rank < k; ++l) {
-      if (l == own) continue;
-      const uint64_t* list = lists + l * stride;
-      int lo = 0, hi = k;  // the first position below key
-      while (lo < hi) {
-        const int mid = (lo + hi) >> 1;
-        if (list[mid] > key) lo = mid + 1;
-        else hi = mid;
-      }
-      rank += lo;
-    }
-    if (rank < k) out[rank] = key;
+// By one warp: out[0 .. k) = the k largest keys of the descending lists of lanes l < n_lists (at list
+// + l * stride, k long, padded with 0), descending: k rounds of the lanes' heads. (Ranking every key
+// by binary searches in the other lists, a thread a key, was slower on the H200: docs/perf.md.)
+__device__ void merge_sorted_lists(const uint64_t* list, int stride, int n_lists, int k, uint64_t* out) {
+  const int lane = threadIdx.x & 31;
+  int at = 0;
+  uint64_t head = lane < n_lists ? list[lane * stride] : 0;
+  for (int r = 0; r < k; ++r) {
+    const uint64_t top = warp_max_key(head);
+    if (lane == 0) out[r] = top;
+    if (top != 0 && head == top) head = ++at < k ? list[lane * stride + at] : 0;
   }
-  __syncthreads();
 }
 
-// Lane's LANE_KEPT largest candidate keys below `below` in its strided share of the slice, descending.
+// The lane's LANE_KEPT largest candidate keys below `below` in its strided share of the slice,
+// descending (0: none). A value below the smallest kept one is passed over on its probability alone.
 constexpr int LANE_KEPT = 4;
 __device__ void lane_largest_keys(const Slice& s, uint64_t below, uint64_t (&kept)[LANE_KEPT]) {
 #pragma unroll
   for (int j = 0; j < LANE_KEPT; ++j) kept[j] = 0;
+  float floor = 0.0f;  // kept[LANE_KEPT - 1]'s probability
   for (int64_t i = threadIdx.x; i < s.n; i += THREADS) {
     const float x = s.w[i];
-    if (!(x > 0.0f)) continue;
+    if (!(x > 0.0f) || x < floor) continue;
     uint64_t key = candidate_key(x, s.begin + i);
     if (key >= below || key <= kept[LANE_KEPT - 1]) continue;
 #pragma unroll
@@ -385,42 +370,49 @@ __device__ void lane_largest_keys(const Slice& s, uint64_t below, uint64_t (&kep
         const uint64_t t = kept[j];
         kept[j] = key, key = t;
       }
+    floor = key_prob(kept[LANE_KEPT - 1]);
   }
 }
 
-// Top-k (cut_k: k = P.top_k ≤ SHORT_K) then top-p, and the draw, over the row's k largest candidates
-// found without a threshold search: each warp takes its k largest by k rounds of a warp maximum (its
-// lanes keeping their LANE_KEPT largest in registers), the CTA merges its warps' lists, and every
-// CTA merges the CTAs' lists (sent to all by st.async), both by rank — the row's top k in the CPU's
-// order, the same in every CTA. Without cut_k (top-p alone, k = SHORT_K) the cut must fall within them; every CTA
-// then reaches the same outcome: the token, or -1 (the caller takes the long way).
+// Top-k (with_k: k = P.top_k ≤ SHORT_K; fewer than k candidates cut nothing) then top-p, and the
+// draw, over the row's k largest candidates, found without a threshold search: each warp takes its k
+// largest by k rounds of a warp maximum (its lanes keeping their LANE_KEPT largest in registers), one
+// warp merges the warps' lists into the CTA's, and in every CTA one warp merges the CTAs' lists (sent
+// to all by st.async) — the row's top k in the CPU's order, the same in every CTA. Without with_k
+// (top-p alone: its nucleus among the k candidates that hold the mass) the cut must fall within
+// them. Every CTA reaches the same outcome: the token, or -1 (the caller takes the long way).
 // p_total: top-p alone's total, over every candidate (as the CPU's).
 template <class Stamp>
-__device__ int64_t draw_from_short_list(const Slice& s, const SamplerRow& P, int k, bool cut_k, double p_total,
+__device__ int64_t draw_from_short_list(const Slice& s, const SamplerRow& P, int k, bool with_k, double p_total,
                                         ClusterReducer& red, Scratch& scratch, int rank, const Stamp& stamp) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   uint64_t kept[LANE_KEPT];
   lane_largest_keys(s, ~uint64_t{0}, kept);
+  stamp(4);
   uint64_t* warp_list = scratch.warp_keys[warp];
   for (int r = 0; r < k; ++r) {
-    const WarpLargest largest = warp_largest_key(kept[0]);
-    if (!largest.any) {  // (the warp's candidates are spent: the rest of the list is 0)
-      for (int j = r + lane; j < k; j += 32) warp_list[j] = 0;
+    const uint64_t top = warp_max_key(kept[0]);
+    if (lane == 0) warp_list[r] = top;
+    if (top == 0) {  // (the warp's candidates are spent: the rest of its list is 0)
+      for (int j = r + 1 + lane; j < k; j += 32) warp_list[j] = 0;
       break;
     }
-    if (largest.mine) {
-      warp_list[r] = kept[0];
-      const uint64_t taken = kept[0];
+    if (kept[0] == top) {
 #pragma unroll
       for (int j = 0; j + 1 < LANE_KEPT; ++j) kept[j] = kept[j + 1];
       kept[LANE_KEPT - 1] = 0;
-      if (kept[0] == 0) lane_largest_keys(s, taken, kept);  // (rare: a lane holds more than LANE_KEPT of the top k)
+      if (kept[0] == 0) lane_largest_keys(s, top, kept);  // (rare: a lane holds more than LANE_KEPT of the top k)
     }
   }
   __syncthreads();
+  stamp(5);
   const uint32_t lists = smem_address(scratch.cta_keys), full = smem_address(&scratch.short_full);
-  if (threadIdx.x == 0) barrier_arrive_expect_tx(&scratch.short_full, uint32_t(CLUSTER * k * sizeof(uint64_t)));
-  merge_by_rank(&scratch.warp_keys[0][0], SHORT_K, WARPS, k, scratch.short_keys);
+  if (warp == 0) {
+    merge_sorted_lists(&scratch.warp_keys[0][0], SHORT_K, WARPS, k, scratch.short_keys);
+    if (lane == 0) barrier_arrive_expect_tx(&scratch.short_full, uint32_t(CLUSTER * k * sizeof(uint64_t)));
+  }
+  __syncthreads();
+  stamp(6);
   for (int j = threadIdx.x; j < k; j += THREADS) {  // this CTA's list into every CTA's row `rank`
     const uint32_t slot = lists + uint32_t((rank * SHORT_K + j) * sizeof(uint64_t));
     for (uint32_t q = 0; q < CLUSTER; ++q)
@@ -428,32 +420,41 @@ __device__ int64_t draw_from_short_list(const Slice& s, const SamplerRow& P, int
                    "l"(scratch.short_keys[j]), "r"(rank_address(full, q))
                    : "memory");
   }
-  if (threadIdx.x < 32)
+  if (warp == 0) {
     for (uint32_t done = 0; !done;)
       asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
                    : "=r"(done)
                    : "r"(full)
                    : "memory");
+    merge_sorted_lists(&scratch.cta_keys[0][0], SHORT_K, CLUSTER, k, scratch.row_keys);
+  }
   __syncthreads();
-  merge_by_rank(&scratch.cta_keys[0][0], SHORT_K, CLUSTER, k, scratch.row_keys);
+  stamp(7);
   const uint64_t* key = scratch.row_keys;
-  stamp(4);
+  int n = 0;  // the row's candidates among them (k, or all where fewer)
+  while (n < k && key[n] != 0) ++n;
+  // The race's scores of all n (by the threads from warp 1 on), beside top-p's sum in thread 0.
+  const int j = int(threadIdx.x) - 32;
+  double score = -1.0;
+  int64_t token = -1;
+  if (j >= 0 && j < n) token = key_token(key[j]), score = race_score(key_prob(key[j]), P, token);
   // Top-p in the CPU's order (keep_top_p): the mass summed in turn until it reaches top_p of the total
-  // (with cut_k: the top k's); none reaching it keeps all (rounding), or (top-p alone) the long way.
-  int keep = 0;
-  while (keep < k && key[keep] != 0) ++keep;
+  // (with_k: the n's); none reaching it keeps all (rounding), or (top-p alone) the long way.
+  int keep = n;
   if (P.top_p < 1.0f) {
     __shared__ int kept_count;
     if (threadIdx.x == 0) {
-      double total_mass = cut_k ? 0.0 : p_total;
-      if (cut_k)
-        for (int j = 0; j < keep; ++j) total_mass += key_prob(key[j]);
+      double total_mass = 0.0;
+      if (with_k)
+        for (int i = 0; i < n; ++i) total_mass += key_prob(key[i]);
+      else
+        total_mass = p_total;
       const double target = static_cast<double>(P.top_p) * total_mass;
       double mass = 0.0;
-      kept_count = cut_k ? keep : -1;
-      for (int j = 0; j < keep; ++j)
-        if ((mass += key_prob(key[j])) >= target) {
-          kept_count = j + 1;
+      kept_count = with_k ? n : -1;
+      for (int i = 0; i < n; ++i)
+        if ((mass += key_prob(key[i])) >= target) {
+          kept_count = i + 1;
           break;
         }
     }
@@ -462,15 +463,9 @@ __device__ int64_t draw_from_short_list(const Slice& s, const SamplerRow& P, int
     __syncthreads();
     if (keep < 0) return -1;  // (the same in every CTA)
   }
-  stamp(5);
-  double best = -1.0;
-  int64_t best_at = -1;
-  for (int j = threadIdx.x; j < keep; j += THREADS) {
-    const int64_t t = key_token(key[j]);
-    const double score = race_score(key_prob(key[j]), P, t);
-    if (best_at < 0 || score > best || (score == best && t < best_at)) best = score, best_at = t;
-  }
-  return red.argmax<true>(best, best_at);
+  stamp(8);
+  if (j >= keep) score = -1.0, token = -1;
+  return red.argmax<true>(score, token);
 }
 
 // Top-k (cut_k) then top-p, and the draw, by threshold searches over the whole row: ties at a cut
@@ -479,6 +474,7 @@ __device__ int64_t draw_from_short_list(const Slice& s, const SamplerRow& P, int
 template <class Stamp>
 __device__ int64_t draw_the_long_way(const Slice& s, const SamplerRow& P, bool cut_k, double p_total, ClusterReducer& red,
                                      Scratch& scratch, const Stamp& stamp) {
+  stamp(4), stamp(5), stamp(6);
   float* w = s.w;
   if (cut_k) {
     const float vk = largest_threshold<false>(s, double(P.top_k), red);
@@ -487,7 +483,7 @@ __device__ int64_t draw_the_long_way(const Slice& s, const SamplerRow& P, bool c
       if (w[i] < vk) w[i] = 0.0f;
     keep_lowest_ties(s, vk, P.top_k - int64_t(above), red, scratch);
   }
-  stamp(4);
+  stamp(7);
   if (P.top_p < 1.0f) {
     const double total = !cut_k && p_total >= 0.0 ? p_total : count_candidates(s, 0.0f, true, red).above;
     const double target = static_cast<double>(P.top_p) * total;
@@ -502,7 +498,7 @@ __device__ int64_t draw_the_long_way(const Slice& s, const SamplerRow& P, bool c
       keep_lowest_ties(s, vp, keep, red, scratch);
     }
   }
-  stamp(5);
+  stamp(8);
   double best = -1.0;
   int64_t at = -1;
   for (int64_t i = threadIdx.x; i < s.n; i += THREADS) {
@@ -624,13 +620,15 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
         const float p = expf(w[i] - m);
         w[i] = p > 0.0f && p >= P.min_p ? p : 0.0f;
       }
-      const double n_cand = count_candidates(s, 0.0f, false, red).above;
       stamp(3);
-      const bool cut_k = P.top_k > 0 && P.top_k < n_cand;
+      // Top-k of at most SHORT_K: the short list, whose length also says whether there are more
+      // candidates than k (else nothing is cut, as the CPU's). Only a larger top-k counts them first.
+      const bool small_k = P.top_k > 0 && P.top_k <= SHORT_K;
+      const bool cut_k = small_k || (P.top_k > 0 && P.top_k < count_candidates(s, 0.0f, false, red).above);
       token = -1;
       double p_total = -1.0;
       int nucleus = 0;  // top-p alone: the candidates within NUCLEUS_FLOOR of the best
-      bool short_list = cut_k && P.top_k <= SHORT_K;
+      bool short_list = small_k;
       if (!cut_k && P.top_p < 1.0f) {
         // Top-p alone: the short list where the candidates within NUCLEUS_FLOOR of the best are few
         // enough and hold the mass (the cut then falls among them), with the total the cut needs.
@@ -645,11 +643,11 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
         short_list = t[1] <= SHORT_K && t[2] >= static_cast<double>(P.top_p) * p_total;
         nucleus = int(t[1]);
       }
-      if (short_list) token = draw_from_short_list(s, P, cut_k ? P.top_k : nucleus, cut_k, p_total, red, scratch, rank, stamp);
+      if (short_list) token = draw_from_short_list(s, P, small_k ? P.top_k : nucleus, small_k, p_total, red, scratch, rank, stamp);
       if (token < 0) token = draw_the_long_way(s, P, cut_k, p_total, red, scratch, stamp);
     }
   }
-  stamp(6);
+  stamp(9);
   if (rank == 0 && threadIdx.x == 0) {
     b.out_tokens[row] = static_cast<int32_t>(token);
     b.out_logprobs[row] = P.logprobs >= 0 ? raw[token] - log_z : 0.0f;
@@ -673,7 +671,7 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
     prev_value = raw[pick];
     prev_index = pick;
   }
-  stamp(7);
+  stamp(10);
   cluster.sync();  // no CTA leaves while another's stores into its inbox may be in flight
 }
 
