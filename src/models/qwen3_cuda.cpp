@@ -51,6 +51,29 @@ struct DeviceLayer {
   DeviceLinear gate, up, down;  // dense MLP layers
 };
 
+// Where each array of a step's metadata sits in its block, for a step of T tokens (the padded size
+// for a graph): fixed by T, so a graph's captured pointers hold for every replay of its size; the
+// block tables last, so a step copies only the rows of its sequences (and the padding row).
+class StepLayout {
+ public:
+  StepLayout(int64_t T, int64_t max_blocks_per_seq) : T_(size_t(T)), per_seq_(size_t(max_blocks_per_seq)) {}
+  int32_t* ids(uint8_t* b) const { return reinterpret_cast<int32_t*>(b); }
+  int32_t* positions(uint8_t* b) const { return ids(b) + T_; }
+  int32_t* token_seq(uint8_t* b) const { return positions(b) + T_; }
+  int32_t* rows(uint8_t* b) const { return token_seq(b) + T_; }  // (logits rows: at most T)
+  int32_t* decode_rows(uint8_t* b) const { return rows(b) + T_; }
+  int64_t* slots(uint8_t* b) const { return reinterpret_cast<int64_t*>(b + align16(5 * 4 * T_)); }
+  int4* items(uint8_t* b) const { return reinterpret_cast<int4*>(b + items_at()); }
+  int32_t* block_tables(uint8_t* b) const { return reinterpret_cast<int32_t*>(b + items_at() + 16 * T_); }
+  // The bytes up to the end of S sequences' block tables and the padding row.
+  size_t bytes(int64_t S) const { return items_at() + 16 * T_ + (size_t(S) + 1) * per_seq_ * 4; }
+
+ private:
+  static size_t align16(size_t n) { return (n + 15) / 16 * 16; }
+  size_t items_at() const { return align16(align16(5 * 4 * T_) + 8 * T_); }
+  size_t T_, per_seq_;
+};
+
 }  // namespace
 
 struct CudaModel::Impl {
@@ -89,14 +112,12 @@ struct CudaModel::Impl {
   // Decode steps of up to one_launch_max_rows rows run the one-launch decode attention (0: never).
   int64_t one_launch_max_rows = 0;
   bool step_one_launch = false;
-  // Pinned host copies of the step metadata, copied to the device asynchronously: two, as a step is
-  // staged while the one before it may still be waiting for its copies (overlapped scheduling).
-  struct HostStep {
-    cuda::PinnedArray<int32_t> ids, positions, token_seq, block_tables, rows, decode_rows;
-    cuda::PinnedArray<int64_t> slots;
-    cuda::PinnedArray<int4> items;
-  };
-  HostStep host_steps[2];
+  // The step metadata lives in one device block, laid out by the step's token count (StepLayout), so
+  // that a step uploads it in one copy from one of two pinned host blocks of the same layout: two, as
+  // a step is staged while the one before it may still be waiting for its copy (overlapped
+  // scheduling). A decode graph's pointers are its size's layout.
+  uint8_t* step_block = nullptr;
+  cuda::PinnedArray<uint8_t> host_steps[2];
   int host_parity = 0;
   // The tokens the last step drew, by logits row (the runner's sampler writes them): what the
   // pending ids of the next step's batch read (models::pending_token).
@@ -382,27 +403,11 @@ struct CudaModel::Impl {
       gemm.act_workspace_elements = static_cast<size_t>(T * max_in);
     }
     max_blocks_per_seq = (config.max_position_embeddings + options.block_size - 1) / options.block_size;
-    NIB_RETURN_IF_ERROR(a.alloc(ids, T, "token ids"));
-    NIB_RETURN_IF_ERROR(a.alloc(positions, T, "positions"));
-    NIB_RETURN_IF_ERROR(a.alloc(token_seq, T, "token sequences"));
-    NIB_RETURN_IF_ERROR(a.alloc(slots, T, "KV slots"));
-    NIB_RETURN_IF_ERROR(a.alloc(rows, R, "logits rows"));
-    NIB_RETURN_IF_ERROR(a.alloc(block_tables, (options.max_seqs + 1) * max_blocks_per_seq, "block tables"));
+    const size_t step_bytes = StepLayout(T, max_blocks_per_seq).bytes(options.max_seqs);
+    NIB_RETURN_IF_ERROR(a.alloc(step_block, step_bytes, "the step metadata"));
+    for (cuda::PinnedArray<uint8_t>& h : host_steps) NIB_RETURN_IF_ERROR(h.resize(step_bytes, "the step metadata"));
     NIB_RETURN_IF_ERROR(a.alloc(drawn, R, "drawn tokens"));
     NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemset(drawn, 0, static_cast<size_t>(R) * 4), "drawn tokens"));
-    NIB_RETURN_IF_ERROR(a.alloc(items, T, "attention items"));
-    NIB_RETURN_IF_ERROR(a.alloc(decode_rows, T, "decode rows"));
-    const size_t t = static_cast<size_t>(T), tables = static_cast<size_t>((options.max_seqs + 1) * max_blocks_per_seq);
-    for (HostStep& h : host_steps) {
-      const std::string what = "the step metadata";
-      using Int32s = std::pair<cuda::PinnedArray<int32_t>*, size_t>;
-      for (auto [array, n] : std::initializer_list<Int32s>{{&h.ids, t}, {&h.positions, t}, {&h.token_seq, t},
-                                                            {&h.decode_rows, t}, {&h.rows, static_cast<size_t>(R)},
-                                                            {&h.block_tables, tables}})
-        NIB_RETURN_IF_ERROR(array->resize(n, what));
-      NIB_RETURN_IF_ERROR(h.slots.resize(t, what));
-      NIB_RETURN_IF_ERROR(h.items.resize(t, what));
-    }
     // Split-KV steps have fewer than 528 / NKV tokens (cuda::attention_splits), at most 32 splits.
     const int64_t split_tokens = std::min<int64_t>(T, 528);
     NIB_RETURN_IF_ERROR(a.alloc(attention_ws, static_cast<size_t>(cuda::attention_workspace_floats(split_tokens, NH, D, 32)),
@@ -502,11 +507,15 @@ struct CudaModel::Impl {
   Status stage(const Batch& batch, int64_t T, int64_t n_rows, bool eager) {
     const int64_t S = static_cast<int64_t>(batch.sequences.size()), bs = options.block_size;
     host_parity ^= 1;
-    HostStep& host = host_steps[host_parity];
-    int32_t *h_ids = host.ids.data(), *h_positions = host.positions.data(), *h_token_seq = host.token_seq.data();
-    int32_t *h_block_tables = host.block_tables.data(), *h_rows = host.rows.data(), *h_decode_rows = host.decode_rows.data();
-    int64_t* h_slots = host.slots.data();
-    int4* h_items = host.items.data();
+    const StepLayout layout(T, max_blocks_per_seq);
+    uint8_t* host = host_steps[host_parity].data();
+    int32_t *h_ids = layout.ids(host), *h_positions = layout.positions(host), *h_token_seq = layout.token_seq(host);
+    int32_t *h_block_tables = layout.block_tables(host), *h_rows = layout.rows(host), *h_decode_rows = layout.decode_rows(host);
+    int64_t* h_slots = layout.slots(host);
+    int4* h_items = layout.items(host);
+    ids = layout.ids(step_block), positions = layout.positions(step_block), token_seq = layout.token_seq(step_block);
+    block_tables = layout.block_tables(step_block), rows = layout.rows(step_block), decode_rows = layout.decode_rows(step_block);
+    slots = layout.slots(step_block), items = layout.items(step_block);
     const int64_t G = config.num_attention_heads / config.num_key_value_heads;
     int64_t t = 0;
     step_max_keys = 0;
@@ -565,25 +574,15 @@ struct CudaModel::Impl {
     // Rows past the batch's own (graph padding) read their own token.
     const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
     for (int64_t r = 0; r < n_rows; ++r) h_rows[r] = r < R ? static_cast<int32_t>(batch.logits_rows[static_cast<size_t>(r)]) : static_cast<int32_t>(r);
-    auto put = [&](void* dst, const void* src, size_t bytes) {
-      return cuda::cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), "step metadata");
-    };
-    NIB_RETURN_IF_ERROR(put(ids, h_ids, T * 4));
-    NIB_RETURN_IF_ERROR(put(positions, h_positions, T * 4));
-    NIB_RETURN_IF_ERROR(put(token_seq, h_token_seq, T * 4));
-    NIB_RETURN_IF_ERROR(put(slots, h_slots, T * 8));
-    NIB_RETURN_IF_ERROR(put(block_tables, h_block_tables, (S + 1) * max_blocks_per_seq * 4));
-    if (step_items) NIB_RETURN_IF_ERROR(put(items, h_items, step_items * sizeof(int4)));
-    if (step_decode) NIB_RETURN_IF_ERROR(put(decode_rows, h_decode_rows, step_decode * 4));
-    return put(rows, h_rows, n_rows * 4);
+    return cuda::cuda_status(cudaMemcpyAsync(step_block, host, layout.bytes(S), cudaMemcpyHostToDevice, stream()), "step metadata");
   }
 
   Status check_batch(const Batch& batch) const {
     const int64_t T = static_cast<int64_t>(batch.token_ids.size());
     if (T < 1 || T > options.max_tokens)
       return Status::error("batch: " + std::to_string(T) + " tokens (this runner takes 1 to " + std::to_string(options.max_tokens) + ")");
-    if (static_cast<int64_t>(batch.logits_rows.size()) > options.max_rows)
-      return Status::error("batch: more than " + std::to_string(options.max_rows) + " rows want logits");
+    if (static_cast<int64_t>(batch.logits_rows.size()) > std::min(options.max_rows, T))
+      return Status::error("batch: more than " + std::to_string(std::min(options.max_rows, T)) + " rows want logits");
     if (static_cast<int64_t>(batch.sequences.size()) > options.max_seqs)
       return Status::error("batch: more than " + std::to_string(options.max_seqs) + " sequences");
     int64_t total = 0;
