@@ -86,8 +86,7 @@ class ClusterReducer {
   // shuffles for 16 values where a butterfly each takes 80 — a search round's 15 sums took ~5 µs
   // that way, shuffle-bound, H200). Then the warps' and the CTAs' sums, met by N threads and handed
   // to the others through shared memory.
-  // LOCAL: over this CTA's threads only (no shares sent; the CTAs may then diverge).
-  template <int N, bool MAX = false, bool LOCAL = false>
+  template <int N, bool MAX = false>
   __device__ void reduce(double (&v)[N]) {
     static_assert(N <= INBOX && N <= 16 && (!MAX || N <= 2));  // (the reduce-scatter pads with zeros: sums only)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -115,16 +114,13 @@ class ClusterReducer {
     if (int(threadIdx.x) < N) {
       double t = s_.part[0][threadIdx.x];
       for (int w = 1; w < WARPS; ++w) t = combine(t, s_.part[w][threadIdx.x]);
-      if constexpr (LOCAL) s_.result[threadIdx.x] = t;
-      else send(threadIdx.x, t);
+      send(threadIdx.x, t);
     }
-    if constexpr (!LOCAL) {
-      const double(*in)[INBOX] = receive(N);
-      if (int(threadIdx.x) < N) {
-        double t = in[0][threadIdx.x];
-        for (int r = 1; r < CLUSTER; ++r) t = combine(t, in[r][threadIdx.x]);
-        s_.result[threadIdx.x] = t;
-      }
+    const double(*in)[INBOX] = receive(N);
+    if (int(threadIdx.x) < N) {
+      double t = in[0][threadIdx.x];
+      for (int r = 1; r < CLUSTER; ++r) t = combine(t, in[r][threadIdx.x]);
+      s_.result[threadIdx.x] = t;
     }
     __syncthreads();
 #pragma unroll
@@ -187,17 +183,12 @@ class ClusterReducer {
     return index;
   }
 
-  // The sum of `cta_value` (the same in every thread of a CTA) over the CTAs of lower rank, and
-  // over all of them.
-  struct BeforeAndTotal {
-    double before, total;
-  };
-  __device__ BeforeAndTotal before_this_cta(double cta_value) {
+  // The sum of `cta_value` (the same in every thread of a CTA) over the CTAs of lower rank.
+  __device__ double before_this_cta(double cta_value) {
     if (threadIdx.x == 0) send(0, cta_value);
     const double(*in)[INBOX] = receive(1);
-    BeforeAndTotal t{0.0, 0.0};
-    for (int r = 0; r < CLUSTER; ++r) (r < int(rank_) ? t.before : t.total) += in[r][0];
-    t.total += t.before;
+    double t = 0.0;
+    for (int r = 0; r < int(rank_); ++r) t += in[r][0];
     return t;
   }
 
@@ -243,9 +234,8 @@ struct Slice {
 
 // The largest float v ≥ 0 (searched over its bits: order-preserving for v ≥ 0) for which `need` is
 // met by the candidates (w > 0) at or above v: their count (MASS false) or their summed
-// probability; 0 where it is met by no v > 0. PROBES thresholds a round. LOCAL: over this CTA's
-// slice alone.
-template <bool MASS, bool LOCAL = false>
+// probability; `need` is met at v = 0 (the callers' guarantee). PROBES thresholds a round.
+template <bool MASS>
 __device__ float largest_threshold(const Slice& s, double need, ClusterReducer& red) {
   uint32_t lo = 0, hi = 0x7f800000u;
   while (lo < hi) {
@@ -272,7 +262,7 @@ __device__ float largest_threshold(const Slice& s, double need, ClusterReducer& 
     double at_least[PROBES];
 #pragma unroll
     for (int j = 0; j < PROBES; ++j) at_least[j] = double(mine[j] + above_range);
-    red.reduce<PROBES, false, LOCAL>(at_least);
+    red.reduce<PROBES>(at_least);
     // Between the last probe that meets the need (monotone: the ones before it meet it too) and the
     // next one, which is larger (or hi). Unrolled selects: a probe indexed at run time would put the
     // array in local memory, read in every value's loop above (a round took ~14 µs, H200).
@@ -294,7 +284,7 @@ __device__ void keep_lowest_ties(const Slice& s, float v, int64_t keep, ClusterR
   for (int64_t i = first; i < last; ++i) mine += s.w[i] == v;
   int cta_total = 0;
   const int before_thread = block_exclusive_scan<THREADS>(mine, scratch.warp_sums, &cta_total);
-  int64_t rank = int64_t(red.before_this_cta(double(cta_total)).before) + before_thread;
+  int64_t rank = int64_t(red.before_this_cta(double(cta_total))) + before_thread;
   for (int64_t i = first; i < last; ++i)
     if (s.w[i] == v) s.w[i] = rank++ < keep ? v : 0.0f;
   __syncthreads();
