@@ -621,7 +621,7 @@ TEST(CudaOps, SamplerDrawsTheCpuSamplersTokens) {
       Row r;
       const int kind = i % 8;
       r.p.temperature = kind == 0 ? 0.0f : 0.3f + 0.2f * float(i % 5);
-      // top-k alone up to 300: the short list takes k ≤ 256, the threshold searches the rest.
+      // top-k alone up to 300: the short list takes k ≤ 64 (sampler.cu SHORT_K), the threshold searches the rest.
       if (kind == 2 || kind == 5) r.p.top_k = int32_t(1 + rng() % (kind == 2 ? 300 : 50));
       if (kind == 3 || kind == 5) r.p.top_p = 0.5f + 0.1f * float(i % 5);
       if (kind == 4) r.p.min_p = 0.05f;
