@@ -65,8 +65,9 @@ class StepLayout {
   int64_t* slots(uint8_t* b) const { return reinterpret_cast<int64_t*>(b + align16(5 * 4 * T_)); }
   int4* items(uint8_t* b) const { return reinterpret_cast<int4*>(b + items_at()); }
   int32_t* block_tables(uint8_t* b) const { return reinterpret_cast<int32_t*>(b + items_at() + 16 * T_); }
-  // The bytes up to the end of S sequences' block tables and the padding row.
-  size_t bytes(int64_t S) const { return items_at() + 16 * T_ + (size_t(S) + 1) * per_seq_ * 4; }
+  // The bytes up to the end of S sequences' block tables and the padding row, or up to the tables'
+  // start (a step whose attention does not read them).
+  size_t bytes(int64_t S, bool tables) const { return items_at() + 16 * T_ + (tables ? (size_t(S) + 1) * per_seq_ * 4 : 0); }
 
  private:
   static size_t align16(size_t n) { return (n + 15) / 16 * 16; }
@@ -403,7 +404,7 @@ struct CudaModel::Impl {
       gemm.act_workspace_elements = static_cast<size_t>(T * max_in);
     }
     max_blocks_per_seq = (config.max_position_embeddings + options.block_size - 1) / options.block_size;
-    const size_t step_bytes = StepLayout(T, max_blocks_per_seq).bytes(options.max_seqs);
+    const size_t step_bytes = StepLayout(T, max_blocks_per_seq).bytes(options.max_seqs, true);
     NIB_RETURN_IF_ERROR(a.alloc(step_block, step_bytes, "the step metadata"));
     for (cuda::PinnedArray<uint8_t>& h : host_steps) NIB_RETURN_IF_ERROR(h.resize(step_bytes, "the step metadata"));
     NIB_RETURN_IF_ERROR(a.alloc(drawn, R, "drawn tokens"));
@@ -556,10 +557,15 @@ struct CudaModel::Impl {
       if (decode_items)  // padding rows: the trash sequence S, one key at position 0
         for (; row < T; ++row) h_items[step_items++] = make_int4(static_cast<int>(S), static_cast<int>(row), 1, 0);
     }
+    // Only the native attention kernels and the one-launch decode attention read the block tables;
+    // FlashInfer reads the page indices its plan uploaded. A table row is max_position_embeddings /
+    // block_size entries (10 KB for Qwen3's 40,960 positions): 2.6 MB a 256-sequence step, copied
+    // ahead of the step's kernels, for nothing on FlashInfer's steps.
+    const bool tables_read = !flashinfer || step_one_launch;
     for (int64_t s = 0; s < S; ++s) {
       const BatchSequence& seq = batch.sequences[static_cast<size_t>(s)];
-      int32_t* table = h_block_tables + s * max_blocks_per_seq;
-      std::copy(seq.block_table.begin(), seq.block_table.end(), table);
+      const int32_t* table = seq.block_table.data();
+      if (tables_read) std::copy(seq.block_table.begin(), seq.block_table.end(), h_block_tables + s * max_blocks_per_seq);
       for (int64_t i = 0; i < seq.n_tokens; ++i, ++t) {
         const int64_t p = seq.start_position + i;
         step_max_keys = std::max(step_max_keys, p + 1);
@@ -569,12 +575,12 @@ struct CudaModel::Impl {
         h_slots[t] = int64_t{table[p / bs]} * bs + p % bs;
       }
     }
-    h_block_tables[S * max_blocks_per_seq] = trash_block;
+    if (tables_read) h_block_tables[S * max_blocks_per_seq] = trash_block;
     for (; t < T; ++t) h_ids[t] = 0, h_positions[t] = 0, h_token_seq[t] = static_cast<int32_t>(S), h_slots[t] = int64_t{trash_block} * bs;
     // Rows past the batch's own (graph padding) read their own token.
     const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
     for (int64_t r = 0; r < n_rows; ++r) h_rows[r] = r < R ? static_cast<int32_t>(batch.logits_rows[static_cast<size_t>(r)]) : static_cast<int32_t>(r);
-    return cuda::cuda_status(cudaMemcpyAsync(step_block, host, layout.bytes(S), cudaMemcpyHostToDevice, stream()), "step metadata");
+    return cuda::cuda_status(cudaMemcpyAsync(step_block, host, layout.bytes(S, tables_read), cudaMemcpyHostToDevice, stream()), "step metadata");
   }
 
   Status check_batch(const Batch& batch) const {
