@@ -455,10 +455,21 @@ TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
                          }).is_ok());
     dw.gate_up_input_scale = x_amax / 2688.0f, dw.down_input_scale = act_amax / 2688.0f;
   }
+  // The last trial routes on a router whose rows come in equal pairs (2j + 1 a copy of 2j): every logit
+  // ties with its pair's, so the choice's order on ties (the lower expert first, torch.topk's) is
+  // checked between the block's top-k by rank and the chain's by rounds.
+  std::vector<uint16_t> paired_rows(p.router);
+  for (size_t e = 1; e < size_t(c.experts); e += 2)
+    std::copy_n(p.router.begin() + (e - 1) * H, H, paired_rows.begin() + e * H);
+  test::DeviceBuffer<uint16_t> d_paired(paired_rows);
+  const uint16_t* const own_router = dw.router;
+  constexpr int TRIALS = 5;
   for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
     const bool w4a4 = mode != formats::ActQuant::NONE;
     const char* mode_name = formats::act_quant_name(mode);
-    for (int trial = 0; trial < 4; ++trial) {
+    for (int trial = 0; trial < TRIALS; ++trial) {
+      const bool ties = trial == TRIALS - 1;
+      dw.router = ties ? d_paired.get() : own_router;
       const std::vector<uint16_t> x_bits = random_x();
       std::vector<uint16_t> post_w(H), next_w(H);
       std::vector<float> residual(H), delta(H);
@@ -544,6 +555,9 @@ TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
         EXPECT_EQ(r.next_scale, d_want_scale.to_host()) << "its row scale, " << mode_name;
       }
       const Run &block = runs[0], &chain = runs[1];
+      if (ties)  // the pairs were chosen together, the lower expert first
+        for (size_t s = 0; s + 1 < k; s += 2)
+          EXPECT_TRUE(block.ids[s] % 2 == 0 && block.ids[s + 1] == block.ids[s] + 1) << "slot " << s << ", " << mode_name;
       EXPECT_EQ(block.ids, chain.ids) << mode_name << " trial " << trial;
       EXPECT_EQ(block.weights, chain.weights) << mode_name << " trial " << trial;
       EXPECT_EQ(block.h, chain.h) << "h of the input norm, " << mode_name << " trial " << trial;
@@ -568,6 +582,7 @@ TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
       compare(bf16_values(block.next), bf16_values(chain.next), 1e-2, 1e-3, "next norm");
     }
   }
+  dw.router = own_router;
   cublasDestroy(handle);
 }
 
