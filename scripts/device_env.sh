@@ -2,8 +2,12 @@
 # $OUT for logs, the carried libraries and the tokenizer data, and the full-size synthetic
 # Qwen3-30B-A3B checkpoint written once per machine (synth_qwen3_full).
 OUT=${OUT:-/tmp/nibble-device}
-# scripts/device_bundle.sh carries the binaries gzipped (they are 4x smaller so).
-if [ -f build-device/bins.tar.gz ] && [ ! -x build-device/nibble ]; then tar -C build-device -xzf build-device/bins.tar.gz; fi
+# scripts/device_bundle.sh carries the binaries xz-compressed (5x smaller); python's tarfile unpacks
+# them where tar has no xz.
+if [ -f build-device/bins.tar.xz ] && [ ! -x build-device/nibble ]; then
+  tar -C build-device -xJf build-device/bins.tar.xz 2>/dev/null ||
+    python3 -c "import tarfile; tarfile.open('build-device/bins.tar.xz').extractall('build-device')"
+fi
 mkdir -p "$OUT"
 export NIBBLE_DATA_DIR="$PWD/data"
 export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -115,56 +115,50 @@ __device__ __forceinline__ void warp_softmax_topk(const float* row, int experts,
   }
 }
 
-// Shared words block_softmax_topk needs for its keys.
+// Shared words block_softmax_topk needs for its keys: a row of ⌈experts / 32⌉ chunks of 32 for each of
+// as many warps.
 __host__ __device__ constexpr int block_topk_key_words(int experts) {
-  return (experts + 31) / 32 * ((experts + 3) / 4 * 4);
+  return (experts + 31) / 32 * ((experts + 31) / 32 * 32);
 }
 
 // warp_softmax_topk's choice, order and weights (the same bits) for one row, by rank instead of top_k
-// dependent rounds of warp reductions: each of warps 0 … ⌈experts / 32⌉ − 1 takes the same softmax,
-// writes the row's keys to its own row of `keys`, and its lane l counts the keys ahead of expert
-// e = 32w + l's — larger, or equal at a lower expert — one compare a key; rank r < top_k is slot r.
-// Every thread of a block of at least ⌈experts / 32⌉ warps calls it (one __syncthreads inside);
-// the caller synchronizes the block before reading ids and weights. keys: shared
-// [block_topk_key_words(experts)]; chosen: shared [top_k] scratch.
+// dependent rounds of warp reductions: each of warps 0 … G − 1 (G = ⌈experts / 32⌉) takes the same
+// softmax, writes the row's keys to its own row of `keys`, and its lane l counts the keys ahead of
+// expert e = 32w + l's — larger, or equal at a lower expert: ≥ in the chunks before e's, > in e's and
+// after it, plus its own chunk's equal keys at lower lanes by one match — with eight 16-byte loads in
+// flight a chunk and four counters; rank r < top_k is slot r. Every thread of a block of at least G
+// warps calls it (one __syncthreads inside); the caller synchronizes the block before reading ids and
+// weights. keys: shared [block_topk_key_words(experts)], 16-byte aligned; chosen: shared [top_k].
 template <bool SHARED = false>
 __device__ void block_softmax_topk(const float* row, int experts, int top_k, bool renormalize, const float* bias,
                                    float norm_min, int32_t* expert_ids, float* weights, unsigned* keys, float* chosen) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int stride = (experts + 3) / 4 * 4;  // a warp's row, in keys (16-byte loads; the padding's 0 counts never)
-  if (warp * 32 < experts) {
+  const int chunks = (experts + 31) / 32;
+  if (warp < chunks) {
     float p[ROUTER_MAX_PER_LANE];
     unsigned score[ROUTER_MAX_PER_LANE];
     warp_softmax_keys<SHARED>(row, experts, bias, p, score);
-    unsigned* mine = keys + warp * stride;
-#pragma unroll
-    for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i)
-      if (lane + 32 * i < stride) mine[lane + 32 * i] = score[i];
+    unsigned* mine = keys + warp * chunks * 32;
     float my_p = 0.0f;
+    unsigned key = 0;
 #pragma unroll
-    for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i)
-      if (i == warp) my_p = p[i];
-    __syncwarp();
-    const int e = warp * 32 + lane;
-    const unsigned key = mine[min(e, stride - 1)];
-    // Keys at j < e count when ≥ key (a real key is ≥ 1: only a NaN's is 0, so key − 1 does not wrap), at j ≥ e when
-    // > key: 32-key chunks wholly before or after e take one compare a key, e's own chunk two.
-    int rank = 0;
-    for (int c = 0; c * 32 < stride; ++c) {
-      const unsigned bar = c < warp ? key - 1 : key;
-#pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        const int j = c * 32 + 4 * q;
-        if (j >= stride) break;
-        const uint4 k4 = *reinterpret_cast<const uint4*>(mine + j);
-        if (c == warp) {
-          rank += (k4.x > key || (k4.x == key && j < e)) + (k4.y > key || (k4.y == key && j + 1 < e)) +
-                  (k4.z > key || (k4.z == key && j + 2 < e)) + (k4.w > key || (k4.w == key && j + 3 < e));
-        } else {
-          rank += (k4.x > bar) + (k4.y > bar) + (k4.z > bar) + (k4.w > bar);
-        }
-      }
+    for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i) {
+      if (i < chunks) mine[lane + 32 * i] = score[i];  // (0 past the row: it never counts)
+      if (i == warp) my_p = p[i], key = score[i];
     }
+    __syncwarp();
+    int counts[4] = {__popc(__match_any_sync(0xFFFFFFFFu, key) & ((1u << lane) - 1u)), 0, 0, 0};
+    for (int c = 0; c < chunks; ++c) {
+      const unsigned bar = c < warp ? key - 1 : key;  // a real key is ≥ 1 (only a NaN's is 0): no wrap
+      const uint4* chunk = reinterpret_cast<const uint4*>(mine + c * 32);
+      uint4 k4[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) k4[q] = chunk[q];
+#pragma unroll
+      for (int q = 0; q < 8; ++q)
+        counts[0] += k4[q].x > bar, counts[1] += k4[q].y > bar, counts[2] += k4[q].z > bar, counts[3] += k4[q].w > bar;
+    }
+    const int rank = counts[0] + counts[1] + counts[2] + counts[3], e = warp * 32 + lane;
     if (e < experts && rank < top_k) expert_ids[rank] = e, chosen[rank] = my_p;
   }
   __syncthreads();
