@@ -45,33 +45,26 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar, unsigned ctas, unsig
   __syncthreads();
 }
 
-// A 16-row tile of a k-wide NVFP4 weight in shared memory: code rows of k / 2 bytes and scale code rows
-// of k / 16, rows 0–7 at `codes` / `scales` and rows 8–15 `upper` rows further (8 where the tile is
-// alone; further where several tiles' rows lie together, as a run of gate_up tiles copied at once).
-struct TileView {
-  const uint8_t *codes, *scales;
-  int upper;
-};
-// Bytes of a 16-row tile as one run of codes (contiguous in global memory) then one of scale codes.
-__host__ __device__ constexpr int tile_bytes(int k) { return 16 * (k / 2 + k / 16); }
-__device__ __forceinline__ TileView whole_tile(const uint8_t* tile, int k) { return {tile, tile + 16 * (k / 2), 8}; }
-
-// The lane's code words and scale codes (load_scales<true>) of k-block b of a tile: rows g and g + 8.
-__device__ __forceinline__ void load_kblock(const TileView& tile, int k, int b, uint4 (&codes)[2], uint32_t (&scales)[2]) {
+// The lane's code words and scale codes (load_scales<true>) of k-block b of a 16-row tile in shared
+// memory (codes rows k / 2 bytes, then scale code rows k / 16 bytes): rows g and g + 8.
+__device__ __forceinline__ void load_kblock(const uint8_t* tile, int k, int b, uint4 (&codes)[2], uint32_t (&scales)[2]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int row = g + h * tile.upper;
-    codes[h] = *reinterpret_cast<const uint4*>(tile.codes + row * (k / 2) + b * 64 + 16 * c);
-    const uint2 v = *reinterpret_cast<const uint2*>(tile.scales + row * (k / 16) + b * 8);
+    codes[h] = *reinterpret_cast<const uint4*>(tile + (g + 8 * h) * (k / 2) + b * 64 + 16 * c);
+    const uint2 v = *reinterpret_cast<const uint2*>(tile + 16 * (k / 2) + (g + 8 * h) * (k / 16) + b * 8);
     scales[h] = __byte_perm(v.x, v.y, skinny::line_scale_selector(c));
   }
 }
 
+// Bytes of a 16-row tile of a k-wide NVFP4 weight as load_kblock reads it: the rows' codes (one
+// contiguous run in global memory), then their scale codes (another).
+__host__ __device__ constexpr int tile_bytes(int k) { return 16 * (k / 2 + k / 16); }
+
 // One warp's k-blocks [kb0, kb1) of a 16-row tile in shared memory against the x row (lanes of token
 // column 0; null elsewhere: zero columns), into acc. Two k-blocks a step into two sums: their loads
 // together, half the dependent mma chain.
-__device__ __forceinline__ void tile_mma(const TileView& tile, int k, const uint16_t* x_row, int kb0, int kb1,
+__device__ __forceinline__ void tile_mma(const uint8_t* tile, int k, const uint16_t* x_row, int kb0, int kb1,
                                          float (&acc)[1][4]) {
   const int c = threadIdx.x & 3;
   float acc2[1][4] = {};

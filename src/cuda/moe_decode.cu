@@ -213,35 +213,9 @@ __device__ void quantize_act_rows(const DecodeParams& p, float* rows, uint16_t* 
   __syncthreads();
 }
 
-// The CTA's gate_up m-tiles come in runs: the tiles of a run are one slot's (one expert's adjacent
-// rows), so each of its four parts (gate codes, up codes, gate scales, up scales) is one contiguous
-// copy, and the run signals landed[its first tile]. Runs start at tile 0, at tile FIRST_RUN_TILES (the
-// first tiles are computed while the rest arrive) and where the slot changes. In shared memory a
-// run of n tiles holds its 8n gate code rows, 8n up code rows, then the scale code rows alike.
-// (H200, one binary: ~8 copies a CTA instead of 24, tg128 +0.4%.)
-constexpr int FIRST_RUN_TILES = 2;
-struct GateRun {
-  int first, n;
-};
-__device__ __forceinline__ GateRun gate_run(int t, int t0, int my_tiles, int tiles_per_slot) {
-  const auto starts = [&](int u) {
-    return u == 0 || u == FIRST_RUN_TILES || (t0 + u) / tiles_per_slot != (t0 + u - 1) / tiles_per_slot;
-  };
-  GateRun run{t, 1};
-  while (!starts(run.first)) --run.first;
-  run.n = t + 1 - run.first;
-  while (run.first + run.n < my_tiles && !starts(run.first + run.n)) ++run.n;
-  return run;
-}
-__device__ __forceinline__ TileView gate_tile_view(const uint8_t* smem, const DecodeLayout& L, int H, int t, const GateRun& run) {
-  const uint8_t* region = smem + run.first * L.gate_tile;
-  const int i = t - run.first;
-  return {region + 8 * i * (H / 2), region + 16 * run.n * (H / 2) + 8 * i * (H / 16), 8 * run.n};
-}
-
-// The CTA's weights into shared memory by the copy engine, each gate_up run signalling landed[its
-// first tile] (the down tiles landed[MAX_GATE_TILES]) as its bytes arrive. Four copies a gate_up run,
-// two a down tile: warp 0's lanes hand out the gate_up copies, the last warp the down copies once a
+// The CTA's weights into shared memory by the copy engine, each tile signalling landed[t] (the down
+// tiles landed[MAX_GATE_TILES]) as its bytes arrive. A tile is a few contiguous runs (4 a gate_up
+// tile, 2 a down tile): warp 0's lanes hand out the gate_up runs, the last warp the down runs once a
 // third of the gate_up tiles have landed, so the gate_up bytes, needed first, come at full bandwidth
 // (H200, MoE block T = 1: tg128 452 → 457 tok/s against asking for the down runs right after them).
 // Copy-engine runs, not 16-byte cp.async chunks from every thread: those took 8.4 µs to issue the
@@ -252,32 +226,21 @@ __device__ __forceinline__ void copy_weights(const DecodeParams& p, const Decode
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (warp == 0) {
     if (lane == 0) {
-      for (int t = 0; t < my_tiles;) {
-        const GateRun run = gate_run(t, t0, my_tiles, tiles_per_slot);
-        barrier_arrive_expect_tx(&landed[t], uint32_t(run.n * L.gate_tile));
-        t += run.n;
-      }
+      for (int t = 0; t < my_tiles; ++t) barrier_arrive_expect_tx(&landed[t], uint32_t(L.gate_tile));
       barrier_arrive_expect_tx(&landed[MAX_GATE_TILES], uint32_t(K * L.down_tile));
     }
-    // Lane r: run r / 4's part r % 4 (gate codes, up codes, gate scales, up scales).
-    GateRun run{0, 0};
-    for (int i = 0; i <= lane / 4 && run.first + run.n < my_tiles; ++i)
-      run = gate_run(run.first + run.n, t0, my_tiles, tiles_per_slot);
-    int runs = 0;
-    for (int t = 0; t < my_tiles; ++runs) t += gate_run(t, t0, my_tiles, tiles_per_slot).n;
-    if (lane < 4 * runs) {
-      const int part = lane & 3, j = t0 + run.first, s = j / tiles_per_slot;
+    for (int r = lane; r < 4 * my_tiles; r += 32) {  // tile r / 4: gate codes, up codes, gate scales, up scales
+      const int t = r >> 2, run = r & 3, j = t0 + t, s = j / tiles_per_slot;
       const size_t row0 = size_t(ids[s]) * I + (j - s * tiles_per_slot) * 8;
-      uint8_t* region = smem + run.first * L.gate_tile;
-      const bool up = part & 1, scales = part >= 2;
+      uint8_t* tile = smem + t * L.gate_tile;
+      const bool up = run & 1, scales = run >= 2;
       const uint8_t* src = scales ? (up ? p.up_scales : p.gate_scales) + row0 * (H / 16)
                                   : (up ? p.up_codes : p.gate_codes) + row0 * (H / 2);
-      const int rows = 8 * run.n;
-      uint8_t* dst = scales ? region + 2 * rows * (H / 2) + (up ? rows * (H / 16) : 0) : region + (up ? rows * (H / 2) : 0);
-      bulk_copy_to_shared(dst, src, uint32_t(scales ? rows * (H / 16) : rows * (H / 2)), &landed[run.first]);
+      uint8_t* dst = scales ? tile + 16 * (H / 2) + (up ? 8 * (H / 16) : 0) : tile + (up ? 8 * (H / 2) : 0);
+      bulk_copy_to_shared(dst, src, uint32_t(scales ? 8 * (H / 16) : 8 * (H / 2)), &landed[t]);
     }
   } else if (warp == WARPS - 1) {
-    if (my_tiles > 0) barrier_wait(&landed[gate_run(my_tiles / 3, t0, my_tiles, tiles_per_slot).first], 0);
+    if (my_tiles > 0) barrier_wait(&landed[my_tiles / 3], 0);
     for (int r = lane; r < 2 * K; r += 32) {  // slot r / 2: its 16 rows' codes, then their scales
       const int s = r >> 1;
       const bool scales = r & 1;
@@ -391,9 +354,9 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   if (threadIdx.x == 0) grid_wait(p.barrier, generation);
   __syncthreads();
   stamp(p, 3);
-  // The top-k by rank rather than warp 0's top_k rounds of warp reductions (H200, one binary: tg128 +0.5%;
-  // the phase itself reads the same, ~2.3 µs, most of it the logits' load and the softmax); its keys in
-  // the k-split sums' words, which gate_up uses only after the barrier below.
+  // The top-k by rank rather than warp 0's top_k rounds of warp reductions (H200: the phase 2.37 → 2.19
+  // µs; most of it is the logits' load and the softmax); its keys in the k-split sums' words, which
+  // gate_up uses only after the barrier below.
   block_softmax_topk<false>(p.logits, E, K, p.renormalize, p.score_bias, p.norm_min, ids, route_w,
                             reinterpret_cast<unsigned*>(smem + L.sums_off), chosen_p);
   __syncthreads();
@@ -419,10 +382,8 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
       const bool active = warp < groups * split && t < my_tiles;
       float acc[1][4] = {};
       if (active) {
-        const GateRun run = gate_run(t, t0, my_tiles, tiles_per_slot);
-        barrier_wait(&landed[run.first], 0);
-        tile_mma(gate_tile_view(smem, L, H, t, run), H, g == 0 ? x_stage : nullptr, part * kb_per,
-                 min(kb_total, (part + 1) * kb_per), acc);
+        barrier_wait(&landed[t], 0);
+        tile_mma(smem + t * L.gate_tile, H, g == 0 ? x_stage : nullptr, part * kb_per, min(kb_total, (part + 1) * kb_per), acc);
       }
       sum_split(acc, split, active, split_sums);
       if (active && part == 0 && c == 0) {  // token column 0: acc[0] gate, acc[2] up of feature m0 + g
@@ -493,7 +454,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
       if (j >= nkb) break;
       uint4 codes[2];
       uint32_t scales[2];
-      load_kblock(whole_tile(tile, I), I, kb0 + j, codes, scales);
+      load_kblock(tile, I, kb0 + j, codes, scales);
       skinny::decode_kblock<true>(codes, scales, a[j]);
     }
   }
