@@ -47,9 +47,6 @@ constexpr int STATIC_SMEM = 2048;
 // Shared memory: each weight tile as it lies in global memory, rows dense (so a tile is a few
 // contiguous runs for the copy engine). A gate_up m-tile of 8 features: codes of its 8 gate rows then
 // its 8 up rows, then their scale codes likewise; a down tile: codes then scale codes of 16 rows.
-static_assert(block_topk_key_words(32 * ROUTER_MAX_PER_LANE) <= WARPS * 4 * 32 && ROUTER_MAX_PER_LANE <= WARPS,
-              "the top-k's keys fit the k-split sums' words, and its warps the CTA");
-
 struct DecodeLayout {
   int gate_tile, down_tile;                      // bytes
   int down_off, act_off, sums_off, x_off, bytes;  // gate_up tiles at 0; act: the SwiGLU rows; sums: k-split sums
@@ -260,7 +257,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ float partial[WARPS];
   __shared__ int32_t ids[MAX_TOP_K];
-  __shared__ float route_w[MAX_TOP_K], chosen_p[MAX_TOP_K];
+  __shared__ float route_w[MAX_TOP_K];
   __shared__ float ys[MAX_TOP_K][FEATURES];
   __shared__ uint64_t landed[MAX_GATE_TILES + 1];  // each gate_up tile's weights, then all the down tiles'
   __shared__ float x_scale, act_scale[MAX_TOP_K], act_global[MAX_TOP_K];  // W4A4: x̂'s row scale, each down input's
@@ -354,11 +351,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   if (threadIdx.x == 0) grid_wait(p.barrier, generation);
   __syncthreads();
   stamp(p, 3);
-  // The top-k by rank rather than warp 0's top_k rounds of warp reductions (H200: the phase 2.37 → 2.19
-  // µs; most of it is the logits' load and the softmax); its keys in the k-split sums' words, which
-  // gate_up uses only after the barrier below.
-  block_softmax_topk<false>(p.logits, E, K, p.renormalize, p.score_bias, p.norm_min, ids, route_w,
-                            reinterpret_cast<unsigned*>(smem + L.sums_off), chosen_p);
+  if (warp == 0) warp_softmax_topk<false>(p.logits, E, K, p.renormalize, p.score_bias, p.norm_min, ids, route_w);
   __syncthreads();
   stamp(p, 4);
   if (cta == 0 && int(threadIdx.x) < K) p.expert_ids[threadIdx.x] = ids[threadIdx.x], p.route_weights[threadIdx.x] = route_w[threadIdx.x];

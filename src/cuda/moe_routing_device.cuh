@@ -44,14 +44,20 @@ __device__ __forceinline__ unsigned sortable_key(float x) {
 }
 __device__ __forceinline__ float from_sortable_key(unsigned k) { return __uint_as_float(k & 0x80000000u ? k & 0x7FFFFFFFu : ~k); }
 
-// One warp: softmax over row[0, experts) (fp32) into lane's p[i] (expert lane + 32i) and its key
-// (sortable_key of the score: the probability plus bias[e] when a bias is given — ERNIE: it chooses,
-// the probabilities weigh; 0 past the row). A global `row` may be written by other CTAs of the same
-// grid: it is read through L2 (ld.global.cg); SHARED: `row` is in shared memory.
-template <bool SHARED>
-__device__ __forceinline__ void warp_softmax_keys(const float* row, int experts, const float* bias,
-                                                  float (&p)[ROUTER_MAX_PER_LANE], unsigned (&score)[ROUTER_MAX_PER_LANE]) {
+// One warp: softmax over row[0, experts) (fp32), top-k by k rounds of a warp arg-max on
+// (score, −expert) so ties pick the lower expert (torch.topk), where the score is the probability
+// plus bias[e] when a bias is given (ERNIE: it chooses, the probabilities weigh), renormalized over
+// the k by max(sum, norm_min) when asked. Lane j < top_k writes slot j. A global `row` may be written
+// by other CTAs of the same grid: it is read through L2 (ld.global.cg); SHARED: `row` is in shared memory.
+// A round: each lane's best key, the warp's maximum key and the lowest expert holding it by two
+// redux.sync (the five dependent shuffle steps of a (score, expert) arg-max took ~3 µs for top-8 of
+// 128 in the one-launch MoE block, H200), the winner's probability by one shuffle.
+template <bool SHARED = false>
+__device__ __forceinline__ void warp_softmax_topk(const float* row, int experts, int top_k, bool renormalize,
+                                                  const float* bias, float norm_min, int32_t* expert_ids,
+                                                  float* weights) {
   const int lane = threadIdx.x & 31;
+  float p[ROUTER_MAX_PER_LANE];
   float m = -FLT_MAX;
 #pragma unroll
   for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i) {
@@ -68,28 +74,13 @@ __device__ __forceinline__ void warp_softmax_keys(const float* row, int experts,
     sum += p[i];
   }
   for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
+  unsigned score[ROUTER_MAX_PER_LANE];  // keys; 0 for an expert taken or past the row
 #pragma unroll
   for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i) {
     const int e = lane + 32 * i;
     p[i] = e < experts ? p[i] / sum : 0.0f;
     score[i] = e < experts ? sortable_key(bias ? p[i] + bias[e] : p[i]) : 0u;
   }
-}
-
-// One warp: the softmax (warp_softmax_keys), then top-k by k rounds of a warp arg-max on
-// (score, −expert) so ties pick the lower expert (torch.topk), renormalized over the k by
-// max(sum, norm_min) when asked. Lane j < top_k writes slot j.
-// A round: each lane's best key, the warp's maximum key and the lowest expert holding it by two
-// redux.sync (the five dependent shuffle steps of a (score, expert) arg-max took ~3 µs for top-8 of
-// 128 in the one-launch MoE block, H200), the winner's probability by one shuffle.
-template <bool SHARED = false>
-__device__ __forceinline__ void warp_softmax_topk(const float* row, int experts, int top_k, bool renormalize,
-                                                  const float* bias, float norm_min, int32_t* expert_ids,
-                                                  float* weights) {
-  const int lane = threadIdx.x & 31;
-  float p[ROUTER_MAX_PER_LANE];
-  unsigned score[ROUTER_MAX_PER_LANE];  // keys; 0 for an expert taken or past the row
-  warp_softmax_keys<SHARED>(row, experts, bias, p, score);
 
   float chosen_sum = 0.0f, chosen_p = 0.0f;
   int chosen_e = 0;
@@ -112,61 +103,6 @@ __device__ __forceinline__ void warp_softmax_topk(const float* row, int experts,
   if (lane < top_k) {
     expert_ids[lane] = chosen_e;
     weights[lane] = renormalize ? chosen_p / fmaxf(chosen_sum, norm_min) : chosen_p;
-  }
-}
-
-// Shared words block_softmax_topk needs for its keys: a row of ⌈experts / 32⌉ chunks of 32 for each of
-// as many warps.
-__host__ __device__ constexpr int block_topk_key_words(int experts) {
-  return (experts + 31) / 32 * ((experts + 31) / 32 * 32);
-}
-
-// warp_softmax_topk's choice, order and weights (the same bits) for one row, by rank instead of top_k
-// dependent rounds of warp reductions: each of warps 0 … G − 1 (G = ⌈experts / 32⌉) takes the same
-// softmax, writes the row's keys to its own row of `keys`, and its lane l counts the keys ahead of
-// expert e = 32w + l's — larger, or equal at a lower expert: ≥ in the chunks before e's, > in e's and
-// after it, plus its own chunk's equal keys at lower lanes by one match — with eight 16-byte loads in
-// flight a chunk and four counters; rank r < top_k is slot r. Every thread of a block of at least G
-// warps calls it (one __syncthreads inside); the caller synchronizes the block before reading ids and
-// weights. keys: shared [block_topk_key_words(experts)], 16-byte aligned; chosen: shared [top_k].
-template <bool SHARED = false>
-__device__ void block_softmax_topk(const float* row, int experts, int top_k, bool renormalize, const float* bias,
-                                   float norm_min, int32_t* expert_ids, float* weights, unsigned* keys, float* chosen) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int chunks = (experts + 31) / 32;
-  if (warp < chunks) {
-    float p[ROUTER_MAX_PER_LANE];
-    unsigned score[ROUTER_MAX_PER_LANE];
-    warp_softmax_keys<SHARED>(row, experts, bias, p, score);
-    unsigned* mine = keys + warp * chunks * 32;
-    float my_p = 0.0f;
-    unsigned key = 0;
-#pragma unroll
-    for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i) {
-      if (i < chunks) mine[lane + 32 * i] = score[i];  // (0 past the row: it never counts)
-      if (i == warp) my_p = p[i], key = score[i];
-    }
-    __syncwarp();
-    int counts[4] = {__popc(__match_any_sync(0xFFFFFFFFu, key) & ((1u << lane) - 1u)), 0, 0, 0};
-    for (int c = 0; c < chunks; ++c) {
-      const unsigned bar = c < warp ? key - 1 : key;  // a real key is ≥ 1 (only a NaN's is 0): no wrap
-      const uint4* chunk = reinterpret_cast<const uint4*>(mine + c * 32);
-      uint4 k4[8];
-#pragma unroll
-      for (int q = 0; q < 8; ++q) k4[q] = chunk[q];
-#pragma unroll
-      for (int q = 0; q < 8; ++q)
-        counts[0] += k4[q].x > bar, counts[1] += k4[q].y > bar, counts[2] += k4[q].z > bar, counts[3] += k4[q].w > bar;
-    }
-    const int rank = counts[0] + counts[1] + counts[2] + counts[3], e = warp * 32 + lane;
-    if (e < experts && rank < top_k) expert_ids[rank] = e, chosen[rank] = my_p;
-  }
-  __syncthreads();
-  if (int(threadIdx.x) < top_k) {  // the warp form's sum: slot order from zero
-    float chosen_sum = 0.0f;
-    for (int k = 0; k < top_k; ++k) chosen_sum += chosen[k];
-    const float mine = chosen[threadIdx.x];
-    weights[threadIdx.x] = renormalize ? mine / fmaxf(chosen_sum, norm_min) : mine;
   }
 }
 
