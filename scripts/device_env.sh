@@ -13,6 +13,9 @@ export NIBBLE_DATA_DIR="$PWD/data"
 export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 SYNTH_DIR=${SYNTH_DIR:-/tmp/qwen3-30b-a3b-synth}
 
+# build-base/'s binaries (scripts/build_baseline.sh carries them gzipped), unpacked once.
+unpack_baseline() { [ -e build-base/nibble ] || tar -C build-base -xzf build-base/bins.tar.gz; }
+
 synth_qwen3_full() {
   [ -f "$SYNTH_DIR/config.json" ] ||
     build-device/nibble synth --preset qwen3-30b-a3b --out "$SYNTH_DIR" --seed 0 > "$OUT/synth.log" 2>&1

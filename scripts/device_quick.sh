@@ -44,7 +44,7 @@ latency_summary() {
        $2 == "mix" {printf "%s/%s=%sms ", $1, $3, $6}' "$1"
 }
 if [ "${BASELINE:-0}" = 1 ]; then
-  [ -e build-base/nibble ] || tar -C build-base -xzf build-base/bins.tar.gz
+  unpack_baseline
   for r in $(seq "${ROUNDS:-2}"); do
     for b in build-device/nibble build-base/nibble-*; do
       tag=$(basename "$(dirname "$b")")_$(basename "$b")_$r

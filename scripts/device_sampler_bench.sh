@@ -14,7 +14,7 @@ for t in $TESTS; do timeout 300 "build-device/tests/test_cuda_$t" > "$OUT/test_$
 wait
 binaries=(build-device/nibble)
 if [ -d build-base ]; then
-  [ -e build-base/nibble ] || tar -C build-base -xzf build-base/bins.tar.gz
+  unpack_baseline
   binaries+=(build-base/nibble-*)
 fi
 results=()

@@ -68,6 +68,25 @@ __device__ __forceinline__ uint32_t rank_address(uint32_t shared_address, uint32
   return remote;
 }
 
+// A 64-bit word into shared address `slot` of every CTA of the cluster, counting its bytes on that
+// CTA's mbarrier at `full` (st.async).
+__device__ __forceinline__ void store_in_every_cta(uint32_t slot, uint64_t value, uint32_t full) {
+  for (uint32_t q = 0; q < CLUSTER; ++q)
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\n" ::"r"(rank_address(slot, q)),
+                 "l"(value), "r"(rank_address(full, q))
+                 : "memory");
+}
+
+// Waits for the phase `phase` of this CTA's mbarrier at `full`, with acquire at cluster scope (what it
+// counted was written by other CTAs; in SASS an L1 invalidation).
+__device__ __forceinline__ void wait_cluster_stores(uint32_t full, uint32_t phase) {
+  for (uint32_t done = 0; !done;)
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(full), "r"(phase)
+                 : "memory");
+}
+
 // Reductions over every thread of the row's cluster; every thread of every CTA calls each one, and
 // every thread gets the result. Order: a fixed tree within each warp, the warps in order, the CTAs in
 // rank order — the same result in every CTA and every run. A CTA's share goes into every CTA's inbox
@@ -196,11 +215,8 @@ class ClusterReducer {
   // Word `word` of this CTA's share of the current reduction, into every CTA's inbox.
   __device__ void send(int word, double value) {
     const int box = count_ & 1;
-    const uint32_t slot = smem_address(&s_.inbox[box][rank_][word]), full = smem_address(&s_.inbox_full[box]);
-    for (uint32_t q = 0; q < CLUSTER; ++q)
-      asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\n" ::"r"(rank_address(slot, q)),
-                   "l"(__double_as_longlong(value)), "r"(rank_address(full, q))
-                   : "memory");
+    store_in_every_cta(smem_address(&s_.inbox[box][rank_][word]), uint64_t(__double_as_longlong(value)),
+                       smem_address(&s_.inbox_full[box]));
   }
   // Waits until every CTA's `words` have arrived (thread 0 expects their bytes); the inbox by rank.
   __device__ const double (*receive(int words))[INBOX] {
@@ -208,15 +224,8 @@ class ClusterReducer {
     const uint32_t phase = (count_ >> 1) & 1;
     ++count_;
     if (threadIdx.x == 0) barrier_arrive_expect_tx(&s_.inbox_full[box], uint32_t(CLUSTER * words * sizeof(double)));
-    // One warp waits, with acquire at cluster scope (the shares were written by other CTAs; in SASS an
-    // L1 invalidation), and the CTA barrier passes it on to the others.
-    const uint32_t full = smem_address(&s_.inbox_full[box]);
-    if (threadIdx.x < 32)
-      for (uint32_t done = 0; !done;)
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(full), "r"(phase)
-                     : "memory");
+    // One warp waits, and the CTA barrier passes it on to the others.
+    if (threadIdx.x < 32) wait_cluster_stores(smem_address(&s_.inbox_full[box]), phase);
     __syncthreads();
     return s_.inbox[box];
   }
@@ -403,19 +412,10 @@ __device__ int64_t draw_from_short_list(const Slice& s, const SamplerRow& P, int
   }
   __syncthreads();
   stamp(6);
-  for (int j = threadIdx.x; j < k; j += THREADS) {  // this CTA's list into every CTA's row `rank`
-    const uint32_t slot = lists + uint32_t((rank * SHORT_K + j) * sizeof(uint64_t));
-    for (uint32_t q = 0; q < CLUSTER; ++q)
-      asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\n" ::"r"(rank_address(slot, q)),
-                   "l"(scratch.short_keys[j]), "r"(rank_address(full, q))
-                   : "memory");
-  }
+  for (int j = threadIdx.x; j < k; j += THREADS)  // this CTA's list into every CTA's row `rank`
+    store_in_every_cta(lists + uint32_t((rank * SHORT_K + j) * sizeof(uint64_t)), scratch.short_keys[j], full);
   if (warp == 0) {
-    for (uint32_t done = 0; !done;)
-      asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
-                   : "=r"(done)
-                   : "r"(full)
-                   : "memory");
+    wait_cluster_stores(full, 0);
     merge_sorted_lists(&scratch.cta_keys[0][0], SHORT_K, CLUSTER, k, scratch.row_keys);
   }
   __syncthreads();
