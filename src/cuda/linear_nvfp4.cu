@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "core/env.h"
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_fragments.cuh"
 #include "cuda/nvfp4_wgmma.cuh"
@@ -187,13 +188,15 @@ const char* gemm_backend_name(GemmBackend backend) {
     case GemmBackend::DEQUANT_CUBLAS: return "dequant-cublas";
     case GemmBackend::SKINNY: return "skinny";
     case GemmBackend::WGMMA: return "wgmma";
+    case GemmBackend::SKINNY_SPLIT: return "skinny-split";
     case GemmBackend::AUTO: break;
   }
   return "auto";
 }
 
 std::optional<GemmBackend> parse_gemm_backend(std::string_view name) {
-  for (GemmBackend b : {GemmBackend::AUTO, GemmBackend::FUSED, GemmBackend::DEQUANT_CUBLAS, GemmBackend::SKINNY, GemmBackend::WGMMA})
+  for (GemmBackend b : {GemmBackend::AUTO, GemmBackend::FUSED, GemmBackend::DEQUANT_CUBLAS, GemmBackend::SKINNY, GemmBackend::WGMMA,
+                        GemmBackend::SKINNY_SPLIT})
     if (name == gemm_backend_name(b)) return b;
   return std::nullopt;
 }
@@ -201,15 +204,32 @@ std::optional<GemmBackend> parse_gemm_backend(std::string_view name) {
 // The fused GEMV unrolls at most 8 steps of CODES_PER_STEP codes over k (launch_gemv_for_k).
 bool fused_supported(int64_t in_features) { return in_features <= 8 * CODES_PER_STEP; }
 
+// AUTO's choice, with or without the split kernel.
+static GemmBackend auto_backend(int64_t M, int64_t K, bool split) {
+  static const int64_t split_min = env_int("NIBBLE_SKINNY_SPLIT_MIN_M", AUTO_SKINNY_SPLIT_MIN_M);
+  static const int64_t split_max = std::min(env_int("NIBBLE_SKINNY_SPLIT_MAX_M", SKINNY_SPLIT_MAX_M), SKINNY_SPLIT_MAX_M);
+  if (split && M >= split_min && M <= split_max && skinny_linear_supported(K)) return GemmBackend::SKINNY_SPLIT;
+  if (M <= AUTO_SKINNY_MAX_M && skinny_linear_supported(K)) return GemmBackend::SKINNY;
+  return M <= AUTO_FUSED_MAX_M && fused_supported(K) ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;
+}
+
 GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K) {
   // A kernel that cannot take this K falls back to AUTO's choice (e.g. the fused GEMV on ERNIE-4.5's
   // dense down_proj, K = 12,288: skinny).
   if ((backend == GemmBackend::SKINNY && !skinny_linear_supported(K)) || (backend == GemmBackend::FUSED && !fused_supported(K)) ||
-      (backend == GemmBackend::WGMMA && !wgmma_supported(1, K)))
+      (backend == GemmBackend::WGMMA && !wgmma_supported(1, K)) ||
+      (backend == GemmBackend::SKINNY_SPLIT && (!skinny_linear_supported(K) || M > SKINNY_SPLIT_MAX_M)))
     backend = GemmBackend::AUTO;
-  if (backend != GemmBackend::AUTO) return backend;
-  if (M <= AUTO_SKINNY_MAX_M && skinny_linear_supported(K)) return GemmBackend::SKINNY;
-  return M <= AUTO_FUSED_MAX_M && fused_supported(K) ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;
+  return backend == GemmBackend::AUTO ? auto_backend(M, K, true) : backend;
+}
+
+// resolve_gemm_backend, and AUTO's choice without the split kernel where ctx's workspace cannot hold
+// this launch's partial sums.
+static GemmBackend backend_for(GemmBackend backend, int64_t M, const DeviceNvfp4Weight* const* weights, int count,
+                               const GemmContext& ctx) {
+  const GemmBackend b = resolve_gemm_backend(backend, M, weights[0]->cols);
+  if (b != GemmBackend::SKINNY_SPLIT || skinny_split_fits(M, weights, count, ctx.split)) return b;
+  return auto_backend(M, weights[0]->cols, false);
 }
 
 Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStream_t stream, bool line_order) {
@@ -226,12 +246,11 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
   NIB_RETURN_IF_ERROR(check_weight(w));
   if (M <= 0 || M > INT32_MAX) return Status::error("linear_nvfp4: M must be in [1, 2^31)");
   if (!x || !y) return Status::error("linear_nvfp4: null activation or output");
-  backend = resolve_gemm_backend(backend, M, w.cols);
-  if (backend == GemmBackend::SKINNY) {
-    const DeviceNvfp4Weight* weights[1] = {&w};
-    float* outputs[1] = {y};
-    return skinny_linear(x, M, weights, outputs, 1, row_scales, ctx.stream);
-  }
+  const DeviceNvfp4Weight* weights[1] = {&w};
+  float* outputs[1] = {y};
+  backend = backend_for(backend, M, weights, 1, ctx);
+  if (backend == GemmBackend::SKINNY) return skinny_linear(x, M, weights, outputs, 1, row_scales, ctx.stream);
+  if (backend == GemmBackend::SKINNY_SPLIT) return skinny_linear_split(x, M, weights, outputs, 1, row_scales, ctx.split, ctx.stream);
   if (backend == GemmBackend::WGMMA) return wgmma_linear(x, M, w, y, row_scales, ctx.stream);
   const int K = int(w.cols), N = int(w.rows);
   if (backend == GemmBackend::FUSED) {
@@ -291,7 +310,8 @@ Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, fo
   if (mode == formats::ActQuant::PER_TOKEN) {
     // cuBLAS cannot scale rows in its epilogue: hand the scales to the consumer instead of a pass over y
     // (a prefill's o projection: 14.5 µs a layer at 2,048 tokens on the H200).
-    const bool defer = deferred_row_scales && resolve_gemm_backend(backend, M, w.cols) == GemmBackend::DEQUANT_CUBLAS;
+    const DeviceNvfp4Weight* weights[1] = {&w};
+    const bool defer = deferred_row_scales && backend_for(backend, M, weights, 1, ctx) == GemmBackend::DEQUANT_CUBLAS;
     if (defer) *deferred_row_scales = ctx.row_scales;
     return linear_nvfp4_w4a16(ctx.act_workspace, M, w, y, backend, ctx, defer ? nullptr : ctx.row_scales);
   }
@@ -304,15 +324,22 @@ Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, fo
 Status linear_nvfp4_shared_input(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights,
                                  float* const* outputs, int count, formats::ActQuant mode, float input_scale,
                                  GemmBackend backend, const GemmContext& ctx, bool x_quantized) {
-  const bool one_launch = count > 1 && count <= 3 && resolve_gemm_backend(backend, M, weights[0]->cols) == GemmBackend::SKINNY &&
-                          std::all_of(weights, weights + count, [&](const DeviceNvfp4Weight* w) { return w->cols == weights[0]->cols; });
+  const bool same_k =
+      count > 1 && count <= 3 && std::all_of(weights, weights + count, [&](const DeviceNvfp4Weight* w) { return w->cols == weights[0]->cols; });
+  const GemmBackend chosen = same_k ? backend_for(backend, M, weights, count, ctx) : backend;
+  const bool one_launch = same_k && (chosen == GemmBackend::SKINNY || chosen == GemmBackend::SKINNY_SPLIT);
+  // One launch for all: the split kernel or the per-tile one.
+  auto skinny = [&](const uint16_t* in, const float* row_scales) {
+    return chosen == GemmBackend::SKINNY_SPLIT ? skinny_linear_split(in, M, weights, outputs, count, row_scales, ctx.split, ctx.stream)
+                                               : skinny_linear(in, M, weights, outputs, count, row_scales, ctx.stream);
+  };
   if (!one_launch) {
     for (int i = 0; i < count; ++i)
       NIB_RETURN_IF_ERROR(linear_nvfp4(x, M, *weights[i], mode, input_scale, outputs[i], backend, ctx, x_quantized));
     return Status::ok();
   }
   for (int i = 0; i < count; ++i) NIB_RETURN_IF_ERROR(check_weight(*weights[i]));
-  if (mode == formats::ActQuant::NONE) return skinny_linear(x, M, weights, outputs, count, nullptr, ctx.stream);
+  if (mode == formats::ActQuant::NONE) return skinny(x, nullptr);
   if (mode == formats::ActQuant::STATIC && !(input_scale > 0.0f))
     return Status::error("linear_nvfp4 (static): input_scale must be > 0");
   if (!ctx.act_workspace || !ctx.row_scales || ctx.act_workspace_elements < size_t(M * weights[0]->cols))
@@ -326,7 +353,7 @@ Status linear_nvfp4_shared_input(const uint16_t* x, int64_t M, const DeviceNvfp4
     NIB_RETURN_IF_ERROR(quantize_dequantize_activation_bf16(x, M, weights[0]->cols,
                                                             mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
                                                             ctx.act_workspace, ctx.row_scales, ctx.stream));
-  return skinny_linear(ctx.act_workspace, M, weights, outputs, count, ctx.row_scales, ctx.stream);
+  return skinny(ctx.act_workspace, ctx.row_scales);
 }
 
 }  // namespace nibble::cuda

@@ -110,27 +110,43 @@ struct WeightFragments {
   }
 };
 
-// One k-block's A fragments of the lane's rows g, g + 8 (h = 0, 1), from its code words and scale
-// codes (load_scales<LINE>): a[q] feeds mma steps 2q (a[q][0..3]) and 2q + 1 (a[q][4..7]).
+// Code word q of the lane's rows g, g + 8 (h = 0, 1) as the A fragments of mma steps 2q (a0) and
+// 2q + 1 (a1); scale: the BF16 operands of its block scales (block_scale_bf16x2 of load_scales<LINE>).
 template <bool LINE = false>
-__device__ __forceinline__ void decode_kblock(const uint4 (&codes)[2], const uint32_t (&scales)[2], uint32_t (&a)[4][8]) {
-  constexpr int SCALES = LINE ? 4 : 2;  // LINE: one a code word, else one a pair of words
-  uint32_t scale[2][SCALES];
+__device__ __forceinline__ void decode_word_fragments(const uint4 (&codes)[2], const uint32_t (&scale)[2][LINE ? 4 : 2], int q,
+                                                      uint32_t (&a0)[4], uint32_t (&a1)[4]) {
+  uint32_t lo[4], hi[4];
+  decode_code_word(word_of(codes[0], q), lo);
+  decode_code_word(word_of(codes[1], q), hi);
+  const int s = LINE ? q : q >> 1;  // LINE: one scale a code word, else one a pair of words
+#pragma unroll
+  for (int i = 0; i < 4; ++i) lo[i] = bf16x2_mul(lo[i], scale[0][s]), hi[i] = bf16x2_mul(hi[i], scale[1][s]);
+  a0[0] = lo[0], a0[1] = hi[0], a0[2] = lo[1], a0[3] = hi[1];
+  a1[0] = lo[2], a1[1] = hi[2], a1[2] = lo[3], a1[3] = hi[3];
+}
+
+// The BF16 operands of a k-block's block scales for the lane's two rows (decode_word_fragments).
+template <bool LINE = false>
+__device__ __forceinline__ void kblock_scales(const uint32_t (&scales)[2], uint32_t (&scale)[2][LINE ? 4 : 2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int i = 0; i < SCALES; ++i) scale[h][i] = block_scale_bf16x2(scales[h], i);
+    for (int i = 0; i < (LINE ? 4 : 2); ++i) scale[h][i] = block_scale_bf16x2(scales[h], i);
+}
+
+// One k-block's A fragments of the lane's rows g, g + 8 (h = 0, 1), from its code words and scale
+// codes (load_scales<LINE>): a[q] feeds mma steps 2q (a[q][0..3]) and 2q + 1 (a[q][4..7]); code word q
+// is physical k chunk x_chunk<LINE>(c, q).
+template <bool LINE = false>
+__device__ __forceinline__ void decode_kblock(const uint4 (&codes)[2], const uint32_t (&scales)[2], uint32_t (&a)[4][8]) {
+  uint32_t scale[2][LINE ? 4 : 2];
+  kblock_scales<LINE>(scales, scale);
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {  // code word q: physical k chunk x_chunk<LINE>(c, q), mma steps 2q and 2q + 1
-    uint32_t lo[4], hi[4];
-    decode_code_word(word_of(codes[0], q), lo);
-    decode_code_word(word_of(codes[1], q), hi);
-    const int s = LINE ? q : q >> 1;
+  for (int q = 0; q < 4; ++q) {
+    uint32_t a0[4], a1[4];
+    decode_word_fragments<LINE>(codes, scale, q, a0, a1);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) lo[i] = bf16x2_mul(lo[i], scale[0][s]), hi[i] = bf16x2_mul(hi[i], scale[1][s]);
-    const uint32_t frag[8] = {lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], lo[3], hi[3]};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) a[q][i] = frag[i];
+    for (int i = 0; i < 4; ++i) a[q][i] = a0[i], a[q][4 + i] = a1[i];
   }
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <string>
 
+#include "cuda/async_copy.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/skinny_fragments.cuh"
 
@@ -176,6 +177,125 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_quant_kernel(cons
   }
 }
 
+// Split-K for 9–64 token rows (SKINNY_SPLIT). The kernel above gives each CTA 16 weight rows and all
+// of k, so every CTA reads its token tile's whole x from L2 and a weight is decoded once per token
+// tile: at M = 64 q_proj's 4.7 MB of weights brought 67 MB of x (docs/perf.md). Here a CTA's eight
+// warps take eight m16 tiles (128 rows) over one 512-wide k range and all the tokens: the CTA stages
+// that slice of x in shared memory once (64 KB at M = 64), each warp decodes each weight word once and
+// runs it against every n-tile. Enough CTAs for every SM come from the k split (q/k/v: 40 × 4, o: 16 ×
+// 8); each warp writes its tile's fp32 partial sums to a workspace, and the last of a tile's warps to
+// arrive (a counter a tile, reset by it) adds the splits in split order — the same bits whichever
+// arrives last — and writes y.
+constexpr int SPLIT_WARPS = 8;
+constexpr int SPLIT_BLOCKS = 4;                          // k-blocks of a split
+constexpr int SPLIT_ROW_BYTES = SPLIT_BLOCKS * 128 * 2;  // a token's x slice in shared memory
+constexpr int SPLIT_MAX_NT = 8;
+
+// The 16-byte chunk j of a token row t's slice sits at chunk split_chunk(j, t): lane (g, c)'s loads
+// take chunk 16b + 4c + q of rows 8n + g, and with this swizzle the 8 lanes of each quarter-warp
+// (g = 2p, 2p + 1; c = 0 … 3) hit 8 different 16-byte bank groups.
+__device__ __forceinline__ int split_chunk(int j, int t) { return j ^ (((j >> 3) & 1) << 1) ^ (t & 1); }
+
+template <int NT>
+__global__ void __launch_bounds__(SPLIT_WARPS * 32, 2)
+    skinny_dense_split_kernel(const DenseParams p, float* partials, uint32_t* counters, int tiles) {
+  extern __shared__ __align__(16) uint8_t x_slice[];  // [8 · NT tokens][SPLIT_ROW_BYTES], chunks swizzled
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int tile = int(blockIdx.x) * SPLIT_WARPS + warp, split = int(blockIdx.y), splits = int(gridDim.y);
+  const int kb0 = split * SPLIT_BLOCKS, nkb = min(SPLIT_BLOCKS, p.k / 128 - kb0);
+  int s = 0;
+#pragma unroll
+  for (int i = 1; i < MAX_SEGMENTS; ++i)
+    if (i < p.count && tile >= p.seg[i].tile_begin) s = i;
+  const DenseSegment& seg = p.seg[s];
+  const int m0 = (tile - seg.tile_begin) * 16;
+  const size_t code_row = size_t(p.k_stride) / 2, scale_row = size_t(p.k_stride) / 16;
+  const uint8_t* row_codes[2];
+  const uint8_t* row_scales[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = m0 + g + 8 * h;
+    row_codes[h] = tile < tiles && row < seg.rows ? seg.codes + row * code_row : nullptr;
+    row_scales[h] = seg.scales + min(row, seg.rows - 1) * scale_row;
+  }
+  WeightFragments<SPLIT_BLOCKS> w;  // before the PDL wait: weights do not depend on earlier kernels
+  w.load(row_codes, row_scales, kb0, nkb, c);
+  pdl_wait();
+  pdl_launch_dependents();
+  // The CTA's x slice, a commit group a k-block (tokens past M copy row M − 1: their columns are never
+  // stored, and an mma column depends only on its own x column).
+  const uint32_t slice = smem_address(x_slice);
+#pragma unroll
+  for (int b = 0; b < SPLIT_BLOCKS; ++b) {
+    if (b < nkb)
+      for (int i = int(threadIdx.x); i < 8 * NT * 16; i += SPLIT_WARPS * 32) {
+        const int t = i >> 4, j = 16 * b + (i & 15);
+        const uint16_t* src = p.x + size_t(min(t, p.m - 1)) * p.k_stride + (kb0 * 128 + 8 * j);
+        cp_async_shared<16>(slice + t * SPLIT_ROW_BYTES + split_chunk(j, t) * 16, src);
+      }
+    cp_async_commit();
+  }
+  float acc[NT][4] = {};
+#pragma unroll
+  for (int b = 0; b < SPLIT_BLOCKS; ++b) {
+    if (b == 0) cp_async_wait<SPLIT_BLOCKS - 1>();
+    else if (b == 1) cp_async_wait<SPLIT_BLOCKS - 2>();
+    else if (b == 2) cp_async_wait<SPLIT_BLOCKS - 3>();
+    else cp_async_wait<0>();
+    __syncthreads();
+    if (b >= nkb) break;
+    uint32_t scale[2][2];
+    kblock_scales<false>({w.scales[0][b], w.scales[1][b]}, scale);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      uint32_t a0[4], a1[4];
+      decode_word_fragments<false>({w.codes[0][b], w.codes[1][b]}, scale, q, a0, a1);
+      const int j = 16 * b + x_chunk<false>(c, q);
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        const int t = 8 * n + g;
+        const uint4 xv = *reinterpret_cast<const uint4*>(x_slice + t * SPLIT_ROW_BYTES + split_chunk(j, t) * 16);
+        mma_bf16(acc[n], a0, xv.x, xv.y);
+        mma_bf16(acc[n], a1, xv.z, xv.w);
+      }
+    }
+  }
+  static_assert(SPLIT_BLOCKS == 4, "the waits above count four groups");
+  if (tile >= tiles) return;
+  if (splits > 1) {
+    constexpr int VALUES = NT * 4;
+    float* mine = partials + (size_t(split) * tiles + tile) * VALUES * 32 + lane;
+#pragma unroll
+    for (int i = 0; i < VALUES; ++i) __stcg(mine + i * 32, acc[i / 4][i % 4]);
+    __threadfence();
+    __syncwarp();
+    uint32_t arrived = 0;
+    if (lane == 0) arrived = atomicAdd(&counters[tile], 1u);
+    if (__shfl_sync(0xFFFFFFFFu, arrived, 0) != uint32_t(splits - 1)) return;
+    __threadfence();
+    if (lane == 0) counters[tile] = 0;  // for the next launch, which reads it only after its PDL wait
+    float sum[NT][4] = {};
+    for (int from = 0; from < splits; ++from) {
+      const float* part = partials + (size_t(from) * tiles + tile) * VALUES * 32 + lane;
+      float v[VALUES];
+#pragma unroll
+      for (int i = 0; i < VALUES; ++i) v[i] = from == split ? acc[i / 4][i % 4] : __ldcg(part + i * 32);
+#pragma unroll
+      for (int i = 0; i < VALUES; ++i) sum[i / 4][i % 4] += v[i];
+    }
+#pragma unroll
+    for (int i = 0; i < VALUES; ++i) acc[i / 4][i % 4] = sum[i / 4][i % 4];
+  }
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // acc i: row g + 8·(i / 2), token column 2c + i % 2
+      const int t = 8 * n + 2 * c + (i & 1), row = m0 + g + 8 * (i >> 1);
+      if (t >= p.m || row >= seg.rows) continue;
+      seg.y[size_t(t) * seg.rows + row] = acc[n][i] * (p.row_scales ? seg.alpha * p.row_scales[t] : seg.alpha);
+    }
+}
+
 }  // namespace
 
 // p's segments, one a weight of the launch (checked: 1 to MAX_SEGMENTS of them sharing in_features,
@@ -249,6 +369,55 @@ Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* cons
     NIB_RETURN_IF_ERROR(launch(kernel, grid, p.k, per_warp, nt, p, stream, "skinny_linear"));
   }
   return Status::ok();
+}
+
+static int split_n_tiles(int64_t M) { return M <= 8 ? 1 : M <= 16 ? 2 : M <= 32 ? 4 : M <= 48 ? 6 : 8; }
+
+static int64_t split_tiles(const DeviceNvfp4Weight* const* weights, int count) {
+  int64_t tiles = 0;
+  for (int i = 0; i < count; ++i) tiles += (weights[i]->rows + 15) / 16;
+  return tiles;
+}
+
+size_t skinny_split_partial_floats(int64_t M, int64_t tiles, int64_t K) {
+  const int64_t splits = (K / SKINNY_K_BLOCK + SPLIT_BLOCKS - 1) / SPLIT_BLOCKS;
+  return splits > 1 ? size_t(splits * tiles * split_n_tiles(M) * 4 * 32) : 0;
+}
+
+bool skinny_split_fits(int64_t M, const DeviceNvfp4Weight* const* weights, int count, const SplitWorkspace& ws) {
+  if (M < 1 || M > SKINNY_SPLIT_MAX_M || count < 1 || !skinny_linear_supported(weights[0]->cols)) return false;
+  const int64_t tiles = split_tiles(weights, count);
+  const size_t floats = skinny_split_partial_floats(M, tiles, weights[0]->cols);
+  return floats == 0 || (ws.partials && ws.counters && floats <= ws.partial_floats && size_t(tiles) <= ws.counter_count);
+}
+
+Status skinny_linear_split(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights, float* const* outputs,
+                           int count, const float* row_scales, const SplitWorkspace& ws, cudaStream_t stream) {
+  if (M <= 0 || M > SKINNY_SPLIT_MAX_M) return Status::error("skinny_linear_split: M must be in [1, 64]");
+  DenseParams p{};
+  int tiles = 0;
+  NIB_RETURN_IF_ERROR(fill_segments(x, weights, outputs, count, 0.0f, "skinny_linear_split", p, tiles));
+  NIB_RETURN_IF_ERROR(check_in_features(weights[0]->cols, true, "skinny_linear_split"));
+  if (!skinny_split_fits(M, weights, count, ws))
+    return Status::error("skinny_linear_split: the split workspace holds " + std::to_string(ws.partial_floats) + " floats and " +
+                         std::to_string(ws.counter_count) + " counters, this launch needs " +
+                         std::to_string(skinny_split_partial_floats(M, tiles, weights[0]->cols)) + " and " + std::to_string(tiles));
+  p.k_stride = p.k = int(weights[0]->cols), p.k_offset = 0, p.m = int(M), p.row_scales = row_scales;
+  const int nt = split_n_tiles(M);
+  const int splits = (p.k / 128 + SPLIT_BLOCKS - 1) / SPLIT_BLOCKS;
+  const dim3 grid(unsigned((tiles + SPLIT_WARPS - 1) / SPLIT_WARPS), unsigned(splits));
+  const size_t smem = size_t(8 * nt) * SPLIT_ROW_BYTES;
+  auto kernel = nt == 1 ? skinny_dense_split_kernel<1>
+              : nt == 2 ? skinny_dense_split_kernel<2>
+              : nt == 4 ? skinny_dense_split_kernel<4>
+              : nt == 6 ? skinny_dense_split_kernel<6>
+                        : skinny_dense_split_kernel<8>;
+  static_assert(8 * SPLIT_MAX_NT == SKINNY_SPLIT_MAX_M);
+  if (smem > 48 * 1024)
+    NIB_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                                    "skinny_linear_split: shared memory"));
+  return cuda_status(launch_pdl(kernel, grid, dim3(SPLIT_WARPS * 32), smem, stream, p, ws.partials, ws.counters, tiles),
+                     "skinny_linear_split");
 }
 
 }  // namespace nibble::cuda

@@ -31,7 +31,10 @@ inline std::string bench_mode_label(formats::ActQuant mode) {
 }
 
 // The backends a --gemm-backend / --moe-backend value names ("all": every one but auto).
-inline std::vector<cuda::GemmBackend> backends_to_time(const std::string& name) {
+inline std::vector<cuda::GemmBackend> backends_to_time(const std::string& name, bool dense = false) {
+  if (name == "all" && dense)
+    return {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::SKINNY, cuda::GemmBackend::SKINNY_SPLIT,
+            cuda::GemmBackend::WGMMA};
   if (name == "all")
     return {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::SKINNY, cuda::GemmBackend::WGMMA};
   return {cuda::parse_gemm_backend(name).value_or(cuda::GemmBackend::AUTO)};
