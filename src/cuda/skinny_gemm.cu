@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <string>
 
+#include "core/env.h"
 #include "cuda/async_copy.cuh"
+#include "cuda/device_context.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/skinny_fragments.cuh"
 
@@ -179,14 +181,14 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_quant_kernel(cons
 
 // Split-K for 9–64 token rows (SKINNY_SPLIT). The kernel above gives each CTA 16 weight rows and all
 // of k, so every CTA reads its token tile's whole x from L2 and a weight is decoded once per token
-// tile: at M = 64 q_proj's 4.7 MB of weights brought 67 MB of x (docs/perf.md). Here a CTA's eight
-// warps take eight m16 tiles (128 rows) over one 512-wide k range and all the tokens: the CTA stages
+// tile: at M = 64 q_proj's 4.7 MB of weights brought 67 MB of x (docs/perf.md). Here a CTA's 4-8
+// warps take as many m16 tiles (64-128 rows) over one 512-wide k range and all the tokens: the CTA stages
 // that slice of x in shared memory once (64 KB at M = 64), each warp decodes each weight word once and
 // runs it against every n-tile. Enough CTAs for every SM come from the k split (q/k/v: 40 × 4, o: 16 ×
 // 8); each warp writes its tile's fp32 partial sums to a workspace, and the last of a tile's warps to
 // arrive (a counter a tile, reset by it) adds the splits in split order — the same bits whichever
 // arrives last — and writes y.
-constexpr int SPLIT_WARPS = 8;
+constexpr int SPLIT_MAX_WARPS = 8;  // a CTA's m16 tiles: 4 … 8, chosen per launch (split_warps)
 constexpr int SPLIT_BLOCKS = 4;                          // k-blocks of a split
 constexpr int SPLIT_ROW_BYTES = SPLIT_BLOCKS * 128 * 2;  // a token's x slice in shared memory
 constexpr int SPLIT_MAX_NT = 8;
@@ -197,11 +199,11 @@ constexpr int SPLIT_MAX_NT = 8;
 __device__ __forceinline__ int split_chunk(int j, int t) { return j ^ (((j >> 3) & 1) << 1) ^ (t & 1); }
 
 template <int NT>
-__global__ void __launch_bounds__(SPLIT_WARPS * 32, 2)
-    skinny_dense_split_kernel(const DenseParams p, float* partials, uint32_t* counters, int tiles) {
+__global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2)
+    skinny_dense_split_kernel(const DenseParams p, float* partials, uint32_t* counters, int tiles, bool probe) {
   extern __shared__ __align__(16) uint8_t x_slice[];  // [8 · NT tokens][SPLIT_ROW_BYTES], chunks swizzled
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int tile = int(blockIdx.x) * SPLIT_WARPS + warp, split = int(blockIdx.y), splits = int(gridDim.y);
+  const int tile = int(blockIdx.x * blockDim.x / 32) + warp, split = int(blockIdx.y), splits = int(gridDim.y);
   const int kb0 = split * SPLIT_BLOCKS, nkb = min(SPLIT_BLOCKS, p.k / 128 - kb0);
   int s = 0;
 #pragma unroll
@@ -228,7 +230,7 @@ __global__ void __launch_bounds__(SPLIT_WARPS * 32, 2)
 #pragma unroll
   for (int b = 0; b < SPLIT_BLOCKS; ++b) {
     if (b < nkb)
-      for (int i = int(threadIdx.x); i < 8 * NT * 16; i += SPLIT_WARPS * 32) {
+      for (int i = int(threadIdx.x); i < 8 * NT * 16; i += int(blockDim.x)) {
         const int t = i >> 4, j = 16 * b + (i & 15);
         const uint16_t* src = p.x + size_t(min(t, p.m - 1)) * p.k_stride + (kb0 * 128 + 8 * j);
         cp_async_shared<16>(slice + t * SPLIT_ROW_BYTES + split_chunk(j, t) * 16, src);
@@ -267,6 +269,7 @@ __global__ void __launch_bounds__(SPLIT_WARPS * 32, 2)
     float* mine = partials + (size_t(split) * tiles + tile) * VALUES * 32 + lane;
 #pragma unroll
     for (int i = 0; i < VALUES; ++i) __stcg(mine + i * 32, acc[i / 4][i % 4]);
+    if (probe) return;  // NIBBLE_SKINNY_SPLIT_PROBE: 1, timing without the reduction (wrong values); 2, split_sum_kernel's
     __threadfence();
     __syncwarp();
     uint32_t arrived = 0;
@@ -274,14 +277,22 @@ __global__ void __launch_bounds__(SPLIT_WARPS * 32, 2)
     if (__shfl_sync(0xFFFFFFFFu, arrived, 0) != uint32_t(splits - 1)) return;
     __threadfence();
     if (lane == 0) counters[tile] = 0;  // for the next launch, which reads it only after its PDL wait
+    // Two splits' loads in flight at a time (each round waits out an L2 round trip).
     float sum[NT][4] = {};
-    for (int from = 0; from < splits; ++from) {
+    for (int from = 0; from < splits; from += 2) {
       const float* part = partials + (size_t(from) * tiles + tile) * VALUES * 32 + lane;
-      float v[VALUES];
+      const size_t next = size_t(tiles) * VALUES * 32;
+      float v[2][VALUES];
 #pragma unroll
-      for (int i = 0; i < VALUES; ++i) v[i] = from == split ? acc[i / 4][i % 4] : __ldcg(part + i * 32);
+      for (int i = 0; i < VALUES; ++i) {
+        v[0][i] = from == split ? acc[i / 4][i % 4] : __ldcg(part + i * 32);
+        v[1][i] = from + 1 >= splits ? 0.0f : from + 1 == split ? acc[i / 4][i % 4] : __ldcg(part + next + i * 32);
+      }
 #pragma unroll
-      for (int i = 0; i < VALUES; ++i) sum[i / 4][i % 4] += v[i];
+      for (int i = 0; i < VALUES; ++i) sum[i / 4][i % 4] += v[0][i];
+      if (from + 1 < splits)
+#pragma unroll
+        for (int i = 0; i < VALUES; ++i) sum[i / 4][i % 4] += v[1][i];
     }
 #pragma unroll
     for (int i = 0; i < VALUES; ++i) acc[i / 4][i % 4] = sum[i / 4][i % 4];
@@ -294,6 +305,31 @@ __global__ void __launch_bounds__(SPLIT_WARPS * 32, 2)
       if (t >= p.m || row >= seg.rows) continue;
       seg.y[size_t(t) * seg.rows + row] = acc[n][i] * (p.row_scales ? seg.alpha * p.row_scales[t] : seg.alpha);
     }
+}
+
+// The reduction as a launch of its own (NIBBLE_SKINNY_SPLIT_PROBE=2, an experiment): a thread an
+// output, its splits' partial sums in split order.
+template <int NT>
+__global__ void __launch_bounds__(256) split_sum_kernel(const DenseParams p, const float* partials, int tiles, int splits) {
+  constexpr int VALUES = NT * 4;
+  const int index = int(blockIdx.x) * 256 + int(threadIdx.x);  // (tile, value, lane)
+  if (index >= tiles * VALUES * 32) return;
+  const int tile = index / (VALUES * 32), i = index / 32 % VALUES, lane = index % 32, g = lane >> 2, c = lane & 3;
+  pdl_wait();
+  pdl_launch_dependents();
+  float v[8];
+#pragma unroll
+  for (int from = 0; from < 8; ++from) v[from] = from < splits ? __ldcg(partials + size_t(from) * tiles * VALUES * 32 + index) : 0.0f;
+  float sum = 0.0f;
+  for (int from = 0; from < splits; ++from) sum += from < 8 ? v[from] : __ldcg(partials + size_t(from) * tiles * VALUES * 32 + index);
+  int s = 0;
+#pragma unroll
+  for (int k = 1; k < MAX_SEGMENTS; ++k)
+    if (k < p.count && tile >= p.seg[k].tile_begin) s = k;
+  const DenseSegment& seg = p.seg[s];
+  const int n = i / 4, t = 8 * n + 2 * c + (i & 1), row = (tile - seg.tile_begin) * 16 + g + 8 * ((i % 4) >> 1);
+  if (t >= p.m || row >= seg.rows) return;
+  seg.y[size_t(t) * seg.rows + row] = sum * (p.row_scales ? seg.alpha * p.row_scales[t] : seg.alpha);
 }
 
 }  // namespace
@@ -371,6 +407,19 @@ Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* cons
   return Status::ok();
 }
 
+// Warps a CTA (m16 tiles; 4 … 8) so that the busiest SM's share is smallest: CTAs spread evenly,
+// ⌈CTAs / SMs⌉ of W warps each; ties to more warps (fewer x slices). q/k/v at Qwen3's shapes (320
+// tiles, 4 splits): 5 warps, 256 CTAs (8 would put 160 CTAs on 132 SMs, 28 of them holding two).
+static int split_warps(int tiles, int splits) {
+  const int sms = std::max(1, device_limits().sms);
+  int best = SPLIT_MAX_WARPS, best_load = INT32_MAX;
+  for (int w = SPLIT_MAX_WARPS; w >= 4; --w) {
+    const int ctas = (tiles + w - 1) / w * splits, load = (ctas + sms - 1) / sms * w;
+    if (load < best_load) best = w, best_load = load;
+  }
+  return best;
+}
+
 static int split_n_tiles(int64_t M) { return M <= 8 ? 1 : M <= 16 ? 2 : M <= 32 ? 4 : M <= 48 ? 6 : 8; }
 
 static int64_t split_tiles(const DeviceNvfp4Weight* const* weights, int count) {
@@ -405,7 +454,8 @@ Status skinny_linear_split(const uint16_t* x, int64_t M, const DeviceNvfp4Weight
   p.k_stride = p.k = int(weights[0]->cols), p.k_offset = 0, p.m = int(M), p.row_scales = row_scales;
   const int nt = split_n_tiles(M);
   const int splits = (p.k / 128 + SPLIT_BLOCKS - 1) / SPLIT_BLOCKS;
-  const dim3 grid(unsigned((tiles + SPLIT_WARPS - 1) / SPLIT_WARPS), unsigned(splits));
+  const int warps = split_warps(tiles, splits);
+  const dim3 grid(unsigned((tiles + warps - 1) / warps), unsigned(splits));
   const size_t smem = size_t(8 * nt) * SPLIT_ROW_BYTES;
   auto kernel = nt == 1 ? skinny_dense_split_kernel<1>
               : nt == 2 ? skinny_dense_split_kernel<2>
@@ -416,8 +466,15 @@ Status skinny_linear_split(const uint16_t* x, int64_t M, const DeviceNvfp4Weight
   if (smem > 48 * 1024)
     NIB_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                                     "skinny_linear_split: shared memory"));
-  return cuda_status(launch_pdl(kernel, grid, dim3(SPLIT_WARPS * 32), smem, stream, p, ws.partials, ws.counters, tiles),
-                     "skinny_linear_split");
+  static const int probe = int(env_int("NIBBLE_SKINNY_SPLIT_PROBE", 0));
+  NIB_RETURN_IF_ERROR(cuda_status(
+      launch_pdl(kernel, grid, dim3(unsigned(warps * 32)), smem, stream, p, ws.partials, ws.counters, tiles, probe != 0),
+      "skinny_linear_split"));
+  if (probe != 2 || splits == 1) return Status::ok();
+  const int values = tiles * nt * 4 * 32;
+  auto sum = nt == 1 ? split_sum_kernel<1> : nt == 2 ? split_sum_kernel<2> : nt == 4 ? split_sum_kernel<4> : nt == 6 ? split_sum_kernel<6> : split_sum_kernel<8>;
+  return cuda_status(launch_pdl(sum, dim3(unsigned((values + 255) / 256)), dim3(256), 0, stream, p, ws.partials, tiles, splits),
+                     "skinny_linear_split (sum)");
 }
 
 }  // namespace nibble::cuda
