@@ -204,15 +204,6 @@ std::optional<GemmBackend> parse_gemm_backend(std::string_view name) {
 // The fused GEMV unrolls at most 8 steps of CODES_PER_STEP codes over k (launch_gemv_for_k).
 bool fused_supported(int64_t in_features) { return in_features <= 8 * CODES_PER_STEP; }
 
-// AUTO's choice, with or without the split kernel.
-static GemmBackend auto_backend(int64_t M, int64_t K, bool split) {
-  static const int64_t split_min = env_int("NIBBLE_SKINNY_SPLIT_MIN_M", AUTO_SKINNY_SPLIT_MIN_M);
-  static const int64_t split_max = std::min(env_int("NIBBLE_SKINNY_SPLIT_MAX_M", SKINNY_SPLIT_MAX_M), SKINNY_SPLIT_MAX_M);
-  if (split && M >= split_min && M <= split_max && skinny_linear_supported(K)) return GemmBackend::SKINNY_SPLIT;
-  if (M <= AUTO_SKINNY_MAX_M && skinny_linear_supported(K)) return GemmBackend::SKINNY;
-  return M <= AUTO_FUSED_MAX_M && fused_supported(K) ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;
-}
-
 GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K) {
   // A kernel that cannot take this K falls back to AUTO's choice (e.g. the fused GEMV on ERNIE-4.5's
   // dense down_proj, K = 12,288: skinny).
@@ -220,16 +211,12 @@ GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K) {
       (backend == GemmBackend::WGMMA && !wgmma_supported(1, K)) ||
       (backend == GemmBackend::SKINNY_SPLIT && (!skinny_linear_supported(K) || M > SKINNY_SPLIT_MAX_M)))
     backend = GemmBackend::AUTO;
-  return backend == GemmBackend::AUTO ? auto_backend(M, K, true) : backend;
-}
-
-// resolve_gemm_backend, and AUTO's choice without the split kernel where ctx's workspace cannot hold
-// this launch's partial sums.
-static GemmBackend backend_for(GemmBackend backend, int64_t M, const DeviceNvfp4Weight* const* weights, int count,
-                               const GemmContext& ctx) {
-  const GemmBackend b = resolve_gemm_backend(backend, M, weights[0]->cols);
-  if (b != GemmBackend::SKINNY_SPLIT || skinny_split_fits(M, weights, count, ctx.split)) return b;
-  return auto_backend(M, weights[0]->cols, false);
+  if (backend != GemmBackend::AUTO) return backend;
+  static const int64_t split_min = env_int("NIBBLE_SKINNY_SPLIT_MIN_M", AUTO_SKINNY_SPLIT_MIN_M);
+  static const int64_t split_max = std::min(env_int("NIBBLE_SKINNY_SPLIT_MAX_M", SKINNY_SPLIT_MAX_M), SKINNY_SPLIT_MAX_M);
+  if (M >= split_min && M <= split_max && skinny_linear_supported(K)) return GemmBackend::SKINNY_SPLIT;
+  if (M <= AUTO_SKINNY_MAX_M && skinny_linear_supported(K)) return GemmBackend::SKINNY;
+  return M <= AUTO_FUSED_MAX_M && fused_supported(K) ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;
 }
 
 Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStream_t stream, bool line_order) {
@@ -248,9 +235,9 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
   if (!x || !y) return Status::error("linear_nvfp4: null activation or output");
   const DeviceNvfp4Weight* weights[1] = {&w};
   float* outputs[1] = {y};
-  backend = backend_for(backend, M, weights, 1, ctx);
+  backend = resolve_gemm_backend(backend, M, w.cols);
   if (backend == GemmBackend::SKINNY) return skinny_linear(x, M, weights, outputs, 1, row_scales, ctx.stream);
-  if (backend == GemmBackend::SKINNY_SPLIT) return skinny_linear_split(x, M, weights, outputs, 1, row_scales, ctx.split, ctx.stream);
+  if (backend == GemmBackend::SKINNY_SPLIT) return skinny_linear_split(x, M, weights, outputs, 1, row_scales, ctx.stream);
   if (backend == GemmBackend::WGMMA) return wgmma_linear(x, M, w, y, row_scales, ctx.stream);
   const int K = int(w.cols), N = int(w.rows);
   if (backend == GemmBackend::FUSED) {
@@ -310,8 +297,7 @@ Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, fo
   if (mode == formats::ActQuant::PER_TOKEN) {
     // cuBLAS cannot scale rows in its epilogue: hand the scales to the consumer instead of a pass over y
     // (a prefill's o projection: 14.5 µs a layer at 2,048 tokens on the H200).
-    const DeviceNvfp4Weight* weights[1] = {&w};
-    const bool defer = deferred_row_scales && backend_for(backend, M, weights, 1, ctx) == GemmBackend::DEQUANT_CUBLAS;
+    const bool defer = deferred_row_scales && resolve_gemm_backend(backend, M, w.cols) == GemmBackend::DEQUANT_CUBLAS;
     if (defer) *deferred_row_scales = ctx.row_scales;
     return linear_nvfp4_w4a16(ctx.act_workspace, M, w, y, backend, ctx, defer ? nullptr : ctx.row_scales);
   }
@@ -326,11 +312,11 @@ Status linear_nvfp4_shared_input(const uint16_t* x, int64_t M, const DeviceNvfp4
                                  GemmBackend backend, const GemmContext& ctx, bool x_quantized) {
   const bool same_k =
       count > 1 && count <= 3 && std::all_of(weights, weights + count, [&](const DeviceNvfp4Weight* w) { return w->cols == weights[0]->cols; });
-  const GemmBackend chosen = same_k ? backend_for(backend, M, weights, count, ctx) : backend;
+  const GemmBackend chosen = same_k ? resolve_gemm_backend(backend, M, weights[0]->cols) : backend;
   const bool one_launch = same_k && (chosen == GemmBackend::SKINNY || chosen == GemmBackend::SKINNY_SPLIT);
   // One launch for all: the split kernel or the per-tile one.
   auto skinny = [&](const uint16_t* in, const float* row_scales) {
-    return chosen == GemmBackend::SKINNY_SPLIT ? skinny_linear_split(in, M, weights, outputs, count, row_scales, ctx.split, ctx.stream)
+    return chosen == GemmBackend::SKINNY_SPLIT ? skinny_linear_split(in, M, weights, outputs, count, row_scales, ctx.stream)
                                                : skinny_linear(in, M, weights, outputs, count, row_scales, ctx.stream);
   };
   if (!one_launch) {

@@ -44,19 +44,8 @@ const char* gemm_backend_name(GemmBackend backend);
 // for anything else.
 std::optional<GemmBackend> parse_gemm_backend(std::string_view name);
 
-// The skinny split-K GEMM's scratch (skinny_gemm.cuh): fp32 partial sums and one arrival counter a
-// 16-row weight tile, zeroed once at allocation (each launch leaves its counters at zero).
-struct SplitWorkspace {
-  float* partials = nullptr;
-  size_t partial_floats = 0;
-  uint32_t* counters = nullptr;
-  size_t counter_count = 0;
-};
-
-// The most token rows the split kernel takes, and the partial floats a launch of `tiles` 16-row weight
-// tiles (Σ ⌈rows_i / 16⌉) over in_features K needs at M rows (0 where K is one split).
+// The most token rows the skinny split-K kernel (skinny_gemm.cuh) takes.
 inline constexpr int64_t SKINNY_SPLIT_MAX_M = 64;
-size_t skinny_split_partial_floats(int64_t M, int64_t tiles, int64_t K);
 
 struct GemmContext {
   cudaStream_t stream = nullptr;
@@ -66,7 +55,6 @@ struct GemmContext {
   uint16_t* act_workspace = nullptr;  // BF16 [M · K] for the W4A4 modes (x̂)
   float* row_scales = nullptr;        // [M] for the W4A4 modes
   size_t act_workspace_elements = 0;
-  SplitWorkspace split;               // for SKINNY_SPLIT (without it, AUTO's other choice runs)
 };
 
 // The fused GEMV is timed up to FUSED_MAX_M rows; AUTO picks it only up to AUTO_FUSED_MAX_M, where
@@ -79,16 +67,15 @@ inline constexpr int64_t AUTO_FUSED_MAX_M = 1;
 // 8.9/11.3 at 32, 15.7/11.9 at 64).
 inline constexpr int64_t AUTO_SKINNY_MAX_M = 32;
 // Before both, AUTO takes the skinny split-K kernel (skinny_linear_split) from this many rows to its
-// SKINNY_SPLIT_MAX_M (64) where the GemmContext holds its workspace. NIBBLE_SKINNY_SPLIT_MIN_M and
-// NIBBLE_SKINNY_SPLIT_MAX_M (0: never) move the band, an experiment switch for sweeps.
+// SKINNY_SPLIT_MAX_M (64). NIBBLE_SKINNY_SPLIT_MIN_M and NIBBLE_SKINNY_SPLIT_MAX_M (0: never) move the
+// band, an experiment switch for sweeps.
 inline constexpr int64_t AUTO_SKINNY_SPLIT_MIN_M = 17;
 
 // Whether the fused GEMV takes this in_features (up to 8192).
 bool fused_supported(int64_t in_features);
 
 // The backend AUTO means for M rows and in_features K (other choices are returned as they are,
-// unless that kernel cannot take K or M: then AUTO's choice). SKINNY_SPLIT runs only where the
-// context's workspace holds the launch; elsewhere linear_nvfp4 runs AUTO's choice without it.
+// unless that kernel cannot take K or M: then AUTO's choice).
 GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K);
 
 // Ŵ as BF16 [rows, cols], unscaled by weight_scale_2 (so exact); line_order: an expert weight's

@@ -7,10 +7,11 @@
 // E2M1 · E4M3 value is exact in BF16 and the accumulation is fp32.
 #include "cuda/skinny_gemm.cuh"
 
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <string>
 
-#include "core/env.h"
 #include "cuda/async_copy.cuh"
 #include "cuda/device_context.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
@@ -179,18 +180,20 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_quant_kernel(cons
   }
 }
 
-// Split-K for 9–64 token rows (SKINNY_SPLIT). The kernel above gives each CTA 16 weight rows and all
-// of k, so every CTA reads its token tile's whole x from L2 and a weight is decoded once per token
+// Split-K for up to 64 token rows (SKINNY_SPLIT). The kernel above gives each CTA 16 weight rows and
+// all of k, so every CTA reads its token tile's whole x from L2 and a weight is decoded once per token
 // tile: at M = 64 q_proj's 4.7 MB of weights brought 67 MB of x (docs/perf.md). Here a CTA's 4-8
-// warps take as many m16 tiles (64-128 rows) over one 512-wide k range and all the tokens: the CTA stages
-// that slice of x in shared memory once (64 KB at M = 64), each warp decodes each weight word once and
-// runs it against every n-tile. Enough CTAs for every SM come from the k split (q/k/v: 40 × 4, o: 16 ×
-// 8); each warp writes its tile's fp32 partial sums to a workspace, and the last of a tile's warps to
-// arrive (a counter a tile, reset by it) adds the splits in split order — the same bits whichever
-// arrives last — and writes y.
-constexpr int SPLIT_MAX_WARPS = 8;  // a CTA's m16 tiles: 4 … 8, chosen per launch (split_warps)
+// warps take as many m16 tiles (64-128 rows) over a 512-wide k range (a split) and all the tokens: the
+// CTA stages that slice of x in shared memory once (64 KB at M = 64), and each warp decodes each
+// weight word once and runs it against every n-tile. Enough CTAs for every SM come from the splits:
+// a thread-block cluster of up to 8 CTAs shares a column of tiles, rank r taking splits r, r + 8, …
+// (q/k/v at Qwen3's shapes: 64 clusters of 4). The ranks' fp32 partial sums meet in distributed
+// shared memory, each rank adding a share of the column's outputs in rank order (the same bits in
+// every run) and writing them to y.
+constexpr int SPLIT_MAX_WARPS = 8;                       // a CTA's m16 tiles: 4 … 8 (split_warps)
 constexpr int SPLIT_BLOCKS = 4;                          // k-blocks of a split
 constexpr int SPLIT_ROW_BYTES = SPLIT_BLOCKS * 128 * 2;  // a token's x slice in shared memory
+constexpr int SPLIT_MAX_RANKS = 8;                       // the portable cluster size
 constexpr int SPLIT_MAX_NT = 8;
 
 // The 16-byte chunk j of a token row t's slice sits at chunk split_chunk(j, t): lane (g, c)'s loads
@@ -198,18 +201,26 @@ constexpr int SPLIT_MAX_NT = 8;
 // (g = 2p, 2p + 1; c = 0 … 3) hit 8 different 16-byte bank groups.
 __device__ __forceinline__ int split_chunk(int j, int t) { return j ^ (((j >> 3) & 1) << 1) ^ (t & 1); }
 
-template <int NT>
-__global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2)
-    skinny_dense_split_kernel(const DenseParams p, float* partials, uint32_t* counters, int tiles, bool probe) {
-  extern __shared__ __align__(16) uint8_t x_slice[];  // [8 · NT tokens][SPLIT_ROW_BYTES], chunks swizzled
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int tile = int(blockIdx.x * blockDim.x / 32) + warp, split = int(blockIdx.y), splits = int(gridDim.y);
-  const int kb0 = split * SPLIT_BLOCKS, nkb = min(SPLIT_BLOCKS, p.k / 128 - kb0);
+// The segment of the launch's m16 tile `tile` (DenseParams' tiles of all weights in turn).
+__device__ __forceinline__ int segment_of(const DenseParams& p, int tile) {
   int s = 0;
 #pragma unroll
   for (int i = 1; i < MAX_SEGMENTS; ++i)
     if (i < p.count && tile >= p.seg[i].tile_begin) s = i;
-  const DenseSegment& seg = p.seg[s];
+  return s;
+}
+
+// Grid (ranks, columns of blockDim / 32 tiles), clusters of `ranks` along x; `splits` of SPLIT_BLOCKS
+// k-blocks over k.
+template <int NT>
+__global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2) skinny_dense_split_kernel(const DenseParams p, int tiles, int splits) {
+  extern __shared__ __align__(16) uint8_t x_slice[];  // [8 · NT tokens][SPLIT_ROW_BYTES], chunks swizzled
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int ranks = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, warps = int(blockDim.x) / 32;
+  const int tile = int(blockIdx.y) * warps + warp, k_blocks = p.k / 128;
+  const DenseSegment& seg = p.seg[segment_of(p, tile)];
   const int m0 = (tile - seg.tile_begin) * 16;
   const size_t code_row = size_t(p.k_stride) / 2, scale_row = size_t(p.k_stride) / 16;
   const uint8_t* row_codes[2];
@@ -220,116 +231,84 @@ __global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2)
     row_codes[h] = tile < tiles && row < seg.rows ? seg.codes + row * code_row : nullptr;
     row_scales[h] = seg.scales + min(row, seg.rows - 1) * scale_row;
   }
-  WeightFragments<SPLIT_BLOCKS> w;  // before the PDL wait: weights do not depend on earlier kernels
-  w.load(row_codes, row_scales, kb0, nkb, c);
+  WeightFragments<SPLIT_BLOCKS> w;  // the first split's before the PDL wait: weights do not depend on earlier kernels
+  w.load(row_codes, row_scales, rank * SPLIT_BLOCKS, min(SPLIT_BLOCKS, k_blocks - rank * SPLIT_BLOCKS), c);
   pdl_wait();
   pdl_launch_dependents();
-  // The CTA's x slice, a commit group a k-block (tokens past M copy row M − 1: their columns are never
-  // stored, and an mma column depends only on its own x column).
   const uint32_t slice = smem_address(x_slice);
-#pragma unroll
-  for (int b = 0; b < SPLIT_BLOCKS; ++b) {
-    if (b < nkb)
-      for (int i = int(threadIdx.x); i < 8 * NT * 16; i += int(blockDim.x)) {
-        const int t = i >> 4, j = 16 * b + (i & 15);
-        const uint16_t* src = p.x + size_t(min(t, p.m - 1)) * p.k_stride + (kb0 * 128 + 8 * j);
-        cp_async_shared<16>(slice + t * SPLIT_ROW_BYTES + split_chunk(j, t) * 16, src);
-      }
-    cp_async_commit();
-  }
   float acc[NT][4] = {};
+  for (int split = rank; split < splits; split += ranks) {
+    const int kb0 = split * SPLIT_BLOCKS, nkb = min(SPLIT_BLOCKS, k_blocks - kb0);
+    if (split != rank) {  // (only where k has more than 8 splits) every warp is done with the last slice
+      __syncthreads();
+      w.load(row_codes, row_scales, kb0, nkb, c);
+    }
+    // The split's x slice, a commit group a k-block (tokens past M copy row M − 1: their columns are
+    // never stored, and an mma column depends only on its own x column).
 #pragma unroll
-  for (int b = 0; b < SPLIT_BLOCKS; ++b) {
-    if (b == 0) cp_async_wait<SPLIT_BLOCKS - 1>();
-    else if (b == 1) cp_async_wait<SPLIT_BLOCKS - 2>();
-    else if (b == 2) cp_async_wait<SPLIT_BLOCKS - 3>();
-    else cp_async_wait<0>();
-    __syncthreads();
-    if (b >= nkb) break;
-    uint32_t scale[2][2];
-    kblock_scales<false>({w.scales[0][b], w.scales[1][b]}, scale);
+    for (int b = 0; b < SPLIT_BLOCKS; ++b) {
+      if (b < nkb)
+        for (int i = int(threadIdx.x); i < 8 * NT * 16; i += int(blockDim.x)) {
+          const int t = i >> 4, j = 16 * b + (i & 15);
+          const uint16_t* src = p.x + size_t(min(t, p.m - 1)) * p.k_stride + (kb0 * 128 + 8 * j);
+          cp_async_shared<16>(slice + t * SPLIT_ROW_BYTES + split_chunk(j, t) * 16, src);
+        }
+      cp_async_commit();
+    }
+    static_assert(SPLIT_BLOCKS == 4, "the waits below count four groups");
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      uint32_t a0[4], a1[4];
-      decode_word_fragments<false>({w.codes[0][b], w.codes[1][b]}, scale, q, a0, a1);
-      const int j = 16 * b + x_chunk<false>(c, q);
+    for (int b = 0; b < SPLIT_BLOCKS; ++b) {
+      if (b == 0) cp_async_wait<SPLIT_BLOCKS - 1>();
+      else if (b == 1) cp_async_wait<SPLIT_BLOCKS - 2>();
+      else if (b == 2) cp_async_wait<SPLIT_BLOCKS - 3>();
+      else cp_async_wait<0>();
+      __syncthreads();
+      if (b >= nkb) break;
+      uint32_t scale[2][2];
+      kblock_scales<false>({w.scales[0][b], w.scales[1][b]}, scale);
 #pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        const int t = 8 * n + g;
-        const uint4 xv = *reinterpret_cast<const uint4*>(x_slice + t * SPLIT_ROW_BYTES + split_chunk(j, t) * 16);
-        mma_bf16(acc[n], a0, xv.x, xv.y);
-        mma_bf16(acc[n], a1, xv.z, xv.w);
+      for (int q = 0; q < 4; ++q) {
+        uint32_t a0[4], a1[4];
+        decode_word_fragments<false>({w.codes[0][b], w.codes[1][b]}, scale, q, a0, a1);
+        const int j = 16 * b + x_chunk<false>(c, q);
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const int t = 8 * n + g;
+          const uint4 xv = *reinterpret_cast<const uint4*>(x_slice + t * SPLIT_ROW_BYTES + split_chunk(j, t) * 16);
+          mma_bf16(acc[n], a0, xv.x, xv.y);
+          mma_bf16(acc[n], a1, xv.z, xv.w);
+        }
       }
     }
   }
-  static_assert(SPLIT_BLOCKS == 4, "the waits above count four groups");
-  if (tile >= tiles) return;
-  if (splits > 1) {
-    constexpr int VALUES = NT * 4;
-    float* mine = partials + (size_t(split) * tiles + tile) * VALUES * 32 + lane;
-#pragma unroll
-    for (int i = 0; i < VALUES; ++i) __stcg(mine + i * 32, acc[i / 4][i % 4]);
-    if (probe) return;  // NIBBLE_SKINNY_SPLIT_PROBE: 1, timing without the reduction (wrong values); 2, split_sum_kernel's
-    __threadfence();
-    __syncwarp();
-    uint32_t arrived = 0;
-    if (lane == 0) arrived = atomicAdd(&counters[tile], 1u);
-    if (__shfl_sync(0xFFFFFFFFu, arrived, 0) != uint32_t(splits - 1)) return;
-    __threadfence();
-    if (lane == 0) counters[tile] = 0;  // for the next launch, which reads it only after its PDL wait
-    // Two splits' loads in flight at a time (each round waits out an L2 round trip).
-    float sum[NT][4] = {};
-    for (int from = 0; from < splits; from += 2) {
-      const float* part = partials + (size_t(from) * tiles + tile) * VALUES * 32 + lane;
-      const size_t next = size_t(tiles) * VALUES * 32;
-      float v[2][VALUES];
-#pragma unroll
-      for (int i = 0; i < VALUES; ++i) {
-        v[0][i] = from == split ? acc[i / 4][i % 4] : __ldcg(part + i * 32);
-        v[1][i] = from + 1 >= splits ? 0.0f : from + 1 == split ? acc[i / 4][i % 4] : __ldcg(part + next + i * 32);
-      }
-#pragma unroll
-      for (int i = 0; i < VALUES; ++i) sum[i / 4][i % 4] += v[0][i];
-      if (from + 1 < splits)
-#pragma unroll
-        for (int i = 0; i < VALUES; ++i) sum[i / 4][i % 4] += v[1][i];
-    }
-#pragma unroll
-    for (int i = 0; i < VALUES; ++i) acc[i / 4][i % 4] = sum[i / 4][i % 4];
-  }
-#pragma unroll
-  for (int n = 0; n < NT; ++n)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {  // acc i: row g + 8·(i / 2), token column 2c + i % 2
-      const int t = 8 * n + 2 * c + (i & 1), row = m0 + g + 8 * (i >> 1);
-      if (t >= p.m || row >= seg.rows) continue;
-      seg.y[size_t(t) * seg.rows + row] = acc[n][i] * (p.row_scales ? seg.alpha * p.row_scales[t] : seg.alpha);
-    }
-}
-
-// The reduction as a launch of its own (NIBBLE_SKINNY_SPLIT_PROBE=2, an experiment): a thread an
-// output, its splits' partial sums in split order.
-template <int NT>
-__global__ void __launch_bounds__(256) split_sum_kernel(const DenseParams p, const float* partials, int tiles, int splits) {
+  // The CTA's partial sums, [warp][value][lane], over its x slice (every warp is past its last read).
   constexpr int VALUES = NT * 4;
-  const int index = int(blockIdx.x) * 256 + int(threadIdx.x);  // (tile, value, lane)
-  if (index >= tiles * VALUES * 32) return;
-  const int tile = index / (VALUES * 32), i = index / 32 % VALUES, lane = index % 32, g = lane >> 2, c = lane & 3;
-  pdl_wait();
-  pdl_launch_dependents();
-  float v[8];
+  __syncthreads();
+  float* partial = reinterpret_cast<float*>(x_slice);
 #pragma unroll
-  for (int from = 0; from < 8; ++from) v[from] = from < splits ? __ldcg(partials + size_t(from) * tiles * VALUES * 32 + index) : 0.0f;
-  float sum = 0.0f;
-  for (int from = 0; from < splits; ++from) sum += from < 8 ? v[from] : __ldcg(partials + size_t(from) * tiles * VALUES * 32 + index);
-  int s = 0;
+  for (int i = 0; i < VALUES; ++i) partial[(warp * VALUES + i) * 32 + lane] = acc[i / 4][i % 4];
+  cluster.sync();  // release / acquire: every rank's partial sums are visible to the cluster
+  // Rank r adds its share of the column's outputs over the ranks, in rank order, all loads first.
+  const int total = warps * VALUES * 32, share = (total + ranks - 1) / ranks;
+  const int end = min(total, (rank + 1) * share);
+  for (int index = rank * share + int(threadIdx.x); index < end; index += int(blockDim.x)) {
+    float v[SPLIT_MAX_RANKS];
 #pragma unroll
-  for (int k = 1; k < MAX_SEGMENTS; ++k)
-    if (k < p.count && tile >= p.seg[k].tile_begin) s = k;
-  const DenseSegment& seg = p.seg[s];
-  const int n = i / 4, t = 8 * n + 2 * c + (i & 1), row = (tile - seg.tile_begin) * 16 + g + 8 * ((i % 4) >> 1);
-  if (t >= p.m || row >= seg.rows) return;
-  seg.y[size_t(t) * seg.rows + row] = sum * (p.row_scales ? seg.alpha * p.row_scales[t] : seg.alpha);
+    for (int r = 0; r < SPLIT_MAX_RANKS; ++r) v[r] = r < ranks ? cluster.map_shared_rank(partial, r)[index] : 0.0f;
+    float sum = 0.0f;
+#pragma unroll
+    for (int r = 0; r < SPLIT_MAX_RANKS; ++r)
+      if (r < ranks) sum += v[r];
+    const int out_tile = int(blockIdx.y) * warps + index / (VALUES * 32), i = index / 32 % VALUES, l = index % 32;
+    if (out_tile >= tiles) continue;
+    const DenseSegment& out = p.seg[segment_of(p, out_tile)];
+    // Value i of lane (g, c): row g + 8·((i % 4) / 2), token column 8·(i / 4) + 2c + i % 2.
+    const int t = 8 * (i / 4) + 2 * (l & 3) + (i & 1), row = (out_tile - out.tile_begin) * 16 + (l >> 2) + 8 * ((i % 4) >> 1);
+    if (t >= p.m || row >= out.rows) continue;
+    out.y[size_t(t) * out.rows + row] = sum * (p.row_scales ? out.alpha * p.row_scales[t] : out.alpha);
+  }
+  // No rank leaves while another may still read its shared memory.
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
 }  // namespace
@@ -410,11 +389,11 @@ Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* cons
 // Warps a CTA (m16 tiles; 4 … 8) so that the busiest SM's share is smallest: CTAs spread evenly,
 // ⌈CTAs / SMs⌉ of W warps each; ties to more warps (fewer x slices). q/k/v at Qwen3's shapes (320
 // tiles, 4 splits): 5 warps, 256 CTAs (8 would put 160 CTAs on 132 SMs, 28 of them holding two).
-static int split_warps(int tiles, int splits) {
+static int split_warps(int tiles, int ranks) {
   const int sms = std::max(1, device_limits().sms);
   int best = SPLIT_MAX_WARPS, best_load = INT32_MAX;
   for (int w = SPLIT_MAX_WARPS; w >= 4; --w) {
-    const int ctas = (tiles + w - 1) / w * splits, load = (ctas + sms - 1) / sms * w;
+    const int ctas = (tiles + w - 1) / w * ranks, load = (ctas + sms - 1) / sms * w;
     if (load < best_load) best = w, best_load = load;
   }
   return best;
@@ -422,59 +401,30 @@ static int split_warps(int tiles, int splits) {
 
 static int split_n_tiles(int64_t M) { return M <= 8 ? 1 : M <= 16 ? 2 : M <= 32 ? 4 : M <= 48 ? 6 : 8; }
 
-static int64_t split_tiles(const DeviceNvfp4Weight* const* weights, int count) {
-  int64_t tiles = 0;
-  for (int i = 0; i < count; ++i) tiles += (weights[i]->rows + 15) / 16;
-  return tiles;
-}
-
-size_t skinny_split_partial_floats(int64_t M, int64_t tiles, int64_t K) {
-  const int64_t splits = (K / SKINNY_K_BLOCK + SPLIT_BLOCKS - 1) / SPLIT_BLOCKS;
-  return splits > 1 ? size_t(splits * tiles * split_n_tiles(M) * 4 * 32) : 0;
-}
-
-bool skinny_split_fits(int64_t M, const DeviceNvfp4Weight* const* weights, int count, const SplitWorkspace& ws) {
-  if (M < 1 || M > SKINNY_SPLIT_MAX_M || count < 1 || !skinny_linear_supported(weights[0]->cols)) return false;
-  const int64_t tiles = split_tiles(weights, count);
-  const size_t floats = skinny_split_partial_floats(M, tiles, weights[0]->cols);
-  return floats == 0 || (ws.partials && ws.counters && floats <= ws.partial_floats && size_t(tiles) <= ws.counter_count);
-}
-
 Status skinny_linear_split(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights, float* const* outputs,
-                           int count, const float* row_scales, const SplitWorkspace& ws, cudaStream_t stream) {
+                           int count, const float* row_scales, cudaStream_t stream) {
   if (M <= 0 || M > SKINNY_SPLIT_MAX_M) return Status::error("skinny_linear_split: M must be in [1, 64]");
   DenseParams p{};
   int tiles = 0;
   NIB_RETURN_IF_ERROR(fill_segments(x, weights, outputs, count, 0.0f, "skinny_linear_split", p, tiles));
   NIB_RETURN_IF_ERROR(check_in_features(weights[0]->cols, true, "skinny_linear_split"));
-  if (!skinny_split_fits(M, weights, count, ws))
-    return Status::error("skinny_linear_split: the split workspace holds " + std::to_string(ws.partial_floats) + " floats and " +
-                         std::to_string(ws.counter_count) + " counters, this launch needs " +
-                         std::to_string(skinny_split_partial_floats(M, tiles, weights[0]->cols)) + " and " + std::to_string(tiles));
   p.k_stride = p.k = int(weights[0]->cols), p.k_offset = 0, p.m = int(M), p.row_scales = row_scales;
   const int nt = split_n_tiles(M);
-  const int splits = (p.k / 128 + SPLIT_BLOCKS - 1) / SPLIT_BLOCKS;
-  const int warps = split_warps(tiles, splits);
-  const dim3 grid(unsigned((tiles + warps - 1) / warps), unsigned(splits));
+  const int splits = (p.k / 128 + SPLIT_BLOCKS - 1) / SPLIT_BLOCKS, ranks = std::min(splits, SPLIT_MAX_RANKS);
+  const int warps = split_warps(tiles, ranks);
+  const dim3 grid(unsigned(ranks), unsigned((tiles + warps - 1) / warps));
   const size_t smem = size_t(8 * nt) * SPLIT_ROW_BYTES;
+  static_assert(8 * SPLIT_MAX_NT == SKINNY_SPLIT_MAX_M);
   auto kernel = nt == 1 ? skinny_dense_split_kernel<1>
               : nt == 2 ? skinny_dense_split_kernel<2>
               : nt == 4 ? skinny_dense_split_kernel<4>
               : nt == 6 ? skinny_dense_split_kernel<6>
                         : skinny_dense_split_kernel<8>;
-  static_assert(8 * SPLIT_MAX_NT == SKINNY_SPLIT_MAX_M);
   if (smem > 48 * 1024)
     NIB_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                                     "skinny_linear_split: shared memory"));
-  static const int probe = int(env_int("NIBBLE_SKINNY_SPLIT_PROBE", 0));
-  NIB_RETURN_IF_ERROR(cuda_status(
-      launch_pdl(kernel, grid, dim3(unsigned(warps * 32)), smem, stream, p, ws.partials, ws.counters, tiles, probe != 0),
-      "skinny_linear_split"));
-  if (probe != 2 || splits == 1) return Status::ok();
-  const int values = tiles * nt * 4 * 32;
-  auto sum = nt == 1 ? split_sum_kernel<1> : nt == 2 ? split_sum_kernel<2> : nt == 4 ? split_sum_kernel<4> : nt == 6 ? split_sum_kernel<6> : split_sum_kernel<8>;
-  return cuda_status(launch_pdl(sum, dim3(unsigned((values + 255) / 256)), dim3(256), 0, stream, p, ws.partials, tiles, splits),
-                     "skinny_linear_split (sum)");
+  return cuda_status(launch_pdl_cluster(kernel, grid, dim3(unsigned(warps * 32)), smem, unsigned(ranks), stream, p, tiles, splits),
+                     "skinny_linear_split");
 }
 
 }  // namespace nibble::cuda

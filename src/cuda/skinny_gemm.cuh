@@ -41,14 +41,12 @@ bool skinny_linear_supported(int64_t in_features);
 Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights, float* const* outputs,
                      int count, const float* row_scales, cudaStream_t stream);
 
-// skinny_linear for M ≤ SKINNY_SPLIT_MAX_M split over k (GemmBackend::SKINNY_SPLIT): CTAs of 128
-// weight rows share their tokens' x slice in shared memory and each weight is decoded once for all
-// tokens; the k splits meet in ws (fp32 partial sums, a counter a 16-row tile, zero between launches),
-// added in split order (deterministic). skinny_split_fits says whether ws holds a launch's
-// (skinny_split_partial_floats, linear_nvfp4.cuh).
-bool skinny_split_fits(int64_t M, const DeviceNvfp4Weight* const* weights, int count, const SplitWorkspace& ws);
+// skinny_linear for M ≤ SKINNY_SPLIT_MAX_M split over k (GemmBackend::SKINNY_SPLIT): CTAs of 64-128
+// weight rows share their tokens' x slice in shared memory and decode each weight once for all
+// tokens; the k splits of a thread-block cluster meet in distributed shared memory, added in rank
+// order (deterministic). Any in_features that is a multiple of 128.
 Status skinny_linear_split(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights, float* const* outputs,
-                           int count, const float* row_scales, const SplitWorkspace& ws, cudaStream_t stream);
+                           int count, const float* row_scales, cudaStream_t stream);
 
 // One token's W4A4 y_i = x̂ · Ŵ_iᵀ with x's quantize inside the GEMM (input_scale > 0: static, folded
 // into alpha; 0: per-token), bit for bit quantize_dequantize_activation_bf16 + skinny_linear; x̂ and

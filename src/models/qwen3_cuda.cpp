@@ -394,30 +394,6 @@ struct CudaModel::Impl {
         note(*d);
     gemm.stream = stream();
     gemm.cublas = ctx->cublas;
-    // The skinny split-K GEMM's scratch for the layers' launches (q/k/v as one, o, the dense and
-    // shared MLPs' gate/up as one and down) at its largest M; lm_head's would be ~150 MB at Qwen3's
-    // vocabulary, so an NVFP4 lm_head takes AUTO's other choice.
-    size_t split_floats = 0, split_tiles = 0;
-    auto note_split = [&](std::initializer_list<const DeviceLinear*> group) {
-      int64_t tiles = 0;
-      for (const DeviceLinear* l : group) {
-        if (!l->nvfp4) return;
-        tiles += (l->out + 15) / 16;
-      }
-      split_floats = std::max(split_floats, cuda::skinny_split_partial_floats(cuda::SKINNY_SPLIT_MAX_M, tiles, (*group.begin())->in));
-      split_tiles = std::max(split_tiles, size_t(tiles));
-    };
-    for (const DeviceLayer& l : layers) {
-      note_split({&l.q, &l.k, &l.v}), note_split({&l.o});
-      if (l.gate.nvfp4) note_split({&l.gate, &l.up}), note_split({&l.down});
-      if (l.has_shared) note_split({&l.shared_gate, &l.shared_up}), note_split({&l.shared_down});
-    }
-    if (split_floats > 0) {
-      NIB_RETURN_IF_ERROR(a.alloc(gemm.split.partials, split_floats, "the split-K partial sums"));
-      NIB_RETURN_IF_ERROR(a.alloc(gemm.split.counters, split_tiles, "the split-K counters"));
-      NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemset(gemm.split.counters, 0, split_tiles * 4), "the split-K counters"));
-      gemm.split.partial_floats = split_floats, gemm.split.counter_count = split_tiles;
-    }
     if (max_weight > 0 && options.gemm != cuda::GemmBackend::FUSED) {
       NIB_RETURN_IF_ERROR(a.alloc(gemm.workspace, static_cast<size_t>(max_weight), "the dequantized weight"));
       gemm.workspace_elements = static_cast<size_t>(max_weight);

@@ -44,18 +44,14 @@ TEST(CudaHost, AutoPicksTheSkinnyKernelsForFewRows) {
   EXPECT_FALSE(cuda::skinny_linear_supported(96) || cuda::skinny_linear_supported(0));
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, 1, 2048), GemmBackend::SKINNY);
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_SPLIT_MIN_M - 1, 4096), GemmBackend::SKINNY);
-  // The split-K kernel from AUTO_SKINNY_SPLIT_MIN_M to 64 rows (where the context holds its workspace),
-  // then dequant-cublas; an explicit skinny-split beyond 64 rows or on K it cannot take is AUTO's choice.
+  // The split-K kernel from AUTO_SKINNY_SPLIT_MIN_M to 64 rows, then dequant-cublas; an explicit
+  // skinny-split beyond 64 rows or on K it cannot take is AUTO's choice.
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_SPLIT_MIN_M, 4096), GemmBackend::SKINNY_SPLIT);
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::SKINNY_SPLIT_MAX_M, 2048), GemmBackend::SKINNY_SPLIT);
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::SKINNY_SPLIT_MAX_M + 1, 4096), GemmBackend::DEQUANT_CUBLAS);
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::SKINNY_SPLIT, 1, 2048), GemmBackend::SKINNY_SPLIT);
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::SKINNY_SPLIT, 65, 2048), GemmBackend::DEQUANT_CUBLAS);
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::SKINNY_SPLIT, 40, 192), GemmBackend::DEQUANT_CUBLAS);
-  // Its scratch: splits of 4 k-blocks × tiles × the n-tiles' 128 values; none for one split.
-  EXPECT_EQ(cuda::skinny_split_partial_floats(64, 320, 2048), size_t(4 * 320 * 8 * 128));
-  EXPECT_EQ(cuda::skinny_split_partial_floats(20, 128, 4096), size_t(8 * 128 * 4 * 128));
-  EXPECT_EQ(cuda::skinny_split_partial_floats(64, 48, 512), size_t(0));
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, 1, 192), GemmBackend::FUSED);  // K not a multiple of 128
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::SKINNY, 1, 192), GemmBackend::FUSED);
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::FUSED, 1, 2048), GemmBackend::FUSED);

@@ -105,7 +105,7 @@ int run_bench_attention(const BenchKernelsOptions& o, cudaStream_t stream, nlohm
     std::fprintf(stderr, "nibble bench kernels: %s\n", fi.status().message().c_str());
     return 1;
   }
-  const cuda::GemmContext gemm{stream, nullptr, nullptr, 0, o_hat, o_row_scale, size_t(NH * D), {}};
+  const cuda::GemmContext gemm{stream, nullptr, nullptr, 0, o_hat, o_row_scale, size_t(NH * D)};
   const float x_input_scale = 4.0f / 2688.0f, o_input_scale = 3.0f / 2688.0f;
 
   std::printf("\nattention half of a decode layer, Qwen3-30B-A3B (H=%lld, %lld/%lld heads of %lld), one token, norm output "

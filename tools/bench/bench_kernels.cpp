@@ -100,14 +100,8 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
     BENCH_CUDA(cudaMemset(x, 0x3c, static_cast<size_t>(max_m * s.k * 2)));  // BF16 ≈ 0.0117, never zero
     BENCH_CUDA(cudaMalloc(&y, static_cast<size_t>(max_m * s.n * 4)));
     BENCH_CUDA(cudaMalloc(&workspace, bf16_bytes));
-    cuda::SplitWorkspace split;  // the skinny split-K kernel's scratch, as the model sizes it
-    split.counter_count = static_cast<size_t>((s.n + 15) / 16);
-    split.partial_floats = cuda::skinny_split_partial_floats(std::min(max_m, cuda::SKINNY_SPLIT_MAX_M), int64_t(split.counter_count), s.k);
-    BENCH_CUDA(cudaMalloc(&split.partials, std::max<size_t>(split.partial_floats, 1) * 4));
-    BENCH_CUDA(cudaMalloc(&split.counters, split.counter_count * 4));
-    BENCH_CUDA(cudaMemset(split.counters, 0, split.counter_count * 4));
     const cuda::GemmContext ctx{stream, cublas, workspace, static_cast<size_t>(s.n * s.k),
-                                x_hat, row_scales, static_cast<size_t>(max_m * s.k), split};
+                                x_hat, row_scales, static_cast<size_t>(max_m * s.k)};
     for (int64_t m : ms) {
       const double flops = 2.0 * m * s.n * s.k;
       const double io_bytes = m * s.k * 2.0 + m * s.n * 4.0;
@@ -151,7 +145,7 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
       }
     }
     for (int c = 0; c < copies; ++c) cudaFree(packed[c]), cudaFree(scales[c]), cudaFree(bf16[c]);
-    cudaFree(x), cudaFree(y), cudaFree(workspace), cudaFree(x_hat), cudaFree(row_scales), cudaFree(split.partials), cudaFree(split.counters);
+    cudaFree(x), cudaFree(y), cudaFree(workspace), cudaFree(x_hat), cudaFree(row_scales);
   }
   // ERNIE's MoE also with its 2 shared experts (2 × 1536 wide) as 2 more experts every token routes to:
   // what one expert group for both would cost, against the dense shared.* rows plus the routed block.
