@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/env.h"
 #include "cuda/async_copy.cuh"
 #include "cuda/device_context.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
@@ -210,14 +211,30 @@ __device__ __forceinline__ int segment_of(const DenseParams& p, int tile) {
   return s;
 }
 
+// y of value i (an mma accumulator register: row g + 8·((i % 4) / 2), token column 8·(i / 4) + 2c + i % 2)
+// of lane (g, c) of m16 tile `tile`: the sum × alpha (× the token's row scale).
+__device__ __forceinline__ void split_store_value(const DenseParams& p, int tiles, int tile, int i, int lane, float sum) {
+  if (tile >= tiles) return;
+  const DenseSegment& out = p.seg[segment_of(p, tile)];
+  const int t = 8 * (i / 4) + 2 * (lane & 3) + (i & 1), row = (tile - out.tile_begin) * 16 + (lane >> 2) + 8 * ((i % 4) >> 1);
+  if (t >= p.m || row >= out.rows) return;
+  out.y[size_t(t) * out.rows + row] = sum * (p.row_scales ? out.alpha * p.row_scales[t] : out.alpha);
+}
+template <int NT>
+__device__ __forceinline__ void split_store(const DenseParams& p, int tiles, int tile, int lane, const float (&acc)[NT][4]) {
+#pragma unroll
+  for (int i = 0; i < NT * 4; ++i) split_store_value(p, tiles, tile, i, lane, acc[i / 4][i % 4]);
+}
+
 // Grid (ranks, columns of blockDim / 32 tiles), clusters of `ranks` along x; `splits` of SPLIT_BLOCKS
 // k-blocks over k.
 template <int NT>
-__global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2) skinny_dense_split_kernel(const DenseParams p, int tiles, int splits) {
+__global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2) skinny_dense_split_kernel(const DenseParams p, int tiles, int splits,
+                                                                                            int probe) {
   extern __shared__ __align__(16) uint8_t x_slice[];  // [8 · NT tokens][SPLIT_ROW_BYTES], chunks swizzled
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
-  const int ranks = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const int ranks = int(gridDim.x), rank = int(blockIdx.x);  // the cluster spans x: its size and rank
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, warps = int(blockDim.x) / 32;
   const int tile = int(blockIdx.y) * warps + warp, k_blocks = p.k / 128;
   const DenseSegment& seg = p.seg[segment_of(p, tile)];
@@ -283,29 +300,31 @@ __global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2) skinny_dense_split_ke
   }
   // The CTA's partial sums, [warp][value][lane], over its x slice (every warp is past its last read).
   constexpr int VALUES = NT * 4;
+  if (probe == 1 || probe == 3) {  // NIBBLE_SKINNY_SPLIT_PROBE (timing only: wrong values): no reduction
+    split_store(p, tiles, int(blockIdx.y) * warps + warp, lane, acc);
+    return;
+  }
   __syncthreads();
   float* partial = reinterpret_cast<float*>(x_slice);
 #pragma unroll
   for (int i = 0; i < VALUES; ++i) partial[(warp * VALUES + i) * 32 + lane] = acc[i / 4][i % 4];
   cluster.sync();  // release / acquire: every rank's partial sums are visible to the cluster
-  // Rank r adds its share of the column's outputs over the ranks, in rank order, all loads first.
-  const int total = warps * VALUES * 32, share = (total + ranks - 1) / ranks;
-  const int end = min(total, (rank + 1) * share);
-  for (int index = rank * share + int(threadIdx.x); index < end; index += int(blockDim.x)) {
-    float v[SPLIT_MAX_RANKS];
-#pragma unroll
-    for (int r = 0; r < SPLIT_MAX_RANKS; ++r) v[r] = r < ranks ? cluster.map_shared_rank(partial, r)[index] : 0.0f;
-    float sum = 0.0f;
+  // Rank r adds its share of the column's outputs over the ranks, in rank order, all loads first: a
+  // thread four lanes' values of one (warp, value) a time, 16 bytes from each rank.
+  const int quads = warps * VALUES * 8, share = (quads + ranks - 1) / ranks, end = min(quads, (rank + 1) * share);
+  for (int quad = rank * share + int(threadIdx.x); quad < end && probe != 2; quad += int(blockDim.x)) {
+    float4 v[SPLIT_MAX_RANKS];
 #pragma unroll
     for (int r = 0; r < SPLIT_MAX_RANKS; ++r)
-      if (r < ranks) sum += v[r];
-    const int out_tile = int(blockIdx.y) * warps + index / (VALUES * 32), i = index / 32 % VALUES, l = index % 32;
-    if (out_tile >= tiles) continue;
-    const DenseSegment& out = p.seg[segment_of(p, out_tile)];
-    // Value i of lane (g, c): row g + 8·((i % 4) / 2), token column 8·(i / 4) + 2c + i % 2.
-    const int t = 8 * (i / 4) + 2 * (l & 3) + (i & 1), row = (out_tile - out.tile_begin) * 16 + (l >> 2) + 8 * ((i % 4) >> 1);
-    if (t >= p.m || row >= out.rows) continue;
-    out.y[size_t(t) * out.rows + row] = sum * (p.row_scales ? out.alpha * p.row_scales[t] : out.alpha);
+      v[r] = r < ranks ? reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, r))[quad] : make_float4(0, 0, 0, 0);
+    float4 sum = make_float4(0, 0, 0, 0);
+#pragma unroll
+    for (int r = 0; r < SPLIT_MAX_RANKS; ++r)
+      if (r < ranks) sum.x += v[r].x, sum.y += v[r].y, sum.z += v[r].z, sum.w += v[r].w;
+    const int w = quad / (VALUES * 8), i = quad / 8 % VALUES, l0 = quad % 8 * 4;
+    const float values[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) split_store_value(p, tiles, int(blockIdx.y) * warps + w, i, l0 + e, values[e]);
   }
   // No rank leaves while another may still read its shared memory.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
@@ -423,7 +442,9 @@ Status skinny_linear_split(const uint16_t* x, int64_t M, const DeviceNvfp4Weight
   if (smem > 48 * 1024)
     NIB_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                                     "skinny_linear_split: shared memory"));
-  return cuda_status(launch_pdl_cluster(kernel, grid, dim3(unsigned(warps * 32)), smem, unsigned(ranks), stream, p, tiles, splits),
+  static const int probe = int(env_int("NIBBLE_SKINNY_SPLIT_PROBE", 0));
+  return cuda_status(launch_pdl_cluster(kernel, grid, dim3(unsigned(warps * 32)), smem, probe == 3 ? 0u : unsigned(ranks), stream, p,
+                                        tiles, splits, probe),
                      "skinny_linear_split");
 }
 
