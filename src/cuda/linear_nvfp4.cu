@@ -213,7 +213,7 @@ GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K) {
     backend = GemmBackend::AUTO;
   if (backend != GemmBackend::AUTO) return backend;
   static const int64_t split_min = env_int("NIBBLE_SKINNY_SPLIT_MIN_M", AUTO_SKINNY_SPLIT_MIN_M);
-  static const int64_t split_max = std::min(env_int("NIBBLE_SKINNY_SPLIT_MAX_M", SKINNY_SPLIT_MAX_M), SKINNY_SPLIT_MAX_M);
+  static const int64_t split_max = std::min(env_int("NIBBLE_SKINNY_SPLIT_MAX_M", AUTO_SKINNY_SPLIT_MAX_M), SKINNY_SPLIT_MAX_M);
   if (M >= split_min && M <= split_max && skinny_linear_supported(K)) return GemmBackend::SKINNY_SPLIT;
   if (M <= AUTO_SKINNY_MAX_M && skinny_linear_supported(K)) return GemmBackend::SKINNY;
   return M <= AUTO_FUSED_MAX_M && fused_supported(K) ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;

@@ -66,10 +66,14 @@ inline constexpr int64_t AUTO_FUSED_MAX_M = 1;
 // allows them, before the rules above (H200, q_proj: skinny/dequant-cublas 4.6/11.5 µs at M = 1,
 // 8.9/11.3 at 32, 15.7/11.9 at 64).
 inline constexpr int64_t AUTO_SKINNY_MAX_M = 32;
-// Before both, AUTO takes the skinny split-K kernel (skinny_linear_split) from this many rows to its
-// SKINNY_SPLIT_MAX_M (64). NIBBLE_SKINNY_SPLIT_MIN_M and NIBBLE_SKINNY_SPLIT_MAX_M (0: never) move the
-// band, an experiment switch for sweeps.
+// Before both, AUTO takes the skinny split-K kernel (skinny_linear_split) from 17 to 40 rows. H200,
+// full-size Qwen3-30B-A3B, S_TG against skinny / dequant-cublas (docs/perf.md): b24 +2.3%, b32 +5.3%,
+// b48 −0.2%, b64 −3.9% (its cluster reduction costs 2.5–7 µs a launch at 16–64 rows, where cuBLAS on
+// the BF16 copies reads 3.5× the bytes but has no reduction); b12–16 +0.5% against skinny, within
+// its variance. NIBBLE_SKINNY_SPLIT_MIN_M and NIBBLE_SKINNY_SPLIT_MAX_M (0: never) move the band, an
+// experiment switch for sweeps.
 inline constexpr int64_t AUTO_SKINNY_SPLIT_MIN_M = 17;
+inline constexpr int64_t AUTO_SKINNY_SPLIT_MAX_M = 40;
 
 // Whether the fused GEMV takes this in_features (up to 8192).
 bool fused_supported(int64_t in_features);

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <string>
 
-#include "core/env.h"
 #include "cuda/async_copy.cuh"
 #include "cuda/device_context.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
@@ -220,17 +219,11 @@ __device__ __forceinline__ void split_store_value(const DenseParams& p, int tile
   if (t >= p.m || row >= out.rows) return;
   out.y[size_t(t) * out.rows + row] = sum * (p.row_scales ? out.alpha * p.row_scales[t] : out.alpha);
 }
-template <int NT>
-__device__ __forceinline__ void split_store(const DenseParams& p, int tiles, int tile, int lane, const float (&acc)[NT][4]) {
-#pragma unroll
-  for (int i = 0; i < NT * 4; ++i) split_store_value(p, tiles, tile, i, lane, acc[i / 4][i % 4]);
-}
 
 // Grid (ranks, columns of blockDim / 32 tiles), clusters of `ranks` along x; `splits` of SPLIT_BLOCKS
 // k-blocks over k.
 template <int NT>
-__global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2) skinny_dense_split_kernel(const DenseParams p, int tiles, int splits,
-                                                                                            int probe) {
+__global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2) skinny_dense_split_kernel(const DenseParams p, int tiles, int splits) {
   extern __shared__ __align__(16) uint8_t x_slice[];  // [8 · NT tokens][SPLIT_ROW_BYTES], chunks swizzled
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
@@ -300,10 +293,6 @@ __global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2) skinny_dense_split_ke
   }
   // The CTA's partial sums, [warp][value][lane], over its x slice (every warp is past its last read).
   constexpr int VALUES = NT * 4;
-  if (probe == 1 || probe == 3) {  // NIBBLE_SKINNY_SPLIT_PROBE (timing only: wrong values): no reduction
-    split_store(p, tiles, int(blockIdx.y) * warps + warp, lane, acc);
-    return;
-  }
   __syncthreads();
   float* partial = reinterpret_cast<float*>(x_slice);
 #pragma unroll
@@ -312,7 +301,7 @@ __global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2) skinny_dense_split_ke
   // Rank r adds its share of the column's outputs over the ranks, in rank order, all loads first: a
   // thread four lanes' values of one (warp, value) a time, 16 bytes from each rank.
   const int quads = warps * VALUES * 8, share = (quads + ranks - 1) / ranks, end = min(quads, (rank + 1) * share);
-  for (int quad = rank * share + int(threadIdx.x); quad < end && probe != 2; quad += int(blockDim.x)) {
+  for (int quad = rank * share + int(threadIdx.x); quad < end; quad += int(blockDim.x)) {
     float4 v[SPLIT_MAX_RANKS];
 #pragma unroll
     for (int r = 0; r < SPLIT_MAX_RANKS; ++r)
@@ -442,9 +431,7 @@ Status skinny_linear_split(const uint16_t* x, int64_t M, const DeviceNvfp4Weight
   if (smem > 48 * 1024)
     NIB_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                                     "skinny_linear_split: shared memory"));
-  static const int probe = int(env_int("NIBBLE_SKINNY_SPLIT_PROBE", 0));
-  return cuda_status(launch_pdl_cluster(kernel, grid, dim3(unsigned(warps * 32)), smem, probe == 3 ? 0u : unsigned(ranks), stream, p,
-                                        tiles, splits, probe),
+  return cuda_status(launch_pdl_cluster(kernel, grid, dim3(unsigned(warps * 32)), smem, unsigned(ranks), stream, p, tiles, splits),
                      "skinny_linear_split");
 }
 

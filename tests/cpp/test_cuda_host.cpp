@@ -44,11 +44,12 @@ TEST(CudaHost, AutoPicksTheSkinnyKernelsForFewRows) {
   EXPECT_FALSE(cuda::skinny_linear_supported(96) || cuda::skinny_linear_supported(0));
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, 1, 2048), GemmBackend::SKINNY);
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_SPLIT_MIN_M - 1, 4096), GemmBackend::SKINNY);
-  // The split-K kernel from AUTO_SKINNY_SPLIT_MIN_M to 64 rows, then dequant-cublas; an explicit
-  // skinny-split beyond 64 rows or on K it cannot take is AUTO's choice.
+  // The split-K kernel from AUTO_SKINNY_SPLIT_MIN_M to AUTO_SKINNY_SPLIT_MAX_M rows, then dequant-cublas;
+  // an explicit skinny-split takes up to 64 rows, and beyond them or on K it cannot take is AUTO's choice.
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_SPLIT_MIN_M, 4096), GemmBackend::SKINNY_SPLIT);
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::SKINNY_SPLIT_MAX_M, 2048), GemmBackend::SKINNY_SPLIT);
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::SKINNY_SPLIT_MAX_M + 1, 4096), GemmBackend::DEQUANT_CUBLAS);
+  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_SPLIT_MAX_M, 2048), GemmBackend::SKINNY_SPLIT);
+  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_SPLIT_MAX_M + 1, 4096), GemmBackend::DEQUANT_CUBLAS);
+  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::SKINNY_SPLIT, cuda::SKINNY_SPLIT_MAX_M, 4096), GemmBackend::SKINNY_SPLIT);
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::SKINNY_SPLIT, 1, 2048), GemmBackend::SKINNY_SPLIT);
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::SKINNY_SPLIT, 65, 2048), GemmBackend::DEQUANT_CUBLAS);
   EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::SKINNY_SPLIT, 40, 192), GemmBackend::DEQUANT_CUBLAS);
