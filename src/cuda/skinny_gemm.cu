@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <string>
 
-#include "core/env.h"
 #include "cuda/async_copy.cuh"
 #include "cuda/device_context.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
@@ -419,8 +418,7 @@ Status skinny_linear_split(const uint16_t* x, int64_t M, const DeviceNvfp4Weight
   NIB_RETURN_IF_ERROR(check_in_features(weights[0]->cols, true, "skinny_linear_split"));
   p.k_stride = p.k = int(weights[0]->cols), p.k_offset = 0, p.m = int(M), p.row_scales = row_scales;
   const int nt = split_n_tiles(M);
-  static const int max_ranks = int(std::clamp<int64_t>(env_int("NIBBLE_SKINNY_SPLIT_RANKS", SPLIT_MAX_RANKS), 1, SPLIT_MAX_RANKS));
-  const int splits = (p.k / 128 + SPLIT_BLOCKS - 1) / SPLIT_BLOCKS, ranks = std::min(splits, max_ranks);
+  const int splits = (p.k / 128 + SPLIT_BLOCKS - 1) / SPLIT_BLOCKS, ranks = std::min(splits, SPLIT_MAX_RANKS);
   const int warps = split_warps(tiles, ranks);
   const dim3 grid(unsigned(ranks), unsigned((tiles + warps - 1) / warps));
   const size_t smem = size_t(8 * nt) * SPLIT_ROW_BYTES;
