@@ -269,13 +269,11 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
   return cuda_status(cudaGetLastError(), "linear_nvfp4 row scales launch");
 }
 
-// W4A4 of up to SKINNY_QUANT_MAX_M tokens on the skinny kernel: x's quantize inside the GEMM
-// (skinny_linear_quantizing), so a decode step's o projection is one launch, not a quantize launch then
-// the GEMM (one token: tg128 +2.2% static, +2.6% per-token on the H200; docs/perf.md).
-// NIBBLE_SKINNY_QUANT_MAX_M lowers the bound (an experiment switch for sweeps).
+// W4A4 of one token on the skinny kernel: x's quantize inside the GEMM (skinny_linear_quantizing), so
+// a decode step's o projection is one launch, not a quantize launch then the GEMM (tg128 +2.2% static,
+// +2.6% per-token on the H200; docs/perf.md).
 static bool fused_quantize(int64_t M, int64_t K, GemmBackend backend) {
-  static const int64_t max_m = std::min(env_int("NIBBLE_SKINNY_QUANT_MAX_M", SKINNY_QUANT_MAX_M), SKINNY_QUANT_MAX_M);
-  return M <= max_m && skinny_supported(K) && resolve_gemm_backend(backend, M, K) == GemmBackend::SKINNY;
+  return M == 1 && skinny_supported(K) && resolve_gemm_backend(backend, M, K) == GemmBackend::SKINNY;
 }
 
 Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, formats::ActQuant mode,
@@ -290,7 +288,7 @@ Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, fo
                          " BF16 values and " + std::to_string(M) + " row scales");
   if (!x_quantized && fused_quantize(M, w.cols, backend)) {
     const DeviceNvfp4Weight* weights[1] = {&w};
-    return skinny_linear_quantizing(x, M, weights, &y, 1, mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
+    return skinny_linear_quantizing(x, weights, &y, 1, mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
                                     ctx.act_workspace, ctx.row_scales, ctx.stream);
   }
   if (!x_quantized)
@@ -334,7 +332,7 @@ Status linear_nvfp4_shared_input(const uint16_t* x, int64_t M, const DeviceNvfp4
     return Status::error("linear_nvfp4 (W4A4): needs an activation workspace of " + std::to_string(M * weights[0]->cols) +
                          " BF16 values and " + std::to_string(M) + " row scales");
   if (!x_quantized && fused_quantize(M, weights[0]->cols, backend))
-    return skinny_linear_quantizing(x, M, weights, outputs, count, mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
+    return skinny_linear_quantizing(x, weights, outputs, count, mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
                                     ctx.act_workspace, ctx.row_scales, ctx.stream);
   // x̂ once for all; row_scales holds the token scale (per-token) or input_scale (static) of each row.
   if (!x_quantized)

@@ -110,24 +110,22 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, BLOCKS == 2 && NT == 2 ? 2 : 1
     }
 }
 
-// W4A4 GEMM of up to QUANT_MAX_M tokens (one n-tile) with their quantize inside (in_features ≤
-// SKINNY_MAX_K: the CTA's warps span the rows): each warp quantizes its own k range of every token
-// row cooperatively — a lane a 16-value block, as quantize_dequantize_activation_bf16 computes it
-// (per-token: each row's amax met over the CTA's warps) — into shared memory, from which its token
-// columns' lanes take their fragments; the separate quantize launch goes. CTA 0 also writes x̂ and the
-// row scales where asked (the workspace linear_nvfp4 fills). alpha holds static's input_scale (folded
-// as linear_nvfp4 folds it); per-token multiplies by each token's row scale in the epilogue.
-constexpr int QUANT_MAX_M = 8;
-
+// One token's W4A4 GEMM with its quantize inside (M = 1, in_features ≤ SKINNY_MAX_K: the CTA's warps
+// span the row): each warp quantizes its own k range of x cooperatively — a lane a 16-value block, as
+// quantize_dequantize_activation_bf16 computes it (per-token: the row amax met over the CTA's warps) —
+// into shared memory, from which its token-column lanes take their fragments; the separate quantize
+// launch goes. CTA (0, 0) also writes x̂ and the row scale where asked (the workspace linear_nvfp4
+// fills). alpha holds static's input_scale (folded as linear_nvfp4 folds it); per-token multiplies
+// by the row scale in the epilogue, as the kernel above does with row_scales.
 template <int BLOCKS>
 __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_quant_kernel(const DenseParams p, float quant_scale,
                                                                            uint16_t* x_hat_out, float* row_scale_out) {
-  extern __shared__ float partial[];  // reduce_warps' sums, then x̂ of the rows (BF16, [M][K])
-  __shared__ float warp_amax[QUANT_MAX_M][MAX_WARPS], row_scales[QUANT_MAX_M];
+  extern __shared__ float partial[];  // reduce_warps' sums, then x̂ of the row (BF16)
+  __shared__ float warp_amax[MAX_WARPS];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int warps = blockDim.x / 32, M = p.m, K = p.k;
+  const int warps = blockDim.x / 32;
   WeightFragments<BLOCKS> w;
-  const DenseTile tile = load_dense_tile(p, w);  // (k_offset 0: one launch covers the rows)
+  const DenseTile tile = load_dense_tile(p, w);  // (k_offset 0: one launch covers the row)
   const DenseSegment& seg = p.seg[tile.s];
   const int m0 = tile.m0, kb0 = tile.kb0, nkb = tile.nkb;
   pdl_wait();
@@ -136,74 +134,49 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_quant_kernel(cons
   // The warp's k range, a 16-value block a lane (BLOCKS · 128 ≤ 512 values: one round).
   const int k0 = kb0 * 128 + 16 * lane;
   const bool holds = 16 * lane < nkb * 128;
-  auto load_block = [&](int m, uint32_t (&words)[8]) {
-    uint4 raw[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-    if (holds) {
-      const uint4* at = reinterpret_cast<const uint4*>(p.x + size_t(m) * K + k0);
-      raw[0] = __ldg(at), raw[1] = __ldg(at + 1);
-    }
-    const uint32_t v[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w, raw[1].x, raw[1].y, raw[1].z, raw[1].w};
+  uint4 raw[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+  if (holds) raw[0] = __ldg(reinterpret_cast<const uint4*>(p.x + k0)), raw[1] = __ldg(reinterpret_cast<const uint4*>(p.x + k0) + 1);
+  const uint32_t words[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w, raw[1].x, raw[1].y, raw[1].z, raw[1].w};
+  float amax = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) words[i] = v[i];
-  };
-  auto block_amax = [](const uint32_t (&words)[8]) {
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(words[i] << 16)), fabsf(__uint_as_float(words[i] & 0xFFFF0000u))));
-    return amax;
-  };
-  if (quant_scale == 0.0f) {  // per-token: each row's amax over the CTA's warps
-    for (int m = 0; m < M; ++m) {
-      uint32_t words[8];
-      load_block(m, words);
-      float amax = block_amax(words);
-      for (int offset = 16; offset > 0; offset >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
-      if (lane == 0) warp_amax[m][warp] = amax;
-    }
+  for (int i = 0; i < 8; ++i)
+    amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(words[i] << 16)), fabsf(__uint_as_float(words[i] & 0xFFFF0000u))));
+  float row_amax = 0.0f;
+  if (quant_scale == 0.0f) {  // per-token: the row's amax over the CTA's warps
+    float m = amax;
+    for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
+    if (lane == 0) warp_amax[warp] = m;
     __syncthreads();
+    for (int i = 0; i < warps; ++i) row_amax = fmaxf(row_amax, warp_amax[i]);
   }
-  for (int m = 0; m < M; ++m) {
-    float row_amax = 0.0f;
-    if (quant_scale == 0.0f)
-      for (int i = 0; i < warps; ++i) row_amax = fmaxf(row_amax, warp_amax[m][i]);
-    float global, row_scale;
-    act_row_scales(quant_scale, row_amax, global, row_scale);
-    if (threadIdx.x == 0) {
-      row_scales[m] = row_scale;
-      if (row_scale_out && blockIdx.x == 0) row_scale_out[m] = row_scale;
-    }
-    if (!holds) continue;
-    uint32_t words[8];
-    load_block(m, words);
-    const ActBlockScale block(block_amax(words), global);
+  float global, row_scale;
+  act_row_scales(quant_scale, row_amax, global, row_scale);
+  if (holds) {
+    const ActBlockScale block(amax, global);
     uint32_t out[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i)
       out[i] = block.bf16(__uint_as_float(words[i] << 16)) | block.bf16(__uint_as_float(words[i] & 0xFFFF0000u)) << 16;
     const uint4 lo = make_uint4(out[0], out[1], out[2], out[3]), hi = make_uint4(out[4], out[5], out[6], out[7]);
-    uint4* at = reinterpret_cast<uint4*>(xq + size_t(m) * K + k0);
-    at[0] = lo, at[1] = hi;
-    if (x_hat_out && blockIdx.x == 0) {
-      uint4* out_at = reinterpret_cast<uint4*>(x_hat_out + size_t(m) * K + k0);
-      out_at[0] = lo, out_at[1] = hi;
-    }
+    reinterpret_cast<uint4*>(xq + k0)[0] = lo, reinterpret_cast<uint4*>(xq + k0)[1] = hi;
+    if (x_hat_out && blockIdx.x == 0) reinterpret_cast<uint4*>(x_hat_out + k0)[0] = lo, reinterpret_cast<uint4*>(x_hat_out + k0)[1] = hi;
   }
-  __syncthreads();  // the row scales for the epilogue; each warp's x̂ is its own k range
+  if (row_scale_out && blockIdx.x == 0 && threadIdx.x == 0) *row_scale_out = row_scale;
+  __syncwarp();  // a warp reads only the k range it wrote
   float acc[1][4] = {};
 #pragma unroll
   for (int b = 0; b < BLOCKS; ++b) {
     if (b >= nkb) break;
     uint4 xv[1][4];
-    token_x_fragment<false>(xq + size_t(min(g, M - 1)) * K, kb0 + b, g < M, c, xv[0]);
+    token_x_fragment<false>(xq, kb0 + b, g == 0, c, xv[0]);
     mma_kblock<1>({w.codes[0][b], w.codes[1][b]}, {w.scales[0][b], w.scales[1][b]}, xv, acc);
   }
   if (!reduce_warps<1>(acc, partial)) return;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {  // acc i: row g + 8·(i / 2), token column 2c + i % 2
+  for (int i = 0; i < 4; ++i) {  // acc i: row g + 8·(i / 2), token column 2c + i % 2: only column 0 exists
     const int t = 2 * c + (i & 1), row = m0 + g + 8 * (i >> 1);
-    if (t >= M || row >= seg.rows) continue;
-    seg.y[size_t(t) * seg.rows + row] = acc[0][i] * (quant_scale == 0.0f ? seg.alpha * row_scales[t] : seg.alpha);
+    if (t != 0 || row >= seg.rows) continue;
+    seg.y[row] = acc[0][i] * (quant_scale == 0.0f ? seg.alpha * row_scale : seg.alpha);
   }
 }
 
@@ -372,23 +345,18 @@ static Status fill_segments(const uint16_t* x, const DeviceNvfp4Weight* const* w
   return Status::ok();
 }
 
-Status skinny_linear_quantizing(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights, float* const* outputs,
-                                int count, float input_scale, uint16_t* x_hat_out, float* row_scale_out, cudaStream_t stream) {
-  if (M < 1 || M > SKINNY_QUANT_MAX_M) return Status::error("skinny_linear_quantizing: M must be in [1, 8]");
+Status skinny_linear_quantizing(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs, int count,
+                                float input_scale, uint16_t* x_hat_out, float* row_scale_out, cudaStream_t stream) {
   DenseParams p{};
   int tiles = 0;
   NIB_RETURN_IF_ERROR(fill_segments(x, weights, outputs, count, input_scale, "skinny_linear_quantizing", p, tiles));
   const int64_t K = weights[0]->cols;
   if (!skinny_supported(K)) return Status::error("skinny_linear_quantizing: in_features must be a multiple of 128 up to SKINNY_MAX_K");
-  p.k_stride = int(K), p.k = int(K), p.m = int(M);
+  p.k_stride = int(K), p.k = int(K), p.m = 1;
   const int per_warp = blocks_per_warp(p.k, true, 1);
   const int warps = (p.k / 128 + per_warp - 1) / per_warp;
-  const size_t smem = size_t(warps - 1) * 4 * 32 * sizeof(float) + size_t(M * K) * 2;
+  const size_t smem = size_t(warps - 1) * 4 * 32 * sizeof(float) + size_t(K) * 2;
   const auto kernel = per_warp == 4 ? skinny_dense_quant_kernel<4> : skinny_dense_quant_kernel<2>;
-  static_assert(QUANT_MAX_M == SKINNY_QUANT_MAX_M);
-  if (smem > 48 * 1024)
-    NIB_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-                                    "skinny_linear_quantizing: shared memory"));
   return cuda_status(launch_pdl(kernel, dim3(unsigned(tiles)), dim3(unsigned(warps * 32)), smem, stream, p, input_scale,
                                 x_hat_out, row_scale_out),
                      "skinny_linear_quantizing");

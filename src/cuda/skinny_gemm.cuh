@@ -48,13 +48,12 @@ Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* cons
 Status skinny_linear_split(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights, float* const* outputs,
                            int count, const float* row_scales, cudaStream_t stream);
 
-// W4A4 y_i = x̂ · Ŵ_iᵀ of up to SKINNY_QUANT_MAX_M tokens with x's quantize inside the GEMM (input_scale
-// > 0: static, folded into alpha; 0: per-token), bit for bit quantize_dequantize_activation_bf16 +
-// skinny_linear; x̂ and the row scales also into x_hat_out / row_scale_out when not null. in_features ≤
-// SKINNY_MAX_K. linear_nvfp4 takes it for W4A4 rows that AUTO gives the skinny backend.
-inline constexpr int64_t SKINNY_QUANT_MAX_M = 8;
-Status skinny_linear_quantizing(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights, float* const* outputs,
-                                int count, float input_scale, uint16_t* x_hat_out, float* row_scale_out, cudaStream_t stream);
+// One token's W4A4 y_i = x̂ · Ŵ_iᵀ with x's quantize inside the GEMM (input_scale > 0: static, folded
+// into alpha; 0: per-token), bit for bit quantize_dequantize_activation_bf16 + skinny_linear; x̂ and
+// the row scale also into x_hat_out / row_scale_out when not null. in_features ≤ SKINNY_MAX_K.
+// linear_nvfp4 takes it for every W4A4 token on the skinny backend.
+Status skinny_linear_quantizing(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs, int count,
+                                float input_scale, uint16_t* x_hat_out, float* row_scale_out, cudaStream_t stream);
 
 // The MoE projections over tiles of skinny_moe_tile_rows rows (args.tile_rows must be one of them): gate_up
 // writes silu(g) · u per sorted row, down the expert outputs, both as moe_gemm_gate_up and
