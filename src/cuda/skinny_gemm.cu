@@ -51,27 +51,45 @@ struct DenseParams {
 struct DenseTile {
   int s, m0, kb0, nkb;
 };
-template <int BLOCKS>
-__device__ __forceinline__ DenseTile load_dense_tile(const DenseParams& p, WeightFragments<BLOCKS>& w) {
+// The segment of the launch's m16 tile `tile` (DenseParams' tiles of all weights in turn).
+__device__ __forceinline__ int segment_of(const DenseParams& p, int tile) {
   int s = 0;
 #pragma unroll
   for (int i = 1; i < MAX_SEGMENTS; ++i)
-    if (i < p.count && int(blockIdx.x) >= p.seg[i].tile_begin) s = i;
-  const DenseSegment& seg = p.seg[s];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int m0 = (int(blockIdx.x) - seg.tile_begin) * 16;
+    if (i < p.count && tile >= p.seg[i].tile_begin) s = i;
+  return s;
+}
+
+// The lane's weight rows g and g + 8 of m16 tile `tile` from the launch's k_offset (codes null past
+// the weight, or everywhere where the tile does not exist), its segment and first row.
+struct TileRows {
+  int s, m0;
+  const uint8_t* codes[2];
+  const uint8_t* scales[2];
+};
+__device__ __forceinline__ TileRows tile_rows(const DenseParams& p, int tile, bool exists) {
+  TileRows t;
+  t.s = segment_of(p, tile);
+  const DenseSegment& seg = p.seg[t.s];
+  const int g = (threadIdx.x & 31) >> 2;
+  t.m0 = (tile - seg.tile_begin) * 16;
   const size_t code_row = size_t(p.k_stride) / 2, scale_row = size_t(p.k_stride) / 16;
-  const uint8_t* row_codes[2];
-  const uint8_t* row_scales[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int row = m0 + g + 8 * h;
-    row_codes[h] = row < seg.rows ? seg.codes + row * code_row + p.k_offset / 2 : nullptr;
-    row_scales[h] = seg.scales + min(row, seg.rows - 1) * scale_row + p.k_offset / 16;
+    const int row = t.m0 + g + 8 * h;
+    t.codes[h] = exists && row < seg.rows ? seg.codes + row * code_row + p.k_offset / 2 : nullptr;
+    t.scales[h] = seg.scales + min(row, seg.rows - 1) * scale_row + p.k_offset / 16;
   }
+  return t;
+}
+
+template <int BLOCKS>
+__device__ __forceinline__ DenseTile load_dense_tile(const DenseParams& p, WeightFragments<BLOCKS>& w) {
+  const int warp = threadIdx.x >> 5, c = threadIdx.x & 3;
+  const TileRows rows = tile_rows(p, int(blockIdx.x), true);
   const int kb0 = warp * BLOCKS, nkb = min(BLOCKS, p.k / 128 - kb0);
-  w.load(row_codes, row_scales, kb0, nkb, c);
-  return {s, m0, kb0, nkb};
+  w.load(rows.codes, rows.scales, kb0, nkb, c);
+  return {rows.s, rows.m0, kb0, nkb};
 }
 
 // Two n-tiles of 2 k-blocks a warp fit 64 registers: 2048 threads an SM. The scale codes' decode let
@@ -201,15 +219,6 @@ constexpr int SPLIT_MAX_NT = 8;
 // (g = 2p, 2p + 1; c = 0 … 3) hit 8 different 16-byte bank groups.
 __device__ __forceinline__ int split_chunk(int j, int t) { return j ^ (((j >> 3) & 1) << 1) ^ (t & 1); }
 
-// The segment of the launch's m16 tile `tile` (DenseParams' tiles of all weights in turn).
-__device__ __forceinline__ int segment_of(const DenseParams& p, int tile) {
-  int s = 0;
-#pragma unroll
-  for (int i = 1; i < MAX_SEGMENTS; ++i)
-    if (i < p.count && tile >= p.seg[i].tile_begin) s = i;
-  return s;
-}
-
 // y of value i (an mma accumulator register: row g + 8·((i % 4) / 2), token column 8·(i / 4) + 2c + i % 2)
 // of lane (g, c) of m16 tile `tile`: the sum × alpha (× the token's row scale).
 __device__ __forceinline__ void split_store_value(const DenseParams& p, int tiles, int tile, int i, int lane, float sum) {
@@ -230,19 +239,9 @@ __global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2) skinny_dense_split_ke
   const int ranks = int(gridDim.x), rank = int(blockIdx.x);  // the cluster spans x: its size and rank
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, warps = int(blockDim.x) / 32;
   const int tile = int(blockIdx.y) * warps + warp, k_blocks = p.k / 128;
-  const DenseSegment& seg = p.seg[segment_of(p, tile)];
-  const int m0 = (tile - seg.tile_begin) * 16;
-  const size_t code_row = size_t(p.k_stride) / 2, scale_row = size_t(p.k_stride) / 16;
-  const uint8_t* row_codes[2];
-  const uint8_t* row_scales[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = m0 + g + 8 * h;
-    row_codes[h] = tile < tiles && row < seg.rows ? seg.codes + row * code_row : nullptr;
-    row_scales[h] = seg.scales + min(row, seg.rows - 1) * scale_row;
-  }
+  const TileRows rows = tile_rows(p, tile, tile < tiles);  // (k_offset 0)
   WeightFragments<SPLIT_BLOCKS> w;  // the first split's before the PDL wait: weights do not depend on earlier kernels
-  w.load(row_codes, row_scales, rank * SPLIT_BLOCKS, min(SPLIT_BLOCKS, k_blocks - rank * SPLIT_BLOCKS), c);
+  w.load(rows.codes, rows.scales, rank * SPLIT_BLOCKS, min(SPLIT_BLOCKS, k_blocks - rank * SPLIT_BLOCKS), c);
   pdl_wait();
   pdl_launch_dependents();
   const uint32_t slice = smem_address(x_slice);
@@ -251,7 +250,7 @@ __global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2) skinny_dense_split_ke
     const int kb0 = split * SPLIT_BLOCKS, nkb = min(SPLIT_BLOCKS, k_blocks - kb0);
     if (split != rank) {  // (only where k has more than 8 splits) every warp is done with the last slice
       __syncthreads();
-      w.load(row_codes, row_scales, kb0, nkb, c);
+      w.load(rows.codes, rows.scales, kb0, nkb, c);
     }
     // The split's x slice, a commit group a k-block (tokens past M copy row M − 1: their columns are
     // never stored, and an mma column depends only on its own x column).
