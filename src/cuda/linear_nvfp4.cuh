@@ -4,8 +4,8 @@
 // (exact), row_scale = input_scale or the token scale. Twin of ref::linear_nvfp4. Two backends: FUSED (a warp per output row decodes the FP4 codes in registers: the small-M,
 // memory-bound case) and DEQUANT_CUBLAS (weights in BF16 — a copy made at load, or dequantized into a
 // workspace per call — then cuBLAS; any M, and the in-house baseline); SKINNY (skinny_gemm.cuh: tensor
-// cores fed from registers, for few rows). Codes and block scales on the GPU are repacked once at
-// load (nvfp4_layout.h).
+// cores fed from registers, for few rows) and SKINNY_SPLIT (its split-K form for up to 64 rows);
+// WGMMA (nvfp4_wgmma.cuh). Codes and block scales on the GPU are repacked once at load (nvfp4_layout.h).
 #pragma once
 
 #include <cublas_v2.h>
@@ -69,8 +69,8 @@ inline constexpr int64_t AUTO_SKINNY_MAX_M = 32;
 // Before both, AUTO takes the skinny split-K kernel (skinny_linear_split) from 17 to 40 rows. H200,
 // full-size Qwen3-30B-A3B, S_TG against skinny / dequant-cublas (docs/perf.md): b24 +2.3%, b32 +5.3%,
 // b48 −0.2%, b64 −3.9% (its cluster reduction costs 2.5–7 µs a launch at 16–64 rows, where cuBLAS on
-// the BF16 copies reads 3.5× the bytes but has no reduction); b12–16 +0.5% against skinny, within
-// its variance. NIBBLE_SKINNY_SPLIT_MIN_M and NIBBLE_SKINNY_SPLIT_MAX_M (0: never) move the band, an
+// the BF16 copies reads 3.5× the bytes but has no reduction); b12–16 +0.5% against skinny (one call,
+// not enough to move the line). NIBBLE_SKINNY_SPLIT_MIN_M and NIBBLE_SKINNY_SPLIT_MAX_M (0: never) move the band, an
 // experiment switch for sweeps.
 inline constexpr int64_t AUTO_SKINNY_SPLIT_MIN_M = 17;
 inline constexpr int64_t AUTO_SKINNY_SPLIT_MAX_M = 40;
