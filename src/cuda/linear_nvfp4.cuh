@@ -1,7 +1,7 @@
 // Dense NVFP4 linear on Hopper: y[M, N] = row_scale · weight_scale_2 · (a[M, K] · Ŵ[N, K]ᵀ), with
 // Ŵ = e2m1 · e4m3 (exact in BF16), fp32 accumulation and output. W4A16 (mode NONE): a = x (BF16),
 // row_scale 1. W4A4 (STATIC, PER_TOKEN): a = x̂, the Blackwell-quantized x dequantized to BF16
-// (exact), row_scale = input_scale or the token scale. Twin of ref::linear_nvfp4. Two backends: FUSED (a warp per output row decodes the FP4 codes in registers: the small-M,
+// (exact), row_scale = input_scale or the token scale. Twin of ref::linear_nvfp4. Backends: FUSED (a warp per output row decodes the FP4 codes in registers: the small-M,
 // memory-bound case) and DEQUANT_CUBLAS (weights in BF16 — a copy made at load, or dequantized into a
 // workspace per call — then cuBLAS; any M, and the in-house baseline); SKINNY (skinny_gemm.cuh: tensor
 // cores fed from registers, for few rows) and SKINNY_SPLIT (its split-K form for up to 64 rows);

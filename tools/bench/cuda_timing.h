@@ -31,12 +31,14 @@ inline std::string bench_mode_label(formats::ActQuant mode) {
 }
 
 // The backends a --gemm-backend / --moe-backend value names ("all": every one but auto).
+// dense: the dense GEMMs' list, which also has the split-K skinny kernel.
 inline std::vector<cuda::GemmBackend> backends_to_time(const std::string& name, bool dense = false) {
-  if (name == "all" && dense)
-    return {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::SKINNY, cuda::GemmBackend::SKINNY_SPLIT,
-            cuda::GemmBackend::WGMMA};
-  if (name == "all")
-    return {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::SKINNY, cuda::GemmBackend::WGMMA};
+  if (name == "all") {
+    std::vector<cuda::GemmBackend> all = {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::SKINNY,
+                                          cuda::GemmBackend::WGMMA};
+    if (dense) all.insert(all.begin() + 3, cuda::GemmBackend::SKINNY_SPLIT);
+    return all;
+  }
   return {cuda::parse_gemm_backend(name).value_or(cuda::GemmBackend::AUTO)};
 }
 
