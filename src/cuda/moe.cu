@@ -13,6 +13,7 @@
 #include "core/env.h"
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
+#include "cuda/nvfp4_fragments.cuh"
 #include "cuda/nvfp4_layout.h"
 #include "cuda/moe_decode.cuh"
 #include "cuda/moe_router.cuh"
@@ -68,7 +69,10 @@ __device__ void quantize_output(const float (&kept)[CHUNKS][8], int hidden, int 
 // into shared memory, then each thread sums 8 consecutive h with 16-byte loads. With NORM the sum
 // is not stored: residual += it, then norm.out = BF16(rmsnorm(residual) · weight) (add_rmsnorm's
 // math, fused so the next layer's norm is not a launch of its own); a thread keeps its CHUNKS · 8
-// values for that (sized to the row: registers for unused chunks would cost CTAs an SM).
+// values for that (sized to the row: registers for unused chunks would cost CTAs an SM). Every row a
+// thread reads (y, residual, pending, add) is 16-byte aligned (the host checks), and all of a chunk's
+// loads are issued before its first store: value by value, each store to the residual ordered the next
+// value's loads behind it (the pointers may alias), a memory latency per value.
 template <bool NORM, int CHUNKS = 1>
 __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_rows,
                                const float* __restrict__ weights, const float* __restrict__ row_scales, int top_k,
@@ -76,6 +80,14 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
   __shared__ int rows[MAX_TOP_K];
   __shared__ float scale[MAX_TOP_K];
   __shared__ float partial[THREADS / 32];
+  // The norm's weights are constants: read before the PDL wait.
+  uint4 weight_bits[NORM ? CHUNKS : 1];
+  if constexpr (NORM)
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+      const int h = (c * THREADS + threadIdx.x) * 8;
+      if (h < hidden) weight_bits[c] = *reinterpret_cast<const uint4*>(norm.weight + h);
+    }
   pdl_wait();
   pdl_launch_dependents();
   const int t = blockIdx.x;
@@ -91,6 +103,11 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
   for (int c = 0; c < (NORM ? CHUNKS : 1 << 20); ++c) {
     const int h = (c * THREADS + threadIdx.x) * 8;
     if (h >= hidden) break;
+    const size_t at = size_t(t) * hidden + h;
+    // The residual, in flight beside the slots' loads (pending and add, rarer, are read after the sums).
+    float4 base[2] = {};
+    if constexpr (NORM) base[0] = reinterpret_cast<const float4*>(norm.residual + at)[0],
+                        base[1] = reinterpret_cast<const float4*>(norm.residual + at)[1];
     float acc[8] = {};
     for (int s0 = 0; s0 < top_k; s0 += COMBINE_SLOTS_IN_FLIGHT) {
       // The slots' loads first, then their sums in slot order (one load at a time made the
@@ -110,19 +127,26 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
         }
       }
     }
-    if (add)  // ERNIE: routed sum + shared experts, in that order as transformers adds them
+    if (add) {  // ERNIE: routed sum + shared experts, in that order as transformers adds them
+      const float4 shared[2] = {reinterpret_cast<const float4*>(add + at)[0], reinterpret_cast<const float4*>(add + at)[1]};
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] += add[size_t(t) * hidden + h + i];
+      for (int i = 0; i < 8; ++i) acc[i] += reinterpret_cast<const float*>(shared)[i];
+    }
     if constexpr (NORM) {
-      float* x = norm.residual + size_t(t) * hidden + h;
-      const float* pending = norm.pending ? norm.pending + size_t(t) * hidden + h : nullptr;
+      float* x = reinterpret_cast<float*>(base);
+      if (norm.pending) {
+        const float4 p[2] = {reinterpret_cast<const float4*>(norm.pending + at)[0],
+                             reinterpret_cast<const float4*>(norm.pending + at)[1]};
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        kept[c][i] = (pending ? x[i] + pending[i] : x[i]) + acc[i];
-        x[i] = kept[c][i];
+        for (int i = 0; i < 8; ++i) x[i] += reinterpret_cast<const float*>(p)[i];
       }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) kept[c][i] = x[i] + acc[i];
+      float4* dst = reinterpret_cast<float4*>(norm.residual + at);
+      dst[0] = make_float4(kept[c][0], kept[c][1], kept[c][2], kept[c][3]);
+      dst[1] = make_float4(kept[c][4], kept[c][5], kept[c][6], kept[c][7]);
     } else {
-      float4* dst = reinterpret_cast<float4*>(out + size_t(t) * hidden + h);
+      float4* dst = reinterpret_cast<float4*>(out + at);
       dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
       dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     }
@@ -150,8 +174,9 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
       uint32_t packed[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float lo = kept[c][2 * i] * inv * formats::bf16_decode(norm.weight[h + 2 * i]);
-        const float hi = kept[c][2 * i + 1] * inv * formats::bf16_decode(norm.weight[h + 2 * i + 1]);
+        const uint32_t pair = word_of(weight_bits[c], i);
+        const float lo = kept[c][2 * i] * inv * formats::bf16_decode(uint16_t(pair & 0xFFFF));
+        const float hi = kept[c][2 * i + 1] * inv * formats::bf16_decode(uint16_t(pair >> 16));
         packed[i] = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
                     uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16;
         kept[c][2 * i] = __uint_as_float(packed[i] << 16), kept[c][2 * i + 1] = __uint_as_float(packed[i] & 0xFFFF0000u);
@@ -509,6 +534,10 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   const float* down_row_scales = cublas_backend && is_w4a4(mode) ? ws.act_row_scales : nullptr;
   ResidualNorm fused = norm ? *norm : ResidualNorm{};
   if (router_norm) fused.pending = router_norm->delta;
+  for (const void* row_base : {static_cast<const void*>(fused.residual), static_cast<const void*>(fused.pending),
+                                static_cast<const void*>(add), static_cast<const void*>(out)})
+    if (reinterpret_cast<uintptr_t>(row_base) % 16 != 0)
+      return Status::error("moe_forward: the combine's residual, pending, add and out rows must be 16-byte aligned");
   const int64_t chunks = (w.hidden + THREADS * 8 - 1) / (THREADS * 8);
   const auto combine = !norm        ? combine_kernel<false>
                        : chunks == 1 ? combine_kernel<true, 1>

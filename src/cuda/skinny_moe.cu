@@ -77,23 +77,33 @@ template <bool GATED, int NT>
 __device__ __forceinline__ void store_slice(const MoeParams& p, int4 tile, int m0, const float (&acc)[NT][4]) {
   const int expert = tile.x, row0 = tile.y, rows = tile.z;
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  // Everything the outputs are scaled by, read before the first store: out may alias these pointers
+  // for all ptxas knows, so each store would order the next column's reloads behind it.
+  const float scale0 = p.global_scales[0][expert] * WEIGHT_DECODE_EPILOGUE;
+  const float scale1 = GATED ? p.global_scales[1][expert] * WEIGHT_DECODE_EPILOGUE : 0.0f;
+  float row_scales[2 * NT];
+#pragma unroll
+  for (int i = 0; i < 2 * NT; ++i) {
+    const int r = 8 * (i >> 1) + 2 * c + (i & 1);
+    row_scales[i] = p.row_scales && r < rows ? p.row_scales[source_row(p, row0 + r)] : 1.0f;
+  }
 #pragma unroll
   for (int i = 0; i < 2 * NT; ++i) {  // token columns 8n + 2c + j of n-tile n = i / 2
     const int n = i >> 1, j = i & 1, r = 8 * n + 2 * c + j;
     if (r >= rows) continue;
-    const float row_scale = p.row_scales ? p.row_scales[source_row(p, row0 + r)] : 1.0f;
+    const float row_scale = row_scales[i];
     const size_t out_row = size_t(row0 + r) * p.n;
 #pragma unroll
     for (int h = 0; h < (GATED ? 1 : 2); ++h) {
       float value;
       int feature;
       if constexpr (GATED) {
-        const float gate = acc[n][j] * (p.global_scales[0][expert] * WEIGHT_DECODE_EPILOGUE) * row_scale;
-        const float up = acc[n][2 + j] * (p.global_scales[1][expert] * WEIGHT_DECODE_EPILOGUE) * row_scale;
+        const float gate = acc[n][j] * scale0 * row_scale;
+        const float up = acc[n][2 + j] * scale1 * row_scale;
         value = gate / (1.0f + expf(-gate)) * up;  // silu(gate) · up, as ref::silu_mul
         feature = m0 + g;
       } else {
-        value = acc[n][2 * h + j] * (p.global_scales[0][expert] * WEIGHT_DECODE_EPILOGUE) * row_scale;
+        value = acc[n][2 * h + j] * scale0 * row_scale;
         feature = m0 + g + 8 * h;
       }
       if (feature >= p.n) continue;
