@@ -132,9 +132,13 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
     const bool is_q = h < n_heads;
     const int64_t head = is_q ? h : h - n_heads;
     const bool normed = (is_q ? q_norm : k_norm) != nullptr;  // null: no q/k norm (ERNIE-4.5)
+    // The head's norm weights by value: choosing between the arrays themselves put all four in local
+    // memory (an array picked at run time has no registers to live in).
+    float w_lo[PAIRS], w_hi[PAIRS];
+#pragma unroll
+    for (int p = 0; p < PAIRS; ++p) w_lo[p] = is_q ? qw_lo[p] : kw_lo[p], w_hi[p] = is_q ? qw_hi[p] : kw_hi[p];
     float x0[PAIRS], x1[PAIRS];
-    norm_rope_head<PAIRS>(lo[j], hi[j], active, normed, is_q ? qw_lo : kw_lo, is_q ? qw_hi : kw_hi, eps, float(D), cos_p, sin_p,
-                          x0, x1);
+    norm_rope_head<PAIRS>(lo[j], hi[j], active, normed, w_lo, w_hi, eps, float(D), cos_p, sin_p, x0, x1);
     if (!active) continue;
     if (is_q && q_out_bf16) store_pairs<PAIRS>(q_out_bf16 + (t * l.n_heads + head) * D, i0, half, l.interleaved, x0, x1);
     else if (is_q) store_pairs<PAIRS>(q_out + (t * l.n_heads + head) * D, i0, half, l.interleaved, x0, x1);
