@@ -147,10 +147,12 @@ struct GroupingSmem {
 // atomic. A thread's first HELD expert ids are loaded at once into registers and serve both passes
 // (one dependent global load per pair and pass made a 16,384-pair grouping ~12 µs of latency); HELD ·
 // THREADS pairs need no second load. expert_ids may have been written by this block (the caller
-// synchronizes first).
+// synchronizes first). staged (shared memory of `pairs` ints, or null): each claimed row is written
+// there and the block copies the sorted pairs out in order — stored straight to their rows, every
+// warp's 32 stores went to 32 scattered words, which one SM issues a word at a time.
 template <int THREADS, int HELD>
 __device__ void group_rows(const int32_t* expert_ids, int pairs, int experts, int tile_rows, const ExpertGroups& out,
-                           GroupingSmem<THREADS>& sm) {
+                           GroupingSmem<THREADS>& sm, int32_t* staged = nullptr) {
   const int tid = threadIdx.x;
   int held[HELD];
 #pragma unroll
@@ -179,15 +181,19 @@ __device__ void group_rows(const int32_t* expert_ids, int pairs, int experts, in
     out.tile_offsets[experts] = total_tiles;
   }
   __syncthreads();
+  int32_t* sorted = staged ? staged : out.sorted_pairs;
   const auto claim = [&](int i, int expert) {
     const int row = atomicAdd(&sm.cursor[expert], 1);
-    out.sorted_pairs[row] = i;
+    sorted[row] = i;
     out.pair_rows[i] = row;
   };
 #pragma unroll
   for (int k = 0; k < HELD; ++k)
     if (held[k] >= 0) claim(tid + k * THREADS, held[k]);
   for (int i = tid + HELD * THREADS; i < pairs; i += THREADS) claim(i, expert_ids[i]);
+  if (!staged) return;
+  __syncthreads();
+  for (int r = tid; r < pairs; r += THREADS) out.sorted_pairs[r] = staged[r];
 }
 
 }  // namespace nibble::cuda

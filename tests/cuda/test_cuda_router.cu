@@ -194,6 +194,33 @@ TEST(CudaRouter, Fp32RouterWithBiasBothPaths) {
   }
 }
 
+// group_by_expert on both sides of its staging (the sorted pairs staged in shared memory up to 48K
+// pairs and copied out in order, stored straight to their rows above), on uneven random expert ids
+// (expert e drawn with weight e % 16 + 1, as skewed as synth's routing) and on every pair on one expert.
+TEST(CudaRouter, GroupByExpertOnBothSidesOfItsStaging) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaRouter.GroupByExpertOnBothSidesOfItsStaging");
+  std::mt19937_64 rng(seed);
+  const int64_t E = 128, K = 8;
+  std::vector<double> weight(E);
+  for (int64_t e = 0; e < E; ++e) weight[e] = double(e % 16 + 1);
+  for (int64_t tokens : {1, 1000, 6144, 6145, 7000}) {
+    for (const bool one_expert : {false, true}) {
+      std::discrete_distribution<int32_t> pick(weight.begin(), weight.end());
+      std::vector<int32_t> ids(static_cast<size_t>(tokens * K));
+      for (auto& id : ids) id = one_expert ? 5 : pick(rng);
+      test::DeviceBuffer<int32_t> d_ids(ids);
+      SmallGrouping grouping(tokens * K, E);
+      NIB_CUDA_CHECK(cudaMemset(grouping.sorted.get(), 0xFF, ids.size() * sizeof(int32_t)));
+      const Status s = cuda::group_by_expert(d_ids.get(), tokens, K, E, 8, grouping.groups, nullptr);
+      ASSERT_TRUE(s.is_ok()) << s.message();
+      NIB_CUDA_CHECK(cudaDeviceSynchronize());
+      SCOPED_TRACE(::testing::Message() << "T " << tokens << (one_expert ? ", one expert" : ""));
+      grouping.expect_consistent(ids, 8);
+    }
+  }
+}
+
 TEST(CudaRouter, BadArgumentsAreErrors) {
   NIB_SKIP_WITHOUT_GPU();
   EXPECT_FALSE(cuda::route_topk(nullptr, 4, 512, 8, true, nullptr, nullptr, nullptr).is_ok());
