@@ -85,7 +85,7 @@ __device__ __forceinline__ void store_run(float* p, const float (&v)[N]) {
 // dimensions (i, i + D/2): two runs of PAIRS values; interleaved (ERNIE-4.5) pairs (2i, 2i + 1): one
 // run of 2 · PAIRS. v moves the same dimensions unrotated.
 template <int PAIRS, typename T>
-__device__ __forceinline__ void load_pairs(const T* row, int64_t i0, int64_t half, bool interleaved, float (&lo)[PAIRS],
+__device__ __forceinline__ void load_pairs(const T* row, int i0, int half, bool interleaved, float (&lo)[PAIRS],
                                            float (&hi)[PAIRS]) {
   if (interleaved) {
     float run[2 * PAIRS];
@@ -104,7 +104,7 @@ __device__ __forceinline__ void load_pairs(const T* row, int64_t i0, int64_t hal
   }
 }
 template <int PAIRS, typename T>
-__device__ __forceinline__ void store_pairs(T* row, int64_t i0, int64_t half, bool interleaved, const float (&lo)[PAIRS],
+__device__ __forceinline__ void store_pairs(T* row, int i0, int half, bool interleaved, const float (&lo)[PAIRS],
                                             const float (&hi)[PAIRS]) {
   if (interleaved) {
     float run[2 * PAIRS];

@@ -69,8 +69,10 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
                                           const uint16_t* q_norm, const uint16_t* k_norm, float eps,
                                           float* q_out, uint16_t* q_out_bf16, KV* k_cache, KV* v_cache, float k_scale,
                                           float v_scale) {
+  // Index math in 32 bits (the host bounds tokens · heads · head_dim and the row strides), widened
+  // once per address: in 64 bits it was a third of the kernel's instructions, which bound prefill.
   const int lane = threadIdx.x & 31;
-  const int64_t D = l.head_dim, half = D / 2, kv_width = l.n_kv_heads * D, i0 = int64_t{lane} * PAIRS;
+  const int D = int(l.head_dim), half = D / 2, kv_width = int(l.n_kv_heads) * D, i0 = lane * PAIRS;
   const bool active = i0 < half;
   // The norm weights and RoPE frequencies do not depend on earlier kernels: read before the wait.
   float qw_lo[PAIRS] = {}, qw_hi[PAIRS] = {}, kw_lo[PAIRS] = {}, kw_hi[PAIRS] = {}, freq[PAIRS] = {};
@@ -85,7 +87,7 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
   const int warp = int((blockIdx.x * blockDim.x + threadIdx.x) >> 5);
   const int heads = int(l.n_heads + 2 * l.n_kv_heads), warps_per_token = (heads + ITEMS - 1) / ITEMS;
   const int n_heads = int(l.n_heads), n_kv_heads = int(l.n_kv_heads);
-  const int64_t t = warp / warps_per_token;
+  const int t = warp / warps_per_token;
   if (t >= l.tokens) return;
   const int h0 = (warp % warps_per_token) * ITEMS;
   // (y · scale) · row_scale, as the GEMM epilogue and the row-scale pass round it; exact when both are 1.
@@ -98,9 +100,10 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
   for (int j = 0; j < ITEMS; ++j) {
     const int h = min(h0 + j, heads - 1);
     const int which = h < n_heads ? 0 : h < n_heads + n_kv_heads ? 1 : 2;  // q, k, v
-    const int64_t head = which == 0 ? h : which == 1 ? h - n_heads : h - n_heads - n_kv_heads;
+    const int head = which == 0 ? h : which == 1 ? h - n_heads : h - n_heads - n_kv_heads;
     const float* base = which == 0 ? in.q : which == 1 ? in.k : in.v;
-    const float* src = base + t * (in.row_stride ? in.row_stride : which == 0 ? l.n_heads * D : kv_width) + head * D;
+    const int stride = in.row_stride ? int(in.row_stride) : which == 0 ? n_heads * D : kv_width;
+    const float* src = base + int64_t(t) * stride + head * D;
     scale[j] = which == 0 ? in.scale[0] : which == 1 ? in.scale[1] : in.scale[2];  // selects: no local-memory copy
     load_pairs<PAIRS>(src, active ? i0 : 0, half, l.interleaved, lo[j], hi[j]);
   }
@@ -130,7 +133,7 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
       continue;
     }
     const bool is_q = h < n_heads;
-    const int64_t head = is_q ? h : h - n_heads;
+    const int head = is_q ? h : h - n_heads;
     const bool normed = (is_q ? q_norm : k_norm) != nullptr;  // null: no q/k norm (ERNIE-4.5)
     // The head's norm weights by value: choosing between the arrays themselves put all four in local
     // memory (an array picked at run time has no registers to live in).
@@ -140,8 +143,9 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
     float x0[PAIRS], x1[PAIRS];
     norm_rope_head<PAIRS>(lo[j], hi[j], active, normed, w_lo, w_hi, eps, float(D), cos_p, sin_p, x0, x1);
     if (!active) continue;
-    if (is_q && q_out_bf16) store_pairs<PAIRS>(q_out_bf16 + (t * l.n_heads + head) * D, i0, half, l.interleaved, x0, x1);
-    else if (is_q) store_pairs<PAIRS>(q_out + (t * l.n_heads + head) * D, i0, half, l.interleaved, x0, x1);
+    const int64_t q_at = int64_t(t * n_heads + head) * D;
+    if (is_q && q_out_bf16) store_pairs<PAIRS>(q_out_bf16 + q_at, i0, half, l.interleaved, x0, x1);
+    else if (is_q) store_pairs<PAIRS>(q_out + q_at, i0, half, l.interleaved, x0, x1);
     else {
       if constexpr (sizeof(KV) == 1)
 #pragma unroll
@@ -217,7 +221,8 @@ Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
     return Status::error("qk_norm_rope_store: q/k/v, caches and norm weights must be aligned to " + std::to_string(2 * pairs) +
                          " elements");
   const int64_t heads = layout.n_heads + 2 * layout.n_kv_heads;
-  if (layout.tokens * heads > INT32_MAX / 2) return Status::error("qk_norm_rope_store: tokens · heads must be below 2^30");
+  if (layout.tokens * heads > INT32_MAX / 2 || in.row_stride > INT32_MAX || heads * layout.head_dim > INT32_MAX / 2)
+    return Status::error("qk_norm_rope_store: tokens · heads must be below 2^30 (and a row below 2^30 values)");
   const int per_warp = layout.tokens >= 256 ? 4 : 1;
   const int64_t warps = layout.tokens * ((heads + per_warp - 1) / per_warp);
   const int threads = 256;
