@@ -58,10 +58,9 @@ __global__ void __launch_bounds__(NORM_THREADS)
   if (quant.x_hat) quantize_row(v, width, quant, r, partial);
 }
 
-// A warp per ITEMS consecutive heads of one token: heads [0, NH) are q, [NH, NH + NKV) k, then the
-// NKV v heads; every item's loads are issued before any item's math, and the token's RoPE cos/sin are
-// computed once for the warp's items. Prefill takes 4 items a warp (fewer waves), decode 1 (the
-// shortest chain for a step of few warps: 4 there cost tg128 ~6%). A lane holds PAIRS consecutive
+// A warp per ITEMS consecutive heads of one kind of one token: heads [0, NH) are q, [NH, NH + NKV) k,
+// then the NKV v heads; every item's loads are issued before any item's math, and the token's RoPE
+// cos/sin are computed once for the warp's items. A lane holds PAIRS consecutive
 // rotation pairs (head_dim ≤ 64 · PAIRS), read and written as runs with vector loads and stores
 // (the host checked their alignment). KV: the cache's element, uint16_t (BF16) or uint8_t (FP8 codes).
 template <int PAIRS, int ITEMS, typename KV>
@@ -89,68 +88,64 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
   const int n_heads = int(l.n_heads), n_kv_heads = int(l.n_kv_heads);
   const int t = warp / warps_per_token;
   if (t >= l.tokens) return;
+  // The warp's ITEMS consecutive heads are of one kind, q, k or v (the host gives a warp 4 only where
+  // the q and the kv head counts are multiples of 4), so their sources, scale and destination are
+  // chosen once: per item they were ~40% of the kernel's instructions, which bound prefill.
   const int h0 = (warp % warps_per_token) * ITEMS;
+  const int which = h0 < n_heads ? 0 : h0 < n_heads + n_kv_heads ? 1 : 2;  // q, k, v
+  const int head0 = which == 0 ? h0 : which == 1 ? h0 - n_heads : h0 - n_heads - n_kv_heads;
+  const float* base = which == 0 ? in.q : which == 1 ? in.k : in.v;
+  const int stride = in.row_stride ? int(in.row_stride) : which == 0 ? n_heads * D : kv_width;
+  const float* src = base + int64_t(t) * stride + head0 * D;
   // (y · scale) · row_scale, as the GEMM epilogue and the row-scale pass round it; exact when both are 1.
+  const float scale = which == 0 ? in.scale[0] : which == 1 ? in.scale[1] : in.scale[2];
   const float row_scale = in.row_scales ? in.row_scales[t] : 1.0f;
-  // Every item's loads before any of their math, from straight-line code: a lane past the pairs or an
-  // item past the heads reads a valid address whose values go unused. (Loads under a per-item `break`
-  // each waited for their data before the next item's were issued: four round trips a warp.)
-  float lo[ITEMS][PAIRS], hi[ITEMS][PAIRS], scale[ITEMS];
+  // Every item's loads before any of their math (a lane past the pairs reads the row's first ones,
+  // unused).
+  float lo[ITEMS][PAIRS], hi[ITEMS][PAIRS];
 #pragma unroll
-  for (int j = 0; j < ITEMS; ++j) {
-    const int h = min(h0 + j, heads - 1);
-    const int which = h < n_heads ? 0 : h < n_heads + n_kv_heads ? 1 : 2;  // q, k, v
-    const int head = which == 0 ? h : which == 1 ? h - n_heads : h - n_heads - n_kv_heads;
-    const float* base = which == 0 ? in.q : which == 1 ? in.k : in.v;
-    const int stride = in.row_stride ? int(in.row_stride) : which == 0 ? n_heads * D : kv_width;
-    const float* src = base + int64_t(t) * stride + head * D;
-    scale[j] = which == 0 ? in.scale[0] : which == 1 ? in.scale[1] : in.scale[2];  // selects: no local-memory copy
-    load_pairs<PAIRS>(src, active ? i0 : 0, half, l.interleaved, lo[j], hi[j]);
-  }
+  for (int j = 0; j < ITEMS; ++j) load_pairs<PAIRS>(src + j * D, active ? i0 : 0, half, l.interleaved, lo[j], hi[j]);
 #pragma unroll
   for (int j = 0; j < ITEMS; ++j)
 #pragma unroll
-    for (int p = 0; p < PAIRS; ++p)
-      lo[j][p] = lo[j][p] * scale[j] * row_scale, hi[j][p] = hi[j][p] * scale[j] * row_scale;
-  // ref::rope_neox / rope_interleaved: fp32 angle, cos and sin (none needed by a warp of v heads).
-  float cos_p[PAIRS], sin_p[PAIRS];
-  if (h0 < n_heads + n_kv_heads) {
-    const float position = static_cast<float>(l.positions[t]);
-#pragma unroll
-    for (int p = 0; p < PAIRS; ++p) sincosf(position * freq[p], &sin_p[p], &cos_p[p]);
-  }
+    for (int p = 0; p < PAIRS; ++p) lo[j][p] = lo[j][p] * scale * row_scale, hi[j][p] = hi[j][p] * scale * row_scale;
   const int64_t slot = l.slots[t];
+  if (which == 2) {  // v: stored as it is (an FP8 cache: / v_scale, ref::kv_round)
 #pragma unroll
-  for (int j = 0; j < ITEMS; ++j) {
-    const int h = h0 + j;
-    if (h >= heads) break;
-    if (h >= n_heads + n_kv_heads) {  // v: stored as it is (an FP8 cache: / v_scale, ref::kv_round)
+    for (int j = 0; j < ITEMS; ++j) {
       if constexpr (sizeof(KV) == 1)
 #pragma unroll
         for (int p = 0; p < PAIRS; ++p) lo[j][p] /= v_scale, hi[j][p] /= v_scale;
-      if (active)
-        store_pairs<PAIRS>(v_cache + slot * kv_width + (h - n_heads - n_kv_heads) * D, i0, half, l.interleaved, lo[j], hi[j]);
-      continue;
+      if (active) store_pairs<PAIRS>(v_cache + slot * kv_width + (head0 + j) * D, i0, half, l.interleaved, lo[j], hi[j]);
     }
-    const bool is_q = h < n_heads;
-    const int head = is_q ? h : h - n_heads;
-    const bool normed = (is_q ? q_norm : k_norm) != nullptr;  // null: no q/k norm (ERNIE-4.5)
-    // The head's norm weights by value: choosing between the arrays themselves put all four in local
-    // memory (an array picked at run time has no registers to live in).
-    float w_lo[PAIRS], w_hi[PAIRS];
+    return;
+  }
+  // ref::rope_neox / rope_interleaved: fp32 angle, cos and sin.
+  float cos_p[PAIRS], sin_p[PAIRS];
+  const float position = static_cast<float>(l.positions[t]);
 #pragma unroll
-    for (int p = 0; p < PAIRS; ++p) w_lo[p] = is_q ? qw_lo[p] : kw_lo[p], w_hi[p] = is_q ? qw_hi[p] : kw_hi[p];
+  for (int p = 0; p < PAIRS; ++p) sincosf(position * freq[p], &sin_p[p], &cos_p[p]);
+  const bool is_q = which == 0;
+  const bool normed = (is_q ? q_norm : k_norm) != nullptr;  // null: no q/k norm (ERNIE-4.5)
+  // The heads' norm weights by value: choosing between the arrays themselves put all four in local
+  // memory (an array picked at run time has no registers to live in).
+  float w_lo[PAIRS], w_hi[PAIRS];
+#pragma unroll
+  for (int p = 0; p < PAIRS; ++p) w_lo[p] = is_q ? qw_lo[p] : kw_lo[p], w_hi[p] = is_q ? qw_hi[p] : kw_hi[p];
+#pragma unroll
+  for (int j = 0; j < ITEMS; ++j) {
     float x0[PAIRS], x1[PAIRS];
     norm_rope_head<PAIRS>(lo[j], hi[j], active, normed, w_lo, w_hi, eps, float(D), cos_p, sin_p, x0, x1);
     if (!active) continue;
-    const int64_t q_at = int64_t(t * n_heads + head) * D;
-    if (is_q && q_out_bf16) store_pairs<PAIRS>(q_out_bf16 + q_at, i0, half, l.interleaved, x0, x1);
-    else if (is_q) store_pairs<PAIRS>(q_out + q_at, i0, half, l.interleaved, x0, x1);
-    else {
+    if (is_q) {
+      const int64_t at = int64_t(t * n_heads + head0 + j) * D;
+      if (q_out_bf16) store_pairs<PAIRS>(q_out_bf16 + at, i0, half, l.interleaved, x0, x1);
+      else store_pairs<PAIRS>(q_out + at, i0, half, l.interleaved, x0, x1);
+    } else {
       if constexpr (sizeof(KV) == 1)
 #pragma unroll
         for (int p = 0; p < PAIRS; ++p) x0[p] /= k_scale, x1[p] /= k_scale;
-      store_pairs<PAIRS>(k_cache + slot * kv_width + head * D, i0, half, l.interleaved, x0, x1);
+      store_pairs<PAIRS>(k_cache + slot * kv_width + (head0 + j) * D, i0, half, l.interleaved, x0, x1);
     }
   }
 }
@@ -223,7 +218,9 @@ Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
   const int64_t heads = layout.n_heads + 2 * layout.n_kv_heads;
   if (layout.tokens * heads > INT32_MAX / 2 || in.row_stride > INT32_MAX || heads * layout.head_dim > INT32_MAX / 2)
     return Status::error("qk_norm_rope_store: tokens · heads must be below 2^30 (and a row below 2^30 values)");
-  const int per_warp = layout.tokens >= 256 ? 4 : 1;
+  // Four heads a warp for prefill (fewer waves) where every warp's four are of one kind; one for decode
+  // (the shortest chain for a step of few warps: 4 there cost tg128 ~6%).
+  const int per_warp = layout.tokens >= 256 && layout.n_heads % 4 == 0 && layout.n_kv_heads % 4 == 0 ? 4 : 1;
   const int64_t warps = layout.tokens * ((heads + per_warp - 1) / per_warp);
   const int threads = 256;
   const int64_t blocks = (warps * 32 + threads - 1) / threads;
