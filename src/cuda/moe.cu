@@ -535,9 +535,10 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   ResidualNorm fused = norm ? *norm : ResidualNorm{};
   if (router_norm) fused.pending = router_norm->delta;
   for (const void* row_base : {static_cast<const void*>(fused.residual), static_cast<const void*>(fused.pending),
-                                static_cast<const void*>(add), static_cast<const void*>(out)})
+                                static_cast<const void*>(fused.weight), static_cast<const void*>(add),
+                                static_cast<const void*>(out)})
     if (reinterpret_cast<uintptr_t>(row_base) % 16 != 0)
-      return Status::error("moe_forward: the combine's residual, pending, add and out rows must be 16-byte aligned");
+      return Status::error("moe_forward: the combine's residual, pending, norm weight, add and out rows must be 16-byte aligned");
   const int64_t chunks = (w.hidden + THREADS * 8 - 1) / (THREADS * 8);
   const auto combine = !norm        ? combine_kernel<false>
                        : chunks == 1 ? combine_kernel<true, 1>
