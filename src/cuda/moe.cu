@@ -19,6 +19,7 @@
 #include "cuda/moe_router.cuh"
 #include "cuda/nvfp4_wgmma.cuh"
 #include "cuda/pdl.cuh"
+#include "cuda/qk_norm_rope_device.cuh"  // load_run / store_run: 16-byte runs of floats
 #include "cuda/quantize_nvfp4.cuh"
 #include "cuda/skinny_gemm.cuh"
 #include "cuda/step_profiler.cuh"
@@ -105,9 +106,8 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
     if (h >= hidden) break;
     const size_t at = size_t(t) * hidden + h;
     // The residual, in flight beside the slots' loads (pending and add, rarer, are read after the sums).
-    float4 base[2] = {};
-    if constexpr (NORM) base[0] = reinterpret_cast<const float4*>(norm.residual + at)[0],
-                        base[1] = reinterpret_cast<const float4*>(norm.residual + at)[1];
+    float x[8] = {};
+    if constexpr (NORM) load_run<8>(norm.residual + at, x);
     float acc[8] = {};
     for (int s0 = 0; s0 < top_k; s0 += COMBINE_SLOTS_IN_FLIGHT) {
       // The slots' loads first, then their sums in slot order (one load at a time made the
@@ -128,27 +128,23 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
       }
     }
     if (add) {  // ERNIE: routed sum + shared experts, in that order as transformers adds them
-      const float4 shared[2] = {reinterpret_cast<const float4*>(add + at)[0], reinterpret_cast<const float4*>(add + at)[1]};
+      float shared[8];
+      load_run<8>(add + at, shared);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] += reinterpret_cast<const float*>(shared)[i];
+      for (int i = 0; i < 8; ++i) acc[i] += shared[i];
     }
     if constexpr (NORM) {
-      float* x = reinterpret_cast<float*>(base);
       if (norm.pending) {
-        const float4 p[2] = {reinterpret_cast<const float4*>(norm.pending + at)[0],
-                             reinterpret_cast<const float4*>(norm.pending + at)[1]};
+        float pending[8];
+        load_run<8>(norm.pending + at, pending);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) x[i] += reinterpret_cast<const float*>(p)[i];
+        for (int i = 0; i < 8; ++i) x[i] += pending[i];
       }
 #pragma unroll
       for (int i = 0; i < 8; ++i) kept[c][i] = x[i] + acc[i];
-      float4* dst = reinterpret_cast<float4*>(norm.residual + at);
-      dst[0] = make_float4(kept[c][0], kept[c][1], kept[c][2], kept[c][3]);
-      dst[1] = make_float4(kept[c][4], kept[c][5], kept[c][6], kept[c][7]);
+      store_run<8>(norm.residual + at, kept[c]);
     } else {
-      float4* dst = reinterpret_cast<float4*>(out + at);
-      dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+      store_run<8>(out + at, acc);
     }
   }
   if constexpr (NORM) {
