@@ -246,7 +246,17 @@ Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_
                    GemmBackend backend, const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws,
                    cudaStream_t stream) {
   const int64_t pairs = tokens * w.top_k;
+  // The wgmma kernels take their activations in fragment order (nvfp4_layout.h): x by a copy, the
+  // SwiGLU output as gate_up writes it (W4A16) or by a copy of its re-quantized form (W4A4, whose
+  // 16-value blocks are the natural ones).
+  const bool frag_in = backend == GemmBackend::WGMMA && wgmma_fragment_order(w.hidden);
+  const bool frag_mid = backend == GemmBackend::WGMMA && wgmma_fragment_order(w.intermediate);
+  if (frag_in) {
+    NIB_RETURN_IF_ERROR(to_fragment_order(gate_up_in, tokens, w.hidden, ws.x_frag, stream));
+    gate_up_in = ws.x_frag;
+  }
   GroupedGemmArgs gate_up;
+  gate_up.act_fragment_order = frag_in, gate_up.out_fragment_order = frag_mid && !is_w4a4(mode);
   gate_up.act = gate_up_in, gate_up.sorted_pairs = ws.groups.sorted_pairs, gate_up.top_k = w.top_k;
   gate_up.row_scales = token_scales, gate_up.expert_offsets = ws.groups.expert_offsets;
   gate_up.tile_offsets = ws.groups.tile_offsets, gate_up.tiles = ws.groups.tiles, gate_up.tile_rows = tile_rows;
@@ -258,9 +268,14 @@ Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_
   GroupedGemmArgs down = gate_up;
   down.act = static_cast<const uint16_t*>(ws.act), down.sorted_pairs = nullptr, down.top_k = 1, down.row_scales = nullptr;
   down.out = ws.y, down.out_fp32 = false;
+  down.act_fragment_order = frag_mid, down.out_fragment_order = false;
   if (is_w4a4(mode)) {
     for (int i = 0; i < op_repeats("act_quant"); ++i) NIB_RETURN_IF_ERROR(quantize_act(w, mode, pairs, ws, stream));
     down.act = ws.act_hat, down.row_scales = ws.act_row_scales;
+    if (frag_mid) {  // into the SwiGLU output's buffer (fp32-sized), which the quantize has read
+      NIB_RETURN_IF_ERROR(to_fragment_order(ws.act_hat, pairs, w.intermediate, static_cast<uint16_t*>(ws.act), stream));
+      down.act = static_cast<const uint16_t*>(ws.act);
+    }
   }
   for (int i = 0; i < op_repeats("down"); ++i)
     NIB_RETURN_IF_ERROR(backend == GemmBackend::SKINNY  ? skinny_moe_down(down, w.down, stream)
@@ -436,6 +451,7 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
   NIB_RETURN_IF_ERROR(ws->alloc(act, P * I));  // fp32-sized: also holds the BF16 form
   ws->act = act;
   NIB_RETURN_IF_ERROR(ws->alloc(ws->act_hat, P * I));
+  NIB_RETURN_IF_ERROR(ws->alloc(ws->x_frag, T * H));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->act_row_scales, P));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->y, P * H));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->block_barrier, 2));

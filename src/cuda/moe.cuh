@@ -58,6 +58,7 @@ struct MoeWorkspace {
   float* x_row_scales = nullptr;      // [T]
   void* act = nullptr;                // [P, I] SwiGLU output: BF16 (W4A16) or fp32 (W4A4, re-quantized)
   uint16_t* act_hat = nullptr;        // [P, I] W4A4 down input
+  uint16_t* x_frag = nullptr;         // [T, H] the wgmma gate_up's input in fragment order (nvfp4_layout.h)
   float* act_row_scales = nullptr;    // [P]
   uint16_t* y = nullptr;              // [P, H] down output, BF16
   // moe_decode_block (moe_decode.cuh): its grid barrier {arrived, generation} and the next norm's

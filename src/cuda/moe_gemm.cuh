@@ -32,6 +32,8 @@ struct GroupedGemmArgs {
   int64_t pairs = 0;                        // tokens · top_k
   void* out = nullptr;                      // [pairs, out features] in sorted-row order
   bool out_fp32 = false;                    // fp32 output (the W4A4 modes re-quantize it) instead of BF16
+  // wgmma only (nvfp4_wgmma.cuh): act's columns / out's (BF16) columns in fragment order (nvfp4_layout.h).
+  bool act_fragment_order = false, out_fragment_order = false;
 };
 
 // The tile height (rows per CTA) the grouped GEMMs use for this batch and these in_features (hidden

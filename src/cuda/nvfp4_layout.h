@@ -74,12 +74,29 @@ NIB_HD uint32_t rotate_left(uint32_t x, int n) {
 #endif
 }
 
-// A repacked word → its four pairs as BF16 pairs (E2M1 × 2⁻¹²⁶): six masks, five shifts.
+// Pair P (known at compile time) of a repacked word as a BF16 pair (E2M1 × 2⁻¹²⁶): pairs 1 and 2 one
+// shift and one mask, pairs 0 and 3 two of each.
+template <int P>
+NIB_HD uint32_t decode_code_pair_at(uint32_t w) {
+  static_assert(P >= 0 && P < 4, "a word holds four pairs");
+  if constexpr (P == 0) return ((w << 6) & DECODED_MAGNITUDE_BITS) | ((w << 2) & DECODED_SIGN_BITS);
+  if constexpr (P == 1) return (w << 3) & DECODED_BITS;
+  if constexpr (P == 2) return w & DECODED_BITS;
+  if constexpr (P == 3) return ((w >> 3) & DECODED_MAGNITUDE_BITS) | ((w << 1) & DECODED_SIGN_BITS);
+}
+
+// The same for a pair index the compiler knows after unrolling (a loop counter).
+NIB_HD uint32_t decode_code_pair_unrolled(uint32_t w, int p) {
+  return p == 0 ? decode_code_pair_at<0>(w) : p == 1 ? decode_code_pair_at<1>(w)
+                : p == 2 ? decode_code_pair_at<2>(w) : decode_code_pair_at<3>(w);
+}
+
+// A repacked word → its four pairs as BF16 pairs: six masks, five shifts.
 NIB_HD void decode_code_word(uint32_t w, uint32_t (&pair)[4]) {
-  pair[0] = ((w << 6) & DECODED_MAGNITUDE_BITS) | ((w << 2) & DECODED_SIGN_BITS);
-  pair[1] = (w << 3) & DECODED_BITS;
-  pair[2] = w & DECODED_BITS;
-  pair[3] = ((w >> 3) & DECODED_MAGNITUDE_BITS) | ((w << 1) & DECODED_SIGN_BITS);
+  pair[0] = decode_code_pair_at<0>(w);
+  pair[1] = decode_code_pair_at<1>(w);
+  pair[2] = decode_code_pair_at<2>(w);
+  pair[3] = decode_code_pair_at<3>(w);
 }
 
 // One 16-code block of the checkpoint (its two code words and its E4M3 scale) → the GPU layout.
@@ -107,6 +124,17 @@ NIB_HD void repack_block(uint32_t& word0, uint32_t& word1, uint8_t& scale) {
 NIB_HD bool expert_line_order(int64_t in_features) { return in_features % 128 == 0; }
 // The k-chunk (8 codes) of stored word s (0 … 15) of a block; the transpose is its own inverse.
 NIB_HD int line_order_chunk(int s) { return 4 * (s & 3) + (s >> 2); }
+
+// Fragment order (the wgmma MoE kernels' activations; docs/format.md): inside every 32-element group
+// of a row, the 4 × 4 matrix of BF16 pairs [8-element chunk c][pair i] transposed, so element k of a
+// row sits at fragment_order_index(k). A wgmma A fragment's thread q holds pair q of each 8-slot chunk
+// of B's k order, and with B's k order in fragment order those are pairs i = 0 … 3 of natural chunk
+// 4·(group) + q: whole code words, which decode with compile-time pair positions (decode_code_pair_at)
+// instead of run-time rotations. The transpose is its own inverse.
+NIB_HD int64_t fragment_order_index(int64_t k) {
+  const int64_t chunk = (k / 8) % 4, pair = (k / 2) % 4;
+  return k / 32 * 32 + pair * 8 + chunk * 2 + k % 2;
+}
 
 // Pair p alone, given its two rotations (p known only at run time: each lane of the wgmma kernels
 // takes one pair of every word, and computes its rotations once).

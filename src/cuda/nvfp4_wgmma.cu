@@ -21,6 +21,7 @@
 #include "cuda/nvfp4_fragments.cuh"
 #include "cuda/nvfp4_layout.h"
 #include "cuda/nvfp4_wgmma.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/tensor_maps.cuh"
 #include "cuda/wgmma.cuh"
 
@@ -109,6 +110,8 @@ struct Params {
   void* out;
   bool out_fp32;
   bool line_order;  // expert weights in line order (nvfp4_layout.h); dense weights never (the kernels' LINE)
+  bool act_fragment_order;  // act's columns in fragment order (nvfp4_layout.h; the kernels' FRAG)
+  bool out_fragment_order;  // write the BF16 outputs' columns in fragment order (for the next wgmma GEMM)
 };
 
 // One work item's row tile: the expert, its first sorted row (or dense token row) and its rows.
@@ -185,10 +188,17 @@ __device__ __forceinline__ int code_row(int local) {
 // rows, free each stage when its MMAs are done. A wgmma group is two MMAs (one m-tile: half a k-step,
 // two k16 blocks; two m-tiles: one k16 block each), decoded while the group before runs: two groups'
 // fragments are all a thread holds beside its accumulators (more made ptxas serialize the wgmmas).
-template <int WIDTH, int N, int MT, bool LINE, bool GATED, int TMA, class L>
+//
+// FRAG (line order, one m-tile; the activations in fragment order, nvfp4_layout.h): thread q's A
+// fragments of a stage are exactly the pairs of two code words of each of its rows — natural chunks q
+// and 4 + q of the stage, the 8 bytes at 8·half of lane slot q — so each row takes one 8-byte load,
+// its pairs decode at compile-time positions (decode_code_pair_at: ~2.75 operations a pair against 4
+// with run-time rotations), and one block scale serves each word.
+template <int WIDTH, int N, int MT, bool LINE, bool GATED, int TMA, bool FRAG, class L>
 __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPosition& ring, uint8_t* smem,
                                              uint64_t* full, uint64_t* empty, uint64_t act_descriptor, int k_tiles,
                                              int local0, int lane, int magnitude_rotation, int sign_rotation) {
+  static_assert(!FRAG || (LINE && MT == 1), "fragment order: line-order codes, one m-tile");
   constexpr int ROWS = L::ROWS;
   constexpr int STAGES = L::STAGES;
   constexpr int GROUP_BLOCKS = 2 / MT;      // k16 blocks a group
@@ -210,6 +220,22 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
       for (int r = 0; r < 2; ++r)
         scale_word[m][r] = *reinterpret_cast<const uint32_t*>(scales + (local0 + 64 * m + 8 * r) * 4);
     const uint64_t stage_descriptor = act_descriptor + uint32_t(ring.slot * (L::ACT_STAGE / 16));
+    // FRAG: each row's two words (x: natural chunk q of the stage, y: chunk 4 + q) and their block
+    // scales' BF16 operands, each in both halves (blocks q / 2 and 2 + q / 2 of the stage).
+    uint2 frag_words[2];
+    uint32_t frag_scales[2][2];
+    if constexpr (FRAG) {
+      const int q = lane % 4;
+      const uint32_t selector = 0x4240u + uint32_t(q >> 1) * 0x0101u;  // [block q/2, 0, block 2 + q/2, 0]
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = code_row<GATED, TMA, ROWS>(local0 + 8 * r);
+        frag_words[r] = *reinterpret_cast<const uint2*>(codes + (q * ROWS + row) * 16 + 8 * half);
+        const uint32_t both = __byte_perm(scale_word[0][r], 0u, selector) * 0x10u +
+                              (SCALE_OPERAND_BIAS | SCALE_OPERAND_BIAS << 16);
+        frag_scales[r][0] = __byte_perm(both, 0u, 0x1010u), frag_scales[r][1] = __byte_perm(both, 0u, 0x3232u);
+      }
+    }
 #pragma unroll
     for (int group = 0; group < 4 / GROUP_BLOCKS; ++group) {
       const int parity = group % 2;
@@ -218,8 +244,19 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
       // 2h + B / 2 of lane slot 2(B % 2) + e; so one-m-tile groups take blocks {g, g + 2}, whose
       // words are the two words at 8h bytes of lane slots 2g and 2g + 1.
       auto block_of = [&](int b) { return LINE ? (MT == 1 ? group + 2 * b : group) : group * GROUP_BLOCKS + b; };
+      if constexpr (FRAG) {
+        // Block group + 2b of the stage's B order: word b's pairs 2·group (a0, a1) and 2·group + 1 (a2, a3).
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
+        for (int b = 0; b < 2; ++b)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {  // A registers: row r = i % 2, pair 2·group + i / 2
+            const uint32_t word = b ? frag_words[i % 2].y : frag_words[i % 2].x;
+            frag[parity][0][b][i] =
+                bf16x2_mul(decode_code_pair_unrolled(word, 2 * group + i / 2), frag_scales[i % 2][b]);
+          }
+      }
+#pragma unroll
+      for (int m = 0; m < (FRAG ? 0 : MT); ++m) {
         // Natural: block b's codes are words 2b, 2b + 1 of chunk b / 2 (k 32·(b / 2) … +31) of a row.
         // A thread takes pair q of each word as BF16s, the codes of k 2q, 2q + 1 in its group of 8 —
         // what an A fragment's thread q holds (k 2q, 2q + 1 and 2q + 8, 2q + 9 of the block). The
@@ -303,6 +340,9 @@ struct Outputs {
     }
   }
 
+  // Output feature f's column: f, or its place in fragment order (the host checks n % 32 == 0).
+  __device__ __forceinline__ int column(int f) const { return p.out_fragment_order ? int(fragment_order_index(f)) : f; }
+
   template <typename T>
   __device__ __forceinline__ void store_each(const float (&acc)[N / 2], T* out) const {
 #pragma unroll
@@ -317,8 +357,9 @@ struct Outputs {
           const int f = r ? f1 : f0;
           const float v = value(acc, j, r, c, row_scale);
           if (t < tile.rows && f < p.n) {
-            if constexpr (std::is_same_v<T, float>) out[size_t(tile.row0 + t) * p.n + f] = v;
-            else out[size_t(tile.row0 + t) * p.n + f] = __float2bfloat16_rn(v);
+            const size_t at = size_t(tile.row0 + t) * p.n + column(f);
+            if constexpr (std::is_same_v<T, float>) out[at] = v;
+            else out[at] = __float2bfloat16_rn(v);
           }
         }
       }
@@ -363,9 +404,17 @@ struct Outputs {
         const int index = tw + 128 * k, token = index / RUNS, run = index % RUNS;
         const int t = 64 * round + token, f = wg_feature0 + 8 * run;
         uint4 v;
-        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "r"(staging + token * PITCH + run * 16));
+        if (p.out_fragment_order) {  // run (a 32-feature group's chunk c) = pair c of the group's 4 chunks
+          const uint32_t group = staging + token * PITCH + (run / 4) * 64 + (run % 4) * 4;
+          asm volatile("ld.shared.u32 %0, [%4];\n ld.shared.u32 %1, [%4 + 16];\n"
+                       "ld.shared.u32 %2, [%4 + 32];\n ld.shared.u32 %3, [%4 + 48];\n"
+                       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                       : "r"(group));
+        } else {
+          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                       : "r"(staging + token * PITCH + run * 16));
+        }
         if (t < tile.rows && f < p.n) *reinterpret_cast<uint4*>(out + size_t(tile.row0 + t) * p.n + f) = v;
       }
       asm volatile("bar.sync %0, 128;\n" ::"r"(2 + g) : "memory");  // read before the next round writes
@@ -391,7 +440,7 @@ struct Outputs {
         const float low = even ? v0 : received, high = even ? received : v1;
         const int f = (r ? f1 : f0) & ~1;
         if (t < tile.rows && f < p.n)
-          *reinterpret_cast<__nv_bfloat162*>(out + size_t(tile.row0 + t) * p.n + f) = __floats2bfloat162_rn(low, high);
+          *reinterpret_cast<__nv_bfloat162*>(out + size_t(tile.row0 + t) * p.n + column(f)) = __floats2bfloat162_rn(low, high);
       }
     }
   }
@@ -401,7 +450,7 @@ struct Outputs {
 // stay in L2 for its slices), and CTA b takes items b, b + gridDim.x, … of a grid of CTA slots per
 // SM, the producers filling the ring with the next item's stages while the consumers finish the last
 // one's MMAs and store its outputs. The ring (slot, phase) runs on across items.
-template <bool GATED, int N, int MT, bool LINE, int WG, int TMA, int CTAS = CTAS_PER_SM<N, MT>>
+template <bool GATED, int N, int MT, bool LINE, int WG, int TMA, bool FRAG, int CTAS = CTAS_PER_SM<N, MT>>
 __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_wgmma_kernel(const __grid_constant__ Params p) {
   using L = Layout<N, MT, LINE, WG>;
   constexpr int ROWS = L::ROWS;
@@ -567,7 +616,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
     // Warp-uniform as ptxas can see, like `warpgroup`.
     const int width = __shfl_sync(0xffffffffu, mma_width<N>(tile.rows), 0);
     with_width<N>(width, [&](auto w) {
-      consume_item<decltype(w)::value, N, MT, LINE, GATED, TMA, L>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0,
+      consume_item<decltype(w)::value, N, MT, LINE, GATED, TMA, FRAG, L>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0,
                                                        lane, magnitude_rotation, sign_rotation);
     });
     if (p.row_scales) {
@@ -621,9 +670,9 @@ Status set_act_map(Params& p) {
                            &p.act_map);
 }
 
-template <bool GATED, int N, int MT, bool LINE, int WG, int TMA>
+template <bool GATED, int N, int MT, bool LINE, int WG, int TMA, bool FRAG = false>
 Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
-  auto kernel = nvfp4_wgmma_kernel<GATED, N, MT, LINE, WG, TMA>;
+  auto kernel = nvfp4_wgmma_kernel<GATED, N, MT, LINE, WG, TMA, FRAG>;
   if constexpr ((TMA & 1) != 0) NIB_RETURN_IF_ERROR(set_code_maps(p, BM<MT, WG> / (GATED ? 2 : 1), GATED ? 2 : 1));
   if constexpr ((TMA & 2) != 0) NIB_RETURN_IF_ERROR(set_act_map(p));
   constexpr int bytes = Layout<N, MT, LINE, WG>::BYTES;
@@ -660,10 +709,16 @@ Status launch_n(const Params& p, int64_t row_tiles, cudaStream_t stream) {
   // gate_up's rows read through sorted_pairs).
   const bool act = !p.sorted_pairs && (wgmma_tma_parts() & 2);
   if constexpr (MT == 1) {
-    if (p.line_order && (wgmma_tma_parts() & 1))
+    if (p.line_order && (wgmma_tma_parts() & 1)) {
+      if (p.act_fragment_order)
+        return act ? launch_kernel<GATED, N, MT, true, WG, 3, true>(p, row_tiles, stream)
+                   : launch_kernel<GATED, N, MT, true, WG, 1, true>(p, row_tiles, stream);
       return act ? launch_kernel<GATED, N, MT, true, WG, 3>(p, row_tiles, stream)
                  : launch_kernel<GATED, N, MT, true, WG, 1>(p, row_tiles, stream);
+    }
   }
+  if (p.act_fragment_order)
+    return Status::error("wgmma gemm: activations in fragment order need line-order codes by the copy engine, one m-tile");
   if (act)
     return p.line_order ? launch_kernel<GATED, N, MT, true, WG, 2>(p, row_tiles, stream)
                         : launch_kernel<GATED, N, MT, false, WG, 2>(p, row_tiles, stream);
@@ -737,11 +792,43 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
   p.out = a.out, p.out_fp32 = a.out_fp32;
   p.act_rows = a.pairs;
   p.line_order = expert_line_order(w0.cols);
+  p.act_fragment_order = a.act_fragment_order, p.out_fragment_order = a.out_fragment_order;
+  if (a.out_fragment_order && (a.out_fp32 || p.n % 32 != 0))
+    return Status::error("wgmma moe gemm: fragment-order outputs need BF16 rows of a multiple of 32");
   const int64_t row_tiles = max_expert_tiles(a.pairs, p.experts, a.tile_rows);
   return w1 ? launch<true>(p, a.tile_rows, row_tiles, stream) : launch<false>(p, a.tile_rows, row_tiles, stream);
 }
 
 }  // namespace
+
+bool wgmma_fragment_order(int64_t in_features) {
+  static const bool enabled = env_int("NIBBLE_WGMMA_FRAG", 1) != 0;
+  return enabled && expert_line_order(in_features) && (wgmma_tma_parts() & 1) && !two_m_tiles();
+}
+
+namespace {
+// A thread a 16-byte chunk of the output: chunk c of a 32-element group takes pair c of the group's
+// four input chunks (four 4-byte loads, whole 64-byte groups across a quad of lanes).
+__global__ void __launch_bounds__(256) fragment_order_kernel(const uint32_t* __restrict__ in, int64_t chunks,
+                                                             uint4* __restrict__ out) {
+  pdl_wait();
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= chunks) return;
+  const uint32_t* group = in + (i / 4) * 16 + i % 4;
+  out[i] = make_uint4(group[0], group[4], group[8], group[12]);
+}
+}  // namespace
+
+Status to_fragment_order(const uint16_t* in, int64_t rows, int64_t cols, uint16_t* out, cudaStream_t stream) {
+  if (!in || !out || rows < 0 || cols % 32 != 0) return Status::error("to_fragment_order: null rows or cols not a multiple of 32");
+  if (reinterpret_cast<uintptr_t>(in) % 16 || reinterpret_cast<uintptr_t>(out) % 16)
+    return Status::error("to_fragment_order: rows not 16-byte aligned");
+  const int64_t chunks = rows * cols / 8;
+  if (chunks == 0) return Status::ok();
+  return cuda_status(launch_pdl(fragment_order_kernel, dim3(unsigned((chunks + 255) / 256)), dim3(256), 0, stream,
+                                reinterpret_cast<const uint32_t*>(in), chunks, reinterpret_cast<uint4*>(out)),
+                     "to_fragment_order launch");
+}
 
 bool wgmma_supported(int64_t rows, int64_t cols) { return cols >= BK && cols % BK == 0 && rows >= 1; }
 

@@ -21,6 +21,13 @@ int wgmma_tile_rows(int64_t rows, int64_t experts);
 // multiple of 64.
 bool wgmma_supported(int64_t rows, int64_t cols);
 
+// Whether the MoE GEMMs over in_features take their activations in fragment order (nvfp4_layout.h):
+// line-order expert codes by the copy engine, one m-tile (NIBBLE_WGMMA_FRAG=0 turns it off, for A/B).
+bool wgmma_fragment_order(int64_t in_features);
+
+// out = in (BF16 rows of `cols`, a multiple of 32) with every row's columns in fragment order.
+Status to_fragment_order(const uint16_t* in, int64_t rows, int64_t cols, uint16_t* out, cudaStream_t stream);
+
 // As moe_gemm_gate_up / moe_gemm_down (moe_gemm.cuh), with args.tile_rows == wgmma_tile_rows(pairs, experts).
 Status wgmma_moe_gate_up(const GroupedGemmArgs& args, const DeviceNvfp4Experts& gate, const DeviceNvfp4Experts& up,
                          cudaStream_t stream);

@@ -252,3 +252,37 @@ TEST(CudaHost, LineOrderPlacesEveryChunk) {
   for (int chunk = 0; chunk < 16; ++chunk) EXPECT_EQ(seen[size_t(chunk)], 1) << "chunk " << chunk;
   EXPECT_TRUE(cuda::expert_line_order(2048) && cuda::expert_line_order(768) && !cuda::expert_line_order(64 * 5));
 }
+
+// Fragment order (the wgmma MoE's activations): a permutation of each 32-element group, its own inverse,
+// keeping BF16 pairs together; and what the FRAG consumers rely on — in a 64-wide stage, the A
+// fragment of thread q in B's k16 block β (k 16β + 2q, +1 in registers a0/a1, 16β + 8 + 2q, +1 in
+// a2/a3, hh = 0 / 1) holds natural k of chunk q (β < 2) or 4 + q (β ≥ 2), pair 2(β % 2) + hh: pairs of
+// the two words a lane's 8 bytes of line-order codes hold.
+TEST(CudaHost, FragmentOrderGivesEachLaneWholeWords) {
+  std::array<int, 128> seen{};
+  for (int k = 0; k < 128; ++k) {
+    const int64_t at = cuda::fragment_order_index(k);
+    ASSERT_GE(at, k / 32 * 32);
+    ASSERT_LT(at, k / 32 * 32 + 32) << "element " << k << " leaves its group";
+    ++seen[size_t(at)];
+    EXPECT_EQ(cuda::fragment_order_index(at), k) << "not its own inverse at " << k;
+    EXPECT_EQ(at % 2, k % 2) << "pairs split at " << k;
+  }
+  for (int k = 0; k < 128; ++k) EXPECT_EQ(seen[size_t(k)], 1) << "position " << k;
+  for (int q = 0; q < 4; ++q)
+    for (int block = 0; block < 4; ++block)
+      for (int hh = 0; hh < 2; ++hh)
+        for (int e = 0; e < 2; ++e) {
+          const int64_t natural = cuda::fragment_order_index(16 * block + 8 * hh + 2 * q + e);  // self-inverse
+          EXPECT_EQ(natural / 8, block < 2 ? q : 4 + q) << "thread " << q << " block " << block;
+          EXPECT_EQ(natural % 8, 2 * (2 * (block % 2) + hh) + e) << "thread " << q << " block " << block;
+        }
+  std::mt19937_64 rng(test::test_seed("FragmentOrderGivesEachLaneWholeWords"));
+  for (int i = 0; i < 1000; ++i) {
+    const uint32_t w = uint32_t(rng());
+    uint32_t pair[4];
+    cuda::decode_code_word(w, pair);
+    for (int p = 0; p < 4; ++p) ASSERT_EQ(cuda::decode_code_pair_unrolled(w, p), pair[p]);
+    ASSERT_EQ(cuda::decode_code_pair(w, cuda::pair_magnitude_rotation(3), cuda::pair_sign_rotation(3)), pair[3]);
+  }
+}
