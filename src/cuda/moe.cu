@@ -244,15 +244,15 @@ Status quantize_act(const DeviceMoeWeights& w, formats::ActQuant mode, int64_t p
 // grouping in ws.groups.
 Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_t tokens, int tile_rows,
                    GemmBackend backend, const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, bool x_frag_written) {
   const int64_t pairs = tokens * w.top_k;
-  // The wgmma kernels take their activations in fragment order (nvfp4_layout.h): x by a copy, the
-  // SwiGLU output as gate_up writes it (W4A16) or by a copy of its re-quantized form (W4A4, whose
-  // 16-value blocks are the natural ones).
+  // The wgmma kernels take their activations in fragment order (nvfp4_layout.h): x as the block's input
+  // norm wrote it (x_frag_written) or by a copy, the SwiGLU output as gate_up writes it (W4A16) or by a
+  // copy of its re-quantized form (W4A4, whose 16-value blocks are the natural ones).
   const bool frag_in = backend == GemmBackend::WGMMA && wgmma_fragment_order(w.hidden);
   const bool frag_mid = backend == GemmBackend::WGMMA && wgmma_fragment_order(w.intermediate);
   if (frag_in) {
-    NIB_RETURN_IF_ERROR(to_fragment_order(gate_up_in, tokens, w.hidden, ws.x_frag, stream));
+    if (!x_frag_written) NIB_RETURN_IF_ERROR(to_fragment_order(gate_up_in, tokens, w.hidden, ws.x_frag, stream));
     gate_up_in = ws.x_frag;
   }
   GroupedGemmArgs gate_up;
@@ -511,11 +511,14 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   const bool small = route_small_supported(tokens, w.experts, w.hidden, w.top_k) && backend != GemmBackend::DEQUANT_CUBLAS;
   // The router computes the input norm where the combine can add the post-attention output after it.
   const InputNorm* router_norm = small && norm && input_norm && !input_norm->delta_row_scales ? input_norm : nullptr;
+  // W4A16 into the wgmma kernels: the norm also writes x in their fragment order (nvfp4_layout.h).
+  const bool x_frag = input_norm && !router_norm && !is_w4a4(mode) && kernels == GemmBackend::WGMMA &&
+                      backend != GemmBackend::DEQUANT_CUBLAS && wgmma_fragment_order(w.hidden);
   if (input_norm && !router_norm)
     for (int i = 0; i < op_repeats("post_norm"); ++i)
       NIB_RETURN_IF_ERROR(add_rmsnorm(input_norm->residual, input_norm->delta, tokens, w.hidden,
                                       input_norm->weight, input_norm->eps, input_norm->out, stream, nullptr,
-                                      input_norm->quant, input_norm->delta_row_scales));
+                                      input_norm->quant, input_norm->delta_row_scales, x_frag ? ws.x_frag : nullptr));
   const bool mid = !small && backend != GemmBackend::DEQUANT_CUBLAS && cluster_router_enabled() &&
                    route_cluster_supported(tokens, w.experts, w.hidden, w.top_k, w.router_f32 != nullptr);
   if (small) {
@@ -541,7 +544,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   }
   const bool cublas_backend = backend == GemmBackend::DEQUANT_CUBLAS;
   if (cublas_backend) NIB_RETURN_IF_ERROR(run_dequant_cublas(gate_up_in, token_scales, tokens, w, mode, ws, stream, cublas));
-  else NIB_RETURN_IF_ERROR(run_grouped(gate_up_in, token_scales, tokens, tile_rows, kernels, w, mode, ws, stream));
+  else NIB_RETURN_IF_ERROR(run_grouped(gate_up_in, token_scales, tokens, tile_rows, kernels, w, mode, ws, stream, x_frag));
   // The fused down GEMM applied the W4A4 row scales; cuBLAS (alpha per expert only) leaves them to the combine.
   const float* down_row_scales = cublas_backend && is_w4a4(mode) ? ws.act_row_scales : nullptr;
   ResidualNorm fused = norm ? *norm : ResidualNorm{};

@@ -6,6 +6,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
+#include "cuda/nvfp4_layout.h"
 #include "cuda/pdl.cuh"
 #include "cuda/qk_norm_rope_device.cuh"
 #include "cuda/rmsnorm_row.cuh"
@@ -34,7 +35,8 @@ constexpr int NORM_MAX_PER_THREAD = 32;  // width ≤ 8192
 template <int PER>
 __global__ void __launch_bounds__(NORM_THREADS)
     add_rmsnorm_kernel(float* residual, const float* delta, int64_t width, const uint16_t* weight, float eps,
-                       uint16_t* out, const int32_t* rows, NormActQuant quant, const float* delta_row_scales) {
+                       uint16_t* out, const int32_t* rows, NormActQuant quant, const float* delta_row_scales,
+                       uint16_t* out_frag) {
   float w[PER], v[PER];
   load_norm_weight(weight, width, true, w);
   pdl_wait();
@@ -54,6 +56,8 @@ __global__ void __launch_bounds__(NORM_THREADS)
   for (int k = 0; k < PER; ++k) {
     const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
     if (i < width) out[r * width + i] = float_to_bf16(v[k]);
+    // A warp's 32 consecutive values are one 32-column group: its stores stay one 64-byte run.
+    if (out_frag && i < width) out_frag[r * width + fragment_order_index(i)] = float_to_bf16(v[k]);
   }
   if (quant.x_hat) quantize_row(v, width, quant, r, partial);
 }
@@ -177,8 +181,9 @@ Status embedding_gather(const int32_t* ids, int64_t tokens, const uint16_t* tabl
 
 Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t width, const uint16_t* weight, float eps,
                    uint16_t* out, cudaStream_t stream, const int32_t* rows, const NormActQuant& quant,
-                   const float* delta_row_scales) {
+                   const float* delta_row_scales, uint16_t* out_fragment_order) {
   if (n_rows <= 0) return Status::ok();
+  if (out_fragment_order && width % 32 != 0) return Status::error("add_rmsnorm: fragment order needs width a multiple of 32");
   if (delta_row_scales && !delta) return Status::error("add_rmsnorm: delta row scales without a delta");
   if (quant.x_hat && (width % 16 != 0 || !quant.row_scales || !(quant.input_scale >= 0.0f)))
     return Status::error("add_rmsnorm: x̂ needs width a multiple of 16, row scales and an input_scale ≥ 0");
@@ -189,7 +194,7 @@ Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t 
                       : width <= NORM_THREADS * 16 ? add_rmsnorm_kernel<16>
                                                    : add_rmsnorm_kernel<NORM_MAX_PER_THREAD>;
   return cuda_status(launch_pdl(kernel, dim3(unsigned(n_rows)), dim3(NORM_THREADS), 0, stream, residual, delta,
-                                width, weight, eps, out, rows, quant, delta_row_scales),
+                                width, weight, eps, out, rows, quant, delta_row_scales, out_fragment_order),
                      "add_rmsnorm");
 }
 

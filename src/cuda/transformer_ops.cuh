@@ -31,10 +31,13 @@ struct NormActQuant {
 // final norm of the rows that need logits); residual is then read only. quant: x̂ of out as well
 // (width a multiple of 16). delta_row_scales (optional, [n_rows]): delta's row r is multiplied by
 // delta_row_scales[r] first — a per-token W4A4 GEMM's output left unscaled (linear_nvfp4's
-// deferred_row_scales), the same bits as a scaling pass over delta.
+// deferred_row_scales), the same bits as a scaling pass over delta. out_fragment_order (optional): out
+// again with each row's columns in fragment order (nvfp4_layout.h; width a multiple of 32), the wgmma
+// MoE's input.
 Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t width, const uint16_t* weight,
                    float eps, uint16_t* out, cudaStream_t stream, const int32_t* rows = nullptr,
-                   const NormActQuant& quant = {}, const float* delta_row_scales = nullptr);
+                   const NormActQuant& quant = {}, const float* delta_row_scales = nullptr,
+                   uint16_t* out_fragment_order = nullptr);
 
 // Where each token of a step goes: its position (RoPE) and its KV-cache slot (block · block_size +
 // offset), both per token.

@@ -14,6 +14,8 @@
 #include "cuda/decode_attention.cuh"
 #include "cuda/device_context.cuh"
 #include "cuda/flashinfer_attention.cuh"
+#include "cuda/nvfp4_layout.h"
+#include "cuda/nvfp4_wgmma.cuh"
 #include "cuda/quantize_nvfp4.cuh"
 #include "cuda/sampler.cuh"
 #include "cuda/transformer_ops.cuh"
@@ -112,6 +114,21 @@ TEST(CudaOps, EmbeddingAndRmsnorm) {
     }
     // One BF16 ulp is 2^-8 relative; fp32 summation order moves the scale by ~1e-7.
     EXPECT_LE(max_rel(decode(d_out.to_host()), normed, 1e-3), 1.0 / 128) << "vocab " << vocab << " hidden " << hidden;
+    if (hidden % 32 == 0) {  // the wgmma MoE's copy in fragment order: the same values, each row permuted
+      test::DeviceBuffer<float> d_res3(residual);
+      test::DeviceBuffer<uint16_t> d_out3(want.size()), d_frag(want.size());
+      ASSERT_TRUE(cuda::add_rmsnorm(d_res3.get(), d_delta.get(), tokens, hidden, d_w.get(), 1e-6f, d_out3.get(), nullptr,
+                                    nullptr, {}, nullptr, d_frag.get()).is_ok());
+      const auto out = d_out.to_host(), out3 = d_out3.to_host(), frag = d_frag.to_host();
+      EXPECT_EQ(out3, out) << "the natural output is unchanged";
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t i = 0; i < hidden; ++i)
+          ASSERT_EQ(frag[size_t(t * hidden + cuda::fragment_order_index(i))], out[size_t(t * hidden + i)])
+              << "token " << t << " column " << i << " hidden " << hidden;
+      test::DeviceBuffer<uint16_t> d_copy(want.size());  // to_fragment_order agrees
+      ASSERT_TRUE(cuda::to_fragment_order(d_out.get(), tokens, hidden, d_copy.get(), nullptr).is_ok());
+      EXPECT_EQ(d_copy.to_host(), frag) << "to_fragment_order, hidden " << hidden;
+    }
     std::vector<int32_t> rows = {int32_t(tokens - 1), 0};
     test::DeviceBuffer<int32_t> d_rows(rows);
     test::DeviceBuffer<uint16_t> d_sel(static_cast<size_t>(2 * hidden));
