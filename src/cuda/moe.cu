@@ -232,12 +232,13 @@ Status check_call(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, 
   return Status::ok();
 }
 
-// Quantizes rows of the SwiGLU output (fp32) for the W4A4 down projection.
+// Quantizes rows of the SwiGLU output (fp32) for the W4A4 down projection (x̂ in fragment order for
+// the wgmma kernels).
 Status quantize_act(const DeviceMoeWeights& w, formats::ActQuant mode, int64_t pairs, MoeWorkspace& ws,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, bool fragment_order) {
   return quantize_dequantize_activation_f32(static_cast<const float*>(ws.act), pairs, w.intermediate,
                                             mode == formats::ActQuant::STATIC ? w.down_input_scale : 0.0f,
-                                            ws.act_hat, ws.act_row_scales, stream);
+                                            ws.act_hat, ws.act_row_scales, stream, fragment_order);
 }
 
 // The grouped GEMMs (FUSED: moe_gemm.cu; SKINNY: skinny_gemm.cu; WGMMA: nvfp4_wgmma.cu) on the
@@ -247,8 +248,8 @@ Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_
                    cudaStream_t stream, bool x_frag_written) {
   const int64_t pairs = tokens * w.top_k;
   // The wgmma kernels take their activations in fragment order (nvfp4_layout.h): x as the block's input
-  // norm wrote it (x_frag_written) or by a copy, the SwiGLU output as gate_up writes it (W4A16) or by a
-  // copy of its re-quantized form (W4A4, whose 16-value blocks are the natural ones).
+  // norm wrote it (x_frag_written) or by a copy, the SwiGLU output as gate_up writes it (W4A16) or as
+  // its re-quantization writes it (W4A4, whose 16-value blocks are the natural ones).
   const bool frag_in = backend == GemmBackend::WGMMA && wgmma_fragment_order(w.hidden);
   const bool frag_mid = backend == GemmBackend::WGMMA && wgmma_fragment_order(w.intermediate);
   if (frag_in) {
@@ -270,12 +271,9 @@ Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_
   down.out = ws.y, down.out_fp32 = false;
   down.act_fragment_order = frag_mid, down.out_fragment_order = false;
   if (is_w4a4(mode)) {
-    for (int i = 0; i < op_repeats("act_quant"); ++i) NIB_RETURN_IF_ERROR(quantize_act(w, mode, pairs, ws, stream));
+    for (int i = 0; i < op_repeats("act_quant"); ++i)
+      NIB_RETURN_IF_ERROR(quantize_act(w, mode, pairs, ws, stream, frag_mid));
     down.act = ws.act_hat, down.row_scales = ws.act_row_scales;
-    if (frag_mid) {  // into the SwiGLU output's buffer (fp32-sized), which the quantize has read
-      NIB_RETURN_IF_ERROR(to_fragment_order(ws.act_hat, pairs, w.intermediate, static_cast<uint16_t*>(ws.act), stream));
-      down.act = static_cast<const uint16_t*>(ws.act);
-    }
   }
   for (int i = 0; i < op_repeats("down"); ++i)
     NIB_RETURN_IF_ERROR(backend == GemmBackend::SKINNY  ? skinny_moe_down(down, w.down, stream)
@@ -375,7 +373,7 @@ Status run_dequant_cublas(const uint16_t* gate_up_in, const float* token_scales,
                                                                    ws.groups.sorted_pairs, int(w.top_k),
                                                                    token_scales, int(I), static_cast<float*>(ws.act));
     NIB_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "moe swiglu launch"));
-    NIB_RETURN_IF_ERROR(quantize_act(w, mode, pairs, ws, stream));
+    NIB_RETURN_IF_ERROR(quantize_act(w, mode, pairs, ws, stream, false));
   } else {
     swiglu_kernel<uint16_t><<<unsigned(pairs), THREADS, 0, stream>>>(static_cast<const uint16_t*>(ws.gate_up),
                                                                       ws.groups.sorted_pairs, int(w.top_k),

@@ -74,7 +74,8 @@ constexpr int64_t GPU_THREADS = 132 * 2048;  // the threads an H100 / H200 holds
 template <class In>
 __global__ void __launch_bounds__(THREADS)
     quantize_dequantize_kernel(const In* __restrict__ x, int64_t rows, int64_t cols, float input_scale,
-                               uint16_t* __restrict__ x_hat, float* __restrict__ row_scales, int group) {
+                               uint16_t* __restrict__ x_hat, float* __restrict__ row_scales, int group,
+                               bool fragment_order) {
   pdl_wait();
   pdl_launch_dependents();
   __shared__ float warp_amax[THREADS / 32];
@@ -120,9 +121,14 @@ __global__ void __launch_bounds__(THREADS)
     const ActBlockScale block(amax, global);
     uint32_t out[formats::NVFP4_BLOCK / 2];
     for (int i = 0; i < formats::NVFP4_BLOCK / 2; ++i) out[i] = block.bf16(values[2 * i]) | block.bf16(values[2 * i + 1]) << 16;
-    uint4* dst = reinterpret_cast<uint4*>(x_hat + row * cols + b * formats::NVFP4_BLOCK);
-    dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
-    dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+    if (fragment_order) {  // pairs i, i + 4 of block b (chunks 2(b % 2), + 1) sit side by side in its 32-group
+      uint2* dst = reinterpret_cast<uint2*>(x_hat + row * cols + b / 2 * 32 + 4 * (b % 2));
+      for (int i = 0; i < 4; ++i) dst[2 * i] = make_uint2(out[i], out[i + 4]);
+    } else {
+      uint4* dst = reinterpret_cast<uint4*>(x_hat + row * cols + b * formats::NVFP4_BLOCK);
+      dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
+      dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+    }
   };
 #pragma unroll
   for (int i = 0; i < MAX_HELD_BLOCKS; ++i)
@@ -136,12 +142,14 @@ __global__ void __launch_bounds__(THREADS)
 
 template <class In>
 Status quantize_dequantize(const In* x, int64_t rows, int64_t cols, float input_scale, uint16_t* x_hat,
-                           float* row_scales, cudaStream_t stream) {
+                           float* row_scales, cudaStream_t stream, bool fragment_order = false) {
   if (cols <= 0 || cols % formats::NVFP4_BLOCK != 0)
     return Status::error("quantize_dequantize_activation: cols = " + std::to_string(cols) +
                          " is not a positive multiple of 16");
   if (input_scale < 0.0f || !(input_scale == input_scale))
     return Status::error("quantize_dequantize_activation: input_scale must be > 0 (static) or 0 (per-token)");
+  if (fragment_order && cols % 32 != 0)
+    return Status::error("quantize_dequantize_activation: fragment order needs cols a multiple of 32");
   if (rows == 0) return Status::ok();
   const int64_t n_blocks = cols / formats::NVFP4_BLOCK;
   int group = 32;  // a block a thread where the row allows
@@ -156,7 +164,8 @@ Status quantize_dequantize(const In* x, int64_t rows, int64_t cols, float input_
   }
   const int64_t rows_per_cta = THREADS / group;
   return cuda_status(launch_pdl(quantize_dequantize_kernel<In>, dim3(unsigned((rows + rows_per_cta - 1) / rows_per_cta)),
-                                dim3(THREADS), 0, stream, x, rows, cols, input_scale, x_hat, row_scales, group),
+                                dim3(THREADS), 0, stream, x, rows, cols, input_scale, x_hat, row_scales, group,
+                                fragment_order),
                      "quantize_dequantize_activation launch");
 }
 
@@ -168,8 +177,9 @@ Status quantize_dequantize_activation_bf16(const uint16_t* x, int64_t rows, int6
 }
 
 Status quantize_dequantize_activation_f32(const float* x, int64_t rows, int64_t cols, float input_scale,
-                                          uint16_t* x_hat, float* row_scales, cudaStream_t stream) {
-  return quantize_dequantize(x, rows, cols, input_scale, x_hat, row_scales, stream);
+                                          uint16_t* x_hat, float* row_scales, cudaStream_t stream,
+                                          bool fragment_order) {
+  return quantize_dequantize(x, rows, cols, input_scale, x_hat, row_scales, stream, fragment_order);
 }
 
 Status quantize_activation_nvfp4(const float* x, int64_t rows, int64_t cols, float input_scale,

@@ -25,8 +25,10 @@ Status quantize_activation_nvfp4(const float* x, int64_t rows, int64_t cols, flo
 Status quantize_dequantize_activation_bf16(const uint16_t* x, int64_t rows, int64_t cols, float input_scale,
                                            uint16_t* x_hat, float* row_scales, cudaStream_t stream);
 // The same from fp32 input (the MoE down projection re-quantizes the fp32 SwiGLU output, as the
-// reference does).
+// reference does). fragment_order: x̂'s columns in fragment order (nvfp4_layout.h; cols a multiple of
+// 32), the wgmma MoE down's input; the blocks quantized are the natural ones either way.
 Status quantize_dequantize_activation_f32(const float* x, int64_t rows, int64_t cols, float input_scale,
-                                          uint16_t* x_hat, float* row_scales, cudaStream_t stream);
+                                          uint16_t* x_hat, float* row_scales, cudaStream_t stream,
+                                          bool fragment_order = false);
 
 }  // namespace nibble::cuda
