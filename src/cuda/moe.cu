@@ -509,14 +509,19 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   const bool small = route_small_supported(tokens, w.experts, w.hidden, w.top_k) && backend != GemmBackend::DEQUANT_CUBLAS;
   // The router computes the input norm where the combine can add the post-attention output after it.
   const InputNorm* router_norm = small && norm && input_norm && !input_norm->delta_row_scales ? input_norm : nullptr;
-  // W4A16 into the wgmma kernels: the norm also writes x in their fragment order (nvfp4_layout.h).
-  const bool x_frag = input_norm && !router_norm && !is_w4a4(mode) && kernels == GemmBackend::WGMMA &&
-                      backend != GemmBackend::DEQUANT_CUBLAS && wgmma_fragment_order(w.hidden);
+  // Into the wgmma kernels the norm writes their input in fragment order (nvfp4_layout.h) as well: x
+  // (W4A16), or in place of the natural x̂ it would quantize into ws.x_hat (W4A4).
+  const bool x_frag = input_norm && !router_norm && kernels == GemmBackend::WGMMA &&
+                      backend != GemmBackend::DEQUANT_CUBLAS && wgmma_fragment_order(w.hidden) &&
+                      (!is_w4a4(mode) || (x_quantized && input_norm->quant.x_hat == ws.x_hat));
+  NormActQuant norm_quant = input_norm ? input_norm->quant : NormActQuant{};
+  if (x_frag && is_w4a4(mode)) norm_quant.x_hat = ws.x_frag, norm_quant.fragment_order = true;
   if (input_norm && !router_norm)
     for (int i = 0; i < op_repeats("post_norm"); ++i)
       NIB_RETURN_IF_ERROR(add_rmsnorm(input_norm->residual, input_norm->delta, tokens, w.hidden,
                                       input_norm->weight, input_norm->eps, input_norm->out, stream, nullptr,
-                                      input_norm->quant, input_norm->delta_row_scales, x_frag ? ws.x_frag : nullptr));
+                                      norm_quant, input_norm->delta_row_scales,
+                                      x_frag && !is_w4a4(mode) ? ws.x_frag : nullptr));
   const bool mid = !small && backend != GemmBackend::DEQUANT_CUBLAS && cluster_router_enabled() &&
                    route_cluster_supported(tokens, w.experts, w.hidden, w.top_k, w.router_f32 != nullptr);
   if (small) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "cuda/nvfp4_act_quant.cuh"
+#include "cuda/nvfp4_layout.h"
 #include "cuda/transformer_ops.cuh"
 
 namespace nibble::cuda {
@@ -94,7 +95,8 @@ __device__ __forceinline__ void quantize_row(const float (&v)[PER], int64_t widt
       block.out_scale = __shfl_sync(0xffffffffu, computed.out_scale, k - k0, 16);
       block.block_scale = __shfl_sync(0xffffffffu, computed.block_scale, k - k0, 16);
       const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
-      if (i < width) q.x_hat[row * width + i] = static_cast<uint16_t>(block.bf16(v[k]));
+      if (i < width)
+        q.x_hat[row * width + (q.fragment_order ? fragment_order_index(i) : i)] = static_cast<uint16_t>(block.bf16(v[k]));
     }
   }
 }

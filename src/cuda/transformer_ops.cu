@@ -183,7 +183,8 @@ Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t 
                    uint16_t* out, cudaStream_t stream, const int32_t* rows, const NormActQuant& quant,
                    const float* delta_row_scales, uint16_t* out_fragment_order) {
   if (n_rows <= 0) return Status::ok();
-  if (out_fragment_order && width % 32 != 0) return Status::error("add_rmsnorm: fragment order needs width a multiple of 32");
+  if ((out_fragment_order || (quant.x_hat && quant.fragment_order)) && width % 32 != 0)
+    return Status::error("add_rmsnorm: fragment order needs width a multiple of 32");
   if (delta_row_scales && !delta) return Status::error("add_rmsnorm: delta row scales without a delta");
   if (quant.x_hat && (width % 16 != 0 || !quant.row_scales || !(quant.input_scale >= 0.0f)))
     return Status::error("add_rmsnorm: x̂ needs width a multiple of 16, row scales and an input_scale ≥ 0");

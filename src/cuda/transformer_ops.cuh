@@ -24,6 +24,7 @@ struct NormActQuant {
   float input_scale = 0.0f;
   uint16_t* x_hat = nullptr;
   float* row_scales = nullptr;
+  bool fragment_order = false;  // x_hat's columns in fragment order (nvfp4_layout.h): the wgmma MoE's input
 };
 
 // residual += delta (when delta is not null), then out = BF16(rmsnorm(residual) · weight)

@@ -149,6 +149,19 @@ TEST(CudaOps, EmbeddingAndRmsnorm) {
       EXPECT_EQ(d_h.to_host(), d_out.to_host()) << "the norm's own output is unchanged by x̂";
       EXPECT_EQ(d_xq.to_host(), d_xq2.to_host()) << "x̂, hidden " << hidden << " input_scale " << input_scale;
       EXPECT_EQ(d_rs.to_host(), d_rs2.to_host()) << "row scales, hidden " << hidden;
+      if (hidden % 32 == 0) {  // x̂ in fragment order (the wgmma MoE's input): the same values, each row permuted
+        test::DeviceBuffer<uint16_t> d_h3(want.size()), d_xf(want.size());
+        test::DeviceBuffer<float> d_rs3(static_cast<size_t>(tokens));
+        const cuda::NormActQuant frag_quant{input_scale, d_xf.get(), d_rs3.get(), true};
+        ASSERT_TRUE(cuda::add_rmsnorm(d_res.get(), nullptr, tokens, hidden, d_w.get(), 1e-6f, d_h3.get(), nullptr, nullptr,
+                                      frag_quant).is_ok());
+        const auto xq = d_xq.to_host(), xf = d_xf.to_host();
+        EXPECT_EQ(d_rs3.to_host(), d_rs.to_host()) << "row scales, fragment order";
+        for (int64_t t = 0; t < tokens; ++t)
+          for (int64_t i = 0; i < hidden; ++i)
+            ASSERT_EQ(xf[size_t(t * hidden + cuda::fragment_order_index(i))], xq[size_t(t * hidden + i)])
+                << "x̂ in fragment order, token " << t << " column " << i;
+      }
     }
   }
 }
