@@ -1,8 +1,11 @@
 // repack_nvfp4: the checkpoint's NVFP4 code bytes and E4M3 block scales → the GPU layout of
-// nvfp4_layout.h, in place (a load-time pass; the file on disk is untouched), in line order for expert weights.
+// nvfp4_layout.h, in place (a load-time pass; the file on disk is untouched), in line order for expert
+// weights; to_fragment_order: BF16 activation rows → the wgmma MoE's fragment order.
 #include "cuda/check.cuh"
 #include "cuda/linear_nvfp4.cuh"
 #include "cuda/nvfp4_layout.h"
+#include "cuda/nvfp4_wgmma.cuh"
+#include "cuda/pdl.cuh"
 
 namespace nibble::cuda {
 namespace {
@@ -54,6 +57,30 @@ Status repack_nvfp4(uint8_t* packed, uint8_t* block_scales, size_t blocks, cudaS
   const unsigned grid = unsigned(std::min<size_t>((blocks + 255) / 256, 132 * 16));
   repack_kernel<<<grid, 256, 0, stream>>>(reinterpret_cast<uint2*>(packed), block_scales, blocks);
   return cuda_status(cudaGetLastError(), "repack_nvfp4 launch");
+}
+
+namespace {
+// A thread a 16-byte chunk of the output: chunk c of a 32-element group takes pair c of the group's
+// four input chunks (four 4-byte loads, whole 64-byte groups across a quad of lanes).
+__global__ void __launch_bounds__(256) fragment_order_kernel(const uint32_t* __restrict__ in, int64_t chunks,
+                                                             uint4* __restrict__ out) {
+  pdl_wait();
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= chunks) return;
+  const uint32_t* group = in + (i / 4) * 16 + i % 4;
+  out[i] = make_uint4(group[0], group[4], group[8], group[12]);
+}
+}  // namespace
+
+Status to_fragment_order(const uint16_t* in, int64_t rows, int64_t cols, uint16_t* out, cudaStream_t stream) {
+  if (!in || !out || rows < 0 || cols % 32 != 0) return Status::error("to_fragment_order: null rows or cols not a multiple of 32");
+  if (reinterpret_cast<uintptr_t>(in) % 16 || reinterpret_cast<uintptr_t>(out) % 16)
+    return Status::error("to_fragment_order: rows not 16-byte aligned");
+  const int64_t chunks = rows * cols / 8;
+  if (chunks == 0) return Status::ok();
+  return cuda_status(launch_pdl(fragment_order_kernel, dim3(unsigned((chunks + 255) / 256)), dim3(256), 0, stream,
+                                reinterpret_cast<const uint32_t*>(in), chunks, reinterpret_cast<uint4*>(out)),
+                     "to_fragment_order launch");
 }
 
 }  // namespace nibble::cuda

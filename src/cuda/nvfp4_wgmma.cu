@@ -21,7 +21,6 @@
 #include "cuda/nvfp4_fragments.cuh"
 #include "cuda/nvfp4_layout.h"
 #include "cuda/nvfp4_wgmma.cuh"
-#include "cuda/pdl.cuh"
 #include "cuda/tensor_maps.cuh"
 #include "cuda/wgmma.cuh"
 
@@ -804,30 +803,6 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
 bool wgmma_fragment_order(int64_t in_features) {
   static const bool enabled = env_int("NIBBLE_WGMMA_FRAG", 1) != 0;
   return enabled && expert_line_order(in_features) && (wgmma_tma_parts() & 1) && !two_m_tiles();
-}
-
-namespace {
-// A thread a 16-byte chunk of the output: chunk c of a 32-element group takes pair c of the group's
-// four input chunks (four 4-byte loads, whole 64-byte groups across a quad of lanes).
-__global__ void __launch_bounds__(256) fragment_order_kernel(const uint32_t* __restrict__ in, int64_t chunks,
-                                                             uint4* __restrict__ out) {
-  pdl_wait();
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= chunks) return;
-  const uint32_t* group = in + (i / 4) * 16 + i % 4;
-  out[i] = make_uint4(group[0], group[4], group[8], group[12]);
-}
-}  // namespace
-
-Status to_fragment_order(const uint16_t* in, int64_t rows, int64_t cols, uint16_t* out, cudaStream_t stream) {
-  if (!in || !out || rows < 0 || cols % 32 != 0) return Status::error("to_fragment_order: null rows or cols not a multiple of 32");
-  if (reinterpret_cast<uintptr_t>(in) % 16 || reinterpret_cast<uintptr_t>(out) % 16)
-    return Status::error("to_fragment_order: rows not 16-byte aligned");
-  const int64_t chunks = rows * cols / 8;
-  if (chunks == 0) return Status::ok();
-  return cuda_status(launch_pdl(fragment_order_kernel, dim3(unsigned((chunks + 255) / 256)), dim3(256), 0, stream,
-                                reinterpret_cast<const uint32_t*>(in), chunks, reinterpret_cast<uint4*>(out)),
-                     "to_fragment_order launch");
 }
 
 bool wgmma_supported(int64_t rows, int64_t cols) { return cols >= BK && cols % BK == 0 && rows >= 1; }
