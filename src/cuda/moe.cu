@@ -490,6 +490,10 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
                          std::to_string(THREADS * 8 * COMBINE_MAX_CHUNKS));
   if (norm && norm->quant.x_hat && (!norm->quant.row_scales || !(norm->quant.input_scale >= 0.0f)))
     return Status::error("moe_forward: the fused norm's x̂ needs row scales and an input_scale ≥ 0");
+  // Fragment order is the block's own choice for its wgmma input (below); the combine's norm and the
+  // one-launch block write x̂ in the natural order only.
+  if ((norm && norm->quant.fragment_order) || (input_norm && input_norm->quant.fragment_order))
+    return Status::error("moe_forward: the norms' x̂ are natural-order inputs (fragment order is chosen inside)");
   if (tokens == 0) return Status::ok();
   // One token (single-stream decode): the whole block in one launch where it fits.
   // (With x_quantized it computes x̂ of x again: the same bits.)
@@ -511,8 +515,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   const InputNorm* router_norm = small && norm && input_norm && !input_norm->delta_row_scales ? input_norm : nullptr;
   // Into the wgmma kernels the norm writes their input in fragment order (nvfp4_layout.h) as well: x
   // (W4A16), or in place of the natural x̂ it would quantize into ws.x_hat (W4A4).
-  const bool x_frag = input_norm && !router_norm && kernels == GemmBackend::WGMMA &&
-                      backend != GemmBackend::DEQUANT_CUBLAS && wgmma_fragment_order(w.hidden) &&
+  const bool x_frag = input_norm && !router_norm && kernels == GemmBackend::WGMMA && wgmma_fragment_order(w.hidden) &&
                       (!is_w4a4(mode) || (x_quantized && input_norm->quant.x_hat == ws.x_hat));
   NormActQuant norm_quant = input_norm ? input_norm->quant : NormActQuant{};
   if (x_frag && is_w4a4(mode)) norm_quant.x_hat = ws.x_frag, norm_quant.fragment_order = true;
