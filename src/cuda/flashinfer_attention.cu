@@ -13,6 +13,7 @@
 #include "cuda/check.cuh"
 #include "cuda/flashinfer_attention_launch.cuh"
 #include "cuda/flashinfer_attention_sm90.cuh"
+#include "cuda/step_profiler.cuh"
 #include "cuda/pdl.cuh"
 
 namespace nibble::cuda {
@@ -334,6 +335,7 @@ Status FlashInferAttention::run(const uint16_t* q, const void* k_cache, const vo
   if (m.fa2_requests > 0)
     NIB_RETURN_IF_ERROR(m.shape.kv_fp8 ? m.run_fa2<glue::Fp8>(q, k_cache, v_cache, out, stream, k_scale, v_scale)
                                        : m.run_fa2<__nv_bfloat16>(q, k_cache, v_cache, out, stream));
+  if (m.fa2_requests > 0 && m.runs_sm90()) profile_mark("attention, FA2 part");
   if (m.runs_sm90())
     NIB_RETURN_IF_ERROR(m.run_sm90(q, static_cast<const uint16_t*>(k_cache), static_cast<const uint16_t*>(v_cache), out, stream));
   return Status::ok();

@@ -266,6 +266,7 @@ Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_
     NIB_RETURN_IF_ERROR(backend == GemmBackend::SKINNY  ? skinny_moe_gate_up(gate_up, w.gate, w.up, stream)
                         : backend == GemmBackend::WGMMA ? wgmma_moe_gate_up(gate_up, w.gate, w.up, stream)
                                                         : moe_gemm_gate_up(gate_up, w.gate, w.up, stream));
+  profile_mark("MoE gate_up");
   GroupedGemmArgs down = gate_up;
   down.act = static_cast<const uint16_t*>(ws.act), down.sorted_pairs = nullptr, down.top_k = 1, down.row_scales = nullptr;
   down.out = ws.y, down.out_fp32 = false;
@@ -273,12 +274,14 @@ Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_
   if (is_w4a4(mode)) {
     for (int i = 0; i < op_repeats("act_quant"); ++i)
       NIB_RETURN_IF_ERROR(quantize_act(w, mode, pairs, ws, stream, frag_mid));
+    profile_mark("MoE SwiGLU quantize");
     down.act = ws.act_hat, down.row_scales = ws.act_row_scales;
   }
   for (int i = 0; i < op_repeats("down"); ++i)
     NIB_RETURN_IF_ERROR(backend == GemmBackend::SKINNY  ? skinny_moe_down(down, w.down, stream)
                         : backend == GemmBackend::WGMMA ? wgmma_moe_down(down, w.down, stream)
                                                         : moe_gemm_down(down, w.down, stream));
+  profile_mark("MoE down");
   return Status::ok();
 }
 
@@ -525,6 +528,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
                                       input_norm->weight, input_norm->eps, input_norm->out, stream, nullptr,
                                       norm_quant, input_norm->delta_row_scales,
                                       x_frag && !is_w4a4(mode) ? ws.x_frag : nullptr));
+  profile_mark("norms");
   const bool mid = !small && backend != GemmBackend::DEQUANT_CUBLAS && cluster_router_enabled() &&
                    route_cluster_supported(tokens, w.experts, w.hidden, w.top_k, w.router_f32 != nullptr);
   if (small) {
@@ -539,6 +543,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
       NIB_RETURN_IF_ERROR(group_by_expert(ws.expert_ids, tokens, w.top_k, w.experts, tile_rows, ws.groups, stream));
     }
   }
+  profile_mark(router_norm ? "MoE router (+ input norm)" : "MoE router");
   const uint16_t* gate_up_in = x;
   const float* token_scales = nullptr;
   if (is_w4a4(mode)) {
@@ -547,6 +552,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
           x, tokens, w.hidden, mode == formats::ActQuant::STATIC ? w.gate_up_input_scale : 0.0f, ws.x_hat,
           ws.x_row_scales, stream));
     gate_up_in = ws.x_hat, token_scales = ws.x_row_scales;
+    profile_mark("MoE input quantize");
   }
   const bool cublas_backend = backend == GemmBackend::DEQUANT_CUBLAS;
   if (cublas_backend) NIB_RETURN_IF_ERROR(run_dequant_cublas(gate_up_in, token_scales, tokens, w, mode, ws, stream, cublas));
@@ -571,6 +577,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
                                                ws.route_weights, down_row_scales, int(w.top_k), int(w.hidden), add, out,
                                                fused),
                                     "moe combine launch"));
+  profile_mark(norm ? "MoE combine + next norm" : "MoE combine");
   return Status::ok();
 }
 

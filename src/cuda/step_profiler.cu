@@ -14,7 +14,16 @@ int op_repeats(const char* op) {
   return repeated && std::strcmp(repeated, op) == 0 ? 2 : 1;
 }
 
+namespace {
+StepProfiler* active = nullptr;  // the profiler between its begin and finish (one model steps at a time)
+}  // namespace
+
+void profile_mark(const char* op) {
+  if (active) active->mark(op);
+}
+
 StepProfiler::~StepProfiler() {
+  if (active == this) active = nullptr;
   for (cudaEvent_t e : pool_) cudaEventDestroy(e);
 }
 
@@ -31,6 +40,7 @@ void StepProfiler::begin(cudaStream_t stream, const std::string& kind) {
   if (!enabled_) return;
   stream_ = stream;
   kind_ = kind;
+  active = this;
   marks_.clear();
   used_ = 0;
   cudaEvent_t start = event();
@@ -46,6 +56,7 @@ void StepProfiler::mark(const char* op) {
 }
 
 Status StepProfiler::finish() {
+  if (active == this) active = nullptr;
   if (!enabled_ || marks_.empty()) return Status::ok();
   NIB_RETURN_IF_ERROR(cuda_status(cudaEventSynchronize(marks_.back().second), "step profiler"));
   for (size_t i = 1; i < marks_.size(); ++i) {

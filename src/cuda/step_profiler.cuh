@@ -23,13 +23,18 @@ namespace nibble::cuda {
 // most (scripts/device_repeat_ops.sh).
 int op_repeats(const char* op);
 
+// Closes the time since the last mark under `op` in the step being profiled, if any: how kernels
+// below the model (the MoE block's router, GEMMs and combine) split their op.
+void profile_mark(const char* op);
+
 class StepProfiler {
  public:
   ~StepProfiler();
   bool enabled() const { return enabled_; }
   void enable() { enabled_ = true; }
-  // Starts a step of the given kind ("decode" or "prefill"); mark(op) closes the time since the
-  // previous mark under `op`; finish() (after the stream is synchronized) adds the step's times.
+  // Starts a step of the given kind (e.g. "decode of 64 tokens"); mark(op) closes the time since the
+  // previous mark under `op`; finish() (after the stream is synchronized) adds the step's times. Between
+  // begin and finish it is the profiler profile_mark reaches.
   void begin(cudaStream_t stream, const std::string& kind);
   void mark(const char* op);
   Status finish();
