@@ -1,8 +1,8 @@
 // Paged attention through FlashInfer's FA2 batch-prefill kernels (headers of the pinned
 // flashinfer-python wheel that scripts/setup.sh fetches): decode tokens (query length 1, still on
 // the tensor cores) and short chunks on FA2, a step's trailing prefill chunks of 64+ tokens on its
-// SM90 kernel (a mixed step runs both, side by side on two streams). Only flashinfer_attention*.cu(h) include FlashInfer; the rest
-// of nibble sees this class. Twin of ref::paged_attention.
+// SM90 kernel (a mixed step runs both, side by side on two streams). Only flashinfer_attention*.cu(h)
+// include FlashInfer; the rest of nibble sees this class. Twin of ref::paged_attention.
 #pragma once
 
 #include <cuda_runtime.h>
