@@ -13,6 +13,7 @@ set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 TESTS=${TESTS:-router moe ops runner linear quantize}
 LATENCY=${LATENCY:---modes none --pp 512,2048 --tg 128 --batches 64}
+eval "latency=($LATENCY)"  # shell words, so an empty list can be given as '' (--pp '')
 synth_qwen3_full &
 SLICE_DIR=/tmp/qwen3-30b-a3b-4l
 [ -f "$SLICE_DIR/config.json" ] ||
@@ -48,8 +49,7 @@ if [ "${BASELINE:-0}" = 1 ]; then
   for r in $(seq "${ROUNDS:-2}"); do
     for b in build-device/nibble build-base/nibble-*; do
       tag=$(basename "$(dirname "$b")")_$(basename "$b")_$r
-      # shellcheck disable=SC2086
-      timeout 200 "$b" bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 --batch-gen 32 $LATENCY \
+      timeout 200 "$b" bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 --batch-gen 32 "${latency[@]}" \
         > "$OUT/latency_$tag.log" 2>&1
       results+=("$(printf '%-36s rc=%d  %s' "latency $tag" "$?" "$(latency_summary "$OUT/latency_$tag.log")")")
     done
@@ -61,7 +61,7 @@ for v in ${VARIANTS-$default_variants}; do
   tag=$(printf '%s' "$v" | tr '=,' '-_')
   # shellcheck disable=SC2086
   env $vars timeout 200 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 \
-    --batch-gen 32 $LATENCY > "$OUT/latency_$tag.log" 2>&1
+    --batch-gen 32 "${latency[@]}" > "$OUT/latency_$tag.log" 2>&1
   results+=("$(printf '%-36s rc=%d  %s' "latency $v" "$?" "$(latency_summary "$OUT/latency_$tag.log")")")
   if [ -n "${KERNELS:-}" ]; then
     # shellcheck disable=SC2086
