@@ -4,8 +4,8 @@
 # on the full-size synthetic Qwen3-30B-A3B, one table per step kind and size. By default: prefill of
 # 2048 tokens, single-stream decode, decode at 64 sequences with 1000-token contexts. RUNS, a list of
 # `bench latency` argument sets separated by ";" (e.g. "--pp 1024 --tg 0 --batches 4,64 --mixed 1024"),
-# replaces those; MODES (default none) picks the numerics where a run names none. Run on the GPU machine with build-device/
-# carried; logs under $OUT.
+# replaces those; MODES (default none) picks the numerics where a run names none. Run on the GPU
+# machine with build-device/ carried; logs under $OUT.
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 synth_qwen3_full

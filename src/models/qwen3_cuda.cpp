@@ -745,9 +745,11 @@ struct CudaModel::Impl {
       NIB_RETURN_IF_ERROR(ctx->synchronize());
     }
     NIB_RETURN_IF_ERROR(stage(batch, T, R, true));
-    // A kind per step size: a mixed step's ops apart from a prompt's alone at the same size.
-    profiler.begin(stream(), (static_cast<int64_t>(batch.sequences.size()) == T ? "decode of " : "prefill/mixed of ") +
-                                 std::to_string(T) + " tokens");
+    // A kind per step size: a mixed step's ops apart from a prompt's alone at the same size (the name
+    // built only when profiling: this is every step's path).
+    if (profiler.enabled())
+      profiler.begin(stream(), (static_cast<int64_t>(batch.sequences.size()) == T ? "decode of " : "prefill/mixed of ") +
+                                   std::to_string(T) + " tokens");
     const int64_t per_token = step_lists ? step_decode : T;  // tokens of the per-token kernel
     NIB_RETURN_IF_ERROR(run(T, R, cuda::attention_splits(per_token, config.num_key_value_heads, step_max_keys)));
     return profiler.finish();
