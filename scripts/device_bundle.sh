@@ -4,6 +4,7 @@
 # send it with carry: ["build-device"] and run scripts/device_run.sh there. BUNDLE_TESTS="moe runner …"
 # packs only those GPU test binaries (and not the server tests' route table tool): a bundle of all is
 # ~24 MB (xz), which with the tracked tree (~27 MB) leaves little of the 64 MiB for a build-base/ beside it.
+# BUNDLE_CUPTI=1 adds the toolkit's CUPTI library (4 MB), which NIBBLE_KERNEL_TRACE loads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null
@@ -22,6 +23,10 @@ mkdir -p build-device/lib
 for lib in libutf8proc.so.2 libpcre2-8.so.0 libsentencepiece.so.0 libsentencepiece_train.so.0; do
   cp "$(ldd build/nibble | awk -v l="$lib" '$1 == l {print $3}')" build-device/lib/
 done
+if [ "${BUNDLE_CUPTI:-0}" = 1 ]; then
+  cupti=$(find /usr/local/cuda/lib64/ /usr/local/cuda/lib/ /usr/local/cuda/extras/CUPTI/lib64/ -name 'libcupti.so.13' 2>/dev/null | head -1)
+  [ -n "$cupti" ] && cp -L "$cupti" build-device/lib/ || echo "BUNDLE_CUPTI: no libcupti.so.13 in the CUDA toolkit" >&2
+fi
 tar -C build-device -cf - nibble tests bench | xz -6 -T0 > build-device/bins.tar.xz
 rm -rf build-device/nibble build-device/tests build-device/bench
 du -sh build-device

@@ -16,6 +16,7 @@
 #include "cuda/check.cuh"
 #include "cuda/decode_attention.cuh"
 #include "cuda/flashinfer_attention.cuh"
+#include "cuda/kernel_trace.h"
 #include "cuda/linear_nvfp4.cuh"
 #include "cuda/moe.cuh"
 #include "cuda/nvfp4_layout.h"
@@ -739,8 +740,10 @@ struct CudaModel::Impl {
       // FlashInfer's graph plans depend on the request count only; should one ever differ from the
       // captured launch shape, the step runs eagerly (after this step's copies, so nothing overlaps).
       auto captured = graph_plans.find(padded);
-      if (!flashinfer || step_one_launch || (captured != graph_plans.end() && captured->second == flashinfer->plan_info()))
+      if (!flashinfer || step_one_launch || (captured != graph_plans.end() && captured->second == flashinfer->plan_info())) {
+        if (cuda::kernel_trace_active()) cuda::kernel_trace_label("decode graph of " + std::to_string(padded) + " (" + std::to_string(T) + " sequences)");
         return cuda::cuda_status(cudaGraphLaunch(graphs.at(padded), stream()), "replaying the decode graph");
+      }
       log_warn("FlashInfer's plan for a decode batch of " + std::to_string(padded) + " differs from its graph's: running eagerly");
       NIB_RETURN_IF_ERROR(ctx->synchronize());
     }
@@ -750,6 +753,9 @@ struct CudaModel::Impl {
     if (profiler.enabled())
       profiler.begin(stream(), (static_cast<int64_t>(batch.sequences.size()) == T ? "decode of " : "prefill/mixed of ") +
                                    std::to_string(T) + " tokens");
+    if (cuda::kernel_trace_active())
+      cuda::kernel_trace_label((static_cast<int64_t>(batch.sequences.size()) == T ? "eager decode of " : "prefill/mixed of ") +
+                               std::to_string(T) + " tokens (" + std::to_string(batch.sequences.size()) + " sequences)");
     const int64_t per_token = step_lists ? step_decode : T;  // tokens of the per-token kernel
     NIB_RETURN_IF_ERROR(run(T, R, cuda::attention_splits(per_token, config.num_key_value_heads, step_max_keys)));
     return profiler.finish();
@@ -809,7 +815,11 @@ Status cuda_model_supports(const io::BoundCheckpoint& b) {
 }
 
 CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-CudaModel::~CudaModel() = default;
+CudaModel::~CudaModel() {
+  if (!cuda::kernel_trace_active()) return;
+  (void)impl_->ctx->synchronize();
+  if (Status written = cuda::kernel_trace_finish(); !written) log_warn(written.message());
+}
 
 Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
                                                      const CudaModelOptions& options, cuda::DeviceContext& ctx) {
@@ -828,6 +838,8 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const io::L
   if (const char* p = std::getenv("NIBBLE_DECODE_ATTENTION_MAX_ROWS")) impl->options.one_launch_decode_max_rows = std::atoll(p);
   NIB_RETURN_IF_ERROR(impl->upload(checkpoint->bound, true));
   NIB_RETURN_IF_ERROR(impl->workspaces());
+  // After the upload (its copies are not of interest), before the decode graphs are captured.
+  if (Status traced = cuda::kernel_trace_start_from_env(); !traced) log_warn(traced.message());
   return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
 }
 
