@@ -249,6 +249,72 @@ TEST(CudaOps, QkNormRopeStoreReadsOneGemmsOutput) {
   EXPECT_EQ(outputs[1][2], outputs[0][2]) << "V";
 }
 
+// Split-K planes (cuda::SplitSum) added by their consumers: add_rmsnorm's delta and qk_norm_rope_store's
+// q/k/v given as P planes must give the bits of the planes added on the host in plane order — fp32
+// adds in one order on both sides — for every plane count 2 … 8 (the kernels read 8, the last again).
+TEST(CudaOps, ConsumersAddSplitPlanesInOrder) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaOps.ConsumersAddSplitPlanesInOrder");
+  std::mt19937_64 rng(seed);
+  const int64_t T = 57, H = 2048, NH = 32, NKV = 4, D = 128, kv_width = NKV * D;
+  const auto weight = random_bf16(size_t(H), rng, 1.0f, 0.1f);
+  const auto residual = random_f32(size_t(T * H), rng, 1.0f);
+  const auto q_norm = random_bf16(size_t(D), rng, 1.0f, 0.1f), k_norm = random_bf16(size_t(D), rng, 1.0f, 0.1f);
+  std::vector<int32_t> positions(T);
+  std::vector<int64_t> slots(T);
+  for (int64_t t = 0; t < T; ++t) positions[t] = int32_t(rng() % 3000), slots[t] = (t * 5) % T;
+  test::DeviceBuffer<float> d_freq(ref::rope_inv_freq(1e6, D));
+  test::DeviceBuffer<uint16_t> d_w(weight), d_qn(q_norm), d_kn(k_norm);
+  test::DeviceBuffer<int32_t> d_pos(positions);
+  test::DeviceBuffer<int64_t> d_slots(slots);
+  const cuda::QkvLayout layout{T, NH, NKV, D, d_pos.get(), d_slots.get(), d_freq.get()};
+  for (int planes = 2; planes <= cuda::DELTA_MAX_PLANES; ++planes) {
+    // add_rmsnorm: planes of delta against their sum.
+    const auto delta = random_f32(size_t(planes * T * H), rng, 0.5f);
+    std::vector<float> summed(delta.begin(), delta.begin() + T * H);
+    for (int p = 1; p < planes; ++p)
+      for (int64_t i = 0; i < T * H; ++i) summed[i] += delta[p * T * H + i];
+    test::DeviceBuffer<float> d_res_a(residual), d_res_b(residual), d_planes(delta), d_sum(summed);
+    test::DeviceBuffer<uint16_t> d_out_a(size_t(T * H)), d_out_b(size_t(T * H));
+    ASSERT_TRUE(cuda::add_rmsnorm(d_res_a.get(), d_planes.get(), T, H, d_w.get(), 1e-6f, d_out_a.get(), nullptr, nullptr, {},
+                                  nullptr, nullptr, planes).is_ok());
+    ASSERT_TRUE(cuda::add_rmsnorm(d_res_b.get(), d_sum.get(), T, H, d_w.get(), 1e-6f, d_out_b.get(), nullptr).is_ok());
+    // qk_norm_rope_store: planes of q, k and v against their sums.
+    const size_t nq = size_t(T * NH * D), nkv = size_t(T * kv_width);
+    const auto q = random_f32(planes * nq, rng, 1.0f), k = random_f32(planes * nkv, rng, 1.0f), v = random_f32(planes * nkv, rng, 1.0f);
+    auto add_planes = [&](const std::vector<float>& x, size_t n) {
+      std::vector<float> out(x.begin(), x.begin() + n);
+      for (int p = 1; p < planes; ++p)
+        for (size_t i = 0; i < n; ++i) out[i] += x[p * n + i];
+      return out;
+    };
+    test::DeviceBuffer<float> d_q(q), d_k(k), d_v(v), d_qs(add_planes(q, nq)), d_ks(add_planes(k, nkv)), d_vs(add_planes(v, nkv));
+    std::vector<uint16_t> got[2][3];  // [planes, summed][q (BF16), K, V]
+    for (int form = 0; form < 2; ++form) {
+      test::DeviceBuffer<uint16_t> d_qout(nq), d_kc(nkv), d_vc(nkv);
+      cuda::QkvInput in{d_qs.get(), d_ks.get(), d_vs.get()};
+      if (form == 0) in = {d_q.get(), d_k.get(), d_v.get()}, in.planes = planes;
+      ASSERT_TRUE(cuda::qk_norm_rope_store(in, layout, d_qn.get(), d_kn.get(), 1e-6f, nullptr, d_kc.get(), d_vc.get(), nullptr,
+                                           d_qout.get()).is_ok());
+      NIB_CUDA_CHECK(cudaDeviceSynchronize());
+      got[form][0] = d_qout.to_host(), got[form][1] = d_kc.to_host(), got[form][2] = d_vc.to_host();
+    }
+    NIB_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(d_res_a.to_host(), d_res_b.to_host()) << planes << " planes: residual";
+    EXPECT_EQ(d_out_a.to_host(), d_out_b.to_host()) << planes << " planes: norm output";
+    EXPECT_EQ(got[0][0], got[1][0]) << planes << " planes: q";
+    EXPECT_EQ(got[0][1], got[1][1]) << planes << " planes: K";
+    EXPECT_EQ(got[0][2], got[1][2]) << planes << " planes: V";
+  }
+  // What the consumers cannot take is an error, not a wrong sum.
+  test::DeviceBuffer<float> d_res(residual), d_delta(size_t(T * H));
+  test::DeviceBuffer<uint16_t> d_out(size_t(T * H));
+  EXPECT_FALSE(cuda::add_rmsnorm(d_res.get(), d_delta.get(), T, H, d_w.get(), 1e-6f, d_out.get(), nullptr, nullptr, {}, nullptr,
+                                 nullptr, cuda::DELTA_MAX_PLANES + 1).is_ok());
+  EXPECT_FALSE(cuda::add_rmsnorm(d_res.get(), nullptr, T, H, d_w.get(), 1e-6f, d_out.get(), nullptr, nullptr, {}, nullptr,
+                                 nullptr, 2).is_ok());
+}
+
 TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaOps.QkNormRopeStoreAndPagedAttention");
