@@ -219,12 +219,6 @@ GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K) {
   return M <= AUTO_FUSED_MAX_M && fused_supported(K) ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;
 }
 
-bool split_planes_chosen(GemmBackend backend, int64_t M, int64_t K, const SplitSum* sum) {
-  static const int64_t planes_min = env_int("NIBBLE_SPLIT_PLANES_MIN_M", AUTO_SPLIT_PLANES_MIN_M);
-  return sum && backend == GemmBackend::AUTO && M >= planes_min && M <= SKINNY_SPLIT_MAX_M && skinny_linear_supported(K) &&
-         skinny_split_count(K) <= sum->max_planes;
-}
-
 Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStream_t stream, bool line_order) {
   NIB_RETURN_IF_ERROR(check_weight(w));
   const int64_t n_words = w.rows * w.cols / 8;
@@ -235,17 +229,12 @@ Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStre
 }
 
 Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, float* y, GemmBackend backend,
-                          const GemmContext& ctx, const float* row_scales, SplitSum* split_sum) {
+                          const GemmContext& ctx, const float* row_scales) {
   NIB_RETURN_IF_ERROR(check_weight(w));
   if (M <= 0 || M > INT32_MAX) return Status::error("linear_nvfp4: M must be in [1, 2^31)");
   if (!x || !y) return Status::error("linear_nvfp4: null activation or output");
   const DeviceNvfp4Weight* weights[1] = {&w};
   float* outputs[1] = {y};
-  if (split_sum) split_sum->planes = 1;
-  if (split_planes_chosen(backend, M, w.cols, split_sum)) {
-    split_sum->planes = skinny_split_count(w.cols);
-    return skinny_linear_split(x, M, weights, outputs, 1, row_scales, ctx.stream, true);
-  }
   backend = resolve_gemm_backend(backend, M, w.cols);
   if (backend == GemmBackend::SKINNY) return skinny_linear(x, M, weights, outputs, 1, row_scales, ctx.stream);
   if (backend == GemmBackend::SKINNY_SPLIT) return skinny_linear_split(x, M, weights, outputs, 1, row_scales, ctx.stream);
@@ -289,10 +278,9 @@ static bool fused_quantize(int64_t M, int64_t K, GemmBackend backend) {
 
 Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, formats::ActQuant mode,
                     float input_scale, float* y, GemmBackend backend, const GemmContext& ctx, bool x_quantized,
-                    const float** deferred_row_scales, SplitSum* split_sum) {
+                    const float** deferred_row_scales) {
   if (deferred_row_scales) *deferred_row_scales = nullptr;
-  if (split_sum) split_sum->planes = 1;
-  if (mode == formats::ActQuant::NONE) return linear_nvfp4_w4a16(x, M, w, y, backend, ctx, nullptr, split_sum);
+  if (mode == formats::ActQuant::NONE) return linear_nvfp4_w4a16(x, M, w, y, backend, ctx);
   if (mode == formats::ActQuant::STATIC && !(input_scale > 0.0f))
     return Status::error("linear_nvfp4 (static): input_scale must be > 0");
   if (!ctx.act_workspace || !ctx.row_scales || ctx.act_workspace_elements < size_t(M * w.cols))
@@ -309,30 +297,26 @@ Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, fo
   if (mode == formats::ActQuant::PER_TOKEN) {
     // cuBLAS cannot scale rows in its epilogue: hand the scales to the consumer instead of a pass over y
     // (a prefill's o projection: 14.5 µs a layer at 2,048 tokens on the H200).
-    const bool defer = deferred_row_scales && !split_planes_chosen(backend, M, w.cols, split_sum) &&
-                       resolve_gemm_backend(backend, M, w.cols) == GemmBackend::DEQUANT_CUBLAS;
+    const bool defer = deferred_row_scales && resolve_gemm_backend(backend, M, w.cols) == GemmBackend::DEQUANT_CUBLAS;
     if (defer) *deferred_row_scales = ctx.row_scales;
-    return linear_nvfp4_w4a16(ctx.act_workspace, M, w, y, backend, ctx, defer ? nullptr : ctx.row_scales, split_sum);
+    return linear_nvfp4_w4a16(ctx.act_workspace, M, w, y, backend, ctx, defer ? nullptr : ctx.row_scales);
   }
   // Static: one scale for every row, folded into the GEMM's alpha (no pass over y).
   DeviceNvfp4Weight scaled = w;
   scaled.weight_scale_2 = w.weight_scale_2 * input_scale;
-  return linear_nvfp4_w4a16(ctx.act_workspace, M, scaled, y, backend, ctx, nullptr, split_sum);
+  return linear_nvfp4_w4a16(ctx.act_workspace, M, scaled, y, backend, ctx, nullptr);
 }
 
 Status linear_nvfp4_shared_input(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights,
                                  float* const* outputs, int count, formats::ActQuant mode, float input_scale,
-                                 GemmBackend backend, const GemmContext& ctx, bool x_quantized, SplitSum* split_sum) {
+                                 GemmBackend backend, const GemmContext& ctx, bool x_quantized) {
   const bool same_k =
       count > 1 && count <= 3 && std::all_of(weights, weights + count, [&](const DeviceNvfp4Weight* w) { return w->cols == weights[0]->cols; });
-  if (split_sum) split_sum->planes = 1;
-  const bool planes = same_k && split_planes_chosen(backend, M, weights[0]->cols, split_sum);
-  const GemmBackend chosen = planes ? GemmBackend::SKINNY_SPLIT : same_k ? resolve_gemm_backend(backend, M, weights[0]->cols) : backend;
+  const GemmBackend chosen = same_k ? resolve_gemm_backend(backend, M, weights[0]->cols) : backend;
   const bool one_launch = same_k && (chosen == GemmBackend::SKINNY || chosen == GemmBackend::SKINNY_SPLIT);
-  // One launch for all: the split kernel (into planes where the consumer adds them) or the per-tile one.
+  // One launch for all: the split kernel or the per-tile one.
   auto skinny = [&](const uint16_t* in, const float* row_scales) {
-    if (planes) split_sum->planes = skinny_split_count(weights[0]->cols);
-    return chosen == GemmBackend::SKINNY_SPLIT ? skinny_linear_split(in, M, weights, outputs, count, row_scales, ctx.stream, planes)
+    return chosen == GemmBackend::SKINNY_SPLIT ? skinny_linear_split(in, M, weights, outputs, count, row_scales, ctx.stream)
                                                : skinny_linear(in, M, weights, outputs, count, row_scales, ctx.stream);
   };
   if (!one_launch) {

@@ -75,20 +75,6 @@ inline constexpr int64_t AUTO_SKINNY_MAX_M = 32;
 inline constexpr int64_t AUTO_SKINNY_SPLIT_MIN_M = 17;
 inline constexpr int64_t AUTO_SKINNY_SPLIT_MAX_M = 40;
 
-// A consumer that adds split-K partial planes itself (add_rmsnorm's delta_planes, QkvInput::planes)
-// offers room for up to max_planes of them; from AUTO_SPLIT_PLANES_MIN_M to SKINNY_SPLIT_MAX_M rows
-// AUTO then runs skinny_linear_split into planes (no reduction of its own, no cuBLAS) and sets planes
-// to their count — plane s of a y of M × N values at y + s·M·N, y's buffer holding max_planes·M·N —,
-// else leaves planes at 1 (y complete). NIBBLE_SPLIT_PLANES_MIN_M moves the line (65: never).
-struct SplitSum {
-  int max_planes = 0;
-  int planes = 1;
-};
-inline constexpr int64_t AUTO_SPLIT_PLANES_MIN_M = 41;
-
-// Whether AUTO (backend) runs M rows of in_features K into planes for `sum`.
-bool split_planes_chosen(GemmBackend backend, int64_t M, int64_t K, const SplitSum* sum);
-
 // Whether the fused GEMV takes this in_features (up to 8192).
 bool fused_supported(int64_t in_features);
 
@@ -103,25 +89,22 @@ Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStre
 // x: [M, K] BF16 (device), y: [M, N] fp32 (device). Shape or alignment problems are errors.
 // row_scales (optional, device [M]) multiply each output row (the W4A4 epilogue).
 Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, float* y, GemmBackend backend,
-                          const GemmContext& ctx, const float* row_scales = nullptr, SplitSum* split_sum = nullptr);
+                          const GemmContext& ctx, const float* row_scales = nullptr);
 
 // Any activation mode: NONE is linear_nvfp4_w4a16; STATIC (input_scale > 0) and PER_TOKEN quantize
 // x into ctx.act_workspace / ctx.row_scales first — unless x_quantized: a norm already wrote x̂ and
 // the row scales there (add_rmsnorm's NormActQuant, with this input_scale). deferred_row_scales (optional):
 // where per-token's row scales would take a pass of their own over y (the cuBLAS backend), y is left
 // unscaled and *deferred_row_scales is set to ctx.row_scales for the consumer to apply (add_rmsnorm's
-// delta_row_scales); null when y is complete. split_sum (optional): y may be left as partial planes
-// (SplitSum).
+// delta_row_scales); null when y is complete.
 Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, formats::ActQuant mode,
                     float input_scale, float* y, GemmBackend backend, const GemmContext& ctx, bool x_quantized = false,
-                    const float** deferred_row_scales = nullptr, SplitSum* split_sum = nullptr);
+                    const float** deferred_row_scales = nullptr);
 
 // Several weights on the same input (q, k and v): one launch where the backend is SKINNY (x
 // quantized once in the W4A4 modes), else linear_nvfp4 for each. outputs[i]: [M, rows_i] fp32.
-// split_sum (optional): every output may be left as partial planes (SplitSum).
 Status linear_nvfp4_shared_input(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights,
                                  float* const* outputs, int count, formats::ActQuant mode, float input_scale,
-                                 GemmBackend backend, const GemmContext& ctx, bool x_quantized = false,
-                                 SplitSum* split_sum = nullptr);
+                                 GemmBackend backend, const GemmContext& ctx, bool x_quantized = false);
 
 }  // namespace nibble::cuda

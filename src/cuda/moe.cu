@@ -515,8 +515,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
   const int tile_rows = moe_grouping_tile_rows(kernels, pairs, w);
   const bool small = route_small_supported(tokens, w.experts, w.hidden, w.top_k) && backend != GemmBackend::DEQUANT_CUBLAS;
   // The router computes the input norm where the combine can add the post-attention output after it.
-  const InputNorm* router_norm =
-      small && norm && input_norm && !input_norm->delta_row_scales && input_norm->delta_planes == 1 ? input_norm : nullptr;
+  const InputNorm* router_norm = small && norm && input_norm && !input_norm->delta_row_scales ? input_norm : nullptr;
   // Into the wgmma kernels the norm writes their input in fragment order (nvfp4_layout.h) as well: x
   // (W4A16), or in place of the natural x̂ it would quantize into ws.x_hat (W4A4).
   const bool x_frag = input_norm && !router_norm && kernels == GemmBackend::WGMMA && wgmma_fragment_order(w.hidden) &&
@@ -528,7 +527,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
       NIB_RETURN_IF_ERROR(add_rmsnorm(input_norm->residual, input_norm->delta, tokens, w.hidden,
                                       input_norm->weight, input_norm->eps, input_norm->out, stream, nullptr,
                                       norm_quant, input_norm->delta_row_scales,
-                                      x_frag && !is_w4a4(mode) ? ws.x_frag : nullptr, input_norm->delta_planes));
+                                      x_frag && !is_w4a4(mode) ? ws.x_frag : nullptr));
   profile_mark("norms");
   const bool mid = !small && backend != GemmBackend::DEQUANT_CUBLAS && cluster_router_enabled() &&
                    route_cluster_supported(tokens, w.experts, w.hidden, w.top_k, w.router_f32 != nullptr);

@@ -596,7 +596,7 @@ bool moe_decode_block_supported(int64_t tokens, const DeviceMoeWeights& w, forma
   if (mode == formats::ActQuant::STATIC && !(w.gate_up_input_scale > 0.0f && w.down_input_scale > 0.0f)) return false;
   // An input norm's x̂ is the block's own (written from CTA 0), so it must be asked with the block's scale.
   const float x_scale = mode == formats::ActQuant::STATIC ? w.gate_up_input_scale : 0.0f;
-  const bool input_ok = !input_norm || (norm && !input_norm->delta_row_scales && input_norm->delta_planes == 1 &&
+  const bool input_ok = !input_norm || (norm && !input_norm->delta_row_scales &&
                                          (!input_norm->quant.x_hat ||
                                           (w4a4 && input_norm->quant.row_scales && input_norm->quant.input_scale == x_scale)));
   return enabled() && tokens == 1 && w.router && !w.router_f32 && !add && (!norm || !norm->pending) && input_ok &&

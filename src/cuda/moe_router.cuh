@@ -72,8 +72,6 @@ struct InputNorm {
   // [tokens]: delta's rows still to be multiplied by these (add_rmsnorm's delta_row_scales); only
   // add_rmsnorm applies them, so the router and the one-launch block leave such a norm to it.
   const float* delta_row_scales = nullptr;
-  // delta as split-K partial planes (add_rmsnorm's delta_planes): only add_rmsnorm adds them.
-  int delta_planes = 1;
 };
 
 // norm: the router's input computed in its own launch (each CTA normalizes the rows it reads, the

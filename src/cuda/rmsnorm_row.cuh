@@ -41,33 +41,6 @@ __device__ __forceinline__ void load_row(const float* x, const float* delta, int
   }
 }
 
-// load_row with delta as `planes` split-K partial planes (plane s at delta + s · plane_stride), added
-// in plane order, then to x. Every plane's loads are issued first: planes up to MAXP are read (past
-// `planes` the last one again, its values unused), so no load waits behind a branch.
-template <int PER, int MAXP>
-__device__ __forceinline__ void load_row_planes(const float* x, const float* delta, int64_t width, float (&v)[PER],
-                                                int planes, int64_t plane_stride) {
-  float d[MAXP][PER];
-#pragma unroll
-  for (int s = 0; s < MAXP; ++s) {
-    const float* plane = delta + int64_t{min(s, planes - 1)} * plane_stride;
-#pragma unroll
-    for (int k = 0; k < PER; ++k) {
-      const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
-      d[s][k] = i < width ? plane[i] : 0.0f;
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < PER; ++k) {
-    const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
-    float sum = d[0][k];
-#pragma unroll
-    for (int s = 1; s < MAXP; ++s)
-      if (s < planes) sum += d[s][k];
-    v[k] = i < width ? x[i] + sum : 0.0f;
-  }
-}
-
 // v ← BF16(v · 1/sqrt(mean(v²) + eps) · w) as fp32 (the BF16 output's exact values, kept for x̂).
 // Every thread of the CTA calls it; partial: blockDim.x / 32 floats of shared memory, which no thread
 // may still be reading from an earlier reduction (the caller synchronizes between rows).

@@ -220,23 +220,22 @@ constexpr int SPLIT_MAX_NT = 8;
 __device__ __forceinline__ int split_chunk(int j, int t) { return j ^ (((j >> 3) & 1) << 1) ^ (t & 1); }
 
 // y of value i (an mma accumulator register: row g + 8·((i % 4) / 2), token column 8·(i / 4) + 2c + i % 2)
-// of lane (g, c) of m16 tile `tile`: the sum × alpha (× the token's row scale), into y's plane `plane`
-// (plane s of a y of M × N values at y + s·M·N; 0: y itself).
-__device__ __forceinline__ void split_store_value(const DenseParams& p, int tiles, int tile, int i, int lane, float sum,
-                                                  int plane = 0) {
+// of lane (g, c) of m16 tile `tile`: the sum × alpha (× the token's row scale).
+__device__ __forceinline__ void split_store_value(const DenseParams& p, int tiles, int tile, int i, int lane, float sum) {
   if (tile >= tiles) return;
   const DenseSegment& out = p.seg[segment_of(p, tile)];
   const int t = 8 * (i / 4) + 2 * (lane & 3) + (i & 1), row = (tile - out.tile_begin) * 16 + (lane >> 2) + 8 * ((i % 4) >> 1);
   if (t >= p.m || row >= out.rows) return;
-  out.y[(size_t(plane) * p.m + t) * out.rows + row] = sum * (p.row_scales ? out.alpha * p.row_scales[t] : out.alpha);
+  out.y[size_t(t) * out.rows + row] = sum * (p.row_scales ? out.alpha * p.row_scales[t] : out.alpha);
 }
 
 // Grid (ranks, columns of blockDim / 32 tiles), clusters of `ranks` along x; `splits` of SPLIT_BLOCKS
-// k-blocks over k. PLANES: no cluster, a CTA a split (ranks = splits), each writing its partial sums
-// into y's plane of that split for the consumer to add.
-template <int NT, bool PLANES>
+// k-blocks over k.
+template <int NT>
 __global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2) skinny_dense_split_kernel(const DenseParams p, int tiles, int splits) {
   extern __shared__ __align__(16) uint8_t x_slice[];  // [8 · NT tokens][SPLIT_ROW_BYTES], chunks swizzled
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
   const int ranks = int(gridDim.x), rank = int(blockIdx.x);  // the cluster spans x: its size and rank
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, warps = int(blockDim.x) / 32;
   const int tile = int(blockIdx.y) * warps + warp, k_blocks = p.k / 128;
@@ -291,13 +290,6 @@ __global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2) skinny_dense_split_ke
       }
     }
   }
-  if constexpr (PLANES) {
-#pragma unroll
-    for (int i = 0; i < NT * 4; ++i) split_store_value(p, tiles, tile, i, lane, acc[i / 4][i % 4], rank);
-    return;
-  }
-  namespace cg = cooperative_groups;
-  const cg::cluster_group cluster = cg::this_cluster();
   // The CTA's partial sums, [warp][value][lane], over its x slice (every warp is past its last read).
   constexpr int VALUES = NT * 4;
   __syncthreads();
@@ -416,10 +408,8 @@ static int split_warps(int tiles, int ranks) {
 
 static int split_n_tiles(int64_t M) { return M <= 8 ? 1 : M <= 16 ? 2 : M <= 32 ? 4 : M <= 48 ? 6 : 8; }
 
-int skinny_split_count(int64_t in_features) { return int((in_features / 128 + SPLIT_BLOCKS - 1) / SPLIT_BLOCKS); }
-
 Status skinny_linear_split(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights, float* const* outputs,
-                           int count, const float* row_scales, cudaStream_t stream, bool planes) {
+                           int count, const float* row_scales, cudaStream_t stream) {
   if (M <= 0 || M > SKINNY_SPLIT_MAX_M) return Status::error("skinny_linear_split: M must be in [1, 64]");
   DenseParams p{};
   int tiles = 0;
@@ -427,24 +417,20 @@ Status skinny_linear_split(const uint16_t* x, int64_t M, const DeviceNvfp4Weight
   NIB_RETURN_IF_ERROR(check_in_features(weights[0]->cols, true, "skinny_linear_split"));
   p.k_stride = p.k = int(weights[0]->cols), p.k_offset = 0, p.m = int(M), p.row_scales = row_scales;
   const int nt = split_n_tiles(M);
-  const int splits = skinny_split_count(p.k), ranks = planes ? splits : std::min(splits, SPLIT_MAX_RANKS);
+  const int splits = (p.k / 128 + SPLIT_BLOCKS - 1) / SPLIT_BLOCKS, ranks = std::min(splits, SPLIT_MAX_RANKS);
   const int warps = split_warps(tiles, ranks);
   const dim3 grid(unsigned(ranks), unsigned((tiles + warps - 1) / warps));
   const size_t smem = size_t(8 * nt) * SPLIT_ROW_BYTES;
   static_assert(8 * SPLIT_MAX_NT == SKINNY_SPLIT_MAX_M);
-  auto pick = [&]<bool P>() {
-    return nt == 1 ? skinny_dense_split_kernel<1, P>
-         : nt == 2 ? skinny_dense_split_kernel<2, P>
-         : nt == 4 ? skinny_dense_split_kernel<4, P>
-         : nt == 6 ? skinny_dense_split_kernel<6, P>
-                   : skinny_dense_split_kernel<8, P>;
-  };
-  auto kernel = planes ? pick.template operator()<true>() : pick.template operator()<false>();
+  auto kernel = nt == 1 ? skinny_dense_split_kernel<1>
+              : nt == 2 ? skinny_dense_split_kernel<2>
+              : nt == 4 ? skinny_dense_split_kernel<4>
+              : nt == 6 ? skinny_dense_split_kernel<6>
+                        : skinny_dense_split_kernel<8>;
   if (smem > 48 * 1024)
     NIB_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                                     "skinny_linear_split: shared memory"));
-  return cuda_status(launch_pdl_cluster(kernel, grid, dim3(unsigned(warps * 32)), smem, unsigned(planes ? 0 : ranks), stream,
-                                        p, tiles, splits),
+  return cuda_status(launch_pdl_cluster(kernel, grid, dim3(unsigned(warps * 32)), smem, unsigned(ranks), stream, p, tiles, splits),
                      "skinny_linear_split");
 }
 

@@ -44,14 +44,9 @@ Status skinny_linear(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* cons
 // skinny_linear for M ≤ SKINNY_SPLIT_MAX_M split over k (GemmBackend::SKINNY_SPLIT): CTAs of 64-128
 // weight rows share their tokens' x slice in shared memory and decode each weight once for all
 // tokens; the k splits of a thread-block cluster meet in distributed shared memory, added in rank
-// order (deterministic). Any in_features that is a multiple of 128. planes: no cluster; each split's
-// partial sums (× alpha, × row scale) go into its own plane of each output instead — plane s of
-// outputs[i] at outputs[i] + s·M·N_i, skinny_split_count(K) planes — for the consumer to add in plane
-// order (add_rmsnorm's delta_planes, QkvInput::planes): no reduction of its own.
+// order (deterministic). Any in_features that is a multiple of 128.
 Status skinny_linear_split(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights, float* const* outputs,
-                           int count, const float* row_scales, cudaStream_t stream, bool planes = false);
-// The k splits (planes) of skinny_linear_split for in_features K.
-int skinny_split_count(int64_t in_features);
+                           int count, const float* row_scales, cudaStream_t stream);
 
 // One token's W4A4 y_i = x̂ · Ŵ_iᵀ with x's quantize inside the GEMM (input_scale > 0: static, folded
 // into alpha; 0: per-token), bit for bit quantize_dequantize_activation_bf16 + skinny_linear; x̂ and

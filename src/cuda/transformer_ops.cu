@@ -32,20 +32,18 @@ constexpr int NORM_MAX_PER_THREAD = 32;  // width ≤ 8192
 // in registers; the weights are read before the PDL wait (they do not depend on earlier kernels). PER
 // values a thread (width ≤ NORM_THREADS · PER): sized to the row, so that the registers of unused
 // values do not limit the CTAs an SM holds (PER = 32 took 123 registers, 2 CTAs an SM, for 2,048-wide rows).
-// MAXP > 1: delta as up to MAXP split-K planes (load_row_planes).
-template <int PER, int MAXP = 1>
+template <int PER>
 __global__ void __launch_bounds__(NORM_THREADS)
     add_rmsnorm_kernel(float* residual, const float* delta, int64_t width, const uint16_t* weight, float eps,
                        uint16_t* out, const int32_t* rows, NormActQuant quant, const float* delta_row_scales,
-                       uint16_t* out_frag, int delta_planes) {
+                       uint16_t* out_frag) {
   float w[PER], v[PER];
   load_norm_weight(weight, width, true, w);
   pdl_wait();
   pdl_launch_dependents();
   const int64_t r = blockIdx.x, src = rows ? rows[r] : r;
   float* x = residual + src * width;
-  if constexpr (MAXP > 1) load_row_planes<PER, MAXP>(x, delta + src * width, width, v, delta_planes, int64_t{gridDim.x} * width);
-  else load_row(x, delta ? delta + src * width : nullptr, width, true, v, delta_row_scales ? delta_row_scales[r] : 1.0f);
+  load_row(x, delta ? delta + src * width : nullptr, width, true, v, delta_row_scales ? delta_row_scales[r] : 1.0f);
   if (delta)
 #pragma unroll
     for (int k = 0; k < PER; ++k) {
@@ -69,9 +67,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
 // cos/sin are computed once for the warp's items. A lane holds PAIRS consecutive
 // rotation pairs (head_dim ≤ 64 · PAIRS), read and written as runs with vector loads and stores
 // (the host checked their alignment). KV: the cache's element, uint16_t (BF16) or uint8_t (FP8 codes).
-// MAXP > 1: q/k/v as up to MAXP split-K planes (QkvInput::planes), every plane's loads first (past
-// in.planes the last plane again, unused), then added in plane order.
-template <int PAIRS, int ITEMS, typename KV, int MAXP = 1>
+template <int PAIRS, int ITEMS, typename KV>
 __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
                                           const uint16_t* q_norm, const uint16_t* k_norm, float eps,
                                           float* q_out, uint16_t* q_out_bf16, KV* k_cache, KV* v_cache, float k_scale,
@@ -113,23 +109,6 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
   float lo[ITEMS][PAIRS], hi[ITEMS][PAIRS];
 #pragma unroll
   for (int j = 0; j < ITEMS; ++j) load_pairs<PAIRS>(src + j * D, active ? i0 : 0, half, l.interleaved, lo[j], hi[j]);
-  if constexpr (MAXP > 1) {
-    const int64_t plane_stride = int64_t(l.tokens) * stride;
-    float plo[MAXP - 1][ITEMS][PAIRS], phi[MAXP - 1][ITEMS][PAIRS];
-#pragma unroll
-    for (int s = 1; s < MAXP; ++s)
-#pragma unroll
-      for (int j = 0; j < ITEMS; ++j)
-        load_pairs<PAIRS>(src + min(s, in.planes - 1) * plane_stride + j * D, active ? i0 : 0, half, l.interleaved,
-                          plo[s - 1][j], phi[s - 1][j]);
-#pragma unroll
-    for (int s = 1; s < MAXP; ++s)
-      if (s < in.planes)
-#pragma unroll
-        for (int j = 0; j < ITEMS; ++j)
-#pragma unroll
-          for (int p = 0; p < PAIRS; ++p) lo[j][p] += plo[s - 1][j][p], hi[j][p] += phi[s - 1][j][p];
-  }
 #pragma unroll
   for (int j = 0; j < ITEMS; ++j)
 #pragma unroll
@@ -202,7 +181,7 @@ Status embedding_gather(const int32_t* ids, int64_t tokens, const uint16_t* tabl
 
 Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t width, const uint16_t* weight, float eps,
                    uint16_t* out, cudaStream_t stream, const int32_t* rows, const NormActQuant& quant,
-                   const float* delta_row_scales, uint16_t* out_fragment_order, int delta_planes) {
+                   const float* delta_row_scales, uint16_t* out_fragment_order) {
   if (n_rows <= 0) return Status::ok();
   if ((out_fragment_order || (quant.x_hat && quant.fragment_order)) && width % 32 != 0)
     return Status::error("add_rmsnorm: fragment order needs width a multiple of 32");
@@ -212,18 +191,11 @@ Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t 
   if (rows && delta) return Status::error("add_rmsnorm: a row selection reads the residual only (no delta)");
   if (width > NORM_THREADS * NORM_MAX_PER_THREAD)
     return Status::error("add_rmsnorm: width " + std::to_string(width) + " > " + std::to_string(NORM_THREADS * NORM_MAX_PER_THREAD));
-  if (delta_planes < 1 || delta_planes > DELTA_MAX_PLANES || (delta_planes > 1 && (!delta || rows || delta_row_scales ||
-                                                                                  width > DELTA_PLANES_MAX_WIDTH)))
-    return Status::error("add_rmsnorm: delta planes are 1 to " + std::to_string(DELTA_MAX_PLANES) +
-                         ", of a delta without row scales or a row selection, width ≤ " + std::to_string(DELTA_PLANES_MAX_WIDTH));
-  static_assert(DELTA_PLANES_MAX_WIDTH <= NORM_THREADS * 16);
-  const auto kernel = delta_planes > 1 ? (width <= NORM_THREADS * 8 ? add_rmsnorm_kernel<8, DELTA_MAX_PLANES>
-                                                                    : add_rmsnorm_kernel<16, DELTA_MAX_PLANES>)
-                      : width <= NORM_THREADS * 8  ? add_rmsnorm_kernel<8>
+  const auto kernel = width <= NORM_THREADS * 8    ? add_rmsnorm_kernel<8>
                       : width <= NORM_THREADS * 16 ? add_rmsnorm_kernel<16>
                                                    : add_rmsnorm_kernel<NORM_MAX_PER_THREAD>;
   return cuda_status(launch_pdl(kernel, dim3(unsigned(n_rows)), dim3(NORM_THREADS), 0, stream, residual, delta,
-                                width, weight, eps, out, rows, quant, delta_row_scales, out_fragment_order, delta_planes),
+                                width, weight, eps, out, rows, quant, delta_row_scales, out_fragment_order),
                      "add_rmsnorm");
 }
 
@@ -261,22 +233,15 @@ Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
   const int index = pairs == 1 ? 0 : pairs == 2 ? 1 : pairs == 4 ? 2 : 3;
   if (kv_format == KvFormat::FP8 && !(k_scale > 0.0f && v_scale > 0.0f))
     return Status::error("qk_norm_rope_store: an FP8 cache's k_scale and v_scale must be > 0");
-  if (in.planes < 1 || in.planes > DELTA_MAX_PLANES || (in.planes > 1 && per_warp != 1))
-    return Status::error("qk_norm_rope_store: q/k/v planes are 1 to " + std::to_string(DELTA_MAX_PLANES) + ", for fewer than 256 tokens");
   auto launch = [&](auto element_tag) -> Status {
     using KV = decltype(element_tag);
     using Kernel = void (*)(QkvInput, QkvLayout, const uint16_t*, const uint16_t*, float, float*, uint16_t*, KV*, KV*, float,
                             float);
-    const Kernel kernels[3][4] = {{qk_norm_rope_store_kernel<1, 1, KV>, qk_norm_rope_store_kernel<2, 1, KV>,
+    const Kernel kernels[2][4] = {{qk_norm_rope_store_kernel<1, 1, KV>, qk_norm_rope_store_kernel<2, 1, KV>,
                                    qk_norm_rope_store_kernel<4, 1, KV>, qk_norm_rope_store_kernel<8, 1, KV>},
                                   {qk_norm_rope_store_kernel<1, 4, KV>, qk_norm_rope_store_kernel<2, 4, KV>,
-                                   qk_norm_rope_store_kernel<4, 4, KV>, qk_norm_rope_store_kernel<8, 4, KV>},
-                                  {qk_norm_rope_store_kernel<1, 1, KV, DELTA_MAX_PLANES>,
-                                   qk_norm_rope_store_kernel<2, 1, KV, DELTA_MAX_PLANES>,
-                                   qk_norm_rope_store_kernel<4, 1, KV, DELTA_MAX_PLANES>,
-                                   qk_norm_rope_store_kernel<8, 1, KV, DELTA_MAX_PLANES>}};
-    const int form = in.planes > 1 ? 2 : per_warp == 4 ? 1 : 0;
-    return cuda_status(launch_pdl(kernels[form][index], dim3(unsigned(blocks)), dim3(threads), 0, stream, in, layout,
+                                   qk_norm_rope_store_kernel<4, 4, KV>, qk_norm_rope_store_kernel<8, 4, KV>}};
+    return cuda_status(launch_pdl(kernels[per_warp == 4][index], dim3(unsigned(blocks)), dim3(threads), 0, stream, in, layout,
                                   q_norm, k_norm, eps, q_out, q_out_bf16, static_cast<KV*>(k_cache), static_cast<KV*>(v_cache),
                                   k_scale, v_scale),
                        "qk_norm_rope_store");

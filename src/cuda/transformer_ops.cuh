@@ -35,17 +35,10 @@ struct NormActQuant {
 // deferred_row_scales), the same bits as a scaling pass over delta. out_fragment_order (optional): out
 // again with each row's columns in fragment order (nvfp4_layout.h; width a multiple of 32), the wgmma
 // MoE's input.
-// delta_planes (1 … DELTA_MAX_PLANES): delta is that many split-K partial planes (plane s at delta +
-// s · n_rows · width, SplitSum), added in plane order before the residual add (width ≤ DELTA_PLANES_MAX_WIDTH).
 Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t width, const uint16_t* weight,
                    float eps, uint16_t* out, cudaStream_t stream, const int32_t* rows = nullptr,
                    const NormActQuant& quant = {}, const float* delta_row_scales = nullptr,
-                   uint16_t* out_fragment_order = nullptr, int delta_planes = 1);
-
-// The most split-K partial planes add_rmsnorm and qk_norm_rope_store add (SplitSum::max_planes), and
-// the widest row whose planes add_rmsnorm adds.
-inline constexpr int DELTA_MAX_PLANES = 8;
-inline constexpr int64_t DELTA_PLANES_MAX_WIDTH = 4096;
+                   uint16_t* out_fragment_order = nullptr);
 
 // Where each token of a step goes: its position (RoPE) and its KV-cache slot (block · block_size +
 // offset), both per token.
@@ -61,14 +54,11 @@ struct QkvLayout {
 // default), or one GEMM's output [T, row_stride] with q, k, v at column offsets (row_stride > 0), its
 // values before the projections' scales (scale[0..2] for q, k, v; and row_scales[t], per-token W4A4,
 // when not null) — applied as the GEMM epilogue would have: (y · scale) · row_scale, in fp32.
-// planes (1 … DELTA_MAX_PLANES; fewer than 256 tokens): q, k and v are split-K partial planes (plane s
-// of q at q + s · tokens · row stride, SplitSum), added in plane order first.
 struct QkvInput {
   const float *q = nullptr, *k = nullptr, *v = nullptr;
   int64_t row_stride = 0;
   float scale[3] = {1.0f, 1.0f, 1.0f};
   const float* row_scales = nullptr;
-  int planes = 1;
 };
 
 // What the paged KV cache holds: BF16 values, or FP8 E4M3 codes of K / k_scale and V / v_scale (round

@@ -89,7 +89,6 @@ struct CudaModel::Impl {
   // Workspaces for max_tokens tokens.
   float *x = nullptr, *delta = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *q_rot = nullptr;
   cuda::QkvInput qkv_out;  // where run_qkv left this layer's q, k and v
-  int delta_planes = 1;    // the o projection's split-K planes in delta, for the norm that adds it
   // The o projection's per-token row scales when it left delta unscaled (cuBLAS), for the norm that adds it.
   const float* delta_row_scales = nullptr;
   float *mlp_gate = nullptr, *mlp_up = nullptr, *logits = nullptr, *shared_out = nullptr;
@@ -428,22 +427,15 @@ struct CudaModel::Impl {
     return Status::ok();
   }
 
-  // Room for split-K planes (cuda::SplitSum) in an output buffer of options.max_tokens rows, for a
-  // consumer that adds them (add_rmsnorm, qk_norm_rope_store).
-  cuda::SplitSum plane_room(int64_t M) const {
-    return {static_cast<int>(std::min<int64_t>(cuda::DELTA_MAX_PLANES, options.max_tokens / M)), 1};
-  }
-
   Status run_linear(const DeviceLinear& l, const uint16_t* in, int64_t M, ActQuant mode, float* out,
-                    bool in_quantized = false, const float** deferred_row_scales = nullptr, cuda::SplitSum* split_sum = nullptr) {
+                    bool in_quantized = false, const float** deferred_row_scales = nullptr) {
     if (deferred_row_scales) *deferred_row_scales = nullptr;
-    if (split_sum) split_sum->planes = 1;
     if (!l.nvfp4) return cuda::linear_bf16(in, M, l.bf16, l.out, l.in, out, ctx->cublas);
     const cuda::GemmBackend backend =
         options.gemm == cuda::GemmBackend::FUSED && M > cuda::FUSED_MAX_M ? cuda::GemmBackend::DEQUANT_CUBLAS : options.gemm;
     if (backend == cuda::GemmBackend::DEQUANT_CUBLAS && !gemm.workspace)
       return Status::error("--gemm-backend fused: this step has more than " + std::to_string(cuda::FUSED_MAX_M) + " rows");
-    return cuda::linear_nvfp4(in, M, l.q, mode, l.input_scale, out, backend, gemm, in_quantized, deferred_row_scales, split_sum);
+    return cuda::linear_nvfp4(in, M, l.q, mode, l.input_scale, out, backend, gemm, in_quantized, deferred_row_scales);
   }
 
   // out = down(silu(gate(in)) · up(in)) in the dense activation mode (dense layers, shared experts).
@@ -460,8 +452,7 @@ struct CudaModel::Impl {
   // Linears that share their input (and their static input scale, the maximum of theirs: q/k/v,
   // gate/up): one launch where the skinny kernels run.
   Status run_shared_input(const DeviceLinear* const* linears, float* const* outputs, int count, const uint16_t* in,
-                          int64_t M, ActQuant mode, bool in_quantized = false, cuda::SplitSum* split_sum = nullptr) {
-    if (split_sum) split_sum->planes = 1;
+                          int64_t M, ActQuant mode, bool in_quantized = false) {
     const bool all_nvfp4 = std::all_of(linears, linears + count, [](const DeviceLinear* l) { return l->nvfp4; });
     if (!all_nvfp4 || options.gemm == cuda::GemmBackend::FUSED) {
       for (int i = 0; i < count; ++i) NIB_RETURN_IF_ERROR(run_linear(*linears[i], in, M, mode, outputs[i], in_quantized));
@@ -470,17 +461,14 @@ struct CudaModel::Impl {
     const cuda::DeviceNvfp4Weight* weights[3];
     for (int i = 0; i < count; ++i) weights[i] = &linears[i]->q;
     return cuda::linear_nvfp4_shared_input(in, M, weights, outputs, count, mode, linears[0]->input_scale, options.gemm, gemm,
-                                           in_quantized, split_sum);
+                                           in_quantized);
   }
 
   // q/k/v of `in` into qkv_out: apart, or where batches run the BF16 copies and those are one weight,
   // as one cuBLAS GEMM whose scales (as the GEMM epilogues apply them) qk_norm_rope_store applies.
-  // Where the split-K kernel takes q/k/v (41–64 rows), its planes are left for qk_norm_rope_store to add.
   Status run_qkv(const DeviceLayer& w, const uint16_t* in, int64_t M, ActQuant mode, bool in_quantized) {
     const int64_t K = w.q.in, rows = w.q.out + w.k.out + w.v.out;
-    cuda::SplitSum planes = plane_room(M);
-    const bool split = w.q.nvfp4 && w.k.nvfp4 && w.v.nvfp4 && cuda::split_planes_chosen(options.gemm, M, K, &planes);
-    if (!split && w.qkv_bf16 && cuda::resolve_gemm_backend(options.gemm, M, K) == cuda::GemmBackend::DEQUANT_CUBLAS) {
+    if (w.qkv_bf16 && cuda::resolve_gemm_backend(options.gemm, M, K) == cuda::GemmBackend::DEQUANT_CUBLAS) {
       const DeviceLinear* qkv[3] = {&w.q, &w.k, &w.v};
       const uint16_t* x = in;
       if (mode != ActQuant::NONE) {  // x̂ and its row scales (static: each row's is input_scale)
@@ -498,9 +486,7 @@ struct CudaModel::Impl {
     const DeviceLinear* qkv[3] = {&w.q, &w.k, &w.v};
     float* outputs[3] = {q, k, v};
     qkv_out = {q, k, v};
-    NIB_RETURN_IF_ERROR(run_shared_input(qkv, outputs, 3, in, M, mode, in_quantized, split ? &planes : nullptr));
-    qkv_out.planes = planes.planes;
-    return Status::ok();
+    return run_shared_input(qkv, outputs, 3, in, M, mode, in_quantized);
   }
 
   // W4A4: the norms before q/k/v and before the MoE write x̂ and the row scales beside h (their
@@ -660,12 +646,8 @@ struct CudaModel::Impl {
     }
     profiler.mark("attention");
     // Per-token on cuBLAS: delta's row scales are applied by the norm that adds it (delta_row_scales).
-    // Where the split-K kernel takes it (41–64 rows), its planes are left for the norm that adds delta.
-    cuda::SplitSum planes = plane_room(T);
     for (int i = 0; i < cuda::op_repeats("o_proj"); ++i)
-      NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta, o_quantized, &delta_row_scales,
-                                     config.hidden_size <= cuda::DELTA_PLANES_MAX_WIDTH ? &planes : nullptr));
-    delta_planes = planes.planes;
+      NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta, o_quantized, &delta_row_scales));
     profiler.mark("o projection");
     return Status::ok();
   }
@@ -705,8 +687,7 @@ struct CudaModel::Impl {
       const bool block_norm = w.is_moe && !w.has_shared;
       if (!block_norm)
         for (int i = 0; i < cuda::op_repeats("post_norm"); ++i)
-          NIB_RETURN_IF_ERROR(
-              cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s, nullptr, moe_in, delta_row_scales, nullptr, delta_planes));
+          NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s, nullptr, moe_in, delta_row_scales));
       profiler.mark("norms");
       normed = w.is_moe;
       if (w.is_moe) {
@@ -718,7 +699,7 @@ struct CudaModel::Impl {
           NIB_RETURN_IF_ERROR(swiglu_mlp(w.shared_gate, w.shared_up, w.shared_down, h, T, shared_out));
           profiler.mark("shared experts");
         }
-        const cuda::InputNorm input{x, delta, w.post_norm, eps, h, moe_in, delta_row_scales, delta_planes};
+        const cuda::InputNorm input{x, delta, w.post_norm, eps, h, moe_in, delta_row_scales};
         NIB_RETURN_IF_ERROR(cuda::moe_forward(h, T, w.moe, options.act_quant_moe, options.moe, *moe_ws, delta, s,
                                               ctx->cublas, &next, w.has_shared ? shared_out : nullptr, moe_in.x_hat != nullptr,
                                               block_norm ? &input : nullptr));

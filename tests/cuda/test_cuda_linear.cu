@@ -60,10 +60,8 @@ Problem make_problem(int64_t m, const Shape& s, uint64_t seed) {
   return p;
 }
 
-// planes: AUTO may leave y as split-K planes (cuda::SplitSum, room for DELTA_MAX_PLANES); they are
-// added here in plane order, as the consumers add them, and must have been chosen (41–64 rows).
 void check(int64_t m, const Shape& s, cuda::GemmBackend backend, uint64_t seed,
-           formats::ActQuant mode = formats::ActQuant::NONE, bool planes = false) {
+           formats::ActQuant mode = formats::ActQuant::NONE) {
   const Problem p = make_problem(m, s, seed);
   const formats::Nvfp4WeightView view{p.w.packed.data(), p.w.block_scales.data(), s.n, s.k, p.w.scale};
   float amax = 0.0f;  // a calibrated static input_scale: amax / (6 · 448)
@@ -73,27 +71,18 @@ void check(int64_t m, const Shape& s, cuda::GemmBackend backend, uint64_t seed,
 
   test::DeviceBuffer<uint16_t> d_x(p.x_bf16), d_workspace(static_cast<size_t>(s.n * s.k));
   test::DeviceNvfp4 d_w(p.w.packed, p.w.block_scales);
-  constexpr int MAX_PLANES = 8;
-  test::DeviceBuffer<float> d_y(expected.size() * (planes ? MAX_PLANES : 1)), d_row_scales(static_cast<size_t>(m));
+  test::DeviceBuffer<float> d_y(expected.size()), d_row_scales(static_cast<size_t>(m));
   test::DeviceBuffer<uint16_t> d_x_hat(p.x_bf16.size());
   cublasHandle_t handle;
   ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
   const cuda::DeviceNvfp4Weight w{d_w.packed.get(), d_w.scales.get(), s.n, s.k, p.w.scale};
   const cuda::GemmContext ctx{nullptr, handle, d_workspace.get(), static_cast<size_t>(s.n * s.k),
                               d_x_hat.get(), d_row_scales.get(), p.x_bf16.size()};
-  cuda::SplitSum split_sum{MAX_PLANES, 0};
-  const Status status =
-      cuda::linear_nvfp4(d_x.get(), m, w, mode, input_scale, d_y.get(), backend, ctx, false, nullptr, planes ? &split_sum : nullptr);
+  const Status status = cuda::linear_nvfp4(d_x.get(), m, w, mode, input_scale, d_y.get(), backend, ctx);
   ASSERT_TRUE(status.is_ok()) << status.message();
   NIB_CUDA_CHECK(cudaDeviceSynchronize());
   cublasDestroy(handle);
-  std::vector<float> got = d_y.to_host();
-  if (planes) {
-    EXPECT_EQ(split_sum.planes, cuda::skinny_split_count(s.k)) << "AUTO did not leave planes at M=" << m;
-    for (size_t i = 0; i < expected.size(); ++i)
-      for (int plane = 1; plane < split_sum.planes; ++plane) got[i] += got[plane * expected.size() + i];
-    got.resize(expected.size());
-  }
+  const std::vector<float> got = d_y.to_host();
   if (mode == formats::ActQuant::NONE) {
     ASSERT_TRUE(ref::linear_nvfp4(p.x.data(), m, view, mode, input_scale, expected.data()).is_ok());
   } else {
@@ -231,23 +220,6 @@ TEST(CudaLinearNvfp4, SkinnySplitMatchesReferenceOnModelShapes) {
   check(37, {200, 8192, "long k"}, cuda::GemmBackend::SKINNY_SPLIT, seed);
   check(12, {2560, 12288, "ERNIE down"}, cuda::GemmBackend::SKINNY_SPLIT, seed);
   check(40, SHAPES[0], cuda::GemmBackend::AUTO, seed);  // AUTO takes it at 17-40 rows
-}
-
-// AUTO from 41 to 64 rows with a consumer that adds split-K planes (cuda::SplitSum): the planes, added
-// in order, are y, in all three activation modes; fewer rows, or no room, leave y whole.
-TEST(CudaLinearNvfp4, SplitPlanesAddUpToTheProduct) {
-  NIB_SKIP_WITHOUT_GPU();
-  const uint64_t seed = test::test_seed("CudaLinearNvfp4.SplitPlanes");
-  for (int64_t m : {41, 48, 57, 64})
-    for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::AUTO, seed + m, formats::ActQuant::NONE, true);
-  for (formats::ActQuant mode : {formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN})
-    for (const Shape& s : {SHAPES[0], SHAPES[2]}) check(50, s, cuda::GemmBackend::AUTO, seed + 7, mode, true);
-  cuda::SplitSum none{0, 5}, few{8, 5};
-  EXPECT_FALSE(cuda::split_planes_chosen(cuda::GemmBackend::AUTO, 64, 4096, &none));  // no room
-  EXPECT_FALSE(cuda::split_planes_chosen(cuda::GemmBackend::AUTO, 40, 4096, &few));   // the cluster form's band
-  EXPECT_FALSE(cuda::split_planes_chosen(cuda::GemmBackend::SKINNY_SPLIT, 64, 4096, &few));  // a named backend
-  EXPECT_FALSE(cuda::split_planes_chosen(cuda::GemmBackend::AUTO, 64, 12288, &few));  // 24 splits
-  EXPECT_TRUE(cuda::split_planes_chosen(cuda::GemmBackend::AUTO, 64, 4096, &few));
 }
 
 // q/k/v in one split launch: the bits of three launches, the same again on reruns.
