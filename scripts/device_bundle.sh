@@ -24,7 +24,7 @@ for lib in libutf8proc.so.2 libpcre2-8.so.0 libsentencepiece.so.0 libsentencepie
   cp "$(ldd build/nibble | awk -v l="$lib" '$1 == l {print $3}')" build-device/lib/
 done
 if [ "${BUNDLE_CUPTI:-0}" = 1 ]; then
-  cupti=$(find /usr/local/cuda/lib64/ /usr/local/cuda/lib/ /usr/local/cuda/extras/CUPTI/lib64/ -name 'libcupti.so.13' 2>/dev/null | head -1)
+  cupti=$(find /usr/local/cuda/lib64/ /usr/local/cuda/lib/ /usr/local/cuda/extras/CUPTI/lib64/ -name 'libcupti.so.13' 2>/dev/null | head -1 || true)
   [ -n "$cupti" ] && cp -L "$cupti" build-device/lib/ || echo "BUNDLE_CUPTI: no libcupti.so.13 in the CUDA toolkit" >&2
 fi
 tar -C build-device -cf - nibble tests bench | xz -6 -T0 > build-device/bins.tar.xz
