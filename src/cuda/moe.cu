@@ -89,14 +89,30 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
       const int h = (c * THREADS + threadIdx.x) * 8;
       if (h < hidden) weight_bits[c] = *reinterpret_cast<const uint4*>(norm.weight + h);
     }
-  pdl_wait();
-  pdl_launch_dependents();
+  // Also before the wait, through L2 (ld.cg: never an L1 line an earlier launch left): the routing (pair
+  // rows and weights, the router's), the W4A4 row scales (the SwiGLU quantize's, which the down waited
+  // for) and the residual (last written by the post-attention norm or the last layer's combine) are
+  // complete once this grid runs — kernels at least two launches back; only y is the down's.
   const int t = blockIdx.x;
   if (threadIdx.x < top_k) {
     const int pair = t * top_k + threadIdx.x;
-    rows[threadIdx.x] = pair_rows[pair];
-    scale[threadIdx.x] = row_scales ? weights[pair] * row_scales[pair_rows[pair]] : weights[pair];
+    const int row = __ldcg(pair_rows + pair);
+    rows[threadIdx.x] = row;
+    scale[threadIdx.x] = row_scales ? __ldcg(weights + pair) * __ldcg(row_scales + row) : __ldcg(weights + pair);
   }
+  float residual[NORM ? CHUNKS : 1][8] = {};
+  if constexpr (NORM)
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+      const int h = (c * THREADS + threadIdx.x) * 8;
+      if (h >= hidden) break;
+      const float4* at = reinterpret_cast<const float4*>(norm.residual + size_t(t) * hidden + h);
+      const float4 lo = __ldcg(at), hi = __ldcg(at + 1);
+      residual[c][0] = lo.x, residual[c][1] = lo.y, residual[c][2] = lo.z, residual[c][3] = lo.w;
+      residual[c][4] = hi.x, residual[c][5] = hi.y, residual[c][6] = hi.z, residual[c][7] = hi.w;
+    }
+  pdl_wait();
+  pdl_launch_dependents();
   __syncthreads();
   float kept[NORM ? CHUNKS : 1][8];
   float sum_sq = 0.0f;
@@ -105,9 +121,11 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
     const int h = (c * THREADS + threadIdx.x) * 8;
     if (h >= hidden) break;
     const size_t at = size_t(t) * hidden + h;
-    // The residual, in flight beside the slots' loads (pending and add, rarer, are read after the sums).
+    // (pending and add, rarer, are read after the sums.)
     float x[8] = {};
-    if constexpr (NORM) load_run<8>(norm.residual + at, x);
+    if constexpr (NORM)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] = residual[c][i];
     float acc[8] = {};
     for (int s0 = 0; s0 < top_k; s0 += COMBINE_SLOTS_IN_FLIGHT) {
       // The slots' loads first, then their sums in slot order (one load at a time made the

@@ -150,7 +150,8 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, 1) skinny_moe_split_kernel(con
 // done), then the epilogue. Rows and tokens past the weight or the tile read the last one (no
 // guards); only the prefetch is predicated. Pointers advance a window at a time, so each block's
 // loads take immediate offsets. L2_FETCH: load_stream's L2 fetch size.
-template <int WINDOW, bool GATED, int NT, int L2_FETCH>
+// EARLY: the first window's weight loads are issued before the PDL wait (the kernel has not waited yet).
+template <int WINDOW, bool GATED, int NT, int L2_FETCH, bool EARLY>
 __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, int m0, const uint8_t* const (&row_codes)[2],
                                                 const uint8_t* const (&row_scales)[2]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -171,6 +172,10 @@ __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, i
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         codes[h][j] = load_stream<L2_FETCH>(code_at[h] + j * 64), scales[h][j] = load_line_scales<L2_FETCH>(scale_at[h] + j, selector);
+  if constexpr (EARLY) {  // the activations (and the epilogue's row scales) come from the kernels before
+    pdl_wait();
+    pdl_launch_dependents();
+  }
   float acc[NT][4] = {};
   for (int kb0 = 0; kb0 < nkb; kb0 += WINDOW) {
 #pragma unroll
@@ -205,21 +210,29 @@ __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, i
 // its rows fill (a 16- or 32-row tile of at most 8 rows one, of at most 16 two), so the tiles can be
 // tall enough that an expert's rows rarely need a second tile's weight reads, and the x loads and mma
 // of empty n-tiles are skipped.
-template <int WINDOW, bool GATED, int NT, int MIN_CTAS, int L2_FETCH>
+// The down projection's first weights are loaded before its PDL wait: its tile list is the routing
+// kernels' (at least two launches back, complete before gate_up's wait returned, so before this grid
+// started; read through L2 with ld.cg, never from an L1 line an earlier layer's launch left there) and
+// its weights are constants, so they stream in while gate_up (or the SwiGLU quantize) drains. gate_up's
+// tile list is its own predecessor's output: it waits first.
+template <int WINDOW, bool GATED, int NT, int MIN_CTAS, int L2_FETCH, bool EARLY = !GATED>
 __global__ void __launch_bounds__(128, MIN_CTAS) skinny_moe_long_kernel(const MoeParams p) {
-  pdl_wait();  // the tile list comes from the routing kernels
-  pdl_launch_dependents();
-  const int4 tile = p.tiles[blockIdx.y];
-  if (int(blockIdx.y) >= *p.tile_count) return;
+  static_assert(!(GATED && EARLY), "gate_up's tile list is its predecessor's output");
+  if constexpr (!EARLY) {
+    pdl_wait();  // the tile list comes from the routing kernels
+    pdl_launch_dependents();
+  }
+  const int4 tile = EARLY ? __ldcg(p.tiles + blockIdx.y) : p.tiles[blockIdx.y];
+  if (int(blockIdx.y) >= (EARLY ? __ldcg(p.tile_count) : *p.tile_count)) return;
   constexpr int M_TILE = GATED ? 8 : 16;
   const int m0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * M_TILE;
   if (m0 >= p.n) return;
   const uint8_t* row_codes[2];
   const uint8_t* row_scales[2];
   slice_rows<GATED, false>(p, tile.x, m0, (threadIdx.x & 31) >> 2, row_codes, row_scales);
-  if (NT >= 2 && tile.z <= 8) long_warp_slice<WINDOW, GATED, 1, L2_FETCH>(p, tile, m0, row_codes, row_scales);
-  else if (NT == 4 && tile.z <= 16) long_warp_slice<WINDOW, GATED, 2, L2_FETCH>(p, tile, m0, row_codes, row_scales);
-  else long_warp_slice<WINDOW, GATED, NT, L2_FETCH>(p, tile, m0, row_codes, row_scales);
+  if (NT >= 2 && tile.z <= 8) long_warp_slice<WINDOW, GATED, 1, L2_FETCH, EARLY>(p, tile, m0, row_codes, row_scales);
+  else if (NT == 4 && tile.z <= 16) long_warp_slice<WINDOW, GATED, 2, L2_FETCH, EARLY>(p, tile, m0, row_codes, row_scales);
+  else long_warp_slice<WINDOW, GATED, NT, L2_FETCH, EARLY>(p, tile, m0, row_codes, row_scales);
 }
 
 template <bool GATED>
@@ -260,9 +273,14 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
     // 8-row tiles ask the L2 for 128-byte runs (docs/perf.md, "The skinny MoE's weight stream"): MoE
     // block T = 16 89.5 → 86.8 µs and 93.4 → 87.6 in two calls; no gain from 16 rows up (T = 64
     // 134.0 → 137.8), where it stays off.
-    const Kernel kernel = nt == 4   ? skinny_moe_long_kernel<1, GATED, 4, 4, 0>
-                          : nt == 2 ? skinny_moe_long_kernel<1, GATED, 2, 8, 0>
-                                    : skinny_moe_long_kernel<2, GATED, 1, 8, 128>;
+    // NIBBLE_MOE_DOWN_EARLY=0: the down waits before its first loads too (an experiment switch).
+    static const bool early = env_int("NIBBLE_MOE_DOWN_EARLY", 1) != 0;
+    const Kernel kernel = !GATED && !early ? (nt == 4   ? skinny_moe_long_kernel<1, GATED, 4, 4, 0, false>
+                                              : nt == 2 ? skinny_moe_long_kernel<1, GATED, 2, 8, 0, false>
+                                                        : skinny_moe_long_kernel<2, GATED, 1, 8, 128, false>)
+                          : nt == 4        ? skinny_moe_long_kernel<1, GATED, 4, 4, 0>
+                          : nt == 2        ? skinny_moe_long_kernel<1, GATED, 2, 8, 0>
+                                           : skinny_moe_long_kernel<2, GATED, 1, 8, 128>;
     return cuda_status(launch_pdl(kernel, grid, dim3(128), 0, stream, p), what);
   }
   // The unguarded split kernels (FULL) wherever the shape gives every warp its k-blocks and every
