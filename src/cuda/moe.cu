@@ -74,10 +74,38 @@ __device__ void quantize_output(const float (&kept)[CHUNKS][8], int hidden, int 
 // thread reads (y, residual, pending, add) is 16-byte aligned (the host checks), and all of a chunk's
 // loads are issued before its first store: value by value, each store to the residual ordered the next
 // value's loads behind it (the pointers may alias), a memory latency per value.
+// Token blockIdx.x's rows and slot scales into shared memory and (NORM) its residual values of this
+// thread's chunks into registers, through L2 (ld.cg: never an L1 line an earlier launch left).
+template <bool NORM, int CHUNKS>
+__device__ __forceinline__ void combine_routing_and_residual(const int32_t* pair_rows, const float* weights,
+                                                             const float* row_scales, int top_k, int hidden,
+                                                             const ResidualNorm& norm, int* rows, float* scale,
+                                                             float (&residual)[NORM ? CHUNKS : 1][8]) {
+  const int t = blockIdx.x;
+  if (int(threadIdx.x) < top_k) {
+    const int pair = t * top_k + threadIdx.x;
+    const int row = __ldcg(pair_rows + pair);
+    rows[threadIdx.x] = row;
+    scale[threadIdx.x] = row_scales ? __ldcg(weights + pair) * __ldcg(row_scales + row) : __ldcg(weights + pair);
+  }
+  if constexpr (NORM) {
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+      const int h = (c * THREADS + threadIdx.x) * 8;
+      if (h >= hidden) break;
+      const float4* at = reinterpret_cast<const float4*>(norm.residual + size_t(t) * hidden + h);
+      const float4 lo = __ldcg(at), hi = __ldcg(at + 1);
+      residual[c][0] = lo.x, residual[c][1] = lo.y, residual[c][2] = lo.z, residual[c][3] = lo.w;
+      residual[c][4] = hi.x, residual[c][5] = hi.y, residual[c][6] = hi.z, residual[c][7] = hi.w;
+    }
+  }
+}
+
 template <bool NORM, int CHUNKS = 1>
 __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_rows,
                                const float* __restrict__ weights, const float* __restrict__ row_scales, int top_k,
-                               int hidden, const float* __restrict__ add, float* __restrict__ out, ResidualNorm norm) {
+                               int hidden, const float* __restrict__ add, float* __restrict__ out, ResidualNorm norm,
+                               bool early) {
   __shared__ int rows[MAX_TOP_K];
   __shared__ float scale[MAX_TOP_K];
   __shared__ float partial[THREADS / 32];
@@ -93,26 +121,13 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
   // rows and weights, the router's), the W4A4 row scales (the SwiGLU quantize's, which the down waited
   // for) and the residual (last written by the post-attention norm or the last layer's combine) are
   // complete once this grid runs — kernels at least two launches back; only y is the down's.
+  // (early = false, NIBBLE_MOE_EARLY_LOADS=0: after the wait, an experiment switch.)
   const int t = blockIdx.x;
-  if (threadIdx.x < top_k) {
-    const int pair = t * top_k + threadIdx.x;
-    const int row = __ldcg(pair_rows + pair);
-    rows[threadIdx.x] = row;
-    scale[threadIdx.x] = row_scales ? __ldcg(weights + pair) * __ldcg(row_scales + row) : __ldcg(weights + pair);
-  }
   float residual[NORM ? CHUNKS : 1][8] = {};
-  if constexpr (NORM)
-#pragma unroll
-    for (int c = 0; c < CHUNKS; ++c) {
-      const int h = (c * THREADS + threadIdx.x) * 8;
-      if (h >= hidden) break;
-      const float4* at = reinterpret_cast<const float4*>(norm.residual + size_t(t) * hidden + h);
-      const float4 lo = __ldcg(at), hi = __ldcg(at + 1);
-      residual[c][0] = lo.x, residual[c][1] = lo.y, residual[c][2] = lo.z, residual[c][3] = lo.w;
-      residual[c][4] = hi.x, residual[c][5] = hi.y, residual[c][6] = hi.z, residual[c][7] = hi.w;
-    }
+  if (early) combine_routing_and_residual<NORM, CHUNKS>(pair_rows, weights, row_scales, top_k, hidden, norm, rows, scale, residual);
   pdl_wait();
   pdl_launch_dependents();
+  if (!early) combine_routing_and_residual<NORM, CHUNKS>(pair_rows, weights, row_scales, top_k, hidden, norm, rows, scale, residual);
   __syncthreads();
   float kept[NORM ? CHUNKS : 1][8];
   float sum_sq = 0.0f;
@@ -593,7 +608,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
     NIB_RETURN_IF_ERROR(cuda_status(launch_pdl(combine, unsigned(tokens), THREADS,
                                                0, stream, static_cast<const uint16_t*>(ws.y), ws.groups.pair_rows,
                                                ws.route_weights, down_row_scales, int(w.top_k), int(w.hidden), add, out,
-                                               fused),
+                                               fused, moe_early_loads()),
                                     "moe combine launch"));
   profile_mark(norm ? "MoE combine + next norm" : "MoE combine");
   return Status::ok();

@@ -273,9 +273,7 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
     // 8-row tiles ask the L2 for 128-byte runs (docs/perf.md, "The skinny MoE's weight stream"): MoE
     // block T = 16 89.5 → 86.8 µs and 93.4 → 87.6 in two calls; no gain from 16 rows up (T = 64
     // 134.0 → 137.8), where it stays off.
-    // NIBBLE_MOE_DOWN_EARLY=0: the down waits before its first loads too (an experiment switch).
-    static const bool early = env_int("NIBBLE_MOE_DOWN_EARLY", 1) != 0;
-    const Kernel kernel = !GATED && !early ? (nt == 4   ? skinny_moe_long_kernel<1, GATED, 4, 4, 0, false>
+    const Kernel kernel = !GATED && !moe_early_loads() ? (nt == 4   ? skinny_moe_long_kernel<1, GATED, 4, 4, 0, false>
                                               : nt == 2 ? skinny_moe_long_kernel<1, GATED, 2, 8, 0, false>
                                                         : skinny_moe_long_kernel<2, GATED, 1, 8, 128, false>)
                           : nt == 4        ? skinny_moe_long_kernel<1, GATED, 4, 4, 0>
@@ -296,6 +294,11 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
 }
 
 }  // namespace
+
+bool moe_early_loads() {
+  static const bool early = env_int("NIBBLE_MOE_EARLY_LOADS", 1) != 0;
+  return early;
+}
 
 // 8-row tiles below 3 rows per expert, 16 below 16, then 32. H200, full-size synthetic Qwen3-30B-A3B
 // (docs/perf.md, "Serving workload 1 by its steps"): 16-row tiles from 3 rather than 4 rows per expert
