@@ -20,6 +20,7 @@
 #include "cuda/moe_grouping.cuh"
 #include "cuda/nvfp4_fragments.cuh"
 #include "cuda/nvfp4_layout.h"
+#include "cuda/pdl.cuh"
 #include "cuda/nvfp4_wgmma.cuh"
 #include "cuda/tensor_maps.cuh"
 #include "cuda/wgmma.cuh"
@@ -459,8 +460,6 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
   // 1024-byte aligned for the swizzle by an offset from the __shared__ array (rounding the generic
   // address loses the state space: every shared access becomes a generic one).
   uint8_t* smem = smem_raw + ((1024u - (smem_address(smem_raw) & 1023u)) & 1023u);
-  const int items = p.slices * row_tiles(p, N);
-  if (int(blockIdx.x) >= items) return;
   const int tid = threadIdx.x;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::BARRIER_OFFSET);  // [STAGES]: the stage's copies landed
   uint64_t* empty = full + STAGES;                                         // [STAGES]: the stage was consumed
@@ -472,6 +471,12 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
     barrier_init(&empty[tid], CONSUMERS / 32);  // lane 0 of each consumer warp
     if constexpr (TMA != 0) fence_barrier_init();    // the copy engine completes transfers on `full`
   }
+  // Launched with PDL: the set-up above overlaps the previous kernel's tail; the tile list and the
+  // activations are the earlier kernels' output.
+  pdl_wait();
+  pdl_launch_dependents();
+  const int items = p.slices * row_tiles(p, N);
+  if (int(blockIdx.x) >= items) return;
   __syncthreads();
   const int k_tiles = p.k / BK;
   // Warp-uniform as ptxas can see (a shuffle), so the wgmma below are not serialized.
@@ -688,8 +693,14 @@ Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
   NIB_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "wgmma gemm: device"));
   NIB_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "wgmma gemm: SMs"));
   const int64_t grid = std::min<int64_t>(items, int64_t{sms} * CTAS_PER_SM<N, MT>);
-  kernel<<<unsigned(grid), CONSUMER_THREADS<WG> + PRODUCERS, bytes, stream>>>(p);
-  return cuda_status(cudaGetLastError(), GATED ? "wgmma gate_up launch" : "wgmma gemm launch");
+  // With PDL (NIBBLE_WGMMA_PDL=0: a plain launch, for A/B runs; its pdl_wait then returns at once).
+  static const bool pdl = env_int("NIBBLE_WGMMA_PDL", 1) != 0;
+  if (!pdl) {
+    kernel<<<unsigned(grid), CONSUMER_THREADS<WG> + PRODUCERS, bytes, stream>>>(p);
+    return cuda_status(cudaGetLastError(), GATED ? "wgmma gate_up launch" : "wgmma gemm launch");
+  }
+  return cuda_status(launch_pdl(kernel, dim3(unsigned(grid)), dim3(CONSUMER_THREADS<WG> + PRODUCERS), bytes, stream, p),
+                     GATED ? "wgmma gate_up launch" : "wgmma gemm launch");
 }
 
 // Which operands the copy engine (TMA) brings, NIBBLE_WGMMA_TMA (default 3, both; 0 keeps the producer's
