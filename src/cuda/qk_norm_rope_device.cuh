@@ -117,15 +117,6 @@ __device__ __forceinline__ void store_pairs(T* row, int i0, int half, bool inter
   }
 }
 
-// cos and sin of the RoPE angles position · freq[p] in fp32 (ref::rope_neox / rope_interleaved's).
-template <int PAIRS>
-__device__ __forceinline__ void rope_angles(int32_t position, const float (&freq)[PAIRS], float (&cos_p)[PAIRS],
-                                            float (&sin_p)[PAIRS]) {
-  const float at = static_cast<float>(position);
-#pragma unroll
-  for (int p = 0; p < PAIRS; ++p) sincosf(at * freq[p], &sin_p[p], &cos_p[p]);
-}
-
 // One q or k head's RMSNorm (weights w_lo / w_hi of the lane's pairs; `normed` false: none) and
 // RoPE (the lane's cos / sin) by a warp, in ref::rmsnorm + ref::rope_*'s fp32 order: x0 / x1 are the
 // rotated lo / hi. Every lane calls it (the sum of squares is warp-wide); lanes not `active` add 0.

@@ -77,30 +77,20 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
   const int lane = threadIdx.x & 31;
   const int D = int(l.head_dim), half = D / 2, kv_width = int(l.n_kv_heads) * D, i0 = lane * PAIRS;
   const bool active = i0 < half;
+  // The norm weights and RoPE frequencies do not depend on earlier kernels: read before the wait.
+  float qw_lo[PAIRS] = {}, qw_hi[PAIRS] = {}, kw_lo[PAIRS] = {}, kw_hi[PAIRS] = {}, freq[PAIRS] = {};
+  if (active) {
+    if (q_norm) load_pairs<PAIRS>(q_norm, i0, half, l.interleaved, qw_lo, qw_hi);
+    if (k_norm) load_pairs<PAIRS>(k_norm, i0, half, l.interleaved, kw_lo, kw_hi);
+#pragma unroll
+    for (int p = 0; p < PAIRS; ++p) freq[p] = l.inv_freq[i0 + p];
+  }
+  pdl_wait();
+  pdl_launch_dependents();
   const int warp = int((blockIdx.x * blockDim.x + threadIdx.x) >> 5);
   const int heads = int(l.n_heads + 2 * l.n_kv_heads), warps_per_token = (heads + ITEMS - 1) / ITEMS;
   const int n_heads = int(l.n_heads), n_kv_heads = int(l.n_kv_heads);
   const int t = warp / warps_per_token;
-  // The norm weights and RoPE frequencies do not depend on earlier kernels, nor does the step's cos/sin
-  // table (rope_table's, launched at the step's start: several launches back, read through L2): all
-  // read before the wait.
-  float qw_lo[PAIRS] = {}, qw_hi[PAIRS] = {}, kw_lo[PAIRS] = {}, kw_hi[PAIRS] = {}, freq[PAIRS] = {};
-  float cos_p[PAIRS] = {}, sin_p[PAIRS] = {};
-  if (active) {
-    if (q_norm) load_pairs<PAIRS>(q_norm, i0, half, l.interleaved, qw_lo, qw_hi);
-    if (k_norm) load_pairs<PAIRS>(k_norm, i0, half, l.interleaved, kw_lo, kw_hi);
-    if (l.rope_table && t < l.tokens)
-#pragma unroll
-      for (int p = 0; p < PAIRS; ++p) {
-        const float2 cs = __ldcg(l.rope_table + int64_t(t) * half + i0 + p);
-        cos_p[p] = cs.x, sin_p[p] = cs.y;
-      }
-    else
-#pragma unroll
-      for (int p = 0; p < PAIRS; ++p) freq[p] = l.inv_freq[i0 + p];
-  }
-  pdl_wait();
-  pdl_launch_dependents();
   if (t >= l.tokens) return;
   // The warp's ITEMS consecutive heads are of one kind, q, k or v (the host gives a warp 4 only where
   // the q and the kv head counts are multiples of 4), so their sources, scale and destination are
@@ -134,8 +124,11 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
     }
     return;
   }
-  // ref::rope_neox / rope_interleaved: fp32 angle, cos and sin (rope_angles, unless the table has them).
-  if (!l.rope_table) rope_angles<PAIRS>(l.positions[t], freq, cos_p, sin_p);
+  // ref::rope_neox / rope_interleaved: fp32 angle, cos and sin.
+  float cos_p[PAIRS], sin_p[PAIRS];
+  const float position = static_cast<float>(l.positions[t]);
+#pragma unroll
+  for (int p = 0; p < PAIRS; ++p) sincosf(position * freq[p], &sin_p[p], &cos_p[p]);
   const bool is_q = which == 0;
   const bool normed = (is_q ? q_norm : k_norm) != nullptr;  // null: no q/k norm (ERNIE-4.5)
   // The heads' norm weights by value: choosing between the arrays themselves put all four in local
@@ -159,17 +152,6 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
       store_pairs<PAIRS>(k_cache + slot * kv_width + (head0 + j) * D, i0, half, l.interleaved, x0, x1);
     }
   }
-}
-
-// rope_table: a thread per (token, pair), the qk kernel's angles exactly (rope_angles).
-__global__ void rope_table_kernel(const int32_t* positions, const float* inv_freq, int tokens, int half, float2* table) {
-  pdl_wait();
-  pdl_launch_dependents();
-  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
-  if (i >= tokens * half) return;
-  float freq[1] = {inv_freq[i % half]}, cos_p[1], sin_p[1];
-  rope_angles<1>(positions[i / half], freq, cos_p, sin_p);
-  table[i] = make_float2(cos_p[0], sin_p[0]);
 }
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, uint16_t* out) {
@@ -265,15 +247,6 @@ Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
                        "qk_norm_rope_store");
   };
   return kv_format == KvFormat::FP8 ? launch(uint8_t{}) : launch(uint16_t{});
-}
-
-Status rope_table(const QkvLayout& layout, float2* table, cudaStream_t stream) {
-  if (layout.tokens <= 0) return Status::ok();
-  const int64_t n = layout.tokens * (layout.head_dim / 2);
-  if (!table || !layout.positions || !layout.inv_freq || n > INT32_MAX) return Status::error("rope_table: bad arguments");
-  return cuda_status(launch_pdl(rope_table_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream, layout.positions,
-                                layout.inv_freq, int(layout.tokens), int(layout.head_dim / 2), table),
-                     "rope_table");
 }
 
 Status silu_mul_bf16(const float* gate, const float* up, int64_t n, uint16_t* out, cudaStream_t stream) {

@@ -48,14 +48,7 @@ struct QkvLayout {
   const int64_t* slots = nullptr;      // device [tokens]
   const float* inv_freq = nullptr;     // device [head_dim / 2]: ref::rope_inv_freq's table
   bool interleaved = false;            // RoPE pairs (2i, 2i + 1) (ERNIE-4.5) instead of (i, i + D/2)
-  // device [tokens][head_dim / 2] (cos, sin) from rope_table, launched at least two launches before
-  // qk_norm_rope_store (which reads it before its PDL wait); null: each warp computes its token's.
-  const float2* rope_table = nullptr;
 };
-
-// The cos and sin of every token's RoPE angles (positions · inv_freq, fp32: the bits qk_norm_rope_store
-// computes), once a step for all its layers.
-Status rope_table(const QkvLayout& layout, float2* table, cudaStream_t stream);
 
 // How q, k and v lie in memory and what still multiplies them: each its own [T, width] array (the
 // default), or one GEMM's output [T, row_stride] with q, k, v at column offsets (row_stride > 0), its

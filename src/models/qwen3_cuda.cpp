@@ -11,7 +11,6 @@
 #include <cstring>
 #include <map>
 
-#include "core/env.h"
 #include "core/log.h"
 #include "cuda/attention.cuh"
 #include "cuda/check.cuh"
@@ -89,7 +88,6 @@ struct CudaModel::Impl {
   std::vector<DeviceLayer> layers;
   // Workspaces for max_tokens tokens.
   float *x = nullptr, *delta = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *q_rot = nullptr;
-  float2* rope_cs = nullptr;  // the step's RoPE cos/sin [T][head_dim / 2] (cuda::rope_table)
   cuda::QkvInput qkv_out;  // where run_qkv left this layer's q, k and v
   // The o projection's per-token row scales when it left delta unscaled (cuBLAS), for the norm that adds it.
   const float* delta_row_scales = nullptr;
@@ -360,7 +358,6 @@ struct CudaModel::Impl {
     NIB_RETURN_IF_ERROR(a.alloc(q, T * (NH + 2 * NKV) * D, "q, k and v"));
     k = q + T * NH * D, v = k + T * NKV * D;
     NIB_RETURN_IF_ERROR(a.alloc(q_rot, T * NH * D, "q after RoPE"));
-    NIB_RETURN_IF_ERROR(a.alloc(rope_cs, static_cast<size_t>(T * (D / 2)), "the RoPE cos/sin table"));
     NIB_RETURN_IF_ERROR(a.alloc(attn, T * NH * D, "the attention output"));
     const std::vector<float> freq = ref::rope_inv_freq(config.rope_theta, D);
     NIB_RETURN_IF_ERROR(a.alloc(inv_freq, freq.size(), "the RoPE frequencies"));
@@ -664,15 +661,7 @@ struct CudaModel::Impl {
     const size_t layer_kv = static_cast<size_t>((n_blocks + 1) * options.block_size * NKV * D * kv_element_bytes());  // bytes
     NIB_RETURN_IF_ERROR(cuda::embedding_gather(ids, T, embed, H, x, s, drawn));
     profiler.mark("embedding");
-    cuda::QkvLayout qkv{T, NH, NKV, D, positions, slots, inv_freq, config.rope_style == io::RopeStyle::INTERLEAVED};
-    // RoPE's cos/sin once a step for all layers, second launch of the step (several before any layer's
-    // qk_norm_rope_store, which reads it before its PDL wait). NIBBLE_ROPE_TABLE=0: each layer's warps
-    // compute them (an experiment switch).
-    static const bool table = env_int("NIBBLE_ROPE_TABLE", 1) != 0;
-    if (table) {
-      NIB_RETURN_IF_ERROR(cuda::rope_table(qkv, rope_cs, s));
-      qkv.rope_table = rope_cs;
-    }
+    const cuda::QkvLayout qkv{T, NH, NKV, D, positions, slots, inv_freq, config.rope_style == io::RopeStyle::INTERLEAVED};
     cuda::AttentionBatch att{T, NH, NKV, D, options.block_size, token_seq, positions, block_tables,
                              max_blocks_per_seq, splits};
     const cuda::DecodeAttentionBatch one_launch{T, NH, NKV, D, options.block_size, token_seq, positions, block_tables,

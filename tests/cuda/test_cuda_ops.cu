@@ -249,45 +249,6 @@ TEST(CudaOps, QkNormRopeStoreReadsOneGemmsOutput) {
   EXPECT_EQ(outputs[1][2], outputs[0][2]) << "V";
 }
 
-// The step's cos/sin table (rope_table) gives qk_norm_rope_store the bits its warps compute themselves:
-// decode-sized (a head a warp) and prefill-sized (four a warp) steps, both RoPE styles, positions to 40k.
-TEST(CudaOps, RopeTableGivesTheSameBits) {
-  NIB_SKIP_WITHOUT_GPU();
-  const uint64_t seed = test::test_seed("CudaOps.RopeTableGivesTheSameBits");
-  std::mt19937_64 rng(seed);
-  const int64_t NH = 32, NKV = 4, D = 128, kv_width = NKV * D;
-  for (int64_t T : {7, 300})
-    for (bool interleaved : {false, true}) {
-      std::vector<int32_t> positions(T);
-      std::vector<int64_t> slots(T);
-      for (int64_t t = 0; t < T; ++t) positions[t] = int32_t(rng() % 40960), slots[t] = (t * 3) % T;
-      const auto q = random_f32(size_t(T * NH * D), rng, 1.0f), k = random_f32(size_t(T * kv_width), rng, 1.0f),
-                 v = random_f32(size_t(T * kv_width), rng, 1.0f);
-      const auto q_norm = random_bf16(size_t(D), rng, 1.0f, 0.1f), k_norm = random_bf16(size_t(D), rng, 1.0f, 0.1f);
-      test::DeviceBuffer<float> d_q(q), d_k(k), d_v(v), d_freq(ref::rope_inv_freq(1e6, D));
-      test::DeviceBuffer<float> d_table(size_t(T * D));  // [T][D / 2] (cos, sin)
-      test::DeviceBuffer<uint16_t> d_qn(q_norm), d_kn(k_norm);
-      test::DeviceBuffer<int32_t> d_pos(positions);
-      test::DeviceBuffer<int64_t> d_slots(slots);
-      cuda::QkvLayout layout{T, NH, NKV, D, d_pos.get(), d_slots.get(), d_freq.get(), interleaved};
-      std::vector<uint16_t> got[2][3];  // [own angles, table][q (BF16), K, V]
-      for (int form = 0; form < 2; ++form) {
-        if (form == 1) {
-          float2* table = reinterpret_cast<float2*>(d_table.get());
-          ASSERT_TRUE(cuda::rope_table(layout, table, nullptr).is_ok());
-          layout.rope_table = table;
-        }
-        test::DeviceBuffer<uint16_t> d_qout(q.size()), d_kc(k.size()), d_vc(v.size());
-        ASSERT_TRUE(cuda::qk_norm_rope_store({d_q.get(), d_k.get(), d_v.get()}, layout, d_qn.get(), d_kn.get(), 1e-6f, nullptr,
-                                             d_kc.get(), d_vc.get(), nullptr, d_qout.get()).is_ok());
-        NIB_CUDA_CHECK(cudaDeviceSynchronize());
-        got[form][0] = d_qout.to_host(), got[form][1] = d_kc.to_host(), got[form][2] = d_vc.to_host();
-      }
-      for (int i = 0; i < 3; ++i) EXPECT_EQ(got[1][i], got[0][i]) << "T=" << T << (interleaved ? " interleaved" : "") << " output " << i;
-      EXPECT_NE(got[0][0], std::vector<uint16_t>(q.size(), 0));  // not a run of zeros
-    }
-}
-
 TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaOps.QkNormRopeStoreAndPagedAttention");
