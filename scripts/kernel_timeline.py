@@ -46,12 +46,19 @@ def timeline(step):
 
 
 def layer_bounds(rows):
-    """Index ranges of the repeating layers: the anchor is the earliest kernel key that occurs as often
-    as the most frequent count (the layer count)."""
+    """Index ranges of the repeating layers: the layer count is the commonest count of a kernel key
+    (a kernel run twice a layer, or once more in the step, counts otherwise), the anchor the earliest
+    key with that count."""
     counts = defaultdict(int)
     for r in rows:
         counts[r[0]] += 1
-    per_layer = max(counts.values())
+    how_often = defaultdict(int)
+    for c in counts.values():
+        if c > 1:
+            how_often[c] += 1
+    if not how_often:
+        return [], 0
+    per_layer = max(how_often, key=lambda c: (how_often[c], c))
     anchor = next(r[0] for r in rows if counts[r[0]] == per_layer)
     idx = [i for i, r in enumerate(rows) if r[0] == anchor]
     return [(a, b) for a, b in zip(idx, idx[1:])], per_layer
