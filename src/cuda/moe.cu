@@ -65,15 +65,6 @@ __device__ void quantize_output(const float (&kept)[CHUNKS][8], int hidden, int 
   }
 }
 
-// out[t, h] = Σ_slot weight[t, slot] · row_scale[r] · y[r, h], r = pair_rows[t·k + slot], summed in slot
-// order from 0 as ref::moe does. y is BF16. One CTA per token; the k (row, weight) pairs are read once
-// into shared memory, then each thread sums 8 consecutive h with 16-byte loads. With NORM the sum
-// is not stored: residual += it, then norm.out = BF16(rmsnorm(residual) · weight) (add_rmsnorm's
-// math, fused so the next layer's norm is not a launch of its own); a thread keeps its CHUNKS · 8
-// values for that (sized to the row: registers for unused chunks would cost CTAs an SM). Every row a
-// thread reads (y, residual, pending, add) is 16-byte aligned (the host checks), and all of a chunk's
-// loads are issued before its first store: value by value, each store to the residual ordered the next
-// value's loads behind it (the pointers may alias), a memory latency per value.
 // Token blockIdx.x's rows and slot scales into shared memory and (NORM) its residual values of this
 // thread's chunks into registers, through L2 (ld.cg: never an L1 line an earlier launch left).
 template <bool NORM, int CHUNKS>
@@ -101,6 +92,15 @@ __device__ __forceinline__ void combine_routing_and_residual(const int32_t* pair
   }
 }
 
+// out[t, h] = Σ_slot weight[t, slot] · row_scale[r] · y[r, h], r = pair_rows[t·k + slot], summed in slot
+// order from 0 as ref::moe does. y is BF16. One CTA per token; the k (row, weight) pairs are read once
+// into shared memory, then each thread sums 8 consecutive h with 16-byte loads. With NORM the sum
+// is not stored: residual += it, then norm.out = BF16(rmsnorm(residual) · weight) (add_rmsnorm's
+// math, fused so the next layer's norm is not a launch of its own); a thread keeps its CHUNKS · 8
+// values for that (sized to the row: registers for unused chunks would cost CTAs an SM). Every row a
+// thread reads (y, residual, pending, add) is 16-byte aligned (the host checks), and all of a chunk's
+// loads are issued before its first store: value by value, each store to the residual ordered the next
+// value's loads behind it (the pointers may alias), a memory latency per value.
 template <bool NORM, int CHUNKS = 1>
 __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_rows,
                                const float* __restrict__ weights, const float* __restrict__ row_scales, int top_k,
@@ -119,8 +119,9 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
     }
   // Also before the wait, through L2 (ld.cg: never an L1 line an earlier launch left): the routing (pair
   // rows and weights, the router's), the W4A4 row scales (the SwiGLU quantize's, which the down waited
-  // for) and the residual (last written by the post-attention norm or the last layer's combine) are
-  // complete once this grid runs — kernels at least two launches back; only y is the down's.
+  // for) and the residual (the post-attention norm's; with the router's norm, the last layer's combine's
+  // or the embedding's) are complete once this grid runs — kernels at least two launches back; only y is
+  // the down's.
   // (early = false, NIBBLE_MOE_EARLY_LOADS=0: after the wait, an experiment switch.)
   const int t = blockIdx.x;
   float residual[NORM ? CHUNKS : 1][8] = {};

@@ -20,8 +20,8 @@
 #include "cuda/moe_grouping.cuh"
 #include "cuda/nvfp4_fragments.cuh"
 #include "cuda/nvfp4_layout.h"
-#include "cuda/pdl.cuh"
 #include "cuda/nvfp4_wgmma.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/tensor_maps.cuh"
 #include "cuda/wgmma.cuh"
 
