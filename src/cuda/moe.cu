@@ -515,13 +515,6 @@ static bool cluster_router_enabled() {
   return enabled;
 }
 
-// Above 64 tokens, the cluster router's logits and top-k a cluster per 64 tokens instead of cuBLAS's
-// GEMM + the top-k launch; NIBBLE_ROUTER_TILES=0 keeps those (an experiment switch).
-static bool router_tiles_enabled() {
-  static const bool enabled = env_int("NIBBLE_ROUTER_TILES", 1) != 0;
-  return enabled;
-}
-
 Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
                    GemmBackend backend, MoeWorkspace& ws, float* out, cudaStream_t stream, cublasHandle_t cublas,
                    const ResidualNorm* norm, const float* add, bool x_quantized, const InputNorm* input_norm) {
@@ -579,10 +572,8 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
     for (int i = 0; i < op_repeats("router"); ++i)
       NIB_RETURN_IF_ERROR(route_and_group_cluster(router, tile_rows, ws.groups, stream));
   } else {
-    const bool tiles = backend != GemmBackend::DEQUANT_CUBLAS && router_tiles_enabled() &&
-                       route_cluster_tiles_supported(w.experts, w.hidden, w.top_k, w.router_f32 != nullptr);
     for (int i = 0; i < op_repeats("router"); ++i) {
-      NIB_RETURN_IF_ERROR(tiles ? route_cluster_tiles(router, stream) : route(router, cublas, stream));
+      NIB_RETURN_IF_ERROR(route(router, cublas, stream));
       NIB_RETURN_IF_ERROR(group_by_expert(ws.expert_ids, tokens, w.top_k, w.experts, tile_rows, ws.groups, stream));
     }
   }

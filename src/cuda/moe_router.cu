@@ -173,9 +173,7 @@ struct ClusterRouterLayout {
         bytes(grouping + sizeof(GroupingSmem<CLUSTER_THREADS>)) {}
 };
 
-// GROUP: one cluster for all the tokens, then its first CTA groups them. Otherwise a cluster (along
-// grid x) per 8 · NT tokens (grid y), each writing its tokens' ids and weights, for group_by_expert.
-template <int KBS, int NT, bool GROUP>
+template <int KBS, int NT>
 __global__ void __launch_bounds__(CLUSTER_THREADS) route_group_cluster_kernel(const RouterArgs a, int tile_rows,
                                                                               ExpertGroups groups) {
   extern __shared__ __align__(16) uint8_t smem[];
@@ -183,11 +181,8 @@ __global__ void __launch_bounds__(CLUSTER_THREADS) route_group_cluster_kernel(co
   const cg::cluster_group cluster = cg::this_cluster();
   const int ranks = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int t0 = GROUP ? 0 : int(blockIdx.y) * 8 * NT;  // the cluster's first token
-  const int H = int(a.hidden), E = int(a.experts), K = int(a.top_k);
-  const int T = GROUP ? int(a.tokens) : min(8 * NT, int(a.tokens) - t0);
-  const uint16_t* x = a.x + size_t(t0) * H;
-  const ClusterRouterLayout layout(KBS, NT, GROUP ? T * K : 0);
+  const int H = int(a.hidden), E = int(a.experts), T = int(a.tokens), K = int(a.top_k);
+  const ClusterRouterLayout layout(KBS, NT, T * K);
   const int kb0 = rank * KBS, blocks = max(0, min(KBS, H / 128 - kb0));
   uint4 w[KBS][2][4];  // [block][row g, g + 8][16-byte piece j: physical k 32c + 8j … + 7]
 #pragma unroll
@@ -206,7 +201,7 @@ __global__ void __launch_bounds__(CLUSTER_THREADS) route_group_cluster_kernel(co
   for (int i = threadIdx.x; i < T * 16 * blocks; i += CLUSTER_THREADS) {
     const int t = i / (16 * blocks), b = (i / 16) % blocks, chunk = i & 15;
     cp_async_shared<16>(x_smem + t * pitch + b * 256 + 16 * swizzled_chunk(chunk),
-                        x + size_t(t) * H + (kb0 + b) * 128 + chunk * 8);
+                        a.x + size_t(t) * H + (kb0 + b) * 128 + chunk * 8);
   }
   cp_async_commit();
   cp_async_wait<0>();
@@ -240,7 +235,7 @@ __global__ void __launch_bounds__(CLUSTER_THREADS) route_group_cluster_kernel(co
       logits[(8 * n + 2 * c + (i & 1)) * CLUSTER_LOGIT_PITCH + 16 * warp + g + 8 * (i >> 1)] = acc[n][i];
   cluster.sync();  // release / acquire: every rank's partial logits are visible to the cluster
   float* row = reinterpret_cast<float*>(smem + layout.rows) + warp * CLUSTER_MAX_EXPERTS;
-  int32_t* ids_out = GROUP ? cluster.map_shared_rank(reinterpret_cast<int32_t*>(smem + layout.ids), 0) : a.expert_ids + size_t(t0) * K;
+  int32_t* first_ids = cluster.map_shared_rank(reinterpret_cast<int32_t*>(smem + layout.ids), 0);
   const float* rank_logits[CLUSTER_MAX_RANKS];
 #pragma unroll
   for (int r = 0; r < CLUSTER_MAX_RANKS; ++r) rank_logits[r] = cluster.map_shared_rank(logits, min(r, ranks - 1));
@@ -264,12 +259,12 @@ __global__ void __launch_bounds__(CLUSTER_THREADS) route_group_cluster_kernel(co
       if (lane + 32 * i < E) row[lane + 32 * i] = sum;
     }
     __syncwarp();
-    warp_softmax_topk<true>(row, E, K, a.norm_topk_prob, a.score_bias, a.norm_min, ids_out + t * K,
-                            a.weights + size_t(t0 + t) * K);
+    warp_softmax_topk<true>(row, E, K, a.norm_topk_prob, a.score_bias, a.norm_min, first_ids + t * K,
+                            a.weights + size_t(t) * K);
     __syncwarp();  // the row is read before the warp's next token rewrites it
   }
   cluster.sync();  // every token's ids are in the first CTA; no rank reads another's memory after this
-  if (!GROUP || rank != 0) return;
+  if (rank != 0) return;
   const int32_t* ids = reinterpret_cast<const int32_t*>(smem + layout.ids);
   for (int i = threadIdx.x; i < T * K; i += CLUSTER_THREADS) a.expert_ids[i] = ids[i];
   group_rows<CLUSTER_THREADS, 2>(ids, T * K, E, tile_rows, groups,
@@ -279,18 +274,16 @@ __global__ void __launch_bounds__(CLUSTER_THREADS) route_group_cluster_kernel(co
 // k-blocks a CTA: one, or two where hidden has more than 8 (the cluster's portable size).
 int cluster_router_kbs(int64_t hidden) { return hidden / 128 > CLUSTER_MAX_RANKS ? 2 : 1; }
 
-template <int KBS, int NT, bool GROUP = true>
+template <int KBS, int NT>
 Status launch_cluster_router(const RouterArgs& a, int tile_rows, const ExpertGroups& groups, cudaStream_t stream) {
-  const auto kernel = route_group_cluster_kernel<KBS, NT, GROUP>;
-  const size_t bytes = ClusterRouterLayout(KBS, NT, GROUP ? int(a.tokens * a.top_k) : 0).bytes;
+  const auto kernel = route_group_cluster_kernel<KBS, NT>;
+  const size_t bytes = ClusterRouterLayout(KBS, NT, int(a.tokens * a.top_k)).bytes;
   // Set once per instantiation and process, at the largest size a launch asks for.
   static const cudaError_t limit = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ClusterRouterLayout(KBS, NT, GROUP ? 8 * NT * 32 : 0).bytes));
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ClusterRouterLayout(KBS, NT, 8 * NT * 32).bytes));
   NIB_RETURN_IF_ERROR(cuda_status(limit, "route_and_group_cluster: shared memory"));
   const unsigned ranks = unsigned((a.hidden / 128 + KBS - 1) / KBS);
-  const unsigned clusters = GROUP ? 1u : unsigned((a.tokens + 8 * NT - 1) / (8 * NT));
-  return cuda_status(launch_pdl_cluster(kernel, dim3(ranks, clusters), dim3(CLUSTER_THREADS), bytes, ranks, stream, a,
-                                        tile_rows, groups),
+  return cuda_status(launch_pdl_cluster(kernel, dim3(ranks), dim3(CLUSTER_THREADS), bytes, ranks, stream, a, tile_rows, groups),
                      "route_and_group_cluster launch");
 }
 
@@ -381,21 +374,6 @@ bool route_cluster_supported(int64_t tokens, int64_t experts, int64_t hidden, in
   return !f32_router && tokens >= 1 && tokens <= ROUTER_CLUSTER_MAX_TOKENS && experts >= 1 &&
          experts <= CLUSTER_MAX_EXPERTS && top_k >= 1 && top_k <= 32 && top_k <= experts && hidden % 128 == 0 &&
          hidden / 128 <= 2 * CLUSTER_MAX_RANKS;
-}
-
-bool route_cluster_tiles_supported(int64_t experts, int64_t hidden, int64_t top_k, bool f32_router) {
-  return route_cluster_supported(1, experts, hidden, top_k, f32_router);
-}
-
-Status route_cluster_tiles(const RouterArgs& a, cudaStream_t stream) {
-  if (a.tokens < 1 || a.tokens > INT32_MAX / 64 || !route_cluster_tiles_supported(a.experts, a.hidden, a.top_k, a.router_f32 != nullptr))
-    return Status::error("route_cluster_tiles: needs a BF16 router, experts ≤ " + std::to_string(CLUSTER_MAX_EXPERTS) +
-                         ", top_k ≤ 32 and hidden a multiple of 128 up to " + std::to_string(2 * CLUSTER_MAX_RANKS * 128));
-  if (!a.x || !a.router || !a.expert_ids || !a.weights) return Status::error("route_cluster_tiles: null pointer");
-  if (reinterpret_cast<uintptr_t>(a.x) % 16 || reinterpret_cast<uintptr_t>(a.router) % 16)
-    return Status::error("route_cluster_tiles: x and the router must be 16-byte aligned");
-  return cluster_router_kbs(a.hidden) == 2 ? launch_cluster_router<2, 8, false>(a, 0, ExpertGroups{}, stream)
-                                           : launch_cluster_router<1, 8, false>(a, 0, ExpertGroups{}, stream);
 }
 
 Status route_and_group_cluster(const RouterArgs& a, int tile_rows, const ExpertGroups& groups, cudaStream_t stream) {

@@ -59,13 +59,6 @@ inline constexpr int64_t ROUTER_CLUSTER_MAX_TOKENS = 64;
 bool route_cluster_supported(int64_t tokens, int64_t experts, int64_t hidden, int64_t top_k, bool f32_router);
 Status route_and_group_cluster(const RouterArgs& args, int tile_rows, const ExpertGroups& groups, cudaStream_t stream);
 
-// Larger batches: route() without cuBLAS — the cluster router's logits and top-k, a cluster per 64
-// tokens, each writing its tokens' ids and weights (args.logits unused); group_by_expert follows. One
-// launch with programmatic dependent launch where route() is two, the first (cuBLAS) without. The same
-// limits as route_and_group_cluster but the token count.
-bool route_cluster_tiles_supported(int64_t experts, int64_t hidden, int64_t top_k, bool f32_router);
-Status route_cluster_tiles(const RouterArgs& args, cudaStream_t stream);
-
 // The MoE block's input norm (the post-attention add + RMSNorm): out = BF16(rmsnorm(residual + delta) ·
 // weight), with its x̂ when quant asks — add_rmsnorm's bits — while residual is left as it was for
 // the combine to add delta (ResidualNorm::pending).

@@ -1,8 +1,7 @@
 // cuda::route (router GEMM + softmax/top-k/renormalize) against ref::route on Qwen3-30B-A3B's router
 // (E = 128, k = 8, H = 2048) and the tiny model's (E = 8, k = 2), T = 1 to 4099, and with every token
 // identical (all tokens on the same experts); up to 4 tokens also the one-launch router and grouping,
-// from 5 to 64 the one-launch cluster router (logits on tensor cores) and its grouping, and at every
-// size the cluster router a cluster per 64 tokens (route_cluster_tiles).
+// from 5 to 64 the one-launch cluster router (logits on tensor cores) and its grouping.
 // The logit GEMMs sum 2048 fp32 products in different orders, so logits differ by up to ~1e-5 and
 // the renormalized weights (0.05–0.5) by a few 1e-6: weights must agree within 2e-5 absolute, and
 // expert ids must match except where the two candidates' weights are within that tolerance (a
@@ -97,18 +96,13 @@ void check(int64_t tokens, int64_t experts, int64_t top_k, int64_t hidden, bool 
   // one on tensor cores up to 64): their logit sums are a third and a fourth order.
   const bool small = cuda::route_small_supported(tokens, experts, hidden, top_k);
   const bool mid = !small && cuda::route_cluster_supported(tokens, experts, hidden, top_k, false);
-  const bool tiles = cuda::route_cluster_tiles_supported(experts, hidden, top_k, false);
-  // Paths: 0 cuBLAS + top-k, 1 the one-launch router of this size (with its grouping), 2 the cluster
-  // router a cluster per 64 tokens (any size).
-  for (int path = 0; path < 3; ++path) {
-    if ((path == 1 && !(small || mid)) || (path == 2 && !tiles)) continue;
+  for (int path = 0; path < (small || mid ? 2 : 1); ++path) {
     NIB_CUDA_CHECK(cudaMemset(d_ids.get(), 0xFF, want_ids.size() * sizeof(int32_t)));
     NIB_CUDA_CHECK(cudaMemset(d_w.get(), 0xFF, want_w.size() * sizeof(float)));  // NaN: a weight not written fails
     SmallGrouping grouping(tokens * top_k, experts);
-    const Status s = path == 0   ? cuda::route(args, handle, nullptr)
-                     : path == 2 ? cuda::route_cluster_tiles(args, nullptr)
-                     : small     ? cuda::route_and_group_small(args, 8, grouping.groups, nullptr)
-                                 : cuda::route_and_group_cluster(args, 8, grouping.groups, nullptr);
+    const Status s = path == 0 ? cuda::route(args, handle, nullptr)
+                     : small   ? cuda::route_and_group_small(args, 8, grouping.groups, nullptr)
+                               : cuda::route_and_group_cluster(args, 8, grouping.groups, nullptr);
     ASSERT_TRUE(s.is_ok()) << s.message();
     NIB_CUDA_CHECK(cudaDeviceSynchronize());
     const auto got_ids = d_ids.to_host();
@@ -122,7 +116,7 @@ void check(int64_t tokens, int64_t experts, int64_t top_k, int64_t hidden, bool 
       EXPECT_LT(std::fabs(got_w[i] - want_w[i]), 2e-5) << "token " << i / top_k << " slot " << i % top_k
                                                        << ": expert " << got_ids[i] << " vs " << want_ids[i];
     }
-    const char* path_name = path == 0 ? "" : path == 2 ? " (cluster tiles)" : small ? " (one launch)" : " (cluster)";
+    const char* path_name = path == 0 ? "" : small ? " (one launch)" : " (cluster)";
     std::printf("route%s E=%lld k=%lld T=%lld%s: %lld near-tie swaps, max weight err %.2e\n", path_name,
                 static_cast<long long>(experts), static_cast<long long>(top_k), static_cast<long long>(tokens),
                 identical_tokens ? " (identical)" : "", static_cast<long long>(near_ties), max_w_err);
@@ -142,8 +136,6 @@ TEST(CudaRouter, MatchesReference) {
   check(255, 8, 2, 32, false, seed);
   check(64, 128, 8, 2048, true, seed);
   check(40, 100, 6, 384, false, seed);  // the cluster router: 3 ranks of one k-block, experts past the last m16 tile
-  check(130, 100, 6, 384, false, seed);  // the same as cluster tiles: three clusters, the last of 2 tokens
-  check(1000, 128, 8, 2048, true, seed);  // identical tokens over 16 clusters
   check(12, 64, 4, 1920, false, seed);  // 8 ranks of two k-blocks, the last with one
 }
 
@@ -233,13 +225,6 @@ TEST(CudaRouter, BadArgumentsAreErrors) {
   NIB_SKIP_WITHOUT_GPU();
   EXPECT_FALSE(cuda::route_topk(nullptr, 4, 512, 8, true, nullptr, nullptr, nullptr).is_ok());
   EXPECT_FALSE(cuda::route_topk(nullptr, 4, 8, 9, true, nullptr, nullptr, nullptr).is_ok());
-  test::DeviceBuffer<uint16_t> x(64 * 200), router(128 * 200);
-  test::DeviceBuffer<int32_t> ids(64 * 8);
-  test::DeviceBuffer<float> weights(64 * 8);
-  const cuda::RouterArgs odd_hidden{x.get(), router.get(), 64, 200, 128, 8, true, nullptr, ids.get(), weights.get()};
-  EXPECT_FALSE(cuda::route_cluster_tiles(odd_hidden, nullptr).is_ok());  // hidden not a multiple of 128
-  const cuda::RouterArgs no_ids{x.get(), router.get(), 64, 128, 128, 8, true, nullptr, nullptr, weights.get()};
-  EXPECT_FALSE(cuda::route_cluster_tiles(no_ids, nullptr).is_ok());
 }
 
 }  // namespace
