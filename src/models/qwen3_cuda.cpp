@@ -741,7 +741,8 @@ struct CudaModel::Impl {
       // captured launch shape, the step runs eagerly (after this step's copies, so nothing overlaps).
       auto captured = graph_plans.find(padded);
       if (!flashinfer || step_one_launch || (captured != graph_plans.end() && captured->second == flashinfer->plan_info())) {
-        if (cuda::kernel_trace_active()) cuda::kernel_trace_label("decode graph of " + std::to_string(padded) + " (" + std::to_string(T) + " sequences)");
+        if (cuda::kernel_trace_active())
+          cuda::kernel_trace_label("decode graph of " + std::to_string(padded) + " (" + std::to_string(T) + " sequences)");
         return cuda::cuda_status(cudaGraphLaunch(graphs.at(padded), stream()), "replaying the decode graph");
       }
       log_warn("FlashInfer's plan for a decode batch of " + std::to_string(padded) + " differs from its graph's: running eagerly");
