@@ -9,13 +9,16 @@ in the step: exposed times and gaps add up to the step's time. Prints one table 
 and the timeline of one middle layer."""
 import argparse
 import csv
+import gzip
 import statistics
 from collections import defaultdict
 
 
 def load(path):
     labels, kernels = [], []
-    for r in csv.DictReader(open(path)):
+    # device_kernel_timeline.sh leaves its traces gzipped.
+    opened = gzip.open(path, "rt") if path.endswith(".gz") else open(path)
+    for r in csv.DictReader(opened):
         if r["kind"] == "label":
             labels.append(r["name"])
         elif r["kind"] == "kernel":

@@ -3,6 +3,7 @@ the embedding kernels and named by the labels in order, the warm-up step left ou
 gaps adding up to each step's time with PDL-style overlaps (a kernel starting before its predecessor
 ends), and the one-layer timeline found from the repeating kernels (one of them run twice a layer)."""
 import csv
+import gzip
 import random
 import re
 import subprocess
@@ -72,3 +73,9 @@ def test_steps_exposed_times_and_gaps_add_up(tmp_path, seed):
     assert layer, section
     listed = re.findall(r"^\| (\w+) \| \d+ x 128 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", section.split("layer ")[-1], re.M)
     assert listed == [name for name, _ in LAYER]
+    # A gzipped trace (as device_kernel_timeline.sh leaves it) reads the same.
+    with open(tmp_path / "trace.csv", "rb") as raw, gzip.open(tmp_path / "trace.csv.gz", "wb") as packed:
+        packed.write(raw.read())
+    again = subprocess.run([sys.executable, str(REPO / "scripts/kernel_timeline.py"), str(tmp_path / "trace.csv.gz")],
+                           capture_output=True, text=True, check=True).stdout
+    assert again.split("\n", 1)[1] == out.split("\n", 1)[1]  # all but the first line, which names the file
