@@ -52,7 +52,7 @@ Trace& trace() {
 }
 
 constexpr size_t BUFFER_BYTES = 8u << 20;
-constexpr size_t MAX_ROWS = 4u << 20;  // ~4M kernels (~200 MB); later records are dropped
+constexpr size_t MAX_ROWS = 4u << 20;  // ~4M kernels (~300 MB); later records are dropped
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, BUFFER_BYTES));

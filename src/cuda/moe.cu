@@ -84,10 +84,7 @@ __device__ __forceinline__ void combine_routing_and_residual(const int32_t* pair
     for (int c = 0; c < CHUNKS; ++c) {
       const int h = (c * THREADS + threadIdx.x) * 8;
       if (h >= hidden) break;
-      const float4* at = reinterpret_cast<const float4*>(norm.residual + size_t(t) * hidden + h);
-      const float4 lo = __ldcg(at), hi = __ldcg(at + 1);
-      residual[c][0] = lo.x, residual[c][1] = lo.y, residual[c][2] = lo.z, residual[c][3] = lo.w;
-      residual[c][4] = hi.x, residual[c][5] = hi.y, residual[c][6] = hi.z, residual[c][7] = hi.w;
+      load_run<8, true>(norm.residual + size_t(t) * hidden + h, residual[c]);
     }
   }
 }
@@ -137,11 +134,7 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
     const int h = (c * THREADS + threadIdx.x) * 8;
     if (h >= hidden) break;
     const size_t at = size_t(t) * hidden + h;
-    // (pending and add, rarer, are read after the sums.)
-    float x[8] = {};
-    if constexpr (NORM)
-#pragma unroll
-      for (int i = 0; i < 8; ++i) x[i] = residual[c][i];
+    // (The residual is in registers already; pending and add, rarer, are read after the sums.)
     float acc[8] = {};
     for (int s0 = 0; s0 < top_k; s0 += COMBINE_SLOTS_IN_FLIGHT) {
       // The slots' loads first, then their sums in slot order (one load at a time made the
@@ -172,10 +165,10 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
         float pending[8];
         load_run<8>(norm.pending + at, pending);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) x[i] += pending[i];
+        for (int i = 0; i < 8; ++i) residual[c][i] += pending[i];
       }
 #pragma unroll
-      for (int i = 0; i < 8; ++i) kept[c][i] = x[i] + acc[i];
+      for (int i = 0; i < 8; ++i) kept[c][i] = residual[c][i] + acc[i];
       store_run<8>(norm.residual + at, kept[c]);
     } else {
       store_run<8>(out + at, acc);

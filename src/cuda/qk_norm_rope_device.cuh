@@ -20,20 +20,21 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // N consecutive floats: 8- or 16-byte loads for N = 2 or a multiple of 4 (the host checked the alignment).
-template <int N>
+// L2: through L2 only (ld.cg), for data read before a PDL wait (no L1 line an earlier launch left).
+template <int N, bool L2 = false>
 __device__ __forceinline__ void load_run(const float* p, float (&out)[N]) {
   if constexpr (N == 2) {
-    const float2 x = *reinterpret_cast<const float2*>(p);
+    const float2 x = L2 ? __ldcg(reinterpret_cast<const float2*>(p)) : *reinterpret_cast<const float2*>(p);
     out[0] = x.x, out[1] = x.y;
   } else if constexpr (N % 4 == 0) {
 #pragma unroll
     for (int k = 0; k < N; k += 4) {
-      const float4 x = *reinterpret_cast<const float4*>(p + k);
+      const float4 x = L2 ? __ldcg(reinterpret_cast<const float4*>(p + k)) : *reinterpret_cast<const float4*>(p + k);
       out[k] = x.x, out[k + 1] = x.y, out[k + 2] = x.z, out[k + 3] = x.w;
     }
   } else {
 #pragma unroll
-    for (int k = 0; k < N; ++k) out[k] = p[k];
+    for (int k = 0; k < N; ++k) out[k] = L2 ? __ldcg(p + k) : p[k];
   }
 }
 

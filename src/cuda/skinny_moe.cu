@@ -215,7 +215,7 @@ __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, i
 // started; read through L2 with ld.cg, never from an L1 line an earlier layer's launch left there) and
 // its weights are constants, so they stream in while gate_up (or the SwiGLU quantize) drains. gate_up's
 // tile list is its own predecessor's output: it waits first.
-template <int WINDOW, bool GATED, int NT, int MIN_CTAS, int L2_FETCH, bool EARLY = !GATED>
+template <int WINDOW, bool GATED, int NT, int MIN_CTAS, int L2_FETCH, bool EARLY>
 __global__ void __launch_bounds__(128, MIN_CTAS) skinny_moe_long_kernel(const MoeParams p) {
   static_assert(!(GATED && EARLY), "gate_up's tile list is its predecessor's output");
   if constexpr (!EARLY) {
@@ -273,12 +273,12 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
     // 8-row tiles ask the L2 for 128-byte runs (docs/perf.md, "The skinny MoE's weight stream"): MoE
     // block T = 16 89.5 → 86.8 µs and 93.4 → 87.6 in two calls; no gain from 16 rows up (T = 64
     // 134.0 → 137.8), where it stays off.
-    const Kernel kernel = !GATED && !moe_early_loads() ? (nt == 4   ? skinny_moe_long_kernel<1, GATED, 4, 4, 0, false>
-                                              : nt == 2 ? skinny_moe_long_kernel<1, GATED, 2, 8, 0, false>
-                                                        : skinny_moe_long_kernel<2, GATED, 1, 8, 128, false>)
-                          : nt == 4        ? skinny_moe_long_kernel<1, GATED, 4, 4, 0>
-                          : nt == 2        ? skinny_moe_long_kernel<1, GATED, 2, 8, 0>
-                                           : skinny_moe_long_kernel<2, GATED, 1, 8, 128>;
+    auto pick = [&]<bool EARLY>() -> Kernel {
+      return nt == 4   ? skinny_moe_long_kernel<1, GATED, 4, 4, 0, EARLY>
+             : nt == 2 ? skinny_moe_long_kernel<1, GATED, 2, 8, 0, EARLY>
+                       : skinny_moe_long_kernel<2, GATED, 1, 8, 128, EARLY>;
+    };
+    const Kernel kernel = !GATED && moe_early_loads() ? pick.template operator()<!GATED>() : pick.template operator()<false>();
     return cuda_status(launch_pdl(kernel, grid, dim3(128), 0, stream, p), what);
   }
   // The unguarded split kernels (FULL) wherever the shape gives every warp its k-blocks and every
