@@ -16,6 +16,14 @@ SYNTH_DIR=${SYNTH_DIR:-/tmp/qwen3-30b-a3b-synth}
 # build-base/'s binaries (scripts/build_baseline.sh carries them gzipped), unpacked once.
 unpack_baseline() { [ -e build-base/nibble ] || tar -C build-base -xzf build-base/bins.tar.gz; }
 
+# The `bench latency` argument sets of RUNS (";"-separated shell words) as the array `runs`, and one of
+# them as the array `args` (bench_run_args SET), with --modes "${MODES:-none}" where the set names none.
+bench_runs() { IFS=';' read -r -a runs <<< "$RUNS"; }
+bench_run_args() {
+  eval "args=($1)"
+  case " $1 " in *" --modes "*) ;; *) args+=(--modes "${MODES:-none}") ;; esac
+}
+
 synth_qwen3_full() {
   [ -f "$SYNTH_DIR/config.json" ] ||
     build-device/nibble synth --preset qwen3-30b-a3b --out "$SYNTH_DIR" --seed 0 > "$OUT/synth.log" 2>&1

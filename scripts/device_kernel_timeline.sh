@@ -13,10 +13,9 @@ cupti=$(ls build-device/lib/libcupti.so.13 /usr/local/cuda/lib64/libcupti.so.13 
 echo "CUPTI: ${cupti:-none found}"
 export NIBBLE_CUPTI_LIBRARY=${cupti:-libcupti.so.13}
 RUNS=${RUNS:-"--pp '' --tg 0 --batches 64 --batch-prompt 1000 --batch-gen 16;--pp '' --tg 32 --batches ''"}
-IFS=';' read -r -a runs <<< "$RUNS"
+bench_runs
 for i in "${!runs[@]}"; do
-  eval "args=(${runs[$i]})"
-  case " ${runs[$i]} " in *" --modes "*) ;; *) args+=(--modes "${MODES:-none}") ;; esac
+  bench_run_args "${runs[$i]}"
   timeout 300 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda "${args[@]}" > "$OUT/plain_$i.log" 2>&1
   NIBBLE_KERNEL_TRACE="$OUT/trace_$i.csv" timeout 300 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda \
     "${args[@]}" > "$OUT/traced_$i.log" 2>&1

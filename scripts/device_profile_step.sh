@@ -10,11 +10,10 @@ set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 synth_qwen3_full
 RUNS=${RUNS:-"--pp 2048 --tg 64 --batches '' --repeats 5;--pp '' --tg 0 --batches 64 --batch-prompt 1000 --batch-gen 16"}
-IFS=';' read -r -a runs <<< "$RUNS"
+bench_runs
 for i in "${!runs[@]}"; do
   log="$OUT/profile_$i.log"
-  eval "args=(${runs[$i]})"
-  case " ${runs[$i]} " in *" --modes "*) ;; *) args+=(--modes "${MODES:-none}") ;; esac
+  bench_run_args "${runs[$i]}"
   NIBBLE_PROFILE_STEPS=1 timeout 300 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda \
     "${args[@]}" > "$log" 2>&1
   echo "== bench latency ${runs[$i]} (rc $?)"

@@ -180,10 +180,10 @@ Status kernel_trace_finish() {
       auto name = names.find(r.name);
       if (name == names.end()) name = names.emplace(r.name, short_name(r.name)).first;
       out << "kernel," << name->second;
+    } else {
+      out << "copy," << copy_kind_name(r.copy_kind);
     }
-    else out << "copy," << copy_kind_name(r.copy_kind);
-    out << ',' << r.start - origin << ','
-        << r.end - origin << ',' << r.stream << ',' << r.graph << ',' << r.node << ',' << r.correlation << ',' << r.grid << ','
+    out << ',' << r.start - origin << ',' << r.end - origin << ',' << r.stream << ',' << r.graph << ',' << r.node << ',' << r.correlation << ',' << r.grid << ','
         << r.block << ',' << r.smem << ',' << r.bytes << '\n';
   }
   log_info("kernel trace: " + std::to_string(t.rows.size()) + " records, " + std::to_string(t.labels.size()) +

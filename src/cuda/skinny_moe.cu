@@ -278,6 +278,8 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
              : nt == 2 ? skinny_moe_long_kernel<1, GATED, 2, 8, 0, EARLY>
                        : skinny_moe_long_kernel<2, GATED, 1, 8, 128, EARLY>;
     };
+    // (EARLY is written !GATED, not true: gate_up never instantiates the early form, which its
+    // static_assert forbids.)
     const Kernel kernel = !GATED && moe_early_loads() ? pick.template operator()<!GATED>() : pick.template operator()<false>();
     return cuda_status(launch_pdl(kernel, grid, dim3(128), 0, stream, p), what);
   }

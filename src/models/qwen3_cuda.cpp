@@ -749,14 +749,14 @@ struct CudaModel::Impl {
       NIB_RETURN_IF_ERROR(ctx->synchronize());
     }
     NIB_RETURN_IF_ERROR(stage(batch, T, R, true));
-    // A kind per step size: a mixed step's ops apart from a prompt's alone at the same size (the name
-    // built only when profiling: this is every step's path).
+    // A kind per step size: a mixed step's ops apart from a prompt's alone at the same size (the names
+    // built only when profiling or tracing: this is every step's path).
+    const bool decode_only = static_cast<int64_t>(batch.sequences.size()) == T;
     if (profiler.enabled())
-      profiler.begin(stream(), (static_cast<int64_t>(batch.sequences.size()) == T ? "decode of " : "prefill/mixed of ") +
-                                   std::to_string(T) + " tokens");
+      profiler.begin(stream(), (decode_only ? "decode of " : "prefill/mixed of ") + std::to_string(T) + " tokens");
     if (cuda::kernel_trace_active())
-      cuda::kernel_trace_label((static_cast<int64_t>(batch.sequences.size()) == T ? "eager decode of " : "prefill/mixed of ") +
-                               std::to_string(T) + " tokens (" + std::to_string(batch.sequences.size()) + " sequences)");
+      cuda::kernel_trace_label((decode_only ? "eager decode of " : "prefill/mixed of ") + std::to_string(T) + " tokens (" +
+                               std::to_string(batch.sequences.size()) + " sequences)");
     const int64_t per_token = step_lists ? step_decode : T;  // tokens of the per-token kernel
     NIB_RETURN_IF_ERROR(run(T, R, cuda::attention_splits(per_token, config.num_key_value_heads, step_max_keys)));
     return profiler.finish();
