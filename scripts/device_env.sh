@@ -9,6 +9,16 @@ if [ -f build-device/bins.tar.xz ] && [ ! -x build-device/nibble ]; then
     python3 -c "import tarfile; tarfile.open('build-device/bins.tar.xz').extractall('build-device')"
 fi
 mkdir -p "$OUT"
+# A call brings back at most 8 files from $OUT: every script that sources this file packs what it
+# wrote there (two folders down; files under 16 MiB, not the .tar.gz / .tar.xz artifacts a script
+# means to return as they are) into 0logs.tar.gz as it exits — first by name, so all of it comes back.
+pack_logs() {
+  local list=/tmp/nibble-pack-$$.list
+  (cd "$OUT" && find . -maxdepth 3 -type f -size -16M ! -name '*.tar.gz' ! -name '*.tar.xz' -print0 > "$list" &&
+    [ -s "$list" ] && tar -czf 0logs.tar.gz --null -T "$list" 2> /dev/null) || true
+  rm -f "$list"
+}
+trap pack_logs EXIT
 export NIBBLE_DATA_DIR="$PWD/data"
 export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 SYNTH_DIR=${SYNTH_DIR:-/tmp/qwen3-30b-a3b-synth}

@@ -58,6 +58,5 @@ if has serve; then
   done
 fi
 
-tar -C "$OUT" -czf "$OUT/0logs.tar.gz" --exclude 0logs.tar.gz .
 echo "== overlapped scheduling A/B =="
 printf '%s\n' "${rows[@]}"

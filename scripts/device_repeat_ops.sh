@@ -30,7 +30,6 @@ for op in $OPS; do
       if (x > 0) printf "   mix %.3f ms (+%6.1f us/layer)", x, 1000*(x-x0)/L}')")
   done < <(run "$op" "NIBBLE_REPEAT_OP=$op")
 done
-tar -C "$OUT" -czf /tmp/0logs.tar.gz --exclude 0logs.tar.gz . && mv /tmp/0logs.tar.gz "$OUT/"
 echo "== ops run twice a layer (NIBBLE_REPEAT_OP): step time and its increase per layer =="
 for m in "${!base_tg[@]}"; do
   printf '%-14s %-9s tg %.3f ms                      b%s %.3f ms                      mix %s ms\n' base "$m" "${base_tg[$m]}" \

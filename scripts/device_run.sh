@@ -102,7 +102,6 @@ fi
 if has ernie; then timeout 300 bash scripts/device_ernie.sh > "$OUT/ernie.txt" 2>&1; fi
 
 grep -h "differ" "$OUT"/test_cuda_*.log > "$OUT/differ.txt" 2> /dev/null
-tar -C "$OUT" -czf "$OUT/0logs.tar.gz" --exclude 0logs.tar.gz .  # every log in one file, named to sort first: the tool returns the first few files
 echo "== device run ($(nproc) cores, disk: $(cat "$OUT/disk.txt")) =="
 for t in "$OUT"/test_cuda_*.log; do [ -f "$t" ] && grep -hE "Failure|Expected|actual|^mode|^512" "$t" | head -8; done
 printf '%s\n' "${results[@]}"

@@ -39,6 +39,5 @@ if has decode; then
 fi
 for t in "$OUT"/test_cuda_*.log; do grep -hE "Failure|Expected|actual|error|Which is" "$t" | head -6; done
 grep -hE "wgmma" "$OUT"/test_cuda_*.log | sort -k8 -g | tail -3
-(cd "$OUT" && tar -czf 0logs.tar.gz ./*.log ./*.json ./*.txt 2> /dev/null)
 [ -f "$OUT/kernels.txt" ] && grep -E "^op|w4a16" "$OUT/kernels.txt" | grep -vE "fused/|skinny/" | head -60
 printf '%s\n' "${results[@]}"
