@@ -40,6 +40,7 @@ for n in "${names[@]}"; do
   grep -hE "Failure|Expected|actual|Which is" "$OUT/$n.log" | head -4
 done
 results=()
+compare_args=()  # the latency logs side by side (scripts/latency_compare.py): --name N LOG … a variant
 latency_summary() {
   awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}
        $2 == "mix" {printf "%s/%s=%sms ", $1, $3, $6}' "$1"
@@ -52,6 +53,7 @@ if [ "${BASELINE:-0}" = 1 ]; then
       timeout 200 "$b" bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 --batch-gen 32 "${latency[@]}" \
         > "$OUT/latency_$tag.log" 2>&1
       results+=("$(printf '%-36s rc=%d  %s' "latency $tag" "$?" "$(latency_summary "$OUT/latency_$tag.log")")")
+      compare_args+=(--name "$tag" "$OUT/latency_$tag.log")
     done
   done
 fi
@@ -63,6 +65,7 @@ for v in ${VARIANTS-$default_variants}; do
   env $vars timeout 200 build-device/nibble bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 \
     --batch-gen 32 "${latency[@]}" > "$OUT/latency_$tag.log" 2>&1
   results+=("$(printf '%-36s rc=%d  %s' "latency $v" "$?" "$(latency_summary "$OUT/latency_$tag.log")")")
+  compare_args+=(--name "$v" "$OUT/latency_$tag.log")
   if [ -n "${KERNELS:-}" ]; then
     # shellcheck disable=SC2086
     env $vars timeout 200 build-device/nibble bench kernels $KERNELS > "$OUT/kernels_$tag.log" 2>&1
@@ -71,5 +74,7 @@ for v in ${VARIANTS-$default_variants}; do
 done
 grep -hE "^(mode|512)" "$OUT"/slice_*.log | head -8
 printf '%s\n' "${results[@]}"
+# The variants side by side, each against the first (two or more).
+[ "${#compare_args[@]}" -gt 3 ] && python3 scripts/latency_compare.py "${compare_args[@]}"
 # The verdicts last: the call returns only the output's tail, and the kernel tables are long.
 printf '%s\n' "${verdicts[@]}"

@@ -424,3 +424,44 @@ def test_bench_latency_samples_as_a_request_asks(build_dir, tiny_models, tmp_pat
                           "cpu", "--pp", "8", "--tg", "2", "--batches", "1", "--top-p", "1.5"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "top_p" in bad.stderr, bad.stderr
+
+
+def test_latency_compare_puts_logs_side_by_side(build_dir, tiny_models, tmp_path):
+    """scripts/latency_compare.py on two real `bench latency` logs (the CPU runner) and a crashed
+    variant's: a row per (mode, test) with each log's number as the log printed it (tok/s; ms a step
+    for mixed steps), the speed change against the first log computed from those numbers, and "—"
+    where a log has no row."""
+    logs = []
+    for i in range(2):
+        r = run_nibble(build_dir, "bench", "latency", "--model", str(tiny_models["a"]), "--backend", "cpu", "--pp", "16",
+                       "--tg", "4", "--batches", "2", "--batch-prompt", "12", "--batch-gen", "2", "--mixed", "9",
+                       "--repeats", "1")
+        logs.append(tmp_path / f"latency_{i}.log")
+        logs[-1].write_text(r.stdout)
+    crashed = tmp_path / "latency_crashed.log"
+    crashed.write_text("terminate called after throwing an instance of 'std::bad_alloc'\n")
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "latency_compare.py"), "--name", "first", str(logs[0]),
+                          "--name", "A=1,B=2", str(logs[1]), "--name", "crashed", str(crashed)],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    lines = out.splitlines()
+    assert lines[0] == "| mode | test | first | A=1,B=2 | crashed |", lines[0]
+    want = {}
+    for log in logs:
+        for line in log.read_text().splitlines():
+            f = line.split()
+            if len(f) >= 5 and f[0] == "none" and f[1] in ("pp16", "tg4", "S_TG", "mix"):
+                test = " ".join(f[1:3]) if f[1] in ("S_TG", "mix") else f[1]
+                nums = f[-3:]
+                want.setdefault(test, []).append((float(nums[1]), float(nums[2])))
+    assert set(want) == {"pp16", "tg4", "S_TG b2", "mix b2+p9"}, want
+    for test, ((tok0, ms0), (tok1, ms1)) in want.items():
+        mix = test.startswith("mix")
+        row = next(line for line in lines if f"| none | {test} (" in line)
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1] == f"{test} ({'ms' if mix else 'tok/s'})", cells
+        assert float(cells[2].replace(",", "")) == pytest.approx(ms0 if mix else tok0, abs=0.01)
+        value, change = re.fullmatch(r"([0-9,.]+) \(([+-][0-9.]+)%\)", cells[3]).groups()
+        assert float(value.replace(",", "")) == pytest.approx(ms1 if mix else tok1, abs=0.01)
+        speed = ms0 / ms1 if mix else tok1 / tok0
+        assert float(change) == pytest.approx(100 * (speed - 1), abs=0.051), (test, cells)
+        assert cells[4] == "—"
