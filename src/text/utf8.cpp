@@ -69,8 +69,12 @@ std::string utf8_lossy(std::string_view bytes) {
 }
 
 uint32_t next_code_point(std::string_view s, size_t& i) {
+  const int n = utf8_sequence_length(s, i);
+  if (n <= 0) {  // not a valid sequence here, or one cut short by the end: never read past s
+    ++i;
+    return 0xFFFD;
+  }
   const uint8_t lead = static_cast<uint8_t>(s[i]);
-  const int n = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
   uint32_t cp = n == 1 ? lead : n == 2 ? lead & 0x1F : n == 3 ? lead & 0x0F : lead & 0x07;
   for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3F);
   i += n;

@@ -21,7 +21,9 @@ std::string utf8_lossy(std::string_view bytes);
 // Whether all of bytes is valid UTF-8.
 bool utf8_valid(std::string_view bytes);
 
-// Decodes the code point at s[i] (which must start a valid sequence) and advances i past it.
+// Decodes the code point at s[i] and advances i past it. Where no valid sequence starts at s[i] (an
+// invalid byte, or a sequence the end of s cuts short: bytes from a raw template file, say) it
+// returns U+FFFD and advances one byte, so a loop over s visits every byte and reads none past it.
 uint32_t next_code_point(std::string_view s, size_t& i);
 
 }  // namespace nibble::text
