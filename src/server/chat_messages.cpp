@@ -72,4 +72,15 @@ Result<json> chat_messages_for_template(const json& messages, bool template_take
   return out;
 }
 
+Result<std::string> render_chat_request(const text::ChatTemplate& chat, const nlohmann::json& body,
+                                        bool add_generation_prompt, bool with_tools) {
+  auto messages = chat_messages_for_template(body.at("messages"), chat.takes_content_parts());
+  if (!messages) return messages.status();
+  nlohmann::json request = {{"messages", std::move(*messages)}, {"add_generation_prompt", add_generation_prompt}};
+  if (with_tools) request["tools"] = body.at("tools");
+  if (body.contains("chat_template_kwargs") && !body.at("chat_template_kwargs").is_null())
+    request["chat_template_kwargs"] = body.at("chat_template_kwargs");
+  return chat.render(nlohmann::ordered_json::parse(request.dump()));
+}
+
 }  // namespace nibble::server

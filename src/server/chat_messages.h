@@ -5,7 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+
 #include "core/status.h"
+#include "text/chat.h"
 
 namespace nibble::server {
 
@@ -14,5 +17,11 @@ namespace nibble::server {
 // join with "\n" for a string template, as vLLM joins them. Any other part (image_url, input_audio,
 // file, ...) or shape is an error naming the message and part: these models take text only.
 Result<nlohmann::json> chat_messages_for_template(const nlohmann::json& messages, bool template_takes_parts);
+
+// The prompt text of a chat request body: its messages made ready for `chat` (above), rendered with
+// add_generation_prompt, body's tools when with_tools, and its chat_template_kwargs. Errors (bad
+// messages, the template's own) are the request's. The routes check the body's shapes first.
+Result<std::string> render_chat_request(const text::ChatTemplate& chat, const nlohmann::json& body,
+                                        bool add_generation_prompt, bool with_tools);
 
 }  // namespace nibble::server

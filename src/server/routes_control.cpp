@@ -35,16 +35,7 @@ Result<std::vector<int32_t>> render_chat_prompt(const LoadedModel& model, const 
     error = {400, "the model has no chat template; use /v1/completions", "messages"};
     return Status::error(error.message);
   }
-  auto messages = chat_messages_for_template(body["messages"], model.chat_template->takes_content_parts());
-  if (!messages) {
-    error = {400, messages.status().message(), "messages"};
-    return messages.status();
-  }
-  json request = {{"messages", std::move(*messages)}, {"add_generation_prompt", add_generation_prompt}};
-  if (with_tools) request["tools"] = body["tools"];
-  if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null())
-    request["chat_template_kwargs"] = body["chat_template_kwargs"];
-  auto rendered = model.chat_template->render(nlohmann::ordered_json::parse(request.dump()));
+  auto rendered = render_chat_request(*model.chat_template, body, add_generation_prompt, with_tools);
   if (!rendered) {
     error = {400, rendered.status().message(), "messages"};
     return rendered.status();

@@ -1,8 +1,7 @@
 // libFuzzer target: any chat request body goes through what /v1/chat/completions does before it
-// tokenizes — `messages` made ready for the template (server/chat_messages.h), then the real Qwen3
-// chat template with the body's tools and chat_template_kwargs (routes_control.cpp's
-// render_chat_prompt) — and must give a prompt or a clear error: no crash, no unbounded recursion,
-// no hang. Where jinja's target fuzzes template text, this one fuzzes the data a fixed template sees.
+// tokenizes — server::render_chat_request: `messages` made ready for the template, then the real
+// Qwen3 chat template with the body's tools and chat_template_kwargs — and must give a prompt or a
+// clear error: no crash, no unbounded recursion, no hang. Where jinja's target fuzzes template text, this one fuzzes the data a fixed template sees.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -40,12 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!body.is_object() || !body.contains("messages") || !body["messages"].is_array() || body["messages"].empty()) return 0;
   if (body.contains("tools") && !body["tools"].is_array()) return 0;
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_object()) return 0;
-  const nibble::text::ChatTemplate& chat = qwen3_template();
-  auto messages = nibble::server::chat_messages_for_template(body["messages"], chat.takes_content_parts());
-  if (!messages) return 0;
-  nlohmann::json request = {{"messages", std::move(*messages)}, {"add_generation_prompt", true}};
-  if (body.contains("tools") && !body["tools"].empty()) request["tools"] = body["tools"];
-  if (body.contains("chat_template_kwargs")) request["chat_template_kwargs"] = body["chat_template_kwargs"];
-  (void)chat.render(nlohmann::ordered_json::parse(request.dump()));
+  const bool with_tools = body.contains("tools") && !body["tools"].empty();
+  (void)nibble::server::render_chat_request(qwen3_template(), body, true, with_tools);
   return 0;
 }
