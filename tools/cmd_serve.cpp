@@ -132,6 +132,10 @@ CommandRunner register_serve(CLI::App& root) {
   option(cmd, "--act-quant-dense", o->act_quant_dense, "Dense activation quantization: none | static | per-token");
   option(cmd, "--reasoning-parser", o->reasoning_parser, "Split <think> into reasoning_content: auto | qwen3 | none");
   option(cmd, "--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on every route but /health and /metrics");
+  option(cmd, "--allowed-origins", o->allowed_origins, "CORS: origins allowed, a JSON list (vLLM's flag; [\"*\"]: any)");
+  option(cmd, "--allowed-methods", o->allowed_methods, "CORS: methods allowed, a JSON list");
+  option(cmd, "--allowed-headers", o->allowed_headers, "CORS: request headers allowed, a JSON list");
+  option(cmd, "--allow-credentials", o->allow_credentials, "CORS: allow credentials (the origin is then echoed, not *)");
   option(cmd, "--io-threads", o->io_threads, "HTTP threads (0: up to 4)");
   option(cmd, "--weight-version", o->weight_version, "Weight version reported by /get_model_info");
   // SGLang's name for the MoE kernel choice, and FastDeploy's / SGLang's environment variables

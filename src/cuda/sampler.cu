@@ -7,7 +7,7 @@
 // ties broken by index exactly as the CPU's (prob desc, index asc) order. Sums, maxima and arg-maxima
 // meet across the cluster through distributed shared memory in rank order, so every CTA holds the
 // same result and a row's draw is deterministic. (Temperature 0.7, top-k 20, top-p 0.8 took tg128 from
-// 476 to 351 tok/s with one CTA a row and bisections; 473.5 against 479 greedy now; docs/perf.md.)
+// 476 to 351 tok/s with one CTA a row and bisections; 473.5 against 479 greedy now; docs/lab/perf-notebook.md.)
 #include <cooperative_groups.h>
 
 #include <cmath>
@@ -32,7 +32,7 @@ constexpr int CLUSTER = 8;  // CTAs a row: the portable cluster size
 constexpr int THREADS = 512, WARPS = THREADS / 32;
 constexpr int PROBES = 15;  // thresholds a search round: 4 bits of the 31 a round
 
-// Phases of sample_kernel, timed with NIBBLE_DECODE_BLOCK_TIMING=1 (sampler_timing).
+// Phases of sample_kernel, timed with NIBBLE_DIAG_PHASE_TIMING=1 (sampler_timing).
 constexpr int STAMPS = 11;
 constexpr const char* STAMP_NAMES[STAMPS] = {"start", "logprobs' log Z", "processed logits", "max, exp", "short: lanes",
                                              "short: warps", "short: CTA", "top-k", "top-p", "draw", "top logprobs"};
@@ -92,7 +92,7 @@ __device__ __forceinline__ void wait_cluster_stores(uint32_t full, uint32_t phas
 // rank order — the same result in every CTA and every run. A CTA's share goes into every CTA's inbox
 // by remote stores that count their bytes on that CTA's mbarrier (st.async), so a reduction waits
 // only for the shares, with no cluster barrier (whose release is a GPU-wide MEMBAR in SASS; on the
-// H200 that was a small part of a reduction's cost, docs/perf.md). The inboxes alternate: a CTA's
+// H200 that was a small part of a reduction's cost, docs/lab/perf-notebook.md). The inboxes alternate: a CTA's
 // share of reduction k + 2 can only come once this CTA has sent its share of k + 1, which it does
 // after every thread has read k's inbox.
 class ClusterReducer {
@@ -339,7 +339,7 @@ __device__ __forceinline__ uint64_t warp_max_key(uint64_t key) {
 
 // By one warp: out[0 .. k) = the k largest keys of the descending lists of lanes l < n_lists (at list
 // + l * stride, k long, padded with 0), descending: k rounds of the lanes' heads. (Ranking every key
-// by binary searches in the other lists, a thread a key, was slower on the H200: docs/perf.md.)
+// by binary searches in the other lists, a thread a key, was slower on the H200: docs/lab/perf-notebook.md.)
 __device__ void merge_sorted_lists(const uint64_t* list, int stride, int n_lists, int k, uint64_t* out) {
   const int lane = threadIdx.x & 31;
   int at = 0;
@@ -549,7 +549,8 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
   const bool greedy = P.temperature < 1e-5f;
   const bool plain = P.masked_len == 0 && P.bias_len == 0 && P.repetition_penalty == 1.0f && P.presence_penalty == 0.0f &&
                      P.frequency_penalty == 0.0f;
-  const bool staged = !(greedy && plain);
+  const bool scoring = P.score_token >= 0;  // a prompt position: only the logprobs below
+  const bool staged = !(greedy && plain) && !scoring;
   if (staged) {
     for (int64_t i = threadIdx.x; i < s.n; i += THREADS) w[i] = raw[begin + i];
     for (int64_t k = threadIdx.x; k < 2 * (per / 32); k += THREADS) seen_all[k] = 0;
@@ -589,7 +590,9 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
 
   stamp(2);
   int64_t token;
-  if (greedy) {
+  if (scoring) {
+    token = P.score_token;
+  } else if (greedy) {
     float best = -INFINITY;
     int64_t at = -1;
     for (int64_t i = threadIdx.x; i < s.n; i += THREADS) {

@@ -26,6 +26,7 @@ struct SamplerRow {
   int32_t prompt_offset = 0, prompt_len = 0, output_len = 0;  // output follows the prompt in tokens
   int32_t masked_offset = 0, masked_len = 0;
   int32_t bias_offset = 0, bias_len = 0;  // logit_bias: tokens in SamplerBatch::tokens, values in bias_values
+  int32_t score_token = -1;  // >= 0: draw nothing, give this token's logprob (a prompt position)
 };
 
 struct SamplerBatch {
@@ -45,7 +46,7 @@ struct SamplerBatch {
 
 Status sample_rows(const SamplerBatch& batch, cudaStream_t stream);
 
-// With NIBBLE_DECODE_BLOCK_TIMING=1, the last launch's time in each phase for its first `rows` rows
+// With NIBBLE_DIAG_PHASE_TIMING=1, the last launch's time in each phase for its first `rows` rows
 // (SM clock stamps of their CTAs: median and max), synchronizing the device; "" otherwise.
 std::string sampler_timing(int64_t rows);
 

@@ -57,7 +57,7 @@ class CudaRunner : public ModelRunner {
       for (cudaEvent_t e : {slot.start, slot.end})
         if (e) cudaEventDestroy(e);
     const std::string report = model_ ? model_->profile_report() : std::string();
-    if (!report.empty()) log_info("step profile (NIBBLE_PROFILE_STEPS=1):\n" + report);
+    if (!report.empty()) log_info("step profile (NIBBLE_DIAG_PROFILE_STEPS=1):\n" + report);
   }
 
   cuda::DeviceContext* context() { return ctx_.get(); }
@@ -200,6 +200,7 @@ class CudaRunner : public ModelRunner {
       g.seed = rows[i].key.seed;
       g.position = rows[i].key.position;
       g.logprobs = p.logprobs;
+      g.score_token = rows[i].score_token;
       slot.top_counts[i] = p.logprobs;
       max_logprobs = std::max(max_logprobs, p.logprobs);
       g.prompt_offset = static_cast<int32_t>(used);
@@ -280,7 +281,7 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
   mo.flashinfer = o.attention != AttentionBackend::NATIVE;
   mo.kv_fp8 = o.kv_dtype == KvCacheDtype::FP8;
   mo.max_tokens = std::max<int64_t>(o.max_num_batched_tokens, 1);
-  mo.max_rows = std::max<int64_t>(o.max_num_seqs, 1);
+  mo.max_rows = std::max<int64_t>(o.max_num_seqs, 1) + MAX_SCORE_ROWS;
   mo.max_seqs = std::max<int64_t>(o.max_num_seqs, 1);
   mo.block_size = o.block_size;
   auto model = models::CudaModel::create(checkpoint, mo, **ctx);

@@ -35,6 +35,13 @@ struct Engine::RequestState : std::enable_shared_from_this<Engine::RequestState>
   std::string error;
   std::vector<int32_t> masked;  // EOS + stop_token_ids while output < min_tokens
   std::set<int32_t> eos;
+  // Prompt logprobs (request.prompt_logprobs >= 0): choice 0 scores the prompt; entry i is token i's.
+  sampling::SamplingParams score_params;
+  std::vector<sampling::SampledToken> prompt_logprobs;
+  std::vector<bool> scored;
+  int64_t n_scored = 0;
+  bool prompt_logprobs_sent = false;
+  bool prompt_scored() const { return n_scored + 1 >= static_cast<int64_t>(request.prompt.size()); }
 };
 
 struct Engine::SeqState : Sequence {
@@ -55,6 +62,12 @@ struct Engine::SeqState : Sequence {
   bool changed = false;
 };
 
+// The runners size their logits for MAX_SCORE_ROWS score rows beside the sampled ones.
+static SchedulerLimits with_score_rows(SchedulerLimits limits) {
+  limits.max_score_rows = std::clamp<int64_t>(limits.max_score_rows, 1, MAX_SCORE_ROWS);
+  return limits;
+}
+
 std::shared_ptr<std::FILE> open_step_log(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) return nullptr;
@@ -65,7 +78,7 @@ Engine::Engine(EngineConfig config, std::unique_ptr<ModelRunner> runner,
                std::shared_ptr<const text::Tokenizer> tokenizer, ModelInfo info)
     : config_(std::move(config)), runner_(std::move(runner)), model_config_(runner_->config()),
       tokenizer_(std::move(tokenizer)), blocks_(runner_->n_kv_blocks(), runner_->block_size(), config_.prefix_caching),
-      scheduler_(config_.limits, blocks_), info_(std::move(info)) {
+      scheduler_(with_score_rows(config_.limits), blocks_), info_(std::move(info)) {
   if (config_.step_log) std::fputs("tokens,sequences,prefill_tokens,device_ms,idle_ms\n", config_.step_log.get());
   publish_gauges();
   thread_ = std::thread([this] { loop(); });
@@ -108,18 +121,21 @@ Status Engine::submit(GenerationRequest request) {
     if (id < 0 || id >= model_config_.vocab_size)
       return Status::error("stop_token_ids entry " + std::to_string(id) + " is outside the vocabulary");
   if (request.n < 1 || request.n > 128) return Status::error("n must be between 1 and 128");
+  if (request.prompt_logprobs > 20) return Status::error("prompt_logprobs must be at most 20");
   NIB_RETURN_IF_ERROR(request.sampling.validate());
   StopParams& stop = request.stop;
   if (stop.max_tokens < -1) return Status::error("max_tokens must be >= 0");
   if (stop.min_tokens < 0) return Status::error("min_tokens must be >= 0");
+  // OpenAI's and vLLM's wording, which clients (LiteLLM, LangChain) match to fall back to a longer model.
   const int64_t room = config_.max_model_len - prompt_len;
+  const std::string limit = "This model's maximum context length is " + std::to_string(config_.max_model_len) + " tokens. ";
   if (room < 0 || (room == 0 && stop.max_tokens != 0))
-    return Status::error("the prompt has " + std::to_string(prompt_len) + " tokens, more than max_model_len (" +
-                         std::to_string(config_.max_model_len) + ") allows with at least one output token");
+    return Status::error(limit + "However, your request has " + std::to_string(prompt_len) +
+                         " input tokens. Please reduce the length of the input messages.");
   if (stop.max_tokens > room)
-    return Status::error("prompt (" + std::to_string(prompt_len) + " tokens) + max_tokens (" +
-                         std::to_string(stop.max_tokens) + ") exceeds max_model_len (" +
-                         std::to_string(config_.max_model_len) + ")");
+    return Status::error(limit + "However, you requested " + std::to_string(prompt_len + stop.max_tokens) + " tokens (" +
+                         std::to_string(prompt_len) + " in the messages, " + std::to_string(stop.max_tokens) +
+                         " in the completion). Please reduce the length of the messages or completion.");
   if (stop.max_tokens < 0) stop.max_tokens = room;
   if (stop.min_tokens > stop.max_tokens) return Status::error("min_tokens must not exceed max_tokens");
   if (!request.on_output) return Status::error("internal: a request without an output callback");
@@ -204,6 +220,13 @@ void Engine::add_request(std::shared_ptr<GenerationRequest> shared) {
     r.choices.push_back(std::move(seq));
   }
   r.n_unfinished = r.request.n;
+  if (r.request.prompt_logprobs >= 0) {
+    r.score_params.temperature = 0.0f;
+    r.score_params.logprobs = r.request.prompt_logprobs;
+    r.prompt_logprobs.resize(r.request.prompt.size());
+    r.scored.assign(r.request.prompt.size(), false);
+    r.choices.front()->scores_prompt = r.request.prompt.size() > 1;
+  }
   requests_[r.request.id] = std::move(state);
 }
 
@@ -298,6 +321,9 @@ void Engine::launch_step(const StepPlan& plan, bool back_to_back) {
   batch.token_ids.clear();
   batch.logits_rows.clear();
   rows.clear();
+  step_.score_rows.clear();
+  step_.score_samples.clear();
+  f.scored.clear();
   f.sampled.clear();
   f.slots.clear();
   f.requests.clear();
@@ -324,9 +350,19 @@ void Engine::launch_step(const StepPlan& plan, bool back_to_back) {
     bs.block_table.assign(c.seq->block_table.begin(), c.seq->block_table.end());  // reuses its capacity
     bs.start_position = c.start;
     bs.n_tokens = c.n_tokens;
-    if (!c.wants_logits) continue;
     SeqState& s = *static_cast<SeqState*>(c.seq);
     const RequestState& r = *s.request;
+    if (s.scores_prompt) {  // each prompt position but the last scores the token after it
+      const int64_t first_row = static_cast<int64_t>(batch.token_ids.size()) - c.n_tokens;
+      const int64_t end = std::min(c.start + c.n_tokens, s.prompt_len - 1);
+      for (int64_t p = c.start; p < end; ++p) {
+        step_.score_rows.push_back(first_row + (p - c.start));
+        step_.score_samples.push_back({&r.score_params, {}, {}, s.tokens[static_cast<size_t>(p + 1)]});
+        f.scored.emplace_back(&s, p + 1);
+      }
+      if (end == s.prompt_len - 1) s.scores_prompt = false;  // a recompute after preemption scores nothing
+    }
+    if (!c.wants_logits) continue;
     batch.logits_rows.push_back(static_cast<int64_t>(batch.token_ids.size()) - 1);
     f.sampled.push_back(&s);
     const bool before_min = s.n_output() < r.request.stop.min_tokens;
@@ -338,6 +374,8 @@ void Engine::launch_step(const StepPlan& plan, bool back_to_back) {
                     {s.seed, static_cast<uint64_t>(s.tokens.size())}});
   }
   batch.sequences.resize(n_sequences);
+  batch.logits_rows.insert(batch.logits_rows.end(), step_.score_rows.begin(), step_.score_rows.end());
+  rows.insert(rows.end(), step_.score_samples.begin(), step_.score_samples.end());
   const Clock::time_point launch_start = Clock::now();
   const Status status = runner_->launch(batch, rows);
   step_.runner_seconds += std::chrono::duration<double>(Clock::now() - launch_start).count();
@@ -401,6 +439,14 @@ void Engine::collect_step() {
     std::fprintf(config_.step_log.get(), "%lld,%lld,%lld,%s,%s\n", static_cast<long long>(f.n_tokens),
                  static_cast<long long>(f.n_sequences), static_cast<long long>(f.n_prefill_tokens),
                  ms(out.device_seconds).c_str(), ms(idle).c_str());
+  }
+  for (size_t k = 0; k < f.scored.size(); ++k) {
+    auto [s, index] = f.scored[k];
+    RequestState& r = *s->request;
+    if (s->finish != FinishReason::NONE || r.scored[static_cast<size_t>(index)]) continue;
+    r.scored[static_cast<size_t>(index)] = true;
+    ++r.n_scored;
+    r.prompt_logprobs[static_cast<size_t>(index)] = std::move(out.tokens[f.sampled.size() + k]);
   }
   for (size_t i = 0; i < f.sampled.size(); ++i) {
     SeqState& s = *f.sampled[i];
@@ -497,6 +543,11 @@ void Engine::emit(RequestState& r, Clock::time_point now) {
   out.error = r.error;
   out.seconds_since_inference_start =
       std::chrono::duration<double>(now - r.inference_start.value_or(r.request.arrival)).count();
+  if (r.request.prompt_logprobs >= 0 && !r.prompt_logprobs_sent && r.prompt_scored()) {
+    r.prompt_logprobs_sent = true;
+    out.prompt_logprobs.assign(std::make_move_iterator(r.prompt_logprobs.begin() + 1),
+                               std::make_move_iterator(r.prompt_logprobs.end()));
+  }
   for (auto& sp : r.choices) {
     SeqState& s = *sp;
     if (!s.changed || s.reported_finish) continue;

@@ -129,6 +129,9 @@ class Engine {
   struct InFlight {
     std::vector<SeqState*> sampled;  // row i's sequence
     std::vector<int64_t> slots;      // the index row i's token takes in its sequence's tokens
+    // Score rows (prompt logprobs) follow the sampled rows: each one's sequence and the prompt index
+    // of the token it scores. Pending ids name only sampled rows, which keep their indices.
+    std::vector<std::pair<SeqState*, int64_t>> scored;
     std::vector<std::shared_ptr<RequestState>> requests;  // each request of the step, kept alive
     bool back_to_back = false;       // launched without the engine running out of work since the last
     int64_t n_tokens = 0, n_sequences = 0, n_prefill_tokens = 0;  // the step's shape (--step-log)
@@ -141,6 +144,8 @@ class Engine {
     double runner_seconds = 0.0;  // this loop turn's time inside the runner
     models::Batch batch;
     std::vector<SampleRow> rows;
+    std::vector<int64_t> score_rows;      // the step's score rows' logits rows, appended after the sampled ones
+    std::vector<SampleRow> score_samples;
     StepOutput output;
     std::vector<RequestState*> touched;
   };

@@ -82,7 +82,9 @@ class CpuRunner : public ModelRunner {
     out.assign(rows.size(), {});
     parallel_for(rows.size(), [&](size_t i) {
       const std::span<const float> row(logits_.data() + i * vocab, vocab);
-      out[i] = sampling::sample_next(row, *resolved[i].params, resolved[i].context, resolved[i].key);
+      const SampleRow& r = resolved[i];
+      out[i] = r.score_token >= 0 ? sampling::score_token(row, r.score_token, r.params->logprobs)
+                                  : sampling::sample_next(row, *r.params, r.context, r.key);
     });
     drawn_.resize(out.size());
     for (size_t i = 0; i < out.size(); ++i) drawn_[i] = out[i].token;

@@ -21,12 +21,19 @@
 
 namespace nibble::engine {
 
-// One row of a step that draws a token (batch.logits_rows[i] for rows[i]).
+// One row of a step that draws a token (batch.logits_rows[i] for rows[i]), or, with score_token set,
+// a prompt position that draws nothing: its output is score_token's raw logprob and the top
+// params->logprobs tokens (prompt logprobs; the context is then unused).
 struct SampleRow {
   const sampling::SamplingParams* params = nullptr;
   sampling::SequenceContext context;  // prompt, output so far, tokens masked now (min_tokens)
   sampling::DrawKey key;              // the sequence's seed and the position being drawn
+  int32_t score_token = -1;
 };
+
+// Prompt positions a step may score (prompt logprobs) beside its sampled rows: the runners size
+// their logits for max_num_seqs + this many rows, and the scheduler keeps each step within it.
+inline constexpr int64_t MAX_SCORE_ROWS = 256;
 
 struct StepOutput {
   std::vector<sampling::SampledToken> tokens;  // one per SampleRow of the step

@@ -48,6 +48,9 @@ struct RequestOutput {
   // (since it arrived, if none has yet): FastDeploy's per-chunk `arrival_time`.
   double seconds_since_inference_start = 0.0;
   std::string error;                 // set when the request failed; its choices end with ABORT
+  // Prompt logprobs (GenerationRequest::prompt_logprobs >= 0), in one output once every prompt
+  // position is scored: entry i is prompt token i + 1's (the first token has none).
+  std::vector<sampling::SampledToken> prompt_logprobs;
 };
 
 // Called on the engine thread after each step that changed the request; it must not block
@@ -60,6 +63,9 @@ struct GenerationRequest {
   sampling::SamplingParams sampling;
   StopParams stop;
   int32_t n = 1;                     // choices; choice i draws with seed + i when a seed is given
+  // -1: none; k >= 0: each prompt token's raw logprob given the tokens before it, with the top k
+  // (vLLM's prompt_logprobs; the request then skips the prefix cache, whose blocks were not scored).
+  int32_t prompt_logprobs = -1;
   bool skip_special_tokens = true;
   Clock::time_point arrival = Clock::now();
   OutputCallback on_output;

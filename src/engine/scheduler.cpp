@@ -44,10 +44,21 @@ bool Scheduler::passed_delay(double now) {
   return now - earliest > limits_.delay_factor * last_prompt_latency_;
 }
 
+// A scoring sequence's chunk of n tokens cut to the score rows left this step (one a prompt position
+// but the last); those it takes are spent.
+static int64_t fit_score_rows(const Sequence& seq, int64_t n, int64_t& score_left) {
+  if (!seq.scores_prompt) return n;
+  const int64_t rows = std::min(n, std::max<int64_t>(seq.prompt_len - 1 - seq.n_computed, 0));
+  if (rows > score_left) n = score_left;
+  score_left -= std::min(rows, score_left);
+  return n;
+}
+
 StepPlan Scheduler::schedule(bool admit_new, double now) {
   const bool admit = passed_delay(now);
   StepPlan plan;
   int64_t budget = limits_.max_num_batched_tokens;
+  int64_t score_left = limits_.max_score_rows;
   auto add_chunk = [&](Sequence* seq, int64_t n) {
     plan.chunks.push_back({seq, seq->n_computed, n, seq->n_computed + n == seq->n_tokens()});
     plan.n_tokens += n;
@@ -62,8 +73,8 @@ StepPlan Scheduler::schedule(bool admit_new, double now) {
       kept.push_back(seq);
       continue;
     }
-    const int64_t n = std::min(seq->n_tokens() - seq->n_computed, budget);
-    if (n == 0) {  // its next token comes from a step in flight that it ends with (length)
+    const int64_t n = fit_score_rows(*seq, std::min(seq->n_tokens() - seq->n_computed, budget), score_left);
+    if (n == 0) {  // its next token comes from a step in flight that it ends with (length), or no score rows are left
       kept.push_back(seq);
       continue;
     }
@@ -90,12 +101,14 @@ StepPlan Scheduler::schedule(bool admit_new, double now) {
          static_cast<int64_t>(running_.size()) < limits_.max_num_seqs) {
     Sequence* seq = waiting_.front();
     if (!admit_new && !seq->started) break;
-    if (seq->block_table.empty()) {
-      const int64_t cached = blocks_.match_prefix(seq->tokens, seq->block_table, seq->block_hashes);
+    if (seq->block_table.empty()) {  // a scoring prompt computes every position
+      const int64_t cached =
+          seq->scores_prompt ? 0 : blocks_.match_prefix(seq->tokens, seq->block_table, seq->block_hashes);
       seq->n_computed = cached;
       if (seq->n_cached_prompt < 0) seq->n_cached_prompt = std::min(cached, seq->prompt_len);
     }
-    const int64_t n = std::min(seq->n_tokens() - seq->n_computed, budget);
+    const int64_t n = fit_score_rows(*seq, std::min(seq->n_tokens() - seq->n_computed, budget), score_left);
+    if (n == 0) break;  // no score rows left this step: it waits for the next
     if (!grow_to(seq, seq->n_computed + n)) {
       blocks_.release(seq->block_table, seq->block_hashes);  // give the cached blocks back; retry later
       seq->n_computed = 0;

@@ -22,6 +22,7 @@ struct SchedulerLimits {
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 8192;
   double delay_factor = 0.0;  // 0: admit whenever the budget allows
+  int64_t max_score_rows = 256;  // prompt positions scored a step (Sequence::scores_prompt)
 };
 
 struct ScheduledChunk {

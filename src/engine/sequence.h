@@ -24,6 +24,9 @@ struct Sequence {
   int64_t n_cached_prompt = -1;     // prompt tokens found in the prefix cache at first admission
   int64_t n_preemptions = 0;
   double arrival_seconds = 0.0;     // when its request arrived (steady clock; --scheduler-delay-factor)
+  // Its prompt positions are scored (prompt logprobs) until the engine has scored them all: each
+  // position but the last then adds a logits row, within SchedulerLimits::max_score_rows a step.
+  bool scores_prompt = false;
 
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_output() const { return n_tokens() - prompt_len; }

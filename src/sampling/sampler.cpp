@@ -102,6 +102,24 @@ double race_noise(const DrawKey& key, int32_t token) {
   return -std::log(philox_uniform(key.seed, key.position, static_cast<uint32_t>(token)));
 }
 
+SampledToken score_token(std::span<const float> logits, int32_t token, int32_t k_top) {
+  SampledToken out;
+  out.token = token;
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l - max_logit));
+  const float log_z = max_logit + static_cast<float>(std::log(sum));
+  out.logprob = logits[token] - log_z;
+  const size_t k = std::min<size_t>(std::max(k_top, 0), logits.size());
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&logits](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (size_t i = 0; i < k; ++i) out.top.push_back({order[i], logits[order[i]] - log_z});
+  return out;
+}
+
 SampledToken sample_next(std::span<const float> logits, const SamplingParams& p, const SequenceContext& c,
                          const DrawKey& key) {
   SampledToken out;
@@ -120,18 +138,9 @@ SampledToken sample_next(std::span<const float> logits, const SamplingParams& p,
   else out.token = sample_random(work, p, key);
 
   if (p.logprobs >= 0) {
-    const float max_logit = *std::max_element(logits.begin(), logits.end());
-    double sum = 0.0;
-    for (float l : logits) sum += std::exp(static_cast<double>(l - max_logit));
-    const float log_z = max_logit + static_cast<float>(std::log(sum));
-    out.logprob = logits[out.token] - log_z;
-    const size_t k = std::min<size_t>(p.logprobs, logits.size());
-    std::vector<int32_t> order(logits.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&logits](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
-    for (size_t i = 0; i < k; ++i) out.top.push_back({order[i], logits[order[i]] - log_z});
+    SampledToken scored = score_token(logits, out.token, p.logprobs);
+    out.logprob = scored.logprob;
+    out.top = std::move(scored.top);
   }
   return out;
 }

@@ -46,6 +46,10 @@ struct DrawKey {
 // The race's noise for candidate `token`: E = -log(u), u in (0, 1].
 double race_noise(const DrawKey& key, int32_t token);
 
+// A given token's raw-distribution logprob and the k_top most likely tokens (prompt logprobs: the
+// token is the prompt's next one, nothing is drawn).
+SampledToken score_token(std::span<const float> logits, int32_t token, int32_t k_top);
+
 SampledToken sample_next(std::span<const float> logits, const SamplingParams& params, const SequenceContext& context,
                          const DrawKey& key);
 

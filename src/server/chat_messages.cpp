@@ -51,8 +51,10 @@ Result<json> chat_messages_for_template(const json& messages, bool template_take
     json copy = message;
     const bool has_content = message.contains("content") && !message["content"].is_null();
     if (!has_content) {
-      // Only an assistant turn may leave content out (one that only calls tools, say).
+      // Only an assistant turn may leave content out (one that only calls tools, say). It reaches the
+      // template as "", as vLLM gives it: templates concatenate content (Qwen3's fails on none).
       if (role != "assistant") return Status::error(where + ": 'content' is required for role '" + role + "'");
+      copy["content"] = template_takes_parts ? json::array() : json("");
     } else if (message["content"].is_array()) {
       auto texts = part_texts(message["content"], m, role);
       if (!texts) return texts.status();
@@ -67,20 +69,68 @@ Result<json> chat_messages_for_template(const json& messages, bool template_take
     } else if (!message["content"].is_string()) {
       return Status::error(where + ": 'content' must be a string or a list of content parts");
     }
+    // Tool-call arguments arrive as JSON text (OpenAI's shape); templates expect an object, so text
+    // that parses becomes one (vLLM's _postprocess_messages, per transformers' tool-use docs).
+    if (role == "assistant" && copy.contains("tool_calls") && copy["tool_calls"].is_array())
+      for (json& call : copy["tool_calls"])
+        if (call.is_object() && call.contains("function") && call["function"].is_object() &&
+            call["function"].contains("arguments") && call["function"]["arguments"].is_string()) {
+          json parsed = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+          if (!parsed.is_discarded()) call["function"]["arguments"] = std::move(parsed);
+        }
     out.push_back(std::move(copy));
   }
   return out;
 }
 
+namespace {
+
+// The text a continued final message ends with: its content, or its last text part (transformers).
+Result<std::string> final_message_text(const json& messages) {
+  if (!messages.is_array() || messages.empty()) return Status::error("continue_final_message needs a message to continue");
+  const json& content = messages.back().contains("content") ? messages.back()["content"] : json();
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_array())
+    for (auto part = content.rbegin(); part != content.rend(); ++part)
+      if (part->is_object() && part->contains("text") && (*part)["text"].is_string()) return (*part)["text"].get<std::string>();
+  return Status::error("continue_final_message is set but the final message has no text to continue");
+}
+
+std::string strip(const std::string& s, bool left, bool right) {
+  const char* ws = " \t\n\r\f\v";
+  size_t begin = left ? s.find_first_not_of(ws) : 0;
+  if (begin == std::string::npos) return "";
+  size_t end = right ? s.find_last_not_of(ws) + 1 : s.size();
+  return s.substr(begin, end - begin);
+}
+
+}  // namespace
+
+Result<std::string> cut_after_final_message(const std::string& rendered, const json& messages) {
+  auto final_text = final_message_text(messages);
+  if (!final_text) return final_text.status();
+  const std::string& text = *final_text;
+  const std::string stripped = strip(text, true, true);
+  const size_t at = rendered.rfind(stripped);
+  if (at == std::string::npos)
+    return Status::error("continue_final_message is set but the final message does not appear in the chat after "
+                         "applying the chat template");
+  const std::string lstripped = strip(text, true, false);
+  if (rendered.compare(at, lstripped.size(), text) == 0) return rendered.substr(0, at + lstripped.size());
+  return rendered.substr(0, at + stripped.size());
+}
+
 Result<std::string> render_chat_request(const text::ChatTemplate& chat, const nlohmann::json& body,
-                                        bool add_generation_prompt, bool with_tools) {
+                                        bool add_generation_prompt, bool with_tools, bool continue_final_message) {
   auto messages = chat_messages_for_template(body.at("messages"), chat.takes_content_parts());
   if (!messages) return messages.status();
   nlohmann::json request = {{"messages", std::move(*messages)}, {"add_generation_prompt", add_generation_prompt}};
   if (with_tools) request["tools"] = body.at("tools");
   if (body.contains("chat_template_kwargs") && !body.at("chat_template_kwargs").is_null())
     request["chat_template_kwargs"] = body.at("chat_template_kwargs");
-  return chat.render(nlohmann::ordered_json::parse(request.dump()));
+  auto rendered = chat.render(nlohmann::ordered_json::parse(request.dump()));
+  if (!rendered || !continue_final_message) return rendered;
+  return cut_after_final_message(*rendered, body.at("messages"));
 }
 
 }  // namespace nibble::server

@@ -21,7 +21,14 @@ Result<nlohmann::json> chat_messages_for_template(const nlohmann::json& messages
 // The prompt text of a chat request body: its messages made ready for `chat` (above), rendered with
 // add_generation_prompt, body's tools when with_tools, and its chat_template_kwargs. Errors (bad
 // messages, the template's own) are the request's. The routes check the body's shapes first.
+// continue_final_message (vLLM's, with add_generation_prompt false): the text ends where the final
+// message's text ends, so the model continues it (assistant prefill).
 Result<std::string> render_chat_request(const text::ChatTemplate& chat, const nlohmann::json& body,
-                                        bool add_generation_prompt, bool with_tools);
+                                        bool add_generation_prompt, bool with_tools, bool continue_final_message = false);
+
+// transformers' apply_chat_template(continue_final_message=True): `rendered` cut after the last
+// occurrence of the final message's text (stripped; its leading whitespace-stripped form when the
+// template kept its trailing spaces), or an error when the template dropped it.
+Result<std::string> cut_after_final_message(const std::string& rendered, const nlohmann::json& messages);
 
 }  // namespace nibble::server

@@ -109,10 +109,10 @@ void ChatOutputParser::step(ChatDelta& out, bool final) {
         if (call.is_null()) {
           emit_content(out, TOOL + pending_.substr(0, close == std::string::npos ? pending_.size()
                                                                                   : close + END_TOOL.size()));
-        } else {
+        } else if (n_tool_calls_ < max_tool_calls_) {
           out.tool_calls.push_back(std::move(call));
           ++n_tool_calls_;
-        }
+        }  // else a call beyond the allowed count: dropped (vLLM keeps the first when parallel calls are off)
         pending_.erase(0, close == std::string::npos ? pending_.size() : close + END_TOOL.size());
         state_ = CONTENT;
         if (pending_.empty()) return;

@@ -4,6 +4,7 @@
 // could still turn into a tag is held back until it is decided.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -19,8 +20,10 @@ struct ChatDelta {
 
 class ChatOutputParser {
  public:
-  ChatOutputParser(bool parse_reasoning, bool parse_tool_calls)
-      : reasoning_(parse_reasoning), tools_(parse_tool_calls), state_(parse_reasoning ? START : CONTENT) {}
+  // Tool calls past max_tool_calls are dropped (parallel_tool_calls: false gives 1).
+  ChatOutputParser(bool parse_reasoning, bool parse_tool_calls, int max_tool_calls = INT32_MAX)
+      : reasoning_(parse_reasoning), tools_(parse_tool_calls), max_tool_calls_(max_tool_calls),
+        state_(parse_reasoning ? START : CONTENT) {}
   ChatDelta add(const std::string& text);
   ChatDelta finish();  // the end of the output: whatever is held is decided now
   int tool_call_count() const { return n_tool_calls_; }
@@ -31,6 +34,7 @@ class ChatOutputParser {
   void emit_content(ChatDelta& out, const std::string& text);
 
   bool reasoning_, tools_;
+  int max_tool_calls_;
   State state_;
   std::string pending_;  // undecided text
   int n_tool_calls_ = 0;

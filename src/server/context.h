@@ -80,10 +80,16 @@ bool parse_body(const HttpRequest& request, const Responder& responder, json& ou
 // The loaded model, or null after answering 503 while it loads.
 std::shared_ptr<LoadedModel> ready_model(ServingContext& ctx, const Responder& responder);
 // The model's chat template applied to body["messages"] (with body["tools"] when with_tools, and
-// body["chat_template_kwargs"]), then tokenized as vLLM does (no added special tokens). A template
-// error or a model without a template is an ApiError on "messages".
-Result<std::vector<int32_t>> render_chat_prompt(const LoadedModel& model, const json& body, bool add_generation_prompt,
-                                                bool with_tools, bool add_special_tokens, ApiError& error);
+// body["chat_template_kwargs"]), then tokenized (vLLM adds no special tokens). A template error or a
+// model without a template is an ApiError on "messages".
+struct ChatPromptOptions {
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;  // vLLM's assistant prefill (render_chat_request)
+  bool with_tools = false;
+  bool add_special_tokens = false;
+};
+Result<std::vector<int32_t>> render_chat_prompt(const LoadedModel& model, const json& body, const ChatPromptOptions& options,
+                                                ApiError& error);
 void respond_json(const Responder& responder, int status, const json& body);
 void respond_error(const Responder& responder, const ApiError& error);
 

@@ -57,13 +57,14 @@ void GenerationJob::start(std::vector<engine::GenerationRequest> requests) {
   const size_t n_prompts = requests.size();
   unfinished_prompts_ = n_prompts;
   prompt_counts_.assign(n_prompts, {0, 0, 0});
+  prompt_logprobs_.resize(n_prompts);
   choices_.resize(n_prompts * options_.n);
   for (size_t i = 0; i < choices_.size(); ++i) {
     Choice& c = choices_[i];
     c.prompt = i / options_.n;
     c.index = static_cast<int32_t>(i);
     if (options_.kind == ApiKind::CHAT)
-      c.parser = std::make_unique<ChatOutputParser>(options_.parse_reasoning, options_.parse_tool_calls);
+      c.parser = std::make_unique<ChatOutputParser>(options_.parse_reasoning, options_.parse_tool_calls, options_.max_tool_calls);
     if (!options_.echo.empty()) c.text_offset = options_.echo[c.prompt].size();
   }
   ctx_.register_job(options_.id, weak_from_this());
@@ -119,18 +120,40 @@ json GenerationJob::logprobs_json(const std::vector<sampling::SampledToken>& tok
     }
     return {{"content", std::move(content)}};
   }
+  return completion_logprobs(nullptr, tokens, text_offset);
+}
+
+// OpenAI's completions logprobs: parallel lists of token texts, logprobs, top-logprob objects and text
+// offsets. As vLLM gives them, each top object also holds the token itself (so logprobs: 0 gives
+// the token's own entry), and an echoed prompt's first token has null entries (nothing precedes it).
+json GenerationJob::completion_logprobs(const Choice* prompt, const std::vector<sampling::SampledToken>& tokens,
+                                        size_t text_offset) const {
   json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
               {"text_offset", json::array()}};
-  for (const auto& t : tokens) {
-    const std::string text = token_text(t.token);
+  size_t offset = 0;
+  auto add = [&](int32_t id, const sampling::SampledToken* t) {
+    const std::string text = token_text(id);
     out["tokens"].push_back(text);
-    out["token_logprobs"].push_back(clamp_logprob(t.logprob));
+    out["text_offset"].push_back(offset);
+    offset += text.size();
+    if (!t) {
+      out["token_logprobs"].push_back(nullptr);
+      out["top_logprobs"].push_back(nullptr);
+      return;
+    }
+    out["token_logprobs"].push_back(clamp_logprob(t->logprob));
     json top = json::object();
-    for (const auto& e : t.top) top[token_text(e.token)] = clamp_logprob(e.logprob);
+    for (const auto& e : t->top) top[token_text(e.token)] = clamp_logprob(e.logprob);
+    top[text] = clamp_logprob(t->logprob);
     out["top_logprobs"].push_back(std::move(top));
-    out["text_offset"].push_back(text_offset);
-    text_offset += text.size();
+  };
+  if (prompt && !options_.echo_ids.empty()) {
+    const std::vector<int32_t>& ids = options_.echo_ids[prompt->prompt];
+    const std::vector<sampling::SampledToken>& scored = prompt_logprobs_[prompt->prompt];
+    for (size_t i = 0; i < ids.size(); ++i) add(ids[i], i > 0 && i - 1 < scored.size() ? &scored[i - 1] : nullptr);
   }
+  offset = text_offset;
+  for (const auto& t : tokens) add(t.token, &t);
   return out;
 }
 
@@ -187,6 +210,7 @@ void GenerationJob::on_output(size_t prompt, engine::RequestOutput&& out) {
     cached_tokens_ += c[2];
   }
   output_seconds_ = out.seconds_since_inference_start;
+  if (!out.prompt_logprobs.empty()) prompt_logprobs_[prompt] = std::move(out.prompt_logprobs);
   for (engine::ChoiceDelta& d : out.choices) {
     Choice& c = choices_[prompt * options_.n + d.index];
     c.token_ids.insert(c.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
@@ -249,8 +273,12 @@ json GenerationJob::generate_item(const Choice& c) const {
 }
 
 void GenerationJob::stream_choice(Choice& c, engine::ChoiceDelta& d, bool finished) {
-  const bool has_logprobs = options_.logprobs >= 0 && !d.logprobs.empty();
-  json lp = has_logprobs ? logprobs_json(d.logprobs, c.text_offset + c.text.size() - d.text.size()) : json(nullptr);
+  const bool echo_now = !options_.echo.empty() && !c.echo_sent;  // a completion's first chunk leads with the prompt
+  const bool has_logprobs = options_.logprobs >= 0 && (!d.logprobs.empty() || (echo_now && !options_.echo_ids.empty()));
+  const size_t offset = c.text_offset + c.text.size() - d.text.size();
+  json lp = !has_logprobs                        ? json(nullptr)
+            : options_.kind == ApiKind::COMPLETION ? completion_logprobs(echo_now ? &c : nullptr, d.logprobs, offset)
+                                                   : logprobs_json(d.logprobs, offset);
   if (options_.kind == ApiKind::GENERATE) {
     if (d.token_ids.empty() && !finished) return;
     c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
@@ -262,7 +290,7 @@ void GenerationJob::stream_choice(Choice& c, engine::ChoiceDelta& d, bool finish
     ChatDelta cd = c.parser->add(d.text);
     if (finished) append(cd, c.parser->finish());
     json delta = json::object();
-    if (!cd.reasoning.empty()) delta["reasoning_content"] = cd.reasoning;
+    if (!cd.reasoning.empty()) delta["reasoning"] = delta["reasoning_content"] = cd.reasoning;
     if (!cd.content.empty()) delta["content"] = cd.content;
     if (!cd.tool_calls.empty()) {
       json calls = json::array();
@@ -278,7 +306,7 @@ void GenerationJob::stream_choice(Choice& c, engine::ChoiceDelta& d, bool finish
     choice["delta"] = std::move(delta);
   } else {
     std::string text = d.text;
-    if (!options_.echo.empty() && !c.echo_sent) {
+    if (echo_now) {
       text = options_.echo[c.prompt] + text;
       c.echo_sent = true;
     }
@@ -324,14 +352,21 @@ void GenerationJob::finish() {
     json choice = {{"index", c.index}};
     if (options_.kind == ApiKind::CHAT) {
       const bool blank = c.message.content.find_first_not_of(" \t\r\n") == std::string::npos;
+      // The reasoning under both names: current vLLM's `reasoning` and the `reasoning_content` of older
+      // vLLM and DeepSeek's API, which most clients read. tool_calls only when there are calls (vLLM:
+      // an empty list makes the openai client's message.tool_calls [] instead of None).
+      const json reasoning = c.message.reasoning.empty() ? json(nullptr) : json(c.message.reasoning);
       choice["message"] = {{"role", "assistant"},
                            {"content", tools && blank ? json(nullptr) : json(c.message.content)},
-                           {"reasoning_content", c.message.reasoning.empty() ? json(nullptr) : json(c.message.reasoning)},
-                           {"tool_calls", c.message.tool_calls}};
+                           {"reasoning", reasoning},
+                           {"reasoning_content", reasoning}};
+      if (!c.message.tool_calls.empty()) choice["message"]["tool_calls"] = c.message.tool_calls;
     } else {
       choice["text"] = options_.echo.empty() ? c.text : options_.echo[c.prompt] + c.text;
     }
-    choice["logprobs"] = options_.logprobs >= 0 ? logprobs_json(c.logprobs, c.text_offset) : json(nullptr);
+    choice["logprobs"] = options_.logprobs < 0                     ? json(nullptr)
+                         : options_.kind == ApiKind::COMPLETION ? completion_logprobs(&c, c.logprobs, c.text_offset)
+                                                                : logprobs_json(c.logprobs, c.text_offset);
     choice["finish_reason"] = finish_name(c.finish, tools);
     choice["stop_reason"] = stop_reason(c.stop_string, c.stop_token);
     choices.push_back(std::move(choice));

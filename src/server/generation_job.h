@@ -28,7 +28,11 @@ struct JobOptions {
   int32_t logprobs = -1;          // top logprobs per token; -1: none
   bool parse_reasoning = false;
   bool parse_tool_calls = false;
+  int32_t max_tool_calls = INT32_MAX;  // parallel_tool_calls: false gives 1
   std::vector<std::string> echo;  // completions echo: the prompt texts, else empty
+  // Completions echo with logprobs: the prompts' ids, whose logprobs (engine prompt_logprobs) lead
+  // each choice's logprobs; else empty.
+  std::vector<std::vector<int32_t>> echo_ids;
   int32_t n = 1;
   bool generate_batch = false;    // /generate with a list of prompts: the reply is a list
 };
@@ -48,6 +52,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void stream_choice(Choice& c, engine::ChoiceDelta& d, bool finished);
   void finish();
   json logprobs_json(const std::vector<sampling::SampledToken>& tokens, size_t text_offset) const;
+  // A completion choice's logprobs: its echoed prompt's (when `prompt` is set), then `tokens`'.
+  json completion_logprobs(const Choice* prompt, const std::vector<sampling::SampledToken>& tokens, size_t text_offset) const;
   json usage_json() const;
   json generate_item(const Choice& c) const;
   std::string token_text(int32_t id) const;
@@ -63,6 +69,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::vector<Choice> choices_;
   size_t unfinished_prompts_ = 0;
   std::vector<std::array<int64_t, 3>> prompt_counts_;  // per prompt: prompt, completion, cached tokens
+  std::vector<std::vector<sampling::SampledToken>> prompt_logprobs_;  // per prompt, when echo_ids is set
   int64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
   std::string error_;
   bool done_ = false;

@@ -1,6 +1,7 @@
 // HttpServer: Beast parses requests; responses are framed here (status line, headers, then
-// Content-Length or chunked). While a response is pending the connection keeps one read open,
-// so a client that hangs up is noticed at once and its request can be aborted.
+// Content-Length or chunked). A connection always keeps one read open: it parses the next request
+// while a response is pending (pipelined requests queue and are served in order), and it ends with
+// an error when the client hangs up, so its request can be aborted at once.
 #include "server/http_server.h"
 
 #include <boost/asio/dispatch.hpp>
@@ -11,6 +12,8 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -29,16 +32,100 @@ using tcp = net::ip::tcp;
 constexpr auto IDLE_TIMEOUT = std::chrono::seconds(600);  // keep-alive connections without a request
 constexpr uint64_t BODY_LIMIT = 64ull << 20;
 constexpr uint32_t HEADER_LIMIT = 64u << 10;
+constexpr size_t MAX_QUEUED = 16;  // pipelined requests parsed ahead of the one being answered
 
 std::string status_line(int status) {
   const auto reason = http::obsolete_reason(static_cast<http::status>(status));
   return "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason.data(), reason.size()) + "\r\n";
 }
 
+std::string error_json(int status, const std::string& message) {
+  return R"({"error":{"message":")" + message + R"(","type":"BadRequestError","param":null,"code":)" +
+         std::to_string(status) + "}}";
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+bool contains(const std::vector<std::string>& items, const std::string& x) {
+  return std::find(items.begin(), items.end(), x) != items.end();
+}
+
+// Starlette's CORSMiddleware (starlette/middleware/cors.py), which vLLM's server uses.
+struct Cors {
+  explicit Cors(CorsPolicy p) : policy(std::move(p)) {
+    all_origins = contains(policy.origins, "*");
+    all_headers = contains(policy.headers, "*");
+    methods = contains(policy.methods, "*") ? std::vector<std::string>{"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"}
+                                            : policy.methods;
+    explicit_origin = !all_origins || policy.allow_credentials;
+    for (const std::string& h : policy.headers) allowed_headers.push_back(lower(h));
+    if (!all_headers)  // the CORS-safelisted request headers are always allowed
+      for (const char* h : {"accept", "accept-language", "content-language", "content-type"})
+        if (!contains(allowed_headers, h)) allowed_headers.push_back(h);
+    std::sort(allowed_headers.begin(), allowed_headers.end());
+  }
+  bool origin_allowed(const std::string& origin) const { return all_origins || contains(policy.origins, origin); }
+
+  // A preflight's status and headers (200 "OK", or 400 naming what was refused).
+  std::pair<int, std::string> preflight(const std::string& origin, const std::string& method,
+                                        const std::string& requested_headers, std::string& headers) const {
+    std::vector<std::string> refused;
+    if (!origin_allowed(origin)) refused.push_back("origin");
+    if (!contains(methods, method)) refused.push_back("method");
+    headers = explicit_origin ? "Access-Control-Allow-Origin: " + origin + "\r\nVary: Origin\r\n"
+                              : "Access-Control-Allow-Origin: *\r\n";
+    headers += "Access-Control-Allow-Methods: " + join(methods) + "\r\nAccess-Control-Max-Age: 600\r\n";
+    if (policy.allow_credentials) headers += "Access-Control-Allow-Credentials: true\r\n";
+    if (all_headers && !requested_headers.empty()) {
+      headers += "Access-Control-Allow-Headers: " + requested_headers + "\r\n";
+    } else {
+      if (!all_headers) headers += "Access-Control-Allow-Headers: " + join(allowed_headers) + "\r\n";
+      size_t at = 0;
+      while (at < requested_headers.size()) {
+        size_t comma = requested_headers.find(',', at);
+        if (comma == std::string::npos) comma = requested_headers.size();
+        std::string h = lower(requested_headers.substr(at, comma - at));
+        h.erase(0, h.find_first_not_of(" \t"));
+        h.erase(h.find_last_not_of(" \t") + 1);
+        if (!h.empty() && !all_headers && !contains(allowed_headers, h)) {
+          refused.push_back("headers");
+          break;
+        }
+        at = comma + 1;
+      }
+    }
+    if (refused.empty()) return {200, "OK"};
+    return {400, "Disallowed CORS " + join(refused)};
+  }
+
+  // The headers an ordinary cross-origin request's response carries ("" when its origin is refused).
+  std::string simple_headers(const std::string& origin) const {
+    if (!origin_allowed(origin)) return "";
+    std::string headers = explicit_origin ? "Access-Control-Allow-Origin: " + origin + "\r\nVary: Origin\r\n"
+                                          : "Access-Control-Allow-Origin: *\r\n";
+    if (policy.allow_credentials) headers += "Access-Control-Allow-Credentials: true\r\n";
+    return headers;
+  }
+
+  CorsPolicy policy;
+  bool all_origins = false, all_headers = false, explicit_origin = false;
+  std::vector<std::string> methods, allowed_headers;
+};
+
 class Session : public std::enable_shared_from_this<Session>, public HttpResponder {
  public:
-  Session(tcp::socket&& socket, const HttpHandler& handler, std::shared_ptr<HttpStats> stats)
-      : stream_(std::move(socket)), handler_(handler), stats_(std::move(stats)) {
+  Session(tcp::socket&& socket, const HttpHandler& handler, std::shared_ptr<HttpStats> stats,
+          std::shared_ptr<const Cors> cors)
+      : stream_(std::move(socket)), handler_(handler), stats_(std::move(stats)), cors_(std::move(cors)) {
     ++stats_->open_connections;
   }
   ~Session() override {
@@ -55,6 +142,7 @@ class Session : public std::enable_shared_from_this<Session>, public HttpRespond
       if (!responding_ || streaming_) return;
       std::string head = status_line(status);
       head += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+      head += extra_headers_;
       head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
       enqueue(head + body, true);
     });
@@ -66,6 +154,7 @@ class Session : public std::enable_shared_from_this<Session>, public HttpRespond
       streaming_ = true;
       std::string head = status_line(status);
       head += "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
+      head += extra_headers_;
       head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
       enqueue(std::move(head), false);
     });
@@ -96,41 +185,48 @@ class Session : public std::enable_shared_from_this<Session>, public HttpRespond
   }
 
  private:
+  // A parsed request waiting for its turn, or an error to answer in its place (then close).
+  struct Parsed {
+    HttpRequest request;
+    bool keep_alive = true;
+    int error_status = 0;
+    std::string error_message;
+    std::string access_control_method, access_control_headers;  // a CORS preflight's
+  };
+
   template <typename F>
   void run(F&& f) {
     net::post(stream_.get_executor(), [self = shared_from_this(), f = std::forward<F>(f)]() mutable { f(); });
   }
 
   void read_request() {
-    if (closed_) return;
+    if (closed_ || reading_ || unreadable_ || queued_.size() >= MAX_QUEUED) return;
+    reading_ = true;
     parser_.emplace();
     parser_->body_limit(BODY_LIMIT);
     parser_->header_limit(HEADER_LIMIT);
-    stream_.expires_after(IDLE_TIMEOUT);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_request(ec); });
+    if (!responding_) stream_.expires_after(IDLE_TIMEOUT);
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
   }
 
-  void on_request(beast::error_code ec) {
-    if (ec == http::error::body_limit || ec == http::error::header_limit) {
-      begin_response(false);
-      respond(413, "application/json",
-              R"({"error":{"message":"request too large","type":"BadRequestError","param":null,"code":413}})");
-      return;
-    }
-    if (ec) {
-      // A malformed request (Beast's parser errors) gets a 400 before the connection closes.
-      if (ec != http::error::end_of_stream && ec != http::error::partial_message &&
-          ec.category() == http::make_error_code(http::error::bad_method).category()) {
-        begin_response(false);
-        respond(400, "application/json", R"({"error":{"message":"malformed HTTP request: )" + ec.message() +
-                                             R"(","type":"BadRequestError","param":null,"code":400}})");
-        return;
-      }
-      return close();
-    }
+  // The headers are in: a client that sent "Expect: 100-continue" waits for the interim response
+  // before its body (curl and .NET for ~1 s). It goes out now unless another response is on the
+  // wire; a client not answered proceeds after its own timeout, as RFC 9110 lets it.
+  void on_header(beast::error_code ec) {
+    if (ec) return on_read_error(ec);
+    if (lower(std::string(parser_->get()[http::field::expect])) == "100-continue" && !responding_ && queued_.empty() &&
+        !parser_->is_done())
+      enqueue("HTTP/1.1 100 Continue\r\n\r\n", false);
+    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+  }
+
+  void on_body(beast::error_code ec) {
+    if (ec) return on_read_error(ec);
+    reading_ = false;
     const auto& message = parser_->get();
-    HttpRequest request;
+    Parsed p;
+    HttpRequest& request = p.request;
     request.method = std::string(message.method_string());
     const std::string target(message.target());
     const size_t q = target.find('?');
@@ -139,30 +235,58 @@ class Session : public std::enable_shared_from_this<Session>, public HttpRespond
     request.body = message.body();
     request.content_type = std::string(message[http::field::content_type]);
     request.authorization = std::string(message[http::field::authorization]);
-    begin_response(message.keep_alive());
-    ++stats_->requests;
-    watch();
-    handler_(request, shared_from_this());
+    request.origin = std::string(message[http::field::origin]);
+    p.access_control_method = std::string(message[http::field::access_control_request_method]);
+    p.access_control_headers = std::string(message[http::field::access_control_request_headers]);
+    p.keep_alive = message.keep_alive();
+    accept(std::move(p));
+    read_request();  // the next request, or the hang-up, while this one is answered
   }
 
-  void begin_response(bool keep_alive) {
-    keep_alive_ = keep_alive;
+  void on_read_error(beast::error_code ec) {
+    reading_ = false;
+    unreadable_ = true;  // the stream is past a request it could not parse: answer, then close
+    Parsed p;
+    p.keep_alive = false;
+    if (ec == http::error::body_limit || ec == http::error::header_limit) {
+      p.error_status = 413;
+      p.error_message = "request too large";
+    } else if (ec != http::error::end_of_stream && ec != http::error::partial_message &&
+               ec.category() == http::make_error_code(http::error::bad_method).category()) {
+      // A malformed request (Beast's parser errors) gets a 400 before the connection closes.
+      p.error_status = 400;
+      p.error_message = "malformed HTTP request: " + ec.message();
+    } else {
+      return close();  // the client went away (or idled out): abort what it asked for
+    }
+    accept(std::move(p));
+  }
+
+  // A request is answered now when nothing is pending, else after those before it.
+  void accept(Parsed p) {
+    if (responding_ || !queued_.empty()) queued_.push_back(std::move(p));
+    else dispatch(std::move(p));
+  }
+
+  void dispatch(Parsed p) {
+    keep_alive_ = p.keep_alive;
     responding_ = true;
     ++stats_->open_responses;
     stream_.expires_never();  // a response may stream for a long time
-  }
-
-  // One read stays open while a response is pending: it ends with an error when the client
-  // hangs up. Bytes it gets (a pipelined request) stay in buffer_ for the next parse.
-  void watch() {
-    if (watching_ || closed_) return;
-    watching_ = true;
-    stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
-      self->watching_ = false;
-      if (ec) return self->close();
-      self->buffer_.commit(n);
-      if (!self->responding_) self->read_request();
-    });
+    extra_headers_.clear();
+    if (p.error_status) return respond(p.error_status, "application/json", error_json(p.error_status, p.error_message));
+    ++stats_->requests;
+    const HttpRequest& request = p.request;
+    if (cors_ && !request.origin.empty()) {
+      if (request.method == "OPTIONS" && !p.access_control_method.empty()) {
+        std::string headers;
+        auto [status, text] = cors_->preflight(request.origin, p.access_control_method, p.access_control_headers, headers);
+        extra_headers_ = std::move(headers);
+        return respond(status, "text/plain; charset=utf-8", text);
+      }
+      extra_headers_ = cors_->simple_headers(request.origin);
+    }
+    handler_(request, shared_from_this());
   }
 
   void enqueue(std::string data, bool ends_response) {
@@ -188,8 +312,14 @@ class Session : public std::enable_shared_from_this<Session>, public HttpRespond
       --stats_->open_responses;
       on_disconnect_ = nullptr;
       if (!keep_alive_) return close();
-      if (!watching_) read_request();
-      else stream_.expires_after(IDLE_TIMEOUT);  // the watching read now waits for the next request
+      if (!queued_.empty()) {  // the next pipelined request's turn
+        Parsed next = std::move(queued_.front());
+        queued_.pop_front();
+        dispatch(std::move(next));
+      } else if (reading_) {
+        stream_.expires_after(IDLE_TIMEOUT);  // the open read now waits for the next request
+      }
+      read_request();  // if the queue had stopped it
     }
     write_next();
   }
@@ -197,6 +327,7 @@ class Session : public std::enable_shared_from_this<Session>, public HttpRespond
   void close() {
     if (closed_) return;
     closed_ = true;
+    queued_.clear();
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.close();
@@ -217,25 +348,28 @@ class Session : public std::enable_shared_from_this<Session>, public HttpRespond
   std::optional<http::request_parser<http::string_body>> parser_;
   const HttpHandler& handler_;
   std::shared_ptr<HttpStats> stats_;
+  std::shared_ptr<const Cors> cors_;  // null: no CORS
   std::deque<Piece> outbox_;
+  std::deque<Parsed> queued_;
+  std::string extra_headers_;  // the current response's CORS headers
   std::function<void()> on_disconnect_;
-  bool keep_alive_ = true, responding_ = false, streaming_ = false, watching_ = false, writing_ = false,
-       closed_ = false;
+  bool keep_alive_ = true, responding_ = false, streaming_ = false, reading_ = false, writing_ = false, closed_ = false,
+       unreadable_ = false;
 };
 
 }  // namespace
 
 struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
-  Impl(net::io_context& io, HttpHandler h, std::shared_ptr<HttpStats> s)
+  Impl(net::io_context& io, HttpHandler h, std::shared_ptr<HttpStats> s, CorsPolicy c)
       : io(io), acceptor(net::make_strand(io)), retry(acceptor.get_executor()), handler(std::move(h)),
-        stats(std::move(s)) {}
+        stats(std::move(s)), cors(c.enabled ? std::make_shared<const Cors>(std::move(c)) : nullptr) {}
 
   void accept() {
     acceptor.async_accept(net::make_strand(io), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
       if (!self->acceptor.is_open()) return;
       if (!ec) {
         socket.set_option(tcp::no_delay(true), ec);  // SSE tokens go out at once
-        std::make_shared<Session>(std::move(socket), self->handler, self->stats)->start();
+        std::make_shared<Session>(std::move(socket), self->handler, self->stats, self->cors)->start();
         return self->accept();
       }
       // Out of descriptors or similar: say so and retry shortly instead of spinning.
@@ -250,10 +384,11 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   net::steady_timer retry;
   HttpHandler handler;
   std::shared_ptr<HttpStats> stats;
+  std::shared_ptr<const Cors> cors;
 };
 
-HttpServer::HttpServer(net::io_context& io, HttpHandler handler, std::shared_ptr<HttpStats> stats)
-    : impl_(std::make_shared<Impl>(io, std::move(handler), std::move(stats))) {}
+HttpServer::HttpServer(net::io_context& io, HttpHandler handler, std::shared_ptr<HttpStats> stats, CorsPolicy cors)
+    : impl_(std::make_shared<Impl>(io, std::move(handler), std::move(stats), std::move(cors))) {}
 
 HttpServer::~HttpServer() { stop_accepting(); }
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -21,6 +22,17 @@ struct HttpRequest {
   std::string body;
   std::string content_type;
   std::string authorization;
+  std::string origin;  // CORS: the browser's Origin header, if any
+};
+
+// Cross-origin resource sharing as Starlette's CORSMiddleware answers it (vLLM's --allowed-origins,
+// --allowed-methods, --allowed-headers, --allow-credentials): preflights (OPTIONS with an Origin and
+// Access-Control-Request-Method) are answered here, before any route or API key check; other
+// requests with an allowed Origin get the Access-Control-Allow-* headers on their response.
+struct CorsPolicy {
+  bool enabled = false;
+  std::vector<std::string> origins = {"*"}, methods = {"*"}, headers = {"*"};
+  bool allow_credentials = false;
 };
 
 // Thread-safe; every call is carried out on the connection's own executor, in call order.
@@ -47,7 +59,7 @@ struct HttpStats {
 
 class HttpServer {
  public:
-  HttpServer(boost::asio::io_context& io, HttpHandler handler, std::shared_ptr<HttpStats> stats);
+  HttpServer(boost::asio::io_context& io, HttpHandler handler, std::shared_ptr<HttpStats> stats, CorsPolicy cors = {});
   ~HttpServer();
   // Binds and starts accepting; a port in use or a bad host is an error. port 0 picks a free one.
   Status listen(const std::string& host, uint16_t port);

@@ -29,18 +29,18 @@ std::shared_ptr<LoadedModel> ready_model(ServingContext& ctx, const Responder& r
   return model;
 }
 
-Result<std::vector<int32_t>> render_chat_prompt(const LoadedModel& model, const json& body, bool add_generation_prompt,
-                                                bool with_tools, bool add_special_tokens, ApiError& error) {
+Result<std::vector<int32_t>> render_chat_prompt(const LoadedModel& model, const json& body, const ChatPromptOptions& o,
+                                                ApiError& error) {
   if (!model.chat_template) {
     error = {400, "the model has no chat template; use /v1/completions", "messages"};
     return Status::error(error.message);
   }
-  auto rendered = render_chat_request(*model.chat_template, body, add_generation_prompt, with_tools);
+  auto rendered = render_chat_request(*model.chat_template, body, o.add_generation_prompt, o.with_tools, o.continue_final_message);
   if (!rendered) {
     error = {400, rendered.status().message(), "messages"};
     return rendered.status();
   }
-  return model.tokenizer->encode(*rendered, /*parse_special=*/true, add_special_tokens);
+  return model.tokenizer->encode(*rendered, /*parse_special=*/true, o.add_special_tokens);
 }
 
 void respond_json(const Responder& responder, int status, const json& body) {
@@ -81,9 +81,12 @@ void handle_tokenize(ServingContext& ctx, const HttpRequest& request, Responder 
   auto model = ready_model(ctx, responder);
   if (!model) return;
   RequestFields f(body);
-  bool return_token_strs = false, add_generation_prompt = true;
+  bool return_token_strs = false, add_generation_prompt = true, continue_final_message = false;
   f.boolean("return_token_strs", return_token_strs);
   f.boolean("add_generation_prompt", add_generation_prompt);
+  f.boolean("continue_final_message", continue_final_message);
+  if (continue_final_message && add_generation_prompt)
+    f.fail("continue_final_message", "and add_generation_prompt cannot both be true (vLLM's rule)");
   std::vector<int32_t> ids;
   if (f.has("messages")) {
     bool add_special = false;
@@ -91,7 +94,8 @@ void handle_tokenize(ServingContext& ctx, const HttpRequest& request, Responder 
     if (!f.at("messages").is_array()) f.fail("messages", "must be a list");
     if (f.error) return respond_error(responder, *f.error);
     ApiError error;
-    auto rendered = render_chat_prompt(*model, body, add_generation_prompt, body.contains("tools"), add_special, error);
+    auto rendered = render_chat_prompt(
+        *model, body, {add_generation_prompt, continue_final_message, body.contains("tools"), add_special}, error);
     if (!rendered) return respond_error(responder, error);
     ids = std::move(rendered.value());
   } else {

@@ -75,9 +75,9 @@ bool parse_sampling(RequestFields& f, const LoadedModel& model, const FieldNames
   r.n = static_cast<int32_t>(n);
   engine::StopParams& stop = r.stop;
   stop.max_tokens = default_max_tokens;
-  if (std::string(names.max_tokens) == "max_tokens" && f.has("max_completion_tokens"))
-    f.integer("max_completion_tokens", stop.max_tokens, 0, int64_t{1} << 40);
   f.integer(names.max_tokens, stop.max_tokens, 0, int64_t{1} << 40);
+  // OpenAI's current name wins where both come (vLLM: max_completion_tokens or max_tokens).
+  if (std::string(names.max_tokens) == "max_tokens") f.integer("max_completion_tokens", stop.max_tokens, 0, int64_t{1} << 40);
   f.integer(names.min_tokens, stop.min_tokens, 0, int64_t{1} << 40);
   f.strings("stop", stop.stop);
   f.integers("stop_token_ids", stop.stop_token_ids, 0, INT32_MAX);
@@ -91,9 +91,12 @@ bool parse_sampling(RequestFields& f, const LoadedModel& model, const FieldNames
 bool check_model_name(ServingContext& ctx, RequestFields& f) {
   std::string name;
   if (!f.string("model", name)) return false;
-  if (f.has("model") && name != ctx.options.served_model_name)
-    return f.fail("model", "names a model this server does not serve: '" + name + "' (serving '" +
-                               ctx.options.served_model_name + "')");
+  if (f.has("model") && name != ctx.options.served_model_name && !f.error) {
+    // vLLM's and OpenAI's answer: 404, so clients raise NotFoundError.
+    f.error = ApiError{404, "The model `" + name + "` does not exist (serving '" + ctx.options.served_model_name + "').",
+                       "model"};
+    return false;
+  }
   return true;
 }
 
@@ -165,7 +168,7 @@ void handle_chat_completions(ServingContext& ctx, const HttpRequest& request, Re
   int64_t top_logprobs = 0;
   f.boolean("logprobs", logprobs);
   f.integer("top_logprobs", top_logprobs, 0, 20);
-  if (f.has("top_logprobs") && !logprobs) f.fail("top_logprobs", "needs logprobs: true");
+  if (top_logprobs > 0 && !logprobs) f.fail("top_logprobs", "needs logprobs: true");  // 0 without it is vLLM's default
   job.logprobs = logprobs ? static_cast<int32_t>(top_logprobs) : -1;
   std::string tool_choice = "auto";
   if (f.has("tool_choice") && !(f.at("tool_choice").is_string() &&
@@ -177,16 +180,19 @@ void handle_chat_completions(ServingContext& ctx, const HttpRequest& request, Re
     f.fail("response_format", "supports only {\"type\": \"text\"}");
   if (f.has("chat_template_kwargs") && !f.at("chat_template_kwargs").is_object())
     f.fail("chat_template_kwargs", "must be an object");
-  bool add_generation_prompt = true;
+  bool add_generation_prompt = true, continue_final_message = false, parallel_tool_calls = true;
   f.boolean("add_generation_prompt", add_generation_prompt);
-  if (f.has("continue_final_message") && f.at("continue_final_message") != false)
-    f.fail("continue_final_message", "is not supported");
+  f.boolean("continue_final_message", continue_final_message);
+  if (continue_final_message && add_generation_prompt)
+    f.fail("continue_final_message", "and add_generation_prompt cannot both be true (vLLM's rule)");
+  f.boolean("parallel_tool_calls", parallel_tool_calls);
+  job.max_tool_calls = parallel_tool_calls ? INT32_MAX : 1;
   parse_sampling(f, *model, OPENAI_NAMES, -1, r);
   if (f.error) return respond_error(responder, *f.error);
   const bool with_tools = f.has("tools") && !f.at("tools").empty() && tool_choice != "none";
   job.parse_tool_calls = with_tools;
   ApiError error;
-  auto prompt = render_chat_prompt(*model, body, add_generation_prompt, with_tools, false, error);
+  auto prompt = render_chat_prompt(*model, body, {add_generation_prompt, continue_final_message, with_tools, false}, error);
   if (!prompt) return respond_error(responder, error);
   run_job(ctx, std::move(model), std::move(job), responder, std::move(r), {std::move(prompt.value())});
 }
@@ -206,7 +212,7 @@ void handle_completions(ServingContext& ctx, const HttpRequest& request, Respond
   job.logprobs = static_cast<int32_t>(logprobs);
   bool echo = false;
   f.boolean("echo", echo);
-  if (echo && logprobs >= 0) f.fail("echo", "with logprobs (prompt logprobs) is not supported");
+  if (echo && logprobs >= 0) r.prompt_logprobs = static_cast<int32_t>(logprobs);  // the echoed prompt's, as vLLM
   if (f.has("suffix") && !(f.at("suffix").is_string() && f.at("suffix").get<std::string>().empty()))
     f.fail("suffix", "is not supported");
   parse_sampling(f, *model, OPENAI_NAMES, 16, r);  // OpenAI's default max_tokens for completions
@@ -232,6 +238,7 @@ void handle_completions(ServingContext& ctx, const HttpRequest& request, Respond
   if (f.error) return respond_error(responder, *f.error);
   if (echo)
     for (const auto& ids : prompts) job.echo.push_back(model->tokenizer->decode(ids, r.skip_special_tokens));
+  if (r.prompt_logprobs >= 0) job.echo_ids = prompts;
   run_job(ctx, std::move(model), std::move(job), responder, std::move(r), std::move(prompts));
 }
 

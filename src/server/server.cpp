@@ -15,6 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "core/log.h"
 #include "engine/model_runner.h"
 #include "server/context.h"
@@ -127,8 +129,27 @@ void raise_open_file_limit() {
 
 }  // namespace
 
+Result<CorsPolicy> cors_policy(const ServerOptions& o) {
+  CorsPolicy policy;
+  policy.enabled = true;
+  policy.allow_credentials = o.allow_credentials;
+  const std::pair<const char*, std::pair<const std::string*, std::vector<std::string>*>> lists[] = {
+      {"--allowed-origins", {&o.allowed_origins, &policy.origins}},
+      {"--allowed-methods", {&o.allowed_methods, &policy.methods}},
+      {"--allowed-headers", {&o.allowed_headers, &policy.headers}}};
+  for (const auto& [flag, value] : lists) {
+    const nlohmann::json list = nlohmann::json::parse(*value.first, nullptr, false);
+    if (list.is_discarded() || !list.is_array() ||
+        !std::all_of(list.begin(), list.end(), [](const nlohmann::json& x) { return x.is_string(); }))
+      return Status::error(std::string(flag) + " must be a JSON list of strings, e.g. '[\"*\"]' (got '" + *value.first + "')");
+    value.second->assign(list.begin(), list.end());
+  }
+  return policy;
+}
+
 Status validate_options(const ServerOptions& o) {
   using Names = std::initializer_list<const char*>;
+  if (auto cors = cors_policy(o); !cors) return cors.status();
   NIB_RETURN_IF_ERROR(check_member("--backend", o.backend, Names{"auto", "cpu", "cuda"}));
   NIB_RETURN_IF_ERROR(check_member("--moe-backend", o.moe_backend, engine::kernel_choice_names()));
   NIB_RETURN_IF_ERROR(check_member("--gemm-backend", o.gemm_backend, engine::kernel_choice_names()));
@@ -244,7 +265,7 @@ Status Server::start() {
   s.ctx.started_at = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   raise_open_file_limit();
   auto handler = [&s](const HttpRequest& r, Responder responder) { s.route(r, std::move(responder)); };
-  s.http = std::make_unique<HttpServer>(s.ctx.io, handler, s.ctx.http_stats);
+  s.http = std::make_unique<HttpServer>(s.ctx.io, handler, s.ctx.http_stats, cors_policy(s.ctx.options).value());
   NIB_RETURN_IF_ERROR(s.http->listen(s.ctx.options.host, s.ctx.options.port));
   if (s.ctx.options.metrics_port) {
     auto metrics_only = [&s](const HttpRequest& r, Responder responder) {

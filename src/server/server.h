@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "server/http_server.h"
 
 namespace nibble::server {
 
@@ -40,6 +41,9 @@ struct ServerOptions {
   int64_t tensor_parallel_size = 1;
   std::string reasoning_parser = "auto";  // auto | qwen3 | none
   std::string api_key;                    // when set, every route but /health and /metrics needs "Authorization: Bearer KEY"
+  // CORS (vLLM's flags and defaults): JSON lists, e.g. ["https://app.example"]; "*" allows any.
+  std::string allowed_origins = R"(["*"])", allowed_methods = R"(["*"])", allowed_headers = R"(["*"])";
+  bool allow_credentials = false;
   int io_threads = 0;                     // 0: min(4, cores)
   std::string weight_version = "default";
   std::string version;                    // reported by /version and /get_server_info
@@ -55,6 +59,9 @@ std::vector<RouteInfo> route_table();
 
 // Checks option values that need no model (ranges, names); the error names the flag.
 Status validate_options(const ServerOptions& options);
+
+// The CORS flags as the HTTP layer takes them; a value that is not a JSON list of strings is an error.
+Result<CorsPolicy> cors_policy(const ServerOptions& options);
 
 class Server {
  public:

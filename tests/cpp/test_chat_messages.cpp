@@ -60,10 +60,54 @@ TEST(ChatMessages, AssistantTurnsMayOmitContentOrRefuse) {
     {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}, {"type": "text", "text": "sorry"}]}])");
   auto out = chat_messages_for_template(messages, false);
   ASSERT_TRUE(out) << out.status().message();
-  EXPECT_TRUE((*out)[1]["content"].is_null());
-  EXPECT_EQ((*out)[1]["tool_calls"], messages[1]["tool_calls"]);
+  EXPECT_EQ((*out)[1]["content"], "");  // vLLM's: templates concatenate content
+  // Arguments given as JSON text reach the template as an object (vLLM's _postprocess_messages).
+  EXPECT_EQ((*out)[1]["tool_calls"][0]["function"]["arguments"], json::object());
+  EXPECT_EQ((*out)[1]["tool_calls"][0]["id"], "1");
   EXPECT_EQ((*out)[2]["content"], "42");
   EXPECT_EQ((*out)[3]["content"], "no\nsorry");
+}
+
+// The second turn of a tool loop as agents send it (the assistant's call with content null or
+// absent, then the tool's result) renders with every template nibble ships and the real Qwen3 one.
+TEST(ChatMessages, EveryShippedTemplateRendersAToolLoopsSecondTurn) {
+  const std::string data = NIBBLE_SOURCE_DATA_DIR;
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+  for (const char* content : {"null", "absent"}) {
+    json assistant = {{"role", "assistant"},
+                      {"tool_calls", json::parse(R"([{"id": "call_1", "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}])")}};
+    if (std::string(content) == "null") assistant["content"] = nullptr;
+    const json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}, assistant,
+                                     {{"role", "tool"}, {"content", "18 C, sunny"}, {"tool_call_id", "call_1"}}}},
+                       {"tools", tools}};
+    for (const std::string dir : {data + "/qwen3-tokenizer", data + "/ernie", data + "/default-model"}) {
+      auto chat = nibble::text::ChatTemplate::load(dir);
+      ASSERT_TRUE(chat) << dir << ": " << chat.status().message();
+      auto prompt = nibble::server::render_chat_request(**chat, body, true, true);
+      ASSERT_TRUE(prompt) << dir << " (content " << content << "): " << prompt.status().message();
+      if (dir != data + "/ernie")  // ERNIE's format has no tool turns (transformers' renders none either)
+        EXPECT_NE(prompt->find("18 C, sunny"), std::string::npos) << dir;
+    }
+  }
+}
+
+// transformers' continue_final_message: the prompt ends where the final message's text ends.
+TEST(ChatMessages, ContinueFinalMessageCutsAfterTheFinalText) {
+  const json messages = json::parse(R"([{"role": "user", "content": "Count"}, {"role": "assistant", "content": "1, 2,"}])");
+  EXPECT_EQ(*nibble::server::cut_after_final_message("<u>Count</u><a>1, 2,</a>\n", messages), "<u>Count</u><a>1, 2,");
+  // Trailing spaces the template trimmed: cut after the stripped text; kept by the template: kept.
+  const json spaced = json::parse(R"([{"role": "assistant", "content": "1, 2, "}])");
+  EXPECT_EQ(*nibble::server::cut_after_final_message("<a>1, 2,</a>", spaced), "<a>1, 2,");
+  EXPECT_EQ(*nibble::server::cut_after_final_message("<a>1, 2, </a>", spaced), "<a>1, 2, ");  // kept, kept
+  const json leading = json::parse(R"([{"role": "assistant", "content": " 1"}])");
+  EXPECT_EQ(*nibble::server::cut_after_final_message("<a> 1 </a>", leading), "<a> 1");
+  const json parts = json::parse(R"([{"role": "assistant", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "yz"}]}])");
+  EXPECT_EQ(*nibble::server::cut_after_final_message("<a>x\nyz</a>", parts), "<a>x\nyz");
+  auto missing = nibble::server::cut_after_final_message("<a>dropped</a>", messages);
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.status().message().find("does not appear"), std::string::npos);
 }
 
 TEST(ChatMessages, BadShapesNameTheMessageAndPart) {

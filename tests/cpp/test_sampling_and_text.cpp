@@ -179,8 +179,9 @@ TEST(SamplingParams, LogitBiasIsValidated) {
 }
 
 // The chat parser gives the same result however the text is split into pieces.
-server::ChatDelta parse_in_pieces(const std::string& text, size_t piece, bool reasoning, bool tools) {
-  server::ChatOutputParser parser(reasoning, tools);
+server::ChatDelta parse_in_pieces(const std::string& text, size_t piece, bool reasoning, bool tools,
+                                  int max_tool_calls = INT32_MAX) {
+  server::ChatOutputParser parser(reasoning, tools, max_tool_calls);
   server::ChatDelta all;
   auto add = [&all](server::ChatDelta d) {
     all.reasoning += d.reasoning;
@@ -213,6 +214,13 @@ TEST(ChatOutputParser, ReasoningAndToolCallsInAnySplit) {
   EXPECT_EQ(parse_in_pieces("Hi <think>x</think>", 1, true, true).content, "Hi <think>x</think>");
   // A truncated thought is all reasoning.
   EXPECT_EQ(parse_in_pieces("<think>still thinking", 4, true, false).reasoning, "still thinking");
+  // parallel_tool_calls: false keeps the first call; the second is dropped, not turned into content.
+  for (size_t piece : {size_t{1}, size_t{7}, text.size()}) {
+    const server::ChatDelta one = parse_in_pieces(text, piece, true, true, 1);
+    ASSERT_EQ(one.tool_calls.size(), 1u) << piece;
+    EXPECT_EQ(one.tool_calls[0]["function"]["name"], "get_weather");
+    EXPECT_EQ(one.content, "\n\nSure.\n") << piece;
+  }
 }
 
 }  // namespace

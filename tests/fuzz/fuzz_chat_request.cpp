@@ -40,6 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (body.contains("tools") && !body["tools"].is_array()) return 0;
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_object()) return 0;
   const bool with_tools = body.contains("tools") && !body["tools"].empty();
-  (void)nibble::server::render_chat_request(qwen3_template(), body, true, with_tools);
+  // continue_final_message as the body says (the route's rule: then no generation prompt).
+  const bool continue_final = body.value("continue_final_message", false) == true;
+  (void)nibble::server::render_chat_request(qwen3_template(), body, !continue_final, with_tools, continue_final);
   return 0;
 }
