@@ -1,11 +1,13 @@
 // FastRandom::fill_normals: a portable version and an AVX2 one (intrinsics: the table lookups are
-// gathers, which the compiler would not emit), chosen at run time; NIBBLE_NO_AVX2=1 forces the
+// gathers, which the compiler would not emit), chosen at run time; NIBBLE_DIAG_NO_AVX2=1 forces the
 // portable one (tests compare the two: same arithmetic, same order, so the same floats).
 #include "tools/fast_random.h"
 
 #include <immintrin.h>
 
 #include <cstdlib>
+
+#include "core/env.h"
 
 namespace nibble::tools {
 namespace {
@@ -80,7 +82,7 @@ __attribute__((target("avx2"))) void fill_avx2(uint64_t (&s)[4][LANES], const fl
 
 void FastRandom::fill_normals(float* out, size_t n) {
   static_assert(FastRandom::LANES == LANES);
-  static const bool avx2 = __builtin_cpu_supports("avx2") && !std::getenv("NIBBLE_NO_AVX2");
+  static const bool avx2 = __builtin_cpu_supports("avx2") && !env_flag("NIBBLE_DIAG_NO_AVX2");
   if (!lanes_seeded_) seed_lanes();
   if (avx2) fill_avx2(lane_, quantiles(), out, n);
   else fill_portable(lane_, out, n);

@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "core/env.h"
 #include "tools/command.h"
 #include "tools/version.h"
 
@@ -12,6 +13,13 @@ int main(int argc, char** argv) {
   CLI::App app{"nibble: NVFP4 Mixture-of-Experts inference server (ModelOpt checkpoints, Hopper)",
                "nibble"};
   app.set_version_flag("-V,--version", std::string("nibble ") + NIBBLE_VERSION_STRING);
+  app.add_flag_callback(
+      "--help-env",
+      [] {
+        std::fputs(nibble::env_help().c_str(), stdout);
+        throw CLI::Success();
+      },
+      "List the environment variables nibble reads, with their defaults");
   app.require_subcommand(0, 1);
 
   std::map<std::string, CommandRunner> runners;

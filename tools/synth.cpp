@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "core/env.h"
 #include "core/parallel.h"
 #include "formats/e4m3.h"
 #include "formats/bf16.h"
@@ -507,7 +508,7 @@ Result<SynthReport> synth_checkpoint(const SynthOptions& options) {
 }
 
 std::string data_dir() {
-  if (const char* env = std::getenv("NIBBLE_DATA_DIR")) return env;
+  if (const char* env = env_value("NIBBLE_DATA_DIR")) return env;
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec && fs::exists(exe.parent_path().parent_path() / "data" / "qwen3-tokenizer")) {

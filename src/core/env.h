@@ -1,16 +1,32 @@
-// Integer experiment switches from the environment (NIBBLE_* variables the device scripts set for
-// A/B runs): one reading rule for all of them.
+// Every NIBBLE_* environment variable nibble reads, in one typed table (`nibble --help-env` prints
+// it): a few product settings beside the flags, and diagnostics, which all start NIBBLE_DIAG_.
+// Each `nibble serve` flag is also read as NIBBLE_<FLAG> (tools/cmd_serve.cpp), not listed here.
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
+#include <span>
+#include <string>
 
 namespace nibble {
 
-// The variable's value as std::atoll reads it (0 for text that is not a number), or `fallback` when unset.
-inline int64_t env_int(const char* name, int64_t fallback) {
-  const char* value = std::getenv(name);
-  return value ? std::atoll(value) : fallback;
-}
+struct EnvVar {
+  const char* name;
+  const char* type;           // "int", "path", "name", "flag" (set to 1 to turn on)
+  const char* default_value;  // what unset means
+  const char* doc;            // one line
+};
+
+std::span<const EnvVar> env_vars();
+
+// The variable's value, or null when unset. Reading a name the table does not list is a bug: it
+// aborts, so a new variable cannot ship undocumented.
+const char* env_value(const char* name);
+// As an integer (std::atoll's reading), or `fallback` when unset.
+int64_t env_int(const char* name, int64_t fallback);
+// A "flag" variable: set to 1.
+bool env_flag(const char* name);
+
+// The table as `nibble --help-env` prints it.
+std::string env_help();
 
 }  // namespace nibble

@@ -1,6 +1,8 @@
 // Logging: one line per message, serialized with a mutex so threads never interleave a line.
 #include "core/log.h"
 
+#include "core/env.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -10,7 +12,7 @@ namespace nibble {
 namespace {
 
 LogLevel threshold_from_env() {
-  const char* env = std::getenv("NIBBLE_LOG");
+  const char* env = env_value("NIBBLE_LOG");
   const std::string level = env ? env : "info";
   if (level == "debug") return LogLevel::DEBUG;
   if (level == "warn") return LogLevel::WARN;

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/env.h"
+
 namespace nibble {
 namespace {
 
@@ -95,7 +97,7 @@ class ThreadPool {
 
 size_t worker_count() {
   static const size_t count = [] {
-    if (const char* env = std::getenv("NIBBLE_THREADS")) {
+    if (const char* env = env_value("NIBBLE_THREADS")) {
       const long n = std::strtol(env, nullptr, 10);
       if (n > 0) return static_cast<size_t>(n);
     }

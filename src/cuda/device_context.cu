@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env.h"
+
 #include "cuda/check.cuh"
 #include "cuda/device_context.cuh"
 #include "cuda/pdl.cuh"
@@ -84,10 +86,7 @@ int device_count() {
 namespace nibble::cuda {
 
 bool pdl_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("NIBBLE_NO_PDL");
-    return !(env && std::string(env) == "1");
-  }();
+  static const bool enabled = !env_flag("NIBBLE_DIAG_NO_PDL");
   return enabled;
 }
 

@@ -10,7 +10,6 @@
 #include <string>
 #include <type_traits>
 
-#include "core/env.h"
 #include "cuda/check.cuh"
 #include "cuda/flashinfer_attention_launch.cuh"
 #include "cuda/flashinfer_attention_sm90.cuh"
@@ -62,7 +61,7 @@ struct FlashInferAttention::Impl {
   // A mixed step's two parts side by side: FA2 (the decode rows, memory-bound) on a stream of its own
   // forked from and joined back into the step's stream, beside the SM90 kernel (the prompt,
   // compute-bound), FA2 launched first (H200, mixed steps 0.8–2.8% shorter; the SM90 kernel first
-  // gained a little less). Null: one after the other (NIBBLE_FI_OVERLAP=0, for A/B runs).
+  // gained a little less).
   cudaStream_t side = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
   ~Impl() {
@@ -110,11 +109,9 @@ Result<std::unique_ptr<FlashInferAttention>> FlashInferAttention::create(const S
     return Status::error("FlashInfer attention: n_heads must be a multiple of n_kv_heads");
   auto impl = std::make_unique<Impl>();
   impl->shape = shape;
-  if (env_int("NIBBLE_FI_OVERLAP", 1) != 0) {
-    NIB_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&impl->side, cudaStreamNonBlocking), "FlashInfer side stream"));
-    NIB_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&impl->fork, cudaEventDisableTiming), "FlashInfer fork event"));
-    NIB_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&impl->join, cudaEventDisableTiming), "FlashInfer join event"));
-  }
+  NIB_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&impl->side, cudaStreamNonBlocking), "FlashInfer side stream"));
+  NIB_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&impl->fork, cudaEventDisableTiming), "FlashInfer fork event"));
+  NIB_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&impl->join, cudaEventDisableTiming), "FlashInfer join event"));
   impl->max_rows = max_rows, impl->max_requests = max_requests, impl->max_pages = max_pages;
   const size_t meta_ints = static_cast<size_t>(3 * max_requests + 2 + max_pages);
   for (PinnedArray<int32_t>& h : impl->h_metas) NIB_RETURN_IF_ERROR(h.resize(meta_ints, "the FlashInfer step metadata"));
@@ -208,7 +205,7 @@ Status FlashInferAttention::Impl::plan_fa2(bool graph, cudaStream_t stream) {
   // Split-KV (FlashInfer's planner, and its merge launch) only while the unsplit grid — a CTA per query
   // tile and KV head — would fill less than half the SMs. A function of the query rows alone, so each
   // decode graph (one per batch size) keeps its split or its absence on every replay. H200, full-size
-  // Qwen3-30B-A3B, no split against split everywhere (docs/perf.md): pp512 33.8k against 30.1k tok/s,
+  // Qwen3-30B-A3B, no split against split everywhere (docs/lab/perf-notebook.md): pp512 33.8k against 30.1k tok/s,
   // S_TG b64 5,317 against 5,223, b32 3,344 / 3,306, but b16 2,112 / 2,147. Small decode batches
   // split even at short contexts: no split below 768 / 1,536 keys gave tg128 390 against 398 tok/s,
   // and S_TG b1 / b4 at ~1,000 keys 333 / 944 against 376 / 1,030.
@@ -251,14 +248,10 @@ Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
                                   "FlashInfer page table"));
   // The trailing run of requests of SM90_MIN_ROWS rows or more: the SM90 kernel (no query-head
   // packing, so a CTA's 128 query rows are one head's: short chunks and decode rows stay on FA2's
-  // packed tiles). NIBBLE_FI_SM90=0 keeps FA2 for all (an experiment switch); NIBBLE_FI_SM90=whole
-  // takes the SM90 kernel only when every request can (the rule before mixed steps were split). An FP8
-  // cache runs FA2 for all (the SM90 kernel reads FP8 K/V only with FP8 queries).
-  static const std::string sm90_rule = std::getenv("NIBBLE_FI_SM90") ? std::getenv("NIBBLE_FI_SM90") : "";
+  // packed tiles). An FP8 cache runs FA2 for all (the SM90 kernel reads FP8 K/V only with FP8 queries).
   m.fa2_requests = m.n;
-  if (sm90_rule != "0" && !graph && m.shape.head_dim == 128 && !m.shape.kv_fp8)
+  if (!graph && m.shape.head_dim == 128 && !m.shape.kv_fp8)
     while (m.fa2_requests > 0 && m.q_rows(m.fa2_requests - 1) >= SM90_MIN_ROWS) --m.fa2_requests;
-  if (sm90_rule == "whole" && m.fa2_requests > 0) m.fa2_requests = m.n;
   if (m.runs_sm90()) NIB_RETURN_IF_ERROR(m.plan_sm90(m.fa2_requests, stream));
   if (m.fa2_requests > 0) NIB_RETURN_IF_ERROR(m.plan_fa2(graph, stream));
   m.planned = true;
@@ -350,7 +343,7 @@ Status FlashInferAttention::run(const uint16_t* q, const void* k_cache, const vo
   if (!m.planned) return Status::error("FlashInfer attention: run before plan");
   // The two parts write disjoint rows of out (an FP8 cache runs FA2 only: plan()). Both running, FA2
   // goes on the side stream (never in a graph: only eager steps run the SM90 kernel).
-  const bool both = m.fa2_requests > 0 && m.runs_sm90(), overlap = both && m.side;
+  const bool overlap = m.fa2_requests > 0 && m.runs_sm90();
   const cudaStream_t fa2_stream = overlap ? m.side : stream;
   if (overlap) {
     NIB_RETURN_IF_ERROR(cuda_status(cudaEventRecord(m.fork, stream), "FlashInfer fork"));
@@ -359,7 +352,6 @@ Status FlashInferAttention::run(const uint16_t* q, const void* k_cache, const vo
   if (m.fa2_requests > 0)
     NIB_RETURN_IF_ERROR(m.shape.kv_fp8 ? m.run_fa2<glue::Fp8>(q, k_cache, v_cache, out, fa2_stream, k_scale, v_scale)
                                        : m.run_fa2<__nv_bfloat16>(q, k_cache, v_cache, out, fa2_stream));
-  if (both && !overlap) profile_mark("attention, FA2 part");
   if (m.runs_sm90())
     NIB_RETURN_IF_ERROR(m.run_sm90(q, static_cast<const uint16_t*>(k_cache), static_cast<const uint16_t*>(v_cache), out, stream));
   if (overlap) {

@@ -1,4 +1,4 @@
-// CUPTI activity tracing for NIBBLE_KERNEL_TRACE (kernel_trace.h): the library is opened with dlopen
+// CUPTI activity tracing for NIBBLE_DIAG_KERNEL_TRACE (kernel_trace.h): the library is opened with dlopen
 // so that nibble runs where CUPTI is absent; records are copied out of CUPTI's buffers as they
 // complete and written as CSV at the end.
 #include "cuda/kernel_trace.h"
@@ -15,6 +15,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/env.h"
 #include "core/log.h"
 
 namespace nibble::cuda {
@@ -122,13 +123,13 @@ std::string cupti_error(const char* what, CUptiResult r) { return std::string(wh
 
 Status kernel_trace_start_from_env() {
   Trace& t = trace();
-  const char* path = std::getenv("NIBBLE_KERNEL_TRACE");
+  const char* path = env_value("NIBBLE_DIAG_KERNEL_TRACE");
   if (!path || !*path || t.active) return Status::ok();
-  const char* library = std::getenv("NIBBLE_CUPTI_LIBRARY");
+  const char* library = env_value("NIBBLE_DIAG_CUPTI_LIBRARY");
   void* handle = dlopen(library && *library ? library : "libcupti.so.13", RTLD_NOW | RTLD_GLOBAL);
   if (!handle)
-    return Status::error(std::string("NIBBLE_KERNEL_TRACE: could not load CUPTI (") + dlerror() +
-                         "); set NIBBLE_CUPTI_LIBRARY to libcupti.so's path");
+    return Status::error(std::string("NIBBLE_DIAG_KERNEL_TRACE: could not load CUPTI (") + dlerror() +
+                         "); set NIBBLE_DIAG_CUPTI_LIBRARY to libcupti.so's path");
   Cupti api;
   api.register_callbacks = reinterpret_cast<decltype(api.register_callbacks)>(dlsym(handle, "cuptiActivityRegisterCallbacks"));
   api.enable = reinterpret_cast<decltype(api.enable)>(dlsym(handle, "cuptiActivityEnable"));
@@ -136,7 +137,7 @@ Status kernel_trace_start_from_env() {
   api.flush_all = reinterpret_cast<decltype(api.flush_all)>(dlsym(handle, "cuptiActivityFlushAll"));
   api.next_record = reinterpret_cast<decltype(api.next_record)>(dlsym(handle, "cuptiActivityGetNextRecord"));
   if (!api.register_callbacks || !api.enable || !api.disable || !api.flush_all || !api.next_record)
-    return Status::error("NIBBLE_KERNEL_TRACE: the CUPTI library lacks the activity API");
+    return Status::error("NIBBLE_DIAG_KERNEL_TRACE: the CUPTI library lacks the activity API");
   {
     std::lock_guard<std::mutex> lock(t.mutex);
     t.api = api;
@@ -170,7 +171,7 @@ Status kernel_trace_finish() {
   std::lock_guard<std::mutex> lock(t.mutex);
   std::sort(t.rows.begin(), t.rows.end(), [](const Row& a, const Row& b) { return a.start < b.start; });
   std::ofstream out(t.path);
-  if (!out) return Status::error("NIBBLE_KERNEL_TRACE: cannot write " + t.path);
+  if (!out) return Status::error("NIBBLE_DIAG_KERNEL_TRACE: cannot write " + t.path);
   out << "kind,name,start_ns,end_ns,stream,graph,node,correlation,grid,block,smem,bytes\n";
   for (size_t i = 0; i < t.labels.size(); ++i) out << "label,\"" << t.labels[i] << "\"," << i << ",,,,,,,,,\n";
   const uint64_t origin = t.rows.empty() ? 0 : t.rows.front().start;
@@ -188,7 +189,7 @@ Status kernel_trace_finish() {
   }
   log_info("kernel trace: " + std::to_string(t.rows.size()) + " records, " + std::to_string(t.labels.size()) +
            " step labels written to " + t.path + (t.rows.size() >= MAX_ROWS ? " (record limit reached: later ones dropped)" : ""));
-  return out ? Status::ok() : Status::error("NIBBLE_KERNEL_TRACE: writing " + t.path + " failed");
+  return out ? Status::ok() : Status::error("NIBBLE_DIAG_KERNEL_TRACE: writing " + t.path + " failed");
 }
 
 }  // namespace nibble::cuda

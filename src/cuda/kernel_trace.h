@@ -1,4 +1,4 @@
-// A timeline of every kernel and copy the GPU runs, CUDA graphs' nodes included (NIBBLE_KERNEL_TRACE=FILE):
+// A timeline of every kernel and copy the GPU runs, CUDA graphs' nodes included (NIBBLE_DIAG_KERNEL_TRACE=FILE):
 // CUPTI's activity API, loaded with dlopen only when asked for, records each kernel's start and end on
 // the device; FILE gets one CSV row each, plus the steps' labels in order (scripts/kernel_timeline.py).
 #pragma once
@@ -9,9 +9,9 @@
 
 namespace nibble::cuda {
 
-// Starts tracing when NIBBLE_KERNEL_TRACE names a file and it has not started yet (call it before
+// Starts tracing when NIBBLE_DIAG_KERNEL_TRACE names a file and it has not started yet (call it before
 // CUDA graphs are captured, so their nodes are traced too). An error says why CUPTI could not start;
-// nothing is traced then. NIBBLE_CUPTI_LIBRARY overrides the library's name ("libcupti.so.13").
+// nothing is traced then. NIBBLE_DIAG_CUPTI_LIBRARY overrides the library's name ("libcupti.so.13").
 Status kernel_trace_start_from_env();
 
 // Whether tracing is running.

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 
-#include "core/env.h"
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_fragments.cuh"
 #include "cuda/nvfp4_wgmma.cuh"
@@ -212,9 +211,7 @@ GemmBackend resolve_gemm_backend(GemmBackend backend, int64_t M, int64_t K) {
       (backend == GemmBackend::SKINNY_SPLIT && (!skinny_linear_supported(K) || M > SKINNY_SPLIT_MAX_M)))
     backend = GemmBackend::AUTO;
   if (backend != GemmBackend::AUTO) return backend;
-  static const int64_t split_min = env_int("NIBBLE_SKINNY_SPLIT_MIN_M", AUTO_SKINNY_SPLIT_MIN_M);
-  static const int64_t split_max = std::min(env_int("NIBBLE_SKINNY_SPLIT_MAX_M", AUTO_SKINNY_SPLIT_MAX_M), SKINNY_SPLIT_MAX_M);
-  if (M >= split_min && M <= split_max && skinny_linear_supported(K)) return GemmBackend::SKINNY_SPLIT;
+  if (M >= AUTO_SKINNY_SPLIT_MIN_M && M <= AUTO_SKINNY_SPLIT_MAX_M && skinny_linear_supported(K)) return GemmBackend::SKINNY_SPLIT;
   if (M <= AUTO_SKINNY_MAX_M && skinny_linear_supported(K)) return GemmBackend::SKINNY;
   return M <= AUTO_FUSED_MAX_M && fused_supported(K) ? GemmBackend::FUSED : GemmBackend::DEQUANT_CUBLAS;
 }
@@ -271,7 +268,7 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
 
 // W4A4 of one token on the skinny kernel: x's quantize inside the GEMM (skinny_linear_quantizing), so
 // a decode step's o projection is one launch, not a quantize launch then the GEMM (tg128 +2.2% static,
-// +2.6% per-token on the H200; docs/perf.md).
+// +2.6% per-token on the H200; docs/lab/perf-notebook.md).
 static bool fused_quantize(int64_t M, int64_t K, GemmBackend backend) {
   return M == 1 && skinny_supported(K) && resolve_gemm_backend(backend, M, K) == GemmBackend::SKINNY;
 }

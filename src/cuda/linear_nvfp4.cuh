@@ -59,7 +59,7 @@ struct GemmContext {
 
 // The fused GEMV is timed up to FUSED_MAX_M rows; AUTO picks it only up to AUTO_FUSED_MAX_M, where
 // it beats dequant-cublas on the H200 (M = 1: 7.7 vs 11.5 µs on q_proj; M = 16: 56 vs 11 µs;
-// docs/perf.md), and dequant-cublas above.
+// docs/lab/perf-notebook.md), and dequant-cublas above.
 inline constexpr int64_t FUSED_MAX_M = 16;
 inline constexpr int64_t AUTO_FUSED_MAX_M = 1;
 // AUTO takes the skinny tensor-core kernels (skinny_gemm.cuh) up to this many rows when in_features
@@ -67,11 +67,10 @@ inline constexpr int64_t AUTO_FUSED_MAX_M = 1;
 // 8.9/11.3 at 32, 15.7/11.9 at 64).
 inline constexpr int64_t AUTO_SKINNY_MAX_M = 32;
 // Before both, AUTO takes the skinny split-K kernel (skinny_linear_split) from 17 to 40 rows. H200,
-// full-size Qwen3-30B-A3B, S_TG against skinny / dequant-cublas (docs/perf.md): b24 +2.3%, b32 +5.3%,
+// full-size Qwen3-30B-A3B, S_TG against skinny / dequant-cublas (docs/lab/perf-notebook.md): b24 +2.3%, b32 +5.3%,
 // b48 −0.2%, b64 −3.9% (its cluster reduction costs 2.5–7 µs a launch at 16–64 rows, where cuBLAS on
 // the BF16 copies reads 3.5× the bytes but has no reduction); b12–16 +0.5% against skinny (one call,
-// not enough to move the line). NIBBLE_SKINNY_SPLIT_MIN_M and NIBBLE_SKINNY_SPLIT_MAX_M (0: never) move the band, an
-// experiment switch for sweeps.
+// not enough to move the line).
 inline constexpr int64_t AUTO_SKINNY_SPLIT_MIN_M = 17;
 inline constexpr int64_t AUTO_SKINNY_SPLIT_MAX_M = 40;
 

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 
-#include "core/env.h"
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_act_quant.cuh"
 #include "cuda/nvfp4_fragments.cuh"
@@ -101,8 +100,7 @@ __device__ __forceinline__ void combine_routing_and_residual(const int32_t* pair
 template <bool NORM, int CHUNKS = 1>
 __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_rows,
                                const float* __restrict__ weights, const float* __restrict__ row_scales, int top_k,
-                               int hidden, const float* __restrict__ add, float* __restrict__ out, ResidualNorm norm,
-                               bool early) {
+                               int hidden, const float* __restrict__ add, float* __restrict__ out, ResidualNorm norm) {
   __shared__ int rows[MAX_TOP_K];
   __shared__ float scale[MAX_TOP_K];
   __shared__ float partial[THREADS / 32];
@@ -119,13 +117,11 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
   // for) and the residual (the post-attention norm's; with the router's norm, the last layer's combine's
   // or the embedding's) are complete once this grid runs — kernels at least two launches back; only y is
   // the down's.
-  // (early = false, NIBBLE_MOE_EARLY_LOADS=0: after the wait, an experiment switch.)
   const int t = blockIdx.x;
   float residual[NORM ? CHUNKS : 1][8] = {};
-  if (early) combine_routing_and_residual<NORM, CHUNKS>(pair_rows, weights, row_scales, top_k, hidden, norm, rows, scale, residual);
+  combine_routing_and_residual<NORM, CHUNKS>(pair_rows, weights, row_scales, top_k, hidden, norm, rows, scale, residual);
   pdl_wait();
   pdl_launch_dependents();
-  if (!early) combine_routing_and_residual<NORM, CHUNKS>(pair_rows, weights, row_scales, top_k, hidden, norm, rows, scale, residual);
   __syncthreads();
   float kept[NORM ? CHUNKS : 1][8];
   float sum_sq = 0.0f;
@@ -428,12 +424,8 @@ GemmBackend resolve_moe_backend(GemmBackend backend, int64_t tokens, const Devic
   if ((backend == GemmBackend::SKINNY && !skinny_fits) || (backend == GemmBackend::WGMMA && !wgmma_fits))
     return GemmBackend::FUSED;
   if (backend != GemmBackend::AUTO) return backend;
-  // NIBBLE_SKINNY_MOE_MAX_ROWS moves the skinny bound for measurements (scripts/device_quick.sh VARIANTS).
-  static const int64_t skinny_rows = env_int("NIBBLE_SKINNY_MOE_MAX_ROWS", AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT);
-  if (tokens * w.top_k < skinny_rows * w.experts && skinny_fits) return GemmBackend::SKINNY;
-  // NIBBLE_WGMMA_MOE_MIN_ROWS moves the wgmma bound the same way.
-  static const int64_t wgmma_min_rows = env_int("NIBBLE_WGMMA_MOE_MIN_ROWS", AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT);
-  const bool wgmma_rows = tokens * w.top_k >= wgmma_min_rows * w.experts;
+  if (tokens * w.top_k < AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT * w.experts && skinny_fits) return GemmBackend::SKINNY;
+  const bool wgmma_rows = tokens * w.top_k >= AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT * w.experts;
   return wgmma_fits && wgmma_rows ? GemmBackend::WGMMA : GemmBackend::FUSED;
 }
 
@@ -501,13 +493,6 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
   return std::move(ws);
 }
 
-// The one-launch cluster router for mid-size batches; NIBBLE_CLUSTER_ROUTER=0 keeps the three launches
-// (an experiment switch for A/B device calls).
-static bool cluster_router_enabled() {
-  static const bool enabled = env_int("NIBBLE_CLUSTER_ROUTER", 1) != 0;
-  return enabled;
-}
-
 Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
                    GemmBackend backend, MoeWorkspace& ws, float* out, cudaStream_t stream, cublasHandle_t cublas,
                    const ResidualNorm* norm, const float* add, bool x_quantized, const InputNorm* input_norm) {
@@ -556,7 +541,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
                                       norm_quant, input_norm->delta_row_scales,
                                       x_frag && !is_w4a4(mode) ? ws.x_frag : nullptr));
   profile_mark("norms");
-  const bool mid = !small && backend != GemmBackend::DEQUANT_CUBLAS && cluster_router_enabled() &&
+  const bool mid = !small && backend != GemmBackend::DEQUANT_CUBLAS && 
                    route_cluster_supported(tokens, w.experts, w.hidden, w.top_k, w.router_f32 != nullptr);
   if (small) {
     for (int i = 0; i < op_repeats("router"); ++i)
@@ -602,7 +587,7 @@ Status moe_forward(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w,
     NIB_RETURN_IF_ERROR(cuda_status(launch_pdl(combine, unsigned(tokens), THREADS,
                                                0, stream, static_cast<const uint16_t*>(ws.y), ws.groups.pair_rows,
                                                ws.route_weights, down_row_scales, int(w.top_k), int(w.hidden), add, out,
-                                               fused, moe_early_loads()),
+                                               fused),
                                     "moe combine launch"));
   profile_mark(norm ? "MoE combine + next norm" : "MoE combine");
   return Status::ok();

@@ -83,20 +83,20 @@ struct MoeWorkspace {
 
 // AUTO takes SKINNY while experts average fewer than this many rows (tokens · top_k / experts; when
 // hidden and intermediate allow it), FUSED above, WGMMA from AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT.
-// H200, Qwen3-30B-A3B shapes, W4A16, codes in the GPU layout (docs/perf.md "Repacked NVFP4 codes"):
+// H200, Qwen3-30B-A3B shapes, W4A16, codes in the GPU layout (docs/lab/perf-notebook.md "Repacked NVFP4 codes"):
 // skinny/fused 26/33 µs at T = 1, 121/135 at 16, 190/191 at 64 (4 rows per expert), 206/194 at 96,
 // 224/199 at 128, 325/276 at 256; wgmma/fused 483/453 at 512 (32 rows), 493/613 at 768, 686/974 at
 // 2,048, 1,845/2,960 at 8,192 (the benchmark routes evenly). End to end (`bench latency`, the
 // synthetic checkpoint's skewed routing) wgmma wins from 32 rows: pp512 27,697 tok/s against 20,233
 // on fused; fused wins decode at 128 and 256 sequences (7,838 / 10,508 tok/s against skinny's 7,260 / 9,502).
-// With the skinny MoE's long warps (docs/perf.md "Long warps", twenty-first session) skinny wins to
+// With the skinny MoE's long warps (docs/lab/perf-notebook.md "Long warps", twenty-first session) skinny wins to
 // 8 rows: S_TG b96 8,123 against fused's 7,748, b128 9,244 / 9,074; fused from 12: b192 10,699 /
-// 10,520, b256 11,823 / 11,287. With expert weights in line order (docs/perf.md, "The expert line
+// 10,520, b256 11,823 / 11,287. With expert weights in line order (docs/lab/perf-notebook.md, "The expert line
 // order merged") skinny wins to 16 rows (one build, bound 24 against 10): S_TG b192 12,067 against
 // fused's 10,325, b256 13,266 / 11,381; a bound of 40 (pp512's 32 rows on skinny) took pp512 from
 // 38,773 to 28,503.
 inline constexpr int64_t AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT = 24;
-// With the copy engine bringing the wgmma kernels' codes (2026-12-04, docs/perf.md), wgmma beats fused
+// With the copy engine bringing the wgmma kernels' codes (2026-12-04, docs/lab/perf-notebook.md), wgmma beats fused
 // from 24 rows: even routing T = 384 / 448 257 / 262 µs against 312 / 350; end to end (skewed
 // routing) pp384 22,839 -> 37,424 tok/s, mix b64+p320 23.8 -> 17.3 ms. So no fused band is left on
 // Qwen3's shapes: skinny below 24 rows, wgmma from 24.

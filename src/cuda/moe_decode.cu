@@ -5,7 +5,7 @@
 // each chosen expert — so the block's weight bytes are in flight at once, where the kernel chain
 // waited on three launches for them. gate_up + SwiGLU as the tiles land → act (global) → a grid
 // barrier, inside which each warp decodes its down fragments → down → combine → residual; the last
-// CTA to arrive computes the next norm. H200, Qwen3-30B-A3B (docs/perf.md): 17.4 µs against the
+// CTA to arrive computes the next norm. H200, Qwen3-30B-A3B (docs/lab/perf-notebook.md): 17.4 µs against the
 // chain's 21.7 (bench kernels), tg128 457 against 436 tok/s. Fragments and k order: skinny_gemm.cu's,
 // the experts in line order. W4A4 (both modes) quantizes as the chain does: x̂ of the input in every
 // CTA (the router reads x), the SwiGLU rows (static: by the CTAs that produce their 16-value blocks;
@@ -16,7 +16,6 @@
 
 #include <string>
 
-#include "core/env.h"
 #include "cuda/async_copy.cuh"
 #include "cuda/check.cuh"
 #include "cuda/decode_block.cuh"
@@ -94,7 +93,7 @@ struct DecodeParams {
   unsigned* slot_amax;
   float* partials;        // [CTAs]: the next norm's sums of squares
   unsigned* barrier;      // {arrived, generation}
-  long long* stamps;      // NIBBLE_DECODE_BLOCK_TIMING=1: [CTAs, STAMPS] clock64 at each phase's end; else null
+  long long* stamps;      // NIBBLE_DIAG_PHASE_TIMING=1: [CTAs, STAMPS] clock64 at each phase's end; else null
 };
 
 // Phases of moe_decode_kernel, timed when stamps are asked for (moe_decode_block_timing).
@@ -557,16 +556,11 @@ struct DecodeShape {
   DecodeLayout layout{};
 };
 
-// NIBBLE_DECODE_BLOCK_TIMING=1: the phase stamps of the last launch, in device memory (one buffer).
+// NIBBLE_DIAG_PHASE_TIMING=1: the phase stamps of the last launch, in device memory (one buffer).
 __device__ long long moe_decode_stamps[PHASE_STAMP_MAX_CTAS * STAMPS];
 long long* timing_stamps() {
   static long long* stamps = phase_stamp_buffer(moe_decode_stamps);
   return stamps;
-}
-
-bool enabled() {
-  static const bool on = env_int("NIBBLE_MOE_DECODE_BLOCK", 1) != 0;
-  return on;
 }
 
 // The grid and shared memory for w's shapes; false where they do not fit this GPU.
@@ -599,7 +593,7 @@ bool moe_decode_block_supported(int64_t tokens, const DeviceMoeWeights& w, forma
   const bool input_ok = !input_norm || (norm && !input_norm->delta_row_scales &&
                                          (!input_norm->quant.x_hat ||
                                           (w4a4 && input_norm->quant.row_scales && input_norm->quant.input_scale == x_scale)));
-  return enabled() && tokens == 1 && w.router && !w.router_f32 && !add && (!norm || !norm->pending) && input_ok &&
+  return tokens == 1 && w.router && !w.router_f32 && !add && (!norm || !norm->pending) && input_ok &&
          decode_shape(w, shape);
 }
 

@@ -18,7 +18,6 @@ namespace nibble::cuda {
 // Whether moe_decode_block runs this call: one token, a BF16 router, no shared-expert sum, static
 // W4A4 only with both input scales, an input norm's x̂ only in W4A4 with the gate_up input's scale,
 // shapes whose CTAs (hidden / 16 of them, one an SM) and shared memory fit this GPU.
-// NIBBLE_MOE_DECODE_BLOCK=0 turns it off (the kernel chain runs instead; for A/B runs).
 bool moe_decode_block_supported(int64_t tokens, const DeviceMoeWeights& w, formats::ActQuant mode,
                                 const ResidualNorm* norm, const float* add, const InputNorm* input_norm);
 
@@ -28,7 +27,7 @@ bool moe_decode_block_supported(int64_t tokens, const DeviceMoeWeights& w, forma
 Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws, float* out,
                         const ResidualNorm* norm, const InputNorm* input_norm, cudaStream_t stream);
 
-// With NIBBLE_DECODE_BLOCK_TIMING=1, the last launch's time in each phase (SM clock stamps of every CTA:
+// With NIBBLE_DIAG_PHASE_TIMING=1, the last launch's time in each phase (SM clock stamps of every CTA:
 // median and max), synchronizing the device; "" otherwise. For `nibble bench kernels`.
 std::string moe_decode_block_timing(int64_t hidden);
 

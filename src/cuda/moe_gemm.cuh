@@ -40,10 +40,6 @@ struct GroupedGemmArgs {
 // for gate_up, intermediate for down); group_by_expert must use it.
 int moe_tile_rows(int64_t pairs, int64_t experts, int64_t hidden, int64_t intermediate);
 
-// Whether the skinny down and the combine read what kernels at least two launches back wrote (tile
-// list, routing, residual) and their first weights before their PDL waits: on unless
-// NIBBLE_MOE_EARLY_LOADS=0 (an experiment switch for A/B runs).
-bool moe_early_loads();
 
 // out[r, i] = silu(g) · u, g = row_scale · gate_scale_e · (a_r · Ĝ_e[i]), u likewise with up's scale.
 Status moe_gemm_gate_up(const GroupedGemmArgs& args, const DeviceNvfp4Experts& gate, const DeviceNvfp4Experts& up,

@@ -53,7 +53,7 @@ bool route_small_supported(int64_t tokens, int64_t experts, int64_t hidden, int6
 // Mid-size batches: the router and group_by_expert in one launch for a BF16 router — one cluster
 // splitting hidden, the logits on tensor cores (mma.sync, fp32 sums), a warp per token's top-k and the
 // first CTA's grouping. Up to 64 tokens, experts ≤ 128, hidden a multiple of 128 up to 2,048. Against
-// the three launches (cuBLAS logits, top-k, grouping; H200, Qwen3-30B-A3B, docs/perf.md): MoE block
+// the three launches (cuBLAS logits, top-k, grouping; H200, Qwen3-30B-A3B, docs/lab/perf-notebook.md): MoE block
 // T = 8 67.5 → 63.5 µs, T = 64 140.4 → 139.0; S_TG b8 +4.6%, b16 +3.3%, b64 +1.0%.
 inline constexpr int64_t ROUTER_CLUSTER_MAX_TOKENS = 64;
 bool route_cluster_supported(int64_t tokens, int64_t experts, int64_t hidden, int64_t top_k, bool f32_router);

@@ -119,7 +119,7 @@ NIB_HD void repack_block(uint32_t& word0, uint32_t& word1, uint8_t& scale) {
 // of a row, the sixteen code words as a 4 × 4 matrix transposed, so stored word 4c + q holds k
 // 32q + 8c … + 7; the scale codes keep their order. The skinny kernels' lane c of a row then reads its
 // 16 code bytes as before while its x loads, k 32q + 8c … + 7, are whole lines across the four lanes
-// (H200, MoE block T = 128 173 → 149 µs; docs/perf.md, "The skinny MoE's activation loads as whole
+// (H200, MoE block T = 128 173 → 149 µs; docs/lab/perf-notebook.md, "The skinny MoE's activation loads as whole
 // lines"). A 64-wide half-block (a wgmma stage) is bytes 8h … 8h + 7 of each lane's 16.
 NIB_HD bool expert_line_order(int64_t in_features) { return in_features % 128 == 0; }
 // The k-chunk (8 codes) of stored word s (0 … 15) of a block; the transpose is its own inverse.

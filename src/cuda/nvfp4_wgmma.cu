@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <string>
 
-#include "core/env.h"
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_wgmma_kernel.cuh"
 
@@ -45,39 +44,28 @@ Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
   p.slices = (p.n + rows_per_cta - 1) / rows_per_cta;
   const int64_t items = int64_t{p.slices} * row_tiles;  // the host's bound: the device knows the tile count
   if (items > INT32_MAX) return Status::error("wgmma gemm: more than 2^31 work items");
-  // Persistent: CTAS_PER_SM CTAs an SM walk the items. H200, full-size Qwen3-30B-A3B (docs/perf.md),
+  // Persistent: CTAS_PER_SM CTAs an SM walk the items. H200, full-size Qwen3-30B-A3B (docs/lab/perf-notebook.md),
   // against a CTA per item: pp2048 52,252 → 54,964 tok/s, pp512 35,764 → 36,534, both W4A4 modes +3.5%.
   int device = 0, sms = 0;
   NIB_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "wgmma gemm: device"));
   NIB_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "wgmma gemm: SMs"));
   const int64_t grid = std::min<int64_t>(items, int64_t{sms} * CTAS_PER_SM<N, MT>);
-  // With PDL (NIBBLE_WGMMA_PDL=0: a plain launch, for A/B runs; its pdl_wait then returns at once).
-  static const bool pdl = env_int("NIBBLE_WGMMA_PDL", 1) != 0;
-  if (!pdl) {
-    kernel<<<unsigned(grid), CONSUMER_THREADS<WG> + PRODUCERS, bytes, stream>>>(p);
-    return cuda_status(cudaGetLastError(), GATED ? "wgmma gate_up launch" : "wgmma gemm launch");
-  }
+  // With PDL: the barrier set-up overlaps the previous kernel's tail (pp2048 +1.8%, docs/lab/perf-notebook.md).
   return cuda_status(launch_pdl(kernel, dim3(unsigned(grid)), dim3(CONSUMER_THREADS<WG> + PRODUCERS), bytes, stream, p),
                      GATED ? "wgmma gate_up launch" : "wgmma gemm launch");
 }
 
-// Which operands the copy engine (TMA) brings, NIBBLE_WGMMA_TMA (default 3, both; 0 keeps the producer's
-// cp.async copies, for A/B): bit 1, line-order expert codes; bit 2, activations whose rows are in order
-// (down's input, dense x). H200 (docs/perf.md): MoE block T = 512 304 -> 272 µs, 8,192 1,529 -> 1,462.
-int wgmma_tma_parts() {
-  static const int parts = int(env_int("NIBBLE_WGMMA_TMA", 3) & 3);
-  return parts;
-}
-
-// Dense weights are never in line order, expert weights are where in_features are a multiple of 128
-// (expert_line_order).
+// The copy engine (TMA) brings line-order expert codes and activations whose rows are in order (down's
+// input, dense x); the producers' cp.async copies the rest. H200 (docs/lab/perf-notebook.md), against cp.async for
+// both: MoE block T = 512 304 -> 272 µs, 8,192 1,529 -> 1,462. Dense weights are never in line order,
+// expert weights are where in_features are a multiple of 128 (expert_line_order).
 template <bool GATED, int N, int MT, int WG = 2>
 Status launch_n(const Params& p, int64_t row_tiles, cudaStream_t stream) {
   // The copy engine: codes in line order with one m-tile; activations whose rows are in order (not
   // gate_up's rows read through sorted_pairs).
-  const bool act = !p.sorted_pairs && (wgmma_tma_parts() & 2);
+  const bool act = !p.sorted_pairs;
   if constexpr (MT == 1) {
-    if (p.line_order && (wgmma_tma_parts() & 1)) {
+    if (p.line_order) {
       if (p.act_fragment_order)
         return act ? launch_kernel<GATED, N, MT, true, WG, 3, true>(p, row_tiles, stream)
                    : launch_kernel<GATED, N, MT, true, WG, 1, true>(p, row_tiles, stream);
@@ -96,35 +84,17 @@ Status launch_n(const Params& p, int64_t row_tiles, cudaStream_t stream) {
 
 // Three consumer warpgroups (192 weight rows a CTA) on 128-row tiles, where an expert's 16–95 rows
 // leave each decoded weight few MMA columns and two consumer warps a scheduler could not hide the
-// decode's latency (0.43 instructions issued a cycle). H200, full-size Qwen3-30B-A3B (docs/perf.md),
+// decode's latency (0.43 instructions issued a cycle). H200, full-size Qwen3-30B-A3B (docs/lab/perf-notebook.md),
 // against two: MoE block T = 512 366 → 325 µs, T = 1,024 397 → 359 (even routing); a 64-sequence
 // decode step with a 1,024-token prompt 31.2 → 29.5 ms. (256-row tiles have no registers for a third:
-// 128 accumulators a thread.) NIBBLE_WGMMA_WG=2 keeps two (an experiment switch).
-bool three_consumers() {
-  static const bool three = env_int("NIBBLE_WGMMA_WG", 3) != 2;
-  return three;
-}
-
-// M-tiles a consumer warpgroup: one (128 weight rows a CTA), or two on 128-row tiles with
-// NIBBLE_WGMMA_BM=256 (256-row tiles have no registers for more; ≤ 64-row tiles run two CTAs an SM).
-// H200, full-size Qwen3-30B-A3B (docs/perf.md "256-row weight tiles"): two m-tiles took the MoE block
-// at T = 512 (even routing) from 341 to 324 µs but pp512 (the synthetic checkpoint's skewed routing)
-// from 40,571 to 39,793 tok/s, and at T = 8,192 (forced 128-row tiles) 1,526 → 1,696 µs: the decode a
-// token doubles.
-bool two_m_tiles() {
-  static const bool two = env_int("NIBBLE_WGMMA_BM", 0) == 256;
-  return two;
-}
-
+// 128 accumulators a thread.) Two m-tiles a warpgroup on 128-row tiles lost end to end (pp512 -2%,
+// T = 8,192 +11%: the decode a token doubles; docs/lab/perf-notebook.md "256-row weight tiles").
 template <bool GATED>
 Status launch(const Params& p, int tile_rows, int64_t row_tiles, cudaStream_t stream) {
   switch (tile_rows) {
     case 32: return launch_n<GATED, 32, 1>(p, row_tiles, stream);
     case 64: return launch_n<GATED, 64, 1>(p, row_tiles, stream);
-    case 128:
-      return two_m_tiles()       ? launch_n<GATED, 128, 2>(p, row_tiles, stream)
-             : three_consumers() ? launch_n<GATED, 128, 1, 3>(p, row_tiles, stream)
-                                 : launch_n<GATED, 128, 1>(p, row_tiles, stream);
+    case 128: return launch_n<GATED, 128, 1, 3>(p, row_tiles, stream);
     case 256: return launch_n<GATED, 256, 1>(p, row_tiles, stream);
     default: return Status::error("wgmma gemm: tile rows " + std::to_string(tile_rows) + " (32, 64, 128 or 256)");
   }
@@ -169,22 +139,16 @@ Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const Dev
 
 }  // namespace
 
-bool wgmma_fragment_order(int64_t in_features) {
-  static const bool enabled = env_int("NIBBLE_WGMMA_FRAG", 1) != 0;
-  return enabled && expert_line_order(in_features) && (wgmma_tma_parts() & 1) && !two_m_tiles();
-}
+bool wgmma_fragment_order(int64_t in_features) { return expert_line_order(in_features); }
 
 bool wgmma_supported(int64_t rows, int64_t cols) { return cols >= BK && cols % BK == 0 && rows >= 1; }
 
-// Measured on the H200 (Qwen3-30B-A3B, docs/perf.md): from 96 rows per expert 256 wins everywhere
+// Measured on the H200 (Qwen3-30B-A3B, docs/lab/perf-notebook.md): from 96 rows per expert 256 wins everywhere
 // (T = 2048: 727 µs against 811 with 128). At 32 per expert (T = 512) the best height depends on the
 // routing, which the host does not see: balanced (bench kernels) 64 takes 444 µs, 128 519, 256 665;
 // the synthetic checkpoint's skewed routing prefers 256 (pp512 29.6k tok/s, 128 28.2k, 64 24.4k).
-// 128 is never more than 17% off either. NIBBLE_WGMMA_N=32|64|128|256 forces one height
-// (scripts/device_wgmma.sh PARTS=variants compares them).
+// 128 is never more than 17% off either.
 int wgmma_tile_rows(int64_t rows, int64_t experts) {
-  static const int forced = int(env_int("NIBBLE_WGMMA_N", 0));
-  if (forced == 32 || forced == 64 || forced == 128 || forced == 256) return forced;
   const int64_t per_expert = rows / std::max<int64_t>(experts, 1);
   return per_expert >= 96 ? 256 : per_expert >= 16 ? 128 : per_expert >= 8 ? 64 : 32;
 }

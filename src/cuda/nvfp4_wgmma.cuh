@@ -22,7 +22,7 @@ int wgmma_tile_rows(int64_t rows, int64_t experts);
 bool wgmma_supported(int64_t rows, int64_t cols);
 
 // Whether the MoE GEMMs over in_features take their activations in fragment order (nvfp4_layout.h):
-// line-order expert codes by the copy engine, one m-tile (NIBBLE_WGMMA_FRAG=0 turns it off, for A/B).
+// wherever the expert codes are in line order (expert_line_order).
 bool wgmma_fragment_order(int64_t in_features);
 
 // out = in (BF16 rows of `cols`, a multiple of 32) with every row's columns in fragment order.

@@ -208,7 +208,7 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
     // The stage's copies landed (cp.async.mbarrier.arrive): wgmma reads them with no proxy fence
     // between, as CUTLASS's SM90 cp.async mainloops do (sm90_mma_multistage_gmma_ss_warpspecialized.hpp:
     // consumer_wait, warpgroup_arrive, gemm). A fence.proxy.async here cost the MoE block 5% at T = 512
-    // and 1,024 on the H200 (326 → 309, 360 → 342 µs; docs/perf.md), 3% of a mixed serving step.
+    // and 1,024 on the H200 (326 → 309, 360 → 342 µs; docs/lab/perf-notebook.md), 3% of a mixed serving step.
     barrier_wait(&full[ring.slot], ring.phase);
     const uint8_t* codes = smem + L::CODE_OFFSET + (LINE ? ring.code_pair * 2 : ring.slot) * L::CODE_STAGE;
     const uint8_t* scales = smem + L::SCALE_OFFSET + ring.slot * L::SCALE_STAGE;
@@ -516,7 +516,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
       // chunk for every i as t_i % 8 = (lane / 8) % 8; rows from the tile's MMA width on are not read.
       // Each copy's address is a register pair built from a uniform base and a 32-bit offset, and a
       // copy reads it late: the copies wait on one another (H200, MoE T = 8,192, gate_up: consumers
-      // waiting on their stages in 12% of the stall samples; docs/perf.md). Rows in order (down's input,
+      // waiting on their stages in 12% of the stall samples; docs/lab/perf-notebook.md). Rows in order (down's input,
       // dense x) come by the copy engine instead (TMA bit 2, below); gate_up's gathered rows cannot.
       constexpr int CHUNKS = N * 8 / PRODUCERS;
       const int copies = mma_width<N>(tile.rows) / 16;  // chunks i < copies are inside the width
@@ -534,7 +534,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
           // The copy engine brings the pair's codes with the even stage: per projection, each 16-byte
           // lane slot of the slice's rows as one box, into [lane slot][ROWS][16 B] (gated: gate rows,
           // then up rows: code_row). 16-byte cp.asyncs, one a row and slot, had the producer's
-          // requests in flight as its limit (docs/perf.md). Rows past the expert's read the next
+          // requests in flight as its limit (docs/lab/perf-notebook.md). Rows past the expert's read the next
           // expert's (or the copy engine's zeros past the last): their outputs are dropped.
           if ((kt & 1) == 0 && lane == 0) {
             constexpr int PROJECTIONS = GATED ? 2 : 1, PROJECTION_ROWS = ROWS / PROJECTIONS;

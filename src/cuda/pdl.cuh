@@ -17,7 +17,7 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\
 // Lets the next kernel on the stream be scheduled now (its CTAs then wait in pdl_wait()).
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
-// Whether launch_pdl sets the attribute: on unless NIBBLE_NO_PDL=1 (to measure or rule it out).
+// Whether launch_pdl sets the attribute: on unless NIBBLE_DIAG_NO_PDL=1 (to measure or rule it out).
 bool pdl_enabled();
 
 // kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization allowed, as a

@@ -8,12 +8,13 @@
 #include <cstdlib>
 #include <vector>
 
+#include "core/env.h"
+
 namespace nibble::cuda {
 
 long long* phase_stamp_buffer(const void* symbol) {
-  const char* env = std::getenv("NIBBLE_DECODE_BLOCK_TIMING");
   void* d = nullptr;
-  if (!env || std::string(env) != "1" || cudaGetSymbolAddress(&d, symbol) != cudaSuccess) return nullptr;
+  if (!env_flag("NIBBLE_DIAG_PHASE_TIMING") || cudaGetSymbolAddress(&d, symbol) != cudaSuccess) return nullptr;
   return static_cast<long long*>(d);
 }
 

@@ -1,5 +1,5 @@
 // Phase timing of the one-launch decode block (moe_decode.cu): with
-// NIBBLE_DECODE_BLOCK_TIMING=1 every CTA's thread 0 stamps the SM clock at each phase's end into a
+// NIBBLE_DIAG_PHASE_TIMING=1 every CTA's thread 0 stamps the SM clock at each phase's end into a
 // device buffer, and phase_report turns the last launch's stamps into per-phase times.
 #pragma once
 
@@ -16,7 +16,7 @@ __device__ __forceinline__ void phase_stamp(long long* stamps, int per_cta, int 
 
 // The device address of a kernel's stamp array (a zero-initialized `__device__ long long
 // [PHASE_STAMP_MAX_CTAS · per_cta]` of its file: no allocation, so it may be asked for while a CUDA
-// graph is being captured) when NIBBLE_DECODE_BLOCK_TIMING=1, else null.
+// graph is being captured) when NIBBLE_DIAG_PHASE_TIMING=1, else null.
 long long* phase_stamp_buffer(const void* symbol);
 
 // "title (us; median / max over N CTAs, at F MHz): name t/t; ..." for phases 1 … per_cta − 1 (the

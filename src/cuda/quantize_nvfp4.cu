@@ -67,7 +67,7 @@ __device__ void load_block(const float* src, float* values) {
 // every thread issues all its loads before it reduces anything: a decode step's few rows cost one
 // round of loads. (A warp per row took one round a block: 8 dependent rounds for a 4,096-wide row,
 // 16 per-token; in the CUDA graph of single-stream W4A4 decode that quantize cost ~10 us a layer,
-// H200, docs/perf.md.)
+// H200, docs/lab/perf-notebook.md.)
 constexpr int MAX_HELD_BLOCKS = 4;  // blocks a thread keeps in registers; further ones are read again
 constexpr int64_t GPU_THREADS = 132 * 2048;  // the threads an H100 / H200 holds at once (132 SMs of 2,048)
 
@@ -157,7 +157,7 @@ Status quantize_dequantize(const In* x, int64_t rows, int64_t cols, float input_
   // Where the blocks outnumber the threads the GPU holds (a prefill's rows): the fewest threads a row
   // that hold it in registers (16 to THREADS, up to MAX_HELD_BLOCKS blocks each) — no idle lanes on
   // 48-block rows, no barrier where a warp holds the row (pp2048's MoE down input 20.5 µs a layer
-  // static, 20.4 per-token, against 26.0 / 33.3 a block a thread; H200, docs/perf.md).
+  // static, 20.4 per-token, against 26.0 / 33.3 a block a thread; H200, docs/lab/perf-notebook.md).
   if (rows * n_blocks >= GPU_THREADS) {
     group = 16;
     while (group < THREADS && group * MAX_HELD_BLOCKS < n_blocks) group *= 2;

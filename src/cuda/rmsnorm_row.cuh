@@ -64,7 +64,7 @@ __device__ __forceinline__ void normalize_row(float (&v)[PER], const float (&w)[
 // (a 16-value block is 16 consecutive threads of one k; width a multiple of 16). Every thread calls it.
 // A block's scales are computed once, by lane k of its half-warp, and shuffled to the block's 16
 // lanes: each lane computing them for each of its values (the same bits) made a W4A4 prefill's norm
-// ~60% slower than W4A16's (H200, docs/perf.md).
+// ~60% slower than W4A16's (H200, docs/lab/perf-notebook.md).
 template <int PER>
 __device__ __forceinline__ void quantize_row(const float (&v)[PER], int64_t width, const NormActQuant& q, int64_t row,
                                              float* partial) {

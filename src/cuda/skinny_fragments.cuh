@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <string>
 
-#include "core/env.h"
 #include "core/status.h"
 #include "cuda/check.cuh"
 #include "cuda/nvfp4_fragments.cuh"
@@ -224,15 +223,12 @@ __device__ __forceinline__ bool reduce_warps(float (&acc)[COUNT][4], float* part
 
 // k-blocks per warp: 4 (more loads in flight per lane) for long k ranges, but 2 — twice the warps —
 // for the MoE's 8-row tiles and dense launches of two n-tiles. H200, codes in the GPU layout
-// (docs/perf.md "Repacked NVFP4 codes"), 4/2 blocks: MoE block T = 1 26.4/25.2 µs, T = 16 121/127;
+// (docs/lab/perf-notebook.md "Repacked NVFP4 codes"), 4/2 blocks: MoE block T = 1 26.4/25.2 µs, T = 16 121/127;
 // dense M = 16 k_proj 4.75/4.17, M = 32 q_proj 10.3/9.1, M = 1 q_proj 4.13/4.43.
-// Never more than MAX_WARPS warps: 4 blocks a warp beyond 2 · MAX_WARPS blocks. NIBBLE_SKINNY_BLOCKS=2
-// or 4 forces one where it fits (an experiment switch for scripts/device_ab.sh).
+// Never more than MAX_WARPS warps: 4 blocks a warp beyond 2 · MAX_WARPS blocks.
 inline int blocks_per_warp(int k, bool dense, int nt) {
-  static const int forced = int(env_int("NIBBLE_SKINNY_BLOCKS", 0));
   const int blocks = k / 128;
   if (blocks > 2 * MAX_WARPS) return 4;
-  if (forced == 2 || (forced == 4 && blocks >= 4)) return forced;
   return blocks < 8 || (dense ? nt > 1 : nt == 1) ? 2 : 4;
 }
 

@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_quant_kernel(cons
 
 // Split-K for up to 64 token rows (SKINNY_SPLIT). The kernel above gives each CTA 16 weight rows and
 // all of k, so every CTA reads its token tile's whole x from L2 and a weight is decoded once per token
-// tile: at M = 64 q_proj's 4.7 MB of weights brought 67 MB of x (docs/perf.md). Here a CTA's 4-8
+// tile: at M = 64 q_proj's 4.7 MB of weights brought 67 MB of x (docs/lab/perf-notebook.md). Here a CTA's 4-8
 // warps take as many m16 tiles (64-128 rows) over a 512-wide k range (a split) and all the tokens: the
 // CTA stages that slice of x in shared memory once (64 KB at M = 64), and each warp decodes each
 // weight word once and runs it against every n-tile. Enough CTAs for every SM come from the splits:

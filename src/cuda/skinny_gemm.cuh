@@ -25,7 +25,7 @@ inline constexpr int64_t SKINNY_MAX_K = 16 * 4 * SKINNY_K_BLOCK;
 // decoded weight fragment); the grouping's tile list is sized for the smallest.
 inline constexpr int SKINNY_MIN_TILE_ROWS = 8;
 // The tile height for `pairs` rows over `experts`: 8 while experts average fewer than 4 rows, 16 below
-// 16, else 32. H200, Qwen3-30B-A3B (docs/perf.md): MoE block at T = 128 226 µs with 16-row tiles
+// 16, else 32. H200, Qwen3-30B-A3B (docs/lab/perf-notebook.md): MoE block at T = 128 226 µs with 16-row tiles
 // against 269 with 8; T = 256 324 (32) against 438 (8); 16-row tiles cost 6% at T = 16. With long
 // warps (a tile takes only the n-tiles its rows fill) taller tiles sooner lost: 16 rows from 2 rows
 // per expert S_TG b32 4,265 → 4,180 tok/s; 32 from 8 rows b128 9,244 → 8,937.

@@ -4,7 +4,6 @@
 // mma's n dimension.
 #include <algorithm>
 
-#include "core/env.h"
 #include "cuda/moe_grouping.cuh"
 #include "cuda/skinny_fragments.cuh"
 #include "cuda/skinny_gemm.cuh"
@@ -205,7 +204,7 @@ __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, i
 // blockIdx.y the tile) and each warp walks the whole k range of its slice alone (long_warp_slice).
 // The split kernel above gives each warp 2-4 k-blocks, and its fixed work — addresses, token rows, the
 // k-split sum through shared memory, the epilogue — was about half of what a warp executed at T = 64
-// (docs/perf.md, "where the mid-batch MoE's time goes"); here it is paid once per slice, and the four
+// (docs/lab/perf-notebook.md, "where the mid-batch MoE's time goes"); here it is paid once per slice, and the four
 // warps read the same x rows at about the same time (L1 hits for three). A tile takes only the n-tiles
 // its rows fill (a 16- or 32-row tile of at most 8 rows one, of at most 16 two), so the tiles can be
 // tall enough that an expert's rows rarely need a second tile's weight reads, and the x loads and mma
@@ -263,14 +262,14 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
   const int slices = (p.n + SLICE_ROWS - 1) / SLICE_ROWS;
   using Kernel = void (*)(MoeParams);
   // Long warps from half a row per expert on average (and for any taller tiles). H200, Qwen3-30B-A3B
-  // (docs/perf.md, "Long warps"): MoE block T = 8 77.0 → 69.1 µs, T = 16 118 → 89, T = 64 173 → 134;
+  // (docs/lab/perf-notebook.md, "Long warps"): MoE block T = 8 77.0 → 69.1 µs, T = 16 118 → 89, T = 64 173 → 134;
   // S_TG b16 2,287 → 2,688 tok/s, b64 6,091 → 6,722. Below it the split kernels: one warp a slice would
   // leave too few warps to keep loads in flight (T = 4 46.2 split, 49.1 long).
   if (nt > 1 || 2 * a.pairs >= w0.experts) {
     const dim3 grid{unsigned((slices + 3) / 4), unsigned(max_tiles)};
     // More warps beat a deeper window (same section): one block ahead for 16- and 32-row tiles, two
     // for 8-row ones; 8 CTAs an SM (61-64 registers), 4 for 32-row tiles (their four n-tiles' x).
-    // 8-row tiles ask the L2 for 128-byte runs (docs/perf.md, "The skinny MoE's weight stream"): MoE
+    // 8-row tiles ask the L2 for 128-byte runs (docs/lab/perf-notebook.md, "The skinny MoE's weight stream"): MoE
     // block T = 16 89.5 → 86.8 µs and 93.4 → 87.6 in two calls; no gain from 16 rows up (T = 64
     // 134.0 → 137.8), where it stays off.
     auto pick = [&]<bool EARLY>() -> Kernel {
@@ -278,18 +277,16 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
              : nt == 2 ? skinny_moe_long_kernel<1, GATED, 2, 8, 0, EARLY>
                        : skinny_moe_long_kernel<2, GATED, 1, 8, 128, EARLY>;
     };
-    // (EARLY is written !GATED, not true: gate_up never instantiates the early form, which its
-    // static_assert forbids.)
-    const Kernel kernel = !GATED && moe_early_loads() ? pick.template operator()<!GATED>() : pick.template operator()<false>();
+    // Down issues its first weight window before its PDL wait, gate_up cannot (its tile list is its
+    // predecessor's output): EARLY = !GATED. S_TG b64 +0.4%, pp2048 +0.9% (docs/lab/perf-notebook.md).
+    const Kernel kernel = pick.template operator()<!GATED>();
     return cuda_status(launch_pdl(kernel, grid, dim3(128), 0, stream, p), what);
   }
   // The unguarded split kernels (FULL) wherever the shape gives every warp its k-blocks and every
-  // slice its rows: all the models' shapes. H200, Qwen3-30B-A3B (docs/perf.md, twentieth session):
-  // MoE block T = 16 122.5 → 119.8 µs, S_TG b16 2,255 → 2,307 tok/s. NIBBLE_SKINNY_MOE_GUARDED=1
-  // forces the guarded ones (an experiment switch for A/B runs).
-  static const bool guarded = env_int("NIBBLE_SKINNY_MOE_GUARDED", 0) != 0;
+  // slice its rows: all the models' shapes. H200, Qwen3-30B-A3B (docs/lab/perf-notebook.md, twentieth session):
+  // MoE block T = 16 122.5 → 119.8 µs, S_TG b16 2,255 → 2,307 tok/s; the guarded ones for other shapes.
   const int per_warp = blocks_per_warp(p.k, false, 1);
-  const bool full = !guarded && p.n % SLICE_ROWS == 0 && (p.k / 128) % per_warp == 0;
+  const bool full = p.n % SLICE_ROWS == 0 && (p.k / 128) % per_warp == 0;
   const Kernel kernel = per_warp == 4 ? (full ? skinny_moe_split_kernel<4, GATED, true> : skinny_moe_split_kernel<4, GATED, false>)
                                       : (full ? skinny_moe_split_kernel<2, GATED, true> : skinny_moe_split_kernel<2, GATED, false>);
   return launch(kernel, dim3(unsigned(slices), unsigned(max_tiles)), p.k, per_warp, 1, p, stream, what);
@@ -297,13 +294,8 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
 
 }  // namespace
 
-bool moe_early_loads() {
-  static const bool early = env_int("NIBBLE_MOE_EARLY_LOADS", 1) != 0;
-  return early;
-}
-
 // 8-row tiles below 3 rows per expert, 16 below 16, then 32. H200, full-size synthetic Qwen3-30B-A3B
-// (docs/perf.md, "Serving workload 1 by its steps"): 16-row tiles from 3 rather than 4 rows per expert
+// (docs/lab/perf-notebook.md, "Serving workload 1 by its steps"): 16-row tiles from 3 rather than 4 rows per expert
 // took S_TG b56 6,052 → 6,126 tok/s (b48 +0.3%; the synthetic routing's busier experts stop needing a
 // second 8-row tile); from 2, b40 lost 2%.
 int skinny_moe_tile_rows(int64_t pairs, int64_t experts) {

@@ -5,12 +5,13 @@
 #include <cstring>
 
 #include "cuda/check.cuh"
+#include "core/env.h"
 #include "cuda/step_profiler.cuh"
 
 namespace nibble::cuda {
 
 int op_repeats(const char* op) {
-  static const char* repeated = std::getenv("NIBBLE_REPEAT_OP");
+  static const char* repeated = env_value("NIBBLE_DIAG_REPEAT_OP");
   return repeated && std::strcmp(repeated, op) == 0 ? 2 : 1;
 }
 

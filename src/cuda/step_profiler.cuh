@@ -16,11 +16,11 @@
 namespace nibble::cuda {
 
 // How many times the model runs op `op` each time it would run it once: 2 for the op named by
-// NIBBLE_REPEAT_OP (qkv, qk_rope_store, attention, o_proj, post_norm, moe_block — one token's
+// NIBBLE_DIAG_REPEAT_OP (qkv, qk_rope_store, attention, o_proj, post_norm, moe_block — one token's
 // one-launch MoE block —, router, gate_up, act_quant, down, combine), else 1. Each of these ops gives
 // the same result run twice, or adds its residual twice (timing only). The step time's increase, CUDA
 // graphs and PDL included, is the op's cost in the running step — what fusing it away could save at
-// most (scripts/device_repeat_ops.sh).
+// most (`WHAT=repeat scripts/device.sh profile`).
 int op_repeats(const char* op);
 
 // Closes the time since the last mark under `op` in the step being profiled, if any: how kernels

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 
+#include "core/env.h"
 #include "core/log.h"
 #include "cuda/attention.cuh"
 #include "cuda/check.cuh"
@@ -128,7 +129,7 @@ struct CudaModel::Impl {
   // engine's blocks) through a sequence row of their own.
   std::map<int64_t, cudaGraphExec_t> graphs;
   int32_t trash_block = 0;
-  cuda::StepProfiler profiler;  // NIBBLE_PROFILE_STEPS=1
+  cuda::StepProfiler profiler;  // NIBBLE_DIAG_PROFILE_STEPS=1
 
   ~Impl() {
     for (auto& [size, graph] : graphs) cudaGraphExecDestroy(graph);
@@ -835,8 +836,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const io::L
   impl->config = c;
   impl->options = options;
   impl->ctx = &ctx;
-  if (const char* p = std::getenv("NIBBLE_PROFILE_STEPS"); p && std::string(p) == "1") impl->profiler.enable();
-  if (const char* p = std::getenv("NIBBLE_DECODE_ATTENTION_MAX_ROWS")) impl->options.one_launch_decode_max_rows = std::atoll(p);
+  if (env_flag("NIBBLE_DIAG_PROFILE_STEPS")) impl->profiler.enable();
   NIB_RETURN_IF_ERROR(impl->upload(checkpoint->bound, true));
   NIB_RETURN_IF_ERROR(impl->workspaces());
   // After the upload (its copies are not of interest), before the decode graphs are captured.
@@ -864,7 +864,7 @@ Status CudaModel::allocate_kv_cache(int64_t n_blocks) {
 
 Status CudaModel::capture_decode_graphs(int64_t max_batch) {
   if (impl_->profiler.enabled()) {
-    log_info("NIBBLE_PROFILE_STEPS=1: every step runs eagerly, timed op by op");
+    log_info("NIBBLE_DIAG_PROFILE_STEPS=1: every step runs eagerly, timed op by op");
     return Status::ok();
   }
   return impl_->capture_graphs(max_batch);

@@ -16,7 +16,7 @@
 
 namespace nibble::models {
 
-// --decode-attention auto's threshold. H200, full-size Qwen3-30B-A3B, 1000-token contexts (docs/perf.md):
+// --decode-attention auto's threshold. H200, full-size Qwen3-30B-A3B, 1000-token contexts (docs/lab/perf-notebook.md):
 // split-KV / tensor-core 236 / 186 tok/s at 1 sequence (one CTA walks a whole context), 1,537 / 1,667
 // at 16, 2,760 / 3,635 at 64, 3,528 / 4,730 at 128.
 inline constexpr int64_t AUTO_TENSOR_CORE_DECODE_MIN_ROWS = 16;
@@ -31,12 +31,12 @@ struct CudaModelOptions {
   int64_t tensor_core_decode_min_rows = AUTO_TENSOR_CORE_DECODE_MIN_ROWS;
   // Attention through FlashInfer (cuda/flashinfer_attention.cuh) for every step where the head dim
   // is compiled in (it measured faster than the native kernels at every decode batch size and for
-  // pp2048, docs/perf.md); the native kernels above otherwise.
+  // pp2048, docs/lab/perf-notebook.md); the native kernels above otherwise.
   bool flashinfer = true;
   // Decode steps of at most this many rows (graph padding included) run the one-launch decode
   // attention (cuda/decode_attention.cuh) instead of FlashInfer's split-KV kernel and merge, where
-  // the shapes allow; 0: never. NIBBLE_DECODE_ATTENTION_MAX_ROWS overrides it (A/B measurements).
-  // 2: on the H200 (full-size Qwen3-30B-A3B, docs/perf.md, 2026-12-04) it is faster at 1 and 2 rows
+  // the shapes allow; 0: never.
+  // 2: on the H200 (full-size Qwen3-30B-A3B, docs/lab/perf-notebook.md, 2026-12-04) it is faster at 1 and 2 rows
   // in every mode (tg128 +5%, 1,000-key contexts +2–5%), at 4 rows 1% slower in W4A16 (faster in
   // W4A4), and 9% slower at 16 (more splits there: slower still).
   int64_t one_launch_decode_max_rows = 2;
@@ -79,7 +79,7 @@ class CudaModel {
   // [max_rows] device: the tokens the last step drew, by logits row, which the runner writes after
   // sampling; pending ids (models::pending_token) in the next batch read them on the device.
   int32_t* drawn_tokens();
-  // With NIBBLE_PROFILE_STEPS=1 in the environment: per-op GPU time of the steps so far.
+  // With NIBBLE_DIAG_PROFILE_STEPS=1 in the environment: per-op GPU time of the steps so far.
   std::string profile_report() const;
 
  private:

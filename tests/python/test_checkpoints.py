@@ -105,7 +105,7 @@ def test_synth_is_deterministic(build_dir, tiny, tmp_path):
     # The AVX2 generator and the portable one write the same bytes.
     portable = tmp_path / "portable"
     subprocess.run([str(build_dir / "nibble"), "synth", "--preset", "tiny-moe", "--out", str(portable), "--seed", "7"],
-                   check=True, capture_output=True, env=dict(os.environ, NIBBLE_NO_AVX2="1"))
+                   check=True, capture_output=True, env=dict(os.environ, NIBBLE_DIAG_NO_AVX2="1"))
     for shard_file in sorted(tiny.glob("*.safetensors")):
         assert (portable / shard_file.name).read_bytes() == shard_file.read_bytes(), shard_file.name
 

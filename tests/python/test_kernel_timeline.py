@@ -1,4 +1,4 @@
-"""scripts/kernel_timeline.py on synthetic NIBBLE_KERNEL_TRACE files whose answers are known: steps cut at
+"""scripts/kernel_timeline.py on synthetic NIBBLE_DIAG_KERNEL_TRACE files whose answers are known: steps cut at
 the embedding kernels and named by the labels in order, the warm-up step left out, exposed times and
 gaps adding up to each step's time with PDL-style overlaps (a kernel starting before its predecessor
 ends), and the one-layer timeline found from the repeating kernels (one of them run twice a layer)."""
@@ -73,7 +73,7 @@ def test_steps_exposed_times_and_gaps_add_up(tmp_path, seed):
     assert layer, section
     listed = re.findall(r"^\| (\w+) \| \d+ x 128 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", section.split("layer ")[-1], re.M)
     assert listed == [name for name, _ in LAYER]
-    # A gzipped trace (as device_kernel_timeline.sh leaves it) reads the same.
+    # A gzipped trace (as `scripts/device.sh timeline` leaves it) reads the same.
     with open(tmp_path / "trace.csv", "rb") as raw, gzip.open(tmp_path / "trace.csv.gz", "wb") as packed:
         packed.write(raw.read())
     again = subprocess.run([sys.executable, str(REPO / "scripts/kernel_timeline.py"), str(tmp_path / "trace.csv.gz")],

@@ -227,7 +227,7 @@ int run_bench_latency(const BenchLatencyOptions& o) {
       const double t = median(times);
       report("tg" + std::to_string(o.tg), o.tg, o.tg / t, t * 1e3 / o.tg);
 #if NIBBLE_BENCH_CUDA
-      // NIBBLE_DECODE_BLOCK_TIMING=1: the one-launch MoE block's phases in the model (the last layer of the last step).
+      // NIBBLE_DIAG_PHASE_TIMING=1: the one-launch MoE block's phases in the model (the last layer of the last step).
       if (const std::string phases = cuda::moe_decode_block_timing(r.config().hidden_size); !phases.empty())
         std::printf("# %s\n", phases.c_str());
       if (const std::string phases = cuda::sampler_timing(1); !phases.empty()) std::printf("# %s\n", phases.c_str());
