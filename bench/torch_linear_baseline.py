@@ -1,6 +1,6 @@
 """torch BF16 baseline for `nibble bench kernels`: torch.matmul on the same dense shapes and M,
 timed the same way (CUDA events over a CUDA graph of launches, weights rotated beyond L2, median).
-Run on the device machine beside `nibble bench kernels` (scripts/device_kernels.sh)."""
+Run on the device machine beside `nibble bench kernels` (`scripts/device.sh kernels`)."""
 import argparse
 
 import torch

@@ -3,7 +3,7 @@
 [P, H]·[E, H, 2I] then down [P, I]·[E, I, H] — the "grouped_mm GEMMs alone" baseline of issue 8, and
 the same plus routing, sorting, SwiGLU and the weighted combine ("torch MoE"). Timed like nibble:
 CUDA events over a CUDA graph of launches, weights in two copies and eight routings (beyond L2),
-median. Run on the device machine (scripts/device_kernels.sh)."""
+median. Run on the device machine (`scripts/device.sh kernels`)."""
 import argparse
 
 import torch

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summarizes a NIBBLE_KERNEL_TRACE file (src/cuda/kernel_trace.h): the trace is cut into steps at
+"""Summarizes a NIBBLE_DIAG_KERNEL_TRACE file (src/cuda/kernel_trace.h): the trace is cut into steps at
 each embedding kernel, each step takes its label (in order), and the steps of one label are averaged
 (the first left out as a warm-up when there are more). For each kernel, in launch order within the
 step: its duration and its *exposed* time — how far its end moved the step's frontier (the latest end
@@ -16,7 +16,7 @@ from collections import defaultdict
 
 def load(path):
     labels, kernels = [], []
-    # device_kernel_timeline.sh leaves its traces gzipped.
+    # `scripts/device.sh timeline` leaves its traces gzipped.
     opened = gzip.open(path, "rt") if path.endswith(".gz") else open(path)
     for r in csv.DictReader(opened):
         if r["kind"] == "label":

@@ -2,7 +2,7 @@
 """`nibble bench latency` logs side by side (one log a variant or build, as the device scripts write
 them): a row per (mode, test), a column per log, each value beside its speed change against the first
 log's. Throughput rows (ppN, tgN, S_TG bB) show tok/s; mixed steps (mix bB+pP) ms a step, as
-docs/perf.md quotes them. The change is always speed: +5.0% means 5% more tok/s, or a step taking
+docs/lab/perf-notebook.md quotes them. The change is always speed: +5.0% means 5% more tok/s, or a step taking
 1/1.05 of the first log's time. A log without a row gets "—" (a variant that crashed or skipped it).
 
     latency_compare.py [--name A --name B ...] LOG [LOG ...]

@@ -1,5 +1,5 @@
 # Top SASS instructions by warp stall samples, and the samples by reason, from the CSV of
-# `ncu --page source --csv --print-source sass` (scripts/device_gemm_profile.sh): ncu_stalls.py CSV [ROWS].
+# `ncu --page source --csv --print-source sass` (`scripts/device.sh profile`): ncu_stalls.py CSV [ROWS].
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
 hi = next(i for i, r in enumerate(rows) if any('Source' == c for c in r))

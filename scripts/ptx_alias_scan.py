@@ -1,6 +1,6 @@
 # Finds kernels whose global loads wait behind their own stores: a plain (not .nc) ld.global within a few
 # PTX instructions after an st.global, which the compiler keeps in order because the two pointers may
-# alias (docs/perf.md, "Memory latencies the compiler could not overlap"); and kernels that store to
+# alias (docs/lab/perf-notebook.md, "Memory latencies the compiler could not overlap"); and kernels that store to
 # local memory outside sincosf's slow path (an array indexed or chosen at run time, kept in memory).
 # Compiles our own CUDA files (not FlashInfer's wrappers) to PTX for sm_90a:
 # python3 scripts/ptx_alias_scan.py [MIN_HITS] [FILE.cu ...].

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Builds baseline commits' `nibble` for same-call A/B runs on the device: for each COMMIT (default
+# `scripts/device.sh baseline COMMIT…`: baseline commits' `nibble` for same-call A/B runs on the device: for each COMMIT (default
 # HEAD) a git worktree under /tmp, the nibble target only (ccache makes an unchanged tree quick),
 # stripped as build-base/nibble-<commit>, the first also as build-base/nibble; packed as
-# build-base/bins.tar.gz, which scripts/device_ab.sh (build-base/nibble) and `BASELINE=1
-# scripts/device_quick.sh` (every build-base/nibble-*) unpack there. Send it with carry:
+# build-base/bins.tar.gz, which `BASELINE=1 scripts/device.sh latency` (every build-base/nibble-*) and
+# `BASELINE=1 scripts/device.sh kernels` (build-base/nibble) unpack there. Send it with carry:
 # ["build-device", "build-base"] (~6 MB a binary of the 64 MiB). The worktrees sit beside this checkout
 # and ccache rewrites paths relative to their common parent (and leaves the build directory out of
 # its hash), so a baseline recompiles only the files that differ from the last build here.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$PWD")} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 [ $# -gt 0 ] || set -- HEAD
 rm -rf build-base && mkdir -p build-base

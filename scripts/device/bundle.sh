@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Collects the binaries a device run needs into build-device/ (stripped and xz-compressed into one
-# bins.tar.xz, ~30% smaller than gzip's; scripts/device_env.sh unpacks it there);
-# send it with carry: ["build-device"] and run scripts/device_run.sh there. BUNDLE_TESTS="moe runner …"
+# `scripts/device.sh bundle`: collects the binaries a device run needs into build-device/ (stripped and
+# xz-compressed into one bins.tar.xz, ~30% smaller than gzip's; common.sh unpacks it there); send it
+# with carry: ["build-device"] and run scripts/device.sh there. BUNDLE_TESTS="moe runner …"
 # packs only those GPU test binaries (and not the server tests' route table tool): a bundle of all is
 # ~24 MB (xz), which with the tracked tree (~27 MB) leaves little of the 64 MiB for a build-base/ beside it.
-# BUNDLE_CUPTI=1 adds the toolkit's CUPTI library (4 MB), which NIBBLE_KERNEL_TRACE loads.
+# BUNDLE_CUPTI=1 adds the toolkit's CUPTI library (4 MB), which NIBBLE_DIAG_KERNEL_TRACE loads.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 bash scripts/build.sh >/dev/null
 rm -rf build-device && mkdir -p build-device/tests build-device/bench
 cp build/nibble build-device/

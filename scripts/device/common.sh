@@ -1,20 +1,21 @@
-# Sourced by the device scripts (run on the GPU machine from the repo root, build-device/ carried):
-# $OUT for logs, the carried libraries and the tokenizer data, and the full-size synthetic
-# Qwen3-30B-A3B checkpoint written once per machine (synth_qwen3_full).
+# What every GPU subcommand of scripts/device.sh shares (sourced once, on the GPU machine, from the
+# repo root, build-device/ carried): $OUT for logs, the carried libraries and the tokenizer data, the
+# full-size synthetic Qwen3-30B-A3B checkpoint written once per machine (synth_qwen3_full), the
+# baseline binaries, the openai-client wheels, and Nsight Compute's helpers.
 OUT=${OUT:-/tmp/nibble-device}
-# scripts/device_bundle.sh carries the binaries xz-compressed (5x smaller); python's tarfile unpacks
+# `scripts/device.sh bundle` carries the binaries xz-compressed (5x smaller); python's tarfile unpacks
 # them where tar has no xz.
 if [ -f build-device/bins.tar.xz ] && [ ! -x build-device/nibble ]; then
   tar -C build-device -xJf build-device/bins.tar.xz 2>/dev/null ||
     python3 -c "import tarfile; tarfile.open('build-device/bins.tar.xz').extractall('build-device')"
 fi
 mkdir -p "$OUT"
-# A call brings back at most 8 files from $OUT: every script that sources this file packs what it
-# wrote there (two folders down; files under 16 MiB, not the .tar.gz / .tar.xz artifacts a script
-# means to return as they are) into 0logs.tar.gz as it exits — first by name, so all of it comes back.
+# A call brings back at most 8 files from $OUT: the driver packs what was written there (two folders
+# down; files under 16 MiB, not the .tar.gz / .tar.xz artifacts a subcommand means to return as they
+# are) into 0logs.tar.gz as it exits — first by name, so all of it comes back.
 pack_logs() {
   local list=/tmp/nibble-pack-$$.list
-  (cd "$OUT" && find . -maxdepth 3 -type f -size -16M ! -name '*.tar.gz' ! -name '*.tar.xz' -print0 > "$list" &&
+  (cd "$OUT" && find . -maxdepth 3 -type f -size -16M ! -name '*.tar.gz' ! -name '*.tar.xz' ! -name '*.part-*' -print0 > "$list" &&
     [ -s "$list" ] && tar -czf 0logs.tar.gz --null -T "$list" 2> /dev/null) || true
   rm -f "$list"
 }
@@ -23,7 +24,7 @@ export NIBBLE_DATA_DIR="$PWD/data"
 export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 SYNTH_DIR=${SYNTH_DIR:-/tmp/qwen3-30b-a3b-synth}
 
-# build-base/'s binaries (scripts/build_baseline.sh carries them gzipped), unpacked once.
+# build-base/'s binaries (`scripts/device.sh baseline` carries them gzipped), unpacked once.
 unpack_baseline() { [ -e build-base/nibble ] || tar -C build-base -xzf build-base/bins.tar.gz; }
 
 # The `bench latency` argument sets of RUNS (";"-separated shell words) as the array `runs`, and one of
@@ -40,7 +41,7 @@ synth_qwen3_full() {
 }
 
 # The openai-client server tests need openai, pytest and requests, which the machine's python lacks:
-# scripts/device_wheels.sh fetches them here as wheels (carry ".whl"). Returns 0 when importable.
+# `scripts/device.sh wheels` fetches them here as wheels (carry ".whl"). Returns 0 when importable.
 test_wheels() {
   if [ -d .whl ] && [ ! -d /tmp/site ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -101,4 +102,24 @@ s = sum(total.values())
 print(f'{len(step)} kernels, {s:.1f} us of GPU time')
 for n, t in sorted(total.items(), key=lambda kv: -kv[1]): print(f'{n[:70]:70s} {count[n]:5d} {t:9.1f} us {100*t/s:5.1f}%')
 "
+}
+
+# The 4-layer slice of Qwen3-30B-A3B (seed 1) the runner's GPU-against-CPU test reads.
+SLICE_DIR=${SLICE_DIR:-/tmp/qwen3-30b-a3b-4l}
+synth_slice() {
+  [ -f "$SLICE_DIR/config.json" ] ||
+    build-device/nibble synth --preset qwen3-30b-a3b --layers 4 --out "$SLICE_DIR" --seed 1 > "$OUT/synth4.log" 2>&1
+}
+
+# One line of a `bench latency` log's rows: mode/ppN=tok/s, mode/bB=tok/s, mode/mix=ms.
+latency_summary() {
+  awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}
+       $2 == "mix" {printf "%s/%s=%sms ", $1, $3, $6}' "$1"
+}
+
+# A gtest log's verdict, or what stopped it (a crash, a timeout, a binary not bundled).
+gtest_verdict() {
+  local verdict
+  verdict=$(grep -hE "^\[  (PASSED|FAILED|SKIPPED) " "$1" 2>/dev/null | tr '\n' ' ')
+  echo "${verdict:-NOT RUN TO THE END: $(tail -1 "$1" 2>/dev/null)}"
 }

@@ -1,10 +1,6 @@
-#!/usr/bin/env bash
-# ERNIE-4.5-MoE on the GPU machine (issue 17; build-device/ and .whl/ carried; device_run.sh calls
-# it): the runner against the CPU on a small ERNIE, the openai-client server tests on it, then the
+# `scripts/device.sh ernie`: ERNIE-4.5-MoE on the GPU machine (build-device/ and .whl/ carried): the runner against the CPU on a small ERNIE, the openai-client server tests on it, then the
 # full-size synthetic ERNIE-4.5-21B-A3B: bench latency in the three activation modes, a per-op step
 # profile, and the kernels on its shapes (its MoE also with the shared experts as routed experts).
-set -uo pipefail
-source "$(dirname "$0")/device_env.sh"
 results=()
 ERNIE_DIR=${ERNIE_DIR:-/tmp/small-ernie}
 rm -rf "$ERNIE_DIR"
@@ -24,7 +20,7 @@ build-device/nibble bench latency --model "$ERNIE_FULL" --backend cuda --modes "
   --pp 2048 --tg 128 --batches 64 --batch-prompt 1000 --batch-gen 32 --json "$OUT/latency_ernie.json" \
   > "$OUT/latency_ernie.log" 2>&1
 results+=("$(printf '%-28s rc=%d' "bench latency, ERNIE" "$?")")
-NIBBLE_PROFILE_STEPS=1 build-device/nibble bench latency --model "$ERNIE_FULL" --backend cuda --pp 2048 --tg 16 \
+NIBBLE_DIAG_PROFILE_STEPS=1 build-device/nibble bench latency --model "$ERNIE_FULL" --backend cuda --pp 2048 --tg 16 \
   --batches "" --repeats 1 > "$OUT/profile_ernie.log" 2>&1
 build-device/nibble bench kernels --shapes ernie-4.5-21b-a3b --m 1,16,64 --moe-tokens 1,16,64 --gemm-backend auto \
   --moe-backend auto --json "$OUT/kernels_ernie.json" > "$OUT/kernels_ernie.log" 2>&1

@@ -1,5 +1,4 @@
-#!/usr/bin/env bash
-# Issue 16's workload 1 on the GPU machine (build-device/ carried): FastDeploy's NVFP4 MoE PR
+# `scripts/device.sh serve`: serving workloads on the GPU machine. Workload 1: FastDeploy's NVFP4 MoE PR
 # benchmark shape — chat requests of ShareGPT's lengths (~1136 input / ~200 output tokens, spread
 # ±50%), 64 at a time, --ignore-eos — against nibble serve --backend cuda on the full-size synthetic
 # Qwen3-30B-A3B, with vLLM's client-side and FastDeploy's server-side metrics, then the engine's step
@@ -7,9 +6,8 @@
 # to run it under, one server each — "default" or serve flags joined by commas, e.g.
 # "--max-num-batched-tokens=4096,--scheduler-delay-factor=2" (default: "default"); SERVE_ARGS: flags
 # for every server; WORKLOAD2=1 adds issue 16's workload 2 (gsm8k, 1,209 in parallel) on the last
-# server; WORKLOAD1=0 skips workload 1.
-set -uo pipefail
-source "$(dirname "$0")/device_env.sh"
+# server; WORKLOAD1=0 skips workload 1. Overlapped scheduling on and off, for one:
+# CONFIGS="default --disable-overlap-schedule".
 synth_qwen3_full
 
 start_server() {  # start_server LOG [serve flags...]

@@ -1,17 +1,14 @@
-#!/usr/bin/env bash
-# Issue 18 on the GPU machine: trains the small default model (scripts/train_tiny_moe.py), then measures
+# `scripts/device.sh train-tiny`: trains the small default model (scripts/train_tiny_moe.py), then measures
 # GSM8K-like 8-shot accuracy through `nibble serve` + `nibble eval gsm8k` on held-apart problems in every
 # NVFP4 numerics mode on the GPU. Logs, the NVFP4 checkpoint (tiny-nvfp4.tar.gz) and the BF16 one (in
 # 15 MB parts, for the BF16 row measured on a CPU) come back under $OUT. TRAIN_ARGS goes to the trainer;
 # MODEL=DIR skips training and measures that NVFP4 checkpoint (e.g. data/default-model).
-source scripts/device_env.sh
-set -o pipefail
 export PYTHONUNBUFFERED=1
 T=/tmp/tiny   # outside $OUT: only the files listed below come back
 QUESTIONS=${QUESTIONS:-1319}   # the size of GSM8K's test split
 if [ -z "${MODEL:-}" ]; then
   python3 scripts/train_tiny_moe.py --out "$T" --nibble build-device/nibble ${TRAIN_ARGS:-} 2>&1 | tee "$OUT/train.log" |
-    grep -v "^step [1-9][0-9]*[1-9]00:" || { echo "training failed"; tar -C "$OUT" -czf "$OUT/0logs.tar.gz" train.log; exit 1; }
+    grep -v "^step [1-9][0-9]*[1-9]00:" || { echo "training failed"; exit 1; }
   tar -C "$T" -czf "$OUT/tiny-nvfp4.tar.gz" nvfp4
   tar -C "$T" -czf "$OUT/tiny-bf16-meta.tar.gz" --exclude model.safetensors bf16
   split -b 15M "$T/bf16/model.safetensors" "$OUT/tiny-bf16-safetensors.part-"
@@ -39,5 +36,3 @@ eval_mode per-token-moe-static-dense 8302 --model "$MODEL" --backend cuda --act-
 eval_mode per-token-moe 8302 --model "$MODEL" --backend cuda --act-quant-moe per-token
 eval_mode per-token-all 8302 --model "$MODEL" --backend cuda --act-quant-moe per-token --act-quant-dense per-token
 [ -f "$OUT/train.log" ] && grep -E "^(corpus|model|probe):|loss" "$OUT/train.log" | tail -4
-(cd "$OUT" && tar -czf 0logs.tar.gz $(ls train.log 2> /dev/null) serve-*.log eval-*.txt pred-*.jsonl &&
-  rm -f train.log serve-*.log eval-*.txt pred-*.jsonl)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Fetches, here, the wheels the openai-client server tests need on the GPU machine (its python3 is
+# `scripts/device.sh wheels`: fetches, here, the wheels the openai-client server tests need on the GPU machine (its python3 is
 # 3.12 and has no openai, pytest or requests; nothing can be downloaded there): the versions of
 # tests/requirements.txt and their dependencies, into .whl/ (git-ignored). Carry ".whl" with
-# build-device; scripts/device_run.sh installs them into /tmp/site when it finds them.
+# build-device; `scripts/device.sh tests` installs them into /tmp/site when it finds them.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PACKAGES=(openai==3.57.0 httpx2==2.16.2 httpcore2==2.16.2 anyio==4.16.0 sniffio==1.3.1 jiter==0.19.0
           pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
           typing_extensions==4.16.0 h11==0.16.0 idna==3.20 certifi==2026.10.19.post1

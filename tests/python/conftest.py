@@ -24,7 +24,7 @@ def seed(request) -> int:
 
 
 # The server tests run on the GPU too: NIBBLE_TEST_PRESET=small-moe (a checkpoint the GPU kernels
-# take) and NIBBLE_TEST_SERVE_ARGS="--backend cuda" (scripts/device_run.sh sets both);
+# take) and NIBBLE_TEST_SERVE_ARGS="--backend cuda" (`scripts/device.sh tests` sets both);
 # NIBBLE_TEST_SERVER_MODEL serves an existing checkpoint as model "a" (the full-size synthetic one there).
 PRESET = os.environ.get("NIBBLE_TEST_PRESET", "tiny-moe")
 SERVE_ARGS = os.environ.get("NIBBLE_TEST_SERVE_ARGS", "").split()

@@ -18,7 +18,7 @@ import requests
 from conftest import PRESET, SERVE_ARGS
 from nibble_server import NibbleServer
 
-# On the GPU (scripts/device_run.sh), a request's kernels depend on the batch it runs in (skinny,
+# On the GPU (`scripts/device.sh tests`), a request's kernels depend on the batch it runs in (skinny,
 # fused or wgmma GEMMs by row count; split-KV or tensor-core decode attention), which sum in other
 # orders: its logits differ between batches by ~1e-3 (test_cuda_runner bounds each against the CPU
 # at 5e-3 on these models). The CPU model is batch-invariant and is held to equality. On the GPU a

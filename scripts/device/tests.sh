@@ -1,0 +1,61 @@
+# `scripts/device.sh tests`: correctness on the GPU. The GPU test binaries in TESTS (names after
+# test_cuda_, e.g. "moe runner"; default every one bundled) and the 4-layer slice of Qwen3-30B-A3B
+# against the CPU, side by side; each also under the environment of every TEST_VARIANTS entry
+# ("VAR=1,VAR2=x"). Then, with .whl carried, the openai-client server tests against
+# `nibble serve --backend cuda` (SERVER=0 skips them; SERVER_TESTS picks the files, default
+# test_server_openai.py test_server_api_compat.py) on the small synthetic model, and with LOAD=1 the
+# load tests (2,000 open streams, disconnects, preemption, a weight swap under traffic).
+synth_slice
+if [ -z "${TESTS:-}" ]; then
+  TESTS=$(cd build-device/tests && ls test_cuda_* 2>/dev/null | sed 's/^test_cuda_//' | tr '\n' ' ')
+fi
+names=()
+for v in base ${TEST_VARIANTS:-}; do
+  vars=""; [ "$v" != base ] && vars="${v//,/ }"
+  tag=$(printf '%s' "$v" | tr '=,' '-_')
+  for t in $TESTS; do
+    # shellcheck disable=SC2086
+    env $vars timeout 300 "build-device/tests/test_cuda_$t" > "$OUT/test_${t}_$tag.log" 2>&1 &
+    names+=("test_${t}_$tag")
+  done
+  # shellcheck disable=SC2086
+  env $vars NIBBLE_TEST_MODEL="$SLICE_DIR" timeout 300 build-device/tests/test_cuda_runner --gtest_filter='*MatchesTheCpu*' \
+    > "$OUT/slice_$tag.log" 2>&1 &
+  names+=("slice_$tag")
+done
+wait
+verdicts=()
+for n in "${names[@]}"; do
+  verdicts+=("$(printf '%-36s %s' "$n" "$(gtest_verdict "$OUT/$n.log")")")
+  grep -hE "Failure|Expected|actual|Which is" "$OUT/$n.log" | head -4
+done
+grep -hE "^(mode|512)" "$OUT"/slice_*.log | head -8
+if [ "${SERVER:-1}" = 1 ] || [ "${LOAD:-0}" = 1 ]; then
+  if ! test_wheels; then
+    verdicts+=("server tests: skipped (no openai/pytest/requests: run 'scripts/device.sh wheels' here and carry .whl)")
+  else
+    synth_qwen3_full
+    if [ "${SERVER:-1}" = 1 ]; then
+      # shellcheck disable=SC2086
+      NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe NIBBLE_TEST_SERVE_ARGS="--backend cuda" \
+        timeout 400 python3 -m pytest -q -p no:cacheprovider \
+        ${SERVER_TESTS:-tests/python/test_server_openai.py tests/python/test_server_api_compat.py} \
+        > "$OUT/pytest_server_cuda.log" 2>&1
+      verdicts+=("$(printf '%-36s rc=%d  %s' "server tests, serve cuda" "$?" "$(tail -1 "$OUT/pytest_server_cuda.log")")")
+      grep -E "^(FAILED|ERROR)" "$OUT/pytest_server_cuda.log" | head -8
+    fi
+    if [ "${LOAD:-0}" = 1 ]; then
+      # A fixed KV budget a server: several tests run a second server beside the module's, and the
+      # measured sizing counts the first one's memory against the card's share.
+      NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe NIBBLE_TEST_SERVE_ARGS="--backend cuda --kv-cache-memory-gb 2" \
+        timeout 300 python3 -m pytest -q -p no:cacheprovider tests/python/test_server_load.py > "$OUT/pytest_load_cuda.log" 2>&1
+      verdicts+=("$(printf '%-36s rc=%d  %s' "load tests, serve cuda" "$?" "$(tail -1 "$OUT/pytest_load_cuda.log")")")
+      NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe NIBBLE_TEST_SERVE_ARGS="--backend cuda" \
+        NIBBLE_TEST_SERVER_MODEL="$SYNTH_DIR" timeout 300 python3 -m pytest -q -s -p no:cacheprovider \
+        tests/python/test_server_load.py -k "2000 or disconnect" > "$OUT/pytest_load_full.log" 2>&1
+      verdicts+=("$(printf '%-36s rc=%d  %s' "2000 streams, full-size cuda" "$?" "$(tail -1 "$OUT/pytest_load_full.log")")")
+    fi
+  fi
+fi
+printf '%s\n' "${verdicts[@]}"
+! printf '%s\n' "${verdicts[@]}" | grep -qE "FAILED|NOT RUN|failed|error"
