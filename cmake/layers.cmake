@@ -1,4 +1,4 @@
-# The layer table of DESIGN.md §3: each nibble library may link only the libraries listed for it.
+# The layer table of docs/architecture.md: each nibble library may link only the libraries listed for it.
 # nibble_add_library() refuses any other dependency, so the direction is enforced by the build.
 set(NIBBLE_ALLOWED_DEPS_core "")
 set(NIBBLE_ALLOWED_DEPS_formats "core")

@@ -42,7 +42,7 @@ struct Nvfp4WeightView {
 // Row r of a view decoded to e2m1 · e4m3 values (unscaled: weight_scale_2 not applied), exact.
 void decode_row_unscaled(const Nvfp4WeightView& w, int64_t r, float* out);
 
-// How activations entering a quantized linear are treated (DESIGN.md §2).
+// How activations entering a quantized linear are treated (docs/numerics.md).
 enum class ActQuant { NONE, STATIC, PER_TOKEN };
 // The command-line name: "none", "static", "per-token".
 const char* act_quant_name(ActQuant mode);

@@ -36,7 +36,7 @@ struct ModuleSpec {
   bool kv_scale = false;        // k_proj / v_proj of a checkpoint with FP8 KV-cache scales (k_scale / v_scale)
 
   // The checkpoint tensors of this module: weight (TENSOR: the module name itself), and for NVFP4
-  // linears weight_scale, weight_scale_2 and input_scale (DESIGN.md §1); last, with kv_scale, the
+  // linears weight_scale, weight_scale_2 and input_scale (docs/format.md); last, with kv_scale, the
   // fp32 scalar k_scale (k_proj) or v_scale (v_proj).
   std::vector<TensorSpec> tensors() const;
   uint64_t nbytes() const;

@@ -48,7 +48,7 @@ struct LinearWeight {
 Status linear(const float* x, int64_t n_tokens, const LinearWeight& w, formats::ActQuant mode,
               float input_scale, float* y);
 
-// y = x @ W^T for an NVFP4 W in the given activation mode (DESIGN.md §2):
+// y = x @ W^T for an NVFP4 W in the given activation mode (docs/numerics.md):
 //  NONE       y = weight_scale_2 · (x · Ŵ)                     (W4A16)
 //  STATIC     y = input_scale · weight_scale_2 · (x̂ · Ŵ), x̂ quantized with G = 1/input_scale
 //  PER_TOKEN  y_t = token_scale_t · weight_scale_2 · (x̂_t · Ŵ)

@@ -1,4 +1,4 @@
-// E2M1, E4M3 and BF16 codecs: every code round-trips, rounding follows the rules of DESIGN.md §1.
+// E2M1, E4M3 and BF16 codecs: every code round-trips, rounding follows the rules of docs/format.md.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,4 +1,4 @@
-"""Torch reference of NVFP4 activation quantization as Blackwell kernels do it (DESIGN.md §1,
+"""Torch reference of NVFP4 activation quantization as Blackwell kernels do it (docs/format.md,
 TensorRT-LLM cvt_warp_fp16_to_fp4) with exact reciprocals, written independently of nibble."""
 import torch
 

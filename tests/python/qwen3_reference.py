@@ -1,7 +1,7 @@
 """Tiny random Qwen3 / Qwen3-MoE models as differential-test references: a transformers model in fp32,
 its ModelOpt NVFP4 checkpoint (weights quantized by nvidia-modelopt's NVFP4QTensor, input_scales from
 a max-calibration pass) for nibble, and the same model with the checkpoint's dequantized weights and,
-for the W4A4 modes, inputs of every quantized linear fake-quantized as DESIGN.md §1 says."""
+for the W4A4 modes, inputs of every quantized linear fake-quantized as docs/format.md says."""
 import contextlib
 import json
 import pathlib

@@ -1,5 +1,5 @@
 """NVFP4 activation quantization (static and per-token): nibble's host quantizer bit-exact against
-an independent torch implementation of the Blackwell formula (DESIGN.md §1, TensorRT-LLM
+an independent torch implementation of the Blackwell formula (docs/format.md, TensorRT-LLM
 cvt_warp_fp16_to_fp4 with exact reciprocals)."""
 import pytest
 import torch

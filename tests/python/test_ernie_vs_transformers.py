@@ -7,7 +7,7 @@ logits of every generated position against transformers' on the dequantized weig
 relative (fp32 with another summation order; the gap seen is ~1e-6), and identical greedy tokens.
 The same against transformers' own BF16 save quantized by `nibble quantize` (weights read back with
 ModelOpt's NVFP4QTensor), and the synth presets against transformers' layout. All three activation
-modes: W4A4 against the reference with every quantized linear's input fake-quantized (DESIGN.md §1),
+modes: W4A4 against the reference with every quantized linear's input fake-quantized (docs/format.md),
 as test_reference_vs_transformers.py does for Qwen3.
 
 Top-k routing and quantization are discontinuous: a position whose k-th and (k+1)-th biased scores,
@@ -164,7 +164,7 @@ def test_cpu_reference_matches_transformers(build_dir, tmp_path, seed):
 
 @pytest.mark.parametrize("modes", [("static", "static"), ("per-token", "per-token"), ("per-token", "none")])
 def test_w4a4_modes_match_fake_quant_reference(build_dir, tmp_path, seed, modes):
-    """The W4A4 modes: every quantized linear's input fake-quantized in the reference as DESIGN.md §1
+    """The W4A4 modes: every quantized linear's input fake-quantized in the reference as docs/format.md
     says (shared experts and the dense layer in the dense mode, routed experts in the MoE mode)."""
     # A value on a rounding boundary inside the prompt leaves nothing to compare. One seed in about
     # seven has one early enough to leave fewer than 8 positions (per-token, 30 seeds: 4), and CI met

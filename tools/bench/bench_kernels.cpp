@@ -31,7 +31,7 @@ struct Shape {
   const char* name;
   int64_t n, k;
 };
-// Qwen3-30B-A3B: attention projections and one expert's matrices (DESIGN.md §7).
+// Qwen3-30B-A3B: attention projections and one expert's matrices (docs/perf.md "Floors").
 const std::vector<Shape> QWEN3_SHAPES = {{"q_proj", 4096, 2048}, {"k_proj", 512, 2048}, {"o_proj", 2048, 4096},
                                          {"expert.gate", 768, 2048}, {"expert.down", 2048, 768}};
 // ERNIE-4.5-21B-A3B (config.json: hidden 2560, 20/4 heads of 128, experts 1536 wide, 2 shared experts,

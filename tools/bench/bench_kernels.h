@@ -1,5 +1,5 @@
 // `nibble bench kernels`: times the CUDA ops on a model's shapes (Qwen3-30B-A3B or ERNIE-4.5-21B-A3B) against their floor
-// (DESIGN.md §6: max(bytes / HBM bandwidth, FLOPs / BF16 peak)) and cuBLAS BF16 on the same shape.
+// (docs/perf.md "Method": max(bytes / HBM bandwidth, FLOPs / BF16 peak)) and cuBLAS BF16 on the same shape.
 #pragma once
 
 #include <string>
@@ -14,7 +14,7 @@ struct BenchKernelsOptions {
   std::string attention_contexts = "128,1024,4096";       // decode attention: the token's context lengths
   std::string gemm_backend = "all";              // dense backends timed: all | one of kernel_choice_names()
   std::string moe_backend = "all";               // MoE backends timed: all | one of kernel_choice_names()
-  double hbm_tb_s = 4.0;        // measured copy bandwidth of an H200 (DESIGN.md §6)
+  double hbm_tb_s = 4.0;        // measured copy bandwidth of an H200 (docs/perf.md "Method")
   double bf16_tflops = 800.0;   // measured cuBLAS BF16 peak
   int iterations = 20;          // launches per timed batch
   int batches = 15;             // timed batches; the median is reported
