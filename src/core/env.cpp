@@ -12,10 +12,12 @@ constexpr EnvVar VARS[] = {
     {"NIBBLE_LOG", "name", "info", "log level: debug | info | warn | error"},
     {"NIBBLE_THREADS", "int", "all cores", "CPU threads of the reference backend and the tools"},
     {"NIBBLE_DATA_DIR", "path", "the source tree's data/", "where the default model and the tokenizers are"},
-    {"NIBBLE_DIAG_KERNEL_TRACE", "path", "off", "write every GPU kernel's device start/end (CUDA graphs too) to this CSV (CUPTI)"},
+    {"NIBBLE_DIAG_KERNEL_TRACE", "path", "off",
+     "write every GPU kernel's device start/end (CUDA graphs too) to this CSV (CUPTI)"},
     {"NIBBLE_DIAG_CUPTI_LIBRARY", "path", "libcupti.so.13", "the CUPTI library NIBBLE_DIAG_KERNEL_TRACE loads"},
     {"NIBBLE_DIAG_PROFILE_STEPS", "flag", "off", "time every op of eager GPU steps; the report prints at exit"},
-    {"NIBBLE_DIAG_PHASE_TIMING", "flag", "off", "SM-clock phase stamps of the one-launch MoE block, router and sampler"},
+    {"NIBBLE_DIAG_PHASE_TIMING", "flag", "off",
+     "SM-clock phase stamps of the one-launch MoE block, router and sampler"},
     {"NIBBLE_DIAG_REPEAT_OP", "name", "off", "run this op twice a step (its cost inside the decode graph)"},
     {"NIBBLE_DIAG_NO_PDL", "flag", "off", "launch every kernel without programmatic dependent launch"},
     {"NIBBLE_DIAG_NO_AVX2", "flag", "off", "take the scalar path of the synthetic weights' generator"},
@@ -50,7 +52,8 @@ bool env_flag(const char* name) {
 }
 
 std::string env_help() {
-  std::string out = "Environment variables (every `nibble serve` flag is also NIBBLE_<FLAG>, e.g. NIBBLE_MAX_MODEL_LEN):\n";
+  std::string out =
+      "Environment variables (every `nibble serve` flag is also NIBBLE_<FLAG>, e.g. NIBBLE_MAX_MODEL_LEN):\n";
   for (const EnvVar& v : VARS) {
     char line[512];
     std::snprintf(line, sizeof line, "  %-26s %-5s default: %s\n      %s\n", v.name, v.type, v.default_value, v.doc);

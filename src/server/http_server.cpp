@@ -64,8 +64,9 @@ struct Cors {
   explicit Cors(CorsPolicy p) : policy(std::move(p)) {
     all_origins = contains(policy.origins, "*");
     all_headers = contains(policy.headers, "*");
-    methods = contains(policy.methods, "*") ? std::vector<std::string>{"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"}
-                                            : policy.methods;
+    methods = contains(policy.methods, "*")
+                  ? std::vector<std::string>{"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"}
+                  : policy.methods;
     explicit_origin = !all_origins || policy.allow_credentials;
     for (const std::string& h : policy.headers) allowed_headers.push_back(lower(h));
     if (!all_headers)  // the CORS-safelisted request headers are always allowed
@@ -179,8 +180,10 @@ class Session : public std::enable_shared_from_this<Session>, public HttpRespond
 
   void on_disconnect(std::function<void()> callback) override {
     run([this, callback = std::move(callback)]() mutable {
-      if (closed_ && responding_) callback();
-      else on_disconnect_ = std::move(callback);
+      if (closed_ && responding_)
+        callback();
+      else
+        on_disconnect_ = std::move(callback);
     });
   }
 
@@ -218,7 +221,8 @@ class Session : public std::enable_shared_from_this<Session>, public HttpRespond
     if (lower(std::string(parser_->get()[http::field::expect])) == "100-continue" && !responding_ && queued_.empty() &&
         !parser_->is_done())
       enqueue("HTTP/1.1 100 Continue\r\n\r\n", false);
-    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
   }
 
   void on_body(beast::error_code ec) {
@@ -264,8 +268,10 @@ class Session : public std::enable_shared_from_this<Session>, public HttpRespond
 
   // A request is answered now when nothing is pending, else after those before it.
   void accept(Parsed p) {
-    if (responding_ || !queued_.empty()) queued_.push_back(std::move(p));
-    else dispatch(std::move(p));
+    if (responding_ || !queued_.empty())
+      queued_.push_back(std::move(p));
+    else
+      dispatch(std::move(p));
   }
 
   void dispatch(Parsed p) {
@@ -280,7 +286,8 @@ class Session : public std::enable_shared_from_this<Session>, public HttpRespond
     if (cors_ && !request.origin.empty()) {
       if (request.method == "OPTIONS" && !p.access_control_method.empty()) {
         std::string headers;
-        auto [status, text] = cors_->preflight(request.origin, p.access_control_method, p.access_control_headers, headers);
+        auto [status, text] =
+            cors_->preflight(request.origin, p.access_control_method, p.access_control_headers, headers);
         extra_headers_ = std::move(headers);
         return respond(status, "text/plain; charset=utf-8", text);
       }
@@ -361,8 +368,12 @@ class Session : public std::enable_shared_from_this<Session>, public HttpRespond
 
 struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   Impl(net::io_context& io, HttpHandler h, std::shared_ptr<HttpStats> s, CorsPolicy c)
-      : io(io), acceptor(net::make_strand(io)), retry(acceptor.get_executor()), handler(std::move(h)),
-        stats(std::move(s)), cors(c.enabled ? std::make_shared<const Cors>(std::move(c)) : nullptr) {}
+      : io(io),
+        acceptor(net::make_strand(io)),
+        retry(acceptor.get_executor()),
+        handler(std::move(h)),
+        stats(std::move(s)),
+        cors(c.enabled ? std::make_shared<const Cors>(std::move(c)) : nullptr) {}
 
   void accept() {
     acceptor.async_accept(net::make_strand(io), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {

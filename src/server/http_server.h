@@ -16,9 +16,9 @@
 namespace nibble::server {
 
 struct HttpRequest {
-  std::string method;        // "GET", "POST", ...
-  std::string path;          // without the query
-  std::string query;         // after '?', if any
+  std::string method;  // "GET", "POST", ...
+  std::string path;    // without the query
+  std::string query;   // after '?', if any
   std::string body;
   std::string content_type;
   std::string authorization;
