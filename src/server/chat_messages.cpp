@@ -96,11 +96,12 @@ Result<std::string> final_message_text(const json& messages) {
   return Status::error("continue_final_message is set but the final message has no text to continue");
 }
 
-std::string strip(const std::string& s, bool left, bool right) {
+// Python's str.strip() (both sides) or str.lstrip(), over ASCII white space.
+std::string strip(const std::string& s, bool right_too) {
   const char* ws = " \t\n\r\f\v";
-  size_t begin = left ? s.find_first_not_of(ws) : 0;
+  const size_t begin = s.find_first_not_of(ws);
   if (begin == std::string::npos) return "";
-  size_t end = right ? s.find_last_not_of(ws) + 1 : s.size();
+  const size_t end = right_too ? s.find_last_not_of(ws) + 1 : s.size();
   return s.substr(begin, end - begin);
 }
 
@@ -110,12 +111,12 @@ Result<std::string> cut_after_final_message(const std::string& rendered, const j
   auto final_text = final_message_text(messages);
   if (!final_text) return final_text.status();
   const std::string& text = *final_text;
-  const std::string stripped = strip(text, true, true);
+  const std::string stripped = strip(text, true);
   const size_t at = rendered.rfind(stripped);
   if (at == std::string::npos)
     return Status::error("continue_final_message is set but the final message does not appear in the chat after "
                          "applying the chat template");
-  const std::string lstripped = strip(text, true, false);
+  const std::string lstripped = strip(text, false);
   if (rendered.compare(at, lstripped.size(), text) == 0) return rendered.substr(0, at + lstripped.size());
   return rendered.substr(0, at + stripped.size());
 }

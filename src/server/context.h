@@ -90,6 +90,9 @@ struct ChatPromptOptions {
 };
 Result<std::vector<int32_t>> render_chat_prompt(const LoadedModel& model, const json& body, const ChatPromptOptions& options,
                                                 ApiError& error);
+// add_generation_prompt (default true) and continue_final_message from the body, vLLM's rule that
+// not both are true checked; a wrong field fails `f`.
+void read_prompt_flags(RequestFields& f, ChatPromptOptions& options);
 void respond_json(const Responder& responder, int status, const json& body);
 void respond_error(const Responder& responder, const ApiError& error);
 

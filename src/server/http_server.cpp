@@ -12,14 +12,13 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <deque>
 #include <optional>
 
 #include "core/log.h"
+#include "server/cors.h"
 
 namespace nibble::server {
 namespace {
@@ -43,84 +42,6 @@ std::string error_json(int status, const std::string& message) {
   return R"({"error":{"message":")" + message + R"(","type":"BadRequestError","param":null,"code":)" +
          std::to_string(status) + "}}";
 }
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const std::string& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
-}
-
-bool contains(const std::vector<std::string>& items, const std::string& x) {
-  return std::find(items.begin(), items.end(), x) != items.end();
-}
-
-// Starlette's CORSMiddleware (starlette/middleware/cors.py), which vLLM's server uses.
-struct Cors {
-  explicit Cors(CorsPolicy p) : policy(std::move(p)) {
-    all_origins = contains(policy.origins, "*");
-    all_headers = contains(policy.headers, "*");
-    methods = contains(policy.methods, "*")
-                  ? std::vector<std::string>{"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"}
-                  : policy.methods;
-    explicit_origin = !all_origins || policy.allow_credentials;
-    for (const std::string& h : policy.headers) allowed_headers.push_back(lower(h));
-    if (!all_headers)  // the CORS-safelisted request headers are always allowed
-      for (const char* h : {"accept", "accept-language", "content-language", "content-type"})
-        if (!contains(allowed_headers, h)) allowed_headers.push_back(h);
-    std::sort(allowed_headers.begin(), allowed_headers.end());
-  }
-  bool origin_allowed(const std::string& origin) const { return all_origins || contains(policy.origins, origin); }
-
-  // A preflight's status and headers (200 "OK", or 400 naming what was refused).
-  std::pair<int, std::string> preflight(const std::string& origin, const std::string& method,
-                                        const std::string& requested_headers, std::string& headers) const {
-    std::vector<std::string> refused;
-    if (!origin_allowed(origin)) refused.push_back("origin");
-    if (!contains(methods, method)) refused.push_back("method");
-    headers = explicit_origin ? "Access-Control-Allow-Origin: " + origin + "\r\nVary: Origin\r\n"
-                              : "Access-Control-Allow-Origin: *\r\n";
-    headers += "Access-Control-Allow-Methods: " + join(methods) + "\r\nAccess-Control-Max-Age: 600\r\n";
-    if (policy.allow_credentials) headers += "Access-Control-Allow-Credentials: true\r\n";
-    if (all_headers && !requested_headers.empty()) {
-      headers += "Access-Control-Allow-Headers: " + requested_headers + "\r\n";
-    } else {
-      if (!all_headers) headers += "Access-Control-Allow-Headers: " + join(allowed_headers) + "\r\n";
-      size_t at = 0;
-      while (at < requested_headers.size()) {
-        size_t comma = requested_headers.find(',', at);
-        if (comma == std::string::npos) comma = requested_headers.size();
-        std::string h = lower(requested_headers.substr(at, comma - at));
-        h.erase(0, h.find_first_not_of(" \t"));
-        h.erase(h.find_last_not_of(" \t") + 1);
-        if (!h.empty() && !all_headers && !contains(allowed_headers, h)) {
-          refused.push_back("headers");
-          break;
-        }
-        at = comma + 1;
-      }
-    }
-    if (refused.empty()) return {200, "OK"};
-    return {400, "Disallowed CORS " + join(refused)};
-  }
-
-  // The headers an ordinary cross-origin request's response carries ("" when its origin is refused).
-  std::string simple_headers(const std::string& origin) const {
-    if (!origin_allowed(origin)) return "";
-    std::string headers = explicit_origin ? "Access-Control-Allow-Origin: " + origin + "\r\nVary: Origin\r\n"
-                                          : "Access-Control-Allow-Origin: *\r\n";
-    if (policy.allow_credentials) headers += "Access-Control-Allow-Credentials: true\r\n";
-    return headers;
-  }
-
-  CorsPolicy policy;
-  bool all_origins = false, all_headers = false, explicit_origin = false;
-  std::vector<std::string> methods, allowed_headers;
-};
 
 class Session : public std::enable_shared_from_this<Session>, public HttpResponder {
  public:
@@ -218,7 +139,7 @@ class Session : public std::enable_shared_from_this<Session>, public HttpRespond
   // wire; a client not answered proceeds after its own timeout, as RFC 9110 lets it.
   void on_header(beast::error_code ec) {
     if (ec) return on_read_error(ec);
-    if (lower(std::string(parser_->get()[http::field::expect])) == "100-continue" && !responding_ && queued_.empty() &&
+    if (beast::iequals(parser_->get()[http::field::expect], "100-continue") && !responding_ && queued_.empty() &&
         !parser_->is_done())
       enqueue("HTTP/1.1 100 Continue\r\n\r\n", false);
     http::async_read(stream_, buffer_, *parser_,

@@ -9,9 +9,9 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "core/status.h"
+#include "server/cors.h"
 
 namespace nibble::server {
 
@@ -23,16 +23,6 @@ struct HttpRequest {
   std::string content_type;
   std::string authorization;
   std::string origin;  // CORS: the browser's Origin header, if any
-};
-
-// Cross-origin resource sharing as Starlette's CORSMiddleware answers it (vLLM's --allowed-origins,
-// --allowed-methods, --allowed-headers, --allow-credentials): preflights (OPTIONS with an Origin and
-// Access-Control-Request-Method) are answered here, before any route or API key check; other
-// requests with an allowed Origin get the Access-Control-Allow-* headers on their response.
-struct CorsPolicy {
-  bool enabled = false;
-  std::vector<std::string> origins = {"*"}, methods = {"*"}, headers = {"*"};
-  bool allow_credentials = false;
 };
 
 // Thread-safe; every call is carried out on the connection's own executor, in call order.

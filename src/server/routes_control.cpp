@@ -43,6 +43,13 @@ Result<std::vector<int32_t>> render_chat_prompt(const LoadedModel& model, const 
   return model.tokenizer->encode(*rendered, /*parse_special=*/true, o.add_special_tokens);
 }
 
+void read_prompt_flags(RequestFields& f, ChatPromptOptions& o) {
+  f.boolean("add_generation_prompt", o.add_generation_prompt);
+  f.boolean("continue_final_message", o.continue_final_message);
+  if (o.continue_final_message && o.add_generation_prompt)
+    f.fail("continue_final_message", "and add_generation_prompt cannot both be true (vLLM's rule)");
+}
+
 void respond_json(const Responder& responder, int status, const json& body) {
   responder->respond(status, "application/json", dump(body));
 }
@@ -81,21 +88,18 @@ void handle_tokenize(ServingContext& ctx, const HttpRequest& request, Responder 
   auto model = ready_model(ctx, responder);
   if (!model) return;
   RequestFields f(body);
-  bool return_token_strs = false, add_generation_prompt = true, continue_final_message = false;
+  bool return_token_strs = false;
   f.boolean("return_token_strs", return_token_strs);
-  f.boolean("add_generation_prompt", add_generation_prompt);
-  f.boolean("continue_final_message", continue_final_message);
-  if (continue_final_message && add_generation_prompt)
-    f.fail("continue_final_message", "and add_generation_prompt cannot both be true (vLLM's rule)");
+  ChatPromptOptions chat;
+  read_prompt_flags(f, chat);
   std::vector<int32_t> ids;
   if (f.has("messages")) {
-    bool add_special = false;
-    f.boolean("add_special_tokens", add_special);
+    f.boolean("add_special_tokens", chat.add_special_tokens);
     if (!f.at("messages").is_array()) f.fail("messages", "must be a list");
     if (f.error) return respond_error(responder, *f.error);
     ApiError error;
-    auto rendered = render_chat_prompt(
-        *model, body, {add_generation_prompt, continue_final_message, body.contains("tools"), add_special}, error);
+    chat.with_tools = body.contains("tools");
+    auto rendered = render_chat_prompt(*model, body, chat, error);
     if (!rendered) return respond_error(responder, error);
     ids = std::move(rendered.value());
   } else {

@@ -180,19 +180,17 @@ void handle_chat_completions(ServingContext& ctx, const HttpRequest& request, Re
     f.fail("response_format", "supports only {\"type\": \"text\"}");
   if (f.has("chat_template_kwargs") && !f.at("chat_template_kwargs").is_object())
     f.fail("chat_template_kwargs", "must be an object");
-  bool add_generation_prompt = true, continue_final_message = false, parallel_tool_calls = true;
-  f.boolean("add_generation_prompt", add_generation_prompt);
-  f.boolean("continue_final_message", continue_final_message);
-  if (continue_final_message && add_generation_prompt)
-    f.fail("continue_final_message", "and add_generation_prompt cannot both be true (vLLM's rule)");
+  ChatPromptOptions prompt_options;
+  read_prompt_flags(f, prompt_options);
+  bool parallel_tool_calls = true;
   f.boolean("parallel_tool_calls", parallel_tool_calls);
   job.max_tool_calls = parallel_tool_calls ? INT32_MAX : 1;
   parse_sampling(f, *model, OPENAI_NAMES, -1, r);
   if (f.error) return respond_error(responder, *f.error);
-  const bool with_tools = f.has("tools") && !f.at("tools").empty() && tool_choice != "none";
-  job.parse_tool_calls = with_tools;
+  prompt_options.with_tools = f.has("tools") && !f.at("tools").empty() && tool_choice != "none";
+  job.parse_tool_calls = prompt_options.with_tools;
   ApiError error;
-  auto prompt = render_chat_prompt(*model, body, {add_generation_prompt, continue_final_message, with_tools, false}, error);
+  auto prompt = render_chat_prompt(*model, body, prompt_options, error);
   if (!prompt) return respond_error(responder, error);
   run_job(ctx, std::move(model), std::move(job), responder, std::move(r), {std::move(prompt.value())});
 }

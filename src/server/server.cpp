@@ -133,17 +133,17 @@ Result<CorsPolicy> cors_policy(const ServerOptions& o) {
   CorsPolicy policy;
   policy.enabled = true;
   policy.allow_credentials = o.allow_credentials;
-  const std::pair<const char*, std::pair<const std::string*, std::vector<std::string>*>> lists[] = {
-      {"--allowed-origins", {&o.allowed_origins, &policy.origins}},
-      {"--allowed-methods", {&o.allowed_methods, &policy.methods}},
-      {"--allowed-headers", {&o.allowed_headers, &policy.headers}}};
-  for (const auto& [flag, value] : lists) {
-    const nlohmann::json list = nlohmann::json::parse(*value.first, nullptr, false);
+  auto read_list = [](const char* flag, const std::string& text, std::vector<std::string>& out) {
+    const nlohmann::json list = nlohmann::json::parse(text, nullptr, false);
     if (list.is_discarded() || !list.is_array() ||
         !std::all_of(list.begin(), list.end(), [](const nlohmann::json& x) { return x.is_string(); }))
-      return Status::error(std::string(flag) + " must be a JSON list of strings, e.g. '[\"*\"]' (got '" + *value.first + "')");
-    value.second->assign(list.begin(), list.end());
-  }
+      return Status::error(std::string(flag) + " must be a JSON list of strings, e.g. '[\"*\"]' (got '" + text + "')");
+    out.assign(list.begin(), list.end());
+    return Status::ok();
+  };
+  NIB_RETURN_IF_ERROR(read_list("--allowed-origins", o.allowed_origins, policy.origins));
+  NIB_RETURN_IF_ERROR(read_list("--allowed-methods", o.allowed_methods, policy.methods));
+  NIB_RETURN_IF_ERROR(read_list("--allowed-headers", o.allowed_headers, policy.headers));
   return policy;
 }
 
