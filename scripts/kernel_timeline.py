@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summarizes a NIBBLE_DIAG_KERNEL_TRACE file (src/cuda/kernel_trace.h): the trace is cut into steps at
+"""Summarizes a NIBBLE_DIAG_KERNEL_TRACE file (src/cuda/diagnostics/kernel_trace.h): the trace is cut into steps at
 each embedding kernel, each step takes its label (in order), and the steps of one label are averaged
 (the first left out as a warm-up when there are more). For each kernel, in launch order within the
 step: its duration and its *exposed* time — how far its end moved the step's frontier (the latest end

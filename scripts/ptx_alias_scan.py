@@ -36,7 +36,7 @@ def main():
     args = sys.argv[1:]
     min_hits = int(args.pop(0)) if args and args[0].isdigit() else 3
     files = [pathlib.Path(a) for a in args] or sorted(
-        f for f in (ROOT / "src/cuda").glob("*.cu") if not f.name.startswith("flashinfer"))
+        f for f in (ROOT / "src/cuda").rglob("*.cu") if not f.name.startswith("flashinfer"))
     with tempfile.TemporaryDirectory() as tmp:
         for source in files:
             ptx_path = pathlib.Path(tmp) / (source.stem + ".ptx")

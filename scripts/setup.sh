@@ -35,7 +35,7 @@ fi
 
 # FlashInfer's header-only CUDA templates (attention), with the CCCL headers they need, from one
 # pinned, hash-checked flashinfer-python wheel (docs/third_party.md): used at build time only, never copied
-# into the repository; only src/cuda/flashinfer_attention*.cu(h) include them.
+# into the repository; only src/cuda/attention/flashinfer_attention*.cu(h) include them.
 FLASHINFER_VERSION=0.7.2.post1
 FLASHINFER_SHA256=bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49
 FLASHINFER_DIR=.deps/flashinfer-$FLASHINFER_VERSION

@@ -59,13 +59,12 @@ CommandRunner register_bench(CLI::App& root) {
   kernels->add_option("--attention-contexts", k->attention_contexts,
                       "Decode attention (one token, the layer's attention half): context lengths")
       ->capture_default_str();
-  std::vector<std::string> backends = engine::kernel_choice_names();
-  const std::string choices = engine::kernel_choice_help();
-  backends.insert(backends.begin(), "all");
-  kernels->add_option("--gemm-backend", k->gemm_backend, "Dense backends to time: all | " + choices)
-      ->check(CLI::IsMember(backends))->envname("NIBBLE_GEMM_BACKEND")->capture_default_str();
-  kernels->add_option("--moe-backend", k->moe_backend, "MoE backends to time: all | " + choices)
-      ->check(CLI::IsMember(backends))->envname("NIBBLE_MOE_BACKEND")->capture_default_str();
+  std::vector<std::string> dense = dense_kernel_names(), moe = moe_kernel_names();
+  dense.insert(dense.begin(), "all"), moe.insert(moe.begin(), "all");
+  kernels->add_option("--gemm-backend", k->gemm_backend, "Dense kernels to time: " + choices_help(dense))
+      ->check(CLI::IsMember(dense))->envname("NIBBLE_GEMM_BACKEND")->capture_default_str();
+  kernels->add_option("--moe-backend", k->moe_backend, "MoE kernels to time: " + choices_help(moe))
+      ->check(CLI::IsMember(moe))->envname("NIBBLE_MOE_BACKEND")->capture_default_str();
   kernels->add_option("--hbm-tb-s", k->hbm_tb_s, "HBM bandwidth for the floor")->capture_default_str();
   kernels->add_option("--bf16-tflops", k->bf16_tflops, "BF16 peak for the floor")->capture_default_str();
   kernels->add_option("--iterations", k->iterations, "Launches per timed batch")->capture_default_str();
@@ -76,8 +75,8 @@ CommandRunner register_bench(CLI::App& root) {
   latency->add_option("--model", l->model, "Model folder")->required();
   latency->add_option("--backend", l->backend, "auto | cpu | cuda")->capture_default_str();
   latency->add_option("--modes", l->modes, "Activation modes (MoE and dense alike): none,static,per-token")->capture_default_str();
-  latency->add_option("--gemm-backend", l->gemm_backend, choices)->capture_default_str();
-  latency->add_option("--moe-backend", l->moe_backend, choices)->envname("NIBBLE_MOE_BACKEND")->capture_default_str();
+  latency->add_option("--gemm-backend", l->gemm_backend, choices_help(dense_kernel_names()))->capture_default_str();
+  latency->add_option("--moe-backend", l->moe_backend, choices_help(moe_kernel_names()))->envname("NIBBLE_MOE_BACKEND")->capture_default_str();
   latency->add_option("--attention-backend", l->attention_backend, "auto | flashinfer | native")->capture_default_str();
   latency->add_option("--kv-cache-dtype", l->kv_cache_dtype, "auto | bf16 | fp8 (E4M3, unit scale) | fp32 (CPU)")->capture_default_str();
   latency->add_option("--decode-attention", l->decode_attention, "Native attention's decode kernel: auto | split-kv | tensor-core")->capture_default_str();

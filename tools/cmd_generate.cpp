@@ -60,8 +60,8 @@ int run_generate(const GenerateOptions& o) {
   // keeps an fp32 KV cache (the differential tests' oracle) and the GPU a BF16 one unless --kv-cache-dtype says otherwise.
   engine::RunnerOptions options;
   options.backend = *engine::parse_backend(o.backend);
-  options.gemm = *engine::parse_kernel_choice(o.gemm_backend);
-  options.moe = *engine::parse_kernel_choice(o.moe_backend);
+  options.gemm = *parse_dense_kernel(o.gemm_backend);
+  options.moe = *parse_moe_kernel(o.moe_backend);
   options.attention = *engine::parse_attention_backend(o.attention_backend);
   options.decode_attention = *engine::parse_decode_attention(o.decode_attention);
   options.kv_dtype = *engine::parse_kv_cache_dtype(o.kv_cache_dtype);
@@ -163,11 +163,10 @@ CommandRunner register_generate(CLI::App& root) {
   cmd->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->default_val(16)->check(CLI::PositiveNumber);
   cmd->add_option("--temperature", o->temperature, "0 = greedy")->default_val(0.0f)->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", o->seed, "Sampling seed")->default_val(0);
-  const std::vector<std::string>& kernels = engine::kernel_choice_names();
   cmd->add_option("--backend", o->backend, "auto (CUDA when a GPU is visible) | cpu (reference, fp32 KV) | cuda")
       ->default_val("auto")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->add_option("--gemm-backend", o->gemm_backend, "Dense NVFP4 kernels (CUDA): " + engine::kernel_choice_help())->default_val("auto")->check(CLI::IsMember(kernels));
-  cmd->add_option("--moe-backend", o->moe_backend, "MoE kernels (CUDA): " + engine::kernel_choice_help())->default_val("auto")->check(CLI::IsMember(kernels));
+  cmd->add_option("--gemm-backend", o->gemm_backend, "Dense NVFP4 kernels (CUDA): " + choices_help(dense_kernel_names()))->default_val("auto")->check(CLI::IsMember(dense_kernel_names()));
+  cmd->add_option("--moe-backend", o->moe_backend, "MoE kernels (CUDA): " + choices_help(moe_kernel_names()))->default_val("auto")->check(CLI::IsMember(moe_kernel_names()));
   cmd->add_option("--attention-backend", o->attention_backend, "Attention kernels (CUDA): auto | flashinfer | native")
       ->default_val("auto")->check(CLI::IsMember({"auto", "flashinfer", "native"}));
   cmd->add_option("--decode-attention", o->decode_attention, "Native attention's decode kernel (CUDA): auto | split-kv | tensor-core")

@@ -124,8 +124,12 @@ CommandRunner register_serve(CLI::App& root) {
          "idle ms before it (tuning --max-num-batched-tokens)");
   option(cmd, "--tensor-parallel-size", o->tensor_parallel_size, "GPUs per model (1 for now)");
   option(cmd, "--backend", o->backend, "auto (the GPU when one is visible and takes the checkpoint, else the CPU) | cpu | cuda");
-  option(cmd, "--moe-backend", o->moe_backend, engine::kernel_choice_help() + " (CUDA backend)");
-  option(cmd, "--gemm-backend", o->gemm_backend, engine::kernel_choice_help() + " (CUDA backend)");
+  option(cmd, "--moe-backend", o->moe_backend,
+         "The MoE's kernels (CUDA backend): auto (by measured shape) | cublas (experts dequantized to BF16, "
+         "cuBLAS grouped GEMM) | one kernel by name: " + choices_help(moe_kernel_names()));
+  option(cmd, "--gemm-backend", o->gemm_backend,
+         "Dense NVFP4 kernels (CUDA backend): auto (by measured shape) | cublas (weights dequantized to BF16) | "
+         "one kernel by name: " + choices_help(dense_kernel_names()));
   option(cmd, "--attention-backend", o->attention_backend, "auto | flashinfer | native (CUDA backend)");
   option(cmd, "--decode-attention", o->decode_attention, "Native attention's decode kernel: auto | split-kv | tensor-core (CUDA backend)");
   option(cmd, "--act-quant-moe", o->act_quant_moe, "MoE activation quantization: none | static | per-token");

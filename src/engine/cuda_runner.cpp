@@ -6,23 +6,13 @@
 #include <algorithm>
 
 #include "core/log.h"
-#include "cuda/check.cuh"
-#include "cuda/flashinfer_attention.cuh"
-#include "cuda/sampler.cuh"
-#include "models/qwen3_cuda.h"
+#include "cuda/common/check.cuh"
+#include "cuda/attention/flashinfer_attention.cuh"
+#include "cuda/sampling/sampler.cuh"
+#include "models/cuda_model.h"
 
 namespace nibble::engine {
 namespace {
-
-cuda::GemmBackend to_cuda(KernelChoice c) {
-  switch (c) {
-    case KernelChoice::FUSED: return cuda::GemmBackend::FUSED;
-    case KernelChoice::DEQUANT_CUBLAS: return cuda::GemmBackend::DEQUANT_CUBLAS;
-    case KernelChoice::SKINNY: return cuda::GemmBackend::SKINNY;
-    case KernelChoice::WGMMA: return cuda::GemmBackend::WGMMA;
-    default: return cuda::GemmBackend::AUTO;
-  }
-}
 
 class CudaRunner : public ModelRunner {
  public:
@@ -270,8 +260,8 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
   models::CudaModelOptions mo;
   mo.act_quant_moe = o.act_quant_moe;
   mo.act_quant_dense = o.act_quant_dense;
-  mo.gemm = to_cuda(o.gemm);
-  mo.moe = to_cuda(o.moe);
+  mo.gemm = o.gemm;
+  mo.moe = o.moe;
   mo.tensor_core_decode_min_rows = o.decode_attention == DecodeAttention::TENSOR_CORE ? 1
                                    : o.decode_attention == DecodeAttention::SPLIT_KV ? INT64_MAX
                                                                                      : models::AUTO_TENSOR_CORE_DECODE_MIN_ROWS;
@@ -284,7 +274,7 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
   mo.max_rows = std::max<int64_t>(o.max_num_seqs, 1) + MAX_SCORE_ROWS;
   mo.max_seqs = std::max<int64_t>(o.max_num_seqs, 1);
   mo.block_size = o.block_size;
-  auto model = models::CudaModel::create(checkpoint, mo, **ctx);
+  auto model = models::create_cuda_model(checkpoint, mo, **ctx);
   if (!model) return model.status();
   auto runner = std::make_unique<CudaRunner>(std::move(ctx.value()), std::move(model.value()), checkpoint, o);
   NIB_RETURN_IF_ERROR(runner->init_sampler(mo.max_rows));
@@ -314,8 +304,8 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
                          "--max-num-batched-tokens");
   NIB_RETURN_IF_ERROR(runner->model().allocate_kv_cache(n_blocks));
   if (o.enforce_eager) log_info("decode steps run eagerly (--enforce-eager)");
-  else if (mo.moe == cuda::GemmBackend::DEQUANT_CUBLAS)
-    log_info("decode steps run eagerly: the dequant-cublas MoE backend reads expert counts back to the host");
+  else if (mo.moe == MoeKernel::CUBLAS)
+    log_info("decode steps run eagerly: --moe-backend cublas reads expert counts back to the host");
   else NIB_RETURN_IF_ERROR(runner->model().capture_decode_graphs(mo.max_seqs));
   log_info(std::string("GPU KV cache (") + (mo.kv_fp8 ? "FP8 E4M3" : "BF16") + "): " + std::to_string(n_blocks) + " blocks of " +
            std::to_string(o.block_size) + " tokens (" +

@@ -10,30 +10,6 @@ std::optional<Backend> parse_backend(std::string_view name) {
   return std::nullopt;
 }
 
-constexpr KernelChoice KERNEL_CHOICES[] = {KernelChoice::AUTO, KernelChoice::FUSED, KernelChoice::DEQUANT_CUBLAS,
-                                           KernelChoice::SKINNY, KernelChoice::WGMMA};
-
-std::optional<KernelChoice> parse_kernel_choice(std::string_view name) {
-  for (KernelChoice c : KERNEL_CHOICES)
-    if (name == kernel_choice_name(c)) return c;
-  return std::nullopt;
-}
-
-const std::vector<std::string>& kernel_choice_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> v;
-    for (KernelChoice c : KERNEL_CHOICES) v.emplace_back(kernel_choice_name(c));
-    return v;
-  }();
-  return names;
-}
-
-std::string kernel_choice_help() {
-  std::string help;
-  for (const std::string& name : kernel_choice_names()) help += (help.empty() ? "" : " | ") + name;
-  return help;
-}
-
 std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name) {
   if (name == "auto") return KvCacheDtype::AUTO;
   if (name == "bf16") return KvCacheDtype::BF16;
@@ -61,17 +37,6 @@ const char* backend_name(Backend backend) {
     case Backend::AUTO: return "auto";
     case Backend::CPU: return "cpu";
     case Backend::CUDA: return "cuda";
-  }
-  return "?";
-}
-
-const char* kernel_choice_name(KernelChoice choice) {
-  switch (choice) {
-    case KernelChoice::AUTO: return "auto";
-    case KernelChoice::FUSED: return "fused";
-    case KernelChoice::DEQUANT_CUBLAS: return "dequant-cublas";
-    case KernelChoice::SKINNY: return "skinny";
-    case KernelChoice::WGMMA: return "wgmma";
   }
   return "?";
 }

@@ -9,12 +9,12 @@
 #include <string_view>
 #include <vector>
 
+#include "core/kernel_choice.h"
 #include "formats/nvfp4.h"
 
 namespace nibble::engine {
 
 enum class Backend { AUTO, CPU, CUDA };            // auto: CUDA when a GPU is visible
-enum class KernelChoice { AUTO, FUSED, DEQUANT_CUBLAS, SKINNY, WGMMA };
 // auto: BF16; FP32 only on the CPU (reference runs); FP8: E4M3 of the checkpoint's calibrated k/v
 // scales, or of unit scale without them (vLLM's fp8_e4m3), half the bytes of BF16 to store and read.
 enum class KvCacheDtype { AUTO, BF16, FP32, FP8 };
@@ -28,21 +28,15 @@ enum class DecodeAttention { AUTO, SPLIT_KV, TENSOR_CORE };
 enum class AttentionBackend { AUTO, FLASHINFER, NATIVE };
 
 std::optional<Backend> parse_backend(std::string_view name);           // auto | cpu | cuda
-std::optional<KernelChoice> parse_kernel_choice(std::string_view name);  // one of kernel_choice_names()
 std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name); // auto | bf16 | fp32 | fp8 (= fp8_e4m3)
 std::optional<DecodeAttention> parse_decode_attention(std::string_view name);  // auto | split-kv | tensor-core
 std::optional<AttentionBackend> parse_attention_backend(std::string_view name);  // auto | flashinfer | native
 const char* backend_name(Backend backend);
-const char* kernel_choice_name(KernelChoice choice);
-// Every KernelChoice by name (auto first): what --gemm-backend / --moe-backend accept; and the same
-// as one help string, "auto | fused | …".
-const std::vector<std::string>& kernel_choice_names();
-std::string kernel_choice_help();
 
 struct RunnerOptions {
   Backend backend = Backend::AUTO;
-  KernelChoice gemm = KernelChoice::AUTO;  // dense NVFP4 linears (CUDA)
-  KernelChoice moe = KernelChoice::AUTO;   // the MoE block (CUDA)
+  DenseKernel gemm = DenseKernel::AUTO;  // dense NVFP4 linears (CUDA)
+  MoeKernel moe = MoeKernel::AUTO;       // the MoE block (CUDA)
   AttentionBackend attention = AttentionBackend::AUTO;        // (CUDA)
   DecodeAttention decode_attention = DecodeAttention::AUTO;  // (CUDA, native attention)
   formats::ActQuant act_quant_moe = formats::ActQuant::NONE;

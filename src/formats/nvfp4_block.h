@@ -21,7 +21,7 @@ struct ExactReciprocal {
 };
 
 // The E4M3 codec of the scale rule: e4m3.h's, host and device. GPU kernels pass the hardware's
-// conversions, which give the same codes and values (cuda/nvfp4_act_quant.cuh).
+// conversions, which give the same codes and values (cuda/nvfp4/nvfp4_act_quant.cuh).
 struct SoftwareE4M3 {
   NIB_HD uint8_t encode(float x) const { return e4m3_encode(x); }
   NIB_HD float decode(uint8_t code) const { return e4m3_decode(code); }

@@ -1,8 +1,8 @@
-// Model registry: Hugging Face architecture name → factory.
+// The CPU model registry: Hugging Face architecture name → factory (the GPU one: cuda_registry.cpp).
 #include <map>
 
 #include "models/model.h"
-#include "models/qwen3_moe.h"
+#include "models/decoder_cpu.h"
 
 namespace nibble::models {
 
@@ -10,9 +10,9 @@ Result<std::unique_ptr<Model>> create_model(std::shared_ptr<const io::LoadedChec
                                             const ModelOptions& options) {
   using Factory = Result<std::unique_ptr<Model>> (*)(std::shared_ptr<const io::LoadedCheckpoint>, const ModelOptions&);
   static const std::map<std::string, Factory> factories = {
-      {"Qwen3MoeForCausalLM", &create_qwen3_cpu},
-      {"Qwen3ForCausalLM", &create_qwen3_cpu},
-      {"Ernie4_5_MoeForCausalLM", &create_qwen3_cpu},  // the same decoder, with ERNIE's config features
+      {"Qwen3MoeForCausalLM", &create_decoder_cpu},
+      {"Qwen3ForCausalLM", &create_decoder_cpu},
+      {"Ernie4_5_MoeForCausalLM", &create_decoder_cpu},  // the same decoder, with ERNIE's config features
   };
   const std::string& arch = checkpoint->bound.config.architecture;
   auto it = factories.find(arch);

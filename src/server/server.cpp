@@ -38,8 +38,8 @@ Status check_member(const char* flag, const std::string& value, const Names& all
 engine::RunnerOptions runner_options(const ServerOptions& o) {
   engine::RunnerOptions r;  // validate_options checked every name
   r.backend = *engine::parse_backend(o.backend);
-  r.gemm = *engine::parse_kernel_choice(o.gemm_backend);
-  r.moe = *engine::parse_kernel_choice(o.moe_backend);
+  r.gemm = *parse_dense_kernel(o.gemm_backend);
+  r.moe = *parse_moe_kernel(o.moe_backend);
   r.attention = *engine::parse_attention_backend(o.attention_backend);
   r.decode_attention = *engine::parse_decode_attention(o.decode_attention);
   r.act_quant_moe = formats::parse_act_quant(o.act_quant_moe).value();
@@ -151,8 +151,8 @@ Status validate_options(const ServerOptions& o) {
   using Names = std::initializer_list<const char*>;
   if (auto cors = cors_policy(o); !cors) return cors.status();
   NIB_RETURN_IF_ERROR(check_member("--backend", o.backend, Names{"auto", "cpu", "cuda"}));
-  NIB_RETURN_IF_ERROR(check_member("--moe-backend", o.moe_backend, engine::kernel_choice_names()));
-  NIB_RETURN_IF_ERROR(check_member("--gemm-backend", o.gemm_backend, engine::kernel_choice_names()));
+  NIB_RETURN_IF_ERROR(check_member("--moe-backend", o.moe_backend, moe_kernel_names()));
+  NIB_RETURN_IF_ERROR(check_member("--gemm-backend", o.gemm_backend, dense_kernel_names()));
   NIB_RETURN_IF_ERROR(check_member("--attention-backend", o.attention_backend, Names{"auto", "flashinfer", "native"}));
   NIB_RETURN_IF_ERROR(check_member("--decode-attention", o.decode_attention, Names{"auto", "split-kv", "tensor-core"}));
   NIB_RETURN_IF_ERROR(check_member("--act-quant-moe", o.act_quant_moe, Names{"none", "static", "per-token"}));

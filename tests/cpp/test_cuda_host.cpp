@@ -10,65 +10,70 @@
 #include <random>
 #include <vector>
 
-#include "cuda/attention.cuh"
-#include "cuda/linear_nvfp4.cuh"
-#include "cuda/moe_gemm.cuh"
-#include "cuda/moe.cuh"
-#include "cuda/moe_grouping.cuh"
-#include "cuda/moe_router.cuh"
-#include "cuda/nvfp4_layout.h"
-#include "cuda/nvfp4_wgmma.cuh"
-#include "cuda/skinny_gemm.cuh"
+#include "cuda/attention/attention.cuh"
+#include "cuda/gemm/linear_nvfp4.cuh"
+#include "cuda/moe/moe_gemm.cuh"
+#include "cuda/moe/moe.cuh"
+#include "cuda/moe/moe_grouping.cuh"
+#include "cuda/moe/moe_router.cuh"
+#include "cuda/nvfp4/nvfp4_layout.h"
+#include "cuda/gemm/nvfp4_wgmma.cuh"
+#include "cuda/gemm/skinny_gemm.cuh"
 #include "formats/e2m1.h"
 #include "formats/e4m3.h"
 #include "test_seed.h"
 
 using namespace nibble;
 
-TEST(CudaHost, GemmBackendNamesRoundTrip) {
-  for (cuda::GemmBackend b : {cuda::GemmBackend::AUTO, cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS,
-                              cuda::GemmBackend::SKINNY, cuda::GemmBackend::WGMMA, cuda::GemmBackend::SKINNY_SPLIT})
-    EXPECT_EQ(cuda::parse_gemm_backend(cuda::gemm_backend_name(b)), b);
-  EXPECT_FALSE(cuda::parse_gemm_backend("cublas").has_value());
-  EXPECT_FALSE(cuda::parse_gemm_backend("").has_value());
+TEST(CudaHost, KernelNamesRoundTrip) {
+  for (DenseKernel k : {DenseKernel::AUTO, DenseKernel::GEMV, DenseKernel::CUBLAS, DenseKernel::SKINNY,
+                        DenseKernel::WGMMA, DenseKernel::SKINNY_SPLIT})
+    EXPECT_EQ(parse_dense_kernel(kernel_name(k)), k);
+  for (MoeKernel k : {MoeKernel::AUTO, MoeKernel::GROUPED_MMA, MoeKernel::CUBLAS, MoeKernel::SKINNY, MoeKernel::WGMMA})
+    EXPECT_EQ(parse_moe_kernel(kernel_name(k)), k);
+  EXPECT_EQ(dense_kernel_names().size(), 6u);
+  EXPECT_EQ(moe_kernel_names().front(), "auto");
+  // The names of before the kernels were named by role are not taken: each flag has its own list.
+  EXPECT_FALSE(parse_dense_kernel("fused").has_value() || parse_dense_kernel("dequant-cublas").has_value());
+  EXPECT_FALSE(parse_moe_kernel("skinny-split").has_value() || parse_moe_kernel("gemv").has_value());
+  EXPECT_FALSE(parse_dense_kernel("").has_value());
 }
 
 // Which kernels AUTO picks: skinny for few rows where in_features allows it (multiples of 128; the
-// MoE kernels up to 8192), the earlier rules elsewhere; an explicit SKINNY or FUSED that cannot run falls back rather
+// MoE kernels up to 8192), the earlier rules elsewhere; an explicit SKINNY or GEMV that cannot run falls back rather
 // than fail.
 TEST(CudaHost, AutoPicksTheSkinnyKernelsForFewRows) {
-  using cuda::GemmBackend;
   EXPECT_TRUE(cuda::skinny_supported(2048) && cuda::skinny_supported(768) && cuda::skinny_supported(8192));
   EXPECT_FALSE(cuda::skinny_supported(96) || cuda::skinny_supported(8320) || cuda::skinny_supported(0));
   EXPECT_TRUE(cuda::skinny_linear_supported(8320) && cuda::skinny_linear_supported(12288));  // k ranges
   EXPECT_FALSE(cuda::skinny_linear_supported(96) || cuda::skinny_linear_supported(0));
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, 1, 2048), GemmBackend::SKINNY);
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_SPLIT_MIN_M - 1, 4096), GemmBackend::SKINNY);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::AUTO, 1, 2048), DenseKernel::SKINNY);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::AUTO, cuda::AUTO_SKINNY_SPLIT_MIN_M - 1, 4096), DenseKernel::SKINNY);
   // The split-K kernel from AUTO_SKINNY_SPLIT_MIN_M to AUTO_SKINNY_SPLIT_MAX_M rows, then dequant-cublas;
   // an explicit skinny-split takes up to 64 rows, and beyond them or on K it cannot take is AUTO's choice.
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_SPLIT_MIN_M, 4096), GemmBackend::SKINNY_SPLIT);
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_SPLIT_MAX_M, 2048), GemmBackend::SKINNY_SPLIT);
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, cuda::AUTO_SKINNY_SPLIT_MAX_M + 1, 4096), GemmBackend::DEQUANT_CUBLAS);
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::SKINNY_SPLIT, cuda::SKINNY_SPLIT_MAX_M, 4096), GemmBackend::SKINNY_SPLIT);
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::SKINNY_SPLIT, 1, 2048), GemmBackend::SKINNY_SPLIT);
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::SKINNY_SPLIT, 65, 2048), GemmBackend::DEQUANT_CUBLAS);
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::SKINNY_SPLIT, 40, 192), GemmBackend::DEQUANT_CUBLAS);
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, 1, 192), GemmBackend::FUSED);  // K not a multiple of 128
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::SKINNY, 1, 192), GemmBackend::FUSED);
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::FUSED, 1, 2048), GemmBackend::FUSED);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::AUTO, cuda::AUTO_SKINNY_SPLIT_MIN_M, 4096), DenseKernel::SKINNY_SPLIT);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::AUTO, cuda::AUTO_SKINNY_SPLIT_MAX_M, 2048), DenseKernel::SKINNY_SPLIT);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::AUTO, cuda::AUTO_SKINNY_SPLIT_MAX_M + 1, 4096), DenseKernel::CUBLAS);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::SKINNY_SPLIT, cuda::SKINNY_SPLIT_MAX_M, 4096), DenseKernel::SKINNY_SPLIT);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::SKINNY_SPLIT, 1, 2048), DenseKernel::SKINNY_SPLIT);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::SKINNY_SPLIT, 65, 2048), DenseKernel::CUBLAS);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::SKINNY_SPLIT, 40, 192), DenseKernel::CUBLAS);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::AUTO, 1, 192), DenseKernel::GEMV);  // K not a multiple of 128
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::SKINNY, 1, 192), DenseKernel::GEMV);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::GEMV, 1, 2048), DenseKernel::GEMV);
   // ERNIE-4.5's dense down_proj (K = 12,288): beyond the fused GEMV, skinny in two k ranges.
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::AUTO, 1, 12288), GemmBackend::SKINNY);
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::FUSED, 1, 12288), GemmBackend::SKINNY);
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::FUSED, 1, 12288 + 64), GemmBackend::DEQUANT_CUBLAS);  // neither
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::AUTO, 1, 12288), DenseKernel::SKINNY);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::GEMV, 1, 12288), DenseKernel::SKINNY);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::GEMV, 1, 12288 + 64), DenseKernel::CUBLAS);  // neither
 
   cuda::DeviceMoeWeights qwen3;
   qwen3.hidden = 2048, qwen3.intermediate = 768, qwen3.experts = 128, qwen3.top_k = 8;
-  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 1, qwen3), GemmBackend::SKINNY);
+  EXPECT_EQ(cuda::resolve_moe_kernel(MoeKernel::AUTO, 1, qwen3), MoeKernel::SKINNY);
   // Skinny while experts average fewer than 24 rows (383 tokens · top-8 over 128 experts, not 384),
   // wgmma from there: no fused band on Qwen3's shapes.
   static_assert(cuda::AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT == 24 && cuda::AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT == 24);
-  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 383, qwen3), GemmBackend::SKINNY);
-  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 384, qwen3), GemmBackend::WGMMA);
+  EXPECT_EQ(cuda::resolve_moe_kernel(MoeKernel::AUTO, 383, qwen3), MoeKernel::SKINNY);
+  EXPECT_EQ(cuda::resolve_moe_kernel(MoeKernel::AUTO, 384, qwen3), MoeKernel::WGMMA);
   // Skinny tiles grow with the rows per expert: 8 below 3 on average, 16 below 16, else 32.
   EXPECT_EQ(cuda::skinny_moe_tile_rows(8, 128), 8);
   EXPECT_EQ(cuda::skinny_moe_tile_rows(383, 128), 8);
@@ -76,21 +81,21 @@ TEST(CudaHost, AutoPicksTheSkinnyKernelsForFewRows) {
   EXPECT_EQ(cuda::skinny_moe_tile_rows(64 * 8, 128), 16);
   EXPECT_EQ(cuda::skinny_moe_tile_rows(255 * 8, 128), 16);
   EXPECT_EQ(cuda::skinny_moe_tile_rows(256 * 8, 128), 32);
-  EXPECT_EQ(cuda::moe_grouping_tile_rows(GemmBackend::SKINNY, 128 * 8, qwen3), 16);
-  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 511, qwen3), GemmBackend::WGMMA);
-  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::WGMMA, 1, qwen3), GemmBackend::WGMMA);
+  EXPECT_EQ(cuda::moe_grouping_tile_rows(MoeKernel::SKINNY, 128 * 8, qwen3), 16);
+  EXPECT_EQ(cuda::resolve_moe_kernel(MoeKernel::AUTO, 511, qwen3), MoeKernel::WGMMA);
+  EXPECT_EQ(cuda::resolve_moe_kernel(MoeKernel::WGMMA, 1, qwen3), MoeKernel::WGMMA);
   EXPECT_TRUE(cuda::wgmma_supported(768, 2048) && cuda::wgmma_supported(2048, 768));
   EXPECT_TRUE(cuda::wgmma_supported(41, 128));
   EXPECT_FALSE(cuda::wgmma_supported(768, 96) || cuda::wgmma_supported(2, 0));
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::WGMMA, 4096, 2048), GemmBackend::WGMMA);
-  EXPECT_EQ(cuda::resolve_gemm_backend(GemmBackend::WGMMA, 4096, 96), GemmBackend::DEQUANT_CUBLAS);  // K not a multiple of 64
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::WGMMA, 4096, 2048), DenseKernel::WGMMA);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::WGMMA, 4096, 96), DenseKernel::CUBLAS);  // K not a multiple of 64
   cuda::DeviceMoeWeights odd = qwen3;
   odd.intermediate = 192;
-  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::SKINNY, 1, odd), GemmBackend::FUSED);
+  EXPECT_EQ(cuda::resolve_moe_kernel(MoeKernel::SKINNY, 1, odd), MoeKernel::GROUPED_MMA);
   odd.intermediate = 96;  // not a multiple of 64: no wgmma
-  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::WGMMA, 4096, odd), GemmBackend::FUSED);
-  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::AUTO, 4096, odd), GemmBackend::FUSED);
-  EXPECT_EQ(cuda::resolve_moe_backend(GemmBackend::DEQUANT_CUBLAS, 1, qwen3), GemmBackend::DEQUANT_CUBLAS);
+  EXPECT_EQ(cuda::resolve_moe_kernel(MoeKernel::WGMMA, 4096, odd), MoeKernel::GROUPED_MMA);
+  EXPECT_EQ(cuda::resolve_moe_kernel(MoeKernel::AUTO, 4096, odd), MoeKernel::GROUPED_MMA);
+  EXPECT_EQ(cuda::resolve_moe_kernel(MoeKernel::CUBLAS, 1, qwen3), MoeKernel::CUBLAS);
 
   // The one-launch router: a few tokens, experts within one CTA's grouping, hidden in 256-wide chunks.
   EXPECT_TRUE(cuda::route_small_supported(1, 128, 2048, 8));

@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "cuda/check.cuh"
-#include "cuda/linear_nvfp4.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/gemm/linear_nvfp4.cuh"
 
 #define NIB_SKIP_WITHOUT_GPU()                                                   \
   do {                                                                           \

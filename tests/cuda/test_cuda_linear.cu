@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda/linear_nvfp4.cuh"
-#include "cuda/quantize_nvfp4.cuh"
-#include "cuda/skinny_gemm.cuh"
+#include "cuda/gemm/linear_nvfp4.cuh"
+#include "cuda/nvfp4/quantize_nvfp4.cuh"
+#include "cuda/gemm/skinny_gemm.cuh"
 #include "cuda_test_util.cuh"
 #include "formats/bf16.h"
 #include "formats/e4m3.h"
@@ -60,7 +60,7 @@ Problem make_problem(int64_t m, const Shape& s, uint64_t seed) {
   return p;
 }
 
-void check(int64_t m, const Shape& s, cuda::GemmBackend backend, uint64_t seed,
+void check(int64_t m, const Shape& s, DenseKernel backend, uint64_t seed,
            formats::ActQuant mode = formats::ActQuant::NONE) {
   const Problem p = make_problem(m, s, seed);
   const formats::Nvfp4WeightView view{p.w.packed.data(), p.w.block_scales.data(), s.n, s.k, p.w.scale};
@@ -129,7 +129,7 @@ void check(int64_t m, const Shape& s, cuda::GemmBackend backend, uint64_t seed,
   }
   const double max_rel = max_err / max_ref, mean_rel = sum_err / got.size() / max_ref;
   std::printf("linear_nvfp4 %-9s %-15s %-8s M=%-5lld N=%-5lld K=%-5lld max rel err %.2e mean %.2e\n",
-              formats::act_quant_name(mode), cuda::gemm_backend_name(backend), s.what, static_cast<long long>(m),
+              formats::act_quant_name(mode), kernel_name(backend), s.what, static_cast<long long>(m),
               static_cast<long long>(s.n), static_cast<long long>(s.k), max_rel, mean_rel);
   EXPECT_LT(max_rel, 1e-4) << s.what << " M=" << m;
 }
@@ -183,8 +183,8 @@ TEST(CudaLinearNvfp4, FusedMatchesReferenceOnModelShapes) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaLinearNvfp4.Fused");
   for (int64_t m : {1, 3, 8, 16})
-    for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::FUSED, seed + m);
-  check(17, SHAPES[3], cuda::GemmBackend::FUSED, seed);  // past one M tile
+    for (const Shape& s : SHAPES) check(m, s, DenseKernel::GEMV, seed + m);
+  check(17, SHAPES[3], DenseKernel::GEMV, seed);  // past one M tile
 }
 
 TEST(CudaLinearNvfp4, SkinnyMatchesReferenceOnModelShapes) {
@@ -192,12 +192,12 @@ TEST(CudaLinearNvfp4, SkinnyMatchesReferenceOnModelShapes) {
   const uint64_t seed = test::test_seed("CudaLinearNvfp4.Skinny");
   // One and two n-tiles, token tiles past the first, and 64-row batches and one row more.
   for (int64_t m : {1, 3, 8, 9, 16, 33, 64, 65})
-    for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::SKINNY, seed + m);
-  check(5, {40, 384, "odd rows"}, cuda::GemmBackend::SKINNY, seed);  // rows not a multiple of 16, 3 k-blocks
-  check(24, {41, 640, "odd rows"}, cuda::GemmBackend::SKINNY, seed);  // two n-tiles, 5 k-blocks
-  check(2, {24, 8192, "long k"}, cuda::GemmBackend::SKINNY, seed);    // 16 warps
+    for (const Shape& s : SHAPES) check(m, s, DenseKernel::SKINNY, seed + m);
+  check(5, {40, 384, "odd rows"}, DenseKernel::SKINNY, seed);  // rows not a multiple of 16, 3 k-blocks
+  check(24, {41, 640, "odd rows"}, DenseKernel::SKINNY, seed);  // two n-tiles, 5 k-blocks
+  check(2, {24, 8192, "long k"}, DenseKernel::SKINNY, seed);    // 16 warps
   for (int64_t m : {1, 5, 12})  // ERNIE-4.5's dense down_proj: two k ranges, the second adding to y
-    check(m, {2560, 12288, "k ranges"}, cuda::GemmBackend::SKINNY, seed + 100 + m);
+    check(m, {2560, 12288, "k ranges"}, DenseKernel::SKINNY, seed + 100 + m);
 }
 
 // q, k and v as one launch give what three launches give, bit for bit (each row's sum is the same),
@@ -214,12 +214,12 @@ TEST(CudaLinearNvfp4, SkinnySplitMatchesReferenceOnModelShapes) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaLinearNvfp4.SkinnySplit");
   for (int64_t m : {1, 9, 16, 17, 33, 48, 64})
-    for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::SKINNY_SPLIT, seed + m);
-  check(5, {40, 384, "odd rows"}, cuda::GemmBackend::SKINNY_SPLIT, seed);
-  check(24, {41, 640, "odd rows"}, cuda::GemmBackend::SKINNY_SPLIT, seed);
-  check(37, {200, 8192, "long k"}, cuda::GemmBackend::SKINNY_SPLIT, seed);
-  check(12, {2560, 12288, "ERNIE down"}, cuda::GemmBackend::SKINNY_SPLIT, seed);
-  check(40, SHAPES[0], cuda::GemmBackend::AUTO, seed);  // AUTO takes it at 17-40 rows
+    for (const Shape& s : SHAPES) check(m, s, DenseKernel::SKINNY_SPLIT, seed + m);
+  check(5, {40, 384, "odd rows"}, DenseKernel::SKINNY_SPLIT, seed);
+  check(24, {41, 640, "odd rows"}, DenseKernel::SKINNY_SPLIT, seed);
+  check(37, {200, 8192, "long k"}, DenseKernel::SKINNY_SPLIT, seed);
+  check(12, {2560, 12288, "ERNIE down"}, DenseKernel::SKINNY_SPLIT, seed);
+  check(40, SHAPES[0], DenseKernel::AUTO, seed);  // AUTO takes it at 17-40 rows
 }
 
 // q/k/v in one split launch: the bits of three launches, the same again on reruns.
@@ -267,13 +267,13 @@ TEST(CudaLinearNvfp4, QuantizingSkinnyIsTheQuantizeThenTheGemm) {
       const float scale = mode == formats::ActQuant::STATIC ? input_scale : 0.0f;
       // The fused path (x not yet quantized), and the chain: the quantize launch, then the GEMM told x̂ is ready.
       const Status s = cuda::linear_nvfp4_shared_input(d_x.get(), 1, weights.data(), fused_out.data(), count, mode,
-                                                       input_scale, cuda::GemmBackend::SKINNY, fused_ctx);
+                                                       input_scale, DenseKernel::SKINNY, fused_ctx);
       ASSERT_TRUE(s.is_ok()) << s.message();
       const Status quantized =
           cuda::quantize_dequantize_activation_bf16(d_x.get(), 1, c.k, scale, d_x_hat_chain.get(), d_scale_chain.get(), nullptr);
       ASSERT_TRUE(quantized.is_ok()) << quantized.message();
       const Status gemm = cuda::linear_nvfp4_shared_input(d_x.get(), 1, weights.data(), chain_out.data(), count, mode, input_scale,
-                                                          cuda::GemmBackend::SKINNY, chain_ctx, /*x_quantized=*/true);
+                                                          DenseKernel::SKINNY, chain_ctx, /*x_quantized=*/true);
       ASSERT_TRUE(gemm.is_ok()) << gemm.message();
       NIB_CUDA_CHECK(cudaDeviceSynchronize());
       const std::string what = std::string(formats::act_quant_name(mode)) + " K=" + std::to_string(c.k) +
@@ -295,36 +295,36 @@ TEST(CudaLinearNvfp4, DequantCublasMatchesReferenceOnModelShapes) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaLinearNvfp4.DequantCublas");
   for (int64_t m : {1, 17, 255})
-    for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::DEQUANT_CUBLAS, seed + m);
-  check(4099, SHAPES[4], cuda::GemmBackend::DEQUANT_CUBLAS, seed);
-  check(4099, SHAPES[4], cuda::GemmBackend::AUTO, seed + 1);
+    for (const Shape& s : SHAPES) check(m, s, DenseKernel::CUBLAS, seed + m);
+  check(4099, SHAPES[4], DenseKernel::CUBLAS, seed);
+  check(4099, SHAPES[4], DenseKernel::AUTO, seed + 1);
 }
 
 TEST(CudaLinearNvfp4, WgmmaMatchesReferenceOnModelShapes) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaLinearNvfp4.Wgmma");
   for (int64_t m : {1, 8, 40, 129, 300})  // tile heights 32, 64, 128, 256 (a partial one at 300)
-    for (const Shape& s : SHAPES) check(m, s, cuda::GemmBackend::WGMMA, seed + m);
-  check(4099, SHAPES[2], cuda::GemmBackend::WGMMA, seed);
-  check(70, {200, 192, "partial weight tile"}, cuda::GemmBackend::WGMMA, seed);  // 200 of 256 rows, 3 k-steps
-  check(9, {41, 128, "odd rows"}, cuda::GemmBackend::WGMMA, seed);  // 41 of 128 weight rows
-  check(9, {40, 96, "k not a multiple of 64"}, cuda::GemmBackend::WGMMA, seed);  // falls back to AUTO's kernel
+    for (const Shape& s : SHAPES) check(m, s, DenseKernel::WGMMA, seed + m);
+  check(4099, SHAPES[2], DenseKernel::WGMMA, seed);
+  check(70, {200, 192, "partial weight tile"}, DenseKernel::WGMMA, seed);  // 200 of 256 rows, 3 k-steps
+  check(9, {41, 128, "odd rows"}, DenseKernel::WGMMA, seed);  // 41 of 128 weight rows
+  check(9, {40, 96, "k not a multiple of 64"}, DenseKernel::WGMMA, seed);  // falls back to AUTO's kernel
 }
 
 TEST(CudaLinearNvfp4, W4A4ModesMatchReference) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaLinearNvfp4.W4A4");
   for (formats::ActQuant mode : {formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN})
-    for (cuda::GemmBackend backend : {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::SKINNY,
-                                      cuda::GemmBackend::WGMMA, cuda::GemmBackend::SKINNY_SPLIT})
+    for (DenseKernel backend : {DenseKernel::GEMV, DenseKernel::CUBLAS, DenseKernel::SKINNY,
+                                      DenseKernel::WGMMA, DenseKernel::SKINNY_SPLIT})
       for (int64_t m : {1, 3, 16})
         for (const Shape& s : SHAPES) check(m, s, backend, seed + m, mode);
-  check(40, SHAPES[2], cuda::GemmBackend::SKINNY, seed, formats::ActQuant::PER_TOKEN);  // row scales past the first token tile
-  check(40, SHAPES[2], cuda::GemmBackend::SKINNY_SPLIT, seed, formats::ActQuant::PER_TOKEN);
-  check(64, SHAPES[0], cuda::GemmBackend::SKINNY_SPLIT, seed, formats::ActQuant::STATIC);
-  check(255, SHAPES[0], cuda::GemmBackend::AUTO, seed, formats::ActQuant::PER_TOKEN);
-  check(3, {2560, 12288, "k ranges"}, cuda::GemmBackend::SKINNY, seed, formats::ActQuant::PER_TOKEN);  // row scales per range
-  check(4099, SHAPES[4], cuda::GemmBackend::AUTO, seed, formats::ActQuant::STATIC);
+  check(40, SHAPES[2], DenseKernel::SKINNY, seed, formats::ActQuant::PER_TOKEN);  // row scales past the first token tile
+  check(40, SHAPES[2], DenseKernel::SKINNY_SPLIT, seed, formats::ActQuant::PER_TOKEN);
+  check(64, SHAPES[0], DenseKernel::SKINNY_SPLIT, seed, formats::ActQuant::STATIC);
+  check(255, SHAPES[0], DenseKernel::AUTO, seed, formats::ActQuant::PER_TOKEN);
+  check(3, {2560, 12288, "k ranges"}, DenseKernel::SKINNY, seed, formats::ActQuant::PER_TOKEN);  // row scales per range
+  check(4099, SHAPES[4], DenseKernel::AUTO, seed, formats::ActQuant::STATIC);
 }
 
 TEST(CudaLinearNvfp4, BadShapesAreErrors) {
@@ -333,13 +333,13 @@ TEST(CudaLinearNvfp4, BadShapesAreErrors) {
                                     1.0f};
   const cuda::GemmContext ctx{};
   const Status s = cuda::linear_nvfp4_w4a16(reinterpret_cast<const uint16_t*>(16), 1, odd,
-                                            reinterpret_cast<float*>(16), cuda::GemmBackend::FUSED, ctx);
+                                            reinterpret_cast<float*>(16), DenseKernel::GEMV, ctx);
   EXPECT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("multiple of 32"), std::string::npos) << s.message();
   const cuda::DeviceNvfp4Weight ok{reinterpret_cast<const uint8_t*>(16), reinterpret_cast<const uint8_t*>(16), 8, 64,
                                    1.0f};
   const Status no_handle = cuda::linear_nvfp4_w4a16(reinterpret_cast<const uint16_t*>(16), 32, ok,
-                                                    reinterpret_cast<float*>(16), cuda::GemmBackend::AUTO, ctx);
+                                                    reinterpret_cast<float*>(16), DenseKernel::AUTO, ctx);
   EXPECT_NE(no_handle.message().find("cuBLAS"), std::string::npos) << no_handle.message();
 }
 

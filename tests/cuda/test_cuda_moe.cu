@@ -26,12 +26,12 @@
 #include <random>
 #include <vector>
 
-#include "cuda/moe.cuh"
-#include "cuda/moe_decode.cuh"
-#include "cuda/quantize_nvfp4.cuh"
-#include "cuda/nvfp4_layout.h"
-#include "cuda/nvfp4_wgmma.cuh"
-#include "cuda/skinny_gemm.cuh"
+#include "cuda/moe/moe.cuh"
+#include "cuda/moe/moe_decode.cuh"
+#include "cuda/nvfp4/quantize_nvfp4.cuh"
+#include "cuda/nvfp4/nvfp4_layout.h"
+#include "cuda/gemm/nvfp4_wgmma.cuh"
+#include "cuda/gemm/skinny_gemm.cuh"
 #include "cuda_test_util.cuh"
 #include "formats/bf16.h"
 #include "ref/moe.h"
@@ -175,22 +175,22 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
   for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
     std::vector<float> expected = expected_none;
     std::vector<std::vector<float>> outputs;  // per backend
-    std::vector<cuda::GemmBackend> backends = {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS,
-                                               cuda::GemmBackend::SKINNY, cuda::GemmBackend::WGMMA};
-    if (tokens == 1) backends.push_back(cuda::GemmBackend::AUTO);  // the one-launch block where it fits
-    for (cuda::GemmBackend backend : backends) {
+    std::vector<MoeKernel> backends = {MoeKernel::GROUPED_MMA, MoeKernel::CUBLAS,
+                                               MoeKernel::SKINNY, MoeKernel::WGMMA};
+    if (tokens == 1) backends.push_back(MoeKernel::AUTO);  // the one-launch block where it fits
+    for (MoeKernel backend : backends) {
       // The one-launch block routes into ws.expert_ids but writes no grouping.
-      const bool block = backend == cuda::GemmBackend::AUTO &&
+      const bool block = backend == MoeKernel::AUTO &&
                          cuda::moe_decode_block_supported(tokens, dw, mode, nullptr, nullptr, nullptr);
       NIB_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, x.size() * sizeof(float)));  // NaN: nothing left unwritten
-      const Status s = cuda::moe_forward(d_x.get(), tokens, dw, mode, backend, **ws, d_out.get(), nullptr, handle);
+      const Status s = cuda::moe_forward(dw, **ws, {.x = d_x.get(), .tokens = tokens, .mode = mode, .kernel = backend, .out = d_out.get(), .cublas = handle});
       ASSERT_TRUE(s.is_ok()) << s.message();
       NIB_CUDA_CHECK(cudaDeviceSynchronize());
       const std::vector<float> got = d_out.to_host();
       outputs.push_back(got);
       // The fused norms, run after the checks below (they reuse the workspace those read).
       auto fused_norm_checks = [&] {
-        if (mode != formats::ActQuant::NONE && backend == cuda::GemmBackend::SKINNY) {
+        if (mode != formats::ActQuant::NONE && backend == MoeKernel::SKINNY) {
           // The combine's fused next norm, also writing x̂ for the next W4A4 GEMM: bit for bit what the
           // quantize kernel makes of the norm's BF16 output (static with an arbitrary scale, per-token).
           std::vector<float> residual(x.size());
@@ -201,14 +201,14 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
           test::DeviceBuffer<uint16_t> d_nw(norm_w), d_h(x.size()), d_xq(x.size()), d_xq2(x.size());
           const float scale = mode == formats::ActQuant::STATIC ? 0.0173f : 0.0f;
           const cuda::ResidualNorm norm{d_res.get(), d_nw.get(), 1e-6f, d_h.get(), {scale, d_xq.get(), d_rows.get()}};
-          ASSERT_TRUE(cuda::moe_forward(d_x.get(), tokens, dw, mode, backend, **ws, nullptr, nullptr, handle, &norm).is_ok());
+          ASSERT_TRUE(cuda::moe_forward(dw, **ws, {.x = d_x.get(), .tokens = tokens, .mode = mode, .kernel = backend, .cublas = handle, .norm = &norm}).is_ok());
           ASSERT_TRUE(cuda::quantize_dequantize_activation_bf16(d_h.get(), tokens, c.hidden, scale, d_xq2.get(), d_rows2.get(),
                                                                 nullptr).is_ok());
           NIB_CUDA_CHECK(cudaDeviceSynchronize());
           EXPECT_EQ(d_xq.to_host(), d_xq2.to_host()) << "x̂ of the fused norm, hidden " << c.hidden;
           EXPECT_EQ(d_rows.to_host(), d_rows2.to_host()) << "row scales of the fused norm";
         }
-        if (backend == cuda::GemmBackend::SKINNY) {
+        if (backend == MoeKernel::SKINNY) {
           // The block's own input norm (InputNorm; inside the router's launch up to 4 tokens, where the
           // combine adds the post-attention output) against add_rmsnorm before the block: the same bits
           // in h, x̂ and its row scales, the residual and the next norm's output.
@@ -234,8 +234,7 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
             if (!fused)
               ASSERT_TRUE(cuda::add_rmsnorm(d_res.get(), d_delta.get(), tokens, c.hidden, d_pw.get(), 1e-6f, d_h.get(), nullptr,
                                             nullptr, quant).is_ok());
-            ASSERT_TRUE(cuda::moe_forward(d_h.get(), tokens, dw, mode, backend, **ws, nullptr, nullptr, handle, &next, nullptr,
-                                          quant.x_hat != nullptr, fused ? &input : nullptr).is_ok());
+            ASSERT_TRUE(cuda::moe_forward(dw, **ws, {.x = d_h.get(), .tokens = tokens, .mode = mode, .kernel = backend, .cublas = handle, .norm = &next, .x_quantized = quant.x_hat != nullptr, .input_norm = fused ? &input : nullptr}).is_ok());
             NIB_CUDA_CHECK(cudaDeviceSynchronize());
             Result& r = results[fused];
             r.residual = d_res.to_host(), r.h = d_h.to_host(), r.next = d_next.to_host();
@@ -252,7 +251,7 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
           }
         }
       };
-      if (mode != formats::ActQuant::NONE && backend == cuda::GemmBackend::FUSED) {
+      if (mode != formats::ActQuant::NONE && backend == MoeKernel::GROUPED_MMA) {
         // The reference experts on the GPU's x̂ · row scale, with the reference routing of x: re-quantizing
         // x̂ · s reproduces x̂ exactly (each block's maximum is 6 · its scale), so what remains is the
         // down input's re-quantization. (x̂ itself is checked against the CPU quantizer in test_cuda_linear.)
@@ -283,7 +282,7 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
             ASSERT_EQ(rows[sorted[r]], r);
           }
         // The tile list the GEMMs walk: each expert's rows in tiles of the backend's height, in order.
-        const cuda::GemmBackend kernels = cuda::resolve_moe_backend(backend, tokens, dw);
+        const MoeKernel kernels = cuda::resolve_moe_kernel(backend, tokens, dw);
         const int tile_rows = cuda::moe_grouping_tile_rows(kernels, pairs, dw);
         std::vector<int32_t> tile_offsets(static_cast<size_t>(c.experts + 1));
         NIB_CUDA_CHECK(cudaMemcpy(tile_offsets.data(), (*ws)->groups.tile_offsets, (c.experts + 1) * 4, cudaMemcpyDeviceToHost));
@@ -336,11 +335,11 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
       const double p999_rel = errors[p999] / max_ref;
       std::printf("moe %-9s %-15s E=%-3lld k=%lld H=%-4lld I=%-4lld T=%-5lld%s max rel err %.2e p99.9 %.2e mean %.2e (%lld tokens "
                   "skipped: router near-tie)\n",
-                  formats::act_quant_name(mode), cuda::gemm_backend_name(backend), (long long)c.experts, (long long)c.top_k,
+                  formats::act_quant_name(mode), kernel_name(backend), (long long)c.experts, (long long)c.top_k,
                   (long long)c.hidden, (long long)c.intermediate, (long long)tokens, identical_tokens ? " same" : "     ",
                   max_rel, p999_rel, mean_rel, (long long)skipped);
       const bool w4a4 = mode != formats::ActQuant::NONE;
-      const std::string what = std::string(formats::act_quant_name(mode)) + " " + cuda::gemm_backend_name(backend);
+      const std::string what = std::string(formats::act_quant_name(mode)) + " " + kernel_name(backend);
       // W4A16's bound on a small model (hidden < 1,024) is 1.5× wider: each output sums few SwiGLU
       // values, so its maximum rests on a few BF16 roundings (dequant-cublas rounds gate and up to BF16
       // before the SwiGLU; a T = 1 seed measured 9.2e-3 there, a seed of the H = 128 config at every T
@@ -368,7 +367,7 @@ void check(const Problem& p, int64_t tokens, bool identical_tokens, uint64_t see
       }
       const size_t p999 = diffs.size() * 999 / 1000;
       std::nth_element(diffs.begin(), diffs.begin() + p999, diffs.end());
-      std::printf("    %s vs dequant-cublas: p99.9 %.2e mean %.2e\n", cuda::gemm_backend_name(backends[b]), diffs[p999] / max_ref,
+      std::printf("    %s vs dequant-cublas: p99.9 %.2e mean %.2e\n", kernel_name(backends[b]), diffs[p999] / max_ref,
                   sum_diff / diffs.size() / max_ref);
       EXPECT_LT(diffs[p999] / max_ref, 1e-2) << formats::act_quant_name(mode);
       EXPECT_LT(sum_diff / diffs.size() / max_ref, 1e-3) << formats::act_quant_name(mode);
@@ -489,11 +488,11 @@ TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
         std::vector<uint16_t> h, x_hat, next, next_hat;
       } runs[2];
       for (int chain = 0; chain < 2; ++chain) {
-        const cuda::GemmBackend backend = chain ? cuda::GemmBackend::SKINNY : cuda::GemmBackend::AUTO;
+        const MoeKernel backend = chain ? MoeKernel::SKINNY : MoeKernel::AUTO;
         Run& r = runs[chain];
         test::DeviceBuffer<float> d_out(H);
         NIB_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, H * sizeof(float)));  // NaN: nothing left unwritten
-        ASSERT_TRUE(cuda::moe_forward(d_x.get(), 1, dw, mode, backend, **ws, d_out.get(), nullptr, handle).is_ok());
+        ASSERT_TRUE(cuda::moe_forward(dw, **ws, {.x = d_x.get(), .tokens = 1, .mode = mode, .kernel = backend, .out = d_out.get(), .cublas = handle}).is_ok());
         NIB_CUDA_CHECK(cudaDeviceSynchronize());
         r.out = d_out.to_host();
         r.ids.resize(k), r.weights.resize(k);
@@ -512,8 +511,7 @@ TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
         const cuda::InputNorm input{d_res.get(), d_delta.get(), d_pw.get(), 1e-6f, d_h.get(), x_quant};
         const bool block = !chain && cuda::moe_decode_block_supported(1, dw, mode, &next, nullptr, &input);
         ASSERT_EQ(block, !chain) << "the block takes T = 1 with both norms in " << mode_name;
-        ASSERT_TRUE(cuda::moe_forward(d_h.get(), 1, dw, mode, backend, **ws, nullptr, nullptr, handle, &next, nullptr,
-                                      w4a4, &input).is_ok());
+        ASSERT_TRUE(cuda::moe_forward(dw, **ws, {.x = d_h.get(), .tokens = 1, .mode = mode, .kernel = backend, .cublas = handle, .norm = &next, .x_quantized = w4a4, .input_norm = &input}).is_ok());
         NIB_CUDA_CHECK(cudaDeviceSynchronize());
         r.residual = d_res.to_host(), r.h = d_h.to_host(), r.next = d_next.to_host();
         if (w4a4) {
@@ -598,16 +596,13 @@ TEST(CudaMoe, BadInputsAreErrors) {
   auto ws = cuda::MoeWorkspace::create(w, 8, false);
   ASSERT_TRUE(ws.is_ok());
   float* out = reinterpret_cast<float*>(256);
-  const Status too_many = cuda::moe_forward(reinterpret_cast<const uint16_t*>(256), 9, w, formats::ActQuant::NONE,
-                                            cuda::GemmBackend::FUSED, **ws, out, nullptr, nullptr);
+  const Status too_many = cuda::moe_forward(w, **ws, {.x = reinterpret_cast<const uint16_t*>(256), .tokens = 9, .mode = formats::ActQuant::NONE, .kernel = MoeKernel::GROUPED_MMA, .out = out});
   EXPECT_NE(too_many.message().find("workspace holds 8"), std::string::npos) << too_many.message();
-  const Status no_cublas_ws = cuda::moe_forward(reinterpret_cast<const uint16_t*>(256), 1, w, formats::ActQuant::STATIC,
-                                                cuda::GemmBackend::DEQUANT_CUBLAS, **ws, out, nullptr, nullptr);
+  const Status no_cublas_ws = cuda::moe_forward(w, **ws, {.x = reinterpret_cast<const uint16_t*>(256), .tokens = 1, .mode = formats::ActQuant::STATIC, .kernel = MoeKernel::CUBLAS, .out = out});
   EXPECT_NE(no_cublas_ws.message().find("input scales"), std::string::npos) << no_cublas_ws.message();
   cuda::DeviceMoeWeights odd_w = w;
   odd_w.intermediate = 96, odd_w.gate.rows = odd_w.up.rows = 96, odd_w.down.cols = 96;
-  const Status odd_layer = cuda::moe_forward(reinterpret_cast<const uint16_t*>(256), 1, odd_w, formats::ActQuant::NONE,
-                                             cuda::GemmBackend::FUSED, **ws, out, nullptr, nullptr);
+  const Status odd_layer = cuda::moe_forward(odd_w, **ws, {.x = reinterpret_cast<const uint16_t*>(256), .tokens = 1, .mode = formats::ActQuant::NONE, .kernel = MoeKernel::GROUPED_MMA, .out = out});
   EXPECT_NE(odd_layer.message().find("multiples of 64"), std::string::npos) << odd_layer.message();
   // The grouped GEMM checks on its own too: in_features 96 is not a multiple of 64.
   cuda::GroupedGemmArgs args;

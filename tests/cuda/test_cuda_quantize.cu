@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "cuda/nvfp4_layout.h"
-#include "cuda/quantize_nvfp4.cuh"
+#include "cuda/nvfp4/nvfp4_layout.h"
+#include "cuda/nvfp4/quantize_nvfp4.cuh"
 #include "cuda_test_util.cuh"
 #include "formats/bf16.h"
 #include "formats/e2m1.h"

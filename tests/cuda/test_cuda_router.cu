@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "cuda/moe_router.cuh"
+#include "cuda/moe/moe_router.cuh"
 #include "cuda_test_util.cuh"
 #include "formats/bf16.h"
 #include "ref/moe.h"

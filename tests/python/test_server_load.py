@@ -443,15 +443,15 @@ def test_seed_environment_variables_are_honoured_and_reported(build_dir, tiny_mo
     start-up line, and an explicit nibble flag wins."""
     env = {"SGLANG_FLASHINFER_PER_TOKEN_NVFP4_MOE": "true", "FD_NVFP4_GEMM_BACKEND": "flashinfer-cutlass",
            "FD_FLASHINFER_MOE_BACKEND": "throughput"}
-    s = NibbleServer(build_dir, tiny_models["a"], tmp_path / "seed.log", "--gemm-backend", "fused",
+    s = NibbleServer(build_dir, tiny_models["a"], tmp_path / "seed.log", "--gemm-backend", "gemv",
                      "--moe-runner-backend", "flashinfer_trtllm", env=env)
     try:
         info = requests.get(s.url + "/get_server_info").json()
         assert info["act_quant_moe"] == "per-token" and info["moe_backend"] == "auto"
-        assert info["gemm_backend"] == "fused"  # given explicitly: FD_NVFP4_GEMM_BACKEND does not override it
+        assert info["gemm_backend"] == "gemv"  # given explicitly: FD_NVFP4_GEMM_BACKEND does not override it
         log = s.log()
         assert "SGLANG_FLASHINFER_PER_TOKEN_NVFP4_MOE=true → --act-quant-moe per-token" in log
-        assert "FD_NVFP4_GEMM_BACKEND=flashinfer-cutlass: ignored, --gemm-backend fused was given" in log
+        assert "FD_NVFP4_GEMM_BACKEND=flashinfer-cutlass: ignored, --gemm-backend gemv was given" in log
         assert "FD_FLASHINFER_MOE_BACKEND=throughput → --moe-backend auto" in log
         assert "--moe-runner-backend=flashinfer_trtllm → --moe-backend auto" in log
         ok = requests.post(s.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2})

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "cuda/device_context.cuh"
-#include "cuda/flashinfer_attention.cuh"
-#include "cuda/quantize_nvfp4.cuh"
-#include "cuda/skinny_gemm.cuh"
-#include "cuda/transformer_ops.cuh"
+#include "cuda/common/device_context.cuh"
+#include "cuda/attention/flashinfer_attention.cuh"
+#include "cuda/nvfp4/quantize_nvfp4.cuh"
+#include "cuda/gemm/skinny_gemm.cuh"
+#include "cuda/ops/transformer_ops.cuh"
 #include "formats/bf16.h"
 #include "ref/ops.h"
 #include "tools/bench/cuda_timing.h"
@@ -139,7 +139,7 @@ int run_bench_attention(const BenchKernelsOptions& o, cudaStream_t stream, nlohm
             ok &= cuda::qk_norm_rope_store({q, k, v}, layout, q_norm, k_norm, 1e-6f, nullptr, l.k_cache, l.v_cache, stream, q_bf16)
                       .is_ok();
             ok &= (*fi)->run(q_bf16, l.k_cache, l.v_cache, attn, stream).is_ok();
-            ok &= cuda::linear_nvfp4(attn, 1, l.o, mode, o_input_scale, out, cuda::GemmBackend::SKINNY, gemm).is_ok();
+            ok &= cuda::linear_nvfp4(attn, 1, l.o, mode, o_input_scale, out, DenseKernel::SKINNY, gemm).is_ok();
           },
           COPIES, o.iterations, o.batches, stream);
       BENCH_CUDA(cudaStreamSynchronize(stream));

@@ -15,7 +15,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "cuda/linear_nvfp4.cuh"
+#include "cuda/gemm/linear_nvfp4.cuh"
 #include "formats/nvfp4.h"
 #include "tools/bench/bench_attention.h"
 #include "tools/bench/bench_moe.h"
@@ -118,8 +118,8 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
           },
           copies, o.iterations, o.batches, stream);
       for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN})
-      for (cuda::GemmBackend backend : backends_to_time(o.gemm_backend, true)) {
-        if (backend == cuda::GemmBackend::FUSED && m > cuda::FUSED_MAX_M) continue;
+      for (DenseKernel backend : dense_kernels_to_time(o.gemm_backend)) {
+        if (backend == DenseKernel::GEMV && m > cuda::GEMV_MAX_M) continue;
         bool ok = true;
         const double t = time_launches(
             [&](int c) {
@@ -134,12 +134,12 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
         }
         const double bytes = nvfp4_bytes + io_bytes;
         const double pct = 100.0 * floor_of(double(nvfp4_bytes)) / t;
-        const std::string label = std::string(cuda::gemm_backend_name(backend)) + "/" + bench_mode_label(mode);
+        const std::string label = std::string(kernel_name(backend)) + "/" + bench_mode_label(mode);
         std::printf("%-12s %6lld %-30s %10.2f %9.0f %9.1f %7.0f%% %12.2f %8.2fx\n", s.name, static_cast<long long>(m),
                     label.c_str(), t * 1e6, bytes / t / 1e9, flops / t / 1e12, pct, t_cublas * 1e6,
                     t_cublas / t);
         rows.push_back({{"op", std::string("linear_nvfp4_w4a16.") + s.name}, {"m", m}, {"n", s.n}, {"k", s.k},
-                        {"backend", cuda::gemm_backend_name(backend)}, {"mode", bench_mode_label(mode)}, {"time_us", t * 1e6},
+                        {"backend", kernel_name(backend)}, {"mode", bench_mode_label(mode)}, {"time_us", t * 1e6},
                         {"gb_s", bytes / t / 1e9}, {"tflops", flops / t / 1e12}, {"pct_floor", pct},
                         {"cublas_bf16_us", t_cublas * 1e6}});
       }

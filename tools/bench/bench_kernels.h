@@ -12,8 +12,8 @@ struct BenchKernelsOptions {
   std::string m_values = "1,2,4,8,16,64,128,8192";         // dense: rows of x, decode to prefill sizes
   std::string moe_tokens = "1,4,16,64,128,512,2048,8192";  // MoE: tokens, decode to prefill sizes
   std::string attention_contexts = "128,1024,4096";       // decode attention: the token's context lengths
-  std::string gemm_backend = "all";              // dense backends timed: all | one of kernel_choice_names()
-  std::string moe_backend = "all";               // MoE backends timed: all | one of kernel_choice_names()
+  std::string gemm_backend = "all";              // dense backends timed: all | one of dense_kernel_names()
+  std::string moe_backend = "all";               // MoE backends timed: all | one of moe_kernel_names()
   double hbm_tb_s = 4.0;        // measured copy bandwidth of an H200 (docs/perf.md "Method")
   double bf16_tflops = 800.0;   // measured cuBLAS BF16 peak
   int iterations = 20;          // launches per timed batch

@@ -16,8 +16,8 @@
 
 #include "engine/model_runner.h"
 #if NIBBLE_BENCH_CUDA
-#include "cuda/moe_decode.cuh"
-#include "cuda/sampler.cuh"
+#include "cuda/moe/moe_decode.cuh"
+#include "cuda/sampling/sampler.cuh"
 #endif
 
 namespace nibble::tools {
@@ -166,7 +166,8 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     if (!mode) return fail("--modes: '" + mode_name + "' is not none, static or per-token");
     engine::RunnerOptions ro;
     const auto backend = engine::parse_backend(o.backend);
-    const auto gemm = engine::parse_kernel_choice(o.gemm_backend), moe = engine::parse_kernel_choice(o.moe_backend);
+    const auto gemm = parse_dense_kernel(o.gemm_backend);
+    const auto moe = parse_moe_kernel(o.moe_backend);
     const auto decode_attention = engine::parse_decode_attention(o.decode_attention);
     const auto attention = engine::parse_attention_backend(o.attention_backend);
     const auto kv_dtype = engine::parse_kv_cache_dtype(o.kv_cache_dtype);

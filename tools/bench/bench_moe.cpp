@@ -2,7 +2,7 @@
 // end, from BF16 hidden states through the router, grouping, gate_up+SwiGLU, down and combine to the fp32
 // output. Random NVFP4 experts in two copies and eight different inputs (so each launch routes to
 // other experts and the touched weights exceed L2), a CUDA graph per batch for the fused backend
-// (dequant-cublas reads expert counts back and is issued directly). The floor counts the weight
+// (cublas reads expert counts back and is issued directly). The floor counts the weight
 // bytes of the experts actually routed to, plus x and the output.
 #include "tools/bench/bench_moe.h"
 
@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda/moe.cuh"
-#include "cuda/nvfp4_layout.h"
-#include "cuda/moe_decode.cuh"
+#include "cuda/moe/moe.cuh"
+#include "cuda/nvfp4/nvfp4_layout.h"
+#include "cuda/moe/moe_decode.cuh"
 #include "formats/bf16.h"
 #include "tools/bench/cuda_timing.h"
 
@@ -91,12 +91,11 @@ int run_bench_moe(const BenchKernelsOptions& o, const MoeShape& shape, cudaStrea
   std::printf("\nMoE block %s (E=%lld, k=%lld, H=%lld, I=%lld), router to combined output\n", shape.label, (long long)E,
               (long long)TOP_K, (long long)H, (long long)I);
   std::printf("%-6s %6s %-30s %10s %9s %9s %8s %8s %16s\n", "op", "T", "backend/mode", "time(us)", "GB/s", "TFLOP/s",
-              "%floor", "experts", "vs dequant-cublas");
+              "%floor", "experts", "vs cublas");
   const double expert_bytes = 3.0 * I * H * (0.5 + 1.0 / 16);
   for (int64_t tokens : token_counts) {
     // Experts routed to (the floor's weight bytes), from one run's grouping.
-    Status s = cuda::moe_forward(x[0], tokens, weights[0], formats::ActQuant::NONE, cuda::GemmBackend::FUSED, **ws, out,
-                                 stream, cublas);
+    Status s = cuda::moe_forward(weights[0], **ws, {.x = x[0], .tokens = tokens, .mode = formats::ActQuant::NONE, .kernel = MoeKernel::GROUPED_MMA, .out = out, .stream = stream, .cublas = cublas});
     if (!s) {
       std::fprintf(stderr, "nibble bench kernels: moe T=%lld: %s\n", (long long)tokens, s.message().c_str());
       return 1;
@@ -111,35 +110,34 @@ int run_bench_moe(const BenchKernelsOptions& o, const MoeShape& shape, cudaStrea
     const double bytes = active * expert_bytes + tokens * H * (2.0 + 4.0);
     const double floor = std::max(bytes / (o.hbm_tb_s * 1e12), flops / (o.bf16_tflops * 1e12));
     double t_baseline = 0;
-    std::vector<cuda::GemmBackend> backends = backends_to_time(o.moe_backend);
-    if (o.moe_backend == "all") backends.push_back(cuda::GemmBackend::AUTO);  // the one-launch block at T = 1
-    std::stable_partition(backends.begin(), backends.end(), [](cuda::GemmBackend b) {
-      return b == cuda::GemmBackend::DEQUANT_CUBLAS;  // first: the other rows compare to it
+    std::vector<MoeKernel> backends = moe_kernels_to_time(o.moe_backend);
+    if (o.moe_backend == "all") backends.push_back(MoeKernel::AUTO);  // the one-launch block at T = 1
+    std::stable_partition(backends.begin(), backends.end(), [](MoeKernel b) {
+      return b == MoeKernel::CUBLAS;  // first: the other rows compare to it
     });
-    for (cuda::GemmBackend backend : backends)
+    for (MoeKernel backend : backends)
       for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
         bool ok = true;
         const double t = time_launches(
             [&](int c) {
-              ok &= cuda::moe_forward(x[c % INPUT_COPIES], tokens, weights[c % WEIGHT_COPIES], mode, backend, **ws, out,
-                                      stream, cublas)
+              ok &= cuda::moe_forward(weights[c % WEIGHT_COPIES], **ws, {.x = x[c % INPUT_COPIES], .tokens = tokens, .mode = mode, .kernel = backend, .out = out, .stream = stream, .cublas = cublas})
                         .is_ok();
             },
-            INPUT_COPIES, o.iterations, o.batches, stream, backend != cuda::GemmBackend::DEQUANT_CUBLAS);
+            INPUT_COPIES, o.iterations, o.batches, stream, backend != MoeKernel::CUBLAS);
         BENCH_CUDA(cudaStreamSynchronize(stream));
         if (!ok) {
           std::fprintf(stderr, "nibble bench kernels: moe T=%lld %s failed\n", (long long)tokens, bench_mode_label(mode).c_str());
           return 1;
         }
-        if (backend == cuda::GemmBackend::DEQUANT_CUBLAS && mode == formats::ActQuant::NONE) t_baseline = t;
-        const std::string label = std::string(cuda::gemm_backend_name(backend)) + "/" + bench_mode_label(mode);
+        if (backend == MoeKernel::CUBLAS && mode == formats::ActQuant::NONE) t_baseline = t;
+        const std::string label = std::string(kernel_name(backend)) + "/" + bench_mode_label(mode);
         char versus[32] = "-";
         if (t_baseline > 0) std::snprintf(versus, sizeof versus, "%.2fx", t_baseline / t);
         std::printf("%-6s %6lld %-30s %10.2f %9.0f %9.1f %7.0f%% %8d %17s\n", "moe", (long long)tokens, label.c_str(),
                     t * 1e6, bytes / t / 1e9, flops / t / 1e12, 100.0 * floor / t, active, versus);
-        if (backend == cuda::GemmBackend::AUTO && tokens == 1)  // the block's phases in each mode
+        if (backend == MoeKernel::AUTO && tokens == 1)  // the block's phases in each mode
           if (const std::string phases = cuda::moe_decode_block_timing(H); !phases.empty()) std::printf("%s\n", phases.c_str());
-        rows.push_back({{"op", "moe"}, {"shape", shape.label}, {"tokens", tokens}, {"backend", cuda::gemm_backend_name(backend)},
+        rows.push_back({{"op", "moe"}, {"shape", shape.label}, {"tokens", tokens}, {"backend", kernel_name(backend)},
                         {"mode", bench_mode_label(mode)}, {"time_us", t * 1e6}, {"gb_s", bytes / t / 1e9},
                         {"tflops", flops / t / 1e12}, {"pct_floor", 100.0 * floor / t}, {"experts_active", active}});
       }

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/linear_nvfp4.cuh"
+#include "cuda/gemm/linear_nvfp4.cuh"
 #include "formats/nvfp4.h"
 
 #define BENCH_CUDA(call)                                                                    \
@@ -30,16 +30,15 @@ inline std::string bench_mode_label(formats::ActQuant mode) {
   return mode == formats::ActQuant::NONE ? "w4a16" : std::string("w4a4-") + formats::act_quant_name(mode);
 }
 
-// The backends a --gemm-backend / --moe-backend value names ("all": every one but auto).
-// dense: the dense GEMMs' list, which also has the split-K skinny kernel.
-inline std::vector<cuda::GemmBackend> backends_to_time(const std::string& name, bool dense = false) {
-  if (name == "all") {
-    std::vector<cuda::GemmBackend> all = {cuda::GemmBackend::FUSED, cuda::GemmBackend::DEQUANT_CUBLAS, cuda::GemmBackend::SKINNY,
-                                          cuda::GemmBackend::WGMMA};
-    if (dense) all.insert(all.begin() + 3, cuda::GemmBackend::SKINNY_SPLIT);
-    return all;
-  }
-  return {cuda::parse_gemm_backend(name).value_or(cuda::GemmBackend::AUTO)};
+// The kernels a --gemm-backend / --moe-backend value names ("all": every one but auto).
+inline std::vector<DenseKernel> dense_kernels_to_time(const std::string& name) {
+  if (name == "all")
+    return {DenseKernel::GEMV, DenseKernel::CUBLAS, DenseKernel::SKINNY, DenseKernel::SKINNY_SPLIT, DenseKernel::WGMMA};
+  return {parse_dense_kernel(name).value_or(DenseKernel::AUTO)};
+}
+inline std::vector<MoeKernel> moe_kernels_to_time(const std::string& name) {
+  if (name == "all") return {MoeKernel::GROUPED_MMA, MoeKernel::CUBLAS, MoeKernel::SKINNY, MoeKernel::WGMMA};
+  return {parse_moe_kernel(name).value_or(MoeKernel::AUTO)};
 }
 
 // `values` random NVFP4 weights into device buffers the caller allocated (values / 2 code bytes,

@@ -1,7 +1,0 @@
-// FlashInfer's FA2 paged batch-prefill kernels for head dim 64 (see flashinfer_attention_launch.cuh).
-#define NIBBLE_FLASHINFER_INSTANTIATE
-#include "cuda/flashinfer_attention_launch.cuh"
-
-namespace nibble::cuda::flashinfer_glue {
-template cudaError_t launch_paged<64, __nv_bfloat16>(const LaunchArgs<__nv_bfloat16>& a);
-}  // namespace nibble::cuda::flashinfer_glue

@@ -1,0 +1,70 @@
+// DecodeGraphs (cuda_graphs.h): capture, choice of size, replay.
+#include "models/cuda_graphs.h"
+
+#include <string>
+
+#include "core/log.h"
+#include "cuda/common/check.cuh"
+
+namespace nibble::models {
+
+DecodeGraphs::~DecodeGraphs() {
+  for (auto& [size, graph] : graphs_) cudaGraphExecDestroy(graph);
+}
+
+Status DecodeGraphs::capture(int64_t max_batch, cudaStream_t stream, const std::function<Status(int64_t)>& prepare,
+                             const std::function<std::vector<int64_t>()>& plan,
+                             const std::function<Status(int64_t)>& run) {
+  std::vector<int64_t> sizes = {1, 2, 4};
+  for (int64_t b = 8; b <= max_batch; b += 8) sizes.push_back(b);
+  std::string captured;
+  for (int64_t B : sizes) {
+    if (B > max_batch) break;
+    NIB_RETURN_IF_ERROR(prepare(B));
+    NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaStreamSynchronize(stream), "graph capture"));
+    plans_[B] = plan();
+    cudaGraph_t graph = nullptr;
+    NIB_RETURN_IF_ERROR(
+        cuda::cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "graph capture"));
+    const Status ran = run(B);
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    if (!ran || ended != cudaSuccess) {
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      plans_.erase(B);
+      log_warn("decode graphs stop at batch " + std::to_string(B) + ": " +
+               (!ran ? ran.message() : std::string(cudaGetErrorString(ended))) + " (larger batches run eagerly)");
+      break;
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    NIB_RETURN_IF_ERROR(cuda::cuda_status(made, "instantiating a decode graph"));
+    graphs_[B] = exec;
+    captured += (captured.empty() ? "" : ",") + std::to_string(B);
+  }
+  log_info("CUDA graphs captured for decode batch sizes " + (captured.empty() ? std::string("(none)") : captured));
+  return cuda::cuda_status(cudaStreamSynchronize(stream), "graph capture");
+}
+
+int64_t DecodeGraphs::size_for(const Batch& batch) const {
+  const int64_t B = static_cast<int64_t>(batch.sequences.size());
+  if (graphs_.empty() || static_cast<int64_t>(batch.token_ids.size()) != B ||
+      static_cast<int64_t>(batch.logits_rows.size()) != B)
+    return 0;
+  for (int64_t r = 0; r < B; ++r)
+    if (batch.logits_rows[static_cast<size_t>(r)] != r) return 0;
+  auto it = graphs_.lower_bound(B);
+  return it == graphs_.end() ? 0 : it->first;
+}
+
+bool DecodeGraphs::plan_matches(int64_t size, const std::vector<int64_t>& plan) const {
+  auto it = plans_.find(size);
+  return it != plans_.end() && it->second == plan;
+}
+
+Status DecodeGraphs::replay(int64_t size, cudaStream_t stream) const {
+  return cuda::cuda_status(cudaGraphLaunch(graphs_.at(size), stream), "replaying the decode graph");
+}
+
+}  // namespace nibble::models
