@@ -123,6 +123,12 @@ CommandRunner register_serve(CLI::App& root) {
          "Write a CSV row per step to this file: its tokens, sequences, prefill tokens, device ms and the device's "
          "idle ms before it (tuning --max-num-batched-tokens)");
   option(cmd, "--tensor-parallel-size", o->tensor_parallel_size, "GPUs per model (1 for now)");
+  option(cmd, "--data-parallel-size", o->data_parallel_size,
+         "Engines, each a copy of the model on its own GPU (engine i on visible GPU i mod the GPU count; engines "
+         "sharing a GPU split its memory), behind this endpoint; requests go to the engine holding their prefix, "
+         "else the least loaded (docs/deploy.md). Also --dp, --dp-size");
+  for (const char* alias : {"--dp", "--dp-size"})  // vLLM's and SGLang's short spellings
+    cmd->add_option(alias, o->data_parallel_size)->group("");
   option(cmd, "--backend", o->backend, "auto (the GPU when one is visible and takes the checkpoint, else the CPU) | cpu | cuda");
   option(cmd, "--moe-backend", o->moe_backend,
          "The MoE's kernels (CUDA backend): auto (by measured shape) | cublas (experts dequantized to BF16, "

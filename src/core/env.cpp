@@ -21,6 +21,8 @@ constexpr EnvVar VARS[] = {
     {"NIBBLE_DIAG_REPEAT_OP", "name", "off", "run this op twice a step (its cost inside the decode graph)"},
     {"NIBBLE_DIAG_NO_PDL", "flag", "off", "launch every kernel without programmatic dependent launch"},
     {"NIBBLE_DIAG_NO_AVX2", "flag", "off", "take the scalar path of the synthetic weights' generator"},
+    {"NIBBLE_DIAG_FAIL_ENGINE", "ENGINE:LAUNCH", "off",
+     "data-parallel engine ENGINE's model steps fail from its LAUNCH-th on (a replica failing, in tests)"},
 };
 
 const EnvVar* find(const char* name) {

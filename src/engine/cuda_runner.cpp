@@ -56,7 +56,8 @@ class CudaRunner : public ModelRunner {
   const io::ModelConfig& config() const override { return model_->config(); }
   int64_t n_kv_blocks() const override { return model_->n_kv_blocks(); }
   int64_t block_size() const override { return options_.block_size; }
-  std::string describe() const override { return "cuda (" + ctx_->name + ")"; }
+  std::string describe() const override { return "cuda:" + std::to_string(ctx_->device) + " (" + ctx_->name + ")"; }
+  void bind_thread() override { cudaSetDevice(ctx_->device); }
 
   Status forward_logits(const models::Batch& batch, std::vector<float>& logits) override {
     NIB_RETURN_IF_ERROR(model_->forward(batch));
@@ -249,13 +250,15 @@ class CudaRunner : public ModelRunner {
 
 bool cuda_runner_available() { return cuda::device_count() > 0; }
 
+int cuda_device_count() { return cuda::device_count(); }
+
 Status cuda_runner_supports(const io::BoundCheckpoint& checkpoint) { return models::cuda_model_supports(checkpoint); }
 
 Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
                                                         const RunnerOptions& o) {
   if (o.kv_dtype == KvCacheDtype::FP32) return Status::error("--backend cuda keeps a BF16 or FP8 KV cache (fp32 is CPU-only)");
   NIB_RETURN_IF_ERROR(models::cuda_model_supports(checkpoint->bound));
-  auto ctx = cuda::DeviceContext::create(0);
+  auto ctx = cuda::DeviceContext::create(o.device);
   if (!ctx) return Status::error("--backend cuda: " + ctx.status().message());
   models::CudaModelOptions mo;
   mo.act_quant_moe = o.act_quant_moe;
@@ -290,6 +293,11 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
     if (!(budget > 0)) {
       const double used = static_cast<double>(c.total_memory - c.free_memory());
       budget = o.gpu_memory_utilization * static_cast<double>(c.total_memory) - used;
+      // Engines sharing the card (data parallelism): each its share of the budget, less its own
+      // weights and workspaces; never more than the card has left.
+      if (o.engines_on_device > 1)
+        budget = std::min(budget, o.gpu_memory_utilization * static_cast<double>(c.total_memory) / o.engines_on_device -
+                                      static_cast<double>(c.arena.bytes()));
       // Memory other processes hold counts against the share too (vLLM's rule): say so.
       sizing = std::to_string(int64_t(used) >> 20) + " MiB of the card in use (other processes included) of the " +
                std::to_string(int64_t(o.gpu_memory_utilization * double(c.total_memory)) >> 20) +

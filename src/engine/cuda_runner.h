@@ -12,6 +12,8 @@ namespace nibble::engine {
 
 // This build has the CUDA runner and a CUDA device is visible.
 bool cuda_runner_available();
+// Visible CUDA devices (0 without the CUDA runner).
+int cuda_device_count();
 // Whether the CUDA runner runs this checkpoint; the error names what does not fit.
 Status cuda_runner_supports(const io::BoundCheckpoint& checkpoint);
 Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,

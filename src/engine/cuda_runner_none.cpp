@@ -5,6 +5,8 @@ namespace nibble::engine {
 
 bool cuda_runner_available() { return false; }
 
+int cuda_device_count() { return 0; }
+
 Status cuda_runner_supports(const io::BoundCheckpoint&) { return Status::error("this build has no CUDA runner"); }
 
 Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io::LoadedCheckpoint>,

@@ -139,6 +139,7 @@ Status Engine::submit(GenerationRequest request) {
   if (stop.max_tokens < 0) stop.max_tokens = room;
   if (stop.min_tokens > stop.max_tokens) return Status::error("min_tokens must not exceed max_tokens");
   if (!request.on_output) return Status::error("internal: a request without an output callback");
+  if (out_of_service_) return Status::error("this engine is out of service: " + failure());
   auto shared = std::make_shared<GenerationRequest>(std::move(request));
   if (!post([this, shared] { add_request(shared); })) return Status::error("the server is shutting down");
   return Status::ok();
@@ -155,10 +156,15 @@ void Engine::abort_all() {
   post([this] { abort_every_request(); });
 }
 
-void Engine::abort_every_request() {
+void Engine::abort_every_request(const std::string& error) {
   std::vector<RequestState*> all;  // finish_request erases from requests_
   for (auto& [id, r] : requests_) all.push_back(r.get());
-  for (RequestState* r : all) finish_request(*r, FinishReason::ABORT, "");
+  for (RequestState* r : all) finish_request(*r, FinishReason::ABORT, error);
+}
+
+std::string Engine::failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_;
 }
 
 void Engine::update_weights(WeightUpdate update, std::function<void(WeightUpdateResult)> done) {
@@ -231,6 +237,7 @@ void Engine::add_request(std::shared_ptr<GenerationRequest> shared) {
 }
 
 void Engine::loop() {
+  runner_->bind_thread();
   for (;;) {
     std::deque<Command> commands;
     bool stopping;
@@ -245,13 +252,18 @@ void Engine::loop() {
     for (Command& command : commands) command();
     if (stopping) break;
     try_weight_update();
-    const StepPlan plan = scheduler_.schedule(/*admit_new=*/!pending_update_,
+    // Out of service, the engine only collects what is in flight, then ends every request.
+    const StepPlan plan =
+        out_of_service_ ? StepPlan{}
+                        : scheduler_.schedule(/*admit_new=*/!pending_update_,
                                               std::chrono::duration<double>(begin.time_since_epoch()).count());
     step_.runner_seconds = 0.0;
     if (!plan.empty()) launch_step(plan, back_to_back);
     // Overlapped, the step before the one just launched is collected while the device runs this one.
     const bool collect = n_in_flight_ > (config_.overlap && !plan.empty() ? 1 : 0);
     if (collect) collect_step();
+    if (out_of_service_ && n_in_flight_ == 0 && !requests_.empty())
+      abort_every_request("this engine is out of service: " + failure());
     // Another turn while anything ran: a collected step may have freed the blocks a waiting sequence
     // needs, or ended what a weight swap waits for.
     has_work_ = !plan.empty() || collect || n_in_flight_ > 0;
@@ -396,6 +408,14 @@ void Engine::launch_step(const StepPlan& plan, bool back_to_back) {
 // A step that failed to launch or to run: every request in it ends with the error.
 void Engine::abort_step(InFlight& f, const Status& status) {
   log_error("step failed: " + status.message());
+  if (config_.out_of_service_on_failure && !out_of_service_) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      failure_ = "a model step failed: " + status.message();
+    }
+    out_of_service_ = true;
+    log_error("this engine is out of service; its requests end with the error");
+  }
   for (auto& r : f.requests) finish_request(*r, FinishReason::ABORT, "model step failed: " + status.message());
   f.requests.clear();
 }

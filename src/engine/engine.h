@@ -37,6 +37,10 @@ struct EngineConfig {
   // Where a CSV row per collected step goes ("tokens,sequences,prefill_tokens,device_ms,idle_ms"):
   // the cost of a step by its shape, to tune the token budget. Null: nowhere.
   std::shared_ptr<std::FILE> step_log;
+  // One of several data-parallel engines (EngineGroup): a failed step takes the engine out of
+  // service (its requests end with the error, new ones are refused) so that the group routes
+  // around it. Alone, an engine keeps serving after a failed step (its requests end with the error).
+  bool out_of_service_on_failure = false;
 };
 
 // EngineConfig::step_log's file, opened for writing (closed with its last owner); null on failure (errno says why).
@@ -85,6 +89,11 @@ class Engine {
   void flush_cache(std::function<void(Status)> done);
 
   ModelInfo model_info() const;
+  // False once a failed step took the engine out of service (out_of_service_on_failure); why.
+  bool in_service() const { return !out_of_service_.load(); }
+  std::string failure() const;
+  int64_t kv_blocks() const { return blocks_.n_blocks(); }
+  int64_t block_size() const { return runner_->block_size(); }
   MetricsSnapshot metrics() const { return metrics_.snapshot(); }
   // Aborts every request (their outputs end with ABORT) and stops the engine thread.
   void shutdown();
@@ -102,7 +111,7 @@ class Engine {
   void accept_token(SeqState& s, sampling::SampledToken&& token, int64_t slot, Clock::time_point now);
   void finish_sequence(SeqState& s, FinishReason reason);
   void finish_request(RequestState& r, FinishReason reason, const std::string& error);
-  void abort_every_request();
+  void abort_every_request(const std::string& error = "");
   void emit(RequestState& r, Clock::time_point now);
   void try_weight_update();
   void publish_gauges();
@@ -157,6 +166,8 @@ class Engine {
   bool stopping_ = false;
   bool exited_ = false;
   ModelInfo info_;
+  std::atomic<bool> out_of_service_{false};
+  std::string failure_;  // guarded by mutex_
   std::thread thread_;
 };
 

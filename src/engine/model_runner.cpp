@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/env.h"
 #include "core/log.h"
 #include "core/parallel.h"
 #include "engine/cuda_runner.h"
@@ -146,6 +147,7 @@ Result<std::unique_ptr<ModelRunner>> create_cpu_runner(std::shared_ptr<const io:
     if (!(budget > 0)) {
       const uint64_t available = available_host_memory();
       budget = std::min<double>(double(1ull << 30), available > 0 ? available / 4.0 : double(1ull << 30));
+      budget /= std::max(o.engines_on_device, 1);  // data-parallel engines share the host's budget
     }
     n_blocks = static_cast<int64_t>(budget / double(block_bytes));
   }
@@ -206,6 +208,51 @@ Result<std::unique_ptr<ModelRunner>> create_runner(const std::string& path, cons
   RunnerOptions cpu = options;
   if (cpu.kv_dtype == KvCacheDtype::AUTO && options.cpu_kv_fp32) cpu.kv_dtype = KvCacheDtype::FP32;
   return create_cpu_runner(std::move(checkpoint), cpu);
+}
+
+namespace {
+
+// NIBBLE_DIAG_FAIL_ENGINE's runner: the wrapped one, until its launches fail.
+class FailingRunner final : public ModelRunner {
+ public:
+  FailingRunner(std::unique_ptr<ModelRunner> inner, int64_t fail_from) : inner_(std::move(inner)), fail_from_(fail_from) {}
+  const io::ModelConfig& config() const override { return inner_->config(); }
+  int64_t n_kv_blocks() const override { return inner_->n_kv_blocks(); }
+  int64_t block_size() const override { return inner_->block_size(); }
+  std::string describe() const override { return inner_->describe(); }
+  Status launch(const models::Batch& batch, std::span<const SampleRow> rows) override {
+    if (++launches_ >= fail_from_) return Status::error("injected failure (NIBBLE_DIAG_FAIL_ENGINE)");
+    return inner_->launch(batch, rows);
+  }
+  Status collect(StepOutput& out) override { return inner_->collect(out); }
+  Status forward_logits(const models::Batch& batch, std::vector<float>& logits) override {
+    return inner_->forward_logits(batch, logits);
+  }
+  Status replace_weights(const std::string& path) override { return inner_->replace_weights(path); }
+  void bind_thread() override { inner_->bind_thread(); }
+
+ private:
+  std::unique_ptr<ModelRunner> inner_;
+  int64_t fail_from_ = 0, launches_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelRunner> inject_engine_failure(std::unique_ptr<ModelRunner> runner, int engine_index) {
+  const char* value = env_value("NIBBLE_DIAG_FAIL_ENGINE");
+  const std::string spec = value ? value : "";
+  const size_t colon = spec.find(':');
+  if (spec.empty() || colon == std::string::npos) return runner;
+  try {
+    if (std::stoi(spec.substr(0, colon)) != engine_index) return runner;
+    const int64_t from = std::stoll(spec.substr(colon + 1));
+    log_warn("NIBBLE_DIAG_FAIL_ENGINE: engine " + std::to_string(engine_index) + "'s steps fail from launch " +
+             std::to_string(from));
+    return std::make_unique<FailingRunner>(std::move(runner), from);
+  } catch (const std::exception&) {
+    log_warn("NIBBLE_DIAG_FAIL_ENGINE='" + spec + "' is not ENGINE:LAUNCH; ignored");
+    return runner;
+  }
 }
 
 }  // namespace nibble::engine

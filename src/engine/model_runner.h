@@ -49,7 +49,7 @@ class ModelRunner {
   virtual const io::ModelConfig& config() const = 0;
   virtual int64_t n_kv_blocks() const = 0;
   virtual int64_t block_size() const = 0;
-  // "cpu" or "cuda (NVIDIA H200)": for start-up lines and /server_info.
+  // "cpu" or "cuda:0 (NVIDIA H200)": for start-up lines and /server_info.
   virtual std::string describe() const = 0;
   // Starts a step: runs the batch and draws one token per row (+ logprobs when a row's params
   // ask). On the GPU it only queues the work, so the engine can build the next step meanwhile: a
@@ -67,7 +67,14 @@ class ModelRunner {
   // Loads the checkpoint at `path`; it must have the same architecture and tensor shapes, else an
   // error and the current weights stay. The KV cache is kept (the engine decides whether to flush).
   virtual Status replace_weights(const std::string& path) = 0;
+  // Called on the thread that will drive the runner (the engine's) before its first step: the CUDA
+  // runner makes its GPU that thread's current device.
+  virtual void bind_thread() {}
 };
+
+// NIBBLE_DIAG_FAIL_ENGINE="i:n": a runner whose launches fail from its n-th on, for engine i of a
+// data-parallel group (tests of a replica failing); `runner` itself for any other engine.
+std::unique_ptr<ModelRunner> inject_engine_failure(std::unique_ptr<ModelRunner> runner, int engine_index);
 
 // The one place runners are made: the backend from options.backend (auto: CUDA when this build
 // has it and a GPU is visible, else the CPU), the checkpoint read once, the KV cache sized.

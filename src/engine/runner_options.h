@@ -53,6 +53,10 @@ struct RunnerOptions {
   double gpu_memory_utilization = 0.90;
   // CUDA: decode steps replay CUDA graphs captured at start-up unless enforce_eager (vLLM's flag).
   bool enforce_eager = false;
+  // CUDA: the device (CUDA_VISIBLE_DEVICES order). How many engines of this process share the device
+  // (data parallelism; on the CPU, the host): the KV cache is sized from 1/engines_on_device of the budget.
+  int device = 0;
+  int engines_on_device = 1;
   // The largest step the engine will run (sizes GPU workspaces).
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 8192;

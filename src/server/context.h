@@ -8,7 +8,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "engine/engine.h"
+#include "engine/engine_group.h"
 #include "io/generation_config.h"
 #include "server/api_error.h"
 #include "server/http_server.h"
@@ -21,7 +21,7 @@ namespace nibble::server {
 class GenerationJob;
 
 struct LoadedModel {
-  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<engine::EngineGroup> engine;  // one engine, or data-parallel ones
   std::shared_ptr<const text::Tokenizer> tokenizer;
   std::shared_ptr<const text::ChatTemplate> chat_template;  // null when the model has none
   io::GenerationConfig generation;

@@ -72,7 +72,7 @@ void GenerationJob::start(std::vector<engine::GenerationRequest> requests) {
   responder_->on_disconnect([weak] {
     if (auto job = weak.lock()) job->abort();
   });
-  engine::Engine& engine = *model_->engine;
+  engine::EngineGroup& engine = *model_->engine;
   for (size_t p = 0; p < n_prompts; ++p) {
     engine::GenerationRequest& r = requests[p];
     r.id = n_prompts == 1 ? options_.id : options_.id + "-" + std::to_string(p);
@@ -83,10 +83,12 @@ void GenerationJob::start(std::vector<engine::GenerationRequest> requests) {
     };
     const Status status = engine.submit(std::move(r));
     if (!status) {
-      boost::asio::post(strand_, [self, message = status.message()] {
+      // No engine left in service is the server's state, not the request's fault.
+      const int code = engine.any_in_service() ? 400 : 503;
+      boost::asio::post(strand_, [self, code, message = status.message()] {
         self->done_ = true;
         for (const std::string& id : self->engine_ids_) self->model_->engine->abort(id);
-        respond_error(self->responder_, {400, message, ""});
+        respond_error(self->responder_, {code, message, ""});
       });
       engine_ids_.pop_back();
       return;

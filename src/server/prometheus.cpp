@@ -28,16 +28,17 @@ class Writer {
   void sample(const std::string& name, const std::string& extra, double value) {
     out_ << name << '{' << label_ << (extra.empty() ? "" : "," + extra) << "} " << number(value) << '\n';
   }
-  void histogram(const char* name, const char* help, const engine::Histogram& h) {
-    header(name, "histogram", help);
+  // A histogram's series (its header written before), with `extra` labels on each.
+  void histogram_samples(const char* name, const std::string& extra, const engine::Histogram& h) {
+    const std::string sep = extra.empty() ? "" : extra + ",";
     uint64_t cumulative = 0;
     for (size_t i = 0; i < h.bounds.size(); ++i) {
       cumulative += h.counts[i];
-      sample(std::string(name) + "_bucket", "le=\"" + number(h.bounds[i]) + "\"", static_cast<double>(cumulative));
+      sample(std::string(name) + "_bucket", sep + "le=\"" + number(h.bounds[i]) + "\"", static_cast<double>(cumulative));
     }
-    sample(std::string(name) + "_bucket", "le=\"+Inf\"", static_cast<double>(h.count));
-    sample(std::string(name) + "_sum", "", h.sum);
-    sample(std::string(name) + "_count", "", static_cast<double>(h.count));
+    sample(std::string(name) + "_bucket", sep + "le=\"+Inf\"", static_cast<double>(h.count));
+    sample(std::string(name) + "_sum", extra, h.sum);
+    sample(std::string(name) + "_count", extra, static_cast<double>(h.count));
   }
   std::string str() const { return out_.str(); }
 
@@ -66,47 +67,76 @@ std::string prometheus_text(ServingContext& ctx) {
   w.metric("nibble:http_requests_total", "counter", "HTTP requests received.",
            static_cast<double>(ctx.http_stats->requests.load()));
   if (!model) return w.str();
-  const engine::MetricsSnapshot m = model->engine->metrics();
-  w.metric("nibble:num_requests_running", "gauge", "Sequences in the running batch.", static_cast<double>(m.requests_running));
-  w.metric("nibble:num_requests_waiting", "gauge", "Sequences waiting to be scheduled.", static_cast<double>(m.requests_waiting));
-  w.metric("nibble:kv_cache_usage_perc", "gauge", "Fraction of KV-cache blocks in use (1 = 100%).", m.kv_usage);
-  w.metric("nibble:kv_cache_blocks", "gauge", "KV-cache blocks in total.", static_cast<double>(m.kv_blocks_total));
-  w.metric("nibble:prompt_tokens_total", "counter", "Prompt tokens of requests that produced a token.",
-           static_cast<double>(m.prompt_tokens));
-  w.metric("nibble:generation_tokens_total", "counter", "Generated tokens.", static_cast<double>(m.generation_tokens));
-  w.metric("nibble:num_preemptions_total", "counter", "Sequences preempted (recomputed later) for lack of KV blocks.",
-           static_cast<double>(m.preemptions));
-  w.metric("nibble:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
-           static_cast<double>(m.prefix_queries));
-  w.metric("nibble:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
-           static_cast<double>(m.prefix_hits));
-  w.header("nibble:request_success_total", "counter", "Finished requests by finish reason.");
-  for (const char* reason : {"stop", "length", "abort", "error"}) {
-    auto it = m.finished.find(reason);
-    w.sample("nibble:request_success_total", std::string("finished_reason=\"") + reason + "\"",
-             it == m.finished.end() ? 0.0 : static_cast<double>(it->second));
+  // The engines' sum unlabelled (what one engine reports alone), and with data parallelism each
+  // engine's under engine="i" as well (vLLM's label for its data-parallel engines).
+  std::vector<std::pair<std::string, engine::MetricsSnapshot>> series = {{"", model->engine->metrics()}};
+  if (model->engine->size() > 1) {
+    const std::vector<engine::MetricsSnapshot> parts = model->engine->engine_metrics();
+    for (size_t i = 0; i < parts.size(); ++i) series.emplace_back("engine=\"" + std::to_string(i) + "\"", parts[i]);
   }
-  w.histogram("nibble:time_to_first_token_seconds", "Time to first token (arrival to first token).", m.ttft);
-  w.histogram("nibble:time_per_output_token_seconds", "Mean time per output token after the first, per request.", m.tpot);
-  w.histogram("nibble:inter_token_latency_seconds", "Time between consecutive tokens of a sequence.", m.itl);
-  w.histogram("nibble:e2e_request_latency_seconds", "Arrival to the last output of a request.", m.e2e);
-  w.metric("nibble:engine_steps_total", "counter", "Model steps run.", static_cast<double>(m.steps));
-  w.metric("nibble:step_model_seconds_total", "counter",
-           "Time inside the model runner's calls (launching a step, and waiting to collect one: on the GPU "
-           "mostly the device computing).",
-           m.step_model_seconds);
-  w.metric("nibble:step_engine_seconds_total", "counter",
-           "The engine's own time around steps (scheduling, batches, detokenizing, outputs); with overlapped "
-           "scheduling it runs while the device computes the step launched before.",
-           m.step_engine_seconds);
-  w.histogram("nibble:step_engine_seconds", "The engine's own time per step.", m.step_engine);
-  w.metric("nibble:device_steps_total", "counter", "GPU steps launched back to back with the one before.",
-           static_cast<double>(m.device_steps));
-  w.metric("nibble:device_step_seconds_total", "counter", "The device time of those steps.", m.device_step_seconds);
-  w.metric("nibble:device_idle_seconds_total", "counter",
-           "How long the GPU sat idle before those steps, waiting for the host to queue them.", m.device_idle_seconds);
-  w.histogram("nibble:device_idle_seconds", "The GPU's idle time before each step launched back to back.",
-              m.device_idle);
+  auto join = [](const std::string& a, const std::string& b) { return a.empty() ? b : b.empty() ? a : a + "," + b; };
+  auto each = [&](const char* name, const char* type, const char* help, auto value) {
+    w.header(name, type, help);
+    for (const auto& [label, m] : series) w.sample(name, label, static_cast<double>(value(m)));
+  };
+  auto histogram = [&](const char* name, const char* help, auto pick) {
+    w.header(name, "histogram", help);
+    for (const auto& [label, m] : series) w.histogram_samples(name, label, pick(m));
+  };
+  using S = engine::MetricsSnapshot;
+  each("nibble:num_requests_running", "gauge", "Sequences in the running batch.", [](const S& m) { return m.requests_running; });
+  each("nibble:num_requests_waiting", "gauge", "Sequences waiting to be scheduled.", [](const S& m) { return m.requests_waiting; });
+  each("nibble:kv_cache_usage_perc", "gauge", "Fraction of KV-cache blocks in use (1 = 100%).", [](const S& m) { return m.kv_usage; });
+  each("nibble:kv_cache_blocks", "gauge", "KV-cache blocks in total.", [](const S& m) { return m.kv_blocks_total; });
+  each("nibble:prompt_tokens_total", "counter", "Prompt tokens of requests that produced a token.",
+       [](const S& m) { return m.prompt_tokens; });
+  each("nibble:generation_tokens_total", "counter", "Generated tokens.", [](const S& m) { return m.generation_tokens; });
+  each("nibble:num_preemptions_total", "counter", "Sequences preempted (recomputed later) for lack of KV blocks.",
+       [](const S& m) { return m.preemptions; });
+  each("nibble:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
+       [](const S& m) { return m.prefix_queries; });
+  each("nibble:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
+       [](const S& m) { return m.prefix_hits; });
+  w.header("nibble:request_success_total", "counter", "Finished requests by finish reason.");
+  for (const auto& [label, m] : series)
+    for (const char* reason : {"stop", "length", "abort", "error"}) {
+      auto it = m.finished.find(reason);
+      w.sample("nibble:request_success_total", join(label, std::string("finished_reason=\"") + reason + "\""),
+               it == m.finished.end() ? 0.0 : static_cast<double>(it->second));
+    }
+  histogram("nibble:time_to_first_token_seconds", "Time to first token (arrival to first token).",
+            [](const S& m) -> const engine::Histogram& { return m.ttft; });
+  histogram("nibble:time_per_output_token_seconds", "Mean time per output token after the first, per request.",
+            [](const S& m) -> const engine::Histogram& { return m.tpot; });
+  histogram("nibble:inter_token_latency_seconds", "Time between consecutive tokens of a sequence.",
+            [](const S& m) -> const engine::Histogram& { return m.itl; });
+  histogram("nibble:e2e_request_latency_seconds", "Arrival to the last output of a request.",
+            [](const S& m) -> const engine::Histogram& { return m.e2e; });
+  each("nibble:engine_steps_total", "counter", "Model steps run.", [](const S& m) { return m.steps; });
+  each("nibble:step_model_seconds_total", "counter",
+       "Time inside the model runner's calls (launching a step, and waiting to collect one: on the GPU "
+       "mostly the device computing).",
+       [](const S& m) { return m.step_model_seconds; });
+  each("nibble:step_engine_seconds_total", "counter",
+       "The engine's own time around steps (scheduling, batches, detokenizing, outputs); with overlapped "
+       "scheduling it runs while the device computes the step launched before.",
+       [](const S& m) { return m.step_engine_seconds; });
+  histogram("nibble:step_engine_seconds", "The engine's own time per step.",
+            [](const S& m) -> const engine::Histogram& { return m.step_engine; });
+  each("nibble:device_steps_total", "counter", "GPU steps launched back to back with the one before.",
+       [](const S& m) { return m.device_steps; });
+  each("nibble:device_step_seconds_total", "counter", "The device time of those steps.",
+       [](const S& m) { return m.device_step_seconds; });
+  each("nibble:device_idle_seconds_total", "counter",
+       "How long the GPU sat idle before those steps, waiting for the host to queue them.",
+       [](const S& m) { return m.device_idle_seconds; });
+  histogram("nibble:device_idle_seconds", "The GPU's idle time before each step launched back to back.",
+            [](const S& m) -> const engine::Histogram& { return m.device_idle; });
+  if (model->engine->size() > 1) {
+    w.header("nibble:engine_in_service", "gauge", "1 while a data-parallel engine takes requests, 0 once a failure took it out.");
+    for (const engine::EngineReplicaInfo& r : model->engine->replicas())
+      w.sample("nibble:engine_in_service", "engine=\"" + std::to_string(r.index) + "\"", r.in_service ? 1 : 0);
+  }
   return w.str();
 }
 

@@ -46,16 +46,26 @@ void handle_server_info(ServingContext& ctx, const HttpRequest&, Responder respo
                {"moe_backend", o.moe_backend}, {"gemm_backend", o.gemm_backend},
                {"attention_backend", o.attention_backend}, {"decode_attention", o.decode_attention},
                {"act_quant_moe", o.act_quant_moe}, {"act_quant_dense", o.act_quant_dense},
-               {"tensor_parallel_size", o.tensor_parallel_size}, {"enable_prefix_caching", o.enable_prefix_caching},
+               {"tensor_parallel_size", o.tensor_parallel_size}, {"data_parallel_size", o.data_parallel_size},
+               {"dp_size", o.data_parallel_size}, {"enable_prefix_caching", o.enable_prefix_caching},
                {"disable_overlap_schedule", o.disable_overlap_schedule}, {"enforce_eager", o.enforce_eager}};
   if (auto model = ctx.model()) {
-    const engine::MetricsSnapshot m = model->engine->metrics();
     info["max_model_len"] = model->engine->config().max_model_len;
     info["runner"] = model->backend;
-    info["internal_states"] = json::array({{{"num_running", m.requests_running},
-                                            {"num_waiting", m.requests_waiting},
-                                            {"kv_cache_usage", m.kv_usage},
-                                            {"kv_cache_blocks", m.kv_blocks_total}}});
+    // One entry per engine (SGLang lists its data-parallel ranks' states the same way).
+    const std::vector<engine::MetricsSnapshot> parts = model->engine->engine_metrics();
+    const std::vector<engine::EngineReplicaInfo> replicas = model->engine->replicas();
+    json states = json::array(), engines = json::array();
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const engine::MetricsSnapshot& m = parts[i];
+      const engine::EngineReplicaInfo& r = replicas[i];
+      states.push_back({{"num_running", m.requests_running}, {"num_waiting", m.requests_waiting},
+                        {"kv_cache_usage", m.kv_usage}, {"kv_cache_blocks", m.kv_blocks_total}});
+      engines.push_back({{"index", r.index}, {"device", r.device}, {"in_service", r.in_service}, {"load", r.load},
+                         {"routed_requests", r.routed}, {"routing_table_blocks", r.cached_prefixes}});
+    }
+    info["internal_states"] = states;
+    info["engines"] = engines;
   }
   respond_json(responder, 200, info);
 }

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/log.h"
+#include "engine/cuda_runner.h"
 #include "engine/model_runner.h"
 #include "server/context.h"
 #include "server/generation_job.h"
@@ -77,11 +78,25 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   if (!o.step_log.empty() && !(step_log = engine::open_step_log(o.step_log)))
     return Status::error("--step-log: cannot write " + o.step_log + ": " + std::strerror(errno));
 
-  // The runner reads the checkpoint (once) and sizes its KV cache; the context length follows.
-  auto runner = engine::create_runner(o.model_path, runner_options(o));
-  if (!runner) return runner.status();
-  const io::ModelConfig config = (*runner)->config();
-  const int64_t capacity = (*runner)->n_kv_blocks() * (*runner)->block_size();
+  // Each runner reads the checkpoint (once) and sizes its KV cache; the context length follows the
+  // smallest. Data-parallel engines go round the visible GPUs, those sharing one splitting its memory.
+  const int dp = static_cast<int>(o.data_parallel_size);
+  const int gpus = engine::cuda_device_count();
+  std::vector<std::unique_ptr<engine::ModelRunner>> runners;
+  for (int i = 0; i < dp; ++i) {
+    engine::RunnerOptions ro = runner_options(o);
+    if (gpus > 0 && ro.backend != engine::Backend::CPU)
+      ro.device = i % gpus, ro.engines_on_device = dp / gpus + (ro.device < dp % gpus ? 1 : 0);
+    else
+      ro.engines_on_device = dp;  // CPU engines share the host's KV budget
+    auto runner = engine::create_runner(o.model_path, ro);
+    if (!runner) return Status::error(dp > 1 ? "engine " + std::to_string(i) + ": " + runner.status().message()
+                                             : runner.status().message());
+    runners.push_back(engine::inject_engine_failure(std::move(runner.value()), i));
+  }
+  const io::ModelConfig config = runners[0]->config();
+  int64_t capacity = INT64_MAX;
+  for (const auto& r : runners) capacity = std::min(capacity, r->n_kv_blocks() * r->block_size());
   int64_t max_model_len = o.max_model_len;
   if (max_model_len > config.max_position_embeddings)
     return Status::error("--max-model-len " + std::to_string(max_model_len) + " exceeds the model's max_position_embeddings (" +
@@ -107,14 +122,22 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   for (int64_t id : model->generation.eos_token_ids)
     if (std::find(ec.eos_token_ids.begin(), ec.eos_token_ids.end(), id) == ec.eos_token_ids.end())
       ec.eos_token_ids.push_back(static_cast<int32_t>(id));
-  const std::string backend = (*runner)->describe();
-  const int64_t n_blocks = (*runner)->n_kv_blocks();
-  model->backend = backend;
-  model->engine = std::make_unique<engine::Engine>(ec, std::move(runner.value()), model->tokenizer,
-                                                   engine::ModelInfo{o.model_path, o.weight_version});
-  log_info("serving " + o.model_path + " (" + config.architecture + ") on " + backend + ": max_model_len " +
+  ec.out_of_service_on_failure = dp > 1;
+  std::vector<std::unique_ptr<engine::Engine>> engines;
+  std::vector<std::string> devices;
+  int64_t n_blocks = 0;
+  for (auto& runner : runners) {
+    devices.push_back(runner->describe());
+    n_blocks += runner->n_kv_blocks();
+    engines.push_back(std::make_unique<engine::Engine>(ec, std::move(runner), model->tokenizer,
+                                                       engine::ModelInfo{o.model_path, o.weight_version}));
+  }
+  model->backend = devices[0];
+  for (size_t i = 1; i < devices.size(); ++i) model->backend += ", " + devices[i];
+  model->engine = std::make_unique<engine::EngineGroup>(std::move(engines), devices);
+  log_info("serving " + o.model_path + " (" + config.architecture + ") on " + model->backend + ": max_model_len " +
            std::to_string(max_model_len) + ", " + std::to_string(n_blocks) + " KV blocks of " +
-           std::to_string(o.block_size) + " tokens");
+           std::to_string(o.block_size) + " tokens" + (dp > 1 ? " over " + std::to_string(dp) + " engines" : ""));
   return model;
 }
 
@@ -165,6 +188,8 @@ Status validate_options(const ServerOptions& o) {
   if (o.tensor_parallel_size != 1)
     return Status::error("--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
                          ": only 1 is supported so far (multi-GPU comes later)");
+  if (o.data_parallel_size < 1 || o.data_parallel_size > 64)
+    return Status::error("--data-parallel-size must be in [1, 64]");
   if (o.max_num_seqs < 1) return Status::error("--max-num-seqs must be >= 1");
   if (o.max_num_batched_tokens < 1) return Status::error("--max-num-batched-tokens must be >= 1");
   if (!(o.scheduler_delay_factor >= 0.0) || o.scheduler_delay_factor > 1000.0)

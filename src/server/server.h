@@ -32,13 +32,16 @@ struct ServerOptions {
   double scheduler_delay_factor = 0.0;  // vLLM's flag: hold new prompts to batch their prefills
   std::string kv_cache_dtype = "auto";  // auto | bf16
   std::string backend = "auto";         // auto | cpu | cuda
-  std::string moe_backend = "auto";     // fused | dequant-cublas | skinny | auto (CUDA backend)
+  std::string moe_backend = "auto";     // core/kernel_choice.h's names (CUDA backend)
   std::string gemm_backend = "auto";
   std::string attention_backend = "auto";  // flashinfer | native | auto (CUDA backend)
   std::string decode_attention = "auto";  // split-kv | tensor-core | auto (CUDA backend, native attention)
   std::string act_quant_moe = "none";   // none | static | per-token
   std::string act_quant_dense = "none";
   int64_t tensor_parallel_size = 1;
+  // Data parallelism: this many engines, each a copy of the model on its own GPU (engine i on
+  // visible device i mod the device count: two engines may share a card), behind this endpoint.
+  int64_t data_parallel_size = 1;
   std::string reasoning_parser = "auto";  // auto | qwen3 | none
   std::string api_key;                    // when set, every route but /health and /metrics needs "Authorization: Bearer KEY"
   // CORS (vLLM's flags and defaults): JSON lists, e.g. ["https://app.example"]; "*" allows any.

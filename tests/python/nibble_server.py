@@ -51,16 +51,18 @@ class NibbleServer:
         return self.log_path.read_text()
 
     def metrics(self) -> dict:
-        """Unlabelled view of /metrics: {name: value} (histograms give their _count and _sum)."""
+        """/metrics as {name: value}, labels other than model_name kept in the key: name{le=...},
+        name{engine="0"} (histograms give their _count and _sum); a plain name is the total."""
         out = {}
         for line in requests.get(self.url + "/metrics", timeout=10).text.splitlines():
             if line.startswith("#") or not line.strip():
                 continue
             name_labels, value = line.rsplit(" ", 1)
             name = name_labels.split("{", 1)[0]
-            if "le=" in name_labels or "finished_reason" in name_labels:
-                labels = name_labels.split("{", 1)[1].rstrip("}")
-                name = name + "{" + ",".join(p for p in labels.split(",") if not p.startswith("model_name")) + "}"
+            if "{" in name_labels:
+                labels = [p for p in name_labels.split("{", 1)[1].rstrip("}").split(",") if not p.startswith("model_name")]
+                if labels:
+                    name = name + "{" + ",".join(labels) + "}"
             out[name] = float(value)
         return out
 
