@@ -35,7 +35,12 @@ template <typename T>
 CLI::Option* option(CLI::App* cmd, const std::string& flag, T& value, const std::string& help) {
   const std::string text = help + " [env " + env_name(flag) + "]";
   if constexpr (std::is_same_v<T, bool>) return cmd->add_flag(flag, value, text)->envname(env_name(flag));
-  else return cmd->add_option(flag, value, text)->envname(env_name(flag))->capture_default_str();
+  // Given twice, the last one wins (argparse's rule, so a script can append to a base command line).
+  else
+    return cmd->add_option(flag, value, text)
+        ->envname(env_name(flag))
+        ->capture_default_str()
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }
 
 // The embedded default: the small trained model shipped in data/default-model (issue 18; made by
@@ -128,7 +133,7 @@ CommandRunner register_serve(CLI::App& root) {
          "sharing a GPU split its memory), behind this endpoint; requests go to the engine holding their prefix, "
          "else the least loaded (docs/deploy.md). Also --dp, --dp-size");
   for (const char* alias : {"--dp", "--dp-size"})  // vLLM's and SGLang's short spellings
-    cmd->add_option(alias, o->data_parallel_size)->group("");
+    cmd->add_option(alias, o->data_parallel_size)->group("")->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   option(cmd, "--backend", o->backend, "auto (the GPU when one is visible and takes the checkpoint, else the CPU) | cpu | cuda");
   option(cmd, "--moe-backend", o->moe_backend,
          "The MoE's kernels (CUDA backend): auto (by measured shape) | cublas (experts dequantized to BF16, "

@@ -179,8 +179,16 @@ def test_bad_engine_counts_are_start_up_errors(build_dir, tiny_models, tmp_path,
     assert "--data-parallel-size" in p.stderr + p.stdout
 
 
-def test_sglang_spelling_of_the_flag(build_dir, tiny_models, tmp_path):
+def test_sglang_spelling_of_the_flag_and_the_last_value_wins(build_dir, tiny_models, tmp_path):
     s = serve(build_dir, tiny_models["a"], tmp_path / "dpsize.log", "--dp-size", "2")
+    try:
+        assert len(engines(s)) == 2
+        assert complete(s, "hello there").status_code == 200
+    finally:
+        assert s.stop() == 0
+    # A flag given twice: the last value (argparse's rule, as vLLM and SGLang parse).
+    s = serve(build_dir, tiny_models["a"], tmp_path / "twice.log", "--data-parallel-size", "3",
+              "--data-parallel-size", "2")
     try:
         assert len(engines(s)) == 2
         assert complete(s, "hello there").status_code == 200
