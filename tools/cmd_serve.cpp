@@ -132,6 +132,9 @@ CommandRunner register_serve(CLI::App& root) {
          "Engines, each a copy of the model on its own GPU (engine i on visible GPU i mod the GPU count; engines "
          "sharing a GPU split its memory), behind this endpoint; requests go to the engine holding their prefix, "
          "else the least loaded (docs/deploy.md). Also --dp, --dp-size");
+  option(cmd, "--shutdown-timeout", o->shutdown_timeout,
+         "On SIGTERM: seconds for running requests to finish while new ones get 503 (a router retries them "
+         "elsewhere); 0 ends them at once");
   for (const char* alias : {"--dp", "--dp-size"})  // vLLM's and SGLang's short spellings
     cmd->add_option(alias, o->data_parallel_size)->group("")->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   option(cmd, "--backend", o->backend, "auto (the GPU when one is visible and takes the checkpoint, else the CPU) | cpu | cuda");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,6 +36,9 @@ struct ServingContext {
   boost::asio::io_context io;
   std::shared_ptr<HttpStats> http_stats = std::make_shared<HttpStats>();
   int64_t started_at = 0;  // unix seconds
+  // Set on shutdown with --shutdown-timeout: running requests finish, new ones get 503 (a router
+  // retries them on another worker) and /health fails.
+  std::atomic<bool> draining{false};
 
   std::shared_ptr<LoadedModel> model() const {
     std::lock_guard<std::mutex> lock(mutex);

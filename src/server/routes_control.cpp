@@ -24,6 +24,10 @@ bool parse_body(const HttpRequest& request, const Responder& responder, json& ou
 }
 
 std::shared_ptr<LoadedModel> ready_model(ServingContext& ctx, const Responder& responder) {
+  if (ctx.draining) {
+    respond_error(responder, {503, "the server is shutting down", ""});
+    return nullptr;
+  }
   auto model = ctx.model();
   if (!model) respond_error(responder, {503, "the model is still loading", ""});
   return model;

@@ -188,6 +188,7 @@ Status validate_options(const ServerOptions& o) {
   if (o.tensor_parallel_size != 1)
     return Status::error("--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
                          ": only 1 is supported so far (multi-GPU comes later)");
+  if (!(o.shutdown_timeout >= 0)) return Status::error("--shutdown-timeout must be >= 0");
   if (o.data_parallel_size < 1 || o.data_parallel_size > 64)
     return Status::error("--data-parallel-size must be in [1, 64]");
   if (o.max_num_seqs < 1) return Status::error("--max-num-seqs must be >= 1");
@@ -339,6 +340,20 @@ int Server::wait() {
   }
   if (s.loader.joinable()) s.loader.join();
   if (s.io_threads.empty()) return s.exit_code;
+  if (auto model = s.ctx.model(); model && s.ctx.options.shutdown_timeout > 0) {
+    // Drain: new requests get 503 on open connections, running ones finish (or the time runs out).
+    log_info("shutting down: new requests get 503; up to " + std::to_string(s.ctx.options.shutdown_timeout) +
+             " s for the running ones to finish");
+    s.ctx.draining = true;
+    if (s.http) s.http->stop_accepting();
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(static_cast<int64_t>(s.ctx.options.shutdown_timeout * 1000));
+    while (std::chrono::steady_clock::now() < until) {
+      const engine::MetricsSnapshot m = model->engine->metrics();
+      if (m.requests_running + m.requests_waiting == 0 && s.ctx.all_jobs().empty()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
   log_info("shutting down: no new connections; running requests end with finish_reason abort");
   if (s.http) s.http->stop_accepting();
   if (s.metrics_http) s.metrics_http->stop_accepting();

@@ -42,6 +42,9 @@ struct ServerOptions {
   // Data parallelism: this many engines, each a copy of the model on its own GPU (engine i on
   // visible device i mod the device count: two engines may share a card), behind this endpoint.
   int64_t data_parallel_size = 1;
+  // On SIGTERM / SIGINT: up to this many seconds for running requests to finish while new ones get
+  // 503 (behind a router: nothing is lost when a worker stops); 0 ends them at once (finish_reason abort).
+  double shutdown_timeout = 0.0;
   std::string reasoning_parser = "auto";  // auto | qwen3 | none
   std::string api_key;                    // when set, every route but /health and /metrics needs "Authorization: Bearer KEY"
   // CORS (vLLM's flags and defaults): JSON lists, e.g. ["https://app.example"]; "*" allows any.
