@@ -142,30 +142,41 @@ void EngineGroup::abort_all() {
   for (auto& r : replicas_) r->engine->abort_all();
 }
 
+namespace {
+
+// Calls `done` once `count` parts have arrived; the parts come on each engine's thread, and merge
+// into the caller's result under `mutex`.
+class Countdown {
+ public:
+  Countdown(size_t count, std::function<void()> done) : left_(count), done_(std::move(done)) {}
+  void arrive() {
+    if (left_.fetch_sub(1) == 1) done_();
+  }
+  std::mutex mutex;
+
+ private:
+  std::atomic<size_t> left_;
+  std::function<void()> done_;
+};
+
+}  // namespace
+
 void EngineGroup::update_weights(WeightUpdate update, std::function<void(WeightUpdateResult)> done) {
   if (replicas_.size() == 1) return replicas_[0]->engine->update_weights(std::move(update), std::move(done));
-  struct Join {
-    std::mutex mutex;
-    size_t left = 0;
-    WeightUpdateResult result{true, "", 0};
-    std::function<void(WeightUpdateResult)> done;
-  };
-  auto join = std::make_shared<Join>();
-  join->left = replicas_.size();
-  join->done = std::move(done);
+  auto result = std::make_shared<WeightUpdateResult>(WeightUpdateResult{true, "", 0});
+  auto join = std::make_shared<Countdown>(replicas_.size(), [result, done = std::move(done)] { done(*result); });
   for (auto& r : replicas_) {
     const int index = r->index;
-    r->engine->update_weights(update, [join, index](WeightUpdateResult part) {
-      std::unique_lock<std::mutex> lock(join->mutex);
-      join->result.success = join->result.success && part.success;
-      join->result.num_paused_requests += part.num_paused_requests;
-      if (!part.success || join->result.message.empty())
-        join->result.message += (join->result.message.empty() ? "" : "; ") + std::string("engine ") +
-                                std::to_string(index) + ": " + part.message;
-      if (--join->left > 0) return;
-      WeightUpdateResult result = join->result;
-      lock.unlock();
-      join->done(std::move(result));
+    r->engine->update_weights(update, [join, result, index](WeightUpdateResult part) {
+      {
+        std::lock_guard<std::mutex> lock(join->mutex);
+        result->success = result->success && part.success;
+        result->num_paused_requests += part.num_paused_requests;
+        if (!part.success || result->message.empty())
+          result->message += (result->message.empty() ? "" : "; ") + std::string("engine ") + std::to_string(index) +
+                             ": " + part.message;
+      }
+      join->arrive();
     });
   }
   // The prefix caches were flushed (or kept) engine by engine; the routing tables follow suit.
@@ -177,29 +188,21 @@ void EngineGroup::update_weights(WeightUpdate update, std::function<void(WeightU
 
 void EngineGroup::flush_cache(std::function<void(Status)> done) {
   if (replicas_.size() == 1) return replicas_[0]->engine->flush_cache(std::move(done));
-  struct Join {
-    std::mutex mutex;
-    size_t left = 0;
-    std::string errors;
-    std::function<void(Status)> done;
-  };
-  auto join = std::make_shared<Join>();
-  join->left = replicas_.size();
-  join->done = std::move(done);
+  auto errors = std::make_shared<std::string>();
+  auto join = std::make_shared<Countdown>(replicas_.size(), [errors, done = std::move(done)] {
+    done(errors->empty() ? Status::ok() : Status::error(*errors));
+  });
   for (auto& r : replicas_) {
     const int index = r->index;
-    r->engine->flush_cache([this, join, index](Status part) {
-      std::unique_lock<std::mutex> lock(join->mutex);
-      if (!part) join->errors += (join->errors.empty() ? "" : "; ") + std::string("engine ") + std::to_string(index) + ": " +
-                                 part.message();
-      else {
-        std::lock_guard<std::mutex> tables(mutex_);
+    r->engine->flush_cache([this, join, errors, index](Status part) {
+      if (!part) {
+        std::lock_guard<std::mutex> lock(join->mutex);
+        *errors += (errors->empty() ? "" : "; ") + std::string("engine ") + std::to_string(index) + ": " + part.message();
+      } else {
+        std::lock_guard<std::mutex> lock(mutex_);
         replicas_[static_cast<size_t>(index)]->table.clear();
       }
-      if (--join->left > 0) return;
-      const Status status = join->errors.empty() ? Status::ok() : Status::error(join->errors);
-      lock.unlock();
-      join->done(status);
+      join->arrive();
     });
   }
 }
