@@ -42,7 +42,8 @@ class NullRunner : public engine::ModelRunner {
       out[i] = {};
       out[i].token = static_cast<int32_t>(1000 + (h >> 33) % 100000);  // ordinary text tokens of Qwen3
     }
-    steps.push_back({called, Clock::now(), static_cast<int64_t>(rows.size()), static_cast<int64_t>(batch.token_ids.size())});
+    steps.push_back(
+        {called, Clock::now(), static_cast<int64_t>(rows.size()), static_cast<int64_t>(batch.token_ids.size())});
     return Status::ok();
   }
   Status collect(engine::StepOutput& out) override {
@@ -113,7 +114,7 @@ int main(int argc, char** argv) {
     r.sampling.temperature = 0.0f;
     r.stop.max_tokens = std::max<int64_t>(length(output_len), 1);
     r.stop.ignore_eos = true;
-    r.stop.stop = {"\n\nUser:"};  // a stop string to watch for, as chat clients send
+    r.stop.stop = {"\n\nUser:"};                      // a stop string to watch for, as chat clients send
     r.on_output = [&](engine::RequestOutput&& out) {  // what the server's callback does: take the text
       std::lock_guard<std::mutex> lock(mutex);
       for (const auto& c : out.choices) text_bytes += static_cast<int64_t>(c.text.size());
@@ -151,17 +152,19 @@ int main(int argc, char** argv) {
   }
   double mean = 0;
   for (double g : gaps_us) mean += g / static_cast<double>(gaps_us.size());
-  std::printf("sequences %lld, prompt %lld, output %lld%s, %lld requests: %zu steps (%zu %s), %.2f s, %lld text bytes\n",
-              (long long)sequences, (long long)prompt_len, (long long)output_len, spread ? " (±50%)" : "",
-              (long long)requests, steps.size(), gaps_us.size(), spread ? "timed" : "full decode steps", total,
-              (long long)text_bytes);
-  std::printf("engine CPU time per %sstep: mean %.1f us, p50 %.1f, p90 %.1f, p99 %.1f (%.2f us per sequence); "
-              "null runner %.1f us\n",
-              spread ? "" : "decode ", mean, percentile(gaps_us, 50), percentile(gaps_us, 90), percentile(gaps_us, 99),
-              mean / static_cast<double>(sequences), percentile(runner_us, 50));
-  std::printf("the engine's own step timers (/metrics): %.1f us of engine work and %.1f us in the runner per step, "
-              "over all %llu steps\n",
-              m.step_engine_seconds / static_cast<double>(m.steps) * 1e6, m.step_model_seconds / static_cast<double>(m.steps) * 1e6,
-              (unsigned long long)m.steps);
+  std::printf(
+      "sequences %lld, prompt %lld, output %lld%s, %lld requests: %zu steps (%zu %s), %.2f s, %lld text bytes\n",
+      (long long)sequences, (long long)prompt_len, (long long)output_len, spread ? " (±50%)" : "", (long long)requests,
+      steps.size(), gaps_us.size(), spread ? "timed" : "full decode steps", total, (long long)text_bytes);
+  std::printf(
+      "engine CPU time per %sstep: mean %.1f us, p50 %.1f, p90 %.1f, p99 %.1f (%.2f us per sequence); "
+      "null runner %.1f us\n",
+      spread ? "" : "decode ", mean, percentile(gaps_us, 50), percentile(gaps_us, 90), percentile(gaps_us, 99),
+      mean / static_cast<double>(sequences), percentile(runner_us, 50));
+  std::printf(
+      "the engine's own step timers (/metrics): %.1f us of engine work and %.1f us in the runner per step, "
+      "over all %llu steps\n",
+      m.step_engine_seconds / static_cast<double>(m.steps) * 1e6,
+      m.step_model_seconds / static_cast<double>(m.steps) * 1e6, (unsigned long long)m.steps);
   return gaps_us.empty() ? 1 : 0;
 }

@@ -16,11 +16,14 @@ CommandRunner register_eval(CLI::App& root) {
   auto o = std::make_shared<Gsm8kOptions>();
   gsm8k->add_option("--data", o->data, "GSM8K JSONL (question, answer)")->required();
   gsm8k->add_option("--num-shots", o->num_shots, "Few-shot examples")->capture_default_str();
-  gsm8k->add_option("--num-questions", o->num_questions, "Questions to ask")->check(CLI::PositiveNumber)->capture_default_str();
+  gsm8k->add_option("--num-questions", o->num_questions, "Questions to ask")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   gsm8k->add_option("--parallel", o->parallel, "Requests in flight")->check(CLI::PositiveNumber)->capture_default_str();
   gsm8k->add_option("--max-tokens", o->max_tokens, "Tokens per answer")->capture_default_str();
-  gsm8k->add_option("--predictions", o->predictions,
-                    "Also write each question's label, prediction and generated text to this JSONL file (paired comparisons)");
+  gsm8k->add_option(
+      "--predictions", o->predictions,
+      "Also write each question's label, prediction and generated text to this JSONL file (paired comparisons)");
   gsm8k->add_option("--base-url", o->base_url, "Server URL, http://host:port (else --host/--port)");
   gsm8k->add_option("--host", o->host, "Server host")->capture_default_str();
   gsm8k->add_option("--port", o->port, "Server port")->capture_default_str();

@@ -57,7 +57,8 @@ int run_generate(const GenerateOptions& o) {
   if (prompt->empty()) return fail("the prompt encodes to no tokens");
 
   // CLI11 has checked every name. One sequence: exactly the KV blocks it needs; the CPU reference
-  // keeps an fp32 KV cache (the differential tests' oracle) and the GPU a BF16 one unless --kv-cache-dtype says otherwise.
+  // keeps an fp32 KV cache (the differential tests' oracle) and the GPU a BF16 one unless --kv-cache-dtype says
+  // otherwise.
   engine::RunnerOptions options;
   options.backend = *engine::parse_backend(o.backend);
   options.gemm = *parse_dense_kernel(o.gemm_backend);
@@ -93,8 +94,8 @@ int run_generate(const GenerateOptions& o) {
   Clock::time_point first_token;
   while (static_cast<int64_t>(generated.size()) < o.max_tokens) {
     // Prefill in chunks of prefill_chunk tokens (all at once when 0), then one token per step.
-    const int64_t chunk = o.prefill_chunk > 0 ? std::min<int64_t>(o.prefill_chunk, pending.size())
-                                              : static_cast<int64_t>(pending.size());
+    const int64_t chunk =
+        o.prefill_chunk > 0 ? std::min<int64_t>(o.prefill_chunk, pending.size()) : static_cast<int64_t>(pending.size());
     models::Batch batch;
     batch.token_ids.assign(pending.begin(), pending.begin() + chunk);
     seq.n_tokens = chunk;
@@ -103,7 +104,8 @@ int run_generate(const GenerateOptions& o) {
     if (last_chunk) batch.logits_rows = {chunk - 1};
     const engine::SampleRow row{&params,
                                 {std::span<const int32_t>(all.data(), prompt->size()),
-                                 std::span<const int32_t>(all.data() + prompt->size(), generated.size()), {}},
+                                 std::span<const int32_t>(all.data() + prompt->size(), generated.size()),
+                                 {}},
                                 {o.seed, static_cast<uint64_t>(all.size())}};
     int32_t next = -1;
     if (!last_chunk) {
@@ -131,9 +133,11 @@ int run_generate(const GenerateOptions& o) {
   }
   const double prefill_s = std::chrono::duration<double>(first_token - start).count();
   const double decode_s = std::chrono::duration<double>(Clock::now() - first_token).count();
-  std::fprintf(stderr, "nibble generate: %s: prefill %zu tokens in %.1f ms (%.0f tok/s); decode %zu tokens in %.1f ms (%.1f tok/s)\n",
-               (*runner)->describe().c_str(), prompt->size(), prefill_s * 1e3, prompt->size() / prefill_s,
-               generated.size() - 1, decode_s * 1e3, decode_s > 0 ? (generated.size() - 1) / decode_s : 0.0);
+  std::fprintf(
+      stderr,
+      "nibble generate: %s: prefill %zu tokens in %.1f ms (%.0f tok/s); decode %zu tokens in %.1f ms (%.1f tok/s)\n",
+      (*runner)->describe().c_str(), prompt->size(), prefill_s * 1e3, prompt->size() / prefill_s, generated.size() - 1,
+      decode_s * 1e3, decode_s > 0 ? (generated.size() - 1) / decode_s : 0.0);
   if (!o.dump_logits.empty()) {
     Status s = write_npy_f32(o.dump_logits, dumped, static_cast<int64_t>(generated.size()), config.vocab_size);
     if (!s) return fail(s.message());
@@ -157,26 +161,40 @@ CommandRunner register_generate(CLI::App& root) {
   auto o = std::make_shared<GenerateOptions>();
   const std::vector<std::string> modes = {"none", "static", "per-token"};
   cmd->add_option("--model", o->model_dir, "Model folder")->required();
-  auto* text_prompt = cmd->add_option("--prompt", o->prompt, "Prompt text (encoded with the model's tokenizer; prints text)");
+  auto* text_prompt =
+      cmd->add_option("--prompt", o->prompt, "Prompt text (encoded with the model's tokenizer; prints text)");
   auto* id_prompt = cmd->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids (prints ids)");
   text_prompt->excludes(id_prompt);
   cmd->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->default_val(16)->check(CLI::PositiveNumber);
   cmd->add_option("--temperature", o->temperature, "0 = greedy")->default_val(0.0f)->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", o->seed, "Sampling seed")->default_val(0);
   cmd->add_option("--backend", o->backend, "auto (CUDA when a GPU is visible) | cpu (reference, fp32 KV) | cuda")
-      ->default_val("auto")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->add_option("--gemm-backend", o->gemm_backend, "Dense NVFP4 kernels (CUDA): " + choices_help(dense_kernel_names()))->default_val("auto")->check(CLI::IsMember(dense_kernel_names()));
-  cmd->add_option("--moe-backend", o->moe_backend, "MoE kernels (CUDA): " + choices_help(moe_kernel_names()))->default_val("auto")->check(CLI::IsMember(moe_kernel_names()));
+      ->default_val("auto")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--gemm-backend", o->gemm_backend,
+                  "Dense NVFP4 kernels (CUDA): " + choices_help(dense_kernel_names()))
+      ->default_val("auto")
+      ->check(CLI::IsMember(dense_kernel_names()));
+  cmd->add_option("--moe-backend", o->moe_backend, "MoE kernels (CUDA): " + choices_help(moe_kernel_names()))
+      ->default_val("auto")
+      ->check(CLI::IsMember(moe_kernel_names()));
   cmd->add_option("--attention-backend", o->attention_backend, "Attention kernels (CUDA): auto | flashinfer | native")
-      ->default_val("auto")->check(CLI::IsMember({"auto", "flashinfer", "native"}));
-  cmd->add_option("--decode-attention", o->decode_attention, "Native attention's decode kernel (CUDA): auto | split-kv | tensor-core")
-      ->default_val("auto")->check(CLI::IsMember({"auto", "split-kv", "tensor-core"}));
-  cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (CPU fp32, GPU BF16) | bf16 | fp8 (E4M3, unit scale) | fp32 (CPU)")
-      ->default_val("auto")->check(CLI::IsMember({"auto", "bf16", "fp8", "fp8_e4m3", "fp32"}));
+      ->default_val("auto")
+      ->check(CLI::IsMember({"auto", "flashinfer", "native"}));
+  cmd->add_option("--decode-attention", o->decode_attention,
+                  "Native attention's decode kernel (CUDA): auto | split-kv | tensor-core")
+      ->default_val("auto")
+      ->check(CLI::IsMember({"auto", "split-kv", "tensor-core"}));
+  cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype,
+                  "auto (CPU fp32, GPU BF16) | bf16 | fp8 (E4M3, unit scale) | fp32 (CPU)")
+      ->default_val("auto")
+      ->check(CLI::IsMember({"auto", "bf16", "fp8", "fp8_e4m3", "fp32"}));
   cmd->add_option("--act-quant-moe", o->act_quant_moe, "MoE activation quantization")
-      ->default_val("none")->check(CLI::IsMember(modes));
+      ->default_val("none")
+      ->check(CLI::IsMember(modes));
   cmd->add_option("--act-quant-dense", o->act_quant_dense, "Dense-layer activation quantization")
-      ->default_val("none")->check(CLI::IsMember(modes));
+      ->default_val("none")
+      ->check(CLI::IsMember(modes));
   cmd->add_option("--dump-logits", o->dump_logits, "Write the logits of every generated position (.npy)");
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prefill the prompt in chunks of this many tokens")
       ->check(CLI::NonNegativeNumber);

@@ -43,20 +43,30 @@ json describe(const std::string& dir) {
 
   const io::ModelConfig& c = *config;
   report["architecture"] = c.architecture;
-  report["shape"] = {{"layers", c.num_hidden_layers}, {"hidden", c.hidden_size}, {"heads", c.num_attention_heads},
-                     {"kv_heads", c.num_key_value_heads}, {"head_dim", c.head_dim}, {"vocab", c.vocab_size},
-                     {"experts", c.num_experts}, {"experts_per_token", c.num_experts_per_tok},
-                     {"moe_intermediate", c.moe_intermediate_size}, {"intermediate", c.intermediate_size},
-                     {"rope_theta", c.rope_theta}, {"max_positions", c.max_position_embeddings},
-                     {"tied_embeddings", c.tie_word_embeddings}, {"shared_experts", c.moe_num_shared_experts},
+  report["shape"] = {{"layers", c.num_hidden_layers},
+                     {"hidden", c.hidden_size},
+                     {"heads", c.num_attention_heads},
+                     {"kv_heads", c.num_key_value_heads},
+                     {"head_dim", c.head_dim},
+                     {"vocab", c.vocab_size},
+                     {"experts", c.num_experts},
+                     {"experts_per_token", c.num_experts_per_tok},
+                     {"moe_intermediate", c.moe_intermediate_size},
+                     {"intermediate", c.intermediate_size},
+                     {"rope_theta", c.rope_theta},
+                     {"max_positions", c.max_position_embeddings},
+                     {"tied_embeddings", c.tie_word_embeddings},
+                     {"shared_experts", c.moe_num_shared_experts},
                      {"qk_norm", c.qk_norm},
                      {"rope_style", c.rope_style == io::RopeStyle::INTERLEAVED ? "interleaved" : "neox"}};
   json moe_layers = json::array();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     if (c.is_moe_layer(l)) moe_layers.push_back(l);
   report["shape"]["moe_layers"] = moe_layers;
-  report["quantization"] = quant->nvfp4 ? json{{"algorithm", "NVFP4"}, {"group_size", quant->group_size},
-                                               {"source", quant->source}, {"producer", quant->producer},
+  report["quantization"] = quant->nvfp4 ? json{{"algorithm", "NVFP4"},
+                                               {"group_size", quant->group_size},
+                                               {"source", quant->source},
+                                               {"producer", quant->producer},
                                                {"exclude_modules", quant->exclude_modules},
                                                {"kv_cache", quant->kv_cache_fp8 ? "FP8" : "none"}}
                                         : json{{"algorithm", "none (BF16)"}};
@@ -76,8 +86,10 @@ json describe(const std::string& dir) {
   report["bytes_per_decoded_token"] = io::bytes_per_decoded_token(c, modules);
   if (reader) {
     Result<io::BoundCheckpoint> bound = io::bind_checkpoint(*reader, c, *quant);
-    if (!bound) report["problems"].push_back(bound.status().message());
-    else report["experts_with_split_gate_up_scale"] = bound->experts_with_split_gate_up_scale;
+    if (!bound)
+      report["problems"].push_back(bound.status().message());
+    else
+      report["experts_with_split_gate_up_scale"] = bound->experts_with_split_gate_up_scale;
   }
   return report;
 }
@@ -97,9 +109,9 @@ void print_text(const json& r) {
   if (r.contains("architecture")) {
     const json& s = r["shape"];
     std::printf("architecture %s: %lld layers, hidden %lld, heads %lld/%lld (head_dim %lld), vocab %lld\n",
-                r["architecture"].get<std::string>().c_str(), s["layers"].get<long long>(), s["hidden"].get<long long>(),
-                s["heads"].get<long long>(), s["kv_heads"].get<long long>(), s["head_dim"].get<long long>(),
-                s["vocab"].get<long long>());
+                r["architecture"].get<std::string>().c_str(), s["layers"].get<long long>(),
+                s["hidden"].get<long long>(), s["heads"].get<long long>(), s["kv_heads"].get<long long>(),
+                s["head_dim"].get<long long>(), s["vocab"].get<long long>());
     if (s["experts"].get<long long>() > 0) {
       std::printf("             MoE: %lld experts, top-%lld, moe_intermediate %lld", s["experts"].get<long long>(),
                   s["experts_per_token"].get<long long>(), s["moe_intermediate"].get<long long>());
@@ -118,17 +130,20 @@ void print_text(const json& r) {
     std::printf("\nmodules\n");
     for (const auto& [role, m] : r["modules"].items()) {
       std::string formats;
-      for (const auto& [f, n] : m["formats"].items()) formats += (formats.empty() ? "" : ", ") + f + " x" + std::to_string(n.get<int>());
+      for (const auto& [f, n] : m["formats"].items())
+        formats += (formats.empty() ? "" : ", ") + f + " x" + std::to_string(n.get<int>());
       std::printf("  %-48s %-16s %-12s %10s\n", role.c_str(), m["shape"].dump().c_str(), formats.c_str(),
                   human_bytes(m["bytes"].get<uint64_t>()).c_str());
     }
     std::printf("parameters   %llu (%.3f B)\n", static_cast<unsigned long long>(r["parameters"].get<uint64_t>()),
                 r["parameters"].get<uint64_t>() / 1e9);
-    std::printf("per token    %s read per decoded token\n", human_bytes(r["bytes_per_decoded_token"].get<uint64_t>()).c_str());
+    std::printf("per token    %s read per decoded token\n",
+                human_bytes(r["bytes_per_decoded_token"].get<uint64_t>()).c_str());
   }
   if (r.contains("bytes_on_disk"))
-    std::printf("on disk      %s in %zu file(s), %zu tensors\n", human_bytes(r["bytes_on_disk"].get<uint64_t>()).c_str(),
-                r["files"].get<size_t>(), r["tensors"].get<size_t>());
+    std::printf("on disk      %s in %zu file(s), %zu tensors\n",
+                human_bytes(r["bytes_on_disk"].get<uint64_t>()).c_str(), r["files"].get<size_t>(),
+                r["tensors"].get<size_t>());
   if (r.value("experts_with_split_gate_up_scale", 0) > 0)
     std::printf("note         %d experts have different gate/up weight_scale_2 (kept exact)\n",
                 r["experts_with_split_gate_up_scale"].get<int>());
@@ -146,8 +161,10 @@ CommandRunner register_inspect(CLI::App& root) {
   cmd->add_flag("--json", *as_json, "Print the report as JSON");
   return [dir, as_json] {
     const json report = describe(*dir);
-    if (*as_json) std::printf("%s\n", report.dump(2).c_str());
-    else print_text(report);
+    if (*as_json)
+      std::printf("%s\n", report.dump(2).c_str());
+    else
+      print_text(report);
     return report["problems"].empty() ? 0 : 1;
   };
 }

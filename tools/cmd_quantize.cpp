@@ -16,13 +16,16 @@ CommandRunner register_quantize(CLI::App& root) {
   cmd->add_option("--calib-ids", o->calib_ids_file, "Calibration token ids instead: a JSON list of lists")
       ->excludes(calib);
   cmd->add_option("--calib-sequences", o->calib_sequences, "At most this many calibration sequences")
-      ->default_val(32)->check(CLI::PositiveNumber);
+      ->default_val(32)
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--calib-length", o->calib_length, "At most this many tokens per sequence")
-      ->default_val(256)->check(CLI::PositiveNumber);
+      ->default_val(256)
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--calib-seed", o->calib_seed, "Seed of random calibration ids (folders without a tokenizer)")
       ->default_val(0);
-  cmd->add_option("--exclude", o->exclude,
-                  "Module patterns to keep in BF16 (fnmatch; default: lm_head and embeddings); MoE routers always stay BF16");
+  cmd->add_option(
+      "--exclude", o->exclude,
+      "Module patterns to keep in BF16 (fnmatch; default: lm_head and embeddings); MoE routers always stay BF16");
   return [o] {
     const auto start = std::chrono::steady_clock::now();
     Result<QuantizeReport> r = quantize_checkpoint(*o);

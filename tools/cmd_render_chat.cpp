@@ -15,8 +15,10 @@ CommandRunner register_render_chat(CLI::App& root) {
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("--model", o->model, "Folder with tokenizer_config.json (or chat_template.jinja)")->required();
-  cmd->add_option("--request", o->request, "JSON request body: messages, tools, chat_template_kwargs, "
-                                           "add_generation_prompt (default true)")->required();
+  cmd->add_option("--request", o->request,
+                  "JSON request body: messages, tools, chat_template_kwargs, "
+                  "add_generation_prompt (default true)")
+      ->required();
   return [o] {
     std::ifstream in(o->request);
     if (!in) {

@@ -48,7 +48,8 @@ CLI::Option* option(CLI::App* cmd, const std::string& flag, T& value, const std:
 Result<std::string> default_model() {
   const fs::path dir = fs::path(data_dir()) / "default-model";
   if (!fs::exists(dir / "config.json"))
-    return Status::error("no --model and no embedded model at " + dir.string() + " (set NIBBLE_DATA_DIR to nibble's data/)");
+    return Status::error("no --model and no embedded model at " + dir.string() +
+                         " (set NIBBLE_DATA_DIR to nibble's data/)");
   return dir.string();
 }
 
@@ -118,7 +119,8 @@ CommandRunner register_serve(CLI::App& root) {
          "KV-cache memory when --num-kv-blocks is 0 (0: measured; CPU: min(1 GiB, a quarter of free memory))");
   option(cmd, "--gpu-memory-utilization", o->gpu_memory_utilization,
          "Share of GPU memory for weights, workspaces and the KV cache (CUDA backend)");
-  option(cmd, "--kv-cache-dtype", o->kv_cache_dtype, "KV-cache dtype: auto | bf16 | fp8 (E4M3, unit scale; = fp8_e4m3)");
+  option(cmd, "--kv-cache-dtype", o->kv_cache_dtype,
+         "KV-cache dtype: auto | bf16 | fp8 (E4M3, unit scale; = fp8_e4m3)");
   option(cmd, "--enable-prefix-caching", o->enable_prefix_caching, "Reuse KV blocks of shared prompt prefixes");
   option(cmd, "--enforce-eager", o->enforce_eager, "CUDA backend: no CUDA graphs for decode steps");
   option(cmd, "--disable-overlap-schedule", o->disable_overlap_schedule,
@@ -137,34 +139,42 @@ CommandRunner register_serve(CLI::App& root) {
          "elsewhere); 0 ends them at once");
   for (const char* alias : {"--dp", "--dp-size"})  // vLLM's and SGLang's short spellings
     cmd->add_option(alias, o->data_parallel_size)->group("")->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  option(cmd, "--backend", o->backend, "auto (the GPU when one is visible and takes the checkpoint, else the CPU) | cpu | cuda");
+  option(cmd, "--backend", o->backend,
+         "auto (the GPU when one is visible and takes the checkpoint, else the CPU) | cpu | cuda");
   option(cmd, "--moe-backend", o->moe_backend,
          "The MoE's kernels (CUDA backend): auto (by measured shape) | cublas (experts dequantized to BF16, "
-         "cuBLAS grouped GEMM) | one kernel by name: " + choices_help(moe_kernel_names()));
+         "cuBLAS grouped GEMM) | one kernel by name: " +
+             choices_help(moe_kernel_names()));
   option(cmd, "--gemm-backend", o->gemm_backend,
          "Dense NVFP4 kernels (CUDA backend): auto (by measured shape) | cublas (weights dequantized to BF16) | "
-         "one kernel by name: " + choices_help(dense_kernel_names()));
+         "one kernel by name: " +
+             choices_help(dense_kernel_names()));
   option(cmd, "--attention-backend", o->attention_backend, "auto | flashinfer | native (CUDA backend)");
-  option(cmd, "--decode-attention", o->decode_attention, "Native attention's decode kernel: auto | split-kv | tensor-core (CUDA backend)");
+  option(cmd, "--decode-attention", o->decode_attention,
+         "Native attention's decode kernel: auto | split-kv | tensor-core (CUDA backend)");
   option(cmd, "--act-quant-moe", o->act_quant_moe, "MoE activation quantization: none | static | per-token");
   option(cmd, "--act-quant-dense", o->act_quant_dense, "Dense activation quantization: none | static | per-token");
   option(cmd, "--reasoning-parser", o->reasoning_parser, "Split <think> into reasoning_content: auto | qwen3 | none");
   option(cmd, "--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on every route but /health and /metrics");
-  option(cmd, "--allowed-origins", o->allowed_origins, "CORS: origins allowed, a JSON list (vLLM's flag; [\"*\"]: any)");
+  option(cmd, "--allowed-origins", o->allowed_origins,
+         "CORS: origins allowed, a JSON list (vLLM's flag; [\"*\"]: any)");
   option(cmd, "--allowed-methods", o->allowed_methods, "CORS: methods allowed, a JSON list");
   option(cmd, "--allowed-headers", o->allowed_headers, "CORS: request headers allowed, a JSON list");
-  option(cmd, "--allow-credentials", o->allow_credentials, "CORS: allow credentials (the origin is then echoed, not *)");
+  option(cmd, "--allow-credentials", o->allow_credentials,
+         "CORS: allow credentials (the origin is then echoed, not *)");
   option(cmd, "--io-threads", o->io_threads, "HTTP threads (0: up to 4)");
   option(cmd, "--weight-version", o->weight_version, "Weight version reported by /get_model_info");
   // SGLang's name for the MoE kernel choice, and FastDeploy's / SGLang's environment variables
   // (tools/seed_flags.h): honoured with a start-up line saying what each became.
   auto moe_runner = std::make_shared<std::string>();
-  cmd->add_option("--moe-runner-backend", *moe_runner, "SGLang's MoE kernel choice: mapped to --moe-backend (docs/api.md)");
+  cmd->add_option("--moe-runner-backend", *moe_runner,
+                  "SGLang's MoE kernel choice: mapped to --moe-backend (docs/api.md)");
   return [o, moe_runner, cmd] {
     const ExplicitServeFlags given{cmd->get_option("--moe-backend")->count() > 0,
                                    cmd->get_option("--gemm-backend")->count() > 0,
                                    cmd->get_option("--act-quant-moe")->count() > 0};
-    for (const std::string& line : apply_seed_flags(*o, given, *moe_runner, [](const char* n) { return std::getenv(n); }))
+    for (const std::string& line :
+         apply_seed_flags(*o, given, *moe_runner, [](const char* n) { return std::getenv(n); }))
       log_info(line);
     return run_serve(*o);
   };

@@ -9,7 +9,8 @@
 namespace nibble::tools {
 
 CommandRunner register_synth(CLI::App& root) {
-  auto* cmd = root.add_subcommand("synth", "Write a random-weight ModelOpt NVFP4 checkpoint (for tests and benchmarks)");
+  auto* cmd =
+      root.add_subcommand("synth", "Write a random-weight ModelOpt NVFP4 checkpoint (for tests and benchmarks)");
   auto options = std::make_shared<SynthOptions>();
   auto quantize_attention = std::make_shared<std::string>("yes");
   cmd->add_option("--preset", options->preset, "Model shape")->required()->check(CLI::IsMember(synth_presets()));
@@ -18,7 +19,8 @@ CommandRunner register_synth(CLI::App& root) {
   cmd->add_option("--layers", options->layers, "Override the number of decoder layers")->check(CLI::PositiveNumber);
   cmd->add_option("--experts", options->experts, "Override the number of experts")->check(CLI::PositiveNumber);
   cmd->add_option("--quantize-attention", *quantize_attention, "Quantize q/k/v/o to NVFP4")
-      ->check(CLI::IsMember({"yes", "no"}))->default_val("yes");
+      ->check(CLI::IsMember({"yes", "no"}))
+      ->default_val("yes");
   cmd->add_option("--shard-size", options->shard_bytes, "Bytes per safetensors shard (default: preset's)");
   cmd->add_flag("--kv-cache-fp8", options->kv_cache_fp8,
                 "Declare kv_cache_quant_algo FP8 and write each layer's k_proj.k_scale / v_proj.v_scale (ModelOpt)");
@@ -41,10 +43,10 @@ CommandRunner register_synth(CLI::App& root) {
       return 1;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("wrote %s: %s, %.3f GB in %zu shard(s), %.1f s (%.2f GB/s; generating %.1f s, flushing to disk %.1f s)\n",
-                options->out_dir.c_str(), report->config.architecture.c_str(), report->total_bytes / 1e9,
-                report->n_shards, seconds, report->total_bytes / 1e9 / seconds, report->generate_seconds,
-                report->flush_seconds);
+    std::printf(
+        "wrote %s: %s, %.3f GB in %zu shard(s), %.1f s (%.2f GB/s; generating %.1f s, flushing to disk %.1f s)\n",
+        options->out_dir.c_str(), report->config.architecture.c_str(), report->total_bytes / 1e9, report->n_shards,
+        seconds, report->total_bytes / 1e9 / seconds, report->generate_seconds, report->flush_seconds);
     return 0;
   };
 }

@@ -73,7 +73,8 @@ CommandRunner register_detokenize(CLI::App& root) {
     }
     for (int32_t id : *ids) {
       if (static_cast<size_t>(id) >= (*tok)->vocab_size()) {
-        std::fprintf(stderr, "nibble detokenize: token id %d is outside the vocabulary (%zu)\n", id, (*tok)->vocab_size());
+        std::fprintf(stderr, "nibble detokenize: token id %d is outside the vocabulary (%zu)\n", id,
+                     (*tok)->vocab_size());
         return 1;
       }
     }

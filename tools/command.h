@@ -24,7 +24,8 @@ CommandRunner register_detokenize(CLI::App& root);
 CommandRunner register_render_chat(CLI::App& root);
 
 // Every subcommand, in the order `nibble --help` lists them.
-inline constexpr Registration ALL_COMMANDS[] = {&register_serve, &register_bench, &register_eval, &register_generate, &register_quantize, &register_synth, &register_inspect,
-                                              &register_tokenize, &register_detokenize, &register_render_chat};
+inline constexpr Registration ALL_COMMANDS[] = {
+    &register_serve, &register_bench,   &register_eval,     &register_generate,   &register_quantize,
+    &register_synth, &register_inspect, &register_tokenize, &register_detokenize, &register_render_chat};
 
 }  // namespace nibble::tools

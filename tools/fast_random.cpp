@@ -84,8 +84,10 @@ void FastRandom::fill_normals(float* out, size_t n) {
   static_assert(FastRandom::LANES == LANES);
   static const bool avx2 = __builtin_cpu_supports("avx2") && !env_flag("NIBBLE_DIAG_NO_AVX2");
   if (!lanes_seeded_) seed_lanes();
-  if (avx2) fill_avx2(lane_, quantiles(), out, n);
-  else fill_portable(lane_, out, n);
+  if (avx2)
+    fill_avx2(lane_, quantiles(), out, n);
+  else
+    fill_portable(lane_, out, n);
 }
 
 }  // namespace nibble::tools

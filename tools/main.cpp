@@ -10,8 +10,7 @@
 
 int main(int argc, char** argv) {
   using namespace nibble::tools;
-  CLI::App app{"nibble: NVFP4 Mixture-of-Experts inference server (ModelOpt checkpoints, Hopper)",
-               "nibble"};
+  CLI::App app{"nibble: NVFP4 Mixture-of-Experts inference server (ModelOpt checkpoints, Hopper)", "nibble"};
   app.set_version_flag("-V,--version", std::string("nibble ") + NIBBLE_VERSION_STRING);
   app.add_flag_callback(
       "--help-env",

@@ -20,9 +20,14 @@ class ProgressBar {
   // unit: "GB" counts bytes; any other name counts items of that name (e.g. "requests", "req").
   ProgressBar(std::string label, uint64_t total, const std::atomic<uint64_t>& done, std::string unit = "GB",
               std::string rate_unit = "")
-      : label_(std::move(label)), unit_(std::move(unit)), rate_unit_(std::move(rate_unit)), total_(total), done_(done),
+      : label_(std::move(label)),
+        unit_(std::move(unit)),
+        rate_unit_(std::move(rate_unit)),
+        total_(total),
+        done_(done),
         tty_(isatty(STDERR_FILENO)),
-        start_(std::chrono::steady_clock::now()), thread_([this] { run(); }) {}
+        start_(std::chrono::steady_clock::now()),
+        thread_([this] { run(); }) {}
   ~ProgressBar() {
     {
       std::lock_guard<std::mutex> lock(mutex_);

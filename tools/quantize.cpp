@@ -62,11 +62,13 @@ Result<std::vector<std::vector<int32_t>>> calibration_ids(const QuantizeOptions&
     if (j.is_discarded() || !j.is_array() || j.empty())
       return Status::error(o.calib_ids_file + ": expected a JSON list of token-id lists");
     for (const json& seq : j) {
-      if (!seq.is_array() || seq.empty()) return Status::error(o.calib_ids_file + ": every entry must be a non-empty list");
+      if (!seq.is_array() || seq.empty())
+        return Status::error(o.calib_ids_file + ": every entry must be a non-empty list");
       std::vector<int32_t> ids;
       for (const json& id : seq) {
         if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab)
-          return Status::error(o.calib_ids_file + ": token id " + id.dump() + " is not in [0, " + std::to_string(vocab) + ")");
+          return Status::error(o.calib_ids_file + ": token id " + id.dump() + " is not in [0, " +
+                               std::to_string(vocab) + ")");
         ids.push_back(id.get<int32_t>());
       }
       seqs.push_back(std::move(ids));
@@ -75,7 +77,8 @@ Result<std::vector<std::vector<int32_t>>> calibration_ids(const QuantizeOptions&
     return seqs;
   }
   auto tokenizer = text::Tokenizer::load(o.in_dir);
-  if (!tokenizer && !o.calib_file.empty()) return Status::error("--calib needs the model's tokenizer: " + tokenizer.status().message());
+  if (!tokenizer && !o.calib_file.empty())
+    return Status::error("--calib needs the model's tokenizer: " + tokenizer.status().message());
   if (!tokenizer) {
     std::mt19937_64 rng(o.calib_seed);
     for (int64_t s = 0; s < o.calib_sequences; ++s) {
@@ -168,7 +171,8 @@ Result<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o) {
   if (!loaded) return loaded.status();
   std::shared_ptr<const io::LoadedCheckpoint> input = std::move(loaded.value());
   const io::ModelConfig& config = input->bound.config;
-  if (input->bound.quant.nvfp4) return Status::error(o.in_dir + ": already quantized (" + input->bound.quant.source + ")");
+  if (input->bound.quant.nvfp4)
+    return Status::error(o.in_dir + ": already quantized (" + input->bound.quant.source + ")");
 
   // ModelOpt's default NVFP4 config leaves the lm_head and the MoE routers in BF16; its export also
   // lists the embedding.
@@ -196,7 +200,9 @@ Result<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o) {
     g = std::max(g, it == amax->end() ? 0.0f : it->second);
   }
   for (const auto& [group, a] : group_amax)
-    if (!(a > 0.0f)) return Status::error("calibration never reached the inputs of " + group + " (use more or longer --calib sequences)");
+    if (!(a > 0.0f))
+      return Status::error("calibration never reached the inputs of " + group +
+                           " (use more or longer --calib sequences)");
 
   // Weight groups sharing weight_scale_2, quantized in parallel.
   std::map<std::string, std::vector<const io::ModuleSpec*>> groups;
@@ -208,8 +214,10 @@ Result<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o) {
         if (const io::SafetensorsReader::Entry* e = input->reader.find(t.name)) t.dtype = e->info->dtype;
       tensors.push_back(std::move(t));
     }
-    if (m.kind == io::ModuleKind::LINEAR && m.quantized) groups[weight_group(m)].push_back(&m);
-    else if (m.kind == io::ModuleKind::LINEAR) ++report.excluded_modules;
+    if (m.kind == io::ModuleKind::LINEAR && m.quantized)
+      groups[weight_group(m)].push_back(&m);
+    else if (m.kind == io::ModuleKind::LINEAR)
+      ++report.excluded_modules;
   }
   auto writer = io::ShardedWriter::create(o.out_dir, tensors, o.shard_bytes, {{"format", "pt"}});
   if (!writer) return writer.status();
@@ -264,14 +272,20 @@ Result<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o) {
   const json group = {{"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", 16}};
   config_json["quantization_config"] = {
       {"config_groups", {{"group_0", {{"input_activations", group}, {"weights", group}, {"targets", {"Linear"}}}}}},
-      {"ignore", quant.exclude_modules}, {"quant_algo", "NVFP4"}, {"producer", producer}, {"quant_method", "modelopt"}};
+      {"ignore", quant.exclude_modules},
+      {"quant_algo", "NVFP4"},
+      {"producer", producer},
+      {"quant_method", "modelopt"}};
   const fs::path out(o.out_dir);
   NIB_RETURN_IF_ERROR(write_json(out / "config.json", config_json));
-  NIB_RETURN_IF_ERROR(write_json(out / "hf_quant_config.json",
-                                 {{"producer", producer},
-                                  {"quantization", {{"quant_algo", "NVFP4"}, {"kv_cache_quant_algo", nullptr},
-                                                    {"group_size", 16}, {"exclude_modules", quant.exclude_modules}}}}));
-  for (const char* file : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
+  NIB_RETURN_IF_ERROR(write_json(out / "hf_quant_config.json", {{"producer", producer},
+                                                                {"quantization",
+                                                                 {{"quant_algo", "NVFP4"},
+                                                                  {"kv_cache_quant_algo", nullptr},
+                                                                  {"group_size", 16},
+                                                                  {"exclude_modules", quant.exclude_modules}}}}));
+  for (const char* file :
+       {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
     std::error_code ec;
     if (fs::exists(fs::path(o.in_dir) / file))
       fs::copy_file(fs::path(o.in_dir) / file, out / file, fs::copy_options::overwrite_existing, ec);

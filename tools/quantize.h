@@ -13,12 +13,12 @@ namespace nibble::tools {
 struct QuantizeOptions {
   std::string in_dir;
   std::string out_dir;
-  std::string calib_file;              // calibration text; empty: the built-in text
-  std::string calib_ids_file;          // or token ids: JSON [[ids...], ...]
-  int64_t calib_sequences = 32;        // at most this many sequences ...
-  int64_t calib_length = 256;          // ... of at most this many tokens
-  uint64_t calib_seed = 0;             // random ids, only for a folder without a tokenizer
-  std::vector<std::string> exclude;    // module patterns left in BF16; empty: ModelOpt's default
+  std::string calib_file;            // calibration text; empty: the built-in text
+  std::string calib_ids_file;        // or token ids: JSON [[ids...], ...]
+  int64_t calib_sequences = 32;      // at most this many sequences ...
+  int64_t calib_length = 256;        // ... of at most this many tokens
+  uint64_t calib_seed = 0;           // random ids, only for a folder without a tokenizer
+  std::vector<std::string> exclude;  // module patterns left in BF16; empty: ModelOpt's default
   uint64_t shard_bytes = 5'000'000'000ull;
 };
 

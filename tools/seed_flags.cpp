@@ -31,7 +31,8 @@ std::vector<std::string> apply_seed_flags(server::ServerOptions& o, const Explic
       return;
     }
     target = "auto";
-    lines.push_back(source + "=" + value + " → " + flag + " auto (FlashInfer's FP4 kernels need Blackwell; nibble's "
+    lines.push_back(source + "=" + value + " → " + flag +
+                    " auto (FlashInfer's FP4 kernels need Blackwell; nibble's "
                     "Hopper kernels are chosen by measured shape)");
   };
   if (const char* v = getenv("FD_NVFP4_GEMM_BACKEND"))
@@ -39,7 +40,8 @@ std::vector<std::string> apply_seed_flags(server::ServerOptions& o, const Explic
   if (const char* v = getenv("FD_FLASHINFER_MOE_BACKEND"))
     kernel_choice("FD_FLASHINFER_MOE_BACKEND", v, o.moe_backend, explicit_flags.moe_backend, "--moe-backend");
   if (!moe_runner_backend.empty())
-    kernel_choice("--moe-runner-backend", moe_runner_backend, o.moe_backend, explicit_flags.moe_backend, "--moe-backend");
+    kernel_choice("--moe-runner-backend", moe_runner_backend, o.moe_backend, explicit_flags.moe_backend,
+                  "--moe-backend");
   if (const char* v = getenv("SGLANG_FLASHINFER_PER_TOKEN_NVFP4_MOE")) {
     if (explicit_flags.act_quant_moe) {
       lines.push_back(std::string("SGLANG_FLASHINFER_PER_TOKEN_NVFP4_MOE=") + v + ": ignored, --act-quant-moe " +

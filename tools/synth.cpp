@@ -164,14 +164,22 @@ Preset small_ernie() {
 
 Result<Preset> find_preset(const SynthOptions& o) {
   Preset p;
-  if (o.preset == "tiny-moe") p = tiny_moe();
-  else if (o.preset == "small-moe") p = small_moe();
-  else if (o.preset == "qwen3-30b-a3b") p = qwen3_30b_a3b();
-  else if (o.preset == "tiny-ernie") p = tiny_ernie();
-  else if (o.preset == "small-ernie") p = small_ernie();
-  else if (o.preset == "ernie-4.5-21b-a3b") p = ernie_4_5_21b_a3b();
-  else return Status::error("unknown preset '" + o.preset + "' (presets: tiny-moe, small-moe, qwen3-30b-a3b, tiny-ernie, "
-                            "small-ernie, ernie-4.5-21b-a3b)");
+  if (o.preset == "tiny-moe")
+    p = tiny_moe();
+  else if (o.preset == "small-moe")
+    p = small_moe();
+  else if (o.preset == "qwen3-30b-a3b")
+    p = qwen3_30b_a3b();
+  else if (o.preset == "tiny-ernie")
+    p = tiny_ernie();
+  else if (o.preset == "small-ernie")
+    p = small_ernie();
+  else if (o.preset == "ernie-4.5-21b-a3b")
+    p = ernie_4_5_21b_a3b();
+  else
+    return Status::error("unknown preset '" + o.preset +
+                         "' (presets: tiny-moe, small-moe, qwen3-30b-a3b, tiny-ernie, "
+                         "small-ernie, ernie-4.5-21b-a3b)");
   if (o.layers < 0 || o.experts < 0) return Status::error("--layers and --experts must be positive");
   if (o.layers > 0) {
     p.config.num_hidden_layers = o.layers;
@@ -278,8 +286,10 @@ std::vector<std::vector<const io::ModuleSpec*>> generation_groups(const std::vec
   for (const io::ModuleSpec& m : modules) {
     std::string key;
     const std::string stem = m.name.substr(0, m.name.rfind('.') + 1);
-    if (m.name.ends_with("q_proj") || m.name.ends_with("k_proj") || m.name.ends_with("v_proj")) key = stem + "qkv";
-    else if (m.name.ends_with("gate_proj") || m.name.ends_with("up_proj")) key = stem + "gate_up";
+    if (m.name.ends_with("q_proj") || m.name.ends_with("k_proj") || m.name.ends_with("v_proj"))
+      key = stem + "qkv";
+    else if (m.name.ends_with("gate_proj") || m.name.ends_with("up_proj"))
+      key = stem + "gate_up";
     if (key.empty()) {
       groups.push_back({&m});
     } else if (auto it = fused.find(key); it != fused.end()) {
@@ -320,8 +330,8 @@ __attribute__((target_clones("avx2", "default"))) std::vector<uint8_t> normal_bf
 // quantized as ModelOpt rounds (formats::quantize_weight_block); `planted` (if not 0) replaces the
 // first weight. Built for AVX2 too, picked at run time.
 __attribute__((target_clones("avx2", "default"))) void draw_nvfp4_weight(FastRandom& rng, size_t n_blocks,
-                                                                          float scale_2, float planted,
-                                                                          uint8_t* packed, uint8_t* block_scales) {
+                                                                         float scale_2, float planted, uint8_t* packed,
+                                                                         uint8_t* block_scales) {
   constexpr size_t CHUNK_BLOCKS = 256;
   float chunk[CHUNK_BLOCKS * formats::NVFP4_BLOCK];
   for (size_t first = 0; first < n_blocks; first += CHUNK_BLOCKS) {
@@ -428,8 +438,8 @@ io::QuantConfig synth_quant_config(const io::ModelConfig& c, bool quantize_atten
 }  // namespace
 
 const std::vector<std::string>& synth_presets() {
-  static const std::vector<std::string> presets = {"tiny-moe", "small-moe", "qwen3-30b-a3b", "tiny-ernie",
-                                                   "small-ernie", "ernie-4.5-21b-a3b"};
+  static const std::vector<std::string> presets = {"tiny-moe",   "small-moe",   "qwen3-30b-a3b",
+                                                   "tiny-ernie", "small-ernie", "ernie-4.5-21b-a3b"};
   return presets;
 }
 
@@ -445,7 +455,8 @@ Result<uint64_t> synth_total_bytes(const SynthOptions& options) {
   Result<io::ModelConfig> config = synth_config(options);
   if (!config) return config.status();
   uint64_t total = 0;
-  for (const auto& m : io::plan_modules(*config, synth_quant_config(*config, options.quantize_attention, options.kv_cache_fp8)))
+  for (const auto& m :
+       io::plan_modules(*config, synth_quant_config(*config, options.quantize_attention, options.kv_cache_fp8)))
     total += m.nbytes();
   return total;
 }
@@ -483,16 +494,18 @@ Result<SynthReport> synth_checkpoint(const SynthOptions& options) {
   // Configs: hf_quant_config.json and the embedded form ModelOpt also writes into config.json.
   const json producer = {{"name", "modelopt"}, {"version", "0.47.0"}};
   const json hf_quant = {{"producer", producer},
-                         {"quantization", {{"quant_algo", "NVFP4"},
-                                           {"kv_cache_quant_algo", options.kv_cache_fp8 ? json("FP8") : json(nullptr)},
-                                           {"group_size", 16}, {"exclude_modules", quant.exclude_modules}}}};
+                         {"quantization",
+                          {{"quant_algo", "NVFP4"},
+                           {"kv_cache_quant_algo", options.kv_cache_fp8 ? json("FP8") : json(nullptr)},
+                           {"group_size", 16},
+                           {"exclude_modules", quant.exclude_modules}}}};
   const json group = {{"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", 16}};
-  json embedded = {{"config_groups", {{"group_0", {{"input_activations", group}, {"weights", group},
-                                                         {"targets", {"Linear"}}}}}},
-                         {"ignore", quant.exclude_modules},
-                         {"quant_algo", "NVFP4"},
-                         {"producer", producer},
-                         {"quant_method", "modelopt"}};
+  json embedded = {
+      {"config_groups", {{"group_0", {{"input_activations", group}, {"weights", group}, {"targets", {"Linear"}}}}}},
+      {"ignore", quant.exclude_modules},
+      {"quant_algo", "NVFP4"},
+      {"producer", producer},
+      {"quant_method", "modelopt"}};
   if (options.kv_cache_fp8) embedded["kv_cache_scheme"] = {{"dynamic", false}, {"num_bits", 8}, {"type", "float"}};
   const fs::path dir(options.out_dir);
   NIB_RETURN_IF_ERROR(write_json(dir / "config.json", config_json(*config, embedded)));

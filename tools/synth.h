@@ -13,14 +13,15 @@
 namespace nibble::tools {
 
 struct SynthOptions {
-  std::string preset;                 // tiny-moe | small-moe (GPU-sized) | qwen3-30b-a3b | tiny-ernie | small-ernie | ernie-4.5-21b-a3b
+  std::string
+      preset;  // tiny-moe | small-moe (GPU-sized) | qwen3-30b-a3b | tiny-ernie | small-ernie | ernie-4.5-21b-a3b
   std::string out_dir;
   uint64_t seed = 0;
-  int64_t layers = 0;                 // 0: the preset's
-  int64_t experts = 0;                // 0: the preset's; top-k is capped at this
-  bool quantize_attention = true;     // false: q/k/v/o stay BF16 (listed in exclude_modules)
-  bool kv_cache_fp8 = false;          // kv_cache_quant_algo FP8: k_proj.k_scale / v_proj.v_scale per layer
-  uint64_t shard_bytes = 0;           // --shard-size; 0: the preset's (5 GB; tiny-moe 4 MB)
+  int64_t layers = 0;                           // 0: the preset's
+  int64_t experts = 0;                          // 0: the preset's; top-k is capped at this
+  bool quantize_attention = true;               // false: q/k/v/o stay BF16 (listed in exclude_modules)
+  bool kv_cache_fp8 = false;                    // kv_cache_quant_algo FP8: k_proj.k_scale / v_proj.v_scale per layer
+  uint64_t shard_bytes = 0;                     // --shard-size; 0: the preset's (5 GB; tiny-moe 4 MB)
   std::atomic<uint64_t>* bytes_done = nullptr;  // progress: tensor bytes of each module group once generated
 };
 

@@ -13,10 +13,18 @@ struct DTypeInfo {
 };
 
 constexpr std::array<DTypeInfo, 12> DTYPES = {{
-    {DType::BF16, "BF16", 2}, {DType::F16, "F16", 2},         {DType::F32, "F32", 4},
-    {DType::F64, "F64", 8},   {DType::U8, "U8", 1},           {DType::I8, "I8", 1},
-    {DType::I16, "I16", 2},   {DType::I32, "I32", 4},         {DType::I64, "I64", 8},
-    {DType::BOOL, "BOOL", 1}, {DType::F8_E4M3, "F8_E4M3", 1}, {DType::F8_E5M2, "F8_E5M2", 1},
+    {DType::BF16, "BF16", 2},
+    {DType::F16, "F16", 2},
+    {DType::F32, "F32", 4},
+    {DType::F64, "F64", 8},
+    {DType::U8, "U8", 1},
+    {DType::I8, "I8", 1},
+    {DType::I16, "I16", 2},
+    {DType::I32, "I32", 4},
+    {DType::I64, "I64", 8},
+    {DType::BOOL, "BOOL", 1},
+    {DType::F8_E4M3, "F8_E4M3", 1},
+    {DType::F8_E5M2, "F8_E5M2", 1},
 }};
 
 const DTypeInfo& info(DType dtype) { return DTYPES[static_cast<size_t>(dtype)]; }

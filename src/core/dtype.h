@@ -9,7 +9,18 @@
 namespace nibble {
 
 enum class DType : uint8_t {
-  BF16, F16, F32, F64, U8, I8, I16, I32, I64, BOOL, F8_E4M3, F8_E5M2,
+  BF16,
+  F16,
+  F32,
+  F64,
+  U8,
+  I8,
+  I16,
+  I32,
+  I64,
+  BOOL,
+  F8_E4M3,
+  F8_E5M2,
 };
 
 // Bytes per element.

@@ -28,8 +28,8 @@ void log(LogLevel level, std::string_view message) {
   if (level < threshold) return;
   static constexpr const char* NAMES[] = {"debug", "info", "warn", "error"};
   std::lock_guard<std::mutex> lock(mutex);
-  std::fprintf(stderr, "[nibble %s] %.*s\n", NAMES[static_cast<int>(level)],
-               static_cast<int>(message.size()), message.data());
+  std::fprintf(stderr, "[nibble %s] %.*s\n", NAMES[static_cast<int>(level)], static_cast<int>(message.size()),
+               message.data());
 }
 
 }  // namespace nibble

@@ -32,7 +32,7 @@ class [[nodiscard]] Status {
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}  // NOLINT: implicit on purpose
+  Result(T value) : state_(std::move(value)) {}         // NOLINT: implicit on purpose
   Result(Status status) : state_(std::move(status)) {}  // NOLINT: must be an error status
 
   bool is_ok() const { return std::holds_alternative<T>(state_); }

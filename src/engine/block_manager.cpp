@@ -24,8 +24,10 @@ void BlockManager::link(int32_t id, bool front) {
   int32_t& end = front ? free_front_ : free_back_;
   (front ? b.prev : b.next) = -1;
   (front ? b.next : b.prev) = end;
-  if (end >= 0) (front ? blocks_[end].prev : blocks_[end].next) = id;
-  else (front ? free_back_ : free_front_) = id;  // the list was empty: id is both ends
+  if (end >= 0)
+    (front ? blocks_[end].prev : blocks_[end].next) = id;
+  else
+    (front ? free_back_ : free_front_) = id;  // the list was empty: id is both ends
   end = id;
   b.in_free_list = true;
   ++n_free_;

@@ -56,7 +56,8 @@ class BlockManager {
   void forget(int32_t id);
   // A cached block's tokens, so that a hash collision is never a false hit.
   std::span<int32_t> tokens_of(int32_t id) {
-    return {tokens_.data() + static_cast<size_t>(id) * static_cast<size_t>(block_size_), static_cast<size_t>(block_size_)};
+    return {tokens_.data() + static_cast<size_t>(id) * static_cast<size_t>(block_size_),
+            static_cast<size_t>(block_size_)};
   }
   // The free list, an LRU threaded through blocks_ (no allocation per step): front evicted first.
   void link(int32_t id, bool front);

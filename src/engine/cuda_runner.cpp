@@ -27,7 +27,8 @@ class CudaRunner : public ModelRunner {
     NIB_RETURN_IF_ERROR(a.alloc(out_tokens_, static_cast<size_t>(max_rows), "sampled tokens"));
     NIB_RETURN_IF_ERROR(a.alloc(out_logprobs_, static_cast<size_t>(max_rows), "sampled logprobs"));
     NIB_RETURN_IF_ERROR(a.alloc(out_top_tokens_, static_cast<size_t>(max_rows * cuda::MAX_TOP_LOGPROBS), "top tokens"));
-    NIB_RETURN_IF_ERROR(a.alloc(out_top_logprobs_, static_cast<size_t>(max_rows * cuda::MAX_TOP_LOGPROBS), "top logprobs"));
+    NIB_RETURN_IF_ERROR(
+        a.alloc(out_top_logprobs_, static_cast<size_t>(max_rows * cuda::MAX_TOP_LOGPROBS), "top logprobs"));
     const size_t R = static_cast<size_t>(max_rows), top = R * cuda::MAX_TOP_LOGPROBS;
     for (Slot& slot : slots_) {
       NIB_RETURN_IF_ERROR(slot.params.resize(R, "sampling parameters"));
@@ -62,9 +63,10 @@ class CudaRunner : public ModelRunner {
   Status forward_logits(const models::Batch& batch, std::vector<float>& logits) override {
     NIB_RETURN_IF_ERROR(model_->forward(batch));
     logits.resize(batch.logits_rows.size() * static_cast<size_t>(config().vocab_size));
-    NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemcpyAsync(logits.data(), model_->logits(), logits.size() * sizeof(float),
-                                                          cudaMemcpyDeviceToHost, ctx_->stream),
-                                          "copying the logits"));
+    NIB_RETURN_IF_ERROR(
+        cuda::cuda_status(cudaMemcpyAsync(logits.data(), model_->logits(), logits.size() * sizeof(float),
+                                          cudaMemcpyDeviceToHost, ctx_->stream),
+                          "copying the logits"));
     return ctx_->synchronize();
   }
 
@@ -109,7 +111,8 @@ class CudaRunner : public ModelRunner {
       if (k < 0) continue;
       t.logprob = slot.logprobs[i];
       for (int32_t j = 0; j < k && j < cuda::MAX_TOP_LOGPROBS; ++j)
-        t.top.push_back({slot.top_ids[i * cuda::MAX_TOP_LOGPROBS + j], slot.top_logprobs[i * cuda::MAX_TOP_LOGPROBS + j]});
+        t.top.push_back(
+            {slot.top_ids[i * cuda::MAX_TOP_LOGPROBS + j], slot.top_logprobs[i * cuda::MAX_TOP_LOGPROBS + j]});
     }
     // The events of the step before are intact: a slot is reused three launches later.
     out.device_seconds = elapsed(slot.start, slot.end);
@@ -137,7 +140,7 @@ class CudaRunner : public ModelRunner {
     cuda::PinnedArray<float> biases;    // logit_bias values, at their tokens' indices
     cuda::PinnedArray<int32_t> ids, top_ids;
     cuda::PinnedArray<float> logprobs, top_logprobs;
-    std::vector<int32_t> top_counts;    // per row: the logprobs asked (-1: none)
+    std::vector<int32_t> top_counts;  // per row: the logprobs asked (-1: none)
     int64_t rows = 0;
     cudaEvent_t start = nullptr, end = nullptr;
   };
@@ -205,19 +208,23 @@ class CudaRunner : public ModelRunner {
       append(c.masked);
       g.masked_len = static_cast<int32_t>(c.masked.size());
       g.bias_offset = static_cast<int32_t>(used);
-      for (const auto& [token, bias] : p.logit_bias) slot.tokens.data()[used] = token, slot.biases.data()[used++] = bias;
+      for (const auto& [token, bias] : p.logit_bias)
+        slot.tokens.data()[used] = token, slot.biases.data()[used++] = bias;
       g.bias_len = static_cast<int32_t>(p.logit_bias.size());
     }
     const cudaStream_t s = ctx_->stream;
     auto copy = [&](void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {
       return cuda::cuda_status(cudaMemcpyAsync(dst, src, bytes, kind, s), what);
     };
-    NIB_RETURN_IF_ERROR(copy(params_, slot.params.data(), R * sizeof(cuda::SamplerRow), cudaMemcpyHostToDevice, "sampling parameters"));
-    if (used) NIB_RETURN_IF_ERROR(copy(tokens_, slot.tokens.data(), used * 4, cudaMemcpyHostToDevice, "sampler token lists"));
-    if (any_bias) NIB_RETURN_IF_ERROR(copy(biases_, slot.biases.data(), used * 4, cudaMemcpyHostToDevice, "logit_bias values"));
+    NIB_RETURN_IF_ERROR(
+        copy(params_, slot.params.data(), R * sizeof(cuda::SamplerRow), cudaMemcpyHostToDevice, "sampling parameters"));
+    if (used)
+      NIB_RETURN_IF_ERROR(copy(tokens_, slot.tokens.data(), used * 4, cudaMemcpyHostToDevice, "sampler token lists"));
+    if (any_bias)
+      NIB_RETURN_IF_ERROR(copy(biases_, slot.biases.data(), used * 4, cudaMemcpyHostToDevice, "logit_bias values"));
     int32_t* drawn = model_->drawn_tokens();
-    const cuda::SamplerBatch sb{R, config().vocab_size, model_->logits(), params_, tokens_, drawn,
-                                out_tokens_, out_logprobs_, out_top_tokens_, out_top_logprobs_, biases_};
+    const cuda::SamplerBatch sb{R,           config().vocab_size, model_->logits(), params_,           tokens_, drawn,
+                                out_tokens_, out_logprobs_,       out_top_tokens_,  out_top_logprobs_, biases_};
     NIB_RETURN_IF_ERROR(cuda::sample_rows(sb, s));
     NIB_RETURN_IF_ERROR(copy(drawn, out_tokens_, R * 4, cudaMemcpyDeviceToDevice, "drawn tokens"));
     NIB_RETURN_IF_ERROR(copy(slot.ids.data(), out_tokens_, R * 4, cudaMemcpyDeviceToHost, "sampled ids"));
@@ -225,7 +232,8 @@ class CudaRunner : public ModelRunner {
       const size_t top = static_cast<size_t>(R) * cuda::MAX_TOP_LOGPROBS;
       NIB_RETURN_IF_ERROR(copy(slot.logprobs.data(), out_logprobs_, R * 4, cudaMemcpyDeviceToHost, "logprobs"));
       NIB_RETURN_IF_ERROR(copy(slot.top_ids.data(), out_top_tokens_, top * 4, cudaMemcpyDeviceToHost, "top ids"));
-      NIB_RETURN_IF_ERROR(copy(slot.top_logprobs.data(), out_top_logprobs_, top * 4, cudaMemcpyDeviceToHost, "top logprobs"));
+      NIB_RETURN_IF_ERROR(
+          copy(slot.top_logprobs.data(), out_top_logprobs_, top * 4, cudaMemcpyDeviceToHost, "top logprobs"));
     }
     return Status::ok();
   }
@@ -235,9 +243,9 @@ class CudaRunner : public ModelRunner {
   std::unique_ptr<models::CudaModel> model_;
   std::shared_ptr<const io::LoadedCheckpoint> checkpoint_;
   Slot slots_[SLOTS];
-  uint64_t launched_ = 0;   // steps launched so far; step i used slot i % SLOTS
+  uint64_t launched_ = 0;  // steps launched so far; step i used slot i % SLOTS
   int n_uncollected_ = 0;
-  int64_t last_rows_ = 0;   // rows the last launched step draws (what pending ids may name)
+  int64_t last_rows_ = 0;  // rows the last launched step draws (what pending ids may name)
   int64_t max_rows_ = 0;
   cuda::SamplerRow* params_ = nullptr;
   int32_t* tokens_ = nullptr;
@@ -256,7 +264,8 @@ Status cuda_runner_supports(const io::BoundCheckpoint& checkpoint) { return mode
 
 Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
                                                         const RunnerOptions& o) {
-  if (o.kv_dtype == KvCacheDtype::FP32) return Status::error("--backend cuda keeps a BF16 or FP8 KV cache (fp32 is CPU-only)");
+  if (o.kv_dtype == KvCacheDtype::FP32)
+    return Status::error("--backend cuda keeps a BF16 or FP8 KV cache (fp32 is CPU-only)");
   NIB_RETURN_IF_ERROR(models::cuda_model_supports(checkpoint->bound));
   auto ctx = cuda::DeviceContext::create(o.device);
   if (!ctx) return Status::error("--backend cuda: " + ctx.status().message());
@@ -266,10 +275,13 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
   mo.gemm = o.gemm;
   mo.moe = o.moe;
   mo.tensor_core_decode_min_rows = o.decode_attention == DecodeAttention::TENSOR_CORE ? 1
-                                   : o.decode_attention == DecodeAttention::SPLIT_KV ? INT64_MAX
-                                                                                     : models::AUTO_TENSOR_CORE_DECODE_MIN_ROWS;
-  if (o.attention == AttentionBackend::FLASHINFER && !cuda::flashinfer_attention_supported(checkpoint->bound.config.head_dim))
-    return Status::error("--attention-backend flashinfer: head_dim " + std::to_string(checkpoint->bound.config.head_dim) +
+                                   : o.decode_attention == DecodeAttention::SPLIT_KV
+                                       ? INT64_MAX
+                                       : models::AUTO_TENSOR_CORE_DECODE_MIN_ROWS;
+  if (o.attention == AttentionBackend::FLASHINFER &&
+      !cuda::flashinfer_attention_supported(checkpoint->bound.config.head_dim))
+    return Status::error("--attention-backend flashinfer: head_dim " +
+                         std::to_string(checkpoint->bound.config.head_dim) +
                          " is not compiled in (64, 128); use auto or native");
   mo.flashinfer = o.attention != AttentionBackend::NATIVE;
   mo.kv_fp8 = o.kv_dtype == KvCacheDtype::FP8;
@@ -311,14 +323,15 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
                          "); raise --gpu-memory-utilization, give --kv-cache-memory-gb or --num-kv-blocks, or lower "
                          "--max-num-batched-tokens");
   NIB_RETURN_IF_ERROR(runner->model().allocate_kv_cache(n_blocks));
-  if (o.enforce_eager) log_info("decode steps run eagerly (--enforce-eager)");
+  if (o.enforce_eager)
+    log_info("decode steps run eagerly (--enforce-eager)");
   else if (mo.moe == MoeKernel::CUBLAS)
     log_info("decode steps run eagerly: --moe-backend cublas reads expert counts back to the host");
-  else NIB_RETURN_IF_ERROR(runner->model().capture_decode_graphs(mo.max_seqs));
-  log_info(std::string("GPU KV cache (") + (mo.kv_fp8 ? "FP8 E4M3" : "BF16") + "): " + std::to_string(n_blocks) + " blocks of " +
-           std::to_string(o.block_size) + " tokens (" +
-           std::to_string((n_blocks * block_bytes) >> 20) + " MiB); " + std::to_string(c.arena.bytes() >> 20) +
-           " MiB on " + c.name + " in all");
+  else
+    NIB_RETURN_IF_ERROR(runner->model().capture_decode_graphs(mo.max_seqs));
+  log_info(std::string("GPU KV cache (") + (mo.kv_fp8 ? "FP8 E4M3" : "BF16") + "): " + std::to_string(n_blocks) +
+           " blocks of " + std::to_string(o.block_size) + " tokens (" + std::to_string((n_blocks * block_bytes) >> 20) +
+           " MiB); " + std::to_string(c.arena.bytes() >> 20) + " MiB on " + c.name + " in all");
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }
 

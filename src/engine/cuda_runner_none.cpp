@@ -11,8 +11,9 @@ Status cuda_runner_supports(const io::BoundCheckpoint&) { return Status::error("
 
 Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io::LoadedCheckpoint>,
                                                         const RunnerOptions&) {
-  return Status::error("--backend cuda: this nibble was built without CUDA (no nvcc at configure time, or "
-                       "-DNIBBLE_CUDA=off); rebuild with the CUDA toolkit or use --backend cpu");
+  return Status::error(
+      "--backend cuda: this nibble was built without CUDA (no nvcc at configure time, or "
+      "-DNIBBLE_CUDA=off); rebuild with the CUDA toolkit or use --backend cpu");
 }
 
 }  // namespace nibble::engine

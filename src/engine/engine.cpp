@@ -15,10 +15,14 @@ namespace nibble::engine {
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
-    case FinishReason::STOP: return "stop";
-    case FinishReason::LENGTH: return "length";
-    case FinishReason::ABORT: return "abort";
-    case FinishReason::NONE: break;
+    case FinishReason::STOP:
+      return "stop";
+    case FinishReason::LENGTH:
+      return "length";
+    case FinishReason::ABORT:
+      return "abort";
+    case FinishReason::NONE:
+      break;
   }
   return "";
 }
@@ -46,8 +50,10 @@ struct Engine::RequestState : std::enable_shared_from_this<Engine::RequestState>
 
 struct Engine::SeqState : Sequence {
   SeqState(RequestState& r, int32_t i, const text::Tokenizer& tokenizer)
-      : request(&r), index(i),
-        text(tokenizer, r.request.skip_special_tokens, r.request.stop.stop, r.request.stop.include_stop_str_in_output) {}
+      : request(&r),
+        index(i),
+        text(tokenizer, r.request.skip_special_tokens, r.request.stop.stop, r.request.stop.include_stop_str_in_output) {
+  }
   RequestState* request;
   int32_t index;
   uint64_t seed = 0;  // the counter-based sampler's key; the position is the counter
@@ -76,9 +82,13 @@ std::shared_ptr<std::FILE> open_step_log(const std::string& path) {
 
 Engine::Engine(EngineConfig config, std::unique_ptr<ModelRunner> runner,
                std::shared_ptr<const text::Tokenizer> tokenizer, ModelInfo info)
-    : config_(std::move(config)), runner_(std::move(runner)), model_config_(runner_->config()),
-      tokenizer_(std::move(tokenizer)), blocks_(runner_->n_kv_blocks(), runner_->block_size(), config_.prefix_caching),
-      scheduler_(with_score_rows(config_.limits), blocks_), info_(std::move(info)) {
+    : config_(std::move(config)),
+      runner_(std::move(runner)),
+      model_config_(runner_->config()),
+      tokenizer_(std::move(tokenizer)),
+      blocks_(runner_->n_kv_blocks(), runner_->block_size(), config_.prefix_caching),
+      scheduler_(with_score_rows(config_.limits), blocks_),
+      info_(std::move(info)) {
   if (config_.step_log) std::fputs("tokens,sequences,prefill_tokens,device_ms,idle_ms\n", config_.step_log.get());
   publish_gauges();
   thread_ = std::thread([this] { loop(); });
@@ -128,13 +138,15 @@ Status Engine::submit(GenerationRequest request) {
   if (stop.min_tokens < 0) return Status::error("min_tokens must be >= 0");
   // OpenAI's and vLLM's wording, which clients (LiteLLM, LangChain) match to fall back to a longer model.
   const int64_t room = config_.max_model_len - prompt_len;
-  const std::string limit = "This model's maximum context length is " + std::to_string(config_.max_model_len) + " tokens. ";
+  const std::string limit =
+      "This model's maximum context length is " + std::to_string(config_.max_model_len) + " tokens. ";
   if (room < 0 || (room == 0 && stop.max_tokens != 0))
     return Status::error(limit + "However, your request has " + std::to_string(prompt_len) +
                          " input tokens. Please reduce the length of the input messages.");
   if (stop.max_tokens > room)
-    return Status::error(limit + "However, you requested " + std::to_string(prompt_len + stop.max_tokens) + " tokens (" +
-                         std::to_string(prompt_len) + " in the messages, " + std::to_string(stop.max_tokens) +
+    return Status::error(limit + "However, you requested " + std::to_string(prompt_len + stop.max_tokens) +
+                         " tokens (" + std::to_string(prompt_len) + " in the messages, " +
+                         std::to_string(stop.max_tokens) +
                          " in the completion). Please reduce the length of the messages or completion.");
   if (stop.max_tokens < 0) stop.max_tokens = room;
   if (stop.min_tokens > stop.max_tokens) return Status::error("min_tokens must not exceed max_tokens");
@@ -213,8 +225,8 @@ void Engine::add_request(std::shared_ptr<GenerationRequest> shared) {
   r.masked.assign(r.eos.begin(), r.eos.end());
   r.masked.insert(r.masked.end(), stop.stop_token_ids.begin(), stop.stop_token_ids.end());
   std::random_device entropy;
-  const uint64_t base_seed = r.request.sampling.seed ? *r.request.sampling.seed
-                                                     : (static_cast<uint64_t>(entropy()) << 32) ^ entropy();
+  const uint64_t base_seed =
+      r.request.sampling.seed ? *r.request.sampling.seed : (static_cast<uint64_t>(entropy()) << 32) ^ entropy();
   for (int32_t i = 0; i < r.request.n; ++i) {
     auto seq = std::make_unique<SeqState>(r, i, *tokenizer_);
     seq->id = next_seq_id_++;
@@ -253,10 +265,10 @@ void Engine::loop() {
     if (stopping) break;
     try_weight_update();
     // Out of service, the engine only collects what is in flight, then ends every request.
-    const StepPlan plan =
-        out_of_service_ ? StepPlan{}
-                        : scheduler_.schedule(/*admit_new=*/!pending_update_,
-                                              std::chrono::duration<double>(begin.time_since_epoch()).count());
+    const StepPlan plan = out_of_service_
+                              ? StepPlan{}
+                              : scheduler_.schedule(/*admit_new=*/!pending_update_,
+                                                    std::chrono::duration<double>(begin.time_since_epoch()).count());
     step_.runner_seconds = 0.0;
     if (!plan.empty()) launch_step(plan, back_to_back);
     // Overlapped, the step before the one just launched is collected while the device runs this one.
@@ -269,8 +281,7 @@ void Engine::loop() {
     has_work_ = !plan.empty() || collect || n_in_flight_ > 0;
     publish_gauges();
     if (!plan.empty()) {
-      const double engine_seconds =
-          std::chrono::duration<double>(Clock::now() - begin).count() - step_.runner_seconds;
+      const double engine_seconds = std::chrono::duration<double>(Clock::now() - begin).count() - step_.runner_seconds;
       metrics_.update([&](MetricsSnapshot& m) {
         ++m.steps;
         m.step_model_seconds += step_.runner_seconds;
@@ -472,8 +483,10 @@ void Engine::collect_step() {
     SeqState& s = *f.sampled[i];
     if (s.finish != FinishReason::NONE) continue;  // ended (stop, abort) while the step ran: its token goes
     touch(s.request);
-    if (s.request->request.stop.max_tokens == 0) finish_sequence(s, FinishReason::LENGTH);  // prefill only
-    else accept_token(s, std::move(out.tokens[i]), f.slots[i], now);
+    if (s.request->request.stop.max_tokens == 0)
+      finish_sequence(s, FinishReason::LENGTH);  // prefill only
+    else
+      accept_token(s, std::move(out.tokens[i]), f.slots[i], now);
   }
   for (RequestState* r : touched) emit(*r, now);
   f.requests.clear();  // the step no longer holds them
@@ -529,7 +542,8 @@ void Engine::accept_token(SeqState& s, sampling::SampledToken&& drawn, int64_t s
       s.stop_string = std::move(matched);
     }
   }
-  if (finish == FinishReason::NONE && ends_by_length(s, slot, stop, config_.max_model_len)) finish = FinishReason::LENGTH;
+  if (finish == FinishReason::NONE && ends_by_length(s, slot, stop, config_.max_model_len))
+    finish = FinishReason::LENGTH;
   if (finish != FinishReason::NONE) finish_sequence(s, finish);
 }
 

@@ -142,18 +142,18 @@ class Engine {
     // of the token it scores. Pending ids name only sampled rows, which keep their indices.
     std::vector<std::pair<SeqState*, int64_t>> scored;
     std::vector<std::shared_ptr<RequestState>> requests;  // each request of the step, kept alive
-    bool back_to_back = false;       // launched without the engine running out of work since the last
+    bool back_to_back = false;  // launched without the engine running out of work since the last
     int64_t n_tokens = 0, n_sequences = 0, n_prefill_tokens = 0;  // the step's shape (--step-log)
   };
   InFlight in_flight_[2];
   int oldest_ = 0, n_in_flight_ = 0;
   void abort_step(InFlight& f, const Status& status);  // a failed step's requests end with its error
-  struct StepBuffers {  // launch_step's and collect_step's, kept so that steps reuse their memory
-    uint64_t pass = 0;           // a number per pass over a step's requests (RequestState::mark)
+  struct StepBuffers {            // launch_step's and collect_step's, kept so that steps reuse their memory
+    uint64_t pass = 0;            // a number per pass over a step's requests (RequestState::mark)
     double runner_seconds = 0.0;  // this loop turn's time inside the runner
     models::Batch batch;
     std::vector<SampleRow> rows;
-    std::vector<int64_t> score_rows;      // the step's score rows' logits rows, appended after the sampled ones
+    std::vector<int64_t> score_rows;  // the step's score rows' logits rows, appended after the sampled ones
     std::vector<SampleRow> score_samples;
     StepOutput output;
     std::vector<RequestState*> touched;

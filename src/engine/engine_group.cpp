@@ -197,7 +197,8 @@ void EngineGroup::flush_cache(std::function<void(Status)> done) {
     r->engine->flush_cache([this, join, errors, index](Status part) {
       if (!part) {
         std::lock_guard<std::mutex> lock(join->mutex);
-        *errors += (errors->empty() ? "" : "; ") + std::string("engine ") + std::to_string(index) + ": " + part.message();
+        *errors +=
+            (errors->empty() ? "" : "; ") + std::string("engine ") + std::to_string(index) + ": " + part.message();
       } else {
         std::lock_guard<std::mutex> lock(mutex_);
         replicas_[static_cast<size_t>(index)]->table.clear();
@@ -253,7 +254,8 @@ MetricsSnapshot merge_metrics(const std::vector<MetricsSnapshot>& parts) {
     m.prefix_queries += p.prefix_queries, m.prefix_hits += p.prefix_hits;
     for (const auto& [reason, n] : p.finished) m.finished[reason] += n;
     add_histogram(m.ttft, p.ttft), add_histogram(m.tpot, p.tpot), add_histogram(m.itl, p.itl);
-    add_histogram(m.e2e, p.e2e), add_histogram(m.step_engine, p.step_engine), add_histogram(m.device_idle, p.device_idle);
+    add_histogram(m.e2e, p.e2e), add_histogram(m.step_engine, p.step_engine),
+        add_histogram(m.device_idle, p.device_idle);
     m.steps += p.steps, m.step_model_seconds += p.step_model_seconds, m.step_engine_seconds += p.step_engine_seconds;
     m.device_steps += p.device_steps, m.device_step_seconds += p.device_step_seconds;
     m.device_idle_seconds += p.device_idle_seconds;

@@ -50,10 +50,10 @@ std::vector<uint64_t> prefix_block_hashes(const std::vector<int32_t>& prompt, in
 
 struct EngineReplicaInfo {
   int index = 0;
-  std::string device;   // the runner's description
+  std::string device;  // the runner's description
   bool in_service = true;
-  int64_t load = 0;     // requests routed to it and not finished
-  int64_t routed = 0;   // requests routed to it so far
+  int64_t load = 0;             // requests routed to it and not finished
+  int64_t routed = 0;           // requests routed to it so far
   int64_t cached_prefixes = 0;  // blocks in its routing table
 };
 
@@ -78,7 +78,7 @@ class EngineGroup {
   void update_weights(WeightUpdate update, std::function<void(WeightUpdateResult)> done);
   void flush_cache(std::function<void(Status)> done);
   ModelInfo model_info() const { return replicas_[0]->engine->model_info(); }
-  MetricsSnapshot metrics() const;                   // summed over the engines
+  MetricsSnapshot metrics() const;                      // summed over the engines
   std::vector<MetricsSnapshot> engine_metrics() const;  // each engine's
   std::vector<EngineReplicaInfo> replicas() const;
   void shutdown();
@@ -96,7 +96,7 @@ class EngineGroup {
   int route(const std::vector<uint64_t>& hashes);
 
   std::vector<std::unique_ptr<Replica>> replicas_;
-  mutable std::mutex mutex_;  // guards the tables and owners_
+  mutable std::mutex mutex_;                     // guards the tables and owners_
   std::unordered_map<std::string, int> owners_;  // request id → engine, while it runs
 };
 

@@ -11,8 +11,8 @@
 namespace nibble::engine {
 
 struct Histogram {
-  std::vector<double> bounds;         // upper bounds, ascending (+Inf implied)
-  std::vector<uint64_t> counts;       // per bucket (not cumulative), bounds.size() + 1 entries
+  std::vector<double> bounds;    // upper bounds, ascending (+Inf implied)
+  std::vector<uint64_t> counts;  // per bucket (not cumulative), bounds.size() + 1 entries
   double sum = 0.0;
   uint64_t count = 0;
 
@@ -21,18 +21,18 @@ struct Histogram {
 };
 
 struct MetricsSnapshot {
-  int64_t requests_running = 0;   // sequences in the scheduler's running set (published after each step)
+  int64_t requests_running = 0;  // sequences in the scheduler's running set (published after each step)
   int64_t requests_waiting = 0;
-  double kv_usage = 0.0;          // fraction of KV blocks in use
+  double kv_usage = 0.0;  // fraction of KV blocks in use
   int64_t kv_blocks_total = 0;
-  uint64_t prompt_tokens = 0;     // whole prompt lengths (prefix-cache hits included, as vLLM counts),
-                                  // added when a sequence draws its first token
+  uint64_t prompt_tokens = 0;  // whole prompt lengths (prefix-cache hits included, as vLLM counts),
+                               // added when a sequence draws its first token
   uint64_t generation_tokens = 0;
   uint64_t preemptions = 0;
-  uint64_t prefix_queries = 0;    // prompt tokens looked up in the prefix cache (block manager's count)
-  uint64_t prefix_hits = 0;       // of those, tokens found cached
+  uint64_t prefix_queries = 0;               // prompt tokens looked up in the prefix cache (block manager's count)
+  uint64_t prefix_hits = 0;                  // of those, tokens found cached
   std::map<std::string, uint64_t> finished;  // by finish reason
-  Histogram ttft, tpot, itl, e2e;  // seconds
+  Histogram ttft, tpot, itl, e2e;            // seconds
   // Where the engine thread's time goes while it steps: inside the runner's step (the model; on
   // the GPU, the device working), and the engine's own work around it (commands, scheduling, batch
   // building, detokenizing, outputs) — while steps run back to back, the time the device waits.

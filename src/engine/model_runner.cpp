@@ -34,7 +34,9 @@ class CpuRunner : public ModelRunner {
  public:
   CpuRunner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint, std::unique_ptr<models::Model> model,
             models::ModelOptions model_options, int64_t n_blocks, int64_t block_size, models::KvDtype kv_dtype)
-      : model_options_(std::move(model_options)), checkpoint_(std::move(checkpoint)), model_(std::move(model)),
+      : model_options_(std::move(model_options)),
+        checkpoint_(std::move(checkpoint)),
+        model_(std::move(model)),
         cache_(model_->config(), n_blocks, block_size, kv_dtype) {}
 
   const io::ModelConfig& config() const override { return model_->config(); }
@@ -42,7 +44,10 @@ class CpuRunner : public ModelRunner {
   int64_t block_size() const override { return cache_.block_size(); }
   std::string describe() const override {
     const models::KvDtype d = cache_.dtype();
-    return std::string("cpu (reference, ") + (d == models::KvDtype::BF16 ? "bf16" : d == models::KvDtype::FP8 ? "fp8" : "fp32") +
+    return std::string("cpu (reference, ") +
+           (d == models::KvDtype::BF16  ? "bf16"
+            : d == models::KvDtype::FP8 ? "fp8"
+                                        : "fp32") +
            " KV)";
   }
 
@@ -130,8 +135,8 @@ class CpuRunner : public ModelRunner {
   models::KvCache cache_;
   std::vector<float> logits_;
   models::Batch resolved_batch_;
-  std::vector<int32_t> drawn_;                        // the last launched step's tokens, by row
-  std::vector<sampling::SampledToken> results_[2];   // uncollected steps, oldest first
+  std::vector<int32_t> drawn_;                      // the last launched step's tokens, by row
+  std::vector<sampling::SampledToken> results_[2];  // uncollected steps, oldest first
   int n_uncollected_ = 0;
 };
 
@@ -151,14 +156,15 @@ Result<std::unique_ptr<ModelRunner>> create_cpu_runner(std::shared_ptr<const io:
     }
     n_blocks = static_cast<int64_t>(budget / double(block_bytes));
   }
-  if (n_blocks < 1) return Status::error("the KV cache budget holds no block of " + std::to_string(o.block_size) + " tokens");
+  if (n_blocks < 1)
+    return Status::error("the KV cache budget holds no block of " + std::to_string(o.block_size) + " tokens");
   log_info("CPU KV cache: " + std::to_string(n_blocks) + " blocks of " + std::to_string(o.block_size) + " tokens (" +
            std::to_string(n_blocks * block_bytes >> 20) + " MiB)");
-  return std::unique_ptr<ModelRunner>(
-      new CpuRunner(std::move(checkpoint), std::move(model.value()), model_options, n_blocks, o.block_size,
-                    o.kv_dtype == KvCacheDtype::FP32  ? models::KvDtype::FP32
-                    : o.kv_dtype == KvCacheDtype::FP8 ? models::KvDtype::FP8
-                                                      : models::KvDtype::BF16));
+  return std::unique_ptr<ModelRunner>(new CpuRunner(std::move(checkpoint), std::move(model.value()), model_options,
+                                                    n_blocks, o.block_size,
+                                                    o.kv_dtype == KvCacheDtype::FP32  ? models::KvDtype::FP32
+                                                    : o.kv_dtype == KvCacheDtype::FP8 ? models::KvDtype::FP8
+                                                                                      : models::KvDtype::BF16));
 }
 
 }  // namespace
@@ -200,8 +206,10 @@ Result<std::unique_ptr<ModelRunner>> create_runner(const std::string& path, cons
     backend = Backend::CPU;
     if (cuda_available()) {
       const Status fits = cuda_runner_supports(checkpoint->bound);
-      if (fits) backend = Backend::CUDA;
-      else log_warn("--backend auto: " + fits.message() + "; running on the CPU reference");
+      if (fits)
+        backend = Backend::CUDA;
+      else
+        log_warn("--backend auto: " + fits.message() + "; running on the CPU reference");
     }
   }
   if (backend == Backend::CUDA) return create_cuda_runner(std::move(checkpoint), options);
@@ -215,7 +223,8 @@ namespace {
 // NIBBLE_DIAG_FAIL_ENGINE's runner: the wrapped one, until its launches fail.
 class FailingRunner final : public ModelRunner {
  public:
-  FailingRunner(std::unique_ptr<ModelRunner> inner, int64_t fail_from) : inner_(std::move(inner)), fail_from_(fail_from) {}
+  FailingRunner(std::unique_ptr<ModelRunner> inner, int64_t fail_from)
+      : inner_(std::move(inner)), fail_from_(fail_from) {}
   const io::ModelConfig& config() const override { return inner_->config(); }
   int64_t n_kv_blocks() const override { return inner_->n_kv_blocks(); }
   int64_t block_size() const override { return inner_->block_size(); }

@@ -34,9 +34,12 @@ std::optional<AttentionBackend> parse_attention_backend(std::string_view name) {
 
 const char* backend_name(Backend backend) {
   switch (backend) {
-    case Backend::AUTO: return "auto";
-    case Backend::CPU: return "cpu";
-    case Backend::CUDA: return "cuda";
+    case Backend::AUTO:
+      return "auto";
+    case Backend::CPU:
+      return "cpu";
+    case Backend::CUDA:
+      return "cuda";
   }
   return "?";
 }

@@ -14,7 +14,7 @@
 
 namespace nibble::engine {
 
-enum class Backend { AUTO, CPU, CUDA };            // auto: CUDA when a GPU is visible
+enum class Backend { AUTO, CPU, CUDA };  // auto: CUDA when a GPU is visible
 // auto: BF16; FP32 only on the CPU (reference runs); FP8: E4M3 of the checkpoint's calibrated k/v
 // scales, or of unit scale without them (vLLM's fp8_e4m3), half the bytes of BF16 to store and read.
 enum class KvCacheDtype { AUTO, BF16, FP32, FP8 };
@@ -27,22 +27,22 @@ enum class DecodeAttention { AUTO, SPLIT_KV, TENSOR_CORE };
 // choice). auto: FlashInfer where the head dim allows, native otherwise.
 enum class AttentionBackend { AUTO, FLASHINFER, NATIVE };
 
-std::optional<Backend> parse_backend(std::string_view name);           // auto | cpu | cuda
-std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name); // auto | bf16 | fp32 | fp8 (= fp8_e4m3)
+std::optional<Backend> parse_backend(std::string_view name);                   // auto | cpu | cuda
+std::optional<KvCacheDtype> parse_kv_cache_dtype(std::string_view name);       // auto | bf16 | fp32 | fp8 (= fp8_e4m3)
 std::optional<DecodeAttention> parse_decode_attention(std::string_view name);  // auto | split-kv | tensor-core
 std::optional<AttentionBackend> parse_attention_backend(std::string_view name);  // auto | flashinfer | native
 const char* backend_name(Backend backend);
 
 struct RunnerOptions {
   Backend backend = Backend::AUTO;
-  DenseKernel gemm = DenseKernel::AUTO;  // dense NVFP4 linears (CUDA)
-  MoeKernel moe = MoeKernel::AUTO;       // the MoE block (CUDA)
-  AttentionBackend attention = AttentionBackend::AUTO;        // (CUDA)
+  DenseKernel gemm = DenseKernel::AUTO;                      // dense NVFP4 linears (CUDA)
+  MoeKernel moe = MoeKernel::AUTO;                           // the MoE block (CUDA)
+  AttentionBackend attention = AttentionBackend::AUTO;       // (CUDA)
   DecodeAttention decode_attention = DecodeAttention::AUTO;  // (CUDA, native attention)
   formats::ActQuant act_quant_moe = formats::ActQuant::NONE;
   formats::ActQuant act_quant_dense = formats::ActQuant::NONE;
   KvCacheDtype kv_dtype = KvCacheDtype::AUTO;
-  bool cpu_kv_fp32 = false;  // kv_dtype AUTO on the CPU means fp32 (the differential tests' oracle)
+  bool cpu_kv_fp32 = false;       // kv_dtype AUTO on the CPU means fp32 (the differential tests' oracle)
   bool cpu_gpu_rounding = false;  // the CPU reference rounds to BF16 where the GPU stores BF16 (tests)
   int64_t block_size = 16;
   // KV capacity: num_kv_blocks if > 0, else kv_cache_memory_gb if > 0, else measured: on the GPU

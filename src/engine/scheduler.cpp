@@ -14,8 +14,8 @@ void Scheduler::add(Sequence* seq) {
 }
 
 bool Scheduler::grow_to(Sequence* seq, int64_t n_tokens) {
-  const int64_t need = BlockManager::blocks_for(n_tokens, blocks_.block_size()) -
-                       static_cast<int64_t>(seq->block_table.size());
+  const int64_t need =
+      BlockManager::blocks_for(n_tokens, blocks_.block_size()) - static_cast<int64_t>(seq->block_table.size());
   return need <= 0 || blocks_.allocate(need, seq->block_table);
 }
 

@@ -21,13 +21,13 @@ namespace nibble::engine {
 struct SchedulerLimits {
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 8192;
-  double delay_factor = 0.0;  // 0: admit whenever the budget allows
+  double delay_factor = 0.0;     // 0: admit whenever the budget allows
   int64_t max_score_rows = 256;  // prompt positions scored a step (Sequence::scores_prompt)
 };
 
 struct ScheduledChunk {
   Sequence* seq = nullptr;
-  int64_t start = 0;      // first position computed in this step (== n_computed before the step)
+  int64_t start = 0;  // first position computed in this step (== n_computed before the step)
   int64_t n_tokens = 0;
   bool wants_logits = false;  // the chunk reaches the end of the sequence's tokens: sample next
 };

@@ -25,8 +25,8 @@ NIB_HD float e2m1_decode(uint8_t code) {
 // (0.25→0, 1.25→1.0, 2.5→2.0, 5→4.0), >= at those that round up (0.75→1.0, 1.75→2.0, 3.5→4.0).
 // Branch-free so quantization loops vectorize.
 NIB_HD uint8_t e2m1_round_magnitude(float a) {
-  return static_cast<uint8_t>((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
-                              (a >= 3.5f) + (a > 5.0f));
+  return static_cast<uint8_t>((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) +
+                              (a > 5.0f));
 }
 
 // Round to the nearest E2M1 value, ties to the even code, saturating; keeps the sign of x
@@ -44,8 +44,6 @@ NIB_HD uint8_t e2m1_encode(float x) {
 NIB_HD uint8_t e2m1_pack(uint8_t even_element, uint8_t odd_element) {
   return static_cast<uint8_t>((odd_element & 0xF) << 4 | (even_element & 0xF));
 }
-NIB_HD uint8_t e2m1_unpack(uint8_t byte, int index_in_byte) {
-  return index_in_byte == 0 ? (byte & 0xF) : (byte >> 4);
-}
+NIB_HD uint8_t e2m1_unpack(uint8_t byte, int index_in_byte) { return index_in_byte == 0 ? (byte & 0xF) : (byte >> 4); }
 
 }  // namespace nibble::formats

@@ -54,8 +54,8 @@ Nvfp4Matrix quantize_rows(std::span<const float> x, int64_t rows, int64_t cols,
 // The weight quantizer over whole rows, built for AVX2 too (picked at run time) so the block
 // routine's loops vectorize. False when a value is not finite.
 __attribute__((target_clones("avx2", "default"))) bool quantize_weight_rows(const float* w, int64_t rows, int64_t cols,
-                                                                             float scale_2, uint8_t* packed,
-                                                                             uint8_t* block_scales) {
+                                                                            float scale_2, uint8_t* packed,
+                                                                            uint8_t* block_scales) {
   const int64_t n_blocks = cols / NVFP4_BLOCK;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < n_blocks; ++b) {
@@ -74,9 +74,12 @@ __attribute__((target_clones("avx2", "default"))) bool quantize_weight_rows(cons
 
 const char* act_quant_name(ActQuant mode) {
   switch (mode) {
-    case ActQuant::STATIC: return "static";
-    case ActQuant::PER_TOKEN: return "per-token";
-    case ActQuant::NONE: break;
+    case ActQuant::STATIC:
+      return "static";
+    case ActQuant::PER_TOKEN:
+      return "per-token";
+    case ActQuant::NONE:
+      break;
   }
   return "none";
 }
@@ -109,25 +112,21 @@ namespace {
 Status check_shape(std::span<const float> x, int64_t rows, int64_t cols, std::string_view name) {
   const std::string tensor(name);
   if (rows < 0 || cols <= 0) {
-    return Status::error(tensor + ": invalid shape [" + std::to_string(rows) + ", " +
-                         std::to_string(cols) + "]");
+    return Status::error(tensor + ": invalid shape [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
   }
   if (cols % NVFP4_BLOCK != 0) {
-    return Status::error(tensor + ": K = " + std::to_string(cols) +
-                         " is not a multiple of the NVFP4 block size 16");
+    return Status::error(tensor + ": K = " + std::to_string(cols) + " is not a multiple of the NVFP4 block size 16");
   }
   if (static_cast<int64_t>(x.size()) != rows * cols) {
-    return Status::error(tensor + ": has " + std::to_string(x.size()) + " values, shape [" +
-                         std::to_string(rows) + ", " + std::to_string(cols) + "] needs " +
-                         std::to_string(rows * cols));
+    return Status::error(tensor + ": has " + std::to_string(x.size()) + " values, shape [" + std::to_string(rows) +
+                         ", " + std::to_string(cols) + "] needs " + std::to_string(rows * cols));
   }
   return Status::ok();
 }
 
 }  // namespace
 
-Status check_quantizable(std::span<const float> x, int64_t rows, int64_t cols,
-                         std::string_view name) {
+Status check_quantizable(std::span<const float> x, int64_t rows, int64_t cols, std::string_view name) {
   NIB_RETURN_IF_ERROR(check_shape(x, rows, cols, name));
   for (size_t i = 0; i < x.size(); ++i) {
     if (!std::isfinite(x[i])) {
@@ -145,8 +144,7 @@ float weight_scale_2(std::span<const float> w) {
   return amax / NVFP4_SCALE_RANGE;  // get_weights_scaling_factor_2: amax / (E2M1_MAX · E4M3_MAX)
 }
 
-Result<Nvfp4Matrix> quantize_weight(std::span<const float> w, int64_t rows, int64_t cols,
-                                    std::string_view name,
+Result<Nvfp4Matrix> quantize_weight(std::span<const float> w, int64_t rows, int64_t cols, std::string_view name,
                                     std::optional<float> shared_weight_scale_2) {
   Nvfp4Matrix m;
   NIB_RETURN_IF_ERROR(quantize_weight_into(w, rows, cols, name, shared_weight_scale_2, m));
@@ -172,8 +170,7 @@ Status quantize_weight_into(std::span<const float> w, int64_t rows, int64_t cols
   return Status::ok();
 }
 
-Result<Nvfp4Matrix> quantize_activation_static(std::span<const float> x, int64_t rows,
-                                               int64_t cols, float input_scale,
+Result<Nvfp4Matrix> quantize_activation_static(std::span<const float> x, int64_t rows, int64_t cols, float input_scale,
                                                std::string_view name) {
   NIB_RETURN_IF_ERROR(check_quantizable(x, rows, cols, name));
   if (!(input_scale > 0.0f) || !std::isfinite(input_scale)) {
@@ -185,8 +182,8 @@ Result<Nvfp4Matrix> quantize_activation_static(std::span<const float> x, int64_t
   return m;
 }
 
-Result<Nvfp4Matrix> quantize_activation_per_token(std::span<const float> x, int64_t rows,
-                                                  int64_t cols, std::string_view name) {
+Result<Nvfp4Matrix> quantize_activation_per_token(std::span<const float> x, int64_t rows, int64_t cols,
+                                                  std::string_view name) {
   NIB_RETURN_IF_ERROR(check_quantizable(x, rows, cols, name));
   std::vector<float> token_scales(rows), globals(rows);
   for (int64_t r = 0; r < rows; ++r) {
@@ -228,13 +225,11 @@ std::vector<float> dequantize(const Nvfp4Matrix& m) { return element_values(m, t
 std::vector<uint16_t> dequantize_bf16(const Nvfp4Matrix& m) { return to_bf16(element_values(m, true)); }
 std::vector<uint16_t> dequantize_unscaled_bf16(const Nvfp4Matrix& m) { return to_bf16(element_values(m, false)); }
 
-Result<std::vector<float>> fake_quantize_activation(std::span<const float> x, int64_t rows,
-                                                    int64_t cols, ActQuant mode,
+Result<std::vector<float>> fake_quantize_activation(std::span<const float> x, int64_t rows, int64_t cols, ActQuant mode,
                                                     float input_scale, std::string_view name) {
   if (mode == ActQuant::NONE) return std::vector<float>(x.begin(), x.end());
-  Result<Nvfp4Matrix> q = mode == ActQuant::STATIC
-                              ? quantize_activation_static(x, rows, cols, input_scale, name)
-                              : quantize_activation_per_token(x, rows, cols, name);
+  Result<Nvfp4Matrix> q = mode == ActQuant::STATIC ? quantize_activation_static(x, rows, cols, input_scale, name)
+                                                   : quantize_activation_per_token(x, rows, cols, name);
   if (!q) return q.status();
   return dequantize(*q);
 }

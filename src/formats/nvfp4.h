@@ -23,7 +23,7 @@ struct Nvfp4Matrix {
   std::vector<uint8_t> packed;        // [rows, cols/2]: element 2j in the low nibble
   std::vector<uint8_t> block_scales;  // [rows, cols/16] E4M3 bits, row-major
   float scale = 0.0f;
-  std::vector<float> row_scales;      // [rows] for per-token activations, else empty
+  std::vector<float> row_scales;  // [rows] for per-token activations, else empty
 
   uint8_t code(int64_t r, int64_t c) const;
   float row_scale(int64_t r) const { return row_scales.empty() ? scale : row_scales[r]; }
@@ -51,8 +51,7 @@ std::optional<ActQuant> parse_act_quant(std::string_view name);
 
 // Checks that x is [rows, cols] with cols a multiple of 16 and every value finite; the error names
 // the tensor and the first bad position.
-Status check_quantizable(std::span<const float> x, int64_t rows, int64_t cols,
-                         std::string_view name);
+Status check_quantizable(std::span<const float> x, int64_t rows, int64_t cols, std::string_view name);
 
 // weight_scale_2 as ModelOpt computes it: amax(|W|)/(6·448).
 float weight_scale_2(std::span<const float> w);
@@ -60,21 +59,19 @@ float weight_scale_2(std::span<const float> w);
 // ModelOpt NVFP4QTensor.quantize on a [rows, cols] weight (bf16 weights widened to float first, which
 // is exact). weight_scale_2 defaults to weight_scale_2(w); pass it to share one global scale between
 // modules (gate/up, q/k/v), as ModelOpt's export does.
-Result<Nvfp4Matrix> quantize_weight(std::span<const float> w, int64_t rows, int64_t cols,
-                                    std::string_view name,
+Result<Nvfp4Matrix> quantize_weight(std::span<const float> w, int64_t rows, int64_t cols, std::string_view name,
                                     std::optional<float> shared_weight_scale_2 = std::nullopt);
 // The same into `out`, reusing its buffers (no allocation once they are large enough).
 Status quantize_weight_into(std::span<const float> w, int64_t rows, int64_t cols, std::string_view name,
                             std::optional<float> shared_weight_scale_2, Nvfp4Matrix& out);
 
 // Blackwell activation quantization with the checkpoint's input_scale (G = 1/input_scale).
-Result<Nvfp4Matrix> quantize_activation_static(std::span<const float> x, int64_t rows,
-                                               int64_t cols, float input_scale,
+Result<Nvfp4Matrix> quantize_activation_static(std::span<const float> x, int64_t rows, int64_t cols, float input_scale,
                                                std::string_view name);
 
 // Blackwell per-token activation quantization: each row gets token_scale = amax(row)/2688.
-Result<Nvfp4Matrix> quantize_activation_per_token(std::span<const float> x, int64_t rows,
-                                                  int64_t cols, std::string_view name);
+Result<Nvfp4Matrix> quantize_activation_per_token(std::span<const float> x, int64_t rows, int64_t cols,
+                                                  std::string_view name);
 
 // Element values as fp32: e2m1 · (e4m3 · scale), in ModelOpt's dequantize order.
 std::vector<float> dequantize(const Nvfp4Matrix& m);
@@ -85,8 +82,7 @@ std::vector<uint16_t> dequantize_bf16(const Nvfp4Matrix& m);
 std::vector<uint16_t> dequantize_unscaled_bf16(const Nvfp4Matrix& m);
 
 // Quantize then dequantize (to fp32) in the given activation mode; NONE returns x unchanged.
-Result<std::vector<float>> fake_quantize_activation(std::span<const float> x, int64_t rows,
-                                                    int64_t cols, ActQuant mode,
+Result<std::vector<float>> fake_quantize_activation(std::span<const float> x, int64_t rows, int64_t cols, ActQuant mode,
                                                     float input_scale, std::string_view name);
 
 }  // namespace nibble::formats

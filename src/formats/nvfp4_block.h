@@ -11,7 +11,7 @@
 
 namespace nibble::formats {
 
-inline constexpr int NVFP4_BLOCK = 16;                 // elements per block scale, along K
+inline constexpr int NVFP4_BLOCK = 16;                     // elements per block scale, along K
 inline constexpr float NVFP4_SCALE_RANGE = 6.0f * 448.0f;  // E2M1_MAX · E4M3_MAX = 2688
 
 // Exact IEEE reciprocal: the CPU reference. The GPU kernels pass rcp.approx.ftz (as the Blackwell
@@ -68,7 +68,7 @@ NIB_HD uint8_t quantize_weight_block(const float* x, float scale_2, uint8_t* pac
   if (s == 0.0f) s = 1.0f;
   s = s < E4M3_MIN_SUBNORMAL ? E4M3_MIN_SUBNORMAL : s > E4M3_MAX ? E4M3_MAX : s;  // _cast_per_block_scale_to_fp8
   const uint8_t sf = e4m3_encode(s);
-  const float divisor = e4m3_decode(sf) * scale_2;    // scale.to(float32) * scale_2
+  const float divisor = e4m3_decode(sf) * scale_2;  // scale.to(float32) * scale_2
   int32_t codes[NVFP4_BLOCK];
   for (int i = 0; i < NVFP4_BLOCK; ++i) {
     const float q = x[i] / divisor;

@@ -79,8 +79,8 @@ Result<BoundCheckpoint> bind_checkpoint(const SafetensorsReader& reader, const M
     const bool dtype_ok = info.dtype == spec.dtype || (spec.dtype == DType::F32 && info.dtype == DType::BF16);
     if (!dtype_ok || !shape_ok) {
       problems.push_back(spec.name + ": expected " + std::string(dtype_name(spec.dtype)) + " " +
-                         shape_string(spec.shape) + ", file has " + std::string(dtype_name(info.dtype)) +
-                         " " + shape_string(info.shape) + " (" + entry->file->path() + ")");
+                         shape_string(spec.shape) + ", file has " + std::string(dtype_name(info.dtype)) + " " +
+                         shape_string(info.shape) + " (" + entry->file->path() + ")");
       return false;
     }
     ref = {reader.data(*entry).data(), info.dtype, info.shape};
@@ -128,8 +128,8 @@ Result<BoundCheckpoint> bind_checkpoint(const SafetensorsReader& reader, const M
       if (ok) {
         lw.weight_scale_2 = read_f32(scale_2.data);
         lw.input_scale = read_f32(input_scale.data);
-        for (const auto& [label, v] : {std::pair{"weight_scale_2", lw.weight_scale_2},
-                                       std::pair{"input_scale", lw.input_scale}}) {
+        for (const auto& [label, v] :
+             {std::pair{"weight_scale_2", lw.weight_scale_2}, std::pair{"input_scale", lw.input_scale}}) {
           if (!std::isfinite(v) || v <= 0.0f)
             problems.push_back(m.name + "." + label + " is " + std::to_string(v) + ", must be finite and > 0");
         }
@@ -156,8 +156,8 @@ Result<BoundCheckpoint> bind_checkpoint(const SafetensorsReader& reader, const M
   }
 
   if (!problems.empty()) {
-    std::string message = "checkpoint does not match " + config.architecture + " (" +
-                          std::to_string(problems.size()) + " problem" + (problems.size() > 1 ? "s" : "") + "):";
+    std::string message = "checkpoint does not match " + config.architecture + " (" + std::to_string(problems.size()) +
+                          " problem" + (problems.size() > 1 ? "s" : "") + "):";
     for (size_t i = 0; i < problems.size() && i < 50; ++i) message += "\n  " + problems[i];
     if (problems.size() > 50) message += "\n  ... and " + std::to_string(problems.size() - 50) + " more";
     return Status::error(message);
@@ -216,9 +216,11 @@ Status check_same_layout(const BoundCheckpoint& current, const BoundCheckpoint& 
     for (const ModuleSpec& m : current.modules) serving[m.name] = &m;
     for (const ModuleSpec& m : candidate.modules) {
       auto it = serving.find(m.name);
-      if (it == serving.end()) problems.push_back(m.name + ": not in the serving model");
-      else if (it->second->shape != m.shape) problems.push_back(m.name + ": shape " + shape_string(m.shape) +
-                                                                 " (serving " + shape_string(it->second->shape) + ")");
+      if (it == serving.end())
+        problems.push_back(m.name + ": not in the serving model");
+      else if (it->second->shape != m.shape)
+        problems.push_back(m.name + ": shape " + shape_string(m.shape) + " (serving " +
+                           shape_string(it->second->shape) + ")");
       else if (it->second->quantized != m.quantized)
         problems.push_back(m.name + (m.quantized ? ": NVFP4 (serving BF16)" : ": BF16 (serving NVFP4)"));
       if (it != serving.end()) serving.erase(it);

@@ -39,7 +39,8 @@ Result<GenerationConfig> load_generation_config(const std::string& model_dir) {
   integer("top_k", out.top_k);
   integer("max_new_tokens", out.max_new_tokens);
   if (j.contains("eos_token_id") && !j["eos_token_id"].is_null()) {
-    if (j["eos_token_id"].is_array()) f.integer_list("eos_token_id", out.eos_token_ids, true);
+    if (j["eos_token_id"].is_array())
+      f.integer_list("eos_token_id", out.eos_token_ids, true);
     else {
       int64_t v = 0;
       f.integer("eos_token_id", v, 0, int64_t{1} << 31, true);

@@ -16,8 +16,8 @@ void JsonFields::integer(const char* key, int64_t& out, int64_t min, int64_t max
   const nlohmann::json* v = field(key, required);
   if (!v) return;
   if (!v->is_number_integer() || v->get<int64_t>() < min || v->get<int64_t>() > max) {
-    fail(std::string("'") + key + "' must be an integer in [" + std::to_string(min) + ", " +
-         std::to_string(max) + "], got " + v->dump());
+    fail(std::string("'") + key + "' must be an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
+         "], got " + v->dump());
     return;
   }
   out = v->get<int64_t>();
@@ -27,8 +27,8 @@ void JsonFields::real(const char* key, double& out, double min, double max, bool
   const nlohmann::json* v = field(key, required);
   if (!v) return;
   if (!v->is_number() || v->get<double>() < min || v->get<double>() > max) {
-    fail(std::string("'") + key + "' must be a number in [" + std::to_string(min) + ", " +
-         std::to_string(max) + "], got " + v->dump());
+    fail(std::string("'") + key + "' must be a number in [" + std::to_string(min) + ", " + std::to_string(max) +
+         "], got " + v->dump());
     return;
   }
   out = v->get<double>();
@@ -54,8 +54,10 @@ void JsonFields::string_list(const char* key, std::vector<std::string>& out, boo
   std::vector<std::string> values;
   bool valid = v->is_array();
   for (const auto& item : valid ? *v : nlohmann::json::array()) {
-    if (!item.is_string()) valid = false;
-    else values.push_back(item.get<std::string>());
+    if (!item.is_string())
+      valid = false;
+    else
+      values.push_back(item.get<std::string>());
   }
   if (!valid) return fail(std::string("'") + key + "' must be a list of strings");
   out = std::move(values);
@@ -67,8 +69,10 @@ void JsonFields::integer_list(const char* key, std::vector<int64_t>& out, bool r
   std::vector<int64_t> values;
   bool valid = v->is_array();
   for (const auto& item : valid ? *v : nlohmann::json::array()) {
-    if (!item.is_number_integer()) valid = false;
-    else values.push_back(item.get<int64_t>());
+    if (!item.is_number_integer())
+      valid = false;
+    else
+      values.push_back(item.get<int64_t>());
   }
   if (!valid) return fail(std::string("'") + key + "' must be a list of integers");
   out = std::move(values);

@@ -118,15 +118,18 @@ Result<ModelConfig> parse_model_config_unchecked(const std::string& json_text, c
     if (c.num_experts_per_tok > c.num_experts) f.fail("num_experts_per_tok exceeds num_experts");
   }
   if (root.contains("eos_token_id") && !root["eos_token_id"].is_null()) {
-    if (root["eos_token_id"].is_number_integer()) c.eos_token_ids = {root["eos_token_id"].get<int64_t>()};
-    else f.integer_list("eos_token_id", c.eos_token_ids, false);
+    if (root["eos_token_id"].is_number_integer())
+      c.eos_token_ids = {root["eos_token_id"].get<int64_t>()};
+    else
+      f.integer_list("eos_token_id", c.eos_token_ids, false);
   }
 
   if (c.num_attention_heads > 0 && c.num_key_value_heads > 0 && c.num_attention_heads % c.num_key_value_heads != 0)
     f.fail("num_attention_heads must be a multiple of num_key_value_heads");
   if (c.head_dim % 2 != 0) f.fail("head_dim must be even (RoPE rotates pairs)");
   for (int64_t l : c.mlp_only_layers)
-    if (l < 0 || l >= c.num_hidden_layers) f.fail("mlp_only_layers lists layer " + std::to_string(l) + ", out of range");
+    if (l < 0 || l >= c.num_hidden_layers)
+      f.fail("mlp_only_layers lists layer " + std::to_string(l) + ", out of range");
   bool any_dense = !moe;
   for (int64_t l = 0; moe && l < c.num_hidden_layers; ++l) any_dense |= !c.is_moe_layer(l);
   if (any_dense && c.intermediate_size <= 0) f.fail("dense MLP layers need 'intermediate_size'");
@@ -135,7 +138,6 @@ Result<ModelConfig> parse_model_config_unchecked(const std::string& json_text, c
 }
 
 }  // namespace
-
 
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& path) {
   try {  // a field of an unexpected JSON type inside nested objects throws in nlohmann's accessors

@@ -15,18 +15,18 @@ namespace nibble::io {
 enum class RopeStyle { NEOX, INTERLEAVED };
 
 struct ModelConfig {
-  std::string architecture;        // HF architectures[0]: Qwen3MoeForCausalLM, Qwen3ForCausalLM, Ernie4_5_MoeForCausalLM
+  std::string architecture;  // HF architectures[0]: Qwen3MoeForCausalLM, Qwen3ForCausalLM, Ernie4_5_MoeForCausalLM
   int64_t vocab_size = 0;
-  int64_t hidden_size = 0;         // H
+  int64_t hidden_size = 0;  // H
   int64_t num_hidden_layers = 0;
-  int64_t num_attention_heads = 0; // query heads
-  int64_t num_key_value_heads = 0; // KV heads (GQA); divides num_attention_heads
-  int64_t head_dim = 0;            // config head_dim, else hidden_size / num_attention_heads
-  int64_t intermediate_size = 0;   // dense MLP width (Qwen3 dense, MoE-model dense layers)
+  int64_t num_attention_heads = 0;  // query heads
+  int64_t num_key_value_heads = 0;  // KV heads (GQA); divides num_attention_heads
+  int64_t head_dim = 0;             // config head_dim, else hidden_size / num_attention_heads
+  int64_t intermediate_size = 0;    // dense MLP width (Qwen3 dense, MoE-model dense layers)
   double rms_norm_eps = 1e-6;
-  double rope_theta = 10000.0;     // RoPE base; no rope scaling supported yet
+  double rope_theta = 10000.0;  // RoPE base; no rope scaling supported yet
   RopeStyle rope_style = RopeStyle::NEOX;
-  bool qk_norm = true;             // per-head RMSNorm of q and k before RoPE (Qwen3; not ERNIE-4.5)
+  bool qk_norm = true;  // per-head RMSNorm of q and k before RoPE (Qwen3; not ERNIE-4.5)
   int64_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;
   // Mixture of experts (num_experts == 0 for dense models).
@@ -45,7 +45,7 @@ struct ModelConfig {
   bool router_fp32 = false;
   bool router_score_bias = false;
   double moe_norm_min = 0.0;
-  std::vector<int64_t> eos_token_ids;    // from config.json (generation_config may add more)
+  std::vector<int64_t> eos_token_ids;  // from config.json (generation_config may add more)
 
   bool is_moe() const { return num_experts > 0; }
   bool is_moe_layer(int64_t layer) const;

@@ -83,8 +83,9 @@ Status check_algorithms(const std::string& where, const json& quant_algo, const 
     return Status::error(where + ": quant_algo '" + quant_algo.get<std::string>() +
                          "' is not supported yet (nibble runs NVFP4 checkpoints)");
   }
-  kv_fp8 = (kv_cache.is_string() && kv_cache.get<std::string>() == "FP8") ||
-           (kv_cache.is_object() && kv_cache.value("type", json()) == "float" && kv_cache.value("num_bits", json()) == 8);
+  kv_fp8 =
+      (kv_cache.is_string() && kv_cache.get<std::string>() == "FP8") ||
+      (kv_cache.is_object() && kv_cache.value("type", json()) == "float" && kv_cache.value("num_bits", json()) == 8);
   if (!kv_cache.is_null() && !kv_fp8) {
     return Status::error(where + ": KV-cache quantization (" + kv_cache.dump() +
                          ") is not supported (FP8 only: its scales serve --kv-cache-dtype fp8)");

@@ -11,9 +11,9 @@
 namespace nibble::io {
 
 struct QuantConfig {
-  bool nvfp4 = false;                        // false: an unquantized (BF16) checkpoint
-  std::string source;                        // the file it came from, for messages
-  std::string producer;                      // e.g. "modelopt 0.29.0"
+  bool nvfp4 = false;    // false: an unquantized (BF16) checkpoint
+  std::string source;    // the file it came from, for messages
+  std::string producer;  // e.g. "modelopt 0.29.0"
   int group_size = 16;
   std::vector<std::string> exclude_modules;  // fnmatch patterns of modules left unquantized
   // kv_cache_quant_algo "FP8": k_proj and v_proj carry calibrated scales (k_scale, v_scale: amax /

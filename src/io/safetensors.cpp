@@ -37,8 +37,7 @@ std::optional<uint64_t> checked_nbytes(const std::vector<int64_t>& shape, DType 
   return n;
 }
 
-Result<TensorInfo> parse_tensor_entry(const std::string& name, const json& entry,
-                                      std::string_view file) {
+Result<TensorInfo> parse_tensor_entry(const std::string& name, const json& entry, std::string_view file) {
   const std::string where = "tensor '" + name + "': ";
   if (!entry.is_object()) return file_error(file, where + "header entry is not an object");
   TensorInfo info;
@@ -50,8 +49,7 @@ Result<TensorInfo> parse_tensor_entry(const std::string& name, const json& entry
   if (!dtype) return file_error(file, where + "unknown dtype '" + dtype_it->get<std::string>() + "'");
   info.dtype = *dtype;
   const auto shape_it = entry.find("shape");
-  if (shape_it == entry.end() || !shape_it->is_array())
-    return file_error(file, where + "missing array field 'shape'");
+  if (shape_it == entry.end() || !shape_it->is_array()) return file_error(file, where + "missing array field 'shape'");
   for (const json& d : *shape_it) {
     if (!d.is_number_unsigned()) return file_error(file, where + "shape has a non-integer or negative dimension");
     if (d.get<uint64_t>() > (1ull << 62)) return file_error(file, where + "shape dimension too large");
@@ -90,8 +88,8 @@ uint64_t TensorSpec::nbytes() const {
 
 Result<SafetensorsHeader> parse_safetensors(std::span<const uint8_t> file, std::string_view name) {
   if (file.size() < 8) {
-    return file_error(name, "file is " + std::to_string(file.size()) +
-                                " bytes, shorter than the 8-byte header length (truncated?)");
+    return file_error(
+        name, "file is " + std::to_string(file.size()) + " bytes, shorter than the 8-byte header length (truncated?)");
   }
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = header_len << 8 | file[i];
@@ -102,8 +100,8 @@ Result<SafetensorsHeader> parse_safetensors(std::span<const uint8_t> file, std::
     return file_error(name, "header length " + std::to_string(header_len) + " runs past the end of the " +
                                 std::to_string(file.size()) + "-byte file (truncated?)");
   }
-  const json header = json::parse(file.begin() + 8, file.begin() + 8 + static_cast<ptrdiff_t>(header_len),
-                                  nullptr, /*allow_exceptions=*/false);
+  const json header = json::parse(file.begin() + 8, file.begin() + 8 + static_cast<ptrdiff_t>(header_len), nullptr,
+                                  /*allow_exceptions=*/false);
   if (header.is_discarded()) return file_error(name, "header is not valid JSON");
   if (!header.is_object()) return file_error(name, "header is not a JSON object");
 
@@ -141,7 +139,8 @@ Result<SafetensorsHeader> parse_safetensors(std::span<const uint8_t> file, std::
   }
   if (expected != data_size) {
     return file_error(name, "tensors cover " + std::to_string(expected) + " data bytes but the file holds " +
-                                std::to_string(data_size) + (expected > data_size ? " (truncated?)" : " (trailing bytes)"));
+                                std::to_string(data_size) +
+                                (expected > data_size ? " (truncated?)" : " (trailing bytes)"));
   }
   for (TensorInfo& t : result.tensors) t.data_begin += 8 + header_len;
   std::sort(result.tensors.begin(), result.tensors.end(),
@@ -235,8 +234,7 @@ Result<SafetensorsReader> SafetensorsReader::open(const std::string& path) {
     const SafetensorsFile* f = reader.files_.back().get();
     for (const TensorInfo& t : f->header().tensors) {
       if (reader.tensors_.count(t.name)) {
-        return file_error(shard, "tensor '" + t.name + "' also appears in " +
-                                     reader.tensors_.at(t.name).file->path());
+        return file_error(shard, "tensor '" + t.name + "' also appears in " + reader.tensors_.at(t.name).file->path());
       }
       reader.tensors_.emplace(t.name, Entry{f, &t});
     }
@@ -272,8 +270,7 @@ uint64_t SafetensorsReader::total_file_bytes() const {
 
 // ---- ShardedWriter -----------------------------------------------------------------------------
 
-Result<std::unique_ptr<ShardedWriter>> ShardedWriter::create(const std::string& dir,
-                                                             std::vector<TensorSpec> tensors,
+Result<std::unique_ptr<ShardedWriter>> ShardedWriter::create(const std::string& dir, std::vector<TensorSpec> tensors,
                                                              uint64_t max_shard_bytes,
                                                              std::map<std::string, std::string> metadata) {
   std::unique_ptr<ShardedWriter> writer(new ShardedWriter());
@@ -348,8 +345,8 @@ Status ShardedWriter::write(std::string_view name, std::span<const uint8_t> byte
   }
   size_t done = 0;
   while (done < bytes.size()) {
-    const ssize_t n = pwrite(shards_[shard].fd, bytes.data() + done, bytes.size() - done,
-                             static_cast<off_t>(info.data_begin + done));
+    const ssize_t n =
+        pwrite(shards_[shard].fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(info.data_begin + done));
     if (n <= 0) return file_error(shards_[shard].path, std::string("cannot write: ") + std::strerror(errno));
     done += static_cast<size_t>(n);
   }

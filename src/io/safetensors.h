@@ -97,8 +97,7 @@ struct TensorSpec {
 // model.safetensors and needs no index).
 class ShardedWriter {
  public:
-  static Result<std::unique_ptr<ShardedWriter>> create(const std::string& dir,
-                                                       std::vector<TensorSpec> tensors,
+  static Result<std::unique_ptr<ShardedWriter>> create(const std::string& dir, std::vector<TensorSpec> tensors,
                                                        uint64_t max_shard_bytes,
                                                        std::map<std::string, std::string> metadata);
   ~ShardedWriter();

@@ -15,10 +15,14 @@ void add_linear(std::vector<ModuleSpec>& out, const QuantConfig& quant, std::str
 }  // namespace
 
 const char* module_role_name(ModuleRole role) {
-  static const char* NAMES[] = {"embedding", "input_norm", "q_proj", "k_proj", "v_proj", "o_proj", "q_norm",
-                                "k_norm", "post_attention_norm", "router", "expert_gate", "expert_up",
-                                "expert_down", "mlp_gate", "mlp_up", "mlp_down", "final_norm", "lm_head",
-                                "router_bias", "shared_gate", "shared_up", "shared_down"};
+  static const char* NAMES[] = {"embedding",   "input_norm",  "q_proj",
+                                "k_proj",      "v_proj",      "o_proj",
+                                "q_norm",      "k_norm",      "post_attention_norm",
+                                "router",      "expert_gate", "expert_up",
+                                "expert_down", "mlp_gate",    "mlp_up",
+                                "mlp_down",    "final_norm",  "lm_head",
+                                "router_bias", "shared_gate", "shared_up",
+                                "shared_down"};
   return NAMES[static_cast<int>(role)];
 }
 
@@ -64,8 +68,14 @@ std::vector<ModuleSpec> plan_modules(const ModelConfig& c, const QuantConfig& qu
       add_linear(m, quant, p + "mlp.gate", ModuleRole::ROUTER, c.num_experts, H, l);
       if (c.router_fp32) m.back().dtype = DType::F32;
       if (c.router_score_bias)  // Ernie4_5_MoeStatics: [1, experts] fp32
-        m.push_back({p + "mlp.moe_statics.e_score_correction_bias", ModuleRole::ROUTER_BIAS, ModuleKind::TENSOR,
-                     {1, c.num_experts}, false, l, -1, DType::F32});
+        m.push_back({p + "mlp.moe_statics.e_score_correction_bias",
+                     ModuleRole::ROUTER_BIAS,
+                     ModuleKind::TENSOR,
+                     {1, c.num_experts},
+                     false,
+                     l,
+                     -1,
+                     DType::F32});
       if (c.moe_num_shared_experts > 0) {
         const int64_t S = c.moe_intermediate_size * c.moe_num_shared_experts;
         add_linear(m, quant, p + "mlp.shared_experts.gate_proj", ModuleRole::SHARED_GATE, S, H, l);
@@ -94,7 +104,7 @@ uint64_t bytes_per_decoded_token(const ModelConfig& c, const std::vector<ModuleS
   for (const ModuleSpec& m : modules) {
     if (m.kind == ModuleKind::EMBEDDING) {
       total += static_cast<double>(m.nbytes()) / static_cast<double>(m.shape[0]);  // one row
-      if (c.tie_word_embeddings) total += static_cast<double>(m.nbytes());        // it is the lm_head too
+      if (c.tie_word_embeddings) total += static_cast<double>(m.nbytes());         // it is the lm_head too
     } else if (m.expert >= 0) {
       total += static_cast<double>(m.nbytes()) * c.num_experts_per_tok / c.num_experts;
     } else {

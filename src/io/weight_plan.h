@@ -18,22 +18,41 @@ enum class ModuleKind { EMBEDDING, NORM, LINEAR, TENSOR };
 
 // What a module does in the model, so no code has to derive it from the module's name.
 enum class ModuleRole {
-  EMBEDDING, INPUT_NORM, Q_PROJ, K_PROJ, V_PROJ, O_PROJ, Q_NORM, K_NORM, POST_ATTENTION_NORM,
-  ROUTER, EXPERT_GATE, EXPERT_UP, EXPERT_DOWN, MLP_GATE, MLP_UP, MLP_DOWN, FINAL_NORM, LM_HEAD,
-  ROUTER_BIAS, SHARED_GATE, SHARED_UP, SHARED_DOWN
+  EMBEDDING,
+  INPUT_NORM,
+  Q_PROJ,
+  K_PROJ,
+  V_PROJ,
+  O_PROJ,
+  Q_NORM,
+  K_NORM,
+  POST_ATTENTION_NORM,
+  ROUTER,
+  EXPERT_GATE,
+  EXPERT_UP,
+  EXPERT_DOWN,
+  MLP_GATE,
+  MLP_UP,
+  MLP_DOWN,
+  FINAL_NORM,
+  LM_HEAD,
+  ROUTER_BIAS,
+  SHARED_GATE,
+  SHARED_UP,
+  SHARED_DOWN
 };
 const char* module_role_name(ModuleRole role);
 
 struct ModuleSpec {
-  std::string name;             // e.g. "model.layers.0.mlp.experts.3.up_proj"
+  std::string name;  // e.g. "model.layers.0.mlp.experts.3.up_proj"
   ModuleRole role = ModuleRole::EMBEDDING;
   ModuleKind kind = ModuleKind::LINEAR;
-  std::vector<int64_t> shape;   // LINEAR [out, in]; NORM [n]; EMBEDDING [vocab, hidden]
-  bool quantized = false;       // LINEAR only: NVFP4 as the quant config says
-  int64_t layer = -1;           // decoder layer, -1 outside the layers
-  int64_t expert = -1;          // expert index for MoE expert linears, else -1
-  DType dtype = DType::BF16;    // the stored dtype when not NVFP4 (ERNIE's router and its bias: F32)
-  bool kv_scale = false;        // k_proj / v_proj of a checkpoint with FP8 KV-cache scales (k_scale / v_scale)
+  std::vector<int64_t> shape;  // LINEAR [out, in]; NORM [n]; EMBEDDING [vocab, hidden]
+  bool quantized = false;      // LINEAR only: NVFP4 as the quant config says
+  int64_t layer = -1;          // decoder layer, -1 outside the layers
+  int64_t expert = -1;         // expert index for MoE expert linears, else -1
+  DType dtype = DType::BF16;   // the stored dtype when not NVFP4 (ERNIE's router and its bias: F32)
+  bool kv_scale = false;       // k_proj / v_proj of a checkpoint with FP8 KV-cache scales (k_scale / v_scale)
 
   // The checkpoint tensors of this module: weight (TENSOR: the module name itself), and for NVFP4
   // linears weight_scale, weight_scale_2 and input_scale (docs/format.md); last, with kv_scale, the

@@ -24,7 +24,7 @@ struct Batch {
   // All tokens of the step, sequence after sequence; ids of the vocabulary or pending_token(j).
   std::vector<int32_t> token_ids;
   std::vector<BatchSequence> sequences;
-  std::vector<int64_t> logits_rows;     // rows of token_ids whose next-token logits are wanted
+  std::vector<int64_t> logits_rows;  // rows of token_ids whose next-token logits are wanted
 };
 
 }  // namespace nibble::models

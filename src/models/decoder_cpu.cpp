@@ -36,8 +36,8 @@ struct LayerWeights {
   std::vector<float> score_bias;  // ERNIE's correction bias as fp32 (it may be stored in BF16)
   bool has_shared = false;
   Linear shared_gate, shared_up, shared_down;  // ERNIE's shared experts: one SwiGLU MLP
-  std::vector<std::string> expert_names;  // "…mlp.experts.E." per expert, for the input observer
-  Linear gate, up, down;                  // dense MLP
+  std::vector<std::string> expert_names;       // "…mlp.experts.E." per expert, for the input observer
+  Linear gate, up, down;                       // dense MLP
 };
 
 const uint16_t* bf16_data(const io::BoundCheckpoint& b, const std::string& tensor) {
@@ -86,8 +86,8 @@ class DecoderCpu final : public Model {
     std::vector<int64_t> positions;
     std::vector<ref::AttentionSequence> seqs;
     for (const BatchSequence& s : batch.sequences) {
-      seqs.push_back({s.block_table.data(), static_cast<int64_t>(s.block_table.size()), s.start_position,
-                      s.n_tokens, static_cast<int64_t>(positions.size())});
+      seqs.push_back({s.block_table.data(), static_cast<int64_t>(s.block_table.size()), s.start_position, s.n_tokens,
+                      static_cast<int64_t>(positions.size())});
       for (int64_t i = 0; i < s.n_tokens; ++i) positions.push_back(s.start_position + i);
     }
     std::vector<float> x(static_cast<size_t>(T * H)), h(x.size()), delta(x.size());  // [T, H]
@@ -134,8 +134,10 @@ class DecoderCpu final : public Model {
     if (w.is_moe) {
       ref::MoeWeights& m = w.moe;
       const io::TensorRef& router = b.linears.at(p + "mlp.gate").weight;
-      if (router.dtype == DType::F32) m.router_f32 = reinterpret_cast<const float*>(router.data);
-      else m.router = reinterpret_cast<const uint16_t*>(router.data);
+      if (router.dtype == DType::F32)
+        m.router_f32 = reinterpret_cast<const float*>(router.data);
+      else
+        m.router = reinterpret_cast<const uint16_t*>(router.data);
       if (config_.router_score_bias) {
         w.score_bias = io::read_f32_values(b.tensors.at(p + "mlp.moe_statics.e_score_correction_bias"));
         m.score_bias = w.score_bias.data();
@@ -161,7 +163,8 @@ class DecoderCpu final : public Model {
         w.shared_gate = make_linear(b, p + "mlp.shared_experts.gate_proj");
         w.shared_up = make_linear(b, p + "mlp.shared_experts.up_proj");
         w.shared_down = make_linear(b, p + "mlp.shared_experts.down_proj");
-        w.shared_gate.input_scale = w.shared_up.input_scale = std::max(w.shared_gate.input_scale, w.shared_up.input_scale);
+        w.shared_gate.input_scale = w.shared_up.input_scale =
+            std::max(w.shared_gate.input_scale, w.shared_up.input_scale);
       }
     } else {
       w.gate = make_linear(b, p + "mlp.gate_proj");
@@ -205,7 +208,8 @@ class DecoderCpu final : public Model {
 
   // [T, H] → [T, H]: q/k/v projections, per-head q/k RMSNorm, RoPE, paged attention, o_proj.
   Status attention(const LayerWeights& w, const std::vector<float>& h, int64_t T, const std::vector<int64_t>& positions,
-                   const std::vector<ref::AttentionSequence>& seqs, ref::PagedKvLayer kv, std::vector<float>& out) const {
+                   const std::vector<ref::AttentionSequence>& seqs, ref::PagedKvLayer kv,
+                   std::vector<float>& out) const {
     const int64_t D = config_.head_dim, NH = config_.num_attention_heads, NKV = config_.num_key_value_heads;
     const ActQuant mode = options_.act_quant_dense;
     std::vector<float> q(static_cast<size_t>(T * NH * D)), k(static_cast<size_t>(T * NKV * D)), v(k.size()),
@@ -259,8 +263,8 @@ class DecoderCpu final : public Model {
   }
 
   // down(silu(gate(h)) · up(h)) in the dense activation mode.
-  Status swiglu_mlp(const Linear& gate_proj, const Linear& up_proj, const Linear& down_proj, const std::vector<float>& h,
-                    int64_t T, std::vector<float>& out) const {
+  Status swiglu_mlp(const Linear& gate_proj, const Linear& up_proj, const Linear& down_proj,
+                    const std::vector<float>& h, int64_t T, std::vector<float>& out) const {
     const int64_t I = gate_proj.weight.out_features;
     const ActQuant mode = options_.act_quant_dense;
     std::vector<float> gate(static_cast<size_t>(T * I)), up(gate.size()), act(gate.size());
@@ -282,7 +286,7 @@ class DecoderCpu final : public Model {
 }  // namespace
 
 Result<std::unique_ptr<Model>> create_decoder_cpu(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
-                                                const ModelOptions& options) {
+                                                  const ModelOptions& options) {
   return std::unique_ptr<Model>(new DecoderCpu(std::move(checkpoint), options));
 }
 

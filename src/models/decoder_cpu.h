@@ -9,6 +9,6 @@
 namespace nibble::models {
 
 Result<std::unique_ptr<Model>> create_decoder_cpu(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
-                                                const ModelOptions& options);
+                                                  const ModelOptions& options);
 
 }  // namespace nibble::models

@@ -54,7 +54,8 @@ int64_t CudaDecoder::kv_bytes_per_block() const {
 Status CudaDecoder::allocate_kv_cache(int64_t n_kv_blocks) {
   if (k_cache) return Status::error("the KV cache is already allocated");
   // One more block than the engine sees: where padding tokens of a replayed graph write.
-  const size_t bytes = static_cast<size_t>(kv_bytes_per_block() / 2) * static_cast<size_t>(n_kv_blocks + 1);  // K, and V
+  const size_t bytes =
+      static_cast<size_t>(kv_bytes_per_block() / 2) * static_cast<size_t>(n_kv_blocks + 1);  // K, and V
   NIB_RETURN_IF_ERROR(ctx->arena.alloc(k_cache, bytes, "the KV cache (K)"));
   NIB_RETURN_IF_ERROR(ctx->arena.alloc(v_cache, bytes, "the KV cache (V)"));
   n_blocks = n_kv_blocks;
@@ -84,22 +85,24 @@ Status CudaDecoder::workspaces() {
   NIB_RETURN_IF_ERROR(a.alloc(attn, T * NH * D, "the attention output"));
   const std::vector<float> freq = ref::rope_inv_freq(config_.rope_theta, D);
   NIB_RETURN_IF_ERROR(a.alloc(inv_freq, freq.size(), "the RoPE frequencies"));
-  NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemcpy(inv_freq, freq.data(), freq.size() * sizeof(float), cudaMemcpyHostToDevice),
-                                        "the RoPE frequencies"));
+  NIB_RETURN_IF_ERROR(cuda::cuda_status(
+      cudaMemcpy(inv_freq, freq.data(), freq.size() * sizeof(float), cudaMemcpyHostToDevice), "the RoPE frequencies"));
   NIB_RETURN_IF_ERROR(a.alloc(final_rows, R * H, "the final norm rows"));
   NIB_RETURN_IF_ERROR(a.alloc(logits_, R * V, "the logits_"));
   bool any_dense_mlp = false, any_moe = false;
   bool any_shared = false;
   for (const DeviceLayer& l : layers) (l.is_moe ? any_moe : any_dense_mlp) = true, any_shared |= l.has_shared;
   if (any_dense_mlp || any_shared) {  // the shared experts run as a dense MLP of their own width
-    const int64_t width = std::max(any_dense_mlp ? I : 0, config_.moe_intermediate_size * config_.moe_num_shared_experts);
+    const int64_t width =
+        std::max(any_dense_mlp ? I : 0, config_.moe_intermediate_size * config_.moe_num_shared_experts);
     NIB_RETURN_IF_ERROR(a.alloc(mlp_gate, T * width, "the MLP gate"));
     NIB_RETURN_IF_ERROR(a.alloc(mlp_up, T * width, "the MLP up"));
     NIB_RETURN_IF_ERROR(a.alloc(mlp_act, T * width, "the MLP activation"));
   }
   if (any_shared) NIB_RETURN_IF_ERROR(a.alloc(shared_out, T * H, "the shared experts' output"));
   if (any_moe) {
-    const DeviceLayer& first = *std::find_if(layers.begin(), layers.end(), [](const DeviceLayer& l) { return l.is_moe; });
+    const DeviceLayer& first =
+        *std::find_if(layers.begin(), layers.end(), [](const DeviceLayer& l) { return l.is_moe; });
     auto ws = cuda::MoeWorkspace::create(first.moe, T, options.moe == MoeKernel::CUBLAS);
     if (!ws) return ws.status();
     moe_ws = std::move(ws.value());
@@ -114,7 +117,8 @@ Status CudaDecoder::workspaces() {
   };
   note(lm_head);
   for (const DeviceLayer& l : layers)
-    for (const DeviceLinear* d : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.shared_gate, &l.shared_up, &l.shared_down})
+    for (const DeviceLinear* d :
+         {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.shared_gate, &l.shared_up, &l.shared_down})
       note(*d);
   gemm.stream = stream();
   gemm.cublas = ctx->cublas;
@@ -132,7 +136,8 @@ Status CudaDecoder::workspaces() {
   NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemset(drawn, 0, static_cast<size_t>(R) * 4), "drawn tokens"));
   // Split-KV steps have fewer than 528 / NKV tokens (cuda::attention_splits), at most 32 splits.
   const int64_t split_tokens = std::min<int64_t>(T, 528);
-  NIB_RETURN_IF_ERROR(a.alloc(attention_ws, static_cast<size_t>(cuda::attention_workspace_floats(split_tokens, NH, D, 32)),
+  NIB_RETURN_IF_ERROR(a.alloc(attention_ws,
+                              static_cast<size_t>(cuda::attention_workspace_floats(split_tokens, NH, D, 32)),
                               "the split-KV attention scratch"));
   if (options.flashinfer && cuda::flashinfer_attention_supported(D)) {
     const int64_t S = options.max_seqs;  // decode graphs pad to at most max_seqs requests
@@ -150,7 +155,7 @@ Status CudaDecoder::workspaces() {
 }
 
 Status CudaDecoder::run_linear(const DeviceLinear& l, const uint16_t* in, int64_t M, ActQuant mode, float* out,
-                  bool in_quantized, const float** deferred_row_scales) {
+                               bool in_quantized, const float** deferred_row_scales) {
   if (deferred_row_scales) *deferred_row_scales = nullptr;
   if (!l.nvfp4) return cuda::linear_bf16(in, M, l.bf16, l.out, l.in, out, ctx->cublas);
   const DenseKernel backend =
@@ -161,8 +166,8 @@ Status CudaDecoder::run_linear(const DeviceLinear& l, const uint16_t* in, int64_
 }
 
 // out = down(silu(gate(in)) · up(in)) in the dense activation mode (dense layers, shared experts).
-Status CudaDecoder::swiglu_mlp(const DeviceLinear& gate, const DeviceLinear& up, const DeviceLinear& down, const uint16_t* in,
-                  int64_t T, float* out) {
+Status CudaDecoder::swiglu_mlp(const DeviceLinear& gate, const DeviceLinear& up, const DeviceLinear& down,
+                               const uint16_t* in, int64_t T, float* out) {
   const ActQuant mode = options.act_quant_dense;
   const DeviceLinear* gate_up[2] = {&gate, &up};
   float* outputs[2] = {mlp_gate, mlp_up};
@@ -173,8 +178,8 @@ Status CudaDecoder::swiglu_mlp(const DeviceLinear& gate, const DeviceLinear& up,
 
 // Linears that share their input (and their static input scale, the maximum of theirs: q/k/v,
 // gate/up): one launch where the skinny kernels run.
-Status CudaDecoder::run_shared_input(const DeviceLinear* const* linears, float* const* outputs, int count, const uint16_t* in,
-                        int64_t M, ActQuant mode, bool in_quantized) {
+Status CudaDecoder::run_shared_input(const DeviceLinear* const* linears, float* const* outputs, int count,
+                                     const uint16_t* in, int64_t M, ActQuant mode, bool in_quantized) {
   const bool all_nvfp4 = std::all_of(linears, linears + count, [](const DeviceLinear* l) { return l->nvfp4; });
   if (!all_nvfp4 || options.gemm == DenseKernel::GEMV) {
     for (int i = 0; i < count; ++i) NIB_RETURN_IF_ERROR(run_linear(*linears[i], in, M, mode, outputs[i], in_quantized));
@@ -182,8 +187,8 @@ Status CudaDecoder::run_shared_input(const DeviceLinear* const* linears, float* 
   }
   const cuda::DeviceNvfp4Weight* weights[3];
   for (int i = 0; i < count; ++i) weights[i] = &linears[i]->q;
-  return cuda::linear_nvfp4_shared_input(in, M, weights, outputs, count, mode, linears[0]->input_scale, options.gemm, gemm,
-                                         in_quantized);
+  return cuda::linear_nvfp4_shared_input(in, M, weights, outputs, count, mode, linears[0]->input_scale, options.gemm,
+                                         gemm, in_quantized);
 }
 
 // q/k/v of `in` into qkv_out: apart, or where batches run the BF16 copies and those are one weight,
@@ -195,14 +200,17 @@ Status CudaDecoder::run_qkv(const DeviceLayer& w, const uint16_t* in, int64_t M,
     const uint16_t* x = in;
     if (mode != ActQuant::NONE) {  // x̂ and its row scales (static: each row's is input_scale)
       if (!in_quantized)
-        NIB_RETURN_IF_ERROR(cuda::quantize_dequantize_activation_bf16(in, M, K, mode == ActQuant::STATIC ? w.q.input_scale : 0.0f,
+        NIB_RETURN_IF_ERROR(cuda::quantize_dequantize_activation_bf16(in, M, K,
+                                                                      mode == ActQuant::STATIC ? w.q.input_scale : 0.0f,
                                                                       gemm.act_workspace, gemm.row_scales, stream()));
       x = gemm.act_workspace;
     }
     NIB_RETURN_IF_ERROR(cuda::linear_bf16(x, M, w.qkv_bf16, rows, K, q, ctx->cublas));
-    qkv_out = {q, q + w.q.out, q + w.q.out + w.k.out, rows, {}, mode == ActQuant::PER_TOKEN ? gemm.row_scales : nullptr};
+    qkv_out = {q,    q + w.q.out, q + w.q.out + w.k.out,
+               rows, {},          mode == ActQuant::PER_TOKEN ? gemm.row_scales : nullptr};
     for (int i = 0; i < 3; ++i)  // static: the input scale folded in as linear_nvfp4 folds it into alpha
-      qkv_out.scale[i] = mode == ActQuant::STATIC ? qkv[i]->q.weight_scale_2 * w.q.input_scale : qkv[i]->q.weight_scale_2;
+      qkv_out.scale[i] =
+          mode == ActQuant::STATIC ? qkv[i]->q.weight_scale_2 * w.q.input_scale : qkv[i]->q.weight_scale_2;
     return Status::ok();
   }
   const DeviceLinear* qkv[3] = {&w.q, &w.k, &w.v};
@@ -227,13 +235,15 @@ cuda::NormActQuant CudaDecoder::moe_quant(const DeviceLayer& w) const {
 // A layer's attention half as a kernel chain: q/k/v, q/k norm + RoPE + KV store, attention, o
 // projection into delta.
 Status CudaDecoder::attention_chain(const DeviceLayer& w, int64_t T, void* kc, void* vc, const cuda::QkvLayout& qkv,
-                       const cuda::AttentionBatch& att, const cuda::DecodeAttentionBatch& one_launch, bool qkv_quantized) {
+                                    const cuda::AttentionBatch& att, const cuda::DecodeAttentionBatch& one_launch,
+                                    bool qkv_quantized) {
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const cudaStream_t s = stream();
   const ActQuant dense = options.act_quant_dense;
   for (int i = 0; i < cuda::op_repeats("qkv"); ++i) NIB_RETURN_IF_ERROR(run_qkv(w, h, T, dense, qkv_quantized));
   profiler.mark("q/k/v projections");
-  const bool o_quantized = flashinfer && step.staged().one_launch && dense == ActQuant::STATIC && w.o.nvfp4 && gemm.act_workspace;
+  const bool o_quantized =
+      flashinfer && step.staged().one_launch && dense == ActQuant::STATIC && w.o.nvfp4 && gemm.act_workspace;
   if (flashinfer) {
     for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
       NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16,
@@ -244,16 +254,17 @@ Status CudaDecoder::attention_chain(const DeviceLayer& w, int64_t T, void* kc, v
     cuda::DecodeAttentionBatch layer_launch = one_launch;
     if (o_quantized) layer_launch.x_hat = gemm.act_workspace, layer_launch.x_hat_global = 1.0f / w.o.input_scale;
     for (int i = 0; i < cuda::op_repeats("attention"); ++i)
-      NIB_RETURN_IF_ERROR(step.staged().one_launch ? cuda::decode_attention(q_bf16, static_cast<uint16_t*>(kc), static_cast<uint16_t*>(vc),
-                                                                   layer_launch, attn, s)
-                                          : flashinfer->run(q_bf16, kc, vc, attn, s, w.k.kv_scale, w.v.kv_scale));
+      NIB_RETURN_IF_ERROR(step.staged().one_launch
+                              ? cuda::decode_attention(q_bf16, static_cast<uint16_t*>(kc), static_cast<uint16_t*>(vc),
+                                                       layer_launch, attn, s)
+                              : flashinfer->run(q_bf16, kc, vc, attn, s, w.k.kv_scale, w.v.kv_scale));
   } else {
     for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
       NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, q_rot, kc, vc, s));
     profiler.mark("q/k norm, RoPE, KV store");
     for (int i = 0; i < cuda::op_repeats("attention"); ++i)
-      NIB_RETURN_IF_ERROR(
-          cuda::paged_attention(q_rot, static_cast<uint16_t*>(kc), static_cast<uint16_t*>(vc), att, attn, s, attention_ws));
+      NIB_RETURN_IF_ERROR(cuda::paged_attention(q_rot, static_cast<uint16_t*>(kc), static_cast<uint16_t*>(vc), att,
+                                                attn, s, attention_ws));
   }
   profiler.mark("attention");
   // Per-token on cuBLAS: delta's row scales are applied by the norm that adds it (delta_row_scales).
@@ -266,18 +277,29 @@ Status CudaDecoder::attention_chain(const DeviceLayer& w, int64_t T, void* kc, v
 // The layers over T staged tokens; logits_ for the first R staged rows. No host synchronization:
 // a decode step of each padded size is captured once as a CUDA graph and replayed.
 Status CudaDecoder::run(int64_t T, int64_t R, int64_t splits) {
-  const int64_t H = config_.hidden_size, D = config_.head_dim, NH = config_.num_attention_heads, NKV = config_.num_key_value_heads;
+  const int64_t H = config_.hidden_size, D = config_.head_dim, NH = config_.num_attention_heads,
+                NKV = config_.num_key_value_heads;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const cudaStream_t s = stream();
-  const size_t layer_kv = static_cast<size_t>((n_blocks + 1) * options.block_size * NKV * D * kv_element_bytes());  // bytes
+  const size_t layer_kv =
+      static_cast<size_t>((n_blocks + 1) * options.block_size * NKV * D * kv_element_bytes());  // bytes
   const StagedStep& st = step.staged();
   NIB_RETURN_IF_ERROR(cuda::embedding_gather(st.ids, T, embed, H, x, s, drawn));
   profiler.mark("embedding");
-  const cuda::QkvLayout qkv{T, NH, NKV, D, st.positions, st.slots, inv_freq, config_.rope_style == io::RopeStyle::INTERLEAVED};
-  cuda::AttentionBatch att{T, NH, NKV, D, options.block_size, st.token_seq, st.positions, st.block_tables,
-                           max_blocks_per_seq, splits};
-  const cuda::DecodeAttentionBatch one_launch{T, NH, NKV, D, options.block_size, st.token_seq, st.positions, st.block_tables,
-                                              max_blocks_per_seq, cuda::decode_attention_splits(T, NKV, ctx->sms)};
+  const cuda::QkvLayout qkv{
+      T, NH, NKV, D, st.positions, st.slots, inv_freq, config_.rope_style == io::RopeStyle::INTERLEAVED};
+  cuda::AttentionBatch att{
+      T, NH, NKV, D, options.block_size, st.token_seq, st.positions, st.block_tables, max_blocks_per_seq, splits};
+  const cuda::DecodeAttentionBatch one_launch{T,
+                                              NH,
+                                              NKV,
+                                              D,
+                                              options.block_size,
+                                              st.token_seq,
+                                              st.positions,
+                                              st.block_tables,
+                                              max_blocks_per_seq,
+                                              cuda::decode_attention_splits(T, NKV, ctx->sms)};
   if (st.lists) {
     att.prefill_items = st.items, att.n_items = st.n_items;
     att.decode_tokens = st.decode_rows, att.n_decode = st.n_decode;
@@ -288,7 +310,8 @@ Status CudaDecoder::run(int64_t T, int64_t R, int64_t splits) {
     // x += the previous layer's MLP output, then the input norm.
     const cuda::NormActQuant qkv_in = qkv_quant(w);  // written by whichever norm makes h
     if (!normed)
-      NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, l == 0 ? nullptr : delta, T, H, w.input_norm, eps, h, s, nullptr, qkv_in));
+      NIB_RETURN_IF_ERROR(
+          cuda::add_rmsnorm(x, l == 0 ? nullptr : delta, T, H, w.input_norm, eps, h, s, nullptr, qkv_in));
     profiler.mark("norms");
     uint8_t* kc = k_cache + l * layer_kv;
     uint8_t* vc = v_cache + l * layer_kv;
@@ -299,7 +322,8 @@ Status CudaDecoder::run(int64_t T, int64_t R, int64_t splits) {
     const bool block_norm = w.is_moe && !w.has_shared;
     if (!block_norm)
       for (int i = 0; i < cuda::op_repeats("post_norm"); ++i)
-        NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s, nullptr, moe_in, delta_row_scales));
+        NIB_RETURN_IF_ERROR(
+            cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s, nullptr, moe_in, delta_row_scales));
     profiler.mark("norms");
     normed = w.is_moe;
     if (w.is_moe) {
@@ -312,7 +336,18 @@ Status CudaDecoder::run(int64_t T, int64_t R, int64_t splits) {
         profiler.mark("shared experts");
       }
       const cuda::InputNorm input{x, delta, w.post_norm, eps, h, moe_in, delta_row_scales};
-      NIB_RETURN_IF_ERROR(cuda::moe_forward(w.moe, *moe_ws, {.x = h, .tokens = T, .mode = options.act_quant_moe, .kernel = options.moe, .out = delta, .stream = s, .cublas = ctx->cublas, .norm = &next, .add = w.has_shared ? shared_out : nullptr, .x_quantized = moe_in.x_hat != nullptr, .input_norm = block_norm ? &input : nullptr}));
+      NIB_RETURN_IF_ERROR(cuda::moe_forward(w.moe, *moe_ws,
+                                            {.x = h,
+                                             .tokens = T,
+                                             .mode = options.act_quant_moe,
+                                             .kernel = options.moe,
+                                             .out = delta,
+                                             .stream = s,
+                                             .cublas = ctx->cublas,
+                                             .norm = &next,
+                                             .add = w.has_shared ? shared_out : nullptr,
+                                             .x_quantized = moe_in.x_hat != nullptr,
+                                             .input_norm = block_norm ? &input : nullptr}));
       profiler.mark("MoE block");
     } else {
       NIB_RETURN_IF_ERROR(swiglu_mlp(w.gate, w.up, w.down, h, T, delta));
@@ -344,10 +379,12 @@ Status CudaDecoder::forward(const Batch& batch) {
     // captured launch shape, the step runs eagerly (after this step's copies, so nothing overlaps).
     if (graphs.plan_matches(padded, attention_plan())) {
       if (cuda::kernel_trace_active())
-        cuda::kernel_trace_label("decode graph of " + std::to_string(padded) + " (" + std::to_string(T) + " sequences)");
+        cuda::kernel_trace_label("decode graph of " + std::to_string(padded) + " (" + std::to_string(T) +
+                                 " sequences)");
       return graphs.replay(padded, stream());
     }
-    log_warn("FlashInfer's plan for a decode batch of " + std::to_string(padded) + " differs from its graph's: running eagerly");
+    log_warn("FlashInfer's plan for a decode batch of " + std::to_string(padded) +
+             " differs from its graph's: running eagerly");
     NIB_RETURN_IF_ERROR(ctx->synchronize());
   }
   NIB_RETURN_IF_ERROR(step.stage(batch, T, R, true, flashinfer.get(), stream()));
@@ -357,8 +394,8 @@ Status CudaDecoder::forward(const Batch& batch) {
   if (profiler.enabled())
     profiler.begin(stream(), (decode_only ? "decode of " : "prefill/mixed of ") + std::to_string(T) + " tokens");
   if (cuda::kernel_trace_active())
-    cuda::kernel_trace_label((decode_only ? "eager decode of " : "prefill/mixed of ") + std::to_string(T) + " tokens (" +
-                             std::to_string(batch.sequences.size()) + " sequences)");
+    cuda::kernel_trace_label((decode_only ? "eager decode of " : "prefill/mixed of ") + std::to_string(T) +
+                             " tokens (" + std::to_string(batch.sequences.size()) + " sequences)");
   const StagedStep& st = step.staged();
   const int64_t per_token = st.lists ? st.n_decode : T;  // tokens of the per-token kernel
   NIB_RETURN_IF_ERROR(run(T, R, cuda::attention_splits(per_token, config_.num_key_value_heads, st.max_keys)));

@@ -16,18 +16,20 @@ Status CudaDecoder::supports(const io::BoundCheckpoint& b) {
   const io::ModelConfig& c = b.config;
   const bool moe = c.num_experts > 0;
   if (c.hidden_size % 64 != 0 || (moe && c.moe_intermediate_size % 64 != 0))
-    return Status::error("the GPU kernels need hidden_size and moe_intermediate_size to be multiples of 64 (this "
-                         "checkpoint: " + std::to_string(c.hidden_size) + ", " + std::to_string(c.moe_intermediate_size) + ")");
+    return Status::error(
+        "the GPU kernels need hidden_size and moe_intermediate_size to be multiples of 64 (this "
+        "checkpoint: " +
+        std::to_string(c.hidden_size) + ", " + std::to_string(c.moe_intermediate_size) + ")");
   if (c.head_dim % 2 != 0 || c.head_dim > 256 || c.num_attention_heads % c.num_key_value_heads != 0 ||
       c.num_attention_heads / c.num_key_value_heads > 16)
     return Status::error("the GPU attention needs an even head_dim ≤ 256 and at most 16 query heads per KV head");
   for (const io::ModuleSpec& m : b.modules)
-    if ((m.role == io::ModuleRole::EXPERT_GATE || m.role == io::ModuleRole::EXPERT_UP || m.role == io::ModuleRole::EXPERT_DOWN) &&
+    if ((m.role == io::ModuleRole::EXPERT_GATE || m.role == io::ModuleRole::EXPERT_UP ||
+         m.role == io::ModuleRole::EXPERT_DOWN) &&
         !m.quantized)
       return Status::error(m.name + " is BF16: the GPU MoE runs NVFP4 experts only");
   return Status::ok();
 }
-
 
 // Copies `bytes` of host memory to *dst (allocated first when `allocate`).
 template <class T>
@@ -60,7 +62,7 @@ bool CudaDecoder::bf16_copies() const {
 
 // dense_at: where the BF16 copy goes on the first load (null: an allocation of its own).
 Status CudaDecoder::linear(DeviceLinear& l, const io::BoundCheckpoint& b, const std::string& name, bool allocate,
-              uint16_t* dense_at) {
+                           uint16_t* dense_at) {
   const io::LinearWeights& lw = b.linears.at(name);
   l.out = lw.module.shape[0];
   l.in = lw.module.shape[1];
@@ -78,8 +80,10 @@ Status CudaDecoder::linear(DeviceLinear& l, const io::BoundCheckpoint& b, const 
   // Batches over AUTO_SKINNY_MAX_M rows run dense NVFP4 weights through cuBLAS in BF16: dequantized
   // here once (the same exact values the per-call dequantize made), and again on a reload.
   if (bf16_copies()) {
-    if (allocate && dense_at) dense = dense_at;
-    else if (allocate) NIB_RETURN_IF_ERROR(ctx->arena.alloc(dense, n, name + " (BF16 for large batches)"));
+    if (allocate && dense_at)
+      dense = dense_at;
+    else if (allocate)
+      NIB_RETURN_IF_ERROR(ctx->arena.alloc(dense, n, name + " (BF16 for large batches)"));
     l.q.bf16 = dense;
     NIB_RETURN_IF_ERROR(cuda::dequantize_nvfp4_bf16(l.q, dense, nullptr));  // after the repack, on its stream
     bf16_copy_bytes += n * 2;
@@ -90,7 +94,8 @@ Status CudaDecoder::linear(DeviceLinear& l, const io::BoundCheckpoint& b, const 
 
 // q, k and v; their BF16 copies (when made) side by side in one allocation when all three are NVFP4
 // of one in_features, so that large batches run them as one GEMM.
-Status CudaDecoder::qkv_linears(DeviceLayer& w, const io::BoundCheckpoint& b, const std::string& prefix, bool allocate) {
+Status CudaDecoder::qkv_linears(DeviceLayer& w, const io::BoundCheckpoint& b, const std::string& prefix,
+                                bool allocate) {
   const std::string names[3] = {prefix + "q_proj", prefix + "k_proj", prefix + "v_proj"};
   DeviceLinear* linears[3] = {&w.q, &w.k, &w.v};
   uint16_t* merged = const_cast<uint16_t*>(w.qkv_bf16);
@@ -102,7 +107,9 @@ Status CudaDecoder::qkv_linears(DeviceLayer& w, const io::BoundCheckpoint& b, co
       mergeable = mergeable && m.quantized && (in < 0 || m.shape[1] == in);
       rows += m.shape[0], in = m.shape[1];
     }
-    if (mergeable) NIB_RETURN_IF_ERROR(ctx->arena.alloc(merged, static_cast<size_t>(rows * in), prefix + "qkv (BF16 for large batches)"));
+    if (mergeable)
+      NIB_RETURN_IF_ERROR(
+          ctx->arena.alloc(merged, static_cast<size_t>(rows * in), prefix + "qkv (BF16 for large batches)"));
   }
   int64_t offset = 0;
   for (int i = 0; i < 3; ++i) {
@@ -115,7 +122,7 @@ Status CudaDecoder::qkv_linears(DeviceLayer& w, const io::BoundCheckpoint& b, co
 
 // One projection of every expert, stacked [E, rows, cols]; `kind` is gate_proj, up_proj or down_proj.
 Status CudaDecoder::experts(cuda::DeviceNvfp4Experts& d, std::vector<float>& host_scales, float& input_scale,
-               const io::BoundCheckpoint& b, const std::string& prefix, const char* kind, bool allocate) {
+                            const io::BoundCheckpoint& b, const std::string& prefix, const char* kind, bool allocate) {
   const int64_t E = config_.num_experts;
   const io::LinearWeights& first = b.linears.at(prefix + "0." + kind);
   if (!first.module.quantized)
@@ -142,8 +149,8 @@ Status CudaDecoder::experts(cuda::DeviceNvfp4Experts& d, std::vector<float>& hos
   }
   // after the copies, on their stream
   NIB_RETURN_IF_ERROR(cuda::repack_nvfp4(packed, scales, scale_bytes * E, nullptr, cuda::expert_line_order(cols)));
-  NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemcpy(global, host_scales.data(), E * sizeof(float), cudaMemcpyHostToDevice),
-                                        "expert global scales"));
+  NIB_RETURN_IF_ERROR(cuda::cuda_status(
+      cudaMemcpy(global, host_scales.data(), E * sizeof(float), cudaMemcpyHostToDevice), "expert global scales"));
   d = {packed, scales, global, E, rows, cols};
   return Status::ok();
 }
@@ -157,8 +164,10 @@ Status CudaDecoder::upload(const io::BoundCheckpoint& b, bool allocate) {
   upload_start = std::chrono::steady_clock::now();
   NIB_RETURN_IF_ERROR(tensor(embed, b, "model.embed_tokens.weight", allocate));
   NIB_RETURN_IF_ERROR(tensor(final_norm, b, "model.norm.weight", allocate));
-  if (config_.tie_word_embeddings) lm_head = {config_.vocab_size, config_.hidden_size, false, {}, embed, 0.0f};
-  else NIB_RETURN_IF_ERROR(linear(lm_head, b, "lm_head", allocate));
+  if (config_.tie_word_embeddings)
+    lm_head = {config_.vocab_size, config_.hidden_size, false, {}, embed, 0.0f};
+  else
+    NIB_RETURN_IF_ERROR(linear(lm_head, b, "lm_head", allocate));
   if (allocate) layers.resize(static_cast<size_t>(config_.num_hidden_layers));
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     DeviceLayer& w = layers[static_cast<size_t>(l)];
@@ -188,9 +197,11 @@ Status CudaDecoder::upload(const io::BoundCheckpoint& b, bool allocate) {
         m.router = router;
       }
       if (config_.router_score_bias) {  // fp32 on the device whatever the checkpoint stores
-        const std::vector<float> bias = io::read_f32_values(b.tensors.at(p + "mlp.moe_statics.e_score_correction_bias"));
+        const std::vector<float> bias =
+            io::read_f32_values(b.tensors.at(p + "mlp.moe_statics.e_score_correction_bias"));
         float* d = const_cast<float*>(m.score_bias);
-        NIB_RETURN_IF_ERROR(copy(d, bias.data(), bias.size() * 4, allocate, p + "mlp.moe_statics.e_score_correction_bias"));
+        NIB_RETURN_IF_ERROR(
+            copy(d, bias.data(), bias.size() * 4, allocate, p + "mlp.moe_statics.e_score_correction_bias"));
         m.score_bias = d;
       }
       m.norm_min = static_cast<float>(config_.moe_norm_min);
@@ -209,7 +220,8 @@ Status CudaDecoder::upload(const io::BoundCheckpoint& b, bool allocate) {
         NIB_RETURN_IF_ERROR(linear(w.shared_gate, b, p + "mlp.shared_experts.gate_proj", allocate));
         NIB_RETURN_IF_ERROR(linear(w.shared_up, b, p + "mlp.shared_experts.up_proj", allocate));
         NIB_RETURN_IF_ERROR(linear(w.shared_down, b, p + "mlp.shared_experts.down_proj", allocate));
-        w.shared_gate.input_scale = w.shared_up.input_scale = std::max(w.shared_gate.input_scale, w.shared_up.input_scale);
+        w.shared_gate.input_scale = w.shared_up.input_scale =
+            std::max(w.shared_gate.input_scale, w.shared_up.input_scale);
       }
     } else {
       NIB_RETURN_IF_ERROR(linear(w.gate, b, p + "mlp.gate_proj", allocate));
@@ -222,8 +234,8 @@ Status CudaDecoder::upload(const io::BoundCheckpoint& b, bool allocate) {
   NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaStreamSynchronize(nullptr), "weight repack"));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - upload_start).count();
   log_info("weights on the GPU: " + std::to_string(bytes_uploaded / 1e9).substr(0, 6) + " GB in " +
-           std::to_string(s).substr(0, 5) + " s (" + std::to_string(s > 0 ? bytes_uploaded / 1e9 / s : 0.0).substr(0, 5) +
-           " GB/s)" +
+           std::to_string(s).substr(0, 5) + " s (" +
+           std::to_string(s > 0 ? bytes_uploaded / 1e9 / s : 0.0).substr(0, 5) + " GB/s)" +
            (bf16_copy_bytes ? ", and " + std::to_string(bf16_copy_bytes / 1e9).substr(0, 5) +
                                   " GB of dense NVFP4 weights in BF16 for batches over " +
                                   std::to_string(cuda::AUTO_SKINNY_MAX_M) + " rows"

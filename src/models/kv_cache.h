@@ -19,8 +19,11 @@ enum class KvDtype { FP32, BF16, FP8 };
 class KvCache {
  public:
   KvCache(const io::ModelConfig& config, int64_t n_blocks, int64_t block_size, KvDtype dtype = KvDtype::FP32)
-      : n_blocks_(n_blocks), block_size_(block_size), n_kv_heads_(config.num_key_value_heads),
-        head_dim_(config.head_dim), dtype_(dtype) {
+      : n_blocks_(n_blocks),
+        block_size_(block_size),
+        n_kv_heads_(config.num_key_value_heads),
+        head_dim_(config.head_dim),
+        dtype_(dtype) {
     const size_t per_layer = static_cast<size_t>(n_blocks * block_size * n_kv_heads_ * head_dim_);
     for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
       k_.push_back(std::make_unique_for_overwrite<float[]>(per_layer));

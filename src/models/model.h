@@ -17,8 +17,7 @@ namespace nibble::models {
 
 // Called with the input of every Linear (module name as in the checkpoint, rows × width) before
 // it is used; `nibble quantize` calibrates input_scale with it.
-using LinearInputObserver =
-    std::function<void(const std::string& module, const float* x, int64_t rows, int64_t width)>;
+using LinearInputObserver = std::function<void(const std::string& module, const float* x, int64_t rows, int64_t width)>;
 
 struct ModelOptions {
   formats::ActQuant act_quant_moe = formats::ActQuant::NONE;

@@ -20,9 +20,12 @@ int64_t slot_of(const PagedKvLayer& kv, const AttentionSequence& seq, int64_t po
 
 float kv_round(float x, KvRounding rounding, float scale) {
   switch (rounding) {
-    case KvRounding::BF16: return formats::bf16_round(x);
-    case KvRounding::FP8: return formats::e4m3_decode(formats::e4m3_encode(x / scale)) * scale;  // exact at scale 1
-    case KvRounding::NONE: break;
+    case KvRounding::BF16:
+      return formats::bf16_round(x);
+    case KvRounding::FP8:
+      return formats::e4m3_decode(formats::e4m3_encode(x / scale)) * scale;  // exact at scale 1
+    case KvRounding::NONE:
+      break;
   }
   return x;
 }

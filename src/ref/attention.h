@@ -23,7 +23,7 @@ struct PagedKvLayer {
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
   KvRounding rounding = KvRounding::NONE;  // what the stored values are rounded to (the cache's numerics)
-  float k_scale = 1.0f, v_scale = 1.0f;     // FP8: the checkpoint's calibrated scales (ModelOpt k/v_scale)
+  float k_scale = 1.0f, v_scale = 1.0f;    // FP8: the checkpoint's calibrated scales (ModelOpt k/v_scale)
 };
 
 // The tokens of one sequence in a step: rows [token_offset, token_offset + n_tokens) of the batch,

@@ -53,8 +53,8 @@ Status moe(const float* x, int64_t n_tokens, const MoeWeights& w, formats::ActQu
   return moe_experts(x, n_tokens, w, mode, ids.data(), route_weights.data(), out, observer);
 }
 
-Status moe_experts(const float* x, int64_t n_tokens, const MoeWeights& w, formats::ActQuant mode,
-                   const int32_t* ids, const float* route_weights, float* out, const MoeInputObserver& observer) {
+Status moe_experts(const float* x, int64_t n_tokens, const MoeWeights& w, formats::ActQuant mode, const int32_t* ids,
+                   const float* route_weights, float* out, const MoeInputObserver& observer) {
   const int64_t H = w.hidden, I = w.intermediate, K = w.top_k;
 
   // (token, slot) pairs of each expert, in token order.
@@ -68,8 +68,8 @@ Status moe_experts(const float* x, int64_t n_tokens, const MoeWeights& w, format
     if (pairs.empty()) return;
     const int64_t rows = static_cast<int64_t>(pairs.size());
     const ExpertWeights& ew = w.experts[e];
-    std::vector<float> xs(static_cast<size_t>(rows * H)), gate(static_cast<size_t>(rows * I)),
-        up(gate.size()), act(gate.size()), y(static_cast<size_t>(rows * H));
+    std::vector<float> xs(static_cast<size_t>(rows * H)), gate(static_cast<size_t>(rows * I)), up(gate.size()),
+        act(gate.size()), y(static_cast<size_t>(rows * H));
     for (int64_t r = 0; r < rows; ++r) std::copy_n(x + (pairs[r] / K) * H, H, xs.data() + r * H);
     if (observer) observer(static_cast<int64_t>(e), "gate_up", xs.data(), rows, H);
     Status s = linear(xs.data(), rows, ew.gate, mode, w.gate_up_input_scale, gate.data());

@@ -20,10 +20,10 @@ struct ExpertWeights {
 };
 
 struct MoeWeights {
-  const uint16_t* router = nullptr;  // BF16 [n_experts, hidden] (ModelOpt leaves it unquantized) ...
-  const float* router_f32 = nullptr; // ... or fp32 (ERNIE-4.5 keeps its router in fp32)
-  const float* score_bias = nullptr; // [n_experts]: added to the probabilities for the choice only (ERNIE)
-  float norm_min = 0.0f;             // renormalization divides by max(Σ top-k, norm_min)
+  const uint16_t* router = nullptr;   // BF16 [n_experts, hidden] (ModelOpt leaves it unquantized) ...
+  const float* router_f32 = nullptr;  // ... or fp32 (ERNIE-4.5 keeps its router in fp32)
+  const float* score_bias = nullptr;  // [n_experts]: added to the probabilities for the choice only (ERNIE)
+  float norm_min = 0.0f;              // renormalization divides by max(Σ top-k, norm_min)
   int64_t n_experts = 0;
   int64_t top_k = 0;
   int64_t hidden = 0;
@@ -41,8 +41,8 @@ struct MoeWeights {
 
 // Called with every expert projection's input (rows = that expert's tokens) before it is used;
 // calibration records amax here. Stage is "gate_up" or "down".
-using MoeInputObserver = std::function<void(int64_t expert, const char* stage, const float* x, int64_t rows,
-                                            int64_t width)>;
+using MoeInputObserver =
+    std::function<void(int64_t expert, const char* stage, const float* x, int64_t rows, int64_t width)>;
 
 // Router probabilities after top-k selection: expert ids and weights per token, in top-k order.
 void route(const float* x, int64_t n_tokens, const MoeWeights& w, int32_t* expert_ids, float* weights);

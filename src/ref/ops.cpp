@@ -35,8 +35,7 @@ std::vector<float> rope_inv_freq(double theta, int64_t head_dim) {
   return inv_freq;
 }
 
-void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int64_t* positions,
-               double theta) {
+void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int64_t* positions, double theta) {
   const int64_t half = head_dim / 2;
   const std::vector<float> inv_freq = rope_inv_freq(theta, head_dim);
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -46,7 +45,7 @@ void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, co
       for (int64_t h = 0; h < n_heads; ++h) {
         float* v = x + (t * n_heads + h) * head_dim;
         const float a = v[i], b = v[i + half];
-        v[i] = a * c - b * s;         // x·cos + rotate_half(x)·sin, rotate_half = (-x2, x1)
+        v[i] = a * c - b * s;  // x·cos + rotate_half(x)·sin, rotate_half = (-x2, x1)
         v[i + half] = b * c + a * s;
       }
     }
@@ -70,8 +69,8 @@ void rope_interleaved(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_
   }
 }
 
-void linear_bf16(const float* x, int64_t n_tokens, const uint16_t* w, int64_t out_features,
-                 int64_t in_features, float* y) {
+void linear_bf16(const float* x, int64_t n_tokens, const uint16_t* w, int64_t out_features, int64_t in_features,
+                 float* y) {
   parallel_for(static_cast<size_t>(out_features), [&](size_t n) {
     std::vector<float> row(in_features);
     for (int64_t k = 0; k < in_features; ++k) row[k] = bf16_decode(w[n * in_features + k]);
@@ -79,17 +78,18 @@ void linear_bf16(const float* x, int64_t n_tokens, const uint16_t* w, int64_t ou
   });
 }
 
-Status linear_nvfp4(const float* x, int64_t n_tokens, const formats::Nvfp4WeightView& w,
-                    formats::ActQuant mode, float input_scale, float* y) {
+Status linear_nvfp4(const float* x, int64_t n_tokens, const formats::Nvfp4WeightView& w, formats::ActQuant mode,
+                    float input_scale, float* y) {
   const int64_t K = w.cols, N = w.rows;
   std::vector<float> xq;  // activations as the tensor cores see them (NONE: x itself)
   std::vector<float> row_scale(static_cast<size_t>(n_tokens), w.weight_scale_2);
   const float* a = x;
   if (mode != formats::ActQuant::NONE) {
     std::span<const float> xs(x, static_cast<size_t>(n_tokens * K));
-    Result<formats::Nvfp4Matrix> q = mode == formats::ActQuant::STATIC
-                                         ? formats::quantize_activation_static(xs, n_tokens, K, input_scale, "linear input")
-                                         : formats::quantize_activation_per_token(xs, n_tokens, K, "linear input");
+    Result<formats::Nvfp4Matrix> q =
+        mode == formats::ActQuant::STATIC
+            ? formats::quantize_activation_static(xs, n_tokens, K, input_scale, "linear input")
+            : formats::quantize_activation_per_token(xs, n_tokens, K, "linear input");
     if (!q) return q.status();
     const formats::Nvfp4WeightView view{q->packed.data(), q->block_scales.data(), n_tokens, K, 1.0f};
     xq.resize(static_cast<size_t>(n_tokens * K));
@@ -107,8 +107,8 @@ Status linear_nvfp4(const float* x, int64_t n_tokens, const formats::Nvfp4Weight
   return Status::ok();
 }
 
-Status linear(const float* x, int64_t n_tokens, const LinearWeight& w, formats::ActQuant mode,
-              float input_scale, float* y) {
+Status linear(const float* x, int64_t n_tokens, const LinearWeight& w, formats::ActQuant mode, float input_scale,
+              float* y) {
   if (!w.is_nvfp4()) {
     linear_bf16(x, n_tokens, w.bf16, w.out_features, w.in_features, y);
     return Status::ok();

@@ -23,8 +23,7 @@ std::vector<float> rope_inv_freq(double theta, int64_t head_dim);
 
 // Neox-style RoPE (transformers rotate_half) on [n_tokens, n_heads, head_dim] in place, with
 // inv_freq from rope_inv_freq.
-void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int64_t* positions,
-               double theta);
+void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int64_t* positions, double theta);
 
 // Interleaved RoPE (ERNIE-4.5: transformers' rotate_half on x[0::2], x[1::2] with cos/sin repeated
 // per pair): dimensions 2i and 2i + 1 rotate together by position · inv_freq[i].
@@ -32,8 +31,8 @@ void rope_interleaved(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_
                       double theta);
 
 // y = x @ W^T for a BF16 W [out, in] (router, lm_head, unquantized projections).
-void linear_bf16(const float* x, int64_t n_tokens, const uint16_t* w, int64_t out_features,
-                 int64_t in_features, float* y);
+void linear_bf16(const float* x, int64_t n_tokens, const uint16_t* w, int64_t out_features, int64_t in_features,
+                 float* y);
 
 // A Linear's weight [out_features, in_features] as the checkpoint holds it: BF16, or NVFP4.
 struct LinearWeight {
@@ -45,16 +44,16 @@ struct LinearWeight {
 };
 
 // y = x @ W^T: linear_bf16 or linear_nvfp4 by the weight's format (mode applies to NVFP4 only).
-Status linear(const float* x, int64_t n_tokens, const LinearWeight& w, formats::ActQuant mode,
-              float input_scale, float* y);
+Status linear(const float* x, int64_t n_tokens, const LinearWeight& w, formats::ActQuant mode, float input_scale,
+              float* y);
 
 // y = x @ W^T for an NVFP4 W in the given activation mode (docs/numerics.md):
 //  NONE       y = weight_scale_2 · (x · Ŵ)                     (W4A16)
 //  STATIC     y = input_scale · weight_scale_2 · (x̂ · Ŵ), x̂ quantized with G = 1/input_scale
 //  PER_TOKEN  y_t = token_scale_t · weight_scale_2 · (x̂_t · Ŵ)
 // where Ŵ = e2m1 · e4m3 (exact) and x̂ the Blackwell-quantized activations, unscaled.
-Status linear_nvfp4(const float* x, int64_t n_tokens, const formats::Nvfp4WeightView& w,
-                    formats::ActQuant mode, float input_scale, float* y);
+Status linear_nvfp4(const float* x, int64_t n_tokens, const formats::Nvfp4WeightView& w, formats::ActQuant mode,
+                    float input_scale, float* y);
 
 // SwiGLU: out = silu(gate) · up, elementwise over n values.
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);

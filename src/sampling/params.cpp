@@ -7,9 +7,7 @@
 namespace nibble::sampling {
 
 Status SamplingParams::validate() const {
-  auto bad = [](const char* field, const std::string& why) {
-    return Status::error(std::string(field) + " " + why);
-  };
+  auto bad = [](const char* field, const std::string& why) { return Status::error(std::string(field) + " " + why); };
   if (!std::isfinite(temperature) || temperature < 0.0f) return bad("temperature", "must be a number >= 0");
   if (top_k < -1) return bad("top_k", "must be -1 (off), 0 (off) or a positive count");
   if (!(top_p > 0.0f && top_p <= 1.0f)) return bad("top_p", "must be in (0, 1]");

@@ -22,14 +22,17 @@ void apply_penalties(std::vector<float>& logits, const SamplingParams& p, const 
   auto in_vocab = [vocab](int32_t t) { return t >= 0 && t < vocab; };
   if (p.repetition_penalty != 1.0f) {
     std::vector<uint8_t> seen(logits.size(), 0);
-    for (int32_t t : c.prompt) if (in_vocab(t)) seen[t] = 1;
-    for (int32_t t : c.output) if (in_vocab(t)) seen[t] = 1;
+    for (int32_t t : c.prompt)
+      if (in_vocab(t)) seen[t] = 1;
+    for (int32_t t : c.output)
+      if (in_vocab(t)) seen[t] = 1;
     for (size_t t = 0; t < logits.size(); ++t)
       if (seen[t]) logits[t] = logits[t] > 0 ? logits[t] / p.repetition_penalty : logits[t] * p.repetition_penalty;
   }
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
     std::unordered_map<int32_t, int32_t> counts;
-    for (int32_t t : c.output) if (in_vocab(t)) ++counts[t];
+    for (int32_t t : c.output)
+      if (in_vocab(t)) ++counts[t];
     for (const auto& [t, n] : counts) logits[t] -= p.frequency_penalty * n + p.presence_penalty;
   }
 }
@@ -72,7 +75,7 @@ int32_t sample_random(std::vector<float>& logits, const SamplingParams& p, const
     max_logit = std::max(max_logit, l);
   }
   if (max_logit == NEG_INF) return argmax(logits);  // everything masked: nothing to draw from
-  std::vector<float>& probs = logits;  // unnormalized: exp(l - max), so the best token has 1
+  std::vector<float>& probs = logits;               // unnormalized: exp(l - max), so the best token has 1
   for (float& l : probs) l = std::exp(l - max_logit);
   std::vector<int32_t> candidates;
   const float min_prob = p.min_p;  // min_p · max p, and max p is 1 here
@@ -134,8 +137,10 @@ SampledToken sample_next(std::span<const float> logits, const SamplingParams& p,
       if (t < vocab) work[t] += bias;
     apply_penalties(work, p, c);
   }
-  if (p.greedy()) out.token = argmax(processed ? std::span<const float>(work) : logits);
-  else out.token = sample_random(work, p, key);
+  if (p.greedy())
+    out.token = argmax(processed ? std::span<const float>(work) : logits);
+  else
+    out.token = sample_random(work, p, key);
 
   if (p.logprobs >= 0) {
     SampledToken scored = score_token(logits, out.token, p.logprobs);

@@ -26,8 +26,8 @@ struct TokenLogprob {
 
 struct SampledToken {
   int32_t token = 0;
-  float logprob = 0.0f;             // of `token`, when params.logprobs >= 0
-  std::vector<TokenLogprob> top;    // params.logprobs most likely tokens, most likely first
+  float logprob = 0.0f;           // of `token`, when params.logprobs >= 0
+  std::vector<TokenLogprob> top;  // params.logprobs most likely tokens, most likely first
 };
 
 // What the penalties and min_tokens need to know about the sequence.

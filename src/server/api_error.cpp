@@ -4,13 +4,15 @@
 namespace nibble::server {
 
 std::string error_body(const ApiError& e) {
-  const char* type = e.status == 404 ? "NotFoundError"
+  const char* type = e.status == 404   ? "NotFoundError"
                      : e.status == 405 ? "MethodNotAllowedError"
                      : e.status == 503 ? "ServiceUnavailableError"
                      : e.status >= 500 ? "InternalServerError"
                                        : "BadRequestError";
   return dump({{"error",
-                {{"message", e.message}, {"type", type}, {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+                {{"message", e.message},
+                 {"type", type},
+                 {"param", e.param.empty() ? json(nullptr) : json(e.param)},
                  {"code", e.status}}}});
 }
 
@@ -90,7 +92,8 @@ bool RequestFields::integers(const char* key, std::vector<int32_t>& out, int64_t
   out.clear();
   for (const json& x : v) {
     if (!x.is_number_integer()) return fail(key, "must be a list of integers");
-    if (x.is_number_unsigned() ? x.get<uint64_t>() > static_cast<uint64_t>(hi) : (x.get<int64_t>() < lo || x.get<int64_t>() > hi))
+    if (x.is_number_unsigned() ? x.get<uint64_t>() > static_cast<uint64_t>(hi)
+                               : (x.get<int64_t>() < lo || x.get<int64_t>() > hi))
       return fail(key, "has a value outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
     out.push_back(static_cast<int32_t>(x.get<int64_t>()));
   }

@@ -26,8 +26,9 @@ Result<std::vector<std::string>> part_texts(const json& parts, size_t m, const s
     if (!field) {
       const bool media = type == "image_url" || type == "input_audio" || type == "file" || type == "video_url" ||
                          type == "audio_url" || type == "image";
-      return part_error(m, p, media ? "'" + type + "' parts are not supported: the served model takes text only"
-                                    : "unknown content part type '" + type + "' (expected 'text')");
+      return part_error(m, p,
+                        media ? "'" + type + "' parts are not supported: the served model takes text only"
+                              : "unknown content part type '" + type + "' (expected 'text')");
     }
     if (!part.contains(field) || !part[field].is_string())
       return part_error(m, p, "a '" + type + "' part needs a string '" + field + "'");
@@ -87,12 +88,14 @@ namespace {
 
 // The text a continued final message ends with: its content, or its last text part (transformers).
 Result<std::string> final_message_text(const json& messages) {
-  if (!messages.is_array() || messages.empty()) return Status::error("continue_final_message needs a message to continue");
+  if (!messages.is_array() || messages.empty())
+    return Status::error("continue_final_message needs a message to continue");
   const json& content = messages.back().contains("content") ? messages.back()["content"] : json();
   if (content.is_string()) return content.get<std::string>();
   if (content.is_array())
     for (auto part = content.rbegin(); part != content.rend(); ++part)
-      if (part->is_object() && part->contains("text") && (*part)["text"].is_string()) return (*part)["text"].get<std::string>();
+      if (part->is_object() && part->contains("text") && (*part)["text"].is_string())
+        return (*part)["text"].get<std::string>();
   return Status::error("continue_final_message is set but the final message has no text to continue");
 }
 
@@ -114,8 +117,9 @@ Result<std::string> cut_after_final_message(const std::string& rendered, const j
   const std::string stripped = strip(text, true);
   const size_t at = rendered.rfind(stripped);
   if (at == std::string::npos)
-    return Status::error("continue_final_message is set but the final message does not appear in the chat after "
-                         "applying the chat template");
+    return Status::error(
+        "continue_final_message is set but the final message does not appear in the chat after "
+        "applying the chat template");
   const std::string lstripped = strip(text, false);
   if (rendered.compare(at, lstripped.size(), text) == 0) return rendered.substr(0, at + lstripped.size());
   return rendered.substr(0, at + stripped.size());

@@ -24,7 +24,8 @@ Result<nlohmann::json> chat_messages_for_template(const nlohmann::json& messages
 // continue_final_message (vLLM's, with add_generation_prompt false): the text ends where the final
 // message's text ends, so the model continues it (assistant prefill).
 Result<std::string> render_chat_request(const text::ChatTemplate& chat, const nlohmann::json& body,
-                                        bool add_generation_prompt, bool with_tools, bool continue_final_message = false);
+                                        bool add_generation_prompt, bool with_tools,
+                                        bool continue_final_message = false);
 
 // transformers' apply_chat_template(continue_final_message=True): `rendered` cut after the last
 // occurrence of the final message's text (stripped; its leading whitespace-stripped form when the

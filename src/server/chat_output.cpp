@@ -34,8 +34,9 @@ nlohmann::json parse_tool_call(const std::string& body) {
           {"type", "function"},
           {"function",
            {{"name", j["name"]},
-            {"arguments", arguments.is_string() ? arguments.get<std::string>()
-                                                : arguments.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)}}}};
+            {"arguments", arguments.is_string()
+                              ? arguments.get<std::string>()
+                              : arguments.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)}}}};
 }
 
 }  // namespace
@@ -53,9 +54,7 @@ ChatDelta ChatOutputParser::finish() {
   return out;
 }
 
-void ChatOutputParser::emit_content(ChatDelta& out, const std::string& text) {
-  out.content += text;
-}
+void ChatOutputParser::emit_content(ChatDelta& out, const std::string& text) { out.content += text; }
 
 void ChatOutputParser::step(ChatDelta& out, bool final) {
   for (;;) {
@@ -107,8 +106,8 @@ void ChatOutputParser::step(ChatDelta& out, bool final) {
         const std::string body = pending_.substr(0, close);
         nlohmann::json call = parse_tool_call(body);
         if (call.is_null()) {
-          emit_content(out, TOOL + pending_.substr(0, close == std::string::npos ? pending_.size()
-                                                                                  : close + END_TOOL.size()));
+          emit_content(
+              out, TOOL + pending_.substr(0, close == std::string::npos ? pending_.size() : close + END_TOOL.size()));
         } else if (n_tool_calls_ < max_tool_calls_) {
           out.tool_calls.push_back(std::move(call));
           ++n_tool_calls_;

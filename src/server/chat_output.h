@@ -22,7 +22,9 @@ class ChatOutputParser {
  public:
   // Tool calls past max_tool_calls are dropped (parallel_tool_calls: false gives 1).
   ChatOutputParser(bool parse_reasoning, bool parse_tool_calls, int max_tool_calls = INT32_MAX)
-      : reasoning_(parse_reasoning), tools_(parse_tool_calls), max_tool_calls_(max_tool_calls),
+      : reasoning_(parse_reasoning),
+        tools_(parse_tool_calls),
+        max_tool_calls_(max_tool_calls),
         state_(parse_reasoning ? START : CONTENT) {}
   ChatDelta add(const std::string& text);
   ChatDelta finish();  // the end of the output: whatever is held is decided now

@@ -92,8 +92,8 @@ struct ChatPromptOptions {
   bool with_tools = false;
   bool add_special_tokens = false;
 };
-Result<std::vector<int32_t>> render_chat_prompt(const LoadedModel& model, const json& body, const ChatPromptOptions& options,
-                                                ApiError& error);
+Result<std::vector<int32_t>> render_chat_prompt(const LoadedModel& model, const json& body,
+                                                const ChatPromptOptions& options, ApiError& error);
 // add_generation_prompt (default true) and continue_final_message from the body, vLLM's rule that
 // not both are true checked; a wrong field fails `f`.
 void read_prompt_flags(RequestFields& f, ChatPromptOptions& options);

@@ -38,9 +38,7 @@ Cors::Cors(CorsPolicy policy) : policy_(std::move(policy)) {
   std::sort(allowed_headers_.begin(), allowed_headers_.end());
 }
 
-bool Cors::origin_allowed(const std::string& origin) const {
-  return all_origins_ || contains(policy_.origins, origin);
-}
+bool Cors::origin_allowed(const std::string& origin) const { return all_origins_ || contains(policy_.origins, origin); }
 
 std::string Cors::origin_headers(const std::string& origin) const {
   std::string headers = explicit_origin_ ? "Access-Control-Allow-Origin: " + origin + "\r\nVary: Origin\r\n"

@@ -48,8 +48,12 @@ double clamp_logprob(float lp) { return std::isfinite(lp) ? lp : -9999.0; }  // 
 
 GenerationJob::GenerationJob(ServingContext& ctx, std::shared_ptr<LoadedModel> model, JobOptions options,
                              Responder responder)
-    : ctx_(ctx), model_(std::move(model)), options_(std::move(options)), responder_(std::move(responder)),
-      strand_(boost::asio::make_strand(ctx.io)), started_(std::chrono::steady_clock::now()) {}
+    : ctx_(ctx),
+      model_(std::move(model)),
+      options_(std::move(options)),
+      responder_(std::move(responder)),
+      strand_(boost::asio::make_strand(ctx.io)),
+      started_(std::chrono::steady_clock::now()) {}
 
 GenerationJob::~GenerationJob() { ctx_.unregister_job(options_.id); }
 
@@ -64,7 +68,8 @@ void GenerationJob::start(std::vector<engine::GenerationRequest> requests) {
     c.prompt = i / options_.n;
     c.index = static_cast<int32_t>(i);
     if (options_.kind == ApiKind::CHAT)
-      c.parser = std::make_unique<ChatOutputParser>(options_.parse_reasoning, options_.parse_tool_calls, options_.max_tool_calls);
+      c.parser = std::make_unique<ChatOutputParser>(options_.parse_reasoning, options_.parse_tool_calls,
+                                                    options_.max_tool_calls);
     if (!options_.echo.empty()) c.text_offset = options_.echo[c.prompt].size();
   }
   ctx_.register_job(options_.id, weak_from_this());
@@ -79,7 +84,8 @@ void GenerationJob::start(std::vector<engine::GenerationRequest> requests) {
     engine_ids_.push_back(r.id);
     auto self = shared_from_this();
     r.on_output = [self, p](engine::RequestOutput&& out) {
-      boost::asio::post(self->strand_, [self, p, out = std::move(out)]() mutable { self->on_output(p, std::move(out)); });
+      boost::asio::post(self->strand_,
+                        [self, p, out = std::move(out)]() mutable { self->on_output(p, std::move(out)); });
     };
     const Status status = engine.submit(std::move(r));
     if (!status) {
@@ -105,14 +111,17 @@ void GenerationJob::abort() {
   });
 }
 
-std::string GenerationJob::token_text(int32_t id) const { return std::string(model_->tokenizer->token_bytes(id, false)); }
+std::string GenerationJob::token_text(int32_t id) const {
+  return std::string(model_->tokenizer->token_bytes(id, false));
+}
 
 json GenerationJob::logprobs_json(const std::vector<sampling::SampledToken>& tokens, size_t text_offset) const {
   if (options_.kind == ApiKind::CHAT) {
     json content = json::array();
     auto entry = [this](int32_t id, float lp) {
       const std::string text = token_text(id);
-      return json{{"token", text}, {"logprob", clamp_logprob(lp)}, {"bytes", std::vector<uint8_t>(text.begin(), text.end())}};
+      return json{
+          {"token", text}, {"logprob", clamp_logprob(lp)}, {"bytes", std::vector<uint8_t>(text.begin(), text.end())}};
     };
     for (const auto& t : tokens) {
       json e = entry(t.token, t.logprob);
@@ -130,7 +139,9 @@ json GenerationJob::logprobs_json(const std::vector<sampling::SampledToken>& tok
 // the token's own entry), and an echoed prompt's first token has null entries (nothing precedes it).
 json GenerationJob::completion_logprobs(const Choice* prompt, const std::vector<sampling::SampledToken>& tokens,
                                         size_t text_offset) const {
-  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+  json out = {{"tokens", json::array()},
+              {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()},
               {"text_offset", json::array()}};
   size_t offset = 0;
   auto add = [&](int32_t id, const sampling::SampledToken* t) {
@@ -278,7 +289,7 @@ void GenerationJob::stream_choice(Choice& c, engine::ChoiceDelta& d, bool finish
   const bool echo_now = !options_.echo.empty() && !c.echo_sent;  // a completion's first chunk leads with the prompt
   const bool has_logprobs = options_.logprobs >= 0 && (!d.logprobs.empty() || (echo_now && !options_.echo_ids.empty()));
   const size_t offset = c.text_offset + c.text.size() - d.text.size();
-  json lp = !has_logprobs                        ? json(nullptr)
+  json lp = !has_logprobs                          ? json(nullptr)
             : options_.kind == ApiKind::COMPLETION ? completion_logprobs(echo_now ? &c : nullptr, d.logprobs, offset)
                                                    : logprobs_json(d.logprobs, offset);
   if (options_.kind == ApiKind::GENERATE) {
@@ -316,8 +327,8 @@ void GenerationJob::stream_choice(Choice& c, engine::ChoiceDelta& d, bool finish
     choice["text"] = std::move(text);
   }
   choice["logprobs"] = std::move(lp);
-  choice["finish_reason"] = finished ? json(finish_name(c.finish, c.parser && c.parser->tool_call_count() > 0))
-                                     : json(nullptr);
+  choice["finish_reason"] =
+      finished ? json(finish_name(c.finish, c.parser && c.parser->tool_call_count() > 0)) : json(nullptr);
   if (finished) choice["stop_reason"] = stop_reason(c.stop_string, c.stop_token);
   // FastDeploy's server-side timing (serving_chat.py): seconds from the request's inference start
   // to this output; its benchmark_serving.py derives s_ttft, s_itl, s_e2el and s_decode from it.
@@ -366,7 +377,7 @@ void GenerationJob::finish() {
     } else {
       choice["text"] = options_.echo.empty() ? c.text : options_.echo[c.prompt] + c.text;
     }
-    choice["logprobs"] = options_.logprobs < 0                     ? json(nullptr)
+    choice["logprobs"] = options_.logprobs < 0                  ? json(nullptr)
                          : options_.kind == ApiKind::COMPLETION ? completion_logprobs(&c, c.logprobs, c.text_offset)
                                                                 : logprobs_json(c.logprobs, c.text_offset);
     choice["finish_reason"] = finish_name(c.finish, tools);

@@ -34,7 +34,8 @@ class Writer {
     uint64_t cumulative = 0;
     for (size_t i = 0; i < h.bounds.size(); ++i) {
       cumulative += h.counts[i];
-      sample(std::string(name) + "_bucket", sep + "le=\"" + number(h.bounds[i]) + "\"", static_cast<double>(cumulative));
+      sample(std::string(name) + "_bucket", sep + "le=\"" + number(h.bounds[i]) + "\"",
+             static_cast<double>(cumulative));
     }
     sample(std::string(name) + "_bucket", sep + "le=\"+Inf\"", static_cast<double>(h.count));
     sample(std::string(name) + "_sum", extra, h.sum);
@@ -47,7 +48,10 @@ class Writer {
     std::string out;
     for (char c : s) {
       if (c == '"' || c == '\\') out += '\\';
-      if (c == '\n') { out += "\\n"; continue; }
+      if (c == '\n') {
+        out += "\\n";
+        continue;
+      }
       out += c;
     }
     return out;
@@ -84,13 +88,17 @@ std::string prometheus_text(ServingContext& ctx) {
     for (const auto& [label, m] : series) w.histogram_samples(name, label, pick(m));
   };
   using S = engine::MetricsSnapshot;
-  each("nibble:num_requests_running", "gauge", "Sequences in the running batch.", [](const S& m) { return m.requests_running; });
-  each("nibble:num_requests_waiting", "gauge", "Sequences waiting to be scheduled.", [](const S& m) { return m.requests_waiting; });
-  each("nibble:kv_cache_usage_perc", "gauge", "Fraction of KV-cache blocks in use (1 = 100%).", [](const S& m) { return m.kv_usage; });
+  each("nibble:num_requests_running", "gauge", "Sequences in the running batch.",
+       [](const S& m) { return m.requests_running; });
+  each("nibble:num_requests_waiting", "gauge", "Sequences waiting to be scheduled.",
+       [](const S& m) { return m.requests_waiting; });
+  each("nibble:kv_cache_usage_perc", "gauge", "Fraction of KV-cache blocks in use (1 = 100%).",
+       [](const S& m) { return m.kv_usage; });
   each("nibble:kv_cache_blocks", "gauge", "KV-cache blocks in total.", [](const S& m) { return m.kv_blocks_total; });
   each("nibble:prompt_tokens_total", "counter", "Prompt tokens of requests that produced a token.",
        [](const S& m) { return m.prompt_tokens; });
-  each("nibble:generation_tokens_total", "counter", "Generated tokens.", [](const S& m) { return m.generation_tokens; });
+  each("nibble:generation_tokens_total", "counter", "Generated tokens.",
+       [](const S& m) { return m.generation_tokens; });
   each("nibble:num_preemptions_total", "counter", "Sequences preempted (recomputed later) for lack of KV blocks.",
        [](const S& m) { return m.preemptions; });
   each("nibble:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
@@ -133,7 +141,8 @@ std::string prometheus_text(ServingContext& ctx) {
   histogram("nibble:device_idle_seconds", "The GPU's idle time before each step launched back to back.",
             [](const S& m) -> const engine::Histogram& { return m.device_idle; });
   if (model->engine->size() > 1) {
-    w.header("nibble:engine_in_service", "gauge", "1 while a data-parallel engine takes requests, 0 once a failure took it out.");
+    w.header("nibble:engine_in_service", "gauge",
+             "1 while a data-parallel engine takes requests, 0 once a failure took it out.");
     for (const engine::EngineReplicaInfo& r : model->engine->replicas())
       w.sample("nibble:engine_in_service", "engine=\"" + std::to_string(r.index) + "\"", r.in_service ? 1 : 0);
   }

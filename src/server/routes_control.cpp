@@ -39,7 +39,8 @@ Result<std::vector<int32_t>> render_chat_prompt(const LoadedModel& model, const 
     error = {400, "the model has no chat template; use /v1/completions", "messages"};
     return Status::error(error.message);
   }
-  auto rendered = render_chat_request(*model.chat_template, body, o.add_generation_prompt, o.with_tools, o.continue_final_message);
+  auto rendered =
+      render_chat_request(*model.chat_template, body, o.add_generation_prompt, o.with_tools, o.continue_final_message);
   if (!rendered) {
     error = {400, rendered.status().message(), "messages"};
     return rendered.status();
@@ -115,7 +116,9 @@ void handle_tokenize(ServingContext& ctx, const HttpRequest& request, Responder 
     if (f.error) return respond_error(responder, *f.error);
     ids = model->tokenizer->encode(prompt, true, add_special);
   }
-  json reply = {{"count", ids.size()}, {"max_model_len", model->engine->config().max_model_len}, {"tokens", ids},
+  json reply = {{"count", ids.size()},
+                {"max_model_len", model->engine->config().max_model_len},
+                {"tokens", ids},
                 {"token_strs", nullptr}};
   if (return_token_strs) {
     reply["token_strs"] = json::array();
@@ -151,11 +154,13 @@ void handle_update_weights(ServingContext& ctx, const HttpRequest& request, Resp
   f.string("weight_version", u.weight_version);
   std::string load_format = "auto";
   f.string("load_format", load_format);
-  if (load_format != "auto" && load_format != "safetensors") f.fail("load_format", "supports only auto and safetensors");
+  if (load_format != "auto" && load_format != "safetensors")
+    f.fail("load_format", "supports only auto and safetensors");
   if (f.error) return respond_error(responder, *f.error);
   model->engine->update_weights(std::move(u), [responder](engine::WeightUpdateResult result) {
     respond_json(responder, result.success ? 200 : 400,
-                 {{"success", result.success}, {"message", result.message},
+                 {{"success", result.success},
+                  {"message", result.message},
                   {"num_paused_requests", result.num_paused_requests}});
   });
 }
@@ -184,8 +189,10 @@ void handle_flush_cache(ServingContext& ctx, const HttpRequest&, Responder respo
   auto model = ready_model(ctx, responder);
   if (!model) return;
   model->engine->flush_cache([responder](Status status) {
-    if (status) responder->respond(200, "text/plain", "Cache flushed.\n");
-    else respond_error(responder, {400, "Cache not flushed: " + status.message(), ""});
+    if (status)
+      responder->respond(200, "text/plain", "Cache flushed.\n");
+    else
+      respond_error(responder, {400, "Cache not flushed: " + status.message(), ""});
   });
 }
 
@@ -194,8 +201,10 @@ void handle_reset_prefix_cache(ServingContext& ctx, const HttpRequest&, Responde
   auto model = ready_model(ctx, responder);
   if (!model) return;
   model->engine->flush_cache([responder](Status status) {
-    if (status) responder->respond(200, "text/plain", "");
-    else respond_error(responder, {400, "prefix cache not reset: " + status.message(), ""});
+    if (status)
+      responder->respond(200, "text/plain", "");
+    else
+      respond_error(responder, {400, "prefix cache not reset: " + status.message(), ""});
   });
 }
 
@@ -212,8 +221,10 @@ void handle_health_generate(ServingContext& ctx, const HttpRequest&, Responder r
   r.on_output = [responder](engine::RequestOutput&& out) {
     if (!out.finished) return;
     const bool ok = out.error.empty() && out.completion_tokens == 1;
-    if (ok) responder->respond(200, "text/plain", "");
-    else respond_error(responder, {503, "health generation failed: " + (out.error.empty() ? "aborted" : out.error), ""});
+    if (ok)
+      responder->respond(200, "text/plain", "");
+    else
+      respond_error(responder, {503, "health generation failed: " + (out.error.empty() ? "aborted" : out.error), ""});
   };
   const Status status = model->engine->submit(std::move(r));
   if (!status) respond_error(responder, {503, status.message(), ""});

@@ -47,7 +47,8 @@ bool read_logit_bias(RequestFields& f, int64_t vocab, std::vector<std::pair<int3
   }
   std::sort(out.begin(), out.end());
   for (size_t i = 1; i < out.size(); ++i)
-    if (out[i].first == out[i - 1].first) return f.fail("logit_bias", "names token " + std::to_string(out[i].first) + " twice");
+    if (out[i].first == out[i - 1].first)
+      return f.fail("logit_bias", "names token " + std::to_string(out[i].first) + " twice");
   return true;
 }
 
@@ -77,7 +78,8 @@ bool parse_sampling(RequestFields& f, const LoadedModel& model, const FieldNames
   stop.max_tokens = default_max_tokens;
   f.integer(names.max_tokens, stop.max_tokens, 0, int64_t{1} << 40);
   // OpenAI's current name wins where both come (vLLM: max_completion_tokens or max_tokens).
-  if (std::string(names.max_tokens) == "max_tokens") f.integer("max_completion_tokens", stop.max_tokens, 0, int64_t{1} << 40);
+  if (std::string(names.max_tokens) == "max_tokens")
+    f.integer("max_completion_tokens", stop.max_tokens, 0, int64_t{1} << 40);
   f.integer(names.min_tokens, stop.min_tokens, 0, int64_t{1} << 40);
   f.strings("stop", stop.stop);
   f.integers("stop_token_ids", stop.stop_token_ids, 0, INT32_MAX);
@@ -93,8 +95,8 @@ bool check_model_name(ServingContext& ctx, RequestFields& f) {
   if (!f.string("model", name)) return false;
   if (f.has("model") && name != ctx.options.served_model_name && !f.error) {
     // vLLM's and OpenAI's answer: 404, so clients raise NotFoundError.
-    f.error = ApiError{404, "The model `" + name + "` does not exist (serving '" + ctx.options.served_model_name + "').",
-                       "model"};
+    f.error = ApiError{
+        404, "The model `" + name + "` does not exist (serving '" + ctx.options.served_model_name + "').", "model"};
     return false;
   }
   return true;
@@ -171,12 +173,13 @@ void handle_chat_completions(ServingContext& ctx, const HttpRequest& request, Re
   if (top_logprobs > 0 && !logprobs) f.fail("top_logprobs", "needs logprobs: true");  // 0 without it is vLLM's default
   job.logprobs = logprobs ? static_cast<int32_t>(top_logprobs) : -1;
   std::string tool_choice = "auto";
-  if (f.has("tool_choice") && !(f.at("tool_choice").is_string() &&
-                                 (f.at("tool_choice") == "auto" || f.at("tool_choice") == "none")))
+  if (f.has("tool_choice") &&
+      !(f.at("tool_choice").is_string() && (f.at("tool_choice") == "auto" || f.at("tool_choice") == "none")))
     f.fail("tool_choice", "supports only \"auto\" and \"none\"");
   f.string("tool_choice", tool_choice);
   if (f.has("tools") && !f.at("tools").is_array()) f.fail("tools", "must be a list");
-  if (f.has("response_format") && !(f.at("response_format").is_object() && f.at("response_format").value("type", "") == "text"))
+  if (f.has("response_format") &&
+      !(f.at("response_format").is_object() && f.at("response_format").value("type", "") == "text"))
     f.fail("response_format", "supports only {\"type\": \"text\"}");
   if (f.has("chat_template_kwargs") && !f.at("chat_template_kwargs").is_object())
     f.fail("chat_template_kwargs", "must be an object");
@@ -220,17 +223,26 @@ void handle_completions(ServingContext& ctx, const HttpRequest& request, Respond
   // prompt: a string, a list of strings, a list of token ids, or a list of lists of token ids.
   std::vector<std::vector<int32_t>> prompts;
   const int64_t vocab = model->engine->model_config().vocab_size;
-  if (!f.has("prompt")) f.fail("prompt", "is required");
+  if (!f.has("prompt"))
+    f.fail("prompt", "is required");
   else {
     const json& p = body["prompt"];
-    if (p.is_string()) prompts.push_back(model->tokenizer->encode(p.get<std::string>(), true, true));
-    else if (!p.is_array() || p.empty()) f.fail("prompt", "must be a string, a list of strings or token id lists");
-    else if (p[0].is_number_integer()) read_token_ids(f, "prompt", p, vocab, prompts);
+    if (p.is_string())
+      prompts.push_back(model->tokenizer->encode(p.get<std::string>(), true, true));
+    else if (!p.is_array() || p.empty())
+      f.fail("prompt", "must be a string, a list of strings or token id lists");
+    else if (p[0].is_number_integer())
+      read_token_ids(f, "prompt", p, vocab, prompts);
     else
       for (const json& item : p) {
-        if (item.is_string()) prompts.push_back(model->tokenizer->encode(item.get<std::string>(), true, true));
-        else if (item.is_array()) { if (!read_token_ids(f, "prompt", item, vocab, prompts)) break; }
-        else { f.fail("prompt", "must be a string, a list of strings or token id lists"); break; }
+        if (item.is_string())
+          prompts.push_back(model->tokenizer->encode(item.get<std::string>(), true, true));
+        else if (item.is_array()) {
+          if (!read_token_ids(f, "prompt", item, vocab, prompts)) break;
+        } else {
+          f.fail("prompt", "must be a string, a list of strings or token id lists");
+          break;
+        }
       }
   }
   if (f.error) return respond_error(responder, *f.error);
@@ -263,24 +275,33 @@ void handle_generate(ServingContext& ctx, const HttpRequest& request, Responder 
   if (sp.error && !f.error) f.error = ApiError{400, "sampling_params: " + sp.error->message, "sampling_params"};
   std::vector<std::vector<int32_t>> prompts;
   const int64_t vocab = model->engine->model_config().vocab_size;
-  if (f.has("text") == f.has("input_ids")) f.fail("text", "or 'input_ids' is required (exactly one of them)");
+  if (f.has("text") == f.has("input_ids"))
+    f.fail("text", "or 'input_ids' is required (exactly one of them)");
   else if (f.has("text")) {
     const json& t = body["text"];
-    if (t.is_string()) prompts.push_back(model->tokenizer->encode(t.get<std::string>(), true, false));
-    else if (t.is_array() && !t.empty() && std::all_of(t.begin(), t.end(), [](const json& x) { return x.is_string(); })) {
+    if (t.is_string())
+      prompts.push_back(model->tokenizer->encode(t.get<std::string>(), true, false));
+    else if (t.is_array() && !t.empty() &&
+             std::all_of(t.begin(), t.end(), [](const json& x) { return x.is_string(); })) {
       job.generate_batch = true;
       for (const json& x : t) prompts.push_back(model->tokenizer->encode(x.get<std::string>(), true, false));
-    } else f.fail("text", "must be a string or a non-empty list of strings");
+    } else
+      f.fail("text", "must be a string or a non-empty list of strings");
   } else {
     const json& ids = body["input_ids"];
-    if (!ids.is_array() || ids.empty()) f.fail("input_ids", "must be a non-empty list");
+    if (!ids.is_array() || ids.empty())
+      f.fail("input_ids", "must be a non-empty list");
     else if (ids[0].is_array()) {
       job.generate_batch = true;
       for (const json& list : ids) {
-        if (!list.is_array()) { f.fail("input_ids", "must be a list of ids or a list of id lists"); break; }
+        if (!list.is_array()) {
+          f.fail("input_ids", "must be a list of ids or a list of id lists");
+          break;
+        }
         if (!read_token_ids(f, "input_ids", list, vocab, prompts)) break;
       }
-    } else read_token_ids(f, "input_ids", ids, vocab, prompts);
+    } else
+      read_token_ids(f, "input_ids", ids, vocab, prompts);
   }
   if (f.error) return respond_error(responder, *f.error);
   run_job(ctx, std::move(model), std::move(job), responder, std::move(r), std::move(prompts));

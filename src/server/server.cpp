@@ -65,12 +65,15 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   model->tokenizer = std::move(tokenizer.value());
   model->tokenizer_path = o.model_path;
   auto chat_template = text::ChatTemplate::load(o.model_path);
-  if (chat_template) model->chat_template = std::move(chat_template.value());
-  else log_warn("chat completions are off: " + chat_template.status().message());
+  if (chat_template)
+    model->chat_template = std::move(chat_template.value());
+  else
+    log_warn("chat completions are off: " + chat_template.status().message());
   auto generation = io::load_generation_config(o.model_path);
   if (!generation) return generation.status();
   model->generation = std::move(generation.value());
-  const bool has_think = model->tokenizer->token_to_id("<think>") >= 0 && model->tokenizer->token_to_id("</think>") >= 0;
+  const bool has_think =
+      model->tokenizer->token_to_id("<think>") >= 0 && model->tokenizer->token_to_id("</think>") >= 0;
   model->parse_reasoning = o.reasoning_parser == "qwen3" || (o.reasoning_parser == "auto" && has_think);
 
   // Opened before the weights load, so that a bad path fails at once.
@@ -90,8 +93,9 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
     else
       ro.engines_on_device = dp;  // CPU engines share the host's KV budget
     auto runner = engine::create_runner(o.model_path, ro);
-    if (!runner) return Status::error(dp > 1 ? "engine " + std::to_string(i) + ": " + runner.status().message()
-                                             : runner.status().message());
+    if (!runner)
+      return Status::error(dp > 1 ? "engine " + std::to_string(i) + ": " + runner.status().message()
+                                  : runner.status().message());
     runners.push_back(engine::inject_engine_failure(std::move(runner.value()), i));
   }
   const io::ModelConfig config = runners[0]->config();
@@ -99,11 +103,13 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   for (const auto& r : runners) capacity = std::min(capacity, r->n_kv_blocks() * r->block_size());
   int64_t max_model_len = o.max_model_len;
   if (max_model_len > config.max_position_embeddings)
-    return Status::error("--max-model-len " + std::to_string(max_model_len) + " exceeds the model's max_position_embeddings (" +
+    return Status::error("--max-model-len " + std::to_string(max_model_len) +
+                         " exceeds the model's max_position_embeddings (" +
                          std::to_string(config.max_position_embeddings) + ")");
   if (max_model_len > capacity)
     return Status::error("--max-model-len " + std::to_string(max_model_len) + " does not fit the KV cache (" +
-                         std::to_string(capacity) + " tokens); raise --num-kv-blocks / --kv-cache-memory-gb / "
+                         std::to_string(capacity) +
+                         " tokens); raise --num-kv-blocks / --kv-cache-memory-gb / "
                          "--gpu-memory-utilization or lower it");
   if (max_model_len <= 0) {
     max_model_len = std::min(config.max_position_embeddings, capacity);
@@ -182,7 +188,8 @@ Status validate_options(const ServerOptions& o) {
   NIB_RETURN_IF_ERROR(check_member("--act-quant-dense", o.act_quant_dense, Names{"none", "static", "per-token"}));
   NIB_RETURN_IF_ERROR(check_member("--reasoning-parser", o.reasoning_parser, Names{"auto", "qwen3", "none"}));
   if (const auto kv = engine::parse_kv_cache_dtype(o.kv_cache_dtype); !kv || *kv == engine::KvCacheDtype::FP32)
-    return Status::error("--kv-cache-dtype '" + o.kv_cache_dtype + "' is not supported (supported: auto, bf16, fp8, fp8_e4m3)");
+    return Status::error("--kv-cache-dtype '" + o.kv_cache_dtype +
+                         "' is not supported (supported: auto, bf16, fp8, fp8_e4m3)");
   if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1))
     return Status::error("--gpu-memory-utilization must be in (0, 1]");
   if (o.tensor_parallel_size != 1)
@@ -288,21 +295,25 @@ Status Server::start() {
   Impl& s = *impl_;
   NIB_RETURN_IF_ERROR(validate_options(s.ctx.options));
   if (s.ctx.options.served_model_name.empty()) s.ctx.options.served_model_name = s.ctx.options.model_path;
-  s.ctx.started_at = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  s.ctx.started_at =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   raise_open_file_limit();
   auto handler = [&s](const HttpRequest& r, Responder responder) { s.route(r, std::move(responder)); };
   s.http = std::make_unique<HttpServer>(s.ctx.io, handler, s.ctx.http_stats, cors_policy(s.ctx.options).value());
   NIB_RETURN_IF_ERROR(s.http->listen(s.ctx.options.host, s.ctx.options.port));
   if (s.ctx.options.metrics_port) {
     auto metrics_only = [&s](const HttpRequest& r, Responder responder) {
-      if (r.path == "/metrics") handle_metrics(s.ctx, r, std::move(responder));
-      else respond_error(responder, {404, "the metrics port serves only /metrics", ""});
+      if (r.path == "/metrics")
+        handle_metrics(s.ctx, r, std::move(responder));
+      else
+        respond_error(responder, {404, "the metrics port serves only /metrics", ""});
     };
     s.metrics_http = std::make_unique<HttpServer>(s.ctx.io, metrics_only, s.ctx.http_stats);
     NIB_RETURN_IF_ERROR(s.metrics_http->listen(s.ctx.options.host, s.ctx.options.metrics_port));
   }
-  const int n_threads = s.ctx.options.io_threads > 0 ? s.ctx.options.io_threads
-                                                     : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+  const int n_threads = s.ctx.options.io_threads > 0
+                            ? s.ctx.options.io_threads
+                            : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
   for (int i = 0; i < n_threads; ++i)
     s.io_threads.emplace_back([&s] {
       auto guard = boost::asio::make_work_guard(s.ctx.io);

@@ -14,29 +14,29 @@ namespace nibble::server {
 
 struct ServerOptions {
   std::string model_path;
-  std::string served_model_name;   // default: the model path
+  std::string served_model_name;  // default: the model path
   std::string host = "0.0.0.0";
   uint16_t port = 8000;
-  uint16_t metrics_port = 0;       // 0: /metrics on the main port only
-  int64_t max_model_len = 0;       // 0: the model's, capped by KV capacity
+  uint16_t metrics_port = 0;  // 0: /metrics on the main port only
+  int64_t max_model_len = 0;  // 0: the model's, capped by KV capacity
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 8192;
   int64_t block_size = 16;
-  int64_t num_kv_blocks = 0;       // 0: from kv_cache_memory_gb
-  double kv_cache_memory_gb = 0.0; // 0: measured by the runner (engine::RunnerOptions)
+  int64_t num_kv_blocks = 0;             // 0: from kv_cache_memory_gb
+  double kv_cache_memory_gb = 0.0;       // 0: measured by the runner (engine::RunnerOptions)
   double gpu_memory_utilization = 0.90;  // vLLM's flag: the GPU memory share weights + KV may take
   bool enforce_eager = false;            // vLLM's flag: no CUDA graphs
   bool enable_prefix_caching = true;
   bool disable_overlap_schedule = false;  // SGLang's flag: collect each step before building the next
-  std::string step_log;                 // a CSV row per collected step (tokens, sequences, device time); "": none
-  double scheduler_delay_factor = 0.0;  // vLLM's flag: hold new prompts to batch their prefills
-  std::string kv_cache_dtype = "auto";  // auto | bf16
-  std::string backend = "auto";         // auto | cpu | cuda
-  std::string moe_backend = "auto";     // core/kernel_choice.h's names (CUDA backend)
+  std::string step_log;                   // a CSV row per collected step (tokens, sequences, device time); "": none
+  double scheduler_delay_factor = 0.0;    // vLLM's flag: hold new prompts to batch their prefills
+  std::string kv_cache_dtype = "auto";    // auto | bf16
+  std::string backend = "auto";           // auto | cpu | cuda
+  std::string moe_backend = "auto";       // core/kernel_choice.h's names (CUDA backend)
   std::string gemm_backend = "auto";
   std::string attention_backend = "auto";  // flashinfer | native | auto (CUDA backend)
-  std::string decode_attention = "auto";  // split-kv | tensor-core | auto (CUDA backend, native attention)
-  std::string act_quant_moe = "none";   // none | static | per-token
+  std::string decode_attention = "auto";   // split-kv | tensor-core | auto (CUDA backend, native attention)
+  std::string act_quant_moe = "none";      // none | static | per-token
   std::string act_quant_dense = "none";
   int64_t tensor_parallel_size = 1;
   // Data parallelism: this many engines, each a copy of the model on its own GPU (engine i on
@@ -46,13 +46,13 @@ struct ServerOptions {
   // 503 (behind a router: nothing is lost when a worker stops); 0 ends them at once (finish_reason abort).
   double shutdown_timeout = 0.0;
   std::string reasoning_parser = "auto";  // auto | qwen3 | none
-  std::string api_key;                    // when set, every route but /health and /metrics needs "Authorization: Bearer KEY"
+  std::string api_key;  // when set, every route but /health and /metrics needs "Authorization: Bearer KEY"
   // CORS (vLLM's flags and defaults): JSON lists, e.g. ["https://app.example"]; "*" allows any.
   std::string allowed_origins = R"(["*"])", allowed_methods = R"(["*"])", allowed_headers = R"(["*"])";
   bool allow_credentials = false;
-  int io_threads = 0;                     // 0: min(4, cores)
+  int io_threads = 0;  // 0: min(4, cores)
   std::string weight_version = "default";
-  std::string version;                    // reported by /version and /get_server_info
+  std::string version;  // reported by /version and /get_server_info
 };
 
 // The main port's routes, for tests that must cover every one (e.g. that --api-key guards all).

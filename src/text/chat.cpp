@@ -77,7 +77,8 @@ Result<std::shared_ptr<const ChatTemplate>> load_unchecked(const std::string& mo
     for (const auto& named : config["chat_template"])  // [{"name": "default", "template": ...}, ...]
       if (named.value("name", "") == "default") source = named.value("template", "");
   }
-  if (source.empty()) return Status::error(model_dir + ": no chat template (tokenizer_config.json or chat_template.jinja)");
+  if (source.empty())
+    return Status::error(model_dir + ": no chat template (tokenizer_config.json or chat_template.jinja)");
   json special = json::object();
   for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
     if (!config.contains(key) || config[key].is_null()) continue;
@@ -101,9 +102,11 @@ Result<std::string> ChatTemplate::render(const json& request) const {
   for (const auto& [k, v] : special_tokens_.items()) vars.emplace_back(k, jinja::Value::from_json(v));
   vars.emplace_back("messages", jinja::Value::from_json(request["messages"]));
   vars.emplace_back("tools", request.contains("tools") && !request["tools"].is_null()
-                                 ? jinja::Value::from_json(request["tools"]) : jinja::Value::none());
+                                 ? jinja::Value::from_json(request["tools"])
+                                 : jinja::Value::none());
   vars.emplace_back("documents", request.contains("documents") && !request["documents"].is_null()
-                                     ? jinja::Value::from_json(request["documents"]) : jinja::Value::none());
+                                     ? jinja::Value::from_json(request["documents"])
+                                     : jinja::Value::none());
   const json gen = request.value("add_generation_prompt", json(true));
   vars.emplace_back("add_generation_prompt", jinja::Value::from_json(gen));
   if (request.contains("chat_template_kwargs") && !request["chat_template_kwargs"].is_null()) {
@@ -111,8 +114,10 @@ Result<std::string> ChatTemplate::render(const json& request) const {
     for (const auto& [k, v] : request["chat_template_kwargs"].items()) {
       const std::string key = k;  // structured bindings cannot be captured by lambdas in clang 14
       auto it = std::find_if(vars.begin(), vars.end(), [&](const auto& kv) { return kv.first == key; });
-      if (it != vars.end()) it->second = jinja::Value::from_json(v);
-      else vars.emplace_back(key, jinja::Value::from_json(v));
+      if (it != vars.end())
+        it->second = jinja::Value::from_json(v);
+      else
+        vars.emplace_back(key, jinja::Value::from_json(v));
     }
   }
   try {  // rendering reports errors as Status; this is the net under any slip

@@ -26,7 +26,7 @@ class IncrementalDetokenizer {
   std::string emit(std::string bytes);
   std::string end_byte_run();
 
-  std::string pending_;  // bytes not yet emitted: at most an incomplete UTF-8 sequence
+  std::string pending_;   // bytes not yet emitted: at most an incomplete UTF-8 sequence
   bool at_start_ = true;  // no bytes seen yet
   std::string byte_run_;  // SentencePiece byte pieces since the last other token
   size_t byte_run_pieces_ = 0;

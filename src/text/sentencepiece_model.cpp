@@ -75,14 +75,19 @@ Result<std::string> SentencePieceModel::train_bpe(const std::string& text, int v
                                                   const std::vector<std::string>& control_pieces) {
   std::string controls;
   for (const std::string& p : control_pieces) controls += (controls.empty() ? "" : ",") + p;
-  const std::unordered_map<std::string, std::string> args = {
-      {"model_type", "bpe"},          {"vocab_size", std::to_string(vocab_size)},
-      {"hard_vocab_limit", "true"},  {"byte_fallback", "true"},
-      {"character_coverage", "1.0"},  {"unk_id", "0"},
-      {"bos_id", "1"},                {"eos_id", "2"},
-      {"pad_id", "-1"},               {"control_symbols", controls},
-      {"num_threads", "1"},           {"minloglevel", "2"},
-      {"model_prefix", ""}};
+  const std::unordered_map<std::string, std::string> args = {{"model_type", "bpe"},
+                                                             {"vocab_size", std::to_string(vocab_size)},
+                                                             {"hard_vocab_limit", "true"},
+                                                             {"byte_fallback", "true"},
+                                                             {"character_coverage", "1.0"},
+                                                             {"unk_id", "0"},
+                                                             {"bos_id", "1"},
+                                                             {"eos_id", "2"},
+                                                             {"pad_id", "-1"},
+                                                             {"control_symbols", controls},
+                                                             {"num_threads", "1"},
+                                                             {"minloglevel", "2"},
+                                                             {"model_prefix", ""}};
   LineIterator lines(text);
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);

@@ -40,8 +40,8 @@ class Regex {
     int error = 0;
     PCRE2_SIZE offset = 0;
     const uint32_t flags = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
-    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), flags, &error,
-                                     &offset, nullptr);
+    pcre2_code* code =
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), flags, &error, &offset, nullptr);
     if (!code) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(error, message, sizeof message);
@@ -59,8 +59,8 @@ class Regex {
     pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
     size_t start = 0;
     while (start <= s.size()) {
-      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start,
-                                 PCRE2_NO_UTF_CHECK, md, nullptr);
+      const int rc =
+          pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
       if (rc < 0) break;
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       if (ov[1] > ov[0]) {
@@ -107,9 +107,12 @@ std::vector<std::string> split_piece(const std::string& piece, const PreTokenize
         if (!gap.empty()) out.push_back(gap);
         break;
       case SplitBehavior::MERGED_WITH_PREVIOUS:
-        if (!gap.empty()) out.push_back(gap + match);
-        else if (!out.empty()) out.back() += match;
-        else out.push_back(match);
+        if (!gap.empty())
+          out.push_back(gap + match);
+        else if (!out.empty())
+          out.back() += match;
+        else
+          out.push_back(match);
         break;
       case SplitBehavior::MERGED_WITH_NEXT:
         if (!gap.empty()) out.push_back(pending_merge + gap), pending_merge.clear();
@@ -209,14 +212,18 @@ struct Tokenizer::Impl {
     std::string out = s;
     for (const std::string& form : normalizers) {
       int options = UTF8PROC_STABLE;
-      if (form == "NFC") options |= UTF8PROC_COMPOSE;
-      else if (form == "NFD") options |= UTF8PROC_DECOMPOSE;
-      else if (form == "NFKC") options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
-      else options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      if (form == "NFC")
+        options |= UTF8PROC_COMPOSE;
+      else if (form == "NFD")
+        options |= UTF8PROC_DECOMPOSE;
+      else if (form == "NFKC")
+        options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      else
+        options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
       utf8proc_uint8_t* r = nullptr;
-      const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(out.data()),
-                                              static_cast<utf8proc_ssize_t>(out.size()), &r,
-                                              static_cast<utf8proc_option_t>(options));
+      const utf8proc_ssize_t n =
+          utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(out.data()), static_cast<utf8proc_ssize_t>(out.size()),
+                       &r, static_cast<utf8proc_option_t>(options));
       if (n < 0) continue;  // invalid UTF-8 cannot reach here (input is validated) but stay safe
       out.assign(reinterpret_cast<char*>(r), static_cast<size_t>(n));
       free(r);
@@ -247,7 +254,8 @@ struct Tokenizer::Impl {
         int32_t best_rank = INT32_MAX, merged = -1;
         size_t best = 0;
         for (size_t i = 0; i + 1 < ids.size(); ++i) {
-          auto it = merges.find(static_cast<uint64_t>(static_cast<uint32_t>(ids[i])) << 32 | static_cast<uint32_t>(ids[i + 1]));
+          auto it = merges.find(static_cast<uint64_t>(static_cast<uint32_t>(ids[i])) << 32 |
+                                static_cast<uint32_t>(ids[i + 1]));
           if (it != merges.end() && it->second.first < best_rank) {
             best_rank = it->second.first;
             merged = it->second.second;
@@ -287,8 +295,10 @@ struct Tokenizer::Impl {
         continue;
       }
       size_t match_begin = i, match_end = i + best->content.size();
-      if (best->lstrip) while (match_begin > start && std::isspace(static_cast<unsigned char>(text[match_begin - 1]))) --match_begin;
-      if (best->rstrip) while (match_end < text.size() && std::isspace(static_cast<unsigned char>(text[match_end]))) ++match_end;
+      if (best->lstrip)
+        while (match_begin > start && std::isspace(static_cast<unsigned char>(text[match_begin - 1]))) --match_begin;
+      if (best->rstrip)
+        while (match_end < text.size() && std::isspace(static_cast<unsigned char>(text[match_end]))) ++match_end;
       if (match_begin > start) out.emplace_back(text.substr(start, match_begin - start), -1);
       out.emplace_back(std::string(), best->id);
       start = i = match_end;
@@ -340,7 +350,8 @@ Status load_pre_tokenizer(const json& p, std::vector<PreTokenizerStep>& out) {
   if (p.is_null()) return Status::ok();
   const std::string type = p.value("type", "");
   if (type == "Sequence") {
-    for (const json& child : p.value("pretokenizers", json::array())) NIB_RETURN_IF_ERROR(load_pre_tokenizer(child, out));
+    for (const json& child : p.value("pretokenizers", json::array()))
+      NIB_RETURN_IF_ERROR(load_pre_tokenizer(child, out));
     return Status::ok();
   }
   PreTokenizerStep step;
@@ -365,11 +376,16 @@ Status load_pre_tokenizer(const json& p, std::vector<PreTokenizerStep>& out) {
   if (!regex) return regex.status();
   step.regex = *regex;
   const std::string behavior = p.value("behavior", "Isolated");
-  if (behavior == "Isolated") step.behavior = SplitBehavior::ISOLATED;
-  else if (behavior == "Removed") step.behavior = SplitBehavior::REMOVED;
-  else if (behavior == "MergedWithPrevious") step.behavior = SplitBehavior::MERGED_WITH_PREVIOUS;
-  else if (behavior == "MergedWithNext") step.behavior = SplitBehavior::MERGED_WITH_NEXT;
-  else return Status::error("Split behavior '" + behavior + "' is not supported");
+  if (behavior == "Isolated")
+    step.behavior = SplitBehavior::ISOLATED;
+  else if (behavior == "Removed")
+    step.behavior = SplitBehavior::REMOVED;
+  else if (behavior == "MergedWithPrevious")
+    step.behavior = SplitBehavior::MERGED_WITH_PREVIOUS;
+  else if (behavior == "MergedWithNext")
+    step.behavior = SplitBehavior::MERGED_WITH_NEXT;
+  else
+    return Status::error("Split behavior '" + behavior + "' is not supported");
   out.push_back(step);
   return Status::ok();
 }
@@ -384,7 +400,8 @@ Status load_post_processor(const json& p, std::vector<int32_t>& prefix, std::vec
     return Status::ok();
   }
   if (type != "TemplateProcessing") {
-    return Status::error("post-processor '" + type + "' is not supported (supported: ByteLevel, TemplateProcessing, Sequence)");
+    return Status::error("post-processor '" + type +
+                         "' is not supported (supported: ByteLevel, TemplateProcessing, Sequence)");
   }
   const json& special = p.value("special_tokens", json::object());
   bool after_sequence = false;
@@ -432,8 +449,9 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load_sentencepiece(const std::stri
   const json added = config.value("added_tokens_decoder", json::object());
   for (const auto& [key, t] : added.items()) {
     // Matched on the raw text: SentencePiece normalizes each chunk between them by itself.
-    AddedToken a{std::stoi(key), t.value("content", ""), t.value("special", false), t.value("lstrip", false),
-                 t.value("rstrip", false), t.value("single_word", false), /*normalized=*/false};
+    AddedToken a{std::stoi(key),           t.value("content", ""),   t.value("special", false),
+                 t.value("lstrip", false), t.value("rstrip", false), t.value("single_word", false),
+                 /*normalized=*/false};
     if (a.id < 0 || a.content.empty()) return Status::error(config_file + ": added token " + key + " without content");
     if (static_cast<size_t>(a.id) >= m.id_to_token.size()) m.id_to_token.resize(static_cast<size_t>(a.id) + 1);
     m.id_to_token[a.id] = a.content;
@@ -456,7 +474,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load_unchecked(const std::string& 
   std::string file = path;
   if (std::filesystem::is_directory(path)) {
     file = path + "/tokenizer.json";
-    if (!std::filesystem::exists(file) && std::filesystem::exists(path + "/tokenizer.model")) return load_sentencepiece(path);
+    if (!std::filesystem::exists(file) && std::filesystem::exists(path + "/tokenizer.model"))
+      return load_sentencepiece(path);
   }
   std::ifstream in(file);
   if (!in) return Status::error(file + ": cannot open");
@@ -467,7 +486,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load_unchecked(const std::string& 
   std::unique_ptr<Tokenizer> tok(new Tokenizer());
   Impl& m = *tok->impl_;
   const json& model = root.value("model", json::object());
-  if (model.value("type", "") != "BPE") return fail("model type '" + model.value("type", "") + "' is not supported (BPE only)");
+  if (model.value("type", "") != "BPE")
+    return fail("model type '" + model.value("type", "") + "' is not supported (BPE only)");
   if (model.value("byte_fallback", false)) return fail("BPE byte_fallback is not supported (byte-level BPE only)");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const json& v = model.value(key, json());
@@ -477,12 +497,14 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load_unchecked(const std::string& 
   m.ignore_merges = model.value("ignore_merges", false);
   const json vocab = model.value("vocab", json::object());
   for (const auto& [token, id] : vocab.items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0) return fail("vocab id of '" + token + "' is not a non-negative integer");
+    if (!id.is_number_integer() || id.get<int64_t>() < 0)
+      return fail("vocab id of '" + token + "' is not a non-negative integer");
     m.vocab[token] = id.get<int32_t>();
   }
   for (const json& t : root.value("added_tokens", json::array())) {
-    AddedToken a{t.value("id", -1), t.value("content", ""), t.value("special", false), t.value("lstrip", false),
-                 t.value("rstrip", false), t.value("single_word", false), t.value("normalized", false)};
+    AddedToken a{t.value("id", -1),           t.value("content", ""),   t.value("special", false),
+                 t.value("lstrip", false),    t.value("rstrip", false), t.value("single_word", false),
+                 t.value("normalized", false)};
     if (a.id < 0 || a.content.empty()) return fail("added token without id or content");
     m.added_by_id[a.id] = m.added.size();
     m.added.push_back(a);
@@ -501,7 +523,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load_unchecked(const std::string& 
     auto it = m.vocab.find(ch);
     m.byte_token[b] = it == m.vocab.end() ? -1 : it->second;
   }
-  if (model.contains("unk_token") && model["unk_token"].is_string()) m.unk_id = tok->token_to_id(model["unk_token"].get<std::string>());
+  if (model.contains("unk_token") && model["unk_token"].is_string())
+    m.unk_id = tok->token_to_id(model["unk_token"].get<std::string>());
 
   int32_t rank = 0;
   for (const json& merge : model.value("merges", json::array())) {
@@ -521,7 +544,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load_unchecked(const std::string& 
     auto ia = m.vocab.find(a), ib = m.vocab.find(b), im = m.vocab.find(a + b);
     if (ia == m.vocab.end() || ib == m.vocab.end() || im == m.vocab.end())
       return fail("merge '" + a + " " + b + "' uses a token missing from the vocab");
-    const uint64_t key = static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32 | static_cast<uint32_t>(ib->second);
+    const uint64_t key =
+        static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32 | static_cast<uint32_t>(ib->second);
     m.merges.emplace(key, std::make_pair(rank++, im->second));
   }
 
@@ -561,8 +585,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
     std::vector<std::pair<std::string, int32_t>> parts;
     m.split_added(m.normalize(segment), parse_special, /*normalized_phase=*/true, parts);
     for (auto& [piece, piece_id] : parts) {
-      if (piece_id >= 0) ids.push_back(piece_id);
-      else m.encode_segment(piece, ids);
+      if (piece_id >= 0)
+        ids.push_back(piece_id);
+      else
+        m.encode_segment(piece, ids);
     }
   }
   if (add_special_tokens) ids.insert(ids.end(), m.post_suffix.begin(), m.post_suffix.end());
@@ -599,7 +625,8 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
 bool Tokenizer::strips_leading_space() const { return impl_->spm && impl_->spm->adds_dummy_prefix(); }
 
 bool Tokenizer::is_byte_piece(int32_t id) const {
-  return impl_->spm && id >= 0 && id < impl_->spm->size() && impl_->spm->is_byte(id) && !impl_->added_by_id.contains(id);
+  return impl_->spm && id >= 0 && id < impl_->spm->size() && impl_->spm->is_byte(id) &&
+         !impl_->added_by_id.contains(id);
 }
 
 std::string Tokenizer::byte_run_text(const std::string& bytes, size_t n_pieces) {

@@ -32,8 +32,7 @@ class Tokenizer {
 
   // parse_special: special tokens written in the text become their ids (false: they are encoded
   // as plain text). add_special_tokens: the post-processor's additions (e.g. Llama-3's BOS).
-  std::vector<int32_t> encode(std::string_view text, bool parse_special = true,
-                              bool add_special_tokens = false) const;
+  std::vector<int32_t> encode(std::string_view text, bool parse_special = true, bool add_special_tokens = false) const;
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 
   // The bytes one token contributes to decode() (before UTF-8 repair); empty for skipped tokens.

@@ -27,15 +27,24 @@ int utf8_sequence_length(std::string_view s, size_t i) {
   if (lead < 0x80) return 1;
   int n;
   uint8_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte (Table 3-7)
-  if (lead >= 0xC2 && lead <= 0xDF) n = 2;
-  else if (lead == 0xE0) n = 3, lo = 0xA0;
-  else if (lead >= 0xE1 && lead <= 0xEC) n = 3;
-  else if (lead == 0xED) n = 3, hi = 0x9F;
-  else if (lead >= 0xEE && lead <= 0xEF) n = 3;
-  else if (lead == 0xF0) n = 4, lo = 0x90;
-  else if (lead >= 0xF1 && lead <= 0xF3) n = 4;
-  else if (lead == 0xF4) n = 4, hi = 0x8F;
-  else return 0;
+  if (lead >= 0xC2 && lead <= 0xDF)
+    n = 2;
+  else if (lead == 0xE0)
+    n = 3, lo = 0xA0;
+  else if (lead >= 0xE1 && lead <= 0xEC)
+    n = 3;
+  else if (lead == 0xED)
+    n = 3, hi = 0x9F;
+  else if (lead >= 0xEE && lead <= 0xEF)
+    n = 3;
+  else if (lead == 0xF0)
+    n = 4, lo = 0x90;
+  else if (lead >= 0xF1 && lead <= 0xF3)
+    n = 4;
+  else if (lead == 0xF4)
+    n = 4, hi = 0x8F;
+  else
+    return 0;
   for (int k = 1; k < n; ++k) {
     if (i + k >= s.size()) return -1;
     const uint8_t c = b(i + k);

@@ -29,8 +29,8 @@ inline bool near_e2m1_midpoint(float v) {
 
 inline bool near_e4m3_midpoint(float v) {
   for (int code = 0; code < 0x7E; ++code) {
-    const float mid = (formats::e4m3_decode(static_cast<uint8_t>(code)) +
-                       formats::e4m3_decode(static_cast<uint8_t>(code + 1))) / 2;
+    const float mid =
+        (formats::e4m3_decode(static_cast<uint8_t>(code)) + formats::e4m3_decode(static_cast<uint8_t>(code + 1))) / 2;
     if (within_ulps(v, mid, BOUNDARY_ULPS)) return true;
   }
   return false;

@@ -116,7 +116,8 @@ TEST(Binding, Fp8KvCacheScalesAreRead) {
     });
     auto broken = load_checkpoint(dir.string());
     ASSERT_FALSE(broken.is_ok());
-    EXPECT_NE(broken.status().message().find("missing tensor model.layers.1.self_attn.v_proj.v_scale"), std::string::npos)
+    EXPECT_NE(broken.status().message().find("missing tensor model.layers.1.self_attn.v_proj.v_scale"),
+              std::string::npos)
         << broken.status().message();
     fs::remove_all(dir);
   }
@@ -142,7 +143,8 @@ TEST(Binding, EveryProblemReportedAtOnce) {
   EXPECT_NE(e.find("missing tensor model.layers.0.self_attn.k_norm.weight"), std::string::npos) << e;
   EXPECT_NE(e.find("missing tensor model.layers.1.mlp.experts.2.down_proj.weight_scale"), std::string::npos) << e;
   EXPECT_NE(e.find("model.layers.0.mlp.experts.0.up_proj.weight: expected U8 [32, 16], file has U8 [32, 32]"),
-            std::string::npos) << e;
+            std::string::npos)
+      << e;
   EXPECT_NE(e.find("model.norm.weight: expected BF16 [32], file has F32 [32]"), std::string::npos) << e;
   EXPECT_NE(e.find("unexpected tensor model.layers.0.self_attn.rotary_emb.inv_freq"), std::string::npos) << e;
   fs::remove_all(dir);
@@ -158,7 +160,8 @@ TEST(Binding, QuantizedModuleThatConfigExcludes) {
   auto loaded = load_checkpoint(dir.string());
   ASSERT_FALSE(loaded.is_ok());
   EXPECT_NE(loaded.status().message().find("model.layers.0.self_attn.o_proj is NVFP4 in the file but unquantized"),
-            std::string::npos) << loaded.status().message();
+            std::string::npos)
+      << loaded.status().message();
   fs::remove_all(dir);
 }
 
@@ -193,8 +196,10 @@ TEST(Binding, SplitGateUpScalesCountedAndBadScalesRejected) {
   }
   auto bad = load_checkpoint(dir.string());
   ASSERT_FALSE(bad.is_ok());
-  EXPECT_NE(bad.status().message().find("model.layers.1.self_attn.q_proj.input_scale is 0.000000, must be finite and > 0"),
-            std::string::npos) << bad.status().message();
+  EXPECT_NE(
+      bad.status().message().find("model.layers.1.self_attn.q_proj.input_scale is 0.000000, must be finite and > 0"),
+      std::string::npos)
+      << bad.status().message();
   fs::remove_all(dir);
 }
 
@@ -203,13 +208,14 @@ TEST(Binding, SplitGateUpScalesCountedAndBadScalesRejected) {
 // the same folder with the router excluded and in BF16 loads (SynthCheckpointBinds).
 TEST(Binding, QuantizedRouterIsRefusedByName) {
   const fs::path dir = synth_tiny("qrouter");
-  auto is_router = [](const std::string& name) { return name.find(".mlp.gate") != std::string::npos &&
-                                                        name.find(".mlp.gate_proj") == std::string::npos; };
+  auto is_router = [](const std::string& name) {
+    return name.find(".mlp.gate") != std::string::npos && name.find(".mlp.gate_proj") == std::string::npos;
+  };
   for (const char* file : {"hf_quant_config.json", "config.json"}) {
     std::ifstream in(dir / file);
     nlohmann::json j = nlohmann::json::parse(in);
-    nlohmann::json& list = std::string(file) == "config.json" ? j["quantization_config"]["ignore"]
-                                                              : j["quantization"]["exclude_modules"];
+    nlohmann::json& list =
+        std::string(file) == "config.json" ? j["quantization_config"]["ignore"] : j["quantization"]["exclude_modules"];
     nlohmann::json kept = nlohmann::json::array();
     for (const auto& pattern : list)
       if (!is_router(pattern.get<std::string>())) kept.push_back(pattern);

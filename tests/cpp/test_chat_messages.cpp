@@ -75,12 +75,13 @@ TEST(ChatMessages, EveryShippedTemplateRendersAToolLoopsSecondTurn) {
   const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
   for (const char* content : {"null", "absent"}) {
-    json assistant = {{"role", "assistant"},
-                      {"tool_calls", json::parse(R"([{"id": "call_1", "type": "function",
+    json assistant = {{"role", "assistant"}, {"tool_calls", json::parse(R"([{"id": "call_1", "type": "function",
                         "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}])")}};
     if (std::string(content) == "null") assistant["content"] = nullptr;
-    const json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}, assistant,
-                                     {{"role", "tool"}, {"content", "18 C, sunny"}, {"tool_call_id", "call_1"}}}},
+    const json body = {{"messages",
+                        {{{"role", "user"}, {"content", "Weather in Paris?"}},
+                         assistant,
+                         {{"role", "tool"}, {"content", "18 C, sunny"}, {"tool_call_id", "call_1"}}}},
                        {"tools", tools}};
     for (const std::string dir : {data + "/qwen3-tokenizer", data + "/ernie", data + "/default-model"}) {
       auto chat = nibble::text::ChatTemplate::load(dir);
@@ -95,7 +96,8 @@ TEST(ChatMessages, EveryShippedTemplateRendersAToolLoopsSecondTurn) {
 
 // transformers' continue_final_message: the prompt ends where the final message's text ends.
 TEST(ChatMessages, ContinueFinalMessageCutsAfterTheFinalText) {
-  const json messages = json::parse(R"([{"role": "user", "content": "Count"}, {"role": "assistant", "content": "1, 2,"}])");
+  const json messages =
+      json::parse(R"([{"role": "user", "content": "Count"}, {"role": "assistant", "content": "1, 2,"}])");
   EXPECT_EQ(*nibble::server::cut_after_final_message("<u>Count</u><a>1, 2,</a>\n", messages), "<u>Count</u><a>1, 2,");
   // Trailing spaces the template trimmed: cut after the stripped text; kept by the template: kept.
   const json spaced = json::parse(R"([{"role": "assistant", "content": "1, 2, "}])");
@@ -103,7 +105,8 @@ TEST(ChatMessages, ContinueFinalMessageCutsAfterTheFinalText) {
   EXPECT_EQ(*nibble::server::cut_after_final_message("<a>1, 2, </a>", spaced), "<a>1, 2, ");  // kept, kept
   const json leading = json::parse(R"([{"role": "assistant", "content": " 1"}])");
   EXPECT_EQ(*nibble::server::cut_after_final_message("<a> 1 </a>", leading), "<a> 1");
-  const json parts = json::parse(R"([{"role": "assistant", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "yz"}]}])");
+  const json parts = json::parse(
+      R"([{"role": "assistant", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "yz"}]}])");
   EXPECT_EQ(*nibble::server::cut_after_final_message("<a>x\nyz</a>", parts), "<a>x\nyz");
   auto missing = nibble::server::cut_after_final_message("<a>dropped</a>", messages);
   ASSERT_FALSE(missing);
@@ -128,7 +131,8 @@ TEST(ChatMessages, BadShapesNameTheMessageAndPart) {
           {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}])",
        "messages[0].content[1]: 'image_url' parts are not supported: the served model takes text only"},
       {R"([{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}])", "'input_audio' parts"},
-      {R"([{"role": "user", "content": [{"type": "refusal", "refusal": "x"}]}])", "unknown content part type 'refusal'"},
+      {R"([{"role": "user", "content": [{"type": "refusal", "refusal": "x"}]}])",
+       "unknown content part type 'refusal'"},
       {R"([{"role": "user", "content": [{"type": "hologram"}]}])", "unknown content part type 'hologram'"},
   };
   for (const auto& [messages, needle] : cases) {
@@ -144,11 +148,13 @@ TEST(ChatMessages, TemplatesThatLoopOverContentTakeParts) {
   EXPECT_TRUE(takes_parts("{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}"));
   EXPECT_TRUE(takes_parts("{% for p in messages[0]['content'] %}{{ p['text'] }}{% endfor %}"));
   EXPECT_TRUE(takes_parts("{% if x %}{% for p in message.content | default([], true) %}{% endfor %}{% endif %}"));
-  EXPECT_TRUE(takes_parts("{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}"
-                          "{% for p in m.content[1:] %}{{ p.text }}{% endfor %}{% endif %}{% endfor %}"));
+  EXPECT_TRUE(
+      takes_parts("{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}"
+                  "{% for p in m.content[1:] %}{{ p.text }}{% endfor %}{% endif %}{% endfor %}"));
   EXPECT_FALSE(takes_parts("{% for m in messages %}{{ m.role + ': ' + m.content }}{% endfor %}"));
-  EXPECT_FALSE(takes_parts("{% for m in messages %}{% for line in m.content.split('\\n') %}{{ line }}{% endfor %}"
-                           "{% endfor %}"));
+  EXPECT_FALSE(
+      takes_parts("{% for m in messages %}{% for line in m.content.split('\\n') %}{{ line }}{% endfor %}"
+                  "{% endfor %}"));
   EXPECT_FALSE(takes_parts("{% for m in messages %}{% for t in m.tool_calls %}{{ t }}{% endfor %}{% endfor %}"));
 }
 

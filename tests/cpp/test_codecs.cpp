@@ -19,10 +19,12 @@ TEST(E2M1, EveryCodeRoundTrips) {
 
 TEST(E2M1, MidpointsRoundToEvenCode) {
   // Between two neighbours the code with mantissa bit 0 wins.
-  const struct { float x; uint8_t code; } cases[] = {
-      {0.25f, 0}, {0.75f, 2}, {1.25f, 2}, {1.75f, 4}, {2.5f, 4}, {3.5f, 6}, {5.0f, 6},
-      {0.2500001f, 1}, {0.7499999f, 1}, {5.0000005f, 7}, {6.0f, 7}, {1e30f, 7},
-      {-0.25f, 8}, {-0.75f, 10}, {-5.0f, 14}, {-1e30f, 15},
+  const struct {
+    float x;
+    uint8_t code;
+  } cases[] = {
+      {0.25f, 0},      {0.75f, 2},      {1.25f, 2}, {1.75f, 4}, {2.5f, 4},   {3.5f, 6},    {5.0f, 6},   {0.2500001f, 1},
+      {0.7499999f, 1}, {5.0000005f, 7}, {6.0f, 7},  {1e30f, 7}, {-0.25f, 8}, {-0.75f, 10}, {-5.0f, 14}, {-1e30f, 15},
   };
   for (const auto& c : cases) EXPECT_EQ(e2m1_encode(c.x), c.code) << c.x;
 }
@@ -58,15 +60,15 @@ TEST(E4M3, KnownValues) {
   EXPECT_EQ(e4m3_decode(0x01), std::ldexp(1.0f, -9));
   EXPECT_EQ(e4m3_decode(0x08), std::ldexp(1.0f, -6));
   EXPECT_EQ(e4m3_decode(0x38), 1.0f);
-  EXPECT_EQ(e4m3_encode(1000.0f), 0x7E);   // saturates
+  EXPECT_EQ(e4m3_encode(1000.0f), 0x7E);  // saturates
   EXPECT_EQ(e4m3_encode(-1000.0f), 0xFE);
   EXPECT_EQ(e4m3_encode(INFINITY), 0x7E);
   EXPECT_EQ(e4m3_encode(NAN), 0x7F);
-  EXPECT_EQ(e4m3_encode(std::ldexp(1.0f, -10)), 0x00);        // half the min subnormal: tie → 0
+  EXPECT_EQ(e4m3_encode(std::ldexp(1.0f, -10)), 0x00);  // half the min subnormal: tie → 0
   EXPECT_EQ(e4m3_encode(std::ldexp(1.5f, -10)), 0x01);
-  EXPECT_EQ(e4m3_encode(std::ldexp(3.0f, -10)), 0x02);        // 1.5 units: tie → 2 (even)
-  EXPECT_EQ(e4m3_encode(1.0625f), 0x38);                      // 1 + 1/16: tie → even mantissa 0
-  EXPECT_EQ(e4m3_encode(1.1875f), 0x3A);                      // 1 + 3/16: tie → mantissa 2
+  EXPECT_EQ(e4m3_encode(std::ldexp(3.0f, -10)), 0x02);  // 1.5 units: tie → 2 (even)
+  EXPECT_EQ(e4m3_encode(1.0625f), 0x38);                // 1 + 1/16: tie → even mantissa 0
+  EXPECT_EQ(e4m3_encode(1.1875f), 0x3A);                // 1 + 3/16: tie → mantissa 2
 }
 
 TEST(BF16, RoundTripAndRounding) {

@@ -23,9 +23,7 @@ namespace {
 uint8_t toolkit_e2m1(float x) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest)) & 0xF;
 }
-uint8_t toolkit_e4m3(float x) {
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
-}
+uint8_t toolkit_e4m3(float x) { return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3)); }
 uint16_t toolkit_bf16(float x) {
   const __nv_bfloat16 b = __float2bfloat16_rn(x);
   uint16_t u;
@@ -78,7 +76,7 @@ void expect_all_agree(const std::vector<float>& xs, Ours ours, Theirs theirs) {
 
 TEST(CudaToolkit, E2M1Boundaries) {
   std::vector<float> points = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f,
-                               2.5f, 3.0f, 3.5f, 4.0f, 5.0f, 6.0f, 7.0f, 1e38f, 1e-40f};
+                               2.5f, 3.0f,  3.5f, 4.0f,  5.0f, 6.0f,  7.0f, 1e38f, 1e-40f};
   for (float x : around(points)) EXPECT_EQ(e2m1_encode(x), toolkit_e2m1(x)) << x;
   EXPECT_EQ(e2m1_encode(INFINITY), toolkit_e2m1(INFINITY));
   EXPECT_EQ(e2m1_encode(-INFINITY), toolkit_e2m1(-INFINITY));
@@ -86,8 +84,9 @@ TEST(CudaToolkit, E2M1Boundaries) {
 }
 
 TEST(CudaToolkit, E2M1Random) {
-  expect_all_agree(random_floats(nibble::test::test_seed("E2M1Random"), 4'000'000, 8.0f),
-                   [](float x) { return e2m1_encode(x); }, toolkit_e2m1);
+  expect_all_agree(
+      random_floats(nibble::test::test_seed("E2M1Random"), 4'000'000, 8.0f), [](float x) { return e2m1_encode(x); },
+      toolkit_e2m1);
 }
 
 TEST(CudaToolkit, E4M3Boundaries) {
@@ -105,11 +104,13 @@ TEST(CudaToolkit, E4M3Boundaries) {
 }
 
 TEST(CudaToolkit, E4M3Random) {
-  expect_all_agree(random_floats(nibble::test::test_seed("E4M3Random"), 4'000'000, 500.0f),
-                   [](float x) { return e4m3_encode(x); }, toolkit_e4m3);
+  expect_all_agree(
+      random_floats(nibble::test::test_seed("E4M3Random"), 4'000'000, 500.0f), [](float x) { return e4m3_encode(x); },
+      toolkit_e4m3);
 }
 
 TEST(CudaToolkit, BF16Random) {
-  expect_all_agree(random_floats(nibble::test::test_seed("BF16Random"), 4'000'000, 1e4f),
-                   [](float x) { return bf16_encode(x); }, toolkit_bf16);
+  expect_all_agree(
+      random_floats(nibble::test::test_seed("BF16Random"), 4'000'000, 1e4f), [](float x) { return bf16_encode(x); },
+      toolkit_bf16);
 }

@@ -16,13 +16,28 @@ namespace {
 
 // Qwen/Qwen3-30B-A3B's config.json (the fields nibble reads).
 json qwen3_moe_config() {
-  return {{"architectures", {"Qwen3MoeForCausalLM"}}, {"vocab_size", 151936}, {"hidden_size", 2048},
-          {"intermediate_size", 6144}, {"num_hidden_layers", 48}, {"num_attention_heads", 32},
-          {"num_key_value_heads", 4}, {"head_dim", 128}, {"rms_norm_eps", 1e-6}, {"rope_theta", 1000000.0},
-          {"rope_scaling", nullptr}, {"max_position_embeddings", 40960}, {"tie_word_embeddings", false},
-          {"num_experts", 128}, {"num_experts_per_tok", 8}, {"moe_intermediate_size", 768},
-          {"norm_topk_prob", true}, {"decoder_sparse_step", 1}, {"mlp_only_layers", json::array()},
-          {"eos_token_id", 151645}, {"attention_bias", false}, {"use_sliding_window", false}};
+  return {{"architectures", {"Qwen3MoeForCausalLM"}},
+          {"vocab_size", 151936},
+          {"hidden_size", 2048},
+          {"intermediate_size", 6144},
+          {"num_hidden_layers", 48},
+          {"num_attention_heads", 32},
+          {"num_key_value_heads", 4},
+          {"head_dim", 128},
+          {"rms_norm_eps", 1e-6},
+          {"rope_theta", 1000000.0},
+          {"rope_scaling", nullptr},
+          {"max_position_embeddings", 40960},
+          {"tie_word_embeddings", false},
+          {"num_experts", 128},
+          {"num_experts_per_tok", 8},
+          {"moe_intermediate_size", 768},
+          {"norm_topk_prob", true},
+          {"decoder_sparse_step", 1},
+          {"mlp_only_layers", json::array()},
+          {"eos_token_id", 151645},
+          {"attention_bias", false},
+          {"use_sliding_window", false}};
 }
 
 std::string error_of(const json& config) {
@@ -46,12 +61,25 @@ TEST(ModelConfig, Qwen3MoeParses) {
 // baidu/ERNIE-4.5-21B-A3B-PT's config.json (its own spelling: rope_theta at the top, moe_* fields,
 // no head_dim, no tie_word_embeddings: Ernie4_5_MoeConfig's default, tied).
 json ernie_config() {
-  return {{"architectures", {"Ernie4_5_MoeForCausalLM"}}, {"vocab_size", 103424}, {"hidden_size", 2560},
-          {"intermediate_size", 12288}, {"num_hidden_layers", 28}, {"num_attention_heads", 20},
-          {"num_key_value_heads", 4}, {"max_position_embeddings", 131072}, {"rms_norm_eps", 1e-5},
-          {"rope_theta", 500000}, {"use_bias", false}, {"hidden_act", "silu"}, {"moe_num_experts", 64},
-          {"moe_k", 6}, {"moe_intermediate_size", 1536}, {"moe_num_shared_experts", 2},
-          {"moe_layer_start_index", 1}, {"moe_layer_interval", 1}, {"eos_token_id", 2}};
+  return {{"architectures", {"Ernie4_5_MoeForCausalLM"}},
+          {"vocab_size", 103424},
+          {"hidden_size", 2560},
+          {"intermediate_size", 12288},
+          {"num_hidden_layers", 28},
+          {"num_attention_heads", 20},
+          {"num_key_value_heads", 4},
+          {"max_position_embeddings", 131072},
+          {"rms_norm_eps", 1e-5},
+          {"rope_theta", 500000},
+          {"use_bias", false},
+          {"hidden_act", "silu"},
+          {"moe_num_experts", 64},
+          {"moe_k", 6},
+          {"moe_intermediate_size", 1536},
+          {"moe_num_shared_experts", 2},
+          {"moe_layer_start_index", 1},
+          {"moe_layer_interval", 1},
+          {"eos_token_id", 2}};
 }
 
 TEST(ModelConfig, Ernie45MoeParses) {
@@ -73,7 +101,7 @@ TEST(ModelConfig, Ernie45MoeParses) {
   c["moe_layer_end_index"] = 20, c["moe_layer_interval"] = 2;
   r = parse_model_config(c.dump(), "config.json");
   ASSERT_TRUE(r.is_ok()) << r.status().message();
-  EXPECT_TRUE(r->is_moe_layer(1));   // (1 + 1) % 2 == 0
+  EXPECT_TRUE(r->is_moe_layer(1));  // (1 + 1) % 2 == 0
   EXPECT_FALSE(r->is_moe_layer(2));
   EXPECT_FALSE(r->is_moe_layer(21));  // past the end index
   c = ernie_config();
@@ -120,8 +148,10 @@ TEST(ModelConfig, Qwen3DenseParses) {
 TEST(ModelConfig, ErrorsNameTheProblem) {
   json c = qwen3_moe_config();
   c["architectures"] = {"LlamaForCausalLM"};
-  EXPECT_NE(error_of(c).find("'LlamaForCausalLM' is not supported (supported: Qwen3MoeForCausalLM, Qwen3ForCausalLM, Ernie4_5_MoeForCausalLM)"),
-            std::string::npos) << error_of(c);
+  EXPECT_NE(error_of(c).find("'LlamaForCausalLM' is not supported (supported: Qwen3MoeForCausalLM, Qwen3ForCausalLM, "
+                             "Ernie4_5_MoeForCausalLM)"),
+            std::string::npos)
+      << error_of(c);
 
   c = qwen3_moe_config();
   c.erase("vocab_size");
@@ -138,16 +168,21 @@ TEST(ModelConfig, ErrorsNameTheProblem) {
   c = qwen3_moe_config();
   c["num_experts_per_tok"] = 200;
   EXPECT_NE(error_of(c).find("exceeds num_experts"), std::string::npos);
-  EXPECT_NE(parse_model_config("{not json", "c.json").status().message().find("c.json: not a JSON object"), std::string::npos);
+  EXPECT_NE(parse_model_config("{not json", "c.json").status().message().find("c.json: not a JSON object"),
+            std::string::npos);
 }
 
 TEST(ExcludePatterns, FnmatchWithModelOptPrefixRule) {
-  const struct { const char* pattern; const char* module; bool match; } cases[] = {
+  const struct {
+    const char* pattern;
+    const char* module;
+    bool match;
+  } cases[] = {
       {"lm_head", "lm_head", true},
       {"lm_head", "lm_head.x", false},
       {"lm_head*", "lm_head", true},
       {"lm_head*", "lm_head.weight_quantizer", true},
-      {"lm_head*", "lm_head_2", false},                      // prefix rule: not a sibling
+      {"lm_head*", "lm_head_2", false},  // prefix rule: not a sibling
       {"model.layers.0.self_attn*", "model.layers.0.self_attn.q_proj", true},
       {"model.layers.0.self_attn*", "model.layers.0.self_attn_x", false},
       {"*mlp.gate", "model.layers.7.mlp.gate", true},
@@ -184,8 +219,11 @@ nibble::Result<QuantConfig> load(const fs::path& dir) {
 
 TEST(QuantConfig, HfQuantConfigFile) {
   const json hf = {{"producer", {{"name", "modelopt"}, {"version", "0.29.0"}}},
-                   {"quantization", {{"quant_algo", "NVFP4"}, {"kv_cache_quant_algo", nullptr}, {"group_size", 16},
-                                     {"exclude_modules", {"lm_head", "model.layers.0.mlp.gate"}}}}};
+                   {"quantization",
+                    {{"quant_algo", "NVFP4"},
+                     {"kv_cache_quant_algo", nullptr},
+                     {"group_size", 16},
+                     {"exclude_modules", {"lm_head", "model.layers.0.mlp.gate"}}}}};
   auto q = load(folder_with("hf", qwen3_moe_config(), &hf));
   ASSERT_TRUE(q.is_ok()) << q.status().message();
   EXPECT_TRUE(q->nvfp4);
@@ -198,9 +236,10 @@ TEST(QuantConfig, HfQuantConfigFile) {
 
 TEST(QuantConfig, EmbeddedQuantizationConfig) {
   json c = qwen3_moe_config();
-  c["quantization_config"] = {
-      {"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}, {"ignore", {"lm_head", "*mlp.gate"}},
-      {"config_groups", {{"group_0", {{"weights", {{"num_bits", 4}, {"group_size", 16}}}}}}}};
+  c["quantization_config"] = {{"quant_method", "modelopt"},
+                              {"quant_algo", "NVFP4"},
+                              {"ignore", {"lm_head", "*mlp.gate"}},
+                              {"config_groups", {{"group_0", {{"weights", {{"num_bits", 4}, {"group_size", 16}}}}}}}};
   auto q = load(folder_with("embedded", c, nullptr));
   ASSERT_TRUE(q.is_ok()) << q.status().message();
   EXPECT_TRUE(q->nvfp4);
@@ -220,7 +259,8 @@ TEST(QuantConfig, UnquantizedAndUnsupported) {
   ASSERT_TRUE(kv.is_ok()) << kv.status().message();
   EXPECT_TRUE(kv->kv_cache_fp8);
   json embedded_kv = qwen3_moe_config();
-  embedded_kv["quantization_config"] = {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"},
+  embedded_kv["quantization_config"] = {{"quant_method", "modelopt"},
+                                        {"quant_algo", "NVFP4"},
                                         {"kv_cache_scheme", {{"dynamic", false}, {"num_bits", 8}, {"type", "float"}}}};
   auto kv2 = load(folder_with("fp8kv2", embedded_kv, nullptr));
   ASSERT_TRUE(kv2.is_ok()) << kv2.status().message();

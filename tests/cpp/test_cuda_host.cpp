@@ -48,13 +48,18 @@ TEST(CudaHost, AutoPicksTheSkinnyKernelsForFewRows) {
   EXPECT_TRUE(cuda::skinny_linear_supported(8320) && cuda::skinny_linear_supported(12288));  // k ranges
   EXPECT_FALSE(cuda::skinny_linear_supported(96) || cuda::skinny_linear_supported(0));
   EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::AUTO, 1, 2048), DenseKernel::SKINNY);
-  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::AUTO, cuda::AUTO_SKINNY_SPLIT_MIN_M - 1, 4096), DenseKernel::SKINNY);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::AUTO, cuda::AUTO_SKINNY_SPLIT_MIN_M - 1, 4096),
+            DenseKernel::SKINNY);
   // The split-K kernel from AUTO_SKINNY_SPLIT_MIN_M to AUTO_SKINNY_SPLIT_MAX_M rows, then dequant-cublas;
   // an explicit skinny-split takes up to 64 rows, and beyond them or on K it cannot take is AUTO's choice.
-  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::AUTO, cuda::AUTO_SKINNY_SPLIT_MIN_M, 4096), DenseKernel::SKINNY_SPLIT);
-  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::AUTO, cuda::AUTO_SKINNY_SPLIT_MAX_M, 2048), DenseKernel::SKINNY_SPLIT);
-  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::AUTO, cuda::AUTO_SKINNY_SPLIT_MAX_M + 1, 4096), DenseKernel::CUBLAS);
-  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::SKINNY_SPLIT, cuda::SKINNY_SPLIT_MAX_M, 4096), DenseKernel::SKINNY_SPLIT);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::AUTO, cuda::AUTO_SKINNY_SPLIT_MIN_M, 4096),
+            DenseKernel::SKINNY_SPLIT);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::AUTO, cuda::AUTO_SKINNY_SPLIT_MAX_M, 2048),
+            DenseKernel::SKINNY_SPLIT);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::AUTO, cuda::AUTO_SKINNY_SPLIT_MAX_M + 1, 4096),
+            DenseKernel::CUBLAS);
+  EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::SKINNY_SPLIT, cuda::SKINNY_SPLIT_MAX_M, 4096),
+            DenseKernel::SKINNY_SPLIT);
   EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::SKINNY_SPLIT, 1, 2048), DenseKernel::SKINNY_SPLIT);
   EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::SKINNY_SPLIT, 65, 2048), DenseKernel::CUBLAS);
   EXPECT_EQ(cuda::resolve_dense_kernel(DenseKernel::SKINNY_SPLIT, 40, 192), DenseKernel::CUBLAS);
@@ -232,8 +237,10 @@ TEST(CudaHost, RepackedBlocksDecodeToTheirWeights) {
           const float decoded = bf16_value((pair[q / 2] >> (16 * (q % 2))) & 0xFFFF);
           const float expected = formats::e2m1_decode(uint8_t((words[h] >> (4 * q)) & 0xF)) * scale;
           const float got = decoded * operand * 0x1p8f;  // exact in fp32: ≤ 6 significant bits
-          if (std::isnan(scale)) ASSERT_TRUE(std::isnan(got)) << s;
-          else ASSERT_EQ(got, expected) << "scale 0x" << std::hex << s << " seed " << std::dec << seed;
+          if (std::isnan(scale))
+            ASSERT_TRUE(std::isnan(got)) << s;
+          else
+            ASSERT_EQ(got, expected) << "scale 0x" << std::hex << s << " seed " << std::dec << seed;
         }
       }
     }

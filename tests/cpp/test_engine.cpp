@@ -136,9 +136,11 @@ std::vector<GenerationRequest> make_requests(uint64_t seed) {
     if (i % 7 == 4) r.sampling.frequency_penalty = 0.4f, r.sampling.min_p = 0.02f;
     if (i % 6 == 5) r.sampling.logprobs = 3;
     r.stop.max_tokens = i % 9 == 8 ? -1 : 1 + static_cast<int64_t>(rng() % 30);  // -1: to max_model_len
-    if (i % 11 == 10) r.stop.max_tokens = 0;  // prefill only
-    if (i % 4 == 1) r.stop.stop = {"e"};      // random text: stops somewhere
-    if (i % 4 == 2) r.stop.stop_token_ids = common_stops, r.stop.min_tokens = r.stop.max_tokens < 0 ? 3 : std::min<int64_t>(3, r.stop.max_tokens);
+    if (i % 11 == 10) r.stop.max_tokens = 0;                                     // prefill only
+    if (i % 4 == 1) r.stop.stop = {"e"};                                         // random text: stops somewhere
+    if (i % 4 == 2)
+      r.stop.stop_token_ids = common_stops,
+      r.stop.min_tokens = r.stop.max_tokens < 0 ? 3 : std::min<int64_t>(3, r.stop.max_tokens);
     if (i % 8 == 6) r.n = 2;
     r.stop.ignore_eos = i % 2 == 0;
     requests.push_back(std::move(r));
@@ -212,7 +214,8 @@ TEST(Engine, OverlappedSchedulingDrawsTheSameTokensAsStepByStep) {
       const StopParams& stop = requests[i].stop;
       if (reason == FinishReason::LENGTH)
         EXPECT_TRUE(n == stop.max_tokens || static_cast<int64_t>(requests[i].prompt.size()) + n == MAX_MODEL_LEN);
-      else EXPECT_GE(n, stop.min_tokens);
+      else
+        EXPECT_GE(n, stop.min_tokens);
     }
   }
   EXPECT_GT(stopped, 3u) << "stop strings, stop tokens and EOS were meant to end some sequences early";
@@ -263,7 +266,8 @@ TEST(Engine, OverlappedSchedulingUnderATinyKvBudget) {
   for (int i = 0; i < 8; ++i) {
     GenerationRequest r;
     r.id = "t" + std::to_string(i);
-    for (int j = 0, n = 4 + static_cast<int>(rng() % 8); j < n; ++j) r.prompt.push_back(static_cast<int32_t>(rng() % 150000));
+    for (int j = 0, n = 4 + static_cast<int>(rng() % 8); j < n; ++j)
+      r.prompt.push_back(static_cast<int32_t>(rng() % 150000));
     r.sampling.temperature = 0.0f;
     r.stop.max_tokens = 20;
     r.stop.ignore_eos = true;

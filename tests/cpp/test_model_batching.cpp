@@ -187,10 +187,10 @@ TEST(ModelErrors, BadBatchesAreErrors) {
 // is rounded once, whatever the chunks.
 TEST(KvCacheFp8, RoundsToE4m3AndChunkingChangesNothing) {
   using ref::KvRounding;
-  EXPECT_EQ(ref::kv_round(1.0625f, KvRounding::FP8), 1.0f);    // a tie: to the even mantissa
-  EXPECT_EQ(ref::kv_round(1.1875f, KvRounding::FP8), 1.25f);   // a tie: to the even mantissa
+  EXPECT_EQ(ref::kv_round(1.0625f, KvRounding::FP8), 1.0f);   // a tie: to the even mantissa
+  EXPECT_EQ(ref::kv_round(1.1875f, KvRounding::FP8), 1.25f);  // a tie: to the even mantissa
   EXPECT_EQ(ref::kv_round(1.07f, KvRounding::FP8), 1.125f);
-  EXPECT_EQ(ref::kv_round(-1000.0f, KvRounding::FP8), -448.0f);  // saturates
+  EXPECT_EQ(ref::kv_round(-1000.0f, KvRounding::FP8), -448.0f);     // saturates
   EXPECT_EQ(ref::kv_round(0.001f, KvRounding::FP8), 0.001953125f);  // 2^-9, the smallest subnormal
   EXPECT_EQ(ref::kv_round(3.0e-4f, KvRounding::FP8), 0.0f);
   EXPECT_EQ(ref::kv_round(1.0f + 1.0f / 256, KvRounding::BF16), 1.0f);
@@ -200,7 +200,9 @@ TEST(KvCacheFp8, RoundsToE4m3AndChunkingChangesNothing) {
   auto model = make_model(formats::ActQuant::NONE);
   const int64_t V = model->config().vocab_size;
   const auto tokens = random_tokens(rng, 13);
-  auto run = [&](const std::vector<size_t>& chunks, KvCache& cache) { return chunked_logits(*model, cache, tokens, chunks).back(); };
+  auto run = [&](const std::vector<size_t>& chunks, KvCache& cache) {
+    return chunked_logits(*model, cache, tokens, chunks).back();
+  };
   KvCache whole(model->config(), 16, BLOCK, KvDtype::FP8), chunked(model->config(), 16, BLOCK, KvDtype::FP8),
       bf16(model->config(), 16, BLOCK, KvDtype::BF16);
   const auto want = run({13}, whole);

@@ -97,8 +97,7 @@ TEST(Nvfp4Activation, PerTokenRowScaleAndBlockScaleRange) {
   for (int64_t r = 0; r < rows; ++r) {
     float amax = 0.0f, max_sf = 0.0f;
     for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
-    for (int64_t b = 0; b < cols / 16; ++b)
-      max_sf = std::max(max_sf, e4m3_decode(q->block_scales[r * cols / 16 + b]));
+    for (int64_t b = 0; b < cols / 16; ++b) max_sf = std::max(max_sf, e4m3_decode(q->block_scales[r * cols / 16 + b]));
     EXPECT_EQ(q->row_scales[r], amax / 2688.0f);
     // The block holding the row's amax gets SF = 448 up to the rounding of G·amax·(1/6).
     if (amax > 0) EXPECT_NEAR(max_sf, 448.0f, 16.0f) << r;
@@ -141,9 +140,12 @@ struct OneUlpReciprocal {
   float operator()(float x) const {
     const float r = 1.0f / x;
     switch ((*rng)() % 3) {
-      case 0: return std::nextafter(r, 0.0f);
-      case 1: return std::nextafter(r, INFINITY);
-      default: return r;
+      case 0:
+        return std::nextafter(r, 0.0f);
+      case 1:
+        return std::nextafter(r, INFINITY);
+      default:
+        return r;
     }
   }
 };
@@ -184,7 +186,6 @@ TEST(Nvfp4Activation, ApproximateReciprocalChangesOnlyNearBoundaries) {
           << "code changed away from a boundary: x=" << x[i] << " trial " << trial;
     }
   }
-  std::printf("approximate reciprocal changed %zu codes and %zu block scales\n", changed_codes,
-              changed_scales);
+  std::printf("approximate reciprocal changed %zu codes and %zu block scales\n", changed_codes, changed_scales);
   EXPECT_GT(changed_codes, 0u);  // the boundary cases were exercised
 }

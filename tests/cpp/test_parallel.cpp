@@ -25,7 +25,11 @@ TEST(ParallelFor, NestedCallsRunAndComplete) {
 }
 
 TEST(ParallelFor, ExceptionReachesTheCaller) {
-  EXPECT_THROW(parallel_for(100, [](size_t i) { if (i == 37) throw std::runtime_error("x"); }), std::runtime_error);
+  EXPECT_THROW(parallel_for(100,
+                            [](size_t i) {
+                              if (i == 37) throw std::runtime_error("x");
+                            }),
+               std::runtime_error);
   std::atomic<int> total{0};
   parallel_for(50, [&](size_t) { total++; });  // the pool still works afterwards
   EXPECT_EQ(total.load(), 50);
@@ -35,7 +39,9 @@ TEST(ParallelFor, ConcurrentCallersQueue) {
   std::atomic<int> total{0};
   std::vector<std::thread> callers;
   for (int c = 0; c < 4; ++c)
-    callers.emplace_back([&] { for (int r = 0; r < 50; ++r) parallel_for(64, [&](size_t) { total++; }); });
+    callers.emplace_back([&] {
+      for (int r = 0; r < 50; ++r) parallel_for(64, [&](size_t) { total++; });
+    });
   for (auto& t : callers) t.join();
   EXPECT_EQ(total.load(), 4 * 50 * 64);
 }

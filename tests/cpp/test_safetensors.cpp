@@ -35,8 +35,8 @@ void write_bytes(const fs::path& p, const std::vector<uint8_t>& bytes) {
 // Writes one tensor of every dtype, filled with a byte pattern derived from the name.
 std::vector<TensorSpec> all_dtype_specs() {
   std::vector<TensorSpec> specs;
-  const DType dtypes[] = {DType::BF16, DType::F16, DType::F32, DType::F64, DType::U8, DType::I8,
-                          DType::I16, DType::I32, DType::I64, DType::BOOL, DType::F8_E4M3, DType::F8_E5M2};
+  const DType dtypes[] = {DType::BF16, DType::F16, DType::F32, DType::F64,  DType::U8,      DType::I8,
+                          DType::I16,  DType::I32, DType::I64, DType::BOOL, DType::F8_E4M3, DType::F8_E5M2};
   int i = 0;
   for (DType d : dtypes) specs.push_back({"t." + std::string(dtype_name(d)), d, {3, 2 + i++}});
   specs.push_back({"scalar", DType::F32, {}});
@@ -165,13 +165,18 @@ TEST(Safetensors, HeaderFieldErrors) {
     bytes.resize(bytes.size() + data_bytes, 0);
     return bytes;
   };
-  const struct { std::string header; size_t data; std::string message; } cases[] = {
+  const struct {
+    std::string header;
+    size_t data;
+    std::string message;
+  } cases[] = {
       {R"({"a":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})", 8, "unknown dtype 'F33'"},
       {R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8, "negative dimension"},
       {R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8, "shape × dtype size is 12"},
       {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8, "end before they begin"},
       {R"({"a":{"dtype":"F32","shape":[2]}})", 8, "'data_offsets' must be"},
-      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
        12, "overlapping"},
       {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12, "leaving a gap"},
       {R"({"__metadata__":{"k":1}})", 0, "is not a string"},
@@ -195,13 +200,19 @@ TEST(Safetensors, RandomCorruptionNeverCrashesOrMisvalidates) {
   for (int trial = 0; trial < 20000; ++trial) {
     auto bytes = good;
     switch (rng() % 4) {
-      case 0: bytes.resize(rng() % bytes.size()); break;                       // truncate
-      case 1: for (int k = 0; k < 1 + static_cast<int>(rng() % 4); ++k)       // flip header bytes
-                bytes[rng() % std::min<size_t>(bytes.size(), 400)] ^= static_cast<uint8_t>(1 + rng() % 255);
-              break;
-      case 2: bytes[rng() % 8] = static_cast<uint8_t>(rng()); break;           // header length
-      default: bytes.insert(bytes.begin() + static_cast<long>(rng() % bytes.size()),
-                            static_cast<uint8_t>(rng()));                      // insert a byte
+      case 0:
+        bytes.resize(rng() % bytes.size());
+        break;  // truncate
+      case 1:
+        for (int k = 0; k < 1 + static_cast<int>(rng() % 4); ++k)  // flip header bytes
+          bytes[rng() % std::min<size_t>(bytes.size(), 400)] ^= static_cast<uint8_t>(1 + rng() % 255);
+        break;
+      case 2:
+        bytes[rng() % 8] = static_cast<uint8_t>(rng());
+        break;  // header length
+      default:
+        bytes.insert(bytes.begin() + static_cast<long>(rng() % bytes.size()),
+                     static_cast<uint8_t>(rng()));  // insert a byte
     }
     auto parsed = parse_safetensors(bytes, "model.safetensors");
     if (!parsed.is_ok()) {

@@ -92,7 +92,8 @@ TEST(Sampler, FiltersKeepExactlyTheAllowedTokensAndDrawsMatchTheDistribution) {
   const std::vector<float> flat(64, 0.5f);
   int differ = 0;
   for (uint64_t d = 0; d < 100; ++d) {
-    EXPECT_EQ(sampling::sample_next(logits, p, {}, {seed, d}).token, sampling::sample_next(logits, p, {}, {seed, d}).token);
+    EXPECT_EQ(sampling::sample_next(logits, p, {}, {seed, d}).token,
+              sampling::sample_next(logits, p, {}, {seed, d}).token);
     differ += sampling::sample_next(flat, unfiltered, {}, {seed, d}).token !=
               sampling::sample_next(flat, unfiltered, {}, {seed + 1, d}).token;
   }

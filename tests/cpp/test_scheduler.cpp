@@ -95,8 +95,10 @@ TEST(BlockManager, FreeListAndPrefixCacheMatchAPlainModel) {
   auto release = [&](const std::vector<int32_t>& table) {
     for (auto it = table.rbegin(); it != table.rend(); ++it)
       if (--refs[*it] == 0) {
-        if (cached.count(*it)) model_free.push_back(*it);
-        else model_free.push_front(*it);
+        if (cached.count(*it))
+          model_free.push_back(*it);
+        else
+          model_free.push_front(*it);
       }
   };
   for (int op = 0; op < 4000; ++op) {

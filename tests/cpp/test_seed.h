@@ -12,8 +12,7 @@ namespace nibble::test {
 inline uint64_t test_seed(const char* what) {
   const char* env = std::getenv("NIBBLE_TEST_SEED");
   const uint64_t seed =
-      env ? std::stoull(env)
-          : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+      env ? std::stoull(env) : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   std::printf("[seed] %s: NIBBLE_TEST_SEED=%llu\n", what, static_cast<unsigned long long>(seed));
   return seed;
 }

@@ -23,13 +23,15 @@ class SentencePieceText : public ::testing::Test {
   static void SetUpTestSuite() {
     std::string corpus;
     for (int i = 0; i < 40; ++i)
-      corpus += "the quick brown fox jumps over the lazy dog " + std::to_string(i * 37) + "\nhello world, hello tokens\n";
+      corpus +=
+          "the quick brown fox jumps over the lazy dog " + std::to_string(i * 37) + "\nhello world, hello tokens\n";
     auto model = text::SentencePieceModel::train_bpe(corpus, 320, {"<|end_of_sentence|>"});
     ASSERT_TRUE(model) << model.status().message();
     dir_ = std::filesystem::temp_directory_path() / ("nibble_spm_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
     std::ofstream(dir_ / "tokenizer.model", std::ios::binary) << *model;
-    std::ofstream(dir_ / "tokenizer_config.json") << R"({"added_tokens_decoder": {"3": {"content": "<|end_of_sentence|>",
+    std::ofstream(dir_ / "tokenizer_config.json")
+        << R"({"added_tokens_decoder": {"3": {"content": "<|end_of_sentence|>",
         "special": true}}, "legacy": false})";
     auto tok = text::Tokenizer::load(dir_.string());
     ASSERT_TRUE(tok) << tok.status().message();
@@ -54,7 +56,7 @@ TEST_F(SentencePieceText, ByteRunsDecodeAsTransformersDoes) {
   const int32_t e4 = byte(0xE4), b8 = byte(0xB8), ad = byte(0xAD), ff = byte(0xFF), eos = 3;
   ASSERT_TRUE(e4 > 0 && b8 > 0 && ad > 0 && ff > 0);
   EXPECT_EQ(t.decode({e4, b8, ad}), "中");
-  EXPECT_EQ(t.decode({e4, b8}), std::string(REPLACEMENT) + REPLACEMENT);       // unfinished: one per piece
+  EXPECT_EQ(t.decode({e4, b8}), std::string(REPLACEMENT) + REPLACEMENT);  // unfinished: one per piece
   EXPECT_EQ(t.decode({ff, e4, b8, ad}), std::string(REPLACEMENT) + REPLACEMENT + REPLACEMENT + REPLACEMENT);
   EXPECT_EQ(t.decode({e4, eos, b8, ad}, /*skip_special_tokens=*/true), "中");  // skipped before decoding
   EXPECT_EQ(t.decode({e4, eos, b8, ad}), std::string(REPLACEMENT) + "<|end_of_sentence|>" + REPLACEMENT + REPLACEMENT);

@@ -47,9 +47,9 @@ TEST(Utf8, MalformedBytesReadAsReplacementOneByteAtATime) {
       "\xF4\x90\x80\x80",  // past U+10FFFF
       "\xF5\x80\x80\x80",  // F5–FF never lead
       "\xFF",
-      "\xC3",              // cut short by the end: two-byte lead
-      "\xE2\x82",          // three-byte lead and one continuation
-      "\xF0\x9F\x98",      // four-byte lead and two continuations
+      "\xC3",          // cut short by the end: two-byte lead
+      "\xE2\x82",      // three-byte lead and one continuation
+      "\xF0\x9F\x98",  // four-byte lead and two continuations
   };
   for (const std::string& bad : malformed) {
     // Alone, after a valid character, and before one: every byte of it a U+FFFD, then the character.

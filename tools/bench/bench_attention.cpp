@@ -31,10 +31,12 @@ constexpr int64_t H = 2048, NH = 32, NKV = 4, D = 128, PAGE = 16;
 constexpr int COPIES = 12;  // 12 × (10.6 MB of weights + the context's cache) > 2 × the 60 MB L2
 
 // A random NVFP4 weight (upload_random_nvfp4) in the arena.
-int upload_weight(int64_t rows, int64_t cols, std::mt19937_64& rng, cuda::DeviceArena& arena, cuda::DeviceNvfp4Weight& w) {
+int upload_weight(int64_t rows, int64_t cols, std::mt19937_64& rng, cuda::DeviceArena& arena,
+                  cuda::DeviceNvfp4Weight& w) {
   const size_t values = size_t(rows * cols);
   uint8_t *d_packed = nullptr, *d_scales = nullptr;
-  if (!arena.alloc(d_packed, values / 2, "bench weights") || !arena.alloc(d_scales, values / 16, "bench weights")) return 1;
+  if (!arena.alloc(d_packed, values / 2, "bench weights") || !arena.alloc(d_scales, values / 16, "bench weights"))
+    return 1;
   if (upload_random_nvfp4(values, rng, d_packed, d_scales)) return 1;
   w = {d_packed, d_scales, rows, cols, 0.004f};
   return 0;
@@ -92,10 +94,10 @@ int run_bench_attention(const BenchKernelsOptions& o, cudaStream_t stream, nlohm
       upload(std::vector<int64_t>{0}, arena, slots))
     return 1;
   for (const Status& s : {arena.alloc(x_hat, size_t(H), "x̂"), arena.alloc(q_bf16, size_t(NH * D), "q"),
-                         arena.alloc(attn, size_t(NH * D), "attn"), arena.alloc(o_hat, size_t(NH * D), "o x̂"),
-                         arena.alloc(q, size_t(NH * D), "q"), arena.alloc(k, size_t(kv_width), "k"),
-                         arena.alloc(v, size_t(kv_width), "v"), arena.alloc(out, size_t(H), "out"),
-                         arena.alloc(row_scale, 1, "row scale"), arena.alloc(o_row_scale, 1, "row scale")})
+                          arena.alloc(attn, size_t(NH * D), "attn"), arena.alloc(o_hat, size_t(NH * D), "o x̂"),
+                          arena.alloc(q, size_t(NH * D), "q"), arena.alloc(k, size_t(kv_width), "k"),
+                          arena.alloc(v, size_t(kv_width), "v"), arena.alloc(out, size_t(H), "out"),
+                          arena.alloc(row_scale, 1, "row scale"), arena.alloc(o_row_scale, 1, "row scale")})
     if (!s) {
       std::fprintf(stderr, "nibble bench kernels: %s\n", s.message().c_str());
       return 1;
@@ -108,11 +110,13 @@ int run_bench_attention(const BenchKernelsOptions& o, cudaStream_t stream, nlohm
   const cuda::GemmContext gemm{stream, nullptr, nullptr, 0, o_hat, o_row_scale, size_t(NH * D)};
   const float x_input_scale = 4.0f / 2688.0f, o_input_scale = 3.0f / 2688.0f;
 
-  std::printf("\nattention half of a decode layer, Qwen3-30B-A3B (H=%lld, %lld/%lld heads of %lld), one token, norm output "
-              "to o projection output\n",
-              (long long)H, (long long)NH, (long long)NKV, (long long)D);
+  std::printf(
+      "\nattention half of a decode layer, Qwen3-30B-A3B (H=%lld, %lld/%lld heads of %lld), one token, norm output "
+      "to o projection output\n",
+      (long long)H, (long long)NH, (long long)NKV, (long long)D);
   std::printf("%-9s %7s %-26s %10s %9s %8s\n", "op", "context", "mode", "time(us)", "GB/s", "%floor");
-  const double weight_bytes = double(NH * D + 2 * kv_width) * H * (0.5 + 1.0 / 16) + double(H) * NH * D * (0.5 + 1.0 / 16);
+  const double weight_bytes =
+      double(NH * D + 2 * kv_width) * H * (0.5 + 1.0 / 16) + double(H) * NH * D * (0.5 + 1.0 / 16);
   for (int64_t ctx : contexts) {
     const int32_t position = int32_t(ctx - 1);
     const int64_t slot = int64_t{table[size_t(position / PAGE)]} * PAGE + position % PAGE;
@@ -124,8 +128,8 @@ int run_bench_attention(const BenchKernelsOptions& o, cudaStream_t stream, nlohm
     const double floor = bytes / (o.hbm_tb_s * 1e12);
     for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
       const bool w4a4 = mode != formats::ActQuant::NONE;
-      if (w4a4 && !cuda::quantize_dequantize_activation_bf16(x, 1, H, mode == formats::ActQuant::STATIC ? x_input_scale : 0.0f,
-                                                             x_hat, row_scale, stream))
+      if (w4a4 && !cuda::quantize_dequantize_activation_bf16(
+                      x, 1, H, mode == formats::ActQuant::STATIC ? x_input_scale : 0.0f, x_hat, row_scale, stream))
         return 1;
       const uint16_t* in = w4a4 ? x_hat : x;
       bool ok = true;
@@ -136,7 +140,8 @@ int run_bench_attention(const BenchKernelsOptions& o, cudaStream_t stream, nlohm
             float* qkv_out[3] = {q, k, v};
             ok &= cuda::skinny_linear(in, 1, qkv_w, qkv_out, 3, w4a4 ? row_scale : nullptr, stream).is_ok();
             const cuda::QkvLayout layout{1, NH, NKV, D, positions, slots, inv_freq};
-            ok &= cuda::qk_norm_rope_store({q, k, v}, layout, q_norm, k_norm, 1e-6f, nullptr, l.k_cache, l.v_cache, stream, q_bf16)
+            ok &= cuda::qk_norm_rope_store({q, k, v}, layout, q_norm, k_norm, 1e-6f, nullptr, l.k_cache, l.v_cache,
+                                           stream, q_bf16)
                       .is_ok();
             ok &= (*fi)->run(q_bf16, l.k_cache, l.v_cache, attn, stream).is_ok();
             ok &= cuda::linear_nvfp4(attn, 1, l.o, mode, o_input_scale, out, DenseKernel::SKINNY, gemm).is_ok();
@@ -147,10 +152,14 @@ int run_bench_attention(const BenchKernelsOptions& o, cudaStream_t stream, nlohm
         std::fprintf(stderr, "nibble bench kernels: attention context %lld failed\n", (long long)ctx);
         return 1;
       }
-      std::printf("%-9s %7lld %-26s %10.2f %9.0f %7.0f%%\n", "attention", (long long)ctx, bench_mode_label(mode).c_str(),
-                  t * 1e6, bytes / t / 1e9, 100.0 * floor / t);
-      rows.push_back({{"op", "attention_decode"}, {"context", ctx}, {"mode", bench_mode_label(mode)}, {"time_us", t * 1e6},
-                      {"gb_s", bytes / t / 1e9}, {"pct_floor", 100.0 * floor / t}});
+      std::printf("%-9s %7lld %-26s %10.2f %9.0f %7.0f%%\n", "attention", (long long)ctx,
+                  bench_mode_label(mode).c_str(), t * 1e6, bytes / t / 1e9, 100.0 * floor / t);
+      rows.push_back({{"op", "attention_decode"},
+                      {"context", ctx},
+                      {"mode", bench_mode_label(mode)},
+                      {"time_us", t * 1e6},
+                      {"gb_s", bytes / t / 1e9},
+                      {"pct_floor", 100.0 * floor / t}});
     }
   }
   return 0;

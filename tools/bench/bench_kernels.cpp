@@ -32,12 +32,15 @@ struct Shape {
   int64_t n, k;
 };
 // Qwen3-30B-A3B: attention projections and one expert's matrices (docs/perf.md "Floors").
-const std::vector<Shape> QWEN3_SHAPES = {{"q_proj", 4096, 2048}, {"k_proj", 512, 2048}, {"o_proj", 2048, 4096},
-                                         {"expert.gate", 768, 2048}, {"expert.down", 2048, 768}};
+const std::vector<Shape> QWEN3_SHAPES = {{"q_proj", 4096, 2048},
+                                         {"k_proj", 512, 2048},
+                                         {"o_proj", 2048, 4096},
+                                         {"expert.gate", 768, 2048},
+                                         {"expert.down", 2048, 768}};
 // ERNIE-4.5-21B-A3B (config.json: hidden 2560, 20/4 heads of 128, experts 1536 wide, 2 shared experts,
 // a dense first layer 12288 wide): its attention, the shared experts as one dense MLP, the dense down.
-const std::vector<Shape> ERNIE_SHAPES = {{"q_proj", 2560, 2560},       {"k_proj", 512, 2560},
-                                         {"o_proj", 2560, 2560},       {"shared.gate", 3072, 2560},
+const std::vector<Shape> ERNIE_SHAPES = {{"q_proj", 2560, 2560},      {"k_proj", 512, 2560},
+                                         {"o_proj", 2560, 2560},      {"shared.gate", 3072, 2560},
                                          {"shared.down", 2560, 3072}, {"dense.down", 2560, 12288}};
 
 }  // namespace
@@ -100,8 +103,8 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
     BENCH_CUDA(cudaMemset(x, 0x3c, static_cast<size_t>(max_m * s.k * 2)));  // BF16 ≈ 0.0117, never zero
     BENCH_CUDA(cudaMalloc(&y, static_cast<size_t>(max_m * s.n * 4)));
     BENCH_CUDA(cudaMalloc(&workspace, bf16_bytes));
-    const cuda::GemmContext ctx{stream, cublas, workspace, static_cast<size_t>(s.n * s.k),
-                                x_hat, row_scales, static_cast<size_t>(max_m * s.k)};
+    const cuda::GemmContext ctx{
+        stream, cublas, workspace, static_cast<size_t>(s.n * s.k), x_hat, row_scales, static_cast<size_t>(max_m * s.k)};
     for (int64_t m : ms) {
       const double flops = 2.0 * m * s.n * s.k;
       const double io_bytes = m * s.k * 2.0 + m * s.n * 4.0;
@@ -118,40 +121,46 @@ int run_bench_kernels(const BenchKernelsOptions& o) {
           },
           copies, o.iterations, o.batches, stream);
       for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN})
-      for (DenseKernel backend : dense_kernels_to_time(o.gemm_backend)) {
-        if (backend == DenseKernel::GEMV && m > cuda::GEMV_MAX_M) continue;
-        bool ok = true;
-        const double t = time_launches(
-            [&](int c) {
-              const cuda::DeviceNvfp4Weight dw{packed[c], scales[c], s.n, s.k, q->scale};
-              ok &= cuda::linear_nvfp4(x, m, dw, mode, 0.01f, y, backend, ctx).is_ok();
-            },
-            copies, o.iterations, o.batches, stream);
-        BENCH_CUDA(cudaStreamSynchronize(stream));
-        if (!ok) {
-          std::fprintf(stderr, "nibble bench kernels: %s M=%lld failed\n", s.name, static_cast<long long>(m));
-          return 1;
+        for (DenseKernel backend : dense_kernels_to_time(o.gemm_backend)) {
+          if (backend == DenseKernel::GEMV && m > cuda::GEMV_MAX_M) continue;
+          bool ok = true;
+          const double t = time_launches(
+              [&](int c) {
+                const cuda::DeviceNvfp4Weight dw{packed[c], scales[c], s.n, s.k, q->scale};
+                ok &= cuda::linear_nvfp4(x, m, dw, mode, 0.01f, y, backend, ctx).is_ok();
+              },
+              copies, o.iterations, o.batches, stream);
+          BENCH_CUDA(cudaStreamSynchronize(stream));
+          if (!ok) {
+            std::fprintf(stderr, "nibble bench kernels: %s M=%lld failed\n", s.name, static_cast<long long>(m));
+            return 1;
+          }
+          const double bytes = nvfp4_bytes + io_bytes;
+          const double pct = 100.0 * floor_of(double(nvfp4_bytes)) / t;
+          const std::string label = std::string(kernel_name(backend)) + "/" + bench_mode_label(mode);
+          std::printf("%-12s %6lld %-30s %10.2f %9.0f %9.1f %7.0f%% %12.2f %8.2fx\n", s.name, static_cast<long long>(m),
+                      label.c_str(), t * 1e6, bytes / t / 1e9, flops / t / 1e12, pct, t_cublas * 1e6, t_cublas / t);
+          rows.push_back({{"op", std::string("linear_nvfp4_w4a16.") + s.name},
+                          {"m", m},
+                          {"n", s.n},
+                          {"k", s.k},
+                          {"backend", kernel_name(backend)},
+                          {"mode", bench_mode_label(mode)},
+                          {"time_us", t * 1e6},
+                          {"gb_s", bytes / t / 1e9},
+                          {"tflops", flops / t / 1e12},
+                          {"pct_floor", pct},
+                          {"cublas_bf16_us", t_cublas * 1e6}});
         }
-        const double bytes = nvfp4_bytes + io_bytes;
-        const double pct = 100.0 * floor_of(double(nvfp4_bytes)) / t;
-        const std::string label = std::string(kernel_name(backend)) + "/" + bench_mode_label(mode);
-        std::printf("%-12s %6lld %-30s %10.2f %9.0f %9.1f %7.0f%% %12.2f %8.2fx\n", s.name, static_cast<long long>(m),
-                    label.c_str(), t * 1e6, bytes / t / 1e9, flops / t / 1e12, pct, t_cublas * 1e6,
-                    t_cublas / t);
-        rows.push_back({{"op", std::string("linear_nvfp4_w4a16.") + s.name}, {"m", m}, {"n", s.n}, {"k", s.k},
-                        {"backend", kernel_name(backend)}, {"mode", bench_mode_label(mode)}, {"time_us", t * 1e6},
-                        {"gb_s", bytes / t / 1e9}, {"tflops", flops / t / 1e12}, {"pct_floor", pct},
-                        {"cublas_bf16_us", t_cublas * 1e6}});
-      }
     }
     for (int c = 0; c < copies; ++c) cudaFree(packed[c]), cudaFree(scales[c]), cudaFree(bf16[c]);
     cudaFree(x), cudaFree(y), cudaFree(workspace), cudaFree(x_hat), cudaFree(row_scales);
   }
   // ERNIE's MoE also with its 2 shared experts (2 × 1536 wide) as 2 more experts every token routes to:
   // what one expert group for both would cost, against the dense shared.* rows plus the routed block.
-  const std::vector<MoeShape> moe_shapes =
-      ernie ? std::vector<MoeShape>{{"ernie-4.5-21b-a3b", 64, 6, 2560, 1536}, {"ernie+shared-as-experts", 66, 8, 2560, 1536}}
-            : std::vector<MoeShape>{{"qwen3-30b-a3b", 128, 8, 2048, 768}};
+  const std::vector<MoeShape> moe_shapes = ernie ? std::vector<MoeShape>{{"ernie-4.5-21b-a3b", 64, 6, 2560, 1536},
+                                                                         {"ernie+shared-as-experts", 66, 8, 2560, 1536}}
+                                                 : std::vector<MoeShape>{{"qwen3-30b-a3b", 128, 8, 2048, 768}};
   if (o.ops.find("moe") != std::string::npos)
     for (const MoeShape& shape : moe_shapes)
       if (run_bench_moe(o, shape, stream, cublas, rows) != 0) return 1;

@@ -172,8 +172,9 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     const auto attention = engine::parse_attention_backend(o.attention_backend);
     const auto kv_dtype = engine::parse_kv_cache_dtype(o.kv_cache_dtype);
     if (!backend || !gemm || !moe || !decode_attention || !attention || !kv_dtype)
-      return fail("--backend / --gemm-backend / --moe-backend / --attention-backend / --decode-attention / --kv-cache-dtype: "
-                  "unknown name");
+      return fail(
+          "--backend / --gemm-backend / --moe-backend / --attention-backend / --decode-attention / --kv-cache-dtype: "
+          "unknown name");
     ro.kv_dtype = *kv_dtype;
     ro.decode_attention = *decode_attention;
     ro.attention = *attention;
@@ -192,9 +193,15 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     const int64_t bs = r.block_size(), capacity = r.n_kv_blocks();
     auto need_blocks = [&](int64_t seqs, int64_t tokens) { return seqs * ((tokens + bs - 1) / bs); };
     auto report = [&](const std::string& test, int64_t tokens, double tok_s, double ms_step) {
-      std::printf("%-10s %-14s %12lld %12.1f %10.3f\n", mode_name.c_str(), test.c_str(), static_cast<long long>(tokens), tok_s, ms_step);
-      rows.push_back({{"mode", mode_name}, {"test", test}, {"tokens", tokens}, {"tok_s", tok_s}, {"ms_per_step", ms_step},
-                      {"backend", r.describe()}, {"load_s", load_s}});
+      std::printf("%-10s %-14s %12lld %12.1f %10.3f\n", mode_name.c_str(), test.c_str(), static_cast<long long>(tokens),
+                  tok_s, ms_step);
+      rows.push_back({{"mode", mode_name},
+                      {"test", test},
+                      {"tokens", tokens},
+                      {"tok_s", tok_s},
+                      {"ms_per_step", ms_step},
+                      {"backend", r.describe()},
+                      {"load_s", load_s}});
     };
     std::printf("# %s on %s: loaded in %.1f s, %lld KV blocks of %lld\n", o.model.c_str(), r.describe().c_str(), load_s,
                 static_cast<long long>(capacity), static_cast<long long>(bs));
@@ -238,13 +245,14 @@ int run_bench_latency(const BenchLatencyOptions& o) {
       // Room for the warm-up step, the timed steps and each mixed run's steps.
       const int64_t total = o.batch_prompt + o.batch_gen * (1 + static_cast<int64_t>(mixed.size())) + 2;
       if (need_blocks(B, total) > capacity) {
-        std::printf("%-10s %-14s skipped: %lld sequences of %lld tokens need more than %lld KV blocks\n", mode_name.c_str(),
-                    ("S_TG b" + std::to_string(B)).c_str(), static_cast<long long>(B), static_cast<long long>(total),
-                    static_cast<long long>(capacity));
+        std::printf("%-10s %-14s skipped: %lld sequences of %lld tokens need more than %lld KV blocks\n",
+                    mode_name.c_str(), ("S_TG b" + std::to_string(B)).c_str(), static_cast<long long>(B),
+                    static_cast<long long>(total), static_cast<long long>(capacity));
         continue;
       }
       std::vector<Sequence> seqs;
-      for (int64_t i = 0; i < B; ++i) seqs.push_back(bench.make(o.batch_prompt, total, static_cast<int32_t>(i * ((total + bs - 1) / bs))));
+      for (int64_t i = 0; i < B; ++i)
+        seqs.push_back(bench.make(o.batch_prompt, total, static_cast<int32_t>(i * ((total + bs - 1) / bs))));
       Status s = bench.prefill(seqs, ro.max_num_batched_tokens);
       if (!s) return fail(s.message());
       if (Status w = bench.decode(seqs, 1, overlap); !w) return fail(w.message());  // warm-up step
@@ -256,7 +264,8 @@ int run_bench_latency(const BenchLatencyOptions& o) {
       for (int64_t P : mixed) {
         const std::string test = "mix b" + std::to_string(B) + "+p" + std::to_string(P);
         if (need_blocks(B, total) + need_blocks(1, P + 1) > capacity) {
-          std::printf("%-10s %-14s skipped: the prompt does not fit the KV cache beside the batch\n", mode_name.c_str(), test.c_str());
+          std::printf("%-10s %-14s skipped: the prompt does not fit the KV cache beside the batch\n", mode_name.c_str(),
+                      test.c_str());
           continue;
         }
         const Sequence prompt = bench.make(P, P + 1, static_cast<int32_t>(need_blocks(B, total)));

@@ -13,17 +13,17 @@ namespace nibble::tools {
 struct BenchLatencyOptions {
   std::string model;
   std::string backend = "auto";
-  std::string modes = "none";          // activation modes to run, each for MoE and dense: none,static,per-token
+  std::string modes = "none";  // activation modes to run, each for MoE and dense: none,static,per-token
   std::string gemm_backend = "auto", moe_backend = "auto", decode_attention = "auto", attention_backend = "auto";
   std::string kv_cache_dtype = "auto";
-  std::string pp = "512,2048";         // prefill lengths
-  int64_t tg = 128;                    // single-stream decode tokens (after a 1-token prompt)
-  std::string batches = "1,16,64,128"; // batched decode: parallel sequences
-  int64_t batch_prompt = 1000;         // their prompt length
-  int64_t batch_gen = 64;              // decode steps timed per batch size
-  std::string mixed;                   // prompt lengths: each batch's steps again, each with a new prompt of that length
-  int64_t repeats = 3;                 // median of
-  float temperature = 0.0f;            // decode steps' sampling (0: greedy), as a request's
+  std::string pp = "512,2048";          // prefill lengths
+  int64_t tg = 128;                     // single-stream decode tokens (after a 1-token prompt)
+  std::string batches = "1,16,64,128";  // batched decode: parallel sequences
+  int64_t batch_prompt = 1000;          // their prompt length
+  int64_t batch_gen = 64;               // decode steps timed per batch size
+  std::string mixed;         // prompt lengths: each batch's steps again, each with a new prompt of that length
+  int64_t repeats = 3;       // median of
+  float temperature = 0.0f;  // decode steps' sampling (0: greedy), as a request's
   int32_t top_k = 0;
   float top_p = 1.0f;
   bool enforce_eager = false;

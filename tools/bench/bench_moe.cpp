@@ -62,7 +62,8 @@ int run_bench_moe(const BenchKernelsOptions& o, const MoeShape& shape, cudaStrea
   BENCH_CUDA(cudaMalloc(&router, router_host.size() * 2));
   BENCH_CUDA(cudaMemcpy(router, router_host.data(), router_host.size() * 2, cudaMemcpyHostToDevice));
   for (int c = 0; c < WEIGHT_COPIES; ++c) {
-    if (upload_experts(E, I, H, rng, gate[c]) || upload_experts(E, I, H, rng, up[c]) || upload_experts(E, H, I, rng, down[c]))
+    if (upload_experts(E, I, H, rng, gate[c]) || upload_experts(E, I, H, rng, up[c]) ||
+        upload_experts(E, H, I, rng, down[c]))
       return 1;
     cuda::DeviceMoeWeights& w = weights[c];
     w.router = router;
@@ -95,14 +96,21 @@ int run_bench_moe(const BenchKernelsOptions& o, const MoeShape& shape, cudaStrea
   const double expert_bytes = 3.0 * I * H * (0.5 + 1.0 / 16);
   for (int64_t tokens : token_counts) {
     // Experts routed to (the floor's weight bytes), from one run's grouping.
-    Status s = cuda::moe_forward(weights[0], **ws, {.x = x[0], .tokens = tokens, .mode = formats::ActQuant::NONE, .kernel = MoeKernel::GROUPED_MMA, .out = out, .stream = stream, .cublas = cublas});
+    Status s = cuda::moe_forward(weights[0], **ws,
+                                 {.x = x[0],
+                                  .tokens = tokens,
+                                  .mode = formats::ActQuant::NONE,
+                                  .kernel = MoeKernel::GROUPED_MMA,
+                                  .out = out,
+                                  .stream = stream,
+                                  .cublas = cublas});
     if (!s) {
       std::fprintf(stderr, "nibble bench kernels: moe T=%lld: %s\n", (long long)tokens, s.message().c_str());
       return 1;
     }
     std::vector<int32_t> offsets(size_t(E + 1));
-    BENCH_CUDA(cudaMemcpyAsync(offsets.data(), (*ws)->groups.expert_offsets, offsets.size() * 4,
-                               cudaMemcpyDeviceToHost, stream));
+    BENCH_CUDA(cudaMemcpyAsync(offsets.data(), (*ws)->groups.expert_offsets, offsets.size() * 4, cudaMemcpyDeviceToHost,
+                               stream));
     BENCH_CUDA(cudaStreamSynchronize(stream));
     int active = 0;
     for (int64_t e = 0; e < E; ++e) active += offsets[e + 1] > offsets[e];
@@ -116,17 +124,26 @@ int run_bench_moe(const BenchKernelsOptions& o, const MoeShape& shape, cudaStrea
       return b == MoeKernel::CUBLAS;  // first: the other rows compare to it
     });
     for (MoeKernel backend : backends)
-      for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
+      for (formats::ActQuant mode :
+           {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
         bool ok = true;
         const double t = time_launches(
             [&](int c) {
-              ok &= cuda::moe_forward(weights[c % WEIGHT_COPIES], **ws, {.x = x[c % INPUT_COPIES], .tokens = tokens, .mode = mode, .kernel = backend, .out = out, .stream = stream, .cublas = cublas})
+              ok &= cuda::moe_forward(weights[c % WEIGHT_COPIES], **ws,
+                                      {.x = x[c % INPUT_COPIES],
+                                       .tokens = tokens,
+                                       .mode = mode,
+                                       .kernel = backend,
+                                       .out = out,
+                                       .stream = stream,
+                                       .cublas = cublas})
                         .is_ok();
             },
             INPUT_COPIES, o.iterations, o.batches, stream, backend != MoeKernel::CUBLAS);
         BENCH_CUDA(cudaStreamSynchronize(stream));
         if (!ok) {
-          std::fprintf(stderr, "nibble bench kernels: moe T=%lld %s failed\n", (long long)tokens, bench_mode_label(mode).c_str());
+          std::fprintf(stderr, "nibble bench kernels: moe T=%lld %s failed\n", (long long)tokens,
+                       bench_mode_label(mode).c_str());
           return 1;
         }
         if (backend == MoeKernel::CUBLAS && mode == formats::ActQuant::NONE) t_baseline = t;
@@ -136,10 +153,18 @@ int run_bench_moe(const BenchKernelsOptions& o, const MoeShape& shape, cudaStrea
         std::printf("%-6s %6lld %-30s %10.2f %9.0f %9.1f %7.0f%% %8d %17s\n", "moe", (long long)tokens, label.c_str(),
                     t * 1e6, bytes / t / 1e9, flops / t / 1e12, 100.0 * floor / t, active, versus);
         if (backend == MoeKernel::AUTO && tokens == 1)  // the block's phases in each mode
-          if (const std::string phases = cuda::moe_decode_block_timing(H); !phases.empty()) std::printf("%s\n", phases.c_str());
-        rows.push_back({{"op", "moe"}, {"shape", shape.label}, {"tokens", tokens}, {"backend", kernel_name(backend)},
-                        {"mode", bench_mode_label(mode)}, {"time_us", t * 1e6}, {"gb_s", bytes / t / 1e9},
-                        {"tflops", flops / t / 1e12}, {"pct_floor", 100.0 * floor / t}, {"experts_active", active}});
+          if (const std::string phases = cuda::moe_decode_block_timing(H); !phases.empty())
+            std::printf("%s\n", phases.c_str());
+        rows.push_back({{"op", "moe"},
+                        {"shape", shape.label},
+                        {"tokens", tokens},
+                        {"backend", kernel_name(backend)},
+                        {"mode", bench_mode_label(mode)},
+                        {"time_us", t * 1e6},
+                        {"gb_s", bytes / t / 1e9},
+                        {"tflops", flops / t / 1e12},
+                        {"pct_floor", 100.0 * floor / t},
+                        {"experts_active", active}});
       }
   }
   for (int c = 0; c < WEIGHT_COPIES; ++c)

@@ -40,7 +40,9 @@ std::string request_body(const BenchServeOptions& o, const std::string& model, c
             {"stream", true}};
     if (o.ignore_eos) body["sampling_params"]["ignore_eos"] = true;
   } else {
-    body = {{"model", model}, {"temperature", o.temperature}, {"stream", true},
+    body = {{"model", model},
+            {"temperature", o.temperature},
+            {"stream", true},
             {"stream_options", {{"include_usage", true}}}};
     if (o.backend == "openai-chat") {
       body["messages"] = json::array({{{"role", "user"}, {"content", p.text}}});
@@ -116,8 +118,10 @@ RequestOutcome parse_response(const BenchServeOptions& o, const HttpResult& r, c
       }
     }
     if (!token) continue;
-    if (!have_token) out.ttft = std::chrono::duration<double>(e.at - r.started).count();
-    else out.itl.push_back(std::chrono::duration<double>(e.at - last).count());
+    if (!have_token)
+      out.ttft = std::chrono::duration<double>(e.at - r.started).count();
+    else
+      out.itl.push_back(std::chrono::duration<double>(e.at - last).count());
     have_token = true;
     last = e.at;
   }
@@ -145,20 +149,22 @@ int run_bench_serve(const BenchServeOptions& o) {
     if (std::find(std::begin(known), std::end(known), metric) == std::end(known)) {
       std::string list;
       for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
-      return fail("--percentile-metrics: '" + metric + "' is not computed by nibble bench serve (supported: " + list + ")");
+      return fail("--percentile-metrics: '" + metric + "' is not computed by nibble bench serve (supported: " + list +
+                  ")");
     }
   }
   for (const std::string& p : split(o.metric_percentiles)) {
     char* end = nullptr;
     const double q = std::strtod(p.c_str(), &end);
-    if (p.empty() || *end != 0 || !(q > 0 && q <= 100)) return fail("--metric-percentiles: '" + p + "' is not a number in (0, 100]");
+    if (p.empty() || *end != 0 || !(q > 0 && q <= 100))
+      return fail("--metric-percentiles: '" + p + "' is not a number in (0, 100]");
   }
   Result<Endpoint> endpoint = resolve_endpoint(o.base_url, o.host, o.port);
   if (!endpoint) return fail(endpoint.status().message());
-  const std::string path = !o.endpoint.empty()                ? o.endpoint
-                           : o.backend == "openai-chat"        ? "/v1/chat/completions"
-                           : o.backend == "nibble"             ? "/generate"
-                                                               : "/v1/completions";
+  const std::string path = !o.endpoint.empty()          ? o.endpoint
+                           : o.backend == "openai-chat" ? "/v1/chat/completions"
+                           : o.backend == "nibble"      ? "/generate"
+                                                        : "/v1/completions";
   std::string model = o.model;
   if (model.empty()) {
     auto served = first_served_model(*endpoint);
@@ -182,9 +188,13 @@ int run_bench_serve(const BenchServeOptions& o) {
   }
 
   Result<std::vector<BenchPrompt>> prompts = Status::error("--dataset-name must be random, sharegpt or jsonl");
-  if (o.dataset_name == "random") prompts = random_dataset(*tokenizer, o.random);
-  else if (o.dataset_name == "sharegpt") prompts = sharegpt_dataset(o.dataset_path, *tokenizer, o.random.num_prompts, o.output_len, o.random.seed);
-  else if (o.dataset_name == "jsonl") prompts = jsonl_dataset(o.dataset_path, tokenizer.get(), o.random.num_prompts, o.output_len > 0 ? o.output_len : o.random.output_len);
+  if (o.dataset_name == "random")
+    prompts = random_dataset(*tokenizer, o.random);
+  else if (o.dataset_name == "sharegpt")
+    prompts = sharegpt_dataset(o.dataset_path, *tokenizer, o.random.num_prompts, o.output_len, o.random.seed);
+  else if (o.dataset_name == "jsonl")
+    prompts = jsonl_dataset(o.dataset_path, tokenizer.get(), o.random.num_prompts,
+                            o.output_len > 0 ? o.output_len : o.random.output_len);
   if (!prompts) return fail(prompts.status().message());
   const size_t n = prompts->size();
 

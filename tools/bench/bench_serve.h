@@ -12,17 +12,17 @@
 namespace nibble::tools {
 
 struct BenchServeOptions {
-  std::string base_url;                 // http://host:port; else host and port
+  std::string base_url;  // http://host:port; else host and port
   std::string host = "127.0.0.1";
   int port = 8000;
-  std::string endpoint;                 // default per backend
+  std::string endpoint;                        // default per backend
   std::string backend = "openai-completions";  // openai-completions | openai-chat | nibble
-  std::string model;                    // default: the server's first /v1/models entry
+  std::string model;                           // default: the server's first /v1/models entry
   std::string tokenizer;                // folder with tokenizer.json; default: --model if a folder, else the server's
   std::string dataset_name = "random";  // random | sharegpt | jsonl
   std::string dataset_path;
   RandomDatasetOptions random;
-  int64_t output_len = 0;               // sharegpt/jsonl: overrides per-prompt output lengths when > 0
+  int64_t output_len = 0;  // sharegpt/jsonl: overrides per-prompt output lengths when > 0
   int64_t max_concurrency = 0;
   double request_rate = std::numeric_limits<double>::infinity();
   double burstiness = 1.0;

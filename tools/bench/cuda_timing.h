@@ -14,13 +14,13 @@
 #include "cuda/gemm/linear_nvfp4.cuh"
 #include "formats/nvfp4.h"
 
-#define BENCH_CUDA(call)                                                                    \
-  do {                                                                                      \
-    cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess) {                                                                \
+#define BENCH_CUDA(call)                                                                     \
+  do {                                                                                       \
+    cudaError_t e_ = (call);                                                                 \
+    if (e_ != cudaSuccess) {                                                                 \
       std::fprintf(stderr, "nibble bench kernels: %s: %s\n", #call, cudaGetErrorString(e_)); \
-      return 1;                                                                             \
-    }                                                                                       \
+      return 1;                                                                              \
+    }                                                                                        \
   } while (0)
 
 namespace nibble::tools {
@@ -81,7 +81,8 @@ double time_launches(F&& launch, int copies, int iterations, int batches, cudaSt
   std::vector<double> per_launch;
   for (int b = 0; b < batches; ++b) {
     cudaEventRecord(start, stream);
-    if (graph) cudaGraphLaunch(exec, stream);
+    if (graph)
+      cudaGraphLaunch(exec, stream);
     else
       for (int i = 0; i < iterations; ++i) launch(i % copies);
     cudaEventRecord(stop, stream);

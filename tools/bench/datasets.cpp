@@ -47,7 +47,8 @@ Result<std::string> read_file(const std::string& path) {
 }  // namespace
 
 Result<std::vector<BenchPrompt>> random_dataset(const text::Tokenizer& tokenizer, const RandomDatasetOptions& o) {
-  if (o.input_len < 1 || o.output_len < 1) return Status::error("--random-input-len and --random-output-len must be >= 1");
+  if (o.input_len < 1 || o.output_len < 1)
+    return Status::error("--random-input-len and --random-output-len must be >= 1");
   if (o.range_ratio < 0 || o.range_ratio >= 1) return Status::error("--random-range-ratio must be in [0, 1)");
   const std::vector<int32_t> pool = ordinary_ids(tokenizer);
   if (pool.empty()) return Status::error("the tokenizer has no ordinary tokens");
@@ -120,8 +121,8 @@ Result<std::vector<BenchPrompt>> jsonl_dataset(const std::string& path, const te
     BenchPrompt p;
     p.text = j["prompt"].get<std::string>();
     p.prompt_len = tokenizer ? static_cast<int64_t>(tokenizer->encode(p.text, true, false).size()) : 0;
-    p.output_len = j.contains("output_len") && j["output_len"].is_number_integer() ? j["output_len"].get<int64_t>()
-                                                                                   : output_len;
+    p.output_len =
+        j.contains("output_len") && j["output_len"].is_number_integer() ? j["output_len"].get<int64_t>() : output_len;
     out.push_back(std::move(p));
   }
   if (static_cast<int64_t>(out.size()) < num_prompts)

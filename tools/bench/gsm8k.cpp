@@ -110,7 +110,8 @@ int run_gsm8k_eval(const Gsm8kOptions& o) {
                 } else {
                   ++failed;
                   if (first_error.empty())
-                    first_error = r.error.empty() ? "HTTP " + std::to_string(r.status) + ": " + r.body.substr(0, 300) : r.error;
+                    first_error =
+                        r.error.empty() ? "HTTP " + std::to_string(r.status) + ": " + r.body.substr(0, 300) : r.error;
                 }
                 launch();
               });
@@ -129,15 +130,18 @@ int run_gsm8k_eval(const Gsm8kOptions& o) {
   if (!o.predictions.empty()) {
     std::ofstream out(o.predictions);
     for (size_t i = 0; i < n; ++i) {
-      const json line = {{"index", i}, {"label", labels[i] ? json(*labels[i]) : json(nullptr)},
+      const json line = {{"index", i},
+                         {"label", labels[i] ? json(*labels[i]) : json(nullptr)},
                          {"prediction", preds[i] ? json(*preds[i]) : json(nullptr)},
-                         {"correct", bool(right[i])}, {"text", texts[i]}};
+                         {"correct", bool(right[i])},
+                         {"text", texts[i]}};
       out << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     }
     if (!out) return fail(o.predictions + ": cannot write");
   }
-  if (failed) std::fprintf(stderr, "%lld requests failed (counted invalid); first: %s\n",
-                           static_cast<long long>(failed), first_error.c_str());
+  if (failed)
+    std::fprintf(stderr, "%lld requests failed (counted invalid); first: %s\n", static_cast<long long>(failed),
+                 first_error.c_str());
   std::printf("Accuracy: %.3f\n", static_cast<double>(correct) / static_cast<double>(n));
   std::printf("Invalid: %.3f\n", static_cast<double>(invalid) / static_cast<double>(n));
   std::printf("Latency: %.3f s\n", latency);

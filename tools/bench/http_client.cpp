@@ -144,7 +144,8 @@ HttpResult http_request_sync(const Endpoint& endpoint, const std::string& method
                              const std::string& body) {
   net::io_context io;
   HttpResult out;
-  std::make_shared<Call>(io, [&out](HttpResult&& r) { out = std::move(r); }, nullptr)
+  std::make_shared<Call>(
+      io, [&out](HttpResult&& r) { out = std::move(r); }, nullptr)
       ->start(endpoint, method, path, body);
   io.run();
   return out;

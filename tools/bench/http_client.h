@@ -30,9 +30,9 @@ struct HttpEvent {
 };
 
 struct HttpResult {
-  int status = 0;              // 0: no HTTP response (see error)
-  std::string error;           // transport problem
-  std::string body;            // a non-chunked body
+  int status = 0;     // 0: no HTTP response (see error)
+  std::string error;  // transport problem
+  std::string body;   // a non-chunked body
   std::vector<HttpEvent> events;
   SteadyClock::time_point started, finished;
 };

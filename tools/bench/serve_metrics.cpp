@@ -29,8 +29,10 @@ double stddev(const std::vector<double>& v) {  // population (numpy's default dd
 
 std::string p_word(double p) {
   char buf[32];
-  if (p == std::floor(p)) std::snprintf(buf, sizeof buf, "%d", static_cast<int>(p));
-  else std::snprintf(buf, sizeof buf, "%g", p);
+  if (p == std::floor(p))
+    std::snprintf(buf, sizeof buf, "%d", static_cast<int>(p));
+  else
+    std::snprintf(buf, sizeof buf, "%g", p);
   return buf;
 }
 
@@ -124,9 +126,11 @@ BenchSummary summarize(const std::vector<RequestOutcome>& outcomes, double durat
   r["model_id"] = s.model;
   r["tokenizer_id"] = s.tokenizer;
   r["num_prompts"] = s.num_prompts;
-  r["request_rate"] = std::isinf(s.request_rate) ? nlohmann::ordered_json("inf") : nlohmann::ordered_json(s.request_rate);
+  r["request_rate"] =
+      std::isinf(s.request_rate) ? nlohmann::ordered_json("inf") : nlohmann::ordered_json(s.request_rate);
   r["burstiness"] = s.burstiness;
-  r["max_concurrency"] = s.max_concurrency > 0 ? nlohmann::ordered_json(s.max_concurrency) : nlohmann::ordered_json(nullptr);
+  r["max_concurrency"] =
+      s.max_concurrency > 0 ? nlohmann::ordered_json(s.max_concurrency) : nlohmann::ordered_json(nullptr);
   r["duration"] = duration;
   r["completed"] = completed;
   r["failed"] = failed;
@@ -181,7 +185,8 @@ BenchSummary summarize(const std::vector<RequestOutcome>& outcomes, double durat
     std::vector<double> v;
     for (double x : *m.values) v.push_back(m.time ? x * 1000.0 : x);
     const std::string key = m.key, suffix = m.time ? "_ms" : "";
-    const bool asked = std::find(s.percentile_metrics.begin(), s.percentile_metrics.end(), key) != s.percentile_metrics.end();
+    const bool asked =
+        std::find(s.percentile_metrics.begin(), s.percentile_metrics.end(), key) != s.percentile_metrics.end();
     const bool vllm = key == "ttft" || key == "tpot" || key == "itl" || key == "e2el";
     if (!asked && !vllm) continue;
     r["mean_" + key + suffix] = mean(v);
@@ -193,7 +198,8 @@ BenchSummary summarize(const std::vector<RequestOutcome>& outcomes, double durat
     p += rule(m.title, '-');
     p += row(std::string("Mean ") + m.short_name + unit, fixed2(mean(v)));
     p += row(std::string("Median ") + m.short_name + unit, fixed2(percentile(v, 50)));
-    for (double q : s.metric_percentiles) p += row("P" + p_word(q) + " " + m.short_name + unit, fixed2(percentile(v, q)));
+    for (double q : s.metric_percentiles)
+      p += row("P" + p_word(q) + " " + m.short_name + unit, fixed2(percentile(v, q)));
   }
   p += std::string(50, '=') + "\n";
   return out;

@@ -44,7 +44,7 @@ struct BenchSettings {
   int64_t num_prompts = 0;
   double request_rate = 0;  // inf when unlimited
   double burstiness = 1.0;
-  int64_t max_concurrency = 0;  // 0: unlimited
+  int64_t max_concurrency = 0;                  // 0: unlimited
   std::vector<std::string> percentile_metrics;  // a subset of SUPPORTED_PERCENTILE_METRICS
   std::vector<double> metric_percentiles;
 };

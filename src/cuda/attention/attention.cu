@@ -16,7 +16,9 @@ namespace {
 
 constexpr int TILE = 32;
 
-__device__ __forceinline__ float bf16_to_float(uint16_t bits) { return __uint_as_float(static_cast<uint32_t>(bits) << 16); }
+__device__ __forceinline__ float bf16_to_float(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
 
 // blockIdx.z: which of gridDim.z equal shares of the token's context this CTA covers (whole tiles).
 // With one split the result goes to `out`; with several, (m, l, acc) go to `partial` for merge_kernel.
@@ -31,9 +33,9 @@ __global__ void paged_attention_kernel(const float* q, const uint16_t* k_cache, 
   const int group = static_cast<int>(b.n_heads / b.n_kv_heads);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int D = static_cast<int>(b.head_dim), k_stride = D + 2;
-  float* qs = smem;                                                            // [group, D]
-  uint16_t* ks = reinterpret_cast<uint16_t*>(qs + group * D);                  // [TILE, D + 2]
-  uint16_t* vs = ks + TILE * k_stride;                                         // [TILE, D]
+  float* qs = smem;                                            // [group, D]
+  uint16_t* ks = reinterpret_cast<uint16_t*>(qs + group * D);  // [TILE, D + 2]
+  uint16_t* vs = ks + TILE * k_stride;                         // [TILE, D]
   const int64_t head = kvh * group + warp;
   for (int c = lane; c < D; c += 32) qs[warp * D + c] = q[(t * b.n_heads + head) * D + c];
 
@@ -146,8 +148,8 @@ Status launch(const float* q, const uint16_t* k, const uint16_t* v, const Attent
   const int64_t slots = b.decode_tokens ? b.n_decode : b.tokens;
   if (slots == 0) return Status::ok();
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(b.n_kv_heads), static_cast<unsigned>(splits));
-  NIB_RETURN_IF_ERROR(cuda_status(launch_pdl(paged_attention_kernel<DPL>, grid, dim3(unsigned(group * 32)), shared, stream, q,
-                                             k, v, b, out, splits > 1 ? workspace : nullptr),
+  NIB_RETURN_IF_ERROR(cuda_status(launch_pdl(paged_attention_kernel<DPL>, grid, dim3(unsigned(group * 32)), shared,
+                                             stream, q, k, v, b, out, splits > 1 ? workspace : nullptr),
                                   "paged_attention"));
   if (splits == 1) return Status::ok();
   const int64_t rows = slots * b.n_heads;

@@ -20,13 +20,13 @@ struct AttentionBatch {
   const int32_t* positions = nullptr;     // device [tokens]: the token attends to positions [0, positions[t]]
   const int32_t* block_tables = nullptr;  // device [n_seqs, max_blocks]
   int64_t max_blocks = 0;
-  int64_t splits = 1;                     // per-token kernel: CTAs per (token, KV head), attention_splits(...)
+  int64_t splits = 1;  // per-token kernel: CTAs per (token, KV head), attention_splits(...)
   // Optional (eager steps with prefill chunks): the tensor-core kernel takes the prefill items —
   // runs of up to prefill_item_tokens(group) consecutive tokens of one sequence, as (sequence,
   // first batch row, tokens, first position) — and the per-token kernel only the decode tokens.
-  const int4* prefill_items = nullptr;    // device [n_items]
+  const int4* prefill_items = nullptr;  // device [n_items]
   int64_t n_items = 0;
-  const int32_t* decode_tokens = nullptr; // device [n_decode] batch rows; null: every token
+  const int32_t* decode_tokens = nullptr;  // device [n_decode] batch rows; null: every token
   int64_t n_decode = 0;
 };
 

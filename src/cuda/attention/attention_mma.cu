@@ -16,8 +16,8 @@
 namespace nibble::cuda {
 namespace {
 
-constexpr int KT = 32;        // keys per tile
-constexpr int WARPS = 8;      // 16 query rows each (4 warps: pp2048 2.6% slower, H200)
+constexpr int KT = 32;    // keys per tile
+constexpr int WARPS = 8;  // 16 query rows each (4 warps: pp2048 2.6% slower, H200)
 constexpr int ROWS = 16 * WARPS;
 
 // Four 8×8 BF16 matrices, transposed: lanes 8j … 8j + 7 give the row addresses of matrix j.
@@ -29,16 +29,16 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16
 }
 
 template <int D>
-__global__ void __launch_bounds__(WARPS * 32) prefill_attention_kernel(const float* q, const uint16_t* k_cache,
-                                                                       const uint16_t* v_cache, AttentionBatch b,
-                                                                       uint16_t* out) {
-  constexpr int KS = D / 16, NT = D / 8;      // k-steps over the head dimension, n-tiles of the output
-  constexpr int STRIDE = D + 8;               // row stride in BF16: 16 bytes past a multiple of 128
-  constexpr int CHUNKS = D / 8;               // 16-byte chunks per key row
+__global__ void __launch_bounds__(WARPS * 32)
+    prefill_attention_kernel(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, AttentionBatch b,
+                             uint16_t* out) {
+  constexpr int KS = D / 16, NT = D / 8;                  // k-steps over the head dimension, n-tiles of the output
+  constexpr int STRIDE = D + 8;                           // row stride in BF16: 16 bytes past a multiple of 128
+  constexpr int CHUNKS = D / 8;                           // 16-byte chunks per key row
   constexpr int PER_THREAD = KT * CHUNKS / (WARPS * 32);  // chunks of K (and of V) each thread loads
-  __shared__ __align__(16) uint16_t ks[KT * STRIDE];  // [key][dim]
-  __shared__ __align__(16) uint16_t vs[KT * STRIDE];  // [key][dim]
-  const int4 item = b.prefill_items[blockIdx.x];        // (sequence, first row, tokens, first position)
+  __shared__ __align__(16) uint16_t ks[KT * STRIDE];      // [key][dim]
+  __shared__ __align__(16) uint16_t vs[KT * STRIDE];      // [key][dim]
+  const int4 item = b.prefill_items[blockIdx.x];          // (sequence, first row, tokens, first position)
   const int64_t kvh = blockIdx.y;
   const int G = static_cast<int>(b.n_heads / b.n_kv_heads);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -146,12 +146,13 @@ __global__ void __launch_bounds__(WARPS * 32) prefill_attention_kernel(const flo
       }
 #pragma unroll
     for (int n = 0; n < NT; ++n) o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
-    // O += P·V: P's C fragments of two adjacent n-tiles make one A fragment of 16 keys; V's B
-    // fragments for two output n-tiles at once (keys kk·16 + lane % 16, dims of tile n + lane / 16).
+      // O += P·V: P's C fragments of two adjacent n-tiles make one A fragment of 16 keys; V's B
+      // fragments for two output n-tiles at once (keys kk·16 + lane % 16, dims of tile n + lane / 16).
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk) {
       const uint32_t pa[4] = {pack_bf16x2(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16x2(sc[2 * kk][2], sc[2 * kk][3]),
-                              pack_bf16x2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pack_bf16x2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+                              pack_bf16x2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                              pack_bf16x2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
 #pragma unroll
       for (int n = 0; n < NT; n += 2) {
         uint32_t vb[4];
@@ -194,8 +195,10 @@ Status prefill_attention(const float* q, const uint16_t* k_cache, const uint16_t
   if (!prefill_attention_supported(b.head_dim, G))
     return Status::error("prefill_attention: head_dim 64 or 128 and a query group of at most 16 only");
   const dim3 grid(static_cast<unsigned>(b.n_items), static_cast<unsigned>(b.n_kv_heads));
-  if (b.head_dim == 64) prefill_attention_kernel<64><<<grid, WARPS * 32, 0, stream>>>(q, k_cache, v_cache, b, out);
-  else prefill_attention_kernel<128><<<grid, WARPS * 32, 0, stream>>>(q, k_cache, v_cache, b, out);
+  if (b.head_dim == 64)
+    prefill_attention_kernel<64><<<grid, WARPS * 32, 0, stream>>>(q, k_cache, v_cache, b, out);
+  else
+    prefill_attention_kernel<128><<<grid, WARPS * 32, 0, stream>>>(q, k_cache, v_cache, b, out);
   return cuda_status(cudaGetLastError(), "prefill_attention");
 }
 

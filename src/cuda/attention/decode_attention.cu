@@ -24,7 +24,7 @@ constexpr int WARPS = 4;
 // Keys per CTA at least: two blocks a warp (both in flight at once, see the block loop), so contexts
 // up to 128 keys need no merge.
 constexpr int MIN_CHUNK = 2 * WARPS * BLOCK_KEYS;
-constexpr int MAX_SPLITS = 8;                     // a row's splits are one cluster: the portable size
+constexpr int MAX_SPLITS = 8;  // a row's splits are one cluster: the portable size
 
 // Stores output column d of head h (BF16) and, for static W4A4 (b.x_hat), its x̂ under the o
 // projection's global scale: a 16-value block is 16 lanes of one warp. Every lane of the warp calls it.
@@ -79,7 +79,8 @@ __global__ void __launch_bounds__(WARPS * 32)
   if (first < key_end) {
     if (!early) load_block(cur, k_cache, v_cache, table, page_size, key_stride, head_offset, first, ctx, g, c);
     uint32_t qw[16];
-    const uint4* q_src = reinterpret_cast<const uint4*>(q + (int64_t(t) * b.n_heads + int64_t(kv_head) * group + g) * D + 32 * c);
+    const uint4* q_src =
+        reinterpret_cast<const uint4*>(q + (int64_t(t) * b.n_heads + int64_t(kv_head) * group + g) * D + 32 * c);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint4 v = g < group ? __ldcg(q_src + i) : make_uint4(0, 0, 0, 0);
@@ -152,10 +153,11 @@ int64_t decode_attention_splits(int64_t tokens, int64_t n_kv_heads, int64_t sms)
   return std::min<int64_t>(MAX_SPLITS, std::max<int64_t>(1, 2 * sms / rows));
 }
 
-Status decode_attention(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache, const DecodeAttentionBatch& b,
-                        uint16_t* out, cudaStream_t stream) {
+Status decode_attention(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache,
+                        const DecodeAttentionBatch& b, uint16_t* out, cudaStream_t stream) {
   if (!decode_attention_supported(b.n_heads, b.n_kv_heads, b.head_dim, b.page_size))
-    return Status::error("decode_attention: needs head_dim 128, at most 8 query heads per KV head and pages of a multiple of 16 tokens");
+    return Status::error(
+        "decode_attention: needs head_dim 128, at most 8 query heads per KV head and pages of a multiple of 16 tokens");
   if (b.tokens <= 0) return Status::ok();
   if (b.splits < 1 || b.splits > MAX_SPLITS || b.tokens > 65535 || b.n_kv_heads > 65535)
     return Status::error("decode_attention: splits must be in [1, " + std::to_string(MAX_SPLITS) +
@@ -164,10 +166,11 @@ Status decode_attention(const uint16_t* q, const uint16_t* k_cache, const uint16
     return Status::error("decode_attention: null pointer");
   const float scale_log2 = float(1.4426950408889634 / std::sqrt(double(D)));  // log2(e) / sqrt(head_dim)
   // A row's splits are one cluster (x).
-  return cuda_status(launch_pdl_cluster(decode_attention_kernel, dim3(unsigned(b.splits), unsigned(b.n_kv_heads), unsigned(b.tokens)),
-                                        dim3(WARPS * 32), 0, unsigned(b.splits), stream, q, k_cache, v_cache, b,
-                                        int(b.n_heads / b.n_kv_heads), scale_log2, out),
-                     "decode_attention launch");
+  return cuda_status(
+      launch_pdl_cluster(decode_attention_kernel, dim3(unsigned(b.splits), unsigned(b.n_kv_heads), unsigned(b.tokens)),
+                         dim3(WARPS * 32), 0, unsigned(b.splits), stream, q, k_cache, v_cache, b,
+                         int(b.n_heads / b.n_kv_heads), scale_log2, out),
+      "decode_attention launch");
 }
 
 }  // namespace nibble::cuda

@@ -34,7 +34,7 @@ int64_t decode_attention_splits(int64_t tokens, int64_t n_kv_heads, int64_t sms)
 
 // q: BF16 [tokens, n_heads, head_dim] (after RoPE); k_cache / v_cache: one layer's
 // [pages, page_size, n_kv_heads, head_dim] BF16; out: BF16 [tokens, n_heads · head_dim].
-Status decode_attention(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache, const DecodeAttentionBatch& b,
-                        uint16_t* out, cudaStream_t stream);
+Status decode_attention(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache,
+                        const DecodeAttentionBatch& b, uint16_t* out, cudaStream_t stream);
 
 }  // namespace nibble::cuda

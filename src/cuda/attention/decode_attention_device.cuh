@@ -11,9 +11,9 @@
 
 namespace nibble::cuda::decode_attention_device {
 
-constexpr int D = 128;           // head_dim
-constexpr int BLOCK_KEYS = 16;   // keys per warp step: one mma k of P·V
-constexpr int MAX_GROUP = 8;     // query heads per KV head: one mma n-tile of Pᵀ
+constexpr int D = 128;          // head_dim
+constexpr int BLOCK_KEYS = 16;  // keys per warp step: one mma k of P·V
+constexpr int MAX_GROUP = 8;    // query heads per KV head: one mma n-tile of Pᵀ
 
 // Fragment layouts (g = lane / 4, c = lane % 4; nvfp4_fragments.cuh's mma_bf16):
 // - S = Q·Kᵀ over k = d: the reduction may visit d in any order as long as Q and K agree, so thread
@@ -58,15 +58,16 @@ struct WarpSoftmax {
 };
 
 // One 16-key block: scores, online softmax, P·V.
-__device__ __forceinline__ void attend_block(WarpSoftmax& w, const BlockFragments& f, const uint32_t (&qw)[16], int first,
-                                             int ctx, float scale_log2, int c) {
+__device__ __forceinline__ void attend_block(WarpSoftmax& w, const BlockFragments& f, const uint32_t (&qw)[16],
+                                             int first, int ctx, float scale_log2, int c) {
   float s[2][4] = {};
 #pragma unroll
   for (int step = 0; step < 8; ++step) {
     const uint32_t a[4] = {qw[2 * step], 0u, qw[2 * step + 1], 0u};
 #pragma unroll
     for (int half = 0; half < 2; ++half)
-      mma_bf16(s[half], a, word_of(f.k[half][step / 2], (2 * step) % 4), word_of(f.k[half][step / 2], (2 * step) % 4 + 1));
+      mma_bf16(s[half], a, word_of(f.k[half][step / 2], (2 * step) % 4),
+               word_of(f.k[half][step / 2], (2 * step) % 4 + 1));
   }
   // Row g's scores of keys 8·half + 2c, + 1 (accumulator elements 0, 1; 2, 3 are the zero rows).
   float x[2][2];
@@ -88,7 +89,8 @@ __device__ __forceinline__ void attend_block(WarpSoftmax& w, const BlockFragment
 #pragma unroll
   for (int half = 0; half < 2; ++half)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) p[half][e] = x[half][e] == -FLT_MAX ? 0.0f : exp2f(x[half][e] - m_new), sum += p[half][e];
+    for (int e = 0; e < 2; ++e)
+      p[half][e] = x[half][e] == -FLT_MAX ? 0.0f : exp2f(x[half][e] - m_new), sum += p[half][e];
   w.l = w.l * correction + sum;
   // The accumulators hold heads 2c and 2c + 1, whose corrections lanes 8c and 8c + 4 computed.
   const float corr_even = __shfl_sync(0xFFFFFFFFu, correction, 8 * c);

@@ -20,7 +20,9 @@ namespace nibble::cuda {
 
 namespace glue = flashinfer_glue;
 
-bool flashinfer_attention_supported(int64_t head_dim, bool kv_fp8) { return head_dim == 128 || (head_dim == 64 && !kv_fp8); }
+bool flashinfer_attention_supported(int64_t head_dim, bool kv_fp8) {
+  return head_dim == 128 || (head_dim == 64 && !kv_fp8);
+}
 
 namespace {
 // Query rows a request needs for the SM90 kernel (below: FA2, which packs a group's query heads into
@@ -109,12 +111,16 @@ Result<std::unique_ptr<FlashInferAttention>> FlashInferAttention::create(const S
     return Status::error("FlashInfer attention: n_heads must be a multiple of n_kv_heads");
   auto impl = std::make_unique<Impl>();
   impl->shape = shape;
-  NIB_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&impl->side, cudaStreamNonBlocking), "FlashInfer side stream"));
-  NIB_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&impl->fork, cudaEventDisableTiming), "FlashInfer fork event"));
-  NIB_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&impl->join, cudaEventDisableTiming), "FlashInfer join event"));
+  NIB_RETURN_IF_ERROR(
+      cuda_status(cudaStreamCreateWithFlags(&impl->side, cudaStreamNonBlocking), "FlashInfer side stream"));
+  NIB_RETURN_IF_ERROR(
+      cuda_status(cudaEventCreateWithFlags(&impl->fork, cudaEventDisableTiming), "FlashInfer fork event"));
+  NIB_RETURN_IF_ERROR(
+      cuda_status(cudaEventCreateWithFlags(&impl->join, cudaEventDisableTiming), "FlashInfer join event"));
   impl->max_rows = max_rows, impl->max_requests = max_requests, impl->max_pages = max_pages;
   const size_t meta_ints = static_cast<size_t>(3 * max_requests + 2 + max_pages);
-  for (PinnedArray<int32_t>& h : impl->h_metas) NIB_RETURN_IF_ERROR(h.resize(meta_ints, "the FlashInfer step metadata"));
+  for (PinnedArray<int32_t>& h : impl->h_metas)
+    NIB_RETURN_IF_ERROR(h.resize(meta_ints, "the FlashInfer step metadata"));
   NIB_RETURN_IF_ERROR(arena.alloc(impl->d_meta, meta_ints, "the FlashInfer page table"));
   // Split-KV partials: the planner reserves NH · ceil(P · cta_tile_q / group) rows of head_dim + 1
   // floats, P (CTAs) at most max(2 · SMs / NKV, CUDA-graph requests, query tiles), cta_tile_q ≤ 128
@@ -144,7 +150,8 @@ Result<std::unique_ptr<FlashInferAttention>> FlashInferAttention::create(const S
   auto sw = arena.alloc(impl->sm90_int_bytes, "the FlashInfer SM90 schedule");
   if (!sw) return sw.status();
   impl->sm90_int_ws = *sw;
-  for (PinnedArray<char>& h : impl->h_int_wss) NIB_RETURN_IF_ERROR(h.resize(impl->int_bytes, "the FlashInfer schedule"));
+  for (PinnedArray<char>& h : impl->h_int_wss)
+    NIB_RETURN_IF_ERROR(h.resize(impl->int_bytes, "the FlashInfer schedule"));
   for (PinnedArray<char>& h : impl->h_sm90_int_wss)
     NIB_RETURN_IF_ERROR(h.resize(impl->sm90_int_bytes, "the FlashInfer SM90 schedule"));
   impl->kv_lens.resize(static_cast<size_t>(max_requests));
@@ -163,7 +170,8 @@ void FlashInferAttention::clear() {
 Status FlashInferAttention::add(int64_t q_rows, int64_t kv_tokens, const int32_t* block_table) {
   Impl& m = *impl_;
   const int64_t ps = m.shape.page_size, n_pages = (kv_tokens + ps - 1) / ps;
-  if (q_rows < 1 || kv_tokens < q_rows) return Status::error("FlashInfer attention: a request needs 1 ≤ query rows ≤ keys");
+  if (q_rows < 1 || kv_tokens < q_rows)
+    return Status::error("FlashInfer attention: a request needs 1 ≤ query rows ≤ keys");
   if (m.n + 1 > m.max_requests || m.rows + q_rows > m.max_rows || m.pages + n_pages > m.max_pages)
     return Status::error("FlashInfer attention: the step exceeds the sizes the workspaces were made for");
   std::copy(block_table, block_table + n_pages, m.indices(m.h_meta) + m.pages);
@@ -226,8 +234,8 @@ Status FlashInferAttention::Impl::plan_fa2(bool graph, cudaStream_t stream) {
   m.info = flashinfer::PrefillPlanInfo{};
   try {
     const cudaError_t e = flashinfer::PrefillPlan<int32_t>(
-        m.float_ws, m.float_bytes, m.int_ws, m.h_int_ws, m.int_bytes, m.info, m.qo_indptr(m.h_meta), m.kv_indptr(m.h_meta),
-        static_cast<uint32_t>(rows), static_cast<uint32_t>(n), static_cast<uint32_t>(s.n_heads),
+        m.float_ws, m.float_bytes, m.int_ws, m.h_int_ws, m.int_bytes, m.info, m.qo_indptr(m.h_meta),
+        m.kv_indptr(m.h_meta), static_cast<uint32_t>(rows), static_cast<uint32_t>(n), static_cast<uint32_t>(s.n_heads),
         static_cast<uint32_t>(s.n_kv_heads), static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(s.head_dim),
         static_cast<uint32_t>(s.page_size), graph, /*sizeof_dtype_o=*/2, /*window_left=*/-1, /*fixed_split_size=*/-1,
         /*disable_split_kv=*/!split, /*num_colocated_ctas=*/0, /*uniform_q_len=*/graph ? 1 : 0, stream);
@@ -244,8 +252,8 @@ Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
   // The metadata block up to the last page id in use; the caller waits for a step before staging the
   // one after next, so a copy never reads a pinned buffer being rewritten.
   const size_t used = static_cast<size_t>(3 * m.max_requests + 2 + m.pages) * 4;
-  NIB_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(m.d_meta, m.h_meta, used, cudaMemcpyHostToDevice, stream),
-                                  "FlashInfer page table"));
+  NIB_RETURN_IF_ERROR(
+      cuda_status(cudaMemcpyAsync(m.d_meta, m.h_meta, used, cudaMemcpyHostToDevice, stream), "FlashInfer page table"));
   // The trailing run of requests of SM90_MIN_ROWS rows or more: the SM90 kernel (no query-head
   // packing, so a CTA's 128 query rows are one head's: short chunks and decode rows stay on FA2's
   // packed tiles). An FP8 cache runs FA2 for all (the SM90 kernel reads FP8 K/V only with FP8 queries).
@@ -261,7 +269,7 @@ Status FlashInferAttention::plan(bool graph, cudaStream_t stream) {
 std::vector<int64_t> FlashInferAttention::plan_info() const { return impl_->info.ToVector(); }
 
 Status FlashInferAttention::Impl::run_sm90(const uint16_t* q, const uint16_t* k_cache, const uint16_t* v_cache,
-                                          uint16_t* out, cudaStream_t stream) const {
+                                           uint16_t* out, cudaStream_t stream) const {
   const Impl& m = *this;
   const Shape& s = m.shape;
   const flashinfer::PrefillPlanSM90Info& si = m.sm90_info;
@@ -285,7 +293,7 @@ Status FlashInferAttention::Impl::run_sm90(const uint16_t* q, const uint16_t* k_
 
 template <typename KV>
 Status FlashInferAttention::Impl::run_fa2(const uint16_t* q, const void* k_cache, const void* v_cache, uint16_t* out,
-                                         cudaStream_t stream, float k_scale, float v_scale) const {
+                                          cudaStream_t stream, float k_scale, float v_scale) const {
   const Impl& m = *this;
   const Shape& s = m.shape;
   glue::LaunchArgs<KV> a{};
@@ -294,7 +302,8 @@ Status FlashInferAttention::Impl::run_fa2(const uint16_t* q, const void* k_cache
   p.paged_kv = flashinfer::paged_kv_t<KV, int32_t>(
       static_cast<uint32_t>(s.n_kv_heads), static_cast<uint32_t>(s.page_size), static_cast<uint32_t>(s.head_dim),
       static_cast<uint32_t>(m.fa2_requests), flashinfer::QKVLayout::kNHD, static_cast<KV*>(const_cast<void*>(k_cache)),
-      static_cast<KV*>(const_cast<void*>(v_cache)), m.indices(m.d_meta), m.kv_indptr(m.d_meta), m.last_page_len(m.d_meta));
+      static_cast<KV*>(const_cast<void*>(v_cache)), m.indices(m.d_meta), m.kv_indptr(m.d_meta),
+      m.last_page_len(m.d_meta));
   p.q_indptr = m.qo_indptr(m.d_meta);
   p.o = reinterpret_cast<glue::DTypeO*>(out);
   p.lse = nullptr;
@@ -329,8 +338,10 @@ Status FlashInferAttention::Impl::run_fa2(const uint16_t* q, const void* k_cache
   a.stream = stream;
   try {
     cudaError_t e = cudaErrorInvalidValue;  // create() checked the pair is compiled in
-    if constexpr (std::is_same_v<KV, glue::Fp8>) e = glue::launch_paged<128, KV>(a);
-    else e = s.head_dim == 128 ? glue::launch_paged<128, KV>(a) : glue::launch_paged<64, KV>(a);
+    if constexpr (std::is_same_v<KV, glue::Fp8>)
+      e = glue::launch_paged<128, KV>(a);
+    else
+      e = s.head_dim == 128 ? glue::launch_paged<128, KV>(a) : glue::launch_paged<64, KV>(a);
     return cuda_status(e, "FlashInfer paged attention");
   } catch (const std::exception& error) {
     return Status::error(std::string("FlashInfer paged attention: ") + error.what());
@@ -353,7 +364,8 @@ Status FlashInferAttention::run(const uint16_t* q, const void* k_cache, const vo
     NIB_RETURN_IF_ERROR(m.shape.kv_fp8 ? m.run_fa2<glue::Fp8>(q, k_cache, v_cache, out, fa2_stream, k_scale, v_scale)
                                        : m.run_fa2<__nv_bfloat16>(q, k_cache, v_cache, out, fa2_stream));
   if (m.runs_sm90())
-    NIB_RETURN_IF_ERROR(m.run_sm90(q, static_cast<const uint16_t*>(k_cache), static_cast<const uint16_t*>(v_cache), out, stream));
+    NIB_RETURN_IF_ERROR(
+        m.run_sm90(q, static_cast<const uint16_t*>(k_cache), static_cast<const uint16_t*>(v_cache), out, stream));
   if (overlap) {
     NIB_RETURN_IF_ERROR(cuda_status(cudaEventRecord(m.join, m.side), "FlashInfer join"));
     NIB_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(stream, m.join, 0), "FlashInfer join"));

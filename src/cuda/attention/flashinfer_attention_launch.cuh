@@ -119,12 +119,12 @@ cudaError_t launch_paged(const LaunchArgs<KV>& a) {
   using flashinfer::MaskMode;
   using flashinfer::PosEncodingMode;
   switch (a.cta_tile_q) {
-#define NIBBLE_FI_CASE(TILE)                                                                                            \
-  case TILE:                                                                                                            \
-    return flashinfer::BatchPrefillWithPagedKVCacheDispatched</*SAME_KV_STRIDES=*/true, TILE, HEAD_DIM, HEAD_DIM,     \
-                                                              PosEncodingMode::kNone, false, MaskMode::kCausal,       \
-                                                              Variant, PagedParams<KV>>(a.params, a.tmp_v, a.tmp_s,    \
-                                                                                    a.enable_pdl, a.stream);
+#define NIBBLE_FI_CASE(TILE)                                                                                        \
+  case TILE:                                                                                                        \
+    return flashinfer::BatchPrefillWithPagedKVCacheDispatched</*SAME_KV_STRIDES=*/true, TILE, HEAD_DIM, HEAD_DIM,   \
+                                                              PosEncodingMode::kNone, false, MaskMode::kCausal,     \
+                                                              Variant, PagedParams<KV>>(a.params, a.tmp_v, a.tmp_s, \
+                                                                                        a.enable_pdl, a.stream);
     NIBBLE_FI_CASE(16)
     NIBBLE_FI_CASE(64)
     NIBBLE_FI_CASE(128)

@@ -13,10 +13,10 @@
 namespace nibble::cuda::flashinfer_sm90 {
 
 struct Args {
-  const uint16_t* q;  // BF16 [rows, n_heads, head_dim]
+  const uint16_t* q;        // BF16 [rows, n_heads, head_dim]
   const uint16_t* k_cache;  // BF16 [pages, page_size, n_kv_heads, head_dim]
   const uint16_t* v_cache;
-  uint16_t* out;  // BF16 [rows, n_heads · head_dim]
+  uint16_t* out;        // BF16 [rows, n_heads · head_dim]
   int32_t* kv_indices;  // page ids, by the requests' page indptr
   // PrefillSM90Plan's schedule on the device (PrefillPlanSM90Info's arrays).
   int32_t *qo_tile_indices, *qo_indptr, *kv_indptr, *qo_lens, *kv_lens, *head_indices, *work_indptr, *batch_indices;

@@ -24,8 +24,10 @@ __device__ __forceinline__ void cp_async_shared(uint32_t smem, const void* gmem,
 template <int SIZE>
 __device__ __forceinline__ void cp_async_shared(uint32_t smem, const void* gmem) {
   static_assert(SIZE == 4 || SIZE == 8 || SIZE == 16, "cp.async copies 4, 8 or 16 bytes");
-  if constexpr (SIZE == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
-  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem), "l"(gmem), "n"(SIZE));
+  if constexpr (SIZE == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem), "l"(gmem), "n"(SIZE));
 }
 template <int SIZE>
 __device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes_valid) {
@@ -49,10 +51,13 @@ __device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
 __device__ __forceinline__ void barrier_arrive_on_copies_shared(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-__device__ __forceinline__ void barrier_arrive_on_copies(uint64_t* bar) { barrier_arrive_on_copies_shared(smem_address(bar)); }
+__device__ __forceinline__ void barrier_arrive_on_copies(uint64_t* bar) {
+  barrier_arrive_on_copies_shared(smem_address(bar));
+}
 // Arrives on the barrier and adds `bytes` to the transfer count its phase waits for (bulk copies below).
 __device__ __forceinline__ void barrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
+               : "memory");
 }
 // Adds `bytes` to the transfer count of the barrier's current phase, without arriving (the copies are
 // another thread's arrival's: PTX mbarrier.expect_tx).
@@ -63,13 +68,15 @@ __device__ __forceinline__ void barrier_expect_tx_shared(uint32_t bar, uint32_t 
 // parameter or global memory) to shared address `smem`, counted on `bar` (PTX cp.async.bulk.tensor).
 __device__ __forceinline__ void tma_load_2d(uint32_t smem, const void* map, int x, int y, uint32_t bar) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          smem),
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];\n" ::"r"(smem),
       "l"(map), "r"(x), "r"(y), "r"(bar)
       : "memory");
 }
 // Makes barrier_init's barriers visible to the bulk-copy (async) proxy; then a __syncthreads before use.
-__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
 // The copy engine (TMA) moves `bytes` (a multiple of 16; both addresses 16-byte aligned) global → shared
 // and counts them on `bar` (PTX cp.async.bulk ... mbarrier::complete_tx::bytes).
 __device__ __forceinline__ void bulk_copy_to_shared(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
@@ -82,11 +89,10 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* smem, const void* gmem
 __device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
   while (!done)
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_address(bar)), "r"(parity)
-        : "memory");
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(smem_address(bar)), "r"(parity)
+                 : "memory");
 }
 
 }  // namespace nibble::cuda

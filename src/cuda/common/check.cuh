@@ -20,17 +20,17 @@ inline Status cuda_status(cudaError_t err, const char* what) {
 
 inline Status cublas_status(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::ok();
-  return Status::error(std::string(what) + ": cuBLAS " + cublasGetStatusName(s) + " (" + cublasGetStatusString(s) + ")");
+  return Status::error(std::string(what) + ": cuBLAS " + cublasGetStatusName(s) + " (" + cublasGetStatusString(s) +
+                       ")");
 }
 
 }  // namespace nibble::cuda
 
-#define NIB_CUDA_CHECK(call)                                                           \
-  do {                                                                                 \
-    cudaError_t nib_err_ = (call);                                                     \
-    if (nib_err_ != cudaSuccess) {                                                     \
-      std::fprintf(stderr, "%s:%d: CUDA error %s in %s\n", __FILE__, __LINE__,         \
-                   cudaGetErrorString(nib_err_), #call);                               \
-      std::abort();                                                                    \
-    }                                                                                  \
+#define NIB_CUDA_CHECK(call)                                                                                         \
+  do {                                                                                                               \
+    cudaError_t nib_err_ = (call);                                                                                   \
+    if (nib_err_ != cudaSuccess) {                                                                                   \
+      std::fprintf(stderr, "%s:%d: CUDA error %s in %s\n", __FILE__, __LINE__, cudaGetErrorString(nib_err_), #call); \
+      std::abort();                                                                                                  \
+    }                                                                                                                \
   } while (0)

@@ -41,8 +41,8 @@ Result<std::unique_ptr<DeviceContext>> DeviceContext::create(int device) {
   ctx->total_memory = prop.totalGlobalMem;
   ctx->sms = prop.multiProcessorCount;
   if (prop.major < 9)
-    return Status::error(std::string("GPU ") + prop.name + " is sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
-                         "; this build's kernels are for Hopper (sm_90a)");
+    return Status::error(std::string("GPU ") + prop.name + " is sm_" + std::to_string(prop.major) +
+                         std::to_string(prop.minor) + "; this build's kernels are for Hopper (sm_90a)");
   NIB_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking), "cudaStreamCreate"));
   NIB_RETURN_IF_ERROR(cublas_status(cublasCreate(&ctx->cublas), "cublasCreate"));
   NIB_RETURN_IF_ERROR(cublas_status(cublasSetStream(ctx->cublas, ctx->stream), "cublasSetStream"));
@@ -54,7 +54,8 @@ Result<std::unique_ptr<DeviceContext>> DeviceContext::create(int device) {
     if (!w) return w.status();
     workspace = *w;
   }
-  NIB_RETURN_IF_ERROR(cublas_status(cublasSetWorkspace(ctx->cublas, workspace, CUBLAS_WORKSPACE), "cublasSetWorkspace"));
+  NIB_RETURN_IF_ERROR(
+      cublas_status(cublasSetWorkspace(ctx->cublas, workspace, CUBLAS_WORKSPACE), "cublasSetWorkspace"));
   return Result<std::unique_ptr<DeviceContext>>(std::move(ctx));
 }
 

@@ -102,9 +102,9 @@ struct DeviceContext {
   DeviceContext& operator=(const DeviceContext&) = delete;
 
   int device = 0;
-  std::string name;           // e.g. "NVIDIA H200"
-  size_t total_memory = 0;    // bytes
-  int sms = 0;                // streaming multiprocessors
+  std::string name;         // e.g. "NVIDIA H200"
+  size_t total_memory = 0;  // bytes
+  int sms = 0;              // streaming multiprocessors
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   DeviceArena arena;

@@ -15,7 +15,9 @@ namespace nibble::cuda {
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
 // Lets the next kernel on the stream be scheduled now (its CTAs then wait in pdl_wait()).
-__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
 
 // Whether launch_pdl sets the attribute: on unless NIBBLE_DIAG_NO_PDL=1 (to measure or rule it out).
 bool pdl_enabled();

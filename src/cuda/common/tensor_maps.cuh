@@ -13,9 +13,9 @@ namespace nibble::cuda {
 
 struct TensorMap2d {
   CUtensorMapDataType type;
-  const void* base;         // 16-byte aligned
-  uint64_t inner, rows;     // elements a row, rows
-  uint64_t row_bytes;       // a multiple of 16
+  const void* base;      // 16-byte aligned
+  uint64_t inner, rows;  // elements a row, rows
+  uint64_t row_bytes;    // a multiple of 16
   uint32_t box_inner, box_rows;
   CUtensorMapSwizzle swizzle;
 };

@@ -78,7 +78,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
         row.kernel = false, row.start = m->start, row.end = m->end, row.bytes = m->bytes, row.node = m->graphNodeId;
-        row.stream = m->streamId, row.graph = m->graphId, row.correlation = m->correlationId, row.copy_kind = m->copyKind;
+        row.stream = m->streamId, row.graph = m->graphId, row.correlation = m->correlationId,
+        row.copy_kind = m->copyKind;
       } else {
         continue;
       }
@@ -98,8 +99,14 @@ std::string short_name(const char* mangled) {
   std::free(demangled);
   size_t cut = name.size();
   for (size_t i = 0; i < name.size(); ++i) {  // the first '<' or '(' outside "(anonymous namespace)"
-    if (name.compare(i, 21, "(anonymous namespace)") == 0) { i += 20; continue; }
-    if (name[i] == '<' || name[i] == '(') { cut = i; break; }
+    if (name.compare(i, 21, "(anonymous namespace)") == 0) {
+      i += 20;
+      continue;
+    }
+    if (name[i] == '<' || name[i] == '(') {
+      cut = i;
+      break;
+    }
   }
   name.resize(cut);
   const size_t space = name.rfind(' ');  // a return type before the name
@@ -110,14 +117,20 @@ std::string short_name(const char* mangled) {
 
 const char* copy_kind_name(int kind) {
   switch (kind) {
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "memcpy HtoD";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "memcpy DtoH";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "memcpy DtoD";
-    default: return "memcpy";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+      return "memcpy HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+      return "memcpy DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+      return "memcpy DtoD";
+    default:
+      return "memcpy";
   }
 }
 
-std::string cupti_error(const char* what, CUptiResult r) { return std::string(what) + " failed (CUPTI error " + std::to_string(r) + ")"; }
+std::string cupti_error(const char* what, CUptiResult r) {
+  return std::string(what) + " failed (CUPTI error " + std::to_string(r) + ")";
+}
 
 }  // namespace
 
@@ -131,7 +144,8 @@ Status kernel_trace_start_from_env() {
     return Status::error(std::string("NIBBLE_DIAG_KERNEL_TRACE: could not load CUPTI (") + dlerror() +
                          "); set NIBBLE_DIAG_CUPTI_LIBRARY to libcupti.so's path");
   Cupti api;
-  api.register_callbacks = reinterpret_cast<decltype(api.register_callbacks)>(dlsym(handle, "cuptiActivityRegisterCallbacks"));
+  api.register_callbacks =
+      reinterpret_cast<decltype(api.register_callbacks)>(dlsym(handle, "cuptiActivityRegisterCallbacks"));
   api.enable = reinterpret_cast<decltype(api.enable)>(dlsym(handle, "cuptiActivityEnable"));
   api.disable = reinterpret_cast<decltype(api.disable)>(dlsym(handle, "cuptiActivityDisable"));
   api.flush_all = reinterpret_cast<decltype(api.flush_all)>(dlsym(handle, "cuptiActivityFlushAll"));
@@ -145,7 +159,8 @@ Status kernel_trace_start_from_env() {
   if (CUptiResult r = api.register_callbacks(buffer_requested, buffer_completed); r != CUPTI_SUCCESS)
     return Status::error(cupti_error("cuptiActivityRegisterCallbacks", r));
   for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY})
-    if (CUptiResult r = api.enable(kind); r != CUPTI_SUCCESS) return Status::error(cupti_error("cuptiActivityEnable", r));
+    if (CUptiResult r = api.enable(kind); r != CUPTI_SUCCESS)
+      return Status::error(cupti_error("cuptiActivityEnable", r));
   t.path = path;
   t.active = true;
   log_info(std::string("tracing every kernel into ") + path + " (CUPTI)");
@@ -184,11 +199,12 @@ Status kernel_trace_finish() {
     } else {
       out << "copy," << copy_kind_name(r.copy_kind);
     }
-    out << ',' << r.start - origin << ',' << r.end - origin << ',' << r.stream << ',' << r.graph << ',' << r.node << ',' << r.correlation << ',' << r.grid << ','
-        << r.block << ',' << r.smem << ',' << r.bytes << '\n';
+    out << ',' << r.start - origin << ',' << r.end - origin << ',' << r.stream << ',' << r.graph << ',' << r.node << ','
+        << r.correlation << ',' << r.grid << ',' << r.block << ',' << r.smem << ',' << r.bytes << '\n';
   }
   log_info("kernel trace: " + std::to_string(t.rows.size()) + " records, " + std::to_string(t.labels.size()) +
-           " step labels written to " + t.path + (t.rows.size() >= MAX_ROWS ? " (record limit reached: later ones dropped)" : ""));
+           " step labels written to " + t.path +
+           (t.rows.size() >= MAX_ROWS ? " (record limit reached: later ones dropped)" : ""));
   return out ? Status::ok() : Status::error("NIBBLE_DIAG_KERNEL_TRACE: writing " + t.path + " failed");
 }
 

@@ -62,7 +62,8 @@ Status StepProfiler::finish() {
   NIB_RETURN_IF_ERROR(cuda_status(cudaEventSynchronize(marks_.back().second), "step profiler"));
   for (size_t i = 1; i < marks_.size(); ++i) {
     float ms = 0.0f;
-    NIB_RETURN_IF_ERROR(cuda_status(cudaEventElapsedTime(&ms, marks_[i - 1].second, marks_[i].second), "step profiler"));
+    NIB_RETURN_IF_ERROR(
+        cuda_status(cudaEventElapsedTime(&ms, marks_[i - 1].second, marks_[i].second), "step profiler"));
     ms_[kind_][marks_[i].first] += ms;
   }
   ++steps_[kind_];
@@ -80,11 +81,12 @@ std::string StepProfiler::report() const {
     for (const auto& [op, ms] : ops) sorted.emplace_back(ms, op);
     std::sort(sorted.rbegin(), sorted.rend());
     char line[160];
-    std::snprintf(line, sizeof line, "%s steps: %lld, %.3f ms per step on the GPU;", kind.c_str(), static_cast<long long>(n),
-                  total / static_cast<double>(n));
+    std::snprintf(line, sizeof line, "%s steps: %lld, %.3f ms per step on the GPU;", kind.c_str(),
+                  static_cast<long long>(n), total / static_cast<double>(n));
     out += (out.empty() ? "" : "\n") + std::string(line);
     for (const auto& [ms, op] : sorted) {
-      std::snprintf(line, sizeof line, " %s %.3f ms (%.0f%%);", op.c_str(), ms / static_cast<double>(n), 100.0 * ms / total);
+      std::snprintf(line, sizeof line, " %s %.3f ms (%.0f%%);", op.c_str(), ms / static_cast<double>(n),
+                    100.0 * ms / total);
       out += line;
     }
   }

@@ -20,11 +20,11 @@ namespace nibble::cuda {
 namespace {
 
 constexpr int WARPS_PER_BLOCK = 4;
-constexpr int ROWS_PER_WARP = 2;    // output rows per warp: more weight loads in flight per lane
+constexpr int ROWS_PER_WARP = 2;  // output rows per warp: more weight loads in flight per lane
 constexpr int ROWS_PER_BLOCK = WARPS_PER_BLOCK * ROWS_PER_WARP;
 constexpr int CODES_PER_LANE = 32;  // one 16-byte load
 constexpr int CODES_PER_STEP = 32 * CODES_PER_LANE;
-constexpr int M_TILE = 8;           // rows of x per block (grid.y covers the rest)
+constexpr int M_TILE = 8;  // rows of x per block (grid.y covers the rest)
 
 // STEPS = ceil(K / 1024): every weight load of a lane is issued before any is used, so a warp keeps
 // STEPS × ROWS_PER_WARP 16-byte loads per lane in flight (what a memory-bound GEMV needs). x rows
@@ -122,8 +122,9 @@ Status launch_gemv(const uint16_t* x, int M, int K, const DeviceNvfp4Weight& w, 
   const size_t smem = size_t(MT) * K * sizeof(uint16_t);
   auto kernel = gemv_nvfp4_kernel<MT, STEPS>;
   if (smem > 48 * 1024)
-    NIB_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-                                    "linear_nvfp4 (fused): shared memory"));
+    NIB_RETURN_IF_ERROR(
+        cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                    "linear_nvfp4 (fused): shared memory"));
   const int N = int(w.rows);
   const dim3 grid(unsigned((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK), unsigned((M + MT - 1) / MT));
   kernel<<<grid, WARPS_PER_BLOCK * 32, smem, stream>>>(x, M, K, w.packed, w.block_scales, N, w.weight_scale_2,
@@ -132,8 +133,8 @@ Status launch_gemv(const uint16_t* x, int M, int K, const DeviceNvfp4Weight& w, 
 }
 
 template <int MT>
-Status launch_gemv_for_k(const uint16_t* x, int M, int K, const DeviceNvfp4Weight& w, const float* row_scales,
-                         float* y, cudaStream_t stream) {
+Status launch_gemv_for_k(const uint16_t* x, int M, int K, const DeviceNvfp4Weight& w, const float* row_scales, float* y,
+                         cudaStream_t stream) {
   const int steps = (K + CODES_PER_STEP - 1) / CODES_PER_STEP;
   if (steps <= 1) return launch_gemv<MT, 1>(x, M, K, w, row_scales, y, stream);
   if (steps <= 2) return launch_gemv<MT, 2>(x, M, K, w, row_scales, y, stream);
@@ -165,7 +166,8 @@ __global__ void dequantize_kernel(const uint8_t* __restrict__ packed, const uint
 }
 
 // y[m, :] *= row_scales[m] (the W4A4 epilogue after cuBLAS).
-__global__ void scale_rows_kernel(float* __restrict__ y, int64_t N, int64_t total, const float* __restrict__ row_scales) {
+__global__ void scale_rows_kernel(float* __restrict__ y, int64_t N, int64_t total,
+                                  const float* __restrict__ row_scales) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < total) y[i] *= row_scales[i / N];
 }
@@ -187,12 +189,14 @@ bool gemv_supported(int64_t in_features) { return in_features <= 8 * CODES_PER_S
 DenseKernel resolve_dense_kernel(DenseKernel backend, int64_t M, int64_t K) {
   // A kernel that cannot take this K falls back to AUTO's choice (e.g. the fused GEMV on ERNIE-4.5's
   // dense down_proj, K = 12,288: skinny).
-  if ((backend == DenseKernel::SKINNY && !skinny_linear_supported(K)) || (backend == DenseKernel::GEMV && !gemv_supported(K)) ||
+  if ((backend == DenseKernel::SKINNY && !skinny_linear_supported(K)) ||
+      (backend == DenseKernel::GEMV && !gemv_supported(K)) ||
       (backend == DenseKernel::WGMMA && !wgmma_supported(1, K)) ||
       (backend == DenseKernel::SKINNY_SPLIT && (!skinny_linear_supported(K) || M > SKINNY_SPLIT_MAX_M)))
     backend = DenseKernel::AUTO;
   if (backend != DenseKernel::AUTO) return backend;
-  if (M >= AUTO_SKINNY_SPLIT_MIN_M && M <= AUTO_SKINNY_SPLIT_MAX_M && skinny_linear_supported(K)) return DenseKernel::SKINNY_SPLIT;
+  if (M >= AUTO_SKINNY_SPLIT_MIN_M && M <= AUTO_SKINNY_SPLIT_MAX_M && skinny_linear_supported(K))
+    return DenseKernel::SKINNY_SPLIT;
   if (M <= AUTO_SKINNY_MAX_M && skinny_linear_supported(K)) return DenseKernel::SKINNY;
   return M <= AUTO_GEMV_MAX_M && gemv_supported(K) ? DenseKernel::GEMV : DenseKernel::CUBLAS;
 }
@@ -202,7 +206,7 @@ Status dequantize_nvfp4_bf16(const DeviceNvfp4Weight& w, uint16_t* out, cudaStre
   const int64_t n_words = w.rows * w.cols / 8;
   const int threads = 256;
   dequantize_kernel<<<unsigned((n_words + threads - 1) / threads), threads, 0, stream>>>(w.packed, w.block_scales,
-                                                                                          n_words, line_order, out);
+                                                                                         n_words, line_order, out);
   return cuda_status(cudaGetLastError(), "dequantize_nvfp4_bf16 launch");
 }
 
@@ -215,7 +219,8 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
   float* outputs[1] = {y};
   backend = resolve_dense_kernel(backend, M, w.cols);
   if (backend == DenseKernel::SKINNY) return skinny_linear(x, M, weights, outputs, 1, row_scales, ctx.stream);
-  if (backend == DenseKernel::SKINNY_SPLIT) return skinny_linear_split(x, M, weights, outputs, 1, row_scales, ctx.stream);
+  if (backend == DenseKernel::SKINNY_SPLIT)
+    return skinny_linear_split(x, M, weights, outputs, 1, row_scales, ctx.stream);
   if (backend == DenseKernel::WGMMA) return wgmma_linear(x, M, w, y, row_scales, ctx.stream);
   const int K = int(w.cols), N = int(w.rows);
   if (backend == DenseKernel::GEMV) {
@@ -254,8 +259,8 @@ static bool fused_quantize(int64_t M, int64_t K, DenseKernel backend) {
   return M == 1 && skinny_supported(K) && resolve_dense_kernel(backend, M, K) == DenseKernel::SKINNY;
 }
 
-Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, formats::ActQuant mode,
-                    float input_scale, float* y, DenseKernel backend, const GemmContext& ctx, bool x_quantized,
+Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, formats::ActQuant mode, float input_scale,
+                    float* y, DenseKernel backend, const GemmContext& ctx, bool x_quantized,
                     const float** deferred_row_scales) {
   if (deferred_row_scales) *deferred_row_scales = nullptr;
   if (mode == formats::ActQuant::NONE) return linear_nvfp4_w4a16(x, M, w, y, backend, ctx);
@@ -270,7 +275,8 @@ Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, fo
                                     ctx.act_workspace, ctx.row_scales, ctx.stream);
   }
   if (!x_quantized)
-    NIB_RETURN_IF_ERROR(quantize_dequantize_activation_bf16(x, M, w.cols, mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
+    NIB_RETURN_IF_ERROR(quantize_dequantize_activation_bf16(x, M, w.cols,
+                                                            mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
                                                             ctx.act_workspace, ctx.row_scales, ctx.stream));
   if (mode == formats::ActQuant::PER_TOKEN) {
     // cuBLAS cannot scale rows in its epilogue: hand the scales to the consumer instead of a pass over y
@@ -288,14 +294,16 @@ Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, fo
 Status linear_nvfp4_shared_input(const uint16_t* x, int64_t M, const DeviceNvfp4Weight* const* weights,
                                  float* const* outputs, int count, formats::ActQuant mode, float input_scale,
                                  DenseKernel backend, const GemmContext& ctx, bool x_quantized) {
-  const bool same_k =
-      count > 1 && count <= 3 && std::all_of(weights, weights + count, [&](const DeviceNvfp4Weight* w) { return w->cols == weights[0]->cols; });
+  const bool same_k = count > 1 && count <= 3 && std::all_of(weights, weights + count, [&](const DeviceNvfp4Weight* w) {
+                        return w->cols == weights[0]->cols;
+                      });
   const DenseKernel chosen = same_k ? resolve_dense_kernel(backend, M, weights[0]->cols) : backend;
   const bool one_launch = same_k && (chosen == DenseKernel::SKINNY || chosen == DenseKernel::SKINNY_SPLIT);
   // One launch for all: the split kernel or the per-tile one.
   auto skinny = [&](const uint16_t* in, const float* row_scales) {
-    return chosen == DenseKernel::SKINNY_SPLIT ? skinny_linear_split(in, M, weights, outputs, count, row_scales, ctx.stream)
-                                               : skinny_linear(in, M, weights, outputs, count, row_scales, ctx.stream);
+    return chosen == DenseKernel::SKINNY_SPLIT
+               ? skinny_linear_split(in, M, weights, outputs, count, row_scales, ctx.stream)
+               : skinny_linear(in, M, weights, outputs, count, row_scales, ctx.stream);
   };
   if (!one_launch) {
     for (int i = 0; i < count; ++i)
@@ -307,8 +315,9 @@ Status linear_nvfp4_shared_input(const uint16_t* x, int64_t M, const DeviceNvfp4
   if (mode == formats::ActQuant::STATIC && !(input_scale > 0.0f))
     return Status::error("linear_nvfp4 (static): input_scale must be > 0");
   if (!ctx.act_workspace || !ctx.row_scales || ctx.act_workspace_elements < size_t(M * weights[0]->cols))
-    return Status::error("linear_nvfp4 (W4A4): needs an activation workspace of " + std::to_string(M * weights[0]->cols) +
-                         " BF16 values and " + std::to_string(M) + " row scales");
+    return Status::error("linear_nvfp4 (W4A4): needs an activation workspace of " +
+                         std::to_string(M * weights[0]->cols) + " BF16 values and " + std::to_string(M) +
+                         " row scales");
   if (!x_quantized && fused_quantize(M, weights[0]->cols, backend))
     return skinny_linear_quantizing(x, weights, outputs, count, mode == formats::ActQuant::STATIC ? input_scale : 0.0f,
                                     ctx.act_workspace, ctx.row_scales, ctx.stream);

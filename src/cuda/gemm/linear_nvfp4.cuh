@@ -1,11 +1,11 @@
 // Dense NVFP4 linear on Hopper: y[M, N] = row_scale · weight_scale_2 · (a[M, K] · Ŵ[N, K]ᵀ), with
 // Ŵ = e2m1 · e4m3 (exact in BF16), fp32 accumulation and output. W4A16 (mode NONE): a = x (BF16),
 // row_scale 1. W4A4 (STATIC, PER_TOKEN): a = x̂, the Blackwell-quantized x dequantized to BF16
-// (exact), row_scale = input_scale or the token scale. Twin of ref::linear_nvfp4. Backends: GEMV (a warp per output row decodes the FP4 codes in registers: the small-M,
-// memory-bound case) and CUBLAS (weights in BF16 — a copy made at load, or dequantized into a
-// workspace per call — then cuBLAS; any M, and the in-house baseline); SKINNY (skinny_gemm.cuh: tensor
-// cores fed from registers, for few rows) and SKINNY_SPLIT (its split-K form for up to 64 rows);
-// WGMMA (nvfp4_wgmma.cuh). Codes and block scales on the GPU are repacked once at load (nvfp4_layout.h).
+// (exact), row_scale = input_scale or the token scale. Twin of ref::linear_nvfp4. Backends: GEMV (a warp per output row
+// decodes the FP4 codes in registers: the small-M, memory-bound case) and CUBLAS (weights in BF16 — a copy made at
+// load, or dequantized into a workspace per call — then cuBLAS; any M, and the in-house baseline); SKINNY
+// (skinny_gemm.cuh: tensor cores fed from registers, for few rows) and SKINNY_SPLIT (its split-K form for up to 64
+// rows); WGMMA (nvfp4_wgmma.cuh). Codes and block scales on the GPU are repacked once at load (nvfp4_layout.h).
 #pragma once
 
 #include <cublas_v2.h>
@@ -37,16 +37,16 @@ struct DeviceNvfp4Weight {
 // blocks → the GPU layout (nvfp4_layout.h), in place on `stream`: every weight passes through it once
 // after it reaches the GPU.
 // line_order (expert weights with expert_line_order(in_features)): blocks a multiple of 8, the rows' 128-wide k-blocks.
-Status repack_nvfp4(uint8_t* packed, uint8_t* block_scales, size_t blocks, cudaStream_t stream, bool line_order = false);
-
+Status repack_nvfp4(uint8_t* packed, uint8_t* block_scales, size_t blocks, cudaStream_t stream,
+                    bool line_order = false);
 
 // The most token rows the skinny split-K kernel (skinny_gemm.cuh) takes.
 inline constexpr int64_t SKINNY_SPLIT_MAX_M = 64;
 
 struct GemmContext {
   cudaStream_t stream = nullptr;
-  cublasHandle_t cublas = nullptr;    // needed by CUBLAS
-  uint16_t* workspace = nullptr;      // BF16 [rows · cols] for CUBLAS
+  cublasHandle_t cublas = nullptr;  // needed by CUBLAS
+  uint16_t* workspace = nullptr;    // BF16 [rows · cols] for CUBLAS
   size_t workspace_elements = 0;
   uint16_t* act_workspace = nullptr;  // BF16 [M · K] for the W4A4 modes (x̂)
   float* row_scales = nullptr;        // [M] for the W4A4 modes
@@ -62,11 +62,8 @@ inline constexpr int64_t AUTO_GEMV_MAX_M = 1;
 // allows them, before the rules above (H200, q_proj: skinny/cublas 4.6/11.5 µs at M = 1,
 // 8.9/11.3 at 32, 15.7/11.9 at 64).
 inline constexpr int64_t AUTO_SKINNY_MAX_M = 32;
-// Before both, AUTO takes the skinny split-K kernel (skinny_linear_split) from 17 to 40 rows. H200,
-// full-size Qwen3-30B-A3B, S_TG against skinny / cublas (docs/lab/perf-notebook.md): b24 +2.3%, b32 +5.3%,
-// b48 −0.2%, b64 −3.9% (its cluster reduction costs 2.5–7 µs a launch at 16–64 rows, where cuBLAS on
-// the BF16 copies reads 3.5× the bytes but has no reduction); b12–16 +0.5% against skinny (one call,
-// not enough to move the line).
+// Before both, AUTO takes the skinny split-K kernel (skinny_linear_split) from 17 to 40 rows (S_TG b32
+// +5%, H200); above, its cluster reduction (2.5–7 µs a launch) loses to cuBLAS on the BF16 copies.
 inline constexpr int64_t AUTO_SKINNY_SPLIT_MIN_M = 17;
 inline constexpr int64_t AUTO_SKINNY_SPLIT_MAX_M = 40;
 
@@ -92,8 +89,8 @@ Status linear_nvfp4_w4a16(const uint16_t* x, int64_t M, const DeviceNvfp4Weight&
 // where per-token's row scales would take a pass of their own over y (the cuBLAS backend), y is left
 // unscaled and *deferred_row_scales is set to ctx.row_scales for the consumer to apply (add_rmsnorm's
 // delta_row_scales); null when y is complete.
-Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, formats::ActQuant mode,
-                    float input_scale, float* y, DenseKernel backend, const GemmContext& ctx, bool x_quantized = false,
+Status linear_nvfp4(const uint16_t* x, int64_t M, const DeviceNvfp4Weight& w, formats::ActQuant mode, float input_scale,
+                    float* y, DenseKernel backend, const GemmContext& ctx, bool x_quantized = false,
                     const float** deferred_row_scales = nullptr);
 
 // Several weights on the same input (q, k and v): one launch where the backend is SKINNY (x

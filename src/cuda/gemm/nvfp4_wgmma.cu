@@ -15,10 +15,10 @@ namespace {
 // /update_weights_from_disk loads in place (same addresses and shapes).
 Status set_code_maps(Params& p, int box_rows, int projections) {
   for (int w = 0; w < projections; ++w)
-    NIB_RETURN_IF_ERROR(cached_tensor_map({CU_TENSOR_MAP_DATA_TYPE_UINT8, p.codes[w], uint64_t(p.k / 2),
-                                           uint64_t(p.experts) * uint64_t(p.n), uint64_t(p.k / 2), 16,
-                                           uint32_t(box_rows), CU_TENSOR_MAP_SWIZZLE_NONE},
-                                          &p.code_maps[w]));
+    NIB_RETURN_IF_ERROR(cached_tensor_map(
+        {CU_TENSOR_MAP_DATA_TYPE_UINT8, p.codes[w], uint64_t(p.k / 2), uint64_t(p.experts) * uint64_t(p.n),
+         uint64_t(p.k / 2), 16, uint32_t(box_rows), CU_TENSOR_MAP_SWIZZLE_NONE},
+        &p.code_maps[w]));
   return Status::ok();
 }
 
@@ -31,25 +31,25 @@ Status set_act_map(Params& p) {
                            &p.act_map);
 }
 
-template <bool GATED, int N, int MT, bool LINE, int WG, int TMA, bool FRAG = false>
+template <bool GATED, int N, bool LINE, int WG, int TMA, bool FRAG = false>
 Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
-  auto kernel = nvfp4_wgmma_kernel<GATED, N, MT, LINE, WG, TMA, FRAG>;
-  if constexpr ((TMA & 1) != 0) NIB_RETURN_IF_ERROR(set_code_maps(p, BM<MT, WG> / (GATED ? 2 : 1), GATED ? 2 : 1));
+  auto kernel = nvfp4_wgmma_kernel<GATED, N, LINE, WG, TMA, FRAG>;
+  if constexpr ((TMA & 1) != 0) NIB_RETURN_IF_ERROR(set_code_maps(p, BM<WG> / (GATED ? 2 : 1), GATED ? 2 : 1));
   if constexpr ((TMA & 2) != 0) NIB_RETURN_IF_ERROR(set_act_map(p));
-  constexpr int bytes = Layout<N, MT, LINE, WG>::BYTES;
+  constexpr int bytes = Layout<N, LINE, WG>::BYTES;
   // Set once per instantiation and process, not per launch.
   static const cudaError_t limit = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   NIB_RETURN_IF_ERROR(cuda_status(limit, "wgmma gemm: shared memory"));
-  const int rows_per_cta = GATED ? BM<MT, WG> / 2 : BM<MT, WG>;
+  const int rows_per_cta = GATED ? BM<WG> / 2 : BM<WG>;
   p.slices = (p.n + rows_per_cta - 1) / rows_per_cta;
   const int64_t items = int64_t{p.slices} * row_tiles;  // the host's bound: the device knows the tile count
   if (items > INT32_MAX) return Status::error("wgmma gemm: more than 2^31 work items");
-  // Persistent: CTAS_PER_SM CTAs an SM walk the items. H200, full-size Qwen3-30B-A3B (docs/lab/perf-notebook.md),
-  // against a CTA per item: pp2048 52,252 → 54,964 tok/s, pp512 35,764 → 36,534, both W4A4 modes +3.5%.
+  // Persistent: CTAS_PER_SM CTAs an SM walk the items (pp2048 +5% against a CTA an item, H200).
   int device = 0, sms = 0;
   NIB_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "wgmma gemm: device"));
-  NIB_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "wgmma gemm: SMs"));
-  const int64_t grid = std::min<int64_t>(items, int64_t{sms} * CTAS_PER_SM<N, MT>);
+  NIB_RETURN_IF_ERROR(
+      cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "wgmma gemm: SMs"));
+  const int64_t grid = std::min<int64_t>(items, int64_t{sms} * CTAS_PER_SM<N>);
   // With PDL: the barrier set-up overlaps the previous kernel's tail (pp2048 +1.8%, docs/lab/perf-notebook.md).
   return cuda_status(launch_pdl(kernel, dim3(unsigned(grid)), dim3(CONSUMER_THREADS<WG> + PRODUCERS), bytes, stream, p),
                      GATED ? "wgmma gate_up launch" : "wgmma gemm launch");
@@ -59,44 +59,39 @@ Status launch_kernel(Params p, int64_t row_tiles, cudaStream_t stream) {
 // input, dense x); the producers' cp.async copies the rest. H200 (docs/lab/perf-notebook.md), against cp.async for
 // both: MoE block T = 512 304 -> 272 µs, 8,192 1,529 -> 1,462. Dense weights are never in line order,
 // expert weights are where in_features are a multiple of 128 (expert_line_order).
-template <bool GATED, int N, int MT, int WG = 2>
+template <bool GATED, int N, int WG = 2>
 Status launch_n(const Params& p, int64_t row_tiles, cudaStream_t stream) {
-  // The copy engine: codes in line order with one m-tile; activations whose rows are in order (not
-  // gate_up's rows read through sorted_pairs).
+  // The copy engine: codes in line order; activations whose rows are in order (not gate_up's rows read
+  // through sorted_pairs).
   const bool act = !p.sorted_pairs;
-  if constexpr (MT == 1) {
-    if (p.line_order) {
-      if (p.act_fragment_order)
-        return act ? launch_kernel<GATED, N, MT, true, WG, 3, true>(p, row_tiles, stream)
-                   : launch_kernel<GATED, N, MT, true, WG, 1, true>(p, row_tiles, stream);
-      return act ? launch_kernel<GATED, N, MT, true, WG, 3>(p, row_tiles, stream)
-                 : launch_kernel<GATED, N, MT, true, WG, 1>(p, row_tiles, stream);
-    }
+  if (p.line_order) {
+    if (p.act_fragment_order)
+      return act ? launch_kernel<GATED, N, true, WG, 3, true>(p, row_tiles, stream)
+                 : launch_kernel<GATED, N, true, WG, 1, true>(p, row_tiles, stream);
+    return act ? launch_kernel<GATED, N, true, WG, 3>(p, row_tiles, stream)
+               : launch_kernel<GATED, N, true, WG, 1>(p, row_tiles, stream);
   }
-  if (p.act_fragment_order)
-    return Status::error("wgmma gemm: activations in fragment order need line-order codes by the copy engine, one m-tile");
-  if (act)
-    return p.line_order ? launch_kernel<GATED, N, MT, true, WG, 2>(p, row_tiles, stream)
-                        : launch_kernel<GATED, N, MT, false, WG, 2>(p, row_tiles, stream);
-  return p.line_order ? launch_kernel<GATED, N, MT, true, WG, 0>(p, row_tiles, stream)
-                      : launch_kernel<GATED, N, MT, false, WG, 0>(p, row_tiles, stream);
+  if (p.act_fragment_order) return Status::error("wgmma gemm: activations in fragment order need line-order codes");
+  return act ? launch_kernel<GATED, N, false, WG, 2>(p, row_tiles, stream)
+             : launch_kernel<GATED, N, false, WG, 0>(p, row_tiles, stream);
 }
 
-// Three consumer warpgroups (192 weight rows a CTA) on 128-row tiles, where an expert's 16–95 rows
-// leave each decoded weight few MMA columns and two consumer warps a scheduler could not hide the
-// decode's latency (0.43 instructions issued a cycle). H200, full-size Qwen3-30B-A3B (docs/lab/perf-notebook.md),
-// against two: MoE block T = 512 366 → 325 µs, T = 1,024 397 → 359 (even routing); a 64-sequence
-// decode step with a 1,024-token prompt 31.2 → 29.5 ms. (256-row tiles have no registers for a third:
-// 128 accumulators a thread.) Two m-tiles a warpgroup on 128-row tiles lost end to end (pp512 -2%,
-// T = 8,192 +11%: the decode a token doubles; docs/lab/perf-notebook.md "256-row weight tiles").
+// Three consumer warpgroups on 128-row tiles: an expert's 16–95 rows leave each decoded weight few MMA
+// columns, and two warps a scheduler could not hide the decode's latency (H200: MoE block T = 512 −11%;
+// 256-row tiles have no registers for a third). Two m-tiles a warpgroup lost (docs/lab/perf-notebook.md).
 template <bool GATED>
 Status launch(const Params& p, int tile_rows, int64_t row_tiles, cudaStream_t stream) {
   switch (tile_rows) {
-    case 32: return launch_n<GATED, 32, 1>(p, row_tiles, stream);
-    case 64: return launch_n<GATED, 64, 1>(p, row_tiles, stream);
-    case 128: return launch_n<GATED, 128, 1, 3>(p, row_tiles, stream);
-    case 256: return launch_n<GATED, 256, 1>(p, row_tiles, stream);
-    default: return Status::error("wgmma gemm: tile rows " + std::to_string(tile_rows) + " (32, 64, 128 or 256)");
+    case 32:
+      return launch_n<GATED, 32>(p, row_tiles, stream);
+    case 64:
+      return launch_n<GATED, 64>(p, row_tiles, stream);
+    case 128:
+      return launch_n<GATED, 128, 3>(p, row_tiles, stream);
+    case 256:
+      return launch_n<GATED, 256>(p, row_tiles, stream);
+    default:
+      return Status::error("wgmma gemm: tile rows " + std::to_string(tile_rows) + " (32, 64, 128 or 256)");
   }
 }
 
@@ -110,7 +105,8 @@ Status check_weight(const uint8_t* packed, const uint8_t* scales, int64_t rows, 
   return Status::ok();
 }
 
-Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const DeviceNvfp4Experts* w1, cudaStream_t stream) {
+Status grouped(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const DeviceNvfp4Experts* w1,
+               cudaStream_t stream) {
   NIB_RETURN_IF_ERROR(check_weight(w0.packed, w0.block_scales, w0.rows, w0.cols));
   if (w1 && (w1->rows != w0.rows || w1->cols != w0.cols || w1->experts != w0.experts))
     return Status::error("wgmma gate_up: gate and up weights differ in shape");
@@ -143,11 +139,8 @@ bool wgmma_fragment_order(int64_t in_features) { return expert_line_order(in_fea
 
 bool wgmma_supported(int64_t rows, int64_t cols) { return cols >= BK && cols % BK == 0 && rows >= 1; }
 
-// Measured on the H200 (Qwen3-30B-A3B, docs/lab/perf-notebook.md): from 96 rows per expert 256 wins everywhere
-// (T = 2048: 727 µs against 811 with 128). At 32 per expert (T = 512) the best height depends on the
-// routing, which the host does not see: balanced (bench kernels) 64 takes 444 µs, 128 519, 256 665;
-// the synthetic checkpoint's skewed routing prefers 256 (pp512 29.6k tok/s, 128 28.2k, 64 24.4k).
-// 128 is never more than 17% off either.
+// From 96 rows per expert 256-row tiles win everywhere (H200). At ~32 the best height depends on the
+// routing, which the host does not see; 128 is never more than 17% off the best (docs/lab/perf-notebook.md).
 int wgmma_tile_rows(int64_t rows, int64_t experts) {
   const int64_t per_expert = rows / std::max<int64_t>(experts, 1);
   return per_expert >= 96 ? 256 : per_expert >= 16 ? 128 : per_expert >= 8 ? 64 : 32;

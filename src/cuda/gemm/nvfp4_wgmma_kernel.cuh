@@ -1,14 +1,15 @@
 // NVFP4 × BF16 GEMMs for prefill-sized batches on Hopper's warpgroup MMA with the weights as the
-// register operand (wgmma RS, sm_90a): a CTA computes 64 · WG · MT weight rows (WG = 2 or 3 consumer
-// warpgroups of MT m-tiles of 64; gate_up: gate and up of each feature in one thread) × N token rows
+// register operand (wgmma RS, sm_90a): a CTA computes 64 · WG weight rows (WG = 2 or 3 consumer
+// warpgroups of one m-tile of 64; gate_up: gate and up of each feature in one thread) × N token rows
 // (N = 32…256, the tile height). A producer warpgroup brings each 64-wide k-step — FP4 codes and
 // in-order BF16 activation rows by the copy engine (TMA), scale codes and gathered rows by cp.async —
 // into a ring of stages; each consumer thread decodes its weight rows' codes straight into wgmma A
 // fragments (E2M1 × E4M3 is exact in BF16) while the previous group's MMAs run, and the activations
 // are wgmma's B operand in shared memory. A tile's MMAs are only as wide as its rows need, and BF16
 // outputs leave through a shared-memory staging in 16-byte runs. Twin of ref::moe's projections and
-// ref::linear_nvfp4. The kernel, its layouts and its pieces; nvfp4_wgmma.cu launches it and is the
-// one file that includes this (so the anonymous namespace below is that file's).
+// ref::linear_nvfp4. The kernel and its mainloop (layouts: nvfp4_wgmma_layout.cuh, epilogue:
+// nvfp4_wgmma_epilogue.cuh); nvfp4_wgmma.cu launches it and is the one file that includes these (so
+// their anonymous namespace is that file's).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,128 +22,14 @@
 #include "cuda/nvfp4/nvfp4_fragments.cuh"
 #include "cuda/nvfp4/nvfp4_layout.h"
 #include "cuda/gemm/nvfp4_wgmma.cuh"
+#include "cuda/gemm/nvfp4_wgmma_epilogue.cuh"
+#include "cuda/gemm/nvfp4_wgmma_layout.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/tensor_maps.cuh"
 #include "cuda/common/wgmma.cuh"
 
 namespace nibble::cuda {
 namespace {
-
-constexpr int BK = 64;         // k per stage: one 128-byte swizzled row of BF16 activations
-// WG consumer warpgroups (two, or three on 128-row tiles: more warps to hide the decode's latency),
-// MT m-tiles of 64 weight rows each.
-template <int WG>
-constexpr int CONSUMER_THREADS = 128 * WG;
-constexpr int PRODUCERS = 128;  // one warpgroup of copy issuers
-// Weight rows per CTA: MT m-tiles of 64 a consumer warpgroup. A CTA's accumulators are bounded (two
-// warpgroups of ≤ 128 fp32 each a thread: 128 × 256 or 256 × 128 weight rows × tokens; three of 64 on
-// 128-row tiles: 192 × 128), and a token row costs 2 bytes a k where a weight row costs 0.5625:
-// 256 × 128 brings 30% fewer bytes a k-step into the SM than 128 × 256 for the same MMAs, at twice
-// the decode a token.
-template <int MT, int WG = 2>
-constexpr int BM = 64 * WG * MT;
-// Tiles of ≤ 64 rows run two CTAs an SM: twice the warps to hide the decode's latency and one CTA's
-// pipeline fill behind the other's work (H200, MoE block T = 64 / 128 with 32-row tiles: 372 → 290
-// and 374 → 294 µs; T = 512 with 64-row tiles: 421 → 351).
-template <int N, int MT>
-constexpr int CTAS_PER_SM = N <= 64 && MT == 1 ? 2 : 1;
-// setmaxnreg (multiples of 8) moves registers between a CTA's warps: one CTA an SM, 128 · (72 + 2 · 216)
-// = 64,512 = the 384 · 168 it launches with; two, 128 · (48 + 2 · 96) = 30,720 = 384 · 80; three
-// consumer warpgroups, 128 · (56 + 3 · 152) = 65,536 = 512 · 128. The producer takes all the
-// consumers leave: its per-item offsets and sources stay in registers.
-template <int CTAS, int WG = 2>
-constexpr int PRODUCER_REGISTERS = WG == 3 ? 56 : CTAS == 1 ? 72 : 48;
-template <int CTAS, int WG = 2>
-constexpr int CONSUMER_REGISTERS = WG == 3 ? 152 : CTAS == 1 ? 216 : 96;
-
-// The epilogue's staging of BF16 outputs (one CTA an SM only): per consumer warpgroup 64 token rows of
-// one m-tile's ≤ 64 features (128 bytes) + 16, so a stmatrix's eight rows start in distinct banks.
-constexpr int STAGED_PITCH = 128 + 16;
-
-// Shared memory per stage: the activation tile (wgmma B, N rows × 128 B in the 128-byte swizzle,
-// 1024-byte aligned), the codes chunk-major ([2 chunks][BM rows][16 B]: a quarter-warp's reads of
-// eight rows fall in distinct banks) and the scales ([BM rows][4 B]). In line order (LINE,
-// nvfp4_layout.h) a row's 16-byte lane slot holds codes of both halves of its 128-block, so the codes
-// come a block at a time into a ring of their own: CODE_PAIRS regions of two stages' codes
-// ([4 lane slots][BM rows][16 B]), one more than half the stages, so a pair's region is refilled only
-// after both its stages were consumed (the producer waits for fill f − STAGES before fill f).
-template <int N, int MT, bool LINE = false, int WG = 2, int CTAS = CTAS_PER_SM<N, MT>>
-struct Layout {
-  static constexpr int ROWS = BM<MT, WG>;
-  static constexpr int ACT_STAGE = N * 128;
-  static constexpr int CODE_STAGE = ROWS * BK / 2;
-  static constexpr int SCALE_STAGE = ROWS * BK / 16;
-  static constexpr int STAGE = ACT_STAGE + CODE_STAGE + SCALE_STAGE;
-  // Bytes in flight for the memory-bound small N; two CTAs an SM share its 227 KB.
-  static constexpr int STAGES = std::min(8, (CTAS == 1 ? 192 * 1024 : 100 * 1024) / STAGE);
-  static constexpr int CODE_PAIRS = STAGES / 2 + 1;
-  static constexpr int CODE_STAGES = LINE ? 2 * CODE_PAIRS : STAGES;
-  static constexpr int ACT_OFFSET = 0;
-  static constexpr int CODE_OFFSET = STAGES * ACT_STAGE;
-  static constexpr int SCALE_OFFSET = CODE_OFFSET + CODE_STAGES * CODE_STAGE;
-  static constexpr int BARRIER_OFFSET = SCALE_OFFSET + STAGES * SCALE_STAGE;
-  static constexpr int ROW_SCALES_OFFSET = BARRIER_OFFSET + 2 * STAGES * 8;
-  static constexpr int STAGING_OFFSET = ROW_SCALES_OFFSET + N * int(sizeof(float));
-  static constexpr int STAGING = CTAS == 1 ? WG * 64 * STAGED_PITCH : 0;
-  static constexpr int BYTES = STAGING_OFFSET + STAGING + 1024;  // + alignment slack
-  static_assert(BYTES * CTAS <= 227 * 1024, "Hopper's shared memory per SM");
-};
-
-struct Params {
-  // Line-order expert codes as 2-D tensors of rows × in_features / 2 bytes for the copy engine (TMA):
-  // boxes of 16 bytes (one lane slot) × a slice's rows of a projection.
-  CUtensorMap code_maps[2];
-  CUtensorMap act_map;  // the activations as a 2-D tensor, when their rows are in order (TMA bit 2)
-  int64_t act_rows;     // its rows: the pairs (MoE) or m (dense)
-  const uint8_t* codes[2];  // gate, up (gated) or down / dense in [0]
-  const uint8_t* scales[2];
-  const float* global_scales[2];  // per expert; null: `scale` (the dense weight's weight_scale_2)
-  float scale;
-  int n, k;  // weight rows per expert (per projection), in_features
-  const uint16_t* act;
-  const int32_t* sorted_pairs;
-  int top_k;
-  const float* row_scales;
-  const int32_t* tile_offsets;  // the MoE tile list; null for a dense GEMM of m rows
-  const int4* tiles;
-  int experts, m;
-  int slices;  // CTAs' weight-row slices per row tile (BM rows, gated BM / 2 features)
-  void* out;
-  bool out_fp32;
-  bool line_order;  // expert weights in line order (nvfp4_layout.h); dense weights never (the kernels' LINE)
-  bool act_fragment_order;  // act's columns in fragment order (nvfp4_layout.h; the kernels' FRAG)
-  bool out_fragment_order;  // write the BF16 outputs' columns in fragment order (for the next wgmma GEMM)
-};
-
-// One work item's row tile: the expert, its first sorted row (or dense token row) and its rows.
-struct RowTile {
-  int expert, row0, rows;
-};
-__device__ __forceinline__ int row_tiles(const Params& p, int n) {
-  return p.tiles ? p.tile_offsets[p.experts] : (p.m + n - 1) / n;
-}
-__device__ __forceinline__ RowTile row_tile(const Params& p, int tile, int n) {
-  if (!p.tiles) return {0, tile * n, min(n, p.m - tile * n)};
-  const int4 t = p.tiles[tile];
-  return {t.x, t.y, t.z};
-}
-__device__ __forceinline__ int source_row(const Params& p, int sorted_row) {
-  return p.sorted_pairs ? p.sorted_pairs[sorted_row] / p.top_k : sorted_row;
-}
-
-// A local weight row's projection (0: gate, or the only one; 1: up) and its weight row in it. A
-// consumer thread owns local rows 64(MT·g + m) + 16w + i and that + 8 (warpgroup g, m-tile m, warp w,
-// i = lane / 4: its two A-fragment rows of each m-tile). Gated, those two are the gate and the up row
-// of one feature, so SwiGLU needs nothing from another thread; each 64 local rows are 32 features.
-template <bool GATED>
-__device__ __forceinline__ int projection(int local) {
-  return GATED ? (local / 8) % 2 : 0;
-}
-template <bool GATED, int ROWS>
-__device__ __forceinline__ int weight_row(int slice, int local) {
-  if constexpr (GATED) return slice * (ROWS / 2) + 32 * (local / 64) + 8 * ((local % 64) / 16) + local % 8;
-  else return slice * ROWS + local;
-}
 
 // The MMA width for a tile of `rows` rows in a kernel of height N: the narrowest wgmma shape that
 // holds them, so the tensor cores skip most of an expert's last, partial tile (H200, MoE block on
@@ -152,8 +39,12 @@ __device__ __forceinline__ int weight_row(int slice, int local) {
 // serializes its wgmmas (C7512: registers), as it did for widths made of two shapes.
 template <int N>
 __device__ __forceinline__ int mma_width(int rows) {
-  const int width = N < 256 ? (rows + 31) / 32 * 32
-                            : rows <= 32 ? 32 : rows <= 64 ? 64 : rows <= 128 ? 128 : rows <= 192 ? 192 : 256;
+  const int width = N < 256       ? (rows + 31) / 32 * 32
+                    : rows <= 32  ? 32
+                    : rows <= 64  ? 64
+                    : rows <= 128 ? 128
+                    : rows <= 192 ? 192
+                                  : 256;
   return min(N, max(width, 32));
 }
 
@@ -162,7 +53,7 @@ template <int N, int W = 32, class F>
 __device__ __forceinline__ void with_width(int width, F&& f) {
   if constexpr (W < N) {
     if (width == W) return f(std::integral_constant<int, W>{});
-    with_width<N, N < 256 ? W + 32 : W == 32 ? 64 : W == 64 ? 128 : W + 64>(width, f);
+    with_width < N, N<256 ? W + 32 : W == 32 ? 64 : W == 64 ? 128 : W + 64>(width, f);
   } else {
     f(std::integral_constant<int, N>{});
   }
@@ -179,30 +70,31 @@ struct RingPosition {
 // engine's boxes (TMA) at its row in its projection's block (gated: gate rows, then up rows).
 template <bool GATED, int TMA, int ROWS>
 __device__ __forceinline__ int code_row(int local) {
-  if constexpr ((TMA & 1) && GATED) return projection<GATED>(local) * (ROWS / 2) + weight_row<GATED, ROWS>(0, local);
-  else return local;
+  if constexpr ((TMA & 1) && GATED)
+    return projection<GATED>(local) * (ROWS / 2) + weight_row<GATED, ROWS>(0, local);
+  else
+    return local;
 }
 
 // One item's k-steps for a consumer thread: wait for each stage, decode its weight rows' codes into A
-// fragments (MT m-tiles, rows local0 + 64m and + 8), issue the MMAs over the tile's first WIDTH token
-// rows, free each stage when its MMAs are done. A wgmma group is two MMAs (one m-tile: half a k-step,
-// two k16 blocks; two m-tiles: one k16 block each), decoded while the group before runs: two groups'
-// fragments are all a thread holds beside its accumulators (more made ptxas serialize the wgmmas).
+// fragments (rows local0 and local0 + 8), issue the MMAs over the tile's first WIDTH token rows, free
+// each stage when its MMAs are done. A wgmma group is two MMAs (half a k-step, two k16 blocks), decoded
+// while the group before runs: two groups' fragments are all a thread holds beside its accumulators
+// (more made ptxas serialize the wgmmas).
 //
-// FRAG (line order, one m-tile; the activations in fragment order, nvfp4_layout.h): thread q's A
+// FRAG (line order; the activations in fragment order, nvfp4_layout.h): thread q's A
 // fragments of a stage are exactly the pairs of two code words of each of its rows — natural chunks q
 // and 4 + q of the stage, the 8 bytes at 8·half of lane slot q — so each row takes one 8-byte load,
 // its pairs decode at compile-time positions (decode_code_pair_at: ~2.75 operations a pair against 4
 // with run-time rotations), and one block scale serves each word.
-template <int WIDTH, int N, int MT, bool LINE, bool GATED, int TMA, bool FRAG, class L>
-__device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPosition& ring, uint8_t* smem,
-                                             uint64_t* full, uint64_t* empty, uint64_t act_descriptor, int k_tiles,
-                                             int local0, int lane, int magnitude_rotation, int sign_rotation) {
-  static_assert(!FRAG || (LINE && MT == 1), "fragment order: line-order codes, one m-tile");
+template <int WIDTH, int N, bool LINE, bool GATED, int TMA, bool FRAG, class L>
+__device__ __forceinline__ void consume_item(float (&acc)[N / 2], RingPosition& ring, uint8_t* smem, uint64_t* full,
+                                             uint64_t* empty, uint64_t act_descriptor, int k_tiles, int local0,
+                                             int lane, int magnitude_rotation, int sign_rotation) {
+  static_assert(!FRAG || LINE, "fragment order: line-order codes");
   constexpr int ROWS = L::ROWS;
   constexpr int STAGES = L::STAGES;
-  constexpr int GROUP_BLOCKS = 2 / MT;      // k16 blocks a group
-  uint32_t frag[2][MT][GROUP_BLOCKS][4];   // [group parity][m-tile][k16 block in the group][A register]
+  uint32_t frag[2][2][4];  // [group parity][k16 block in the group][A register]
   int prev_slot = 0;
   for (int kt = 0; kt < k_tiles; ++kt) {
     // The stage's copies landed (cp.async.mbarrier.arrive): wgmma reads them with no proxy fence
@@ -213,12 +105,9 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
     const uint8_t* codes = smem + L::CODE_OFFSET + (LINE ? ring.code_pair * 2 : ring.slot) * L::CODE_STAGE;
     const uint8_t* scales = smem + L::SCALE_OFFSET + ring.slot * L::SCALE_STAGE;
     const int half = kt & 1;  // line order: the stage's half of the 128-block (k_tiles is even)
-    uint32_t scale_word[MT][2];
+    uint32_t scale_word[2];
 #pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        scale_word[m][r] = *reinterpret_cast<const uint32_t*>(scales + (local0 + 64 * m + 8 * r) * 4);
+    for (int r = 0; r < 2; ++r) scale_word[r] = *reinterpret_cast<const uint32_t*>(scales + (local0 + 8 * r) * 4);
     const uint64_t stage_descriptor = act_descriptor + uint32_t(ring.slot * (L::ACT_STAGE / 16));
     // FRAG: each row's two words (x: natural chunk q of the stage, y: chunk 4 + q) and their block
     // scales' BF16 operands, each in both halves (blocks q / 2 and 2 + q / 2 of the stage).
@@ -231,19 +120,19 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
       for (int r = 0; r < 2; ++r) {
         const int row = code_row<GATED, TMA, ROWS>(local0 + 8 * r);
         frag_words[r] = *reinterpret_cast<const uint2*>(codes + (q * ROWS + row) * 16 + 8 * half);
-        const uint32_t both = __byte_perm(scale_word[0][r], 0u, selector) * 0x10u +
-                              (SCALE_OPERAND_BIAS | SCALE_OPERAND_BIAS << 16);
+        const uint32_t both =
+            __byte_perm(scale_word[r], 0u, selector) * 0x10u + (SCALE_OPERAND_BIAS | SCALE_OPERAND_BIAS << 16);
         frag_scales[r][0] = __byte_perm(both, 0u, 0x1010u), frag_scales[r][1] = __byte_perm(both, 0u, 0x3232u);
       }
     }
 #pragma unroll
-    for (int group = 0; group < 4 / GROUP_BLOCKS; ++group) {
+    for (int group = 0; group < 2; ++group) {
       const int parity = group % 2;
-      // The group's k16 blocks of the stage. Natural: blocks 2g, 2g + 1 (one m-tile) or g. Line order:
-      // the stage's block B is natural words 8h + 2B + e (h the half, e = 0, 1), stored as word
-      // 2h + B / 2 of lane slot 2(B % 2) + e; so one-m-tile groups take blocks {g, g + 2}, whose
-      // words are the two words at 8h bytes of lane slots 2g and 2g + 1.
-      auto block_of = [&](int b) { return LINE ? (MT == 1 ? group + 2 * b : group) : group * GROUP_BLOCKS + b; };
+      // The group's k16 blocks of the stage. Natural: blocks 2g, 2g + 1. Line order: the stage's block
+      // B is natural words 8h + 2B + e (h the half, e = 0, 1), stored as word 2h + B / 2 of lane slot
+      // 2(B % 2) + e; so group g takes blocks {g, g + 2}, whose words are the two words at 8h bytes of
+      // lane slots 2g and 2g + 1.
+      auto block_of = [&](int b) { return LINE ? group + 2 * b : 2 * group + b; };
       if constexpr (FRAG) {
         // Block group + 2b of the stage's B order: word b's pairs 2·group (a0, a1) and 2·group + 1 (a2, a3).
 #pragma unroll
@@ -251,57 +140,44 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
 #pragma unroll
           for (int i = 0; i < 4; ++i) {  // A registers: row r = i % 2, pair 2·group + i / 2
             const uint32_t word = b ? frag_words[i % 2].y : frag_words[i % 2].x;
-            frag[parity][0][b][i] =
-                bf16x2_mul(decode_code_pair_unrolled(word, 2 * group + i / 2), frag_scales[i % 2][b]);
+            frag[parity][b][i] = bf16x2_mul(decode_code_pair_unrolled(word, 2 * group + i / 2), frag_scales[i % 2][b]);
           }
       }
-#pragma unroll
-      for (int m = 0; m < (FRAG ? 0 : MT); ++m) {
+      if constexpr (!FRAG) {
         // Natural: block b's codes are words 2b, 2b + 1 of chunk b / 2 (k 32·(b / 2) … +31) of a row.
         // A thread takes pair q of each word as BF16s, the codes of k 2q, 2q + 1 in its group of 8 —
         // what an A fragment's thread q holds (k 2q, 2q + 1 and 2q + 8, 2q + 9 of the block). The
         // rotations are pair q's (nvfp4_layout.h).
-        uint32_t words[2][GROUP_BLOCKS][2];  // [row][block of the group][k half of the block]
+        uint32_t words[2][2][2];  // [row][block of the group][k half of the block]
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const int row = code_row<GATED, TMA, ROWS>(local0 + 64 * m + 8 * r);
-          if constexpr (LINE && MT == 1) {
+          const int row = code_row<GATED, TMA, ROWS>(local0 + 8 * r);
+          if constexpr (LINE) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const uint2 v = *reinterpret_cast<const uint2*>(codes + ((2 * group + e) * ROWS + row) * 16 + 8 * half);
               words[r][0][e] = v.x, words[r][1][e] = v.y;
             }
-          } else if constexpr (LINE) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-              words[r][0][e] = *reinterpret_cast<const uint32_t*>(codes + ((2 * (group % 2) + e) * ROWS + row) * 16 +
-                                                                  4 * (2 * half + group / 2));
-          } else if constexpr (GROUP_BLOCKS == 2) {
+          } else {
             const uint4 v = *reinterpret_cast<const uint4*>(codes + (group * ROWS + row) * 16);
             words[r][0][0] = v.x, words[r][0][1] = v.y, words[r][1][0] = v.z, words[r][1][1] = v.w;
-          } else {
-            const uint2 v = *reinterpret_cast<const uint2*>(codes + ((group / 2) * ROWS + row) * 16 + 8 * (group % 2));
-            words[r][0][0] = v.x, words[r][0][1] = v.y;
           }
         }
 #pragma unroll
-        for (int b = 0; b < GROUP_BLOCKS; ++b) {
-          const uint32_t scale0 = block_scale_bf16x2(scale_word[m][0], block_of(b));
-          const uint32_t scale1 = block_scale_bf16x2(scale_word[m][1], block_of(b));
+        for (int b = 0; b < 2; ++b) {
+          const uint32_t scale0 = block_scale_bf16x2(scale_word[0], block_of(b));
+          const uint32_t scale1 = block_scale_bf16x2(scale_word[1], block_of(b));
 #pragma unroll
           for (int i = 0; i < 4; ++i)  // A registers: row r = i % 2, k half i / 2
-            frag[parity][m][b][i] =
-                bf16x2_mul(decode_code_pair(words[i % 2][b][i / 2], magnitude_rotation, sign_rotation),
-                           i % 2 ? scale1 : scale0);
+            frag[parity][b][i] = bf16x2_mul(decode_code_pair(words[i % 2][b][i / 2], magnitude_rotation, sign_rotation),
+                                            i % 2 ? scale1 : scale0);
         }
       }
       wgmma::fence();
 #pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int b = 0; b < GROUP_BLOCKS; ++b)
-          wgmma::mma_rs<WIDTH>(*reinterpret_cast<float(*)[WIDTH / 2]>(&acc[m][0]), frag[parity][m][b],
-                               stage_descriptor + block_of(b) * 2);
+      for (int b = 0; b < 2; ++b)
+        wgmma::mma_rs<WIDTH>(*reinterpret_cast<float(*)[WIDTH / 2]>(&acc[0]), frag[parity][b],
+                             stage_descriptor + block_of(b) * 2);
       wgmma::commit();
       // The group before this one is done: its fragments may be rewritten, and after the first group
       // the previous stage has no reader left.
@@ -316,143 +192,15 @@ __device__ __forceinline__ void consume_item(float (&acc)[MT][N / 2], RingPositi
   if (lane == 0) barrier_arrive(&empty[prev_slot]);  // the item's last stage: free for the next item's fills
 }
 
-// An item's outputs from a consumer thread's accumulators: acc[4j + 2r + c] is weight row local0 (r = 0)
-// or local1 (r = 1), token column t = 8j + 2q + c (the wgmma accumulator layout), × the projection's
-// scale and the token's W4A4 row scale; gated, r = 0 is the gate and r = 1 the up row of feature f0,
-// and the output is silu(gate) · up (as ref::silu_mul). Columns from the tile's rows on are not stored.
-template <bool GATED, int N>
-struct Outputs {
-  const Params& p;
-  const RowTile& tile;
-  const float* row_scales;  // the staged W4A4 row scales, or null
-  float scale0, scale1;
-  int f0, f1, q;
-
-  // silu with the fast exponential and division (a few ulp of fp32 off expf and '/', far inside the BF16
-  // rounding of the output; the exact forms took ~70 instructions a column pair, as long as the MMAs
-  // of a down item). gate < −87: the denominator overflows and the division gives silu's limit, −0.
-  __device__ __forceinline__ float value(const float (&acc)[N / 2], int j, int r, int c, float row_scale) const {
-    if constexpr (GATED) {
-      const float gate = acc[4 * j + c] * (scale0 * row_scale), up = acc[4 * j + 2 + c] * (scale1 * row_scale);
-      return __fdividef(gate, 1.0f + __expf(-gate)) * up;
-    } else {
-      return acc[4 * j + 2 * r + c] * (scale0 * row_scale);
-    }
-  }
-
-  // Output feature f's column: f, or its place in fragment order (the host checks n % 32 == 0).
-  __device__ __forceinline__ int column(int f) const { return p.out_fragment_order ? int(fragment_order_index(f)) : f; }
-
-  template <typename T>
-  __device__ __forceinline__ void store_each(const float (&acc)[N / 2], T* out) const {
-#pragma unroll
-    for (int j = 0; j < N / 8; ++j) {
-      if (8 * j >= tile.rows) break;
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int t = 8 * j + 2 * q + c;
-        const float row_scale = row_scales ? row_scales[t] : 1.0f;
-#pragma unroll
-        for (int r = 0; r < (GATED ? 1 : 2); ++r) {
-          const int f = r ? f1 : f0;
-          const float v = value(acc, j, r, c, row_scale);
-          if (t < tile.rows && f < p.n) {
-            const size_t at = size_t(tile.row0 + t) * p.n + column(f);
-            if constexpr (std::is_same_v<T, float>) out[at] = v;
-            else out[at] = __float2bfloat16_rn(v);
-          }
-        }
-      }
-    }
-  }
-
-  // BF16 outputs through shared memory (one CTA an SM; rows a multiple of 8 features and the output
-  // 16-byte aligned): 64 token columns at a time, each warp stmatrix-transposes its 8 × 8 blocks into
-  // token rows of the warpgroup's staging, then the warpgroup writes whole 16-byte runs of features.
-  // (Storing each thread's values took ~24 instructions a 4-byte word; this takes ~3.)
-  // wg_feature0: the warpgroup's first output feature; tw: the thread in the warpgroup.
-  template <bool ROW_SCALES>
-  __device__ __forceinline__ void store_bf16_staged(const float (&acc)[N / 2], uint32_t staging, int wg_feature0,
-                                                    int g, int tw) const {
-    constexpr int FEATURES = GATED ? 32 : 64;  // a warpgroup's outputs: gated, half its rows are the up rows
-    constexpr int RUNS = FEATURES / 8;        // 16-byte runs a token row
-    constexpr int PITCH = STAGED_PITCH;
-    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out);
-    const int warp = tw / 32, lane = tw % 32, matrix = lane / 8, row = lane % 8;
-    auto scale_of = [&](int t) { return ROW_SCALES ? row_scales[t] : 1.0f; };
-#pragma unroll
-    for (int round = 0; round < N / 64; ++round) {
-      if (64 * round >= tile.rows) break;
-      // Fragment block (j, r) — rows 16·warp + 8r … +7, columns 8j … +7 — goes to staged token rows
-      // 8j − 64·round + k, feature columns 16·warp + 8r (gated: the outputs of rows 8·warp … +7).
-#pragma unroll
-      for (int m = 0; m < (GATED ? 2 : 4); ++m) {
-        uint32_t r[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int j = 8 * round + (GATED ? 4 * m + i : 2 * m + i / 2), t0 = 8 * j + 2 * q;
-          const int which = GATED ? 0 : i % 2;
-          r[i] = pack_bf16x2(value(acc, j, which, 0, scale_of(t0)), value(acc, j, which, 1, scale_of(t0 + 1)));
-        }
-        const int block = GATED ? 4 * m + matrix : 2 * m + matrix / 2;  // this lane's row address: block's row `row`
-        const int column = GATED ? 8 * warp : 16 * warp + 8 * (matrix % 2);
-        wgmma::stmatrix_x4_trans(staging + (8 * block + row) * PITCH + column * 2, r);
-      }
-      asm volatile("bar.sync %0, 128;\n" ::"r"(2 + g) : "memory");
-#pragma unroll
-      for (int k = 0; k < 64 * RUNS / 128; ++k) {
-        const int index = tw + 128 * k, token = index / RUNS, run = index % RUNS;
-        const int t = 64 * round + token, f = wg_feature0 + 8 * run;
-        uint4 v;
-        if (p.out_fragment_order) {  // run (a 32-feature group's chunk c) = pair c of the group's 4 chunks
-          const uint32_t group = staging + token * PITCH + (run / 4) * 64 + (run % 4) * 4;
-          asm volatile("ld.shared.u32 %0, [%4];\n ld.shared.u32 %1, [%4 + 16];\n"
-                       "ld.shared.u32 %2, [%4 + 32];\n ld.shared.u32 %3, [%4 + 48];\n"
-                       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                       : "r"(group));
-        } else {
-          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                       : "r"(staging + token * PITCH + run * 16));
-        }
-        if (t < tile.rows && f < p.n) *reinterpret_cast<uint4*>(out + size_t(tile.row0 + t) * p.n + f) = v;
-      }
-      asm volatile("bar.sync %0, 128;\n" ::"r"(2 + g) : "memory");  // read before the next round writes
-    }
-  }
-
-  // BF16 outputs with an even row length: lane groups i and i ^ 1 (lanes 4 apart) hold features f and
-  // f ^ 1 of the same two tokens, so one shuffle gives each a feature pair of one token, stored as one
-  // 4-byte word (half the stores of storing each; the epilogue was as long as a down item's MMAs).
-  __device__ __forceinline__ void store_bf16_pairs(const float (&acc)[N / 2], int lane) const {
-    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out);
-    const bool even = ((lane >> 2) & 1) == 0;  // f0 is even (features follow lane / 4)
-#pragma unroll
-    for (int j = 0; j < N / 8; ++j) {
-      if (8 * j >= tile.rows) break;
-      const int t0 = 8 * j + 2 * q;
-      const float scale_t0 = row_scales ? row_scales[t0] : 1.0f, scale_t1 = row_scales ? row_scales[t0 + 1] : 1.0f;
-      const int t = even ? t0 : t0 + 1;
-#pragma unroll
-      for (int r = 0; r < (GATED ? 1 : 2); ++r) {
-        const float v0 = value(acc, j, r, 0, scale_t0), v1 = value(acc, j, r, 1, scale_t1);
-        const float received = __shfl_xor_sync(0xffffffffu, even ? v1 : v0, 4);
-        const float low = even ? v0 : received, high = even ? received : v1;
-        const int f = (r ? f1 : f0) & ~1;
-        if (t < tile.rows && f < p.n)
-          *reinterpret_cast<__nv_bfloat162*>(out + size_t(tile.row0 + t) * p.n + column(f)) = __floats2bfloat162_rn(low, high);
-      }
-    }
-  }
-};
-
 // Persistent: work items are (row tile, weight slice) pairs, slice fastest (a row tile's activations
 // stay in L2 for its slices), and CTA b takes items b, b + gridDim.x, … of a grid of CTA slots per
 // SM, the producers filling the ring with the next item's stages while the consumers finish the last
 // one's MMAs and store its outputs. The ring (slot, phase) runs on across items.
-template <bool GATED, int N, int MT, bool LINE, int WG, int TMA, bool FRAG, int CTAS = CTAS_PER_SM<N, MT>>
-__global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_wgmma_kernel(const __grid_constant__ Params p) {
-  using L = Layout<N, MT, LINE, WG>;
+template <bool GATED, int N, bool LINE, int WG, int TMA, bool FRAG, int CTAS = CTAS_PER_SM<N>>
+__global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS)
+    nvfp4_wgmma_kernel(const __grid_constant__ Params p) {
+  static_assert(!LINE || (TMA & 1), "line-order codes come by the copy engine");
+  using L = Layout<N, LINE, WG>;
   constexpr int ROWS = L::ROWS;
   constexpr int CONSUMERS = CONSUMER_THREADS<WG>;
   constexpr int STAGES = L::STAGES;
@@ -467,9 +215,9 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
   // they cost the W4A4 GEMMs 12–16% (H200, MoE T = 2,048: down 262 → 305 µs).
   float* row_scales = reinterpret_cast<float*>(smem + L::ROW_SCALES_OFFSET);
   if (tid < STAGES) {
-    barrier_init(&full[tid], PRODUCERS);        // each producer thread's copies
-    barrier_init(&empty[tid], CONSUMERS / 32);  // lane 0 of each consumer warp
-    if constexpr (TMA != 0) fence_barrier_init();    // the copy engine completes transfers on `full`
+    barrier_init(&full[tid], PRODUCERS);           // each producer thread's copies
+    barrier_init(&empty[tid], CONSUMERS / 32);     // lane 0 of each consumer warp
+    if constexpr (TMA != 0) fence_barrier_init();  // the copy engine completes transfers on `full`
   }
   // Launched with PDL: the set-up above overlaps the previous kernel's tail; the tile list and the
   // activations are the earlier kernels' output.
@@ -489,9 +237,9 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
     const int which = projection<GATED>(lane);  // the same for lane + 128m
     constexpr int PRODUCER_ROWS = (ROWS + PRODUCERS - 1) / PRODUCERS;
     // Everything a k-step's copies need is in registers: 64-bit weight sources and an activation base
-    // advanced by a k-step's bytes, the activation rows' byte offsets from it, 32-bit shared addresses. (Recomputing the sources
-    // from the parameters per copy made the producer warp, one per scheduler, the kernel's limit:
-    // H200, MoE T = 2,048, consumers waited for stages in 24% of the stall samples.)
+    // advanced by a k-step's bytes, the activation rows' byte offsets from it, 32-bit shared addresses. (Recomputing
+    // the sources from the parameters per copy made the producer warp, one per scheduler, the kernel's limit: H200, MoE
+    // T = 2,048, consumers waited for stages in 24% of the stall samples.)
     const uint32_t act_place = smem_address(smem + L::ACT_OFFSET) + wgmma::swizzled_offset(lane / 8, lane % 8);
     const uint32_t code_place = smem_address(smem + L::CODE_OFFSET) + lane * 16;
     const uint32_t scale_place = smem_address(smem + L::SCALE_OFFSET) + lane * 4;
@@ -552,16 +300,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
 #pragma unroll
         for (int m = 0; m < PRODUCER_ROWS; ++m) {
           if (ROWS % 128 && lane + 128 * m >= ROWS) continue;  // three warpgroups' 192 rows: warp-uniform
-          if constexpr ((TMA & 1) == 0 && LINE) {  // (TMA & 1: the copy engine brought them above)
-            // A row's whole 128-block (four 16-byte lane slots) with the even stage, into the pair's
-            // region (Layout); fill f − STAGES consumed means both stages of its last pair were.
-            if ((kt & 1) == 0) {
-              const uint32_t code = code_place + code_pair * 2 * L::CODE_STAGE + m * 128 * 16;
-#pragma unroll
-              for (int c = 0; c < 4; ++c) cp_async_shared<16>(code + c * ROWS * 16, code_src[m] + 16 * c);
-              code_src[m] += 2 * (BK / 2);
-            }
-          } else if constexpr ((TMA & 1) == 0) {
+          if constexpr ((TMA & 1) == 0) {  // natural order (TMA & 1, line order: the copy engine brought them)
             const uint32_t code = code_place + slot * L::CODE_STAGE + m * 128 * 16;
             cp_async_shared<16>(code, code_src[m]);
             cp_async_shared<16>(code + ROWS * 16, code_src[m] + 16);
@@ -599,7 +338,7 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGISTERS<CTAS, WG>) : "memory");
   const int lane = tid & 31, warp = (tid / 32) % 4, q = lane % 4;
-  const int local0 = 64 * MT * warpgroup + 16 * warp + lane / 4;  // m-tile m: rows local0 + 64m and + 8
+  const int local0 = 64 * warpgroup + 16 * warp + lane / 4;  // rows local0 and local0 + 8
   const int magnitude_rotation = pair_magnitude_rotation(q), sign_rotation = pair_sign_rotation(q);
   // The activation tile's descriptors: that of stage 0's first k16 block, plus 16-byte units.
   const uint64_t act_descriptor = wgmma::descriptor(smem + L::ACT_OFFSET);
@@ -610,18 +349,15 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
     const int slice = item % p.slices;
     if (item + int(gridDim.x) < items) next = row_tile(p, (item + gridDim.x) / p.slices, N);  // in flight meanwhile
     // This thread's row's W4A4 scale (row tid), loaded now, staged after the MMAs.
-    const float my_row_scale =
-        p.row_scales && tid < tile.rows ? p.row_scales[source_row(p, tile.row0 + tid)] : 1.0f;
-    float acc[MT][N / 2];
+    const float my_row_scale = p.row_scales && tid < tile.rows ? p.row_scales[source_row(p, tile.row0 + tid)] : 1.0f;
+    float acc[N / 2];
 #pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-      for (int i = 0; i < N / 2; ++i) acc[m][i] = 0.0f;
+    for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
     // Warp-uniform as ptxas can see, like `warpgroup`.
     const int width = __shfl_sync(0xffffffffu, mma_width<N>(tile.rows), 0);
     with_width<N>(width, [&](auto w) {
-      consume_item<decltype(w)::value, N, MT, LINE, GATED, TMA, FRAG, L>(acc, ring, smem, full, empty, act_descriptor, k_tiles, local0,
-                                                       lane, magnitude_rotation, sign_rotation);
+      consume_item<decltype(w)::value, N, LINE, GATED, TMA, FRAG, L>(
+          acc, ring, smem, full, empty, act_descriptor, k_tiles, local0, lane, magnitude_rotation, sign_rotation);
     });
     if (p.row_scales) {
       // Every consumer is past the last item's epilogue before the staged scales are replaced.
@@ -630,25 +366,32 @@ __global__ void __launch_bounds__(CONSUMER_THREADS<WG> + PRODUCERS, CTAS) nvfp4_
       asm volatile("bar.sync 1, %0;\n" ::"n"(CONSUMERS) : "memory");
     }
 
-    // Epilogue, an m-tile at a time. The decoded weights are × 2⁻⁸ (nvfp4_layout.h): the factor
-    // restores them, exactly.
+    // Epilogue. The decoded weights are × 2⁻⁸ (nvfp4_layout.h): the factor restores them, exactly.
     const float scale0 = (p.global_scales[0] ? p.global_scales[0][tile.expert] : p.scale) * WEIGHT_DECODE_EPILOGUE;
     const float scale1 = GATED ? p.global_scales[1][tile.expert] * WEIGHT_DECODE_EPILOGUE : 0.0f;
     const bool bf16 = !p.out_fp32;
     const bool staged = CTAS == 1 && N >= 64 && bf16 && p.n % 8 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      Outputs<GATED, N> out{p,      tile,   p.row_scales ? row_scales : nullptr,
-                            scale0, scale1, weight_row<GATED, ROWS>(slice, local0 + 64 * m),
-                            weight_row<GATED, ROWS>(slice, local0 + 64 * m + 8), q};
-      if (staged) {
-        const uint32_t staging = smem_address(smem + L::STAGING_OFFSET) + warpgroup * 64 * STAGED_PITCH;
-        const int feature0 = weight_row<GATED, ROWS>(slice, 64 * (MT * warpgroup + m));
-        if (p.row_scales) out.template store_bf16_staged<true>(acc[m], staging, feature0, warpgroup, tid % 128);
-        else out.template store_bf16_staged<false>(acc[m], staging, feature0, warpgroup, tid % 128);
-      } else if (bf16 && p.n % 2 == 0) out.store_bf16_pairs(acc[m], lane);
-      else if (p.out_fp32) out.store_each(acc[m], static_cast<float*>(p.out));
-      else out.store_each(acc[m], static_cast<__nv_bfloat16*>(p.out));
+    Outputs<GATED, N> out{p,
+                          tile,
+                          p.row_scales ? row_scales : nullptr,
+                          scale0,
+                          scale1,
+                          weight_row<GATED, ROWS>(slice, local0),
+                          weight_row<GATED, ROWS>(slice, local0 + 8),
+                          q};
+    if (staged) {
+      const uint32_t staging = smem_address(smem + L::STAGING_OFFSET) + warpgroup * 64 * STAGED_PITCH;
+      const int feature0 = weight_row<GATED, ROWS>(slice, 64 * warpgroup);
+      if (p.row_scales)
+        out.template store_bf16_staged<true>(acc, staging, feature0, warpgroup, tid % 128);
+      else
+        out.template store_bf16_staged<false>(acc, staging, feature0, warpgroup, tid % 128);
+    } else if (bf16 && p.n % 2 == 0) {
+      out.store_bf16_pairs(acc, lane);
+    } else if (p.out_fp32) {
+      out.store_each(acc, static_cast<float*>(p.out));
+    } else {
+      out.store_each(acc, static_cast<__nv_bfloat16*>(p.out));
     }
   }
 }

@@ -47,8 +47,10 @@ template <int L2_FETCH = 0>
 __device__ __forceinline__ uint32_t load_line_scales(const uint2* p, uint32_t selector) {
   static_assert(L2_FETCH == 0 || L2_FETCH == 128);
   uint2 v;
-  if constexpr (L2_FETCH == 0) v = __ldg(p);
-  else asm("ld.global.nc.L2::128B.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  if constexpr (L2_FETCH == 0)
+    v = __ldg(p);
+  else
+    asm("ld.global.nc.L2::128B.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return __byte_perm(v.x, v.y, selector);
 }
 
@@ -63,15 +65,18 @@ __device__ __forceinline__ int x_chunk(int c, int q) {
 template <bool LINE>
 __device__ __forceinline__ void token_x_fragment(const uint16_t* row, int kb, bool take, int c, uint4 (&xv)[4]) {
 #pragma unroll
-  for (int q = 0; q < 4; ++q) xv[q] = take ? reinterpret_cast<const uint4*>(row + kb * 128)[x_chunk<LINE>(c, q)] : make_uint4(0, 0, 0, 0);
+  for (int q = 0; q < 4; ++q)
+    xv[q] = take ? reinterpret_cast<const uint4*>(row + kb * 128)[x_chunk<LINE>(c, q)] : make_uint4(0, 0, 0, 0);
 }
 
 // Lane c's scale codes of a k-block from the row's scale codes at the block: LINE, the four of its
 // code words (bytes q); otherwise those of k16 blocks 2c (low byte) and 2c + 1.
 template <bool LINE>
 __device__ __forceinline__ uint32_t load_scales(const uint8_t* block_scales, int c) {
-  if constexpr (LINE) return load_line_scales(reinterpret_cast<const uint2*>(block_scales), line_scale_selector(c));
-  else return __ldg(reinterpret_cast<const uint16_t*>(block_scales + 2 * c));
+  if constexpr (LINE)
+    return load_line_scales(reinterpret_cast<const uint2*>(block_scales), line_scale_selector(c));
+  else
+    return __ldg(reinterpret_cast<const uint16_t*>(block_scales + 2 * c));
 }
 
 // One warp's weight fragments: rows g and g + 8 (h = 0, 1) over BLOCKS k-blocks.
@@ -98,13 +103,15 @@ struct WeightFragments {
   }
   // The same where every block and both rows exist (no guards: one base address a row, the blocks
   // at immediate offsets).
-  __device__ void load_all(const uint8_t* const (&row_codes)[2], const uint8_t* const (&row_scales)[2], int kb0, int c) {
+  __device__ void load_all(const uint8_t* const (&row_codes)[2], const uint8_t* const (&row_scales)[2], int kb0,
+                           int c) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint8_t* code = row_codes[h] + kb0 * 64 + 16 * c;
       const uint8_t* scale = row_scales[h] + kb0 * 8;
 #pragma unroll
-      for (int b = 0; b < BLOCKS; ++b) codes[h][b] = load_stream(code + b * 64), scales[h][b] = load_scales<LINE>(scale + b * 8, c);
+      for (int b = 0; b < BLOCKS; ++b)
+        codes[h][b] = load_stream(code + b * 64), scales[h][b] = load_scales<LINE>(scale + b * 8, c);
     }
   }
 };
@@ -112,8 +119,8 @@ struct WeightFragments {
 // Code word q of the lane's rows g, g + 8 (h = 0, 1) as the A fragments of mma steps 2q (a0) and
 // 2q + 1 (a1); scale: the BF16 operands of its block scales (block_scale_bf16x2 of load_scales<LINE>).
 template <bool LINE = false>
-__device__ __forceinline__ void decode_word_fragments(const uint4 (&codes)[2], const uint32_t (&scale)[2][LINE ? 4 : 2], int q,
-                                                      uint32_t (&a0)[4], uint32_t (&a1)[4]) {
+__device__ __forceinline__ void decode_word_fragments(const uint4 (&codes)[2], const uint32_t (&scale)[2][LINE ? 4 : 2],
+                                                      int q, uint32_t (&a0)[4], uint32_t (&a1)[4]) {
   uint32_t lo[4], hi[4];
   decode_code_word(word_of(codes[0], q), lo);
   decode_code_word(word_of(codes[1], q), hi);
@@ -137,7 +144,8 @@ __device__ __forceinline__ void kblock_scales(const uint32_t (&scales)[2], uint3
 // codes (load_scales<LINE>): a[q] feeds mma steps 2q (a[q][0..3]) and 2q + 1 (a[q][4..7]); code word q
 // is physical k chunk x_chunk<LINE>(c, q).
 template <bool LINE = false>
-__device__ __forceinline__ void decode_kblock(const uint4 (&codes)[2], const uint32_t (&scales)[2], uint32_t (&a)[4][8]) {
+__device__ __forceinline__ void decode_kblock(const uint4 (&codes)[2], const uint32_t (&scales)[2],
+                                              uint32_t (&a)[4][8]) {
   uint32_t scale[2][LINE ? 4 : 2];
   kblock_scales<LINE>(scales, scale);
 #pragma unroll
@@ -166,8 +174,8 @@ __device__ __forceinline__ void mma_decoded(const uint32_t (&a)[4][8], const uin
 
 // One k-block of one m-tile: acc[n] += Ŵ(rows g, g + 8) · x(column g of n-tile n).
 template <int NT, bool LINE = false>
-__device__ __forceinline__ void mma_kblock(const uint4 (&codes)[2], const uint32_t (&scales)[2], const uint4 (&xv)[NT][4],
-                                           float (&acc)[NT][4]) {
+__device__ __forceinline__ void mma_kblock(const uint4 (&codes)[2], const uint32_t (&scales)[2],
+                                           const uint4 (&xv)[NT][4], float (&acc)[NT][4]) {
   uint32_t a[4][8];
   decode_kblock<LINE>(codes, scales, a);
   mma_decoded<NT>(a, xv, acc);
@@ -179,12 +187,12 @@ __device__ __forceinline__ void mma_kblock(const uint4 (&codes)[2], const uint32
 // k-block); otherwise they load per block (registers: preloading two n-tiles' x for two blocks took
 // 114-118 registers and made dense M = 32-64 1.3x slower, H200).
 template <int BLOCKS, int NT, bool GUARDED = true, bool LINE = false>
-__device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS, LINE>& w, const uint16_t* const (&x_rows)[NT], int kb0,
-                                           int nkb, int c, float (&acc)[NT][4]) {
+__device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS, LINE>& w, const uint16_t* const (&x_rows)[NT],
+                                           int kb0, int nkb, int c, float (&acc)[NT][4]) {
   constexpr int PRELOADED = NT == 1 ? BLOCKS : 1;
   if constexpr (!GUARDED) nkb = BLOCKS;
   uint4 x_all[PRELOADED][NT][4];
-  auto load_x = [&](int b, uint4 (&xv)[NT][4]) {
+  auto load_x = [&](int b, uint4(&xv)[NT][4]) {
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -200,7 +208,8 @@ __device__ __forceinline__ void mma_blocks(const WeightFragments<BLOCKS, LINE>& 
   for (int b = 0; b < BLOCKS; ++b) {
     if (b >= nkb) break;
     if constexpr (PRELOADED == 1) load_x(b, x_all[0]);
-    mma_kblock<NT, LINE>({w.codes[0][b], w.codes[1][b]}, {w.scales[0][b], w.scales[1][b]}, x_all[PRELOADED > 1 ? b : 0], acc);
+    mma_kblock<NT, LINE>({w.codes[0][b], w.codes[1][b]}, {w.scales[0][b], w.scales[1][b]}, x_all[PRELOADED > 1 ? b : 0],
+                         acc);
   }
 }
 
@@ -234,7 +243,8 @@ inline int blocks_per_warp(int k, bool dense, int nt) {
 
 // `kernel` is instantiated for per_warp k-blocks per warp and nt n-tiles.
 template <class Kernel, class Params>
-Status launch(Kernel kernel, dim3 grid, int k, int per_warp, int nt, const Params& p, cudaStream_t stream, const char* what) {
+Status launch(Kernel kernel, dim3 grid, int k, int per_warp, int nt, const Params& p, cudaStream_t stream,
+              const char* what) {
   const int warps = (k / 128 + per_warp - 1) / per_warp;
   const size_t smem = size_t(warps - 1) * nt * 4 * 32 * sizeof(float);
   return cuda_status(launch_pdl(kernel, grid, dim3(unsigned(warps * 32)), smem, stream, p), what);

@@ -36,7 +36,7 @@ struct DenseSegment {
 struct DenseParams {
   DenseSegment seg[MAX_SEGMENTS];
   int count;
-  int k;         // this launch's k range: [k_offset, k_offset + k) of rows k_stride long
+  int k;  // this launch's k range: [k_offset, k_offset + k) of rows k_stride long
   int k_stride;
   int k_offset;
   bool accumulate;  // y += (a later k range of an in_features beyond SKINNY_MAX_K)
@@ -97,7 +97,8 @@ __device__ __forceinline__ DenseTile load_dense_tile(const DenseParams& p, Weigh
 // took more waves: q_proj M = 64 16.4 -> 18.8 us, o_proj M = 64 16.9 -> 21.2 (H200; M = 17-32 launch
 // half as many CTAs, still more than fit at 71). Two words spill, outside the k loop.
 template <int BLOCKS, int NT>
-__global__ void __launch_bounds__(MAX_WARPS * 32, BLOCKS == 2 && NT == 2 ? 2 : 1) skinny_dense_kernel(const DenseParams p) {
+__global__ void __launch_bounds__(MAX_WARPS * 32, BLOCKS == 2 && NT == 2 ? 2 : 1)
+    skinny_dense_kernel(const DenseParams p) {
   extern __shared__ float partial[];
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   WeightFragments<BLOCKS> w;
@@ -136,8 +137,8 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, BLOCKS == 2 && NT == 2 ? 2 : 1
 // fills). alpha holds static's input_scale (folded as linear_nvfp4 folds it); per-token multiplies
 // by the row scale in the epilogue, as the kernel above does with row_scales.
 template <int BLOCKS>
-__global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_quant_kernel(const DenseParams p, float quant_scale,
-                                                                           uint16_t* x_hat_out, float* row_scale_out) {
+__global__ void __launch_bounds__(MAX_WARPS * 32)
+    skinny_dense_quant_kernel(const DenseParams p, float quant_scale, uint16_t* x_hat_out, float* row_scale_out) {
   extern __shared__ float partial[];  // reduce_warps' sums, then x̂ of the row (BF16)
   __shared__ float warp_amax[MAX_WARPS];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
@@ -153,7 +154,9 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_quant_kernel(cons
   const int k0 = kb0 * 128 + 16 * lane;
   const bool holds = 16 * lane < nkb * 128;
   uint4 raw[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-  if (holds) raw[0] = __ldg(reinterpret_cast<const uint4*>(p.x + k0)), raw[1] = __ldg(reinterpret_cast<const uint4*>(p.x + k0) + 1);
+  if (holds)
+    raw[0] = __ldg(reinterpret_cast<const uint4*>(p.x + k0)),
+    raw[1] = __ldg(reinterpret_cast<const uint4*>(p.x + k0) + 1);
   const uint32_t words[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w, raw[1].x, raw[1].y, raw[1].z, raw[1].w};
   float amax = 0.0f;
 #pragma unroll
@@ -177,7 +180,8 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_dense_quant_kernel(cons
       out[i] = block.bf16(__uint_as_float(words[i] << 16)) | block.bf16(__uint_as_float(words[i] & 0xFFFF0000u)) << 16;
     const uint4 lo = make_uint4(out[0], out[1], out[2], out[3]), hi = make_uint4(out[4], out[5], out[6], out[7]);
     reinterpret_cast<uint4*>(xq + k0)[0] = lo, reinterpret_cast<uint4*>(xq + k0)[1] = hi;
-    if (x_hat_out && blockIdx.x == 0) reinterpret_cast<uint4*>(x_hat_out + k0)[0] = lo, reinterpret_cast<uint4*>(x_hat_out + k0)[1] = hi;
+    if (x_hat_out && blockIdx.x == 0)
+      reinterpret_cast<uint4*>(x_hat_out + k0)[0] = lo, reinterpret_cast<uint4*>(x_hat_out + k0)[1] = hi;
   }
   if (row_scale_out && blockIdx.x == 0 && threadIdx.x == 0) *row_scale_out = row_scale;
   __syncwarp();  // a warp reads only the k range it wrote
@@ -221,10 +225,12 @@ __device__ __forceinline__ int split_chunk(int j, int t) { return j ^ (((j >> 3)
 
 // y of value i (an mma accumulator register: row g + 8·((i % 4) / 2), token column 8·(i / 4) + 2c + i % 2)
 // of lane (g, c) of m16 tile `tile`: the sum × alpha (× the token's row scale).
-__device__ __forceinline__ void split_store_value(const DenseParams& p, int tiles, int tile, int i, int lane, float sum) {
+__device__ __forceinline__ void split_store_value(const DenseParams& p, int tiles, int tile, int i, int lane,
+                                                  float sum) {
   if (tile >= tiles) return;
   const DenseSegment& out = p.seg[segment_of(p, tile)];
-  const int t = 8 * (i / 4) + 2 * (lane & 3) + (i & 1), row = (tile - out.tile_begin) * 16 + (lane >> 2) + 8 * ((i % 4) >> 1);
+  const int t = 8 * (i / 4) + 2 * (lane & 3) + (i & 1),
+            row = (tile - out.tile_begin) * 16 + (lane >> 2) + 8 * ((i % 4) >> 1);
   if (t >= p.m || row >= out.rows) return;
   out.y[size_t(t) * out.rows + row] = sum * (p.row_scales ? out.alpha * p.row_scales[t] : out.alpha);
 }
@@ -232,7 +238,8 @@ __device__ __forceinline__ void split_store_value(const DenseParams& p, int tile
 // Grid (ranks, columns of blockDim / 32 tiles), clusters of `ranks` along x; `splits` of SPLIT_BLOCKS
 // k-blocks over k.
 template <int NT>
-__global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2) skinny_dense_split_kernel(const DenseParams p, int tiles, int splits) {
+__global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2)
+    skinny_dense_split_kernel(const DenseParams p, int tiles, int splits) {
   extern __shared__ __align__(16) uint8_t x_slice[];  // [8 · NT tokens][SPLIT_ROW_BYTES], chunks swizzled
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
@@ -267,10 +274,14 @@ __global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2) skinny_dense_split_ke
     static_assert(SPLIT_BLOCKS == 4, "the waits below count four groups");
 #pragma unroll
     for (int b = 0; b < SPLIT_BLOCKS; ++b) {
-      if (b == 0) cp_async_wait<SPLIT_BLOCKS - 1>();
-      else if (b == 1) cp_async_wait<SPLIT_BLOCKS - 2>();
-      else if (b == 2) cp_async_wait<SPLIT_BLOCKS - 3>();
-      else cp_async_wait<0>();
+      if (b == 0)
+        cp_async_wait<SPLIT_BLOCKS - 1>();
+      else if (b == 1)
+        cp_async_wait<SPLIT_BLOCKS - 2>();
+      else if (b == 2)
+        cp_async_wait<SPLIT_BLOCKS - 3>();
+      else
+        cp_async_wait<0>();
       __syncthreads();
       if (b >= nkb) break;
       uint32_t scale[2][2];
@@ -304,7 +315,8 @@ __global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2) skinny_dense_split_ke
     float4 v[SPLIT_MAX_RANKS];
 #pragma unroll
     for (int r = 0; r < SPLIT_MAX_RANKS; ++r)
-      v[r] = r < ranks ? reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, r))[quad] : make_float4(0, 0, 0, 0);
+      v[r] = r < ranks ? reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, r))[quad]
+                       : make_float4(0, 0, 0, 0);
     float4 sum = make_float4(0, 0, 0, 0);
 #pragma unroll
     for (int r = 0; r < SPLIT_MAX_RANKS; ++r)
@@ -324,8 +336,8 @@ __global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2) skinny_dense_split_ke
 // aligned, x too), the m-tiles of all of them into `tiles`. input_scale > 0 (static W4A4) is folded
 // into each alpha in linear_nvfp4's order: weight_scale_2 · input_scale, then × 2⁸, which restores
 // the decoded weights' 2⁻⁸ exactly (nvfp4_layout.h).
-static Status fill_segments(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs, int count,
-                            float input_scale, const char* what, DenseParams& p, int& tiles) {
+static Status fill_segments(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs,
+                            int count, float input_scale, const char* what, DenseParams& p, int& tiles) {
   const std::string name(what);
   if (count < 1 || count > MAX_SEGMENTS) return Status::error(name + ": 1 to 3 weights per launch");
   if (!x || reinterpret_cast<uintptr_t>(x) % 16) return Status::error(name + ": x must be 16-byte aligned");
@@ -344,13 +356,15 @@ static Status fill_segments(const uint16_t* x, const DeviceNvfp4Weight* const* w
   return Status::ok();
 }
 
-Status skinny_linear_quantizing(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs, int count,
-                                float input_scale, uint16_t* x_hat_out, float* row_scale_out, cudaStream_t stream) {
+Status skinny_linear_quantizing(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs,
+                                int count, float input_scale, uint16_t* x_hat_out, float* row_scale_out,
+                                cudaStream_t stream) {
   DenseParams p{};
   int tiles = 0;
   NIB_RETURN_IF_ERROR(fill_segments(x, weights, outputs, count, input_scale, "skinny_linear_quantizing", p, tiles));
   const int64_t K = weights[0]->cols;
-  if (!skinny_supported(K)) return Status::error("skinny_linear_quantizing: in_features must be a multiple of 128 up to SKINNY_MAX_K");
+  if (!skinny_supported(K))
+    return Status::error("skinny_linear_quantizing: in_features must be a multiple of 128 up to SKINNY_MAX_K");
   p.k_stride = int(K), p.k = int(K), p.m = 1;
   const int per_warp = blocks_per_warp(p.k, true, 1);
   const int warps = (p.k / 128 + per_warp - 1) / per_warp;
@@ -422,16 +436,18 @@ Status skinny_linear_split(const uint16_t* x, int64_t M, const DeviceNvfp4Weight
   const dim3 grid(unsigned(ranks), unsigned((tiles + warps - 1) / warps));
   const size_t smem = size_t(8 * nt) * SPLIT_ROW_BYTES;
   static_assert(8 * SPLIT_MAX_NT == SKINNY_SPLIT_MAX_M);
-  auto kernel = nt == 1 ? skinny_dense_split_kernel<1>
-              : nt == 2 ? skinny_dense_split_kernel<2>
-              : nt == 4 ? skinny_dense_split_kernel<4>
-              : nt == 6 ? skinny_dense_split_kernel<6>
-                        : skinny_dense_split_kernel<8>;
+  auto kernel = nt == 1   ? skinny_dense_split_kernel<1>
+                : nt == 2 ? skinny_dense_split_kernel<2>
+                : nt == 4 ? skinny_dense_split_kernel<4>
+                : nt == 6 ? skinny_dense_split_kernel<6>
+                          : skinny_dense_split_kernel<8>;
   if (smem > 48 * 1024)
-    NIB_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-                                    "skinny_linear_split: shared memory"));
-  return cuda_status(launch_pdl_cluster(kernel, grid, dim3(unsigned(warps * 32)), smem, unsigned(ranks), stream, p, tiles, splits),
-                     "skinny_linear_split");
+    NIB_RETURN_IF_ERROR(
+        cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                    "skinny_linear_split: shared memory"));
+  return cuda_status(
+      launch_pdl_cluster(kernel, grid, dim3(unsigned(warps * 32)), smem, unsigned(ranks), stream, p, tiles, splits),
+      "skinny_linear_split");
 }
 
 }  // namespace nibble::cuda

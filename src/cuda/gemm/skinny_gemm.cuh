@@ -25,10 +25,8 @@ inline constexpr int64_t SKINNY_MAX_K = 16 * 4 * SKINNY_K_BLOCK;
 // decoded weight fragment); the grouping's tile list is sized for the smallest.
 inline constexpr int SKINNY_MIN_TILE_ROWS = 8;
 // The tile height for `pairs` rows over `experts`: 8 while experts average fewer than 4 rows, 16 below
-// 16, else 32. H200, Qwen3-30B-A3B (docs/lab/perf-notebook.md): MoE block at T = 128 226 µs with 16-row tiles
-// against 269 with 8; T = 256 324 (32) against 438 (8); 16-row tiles cost 6% at T = 16. With long
-// warps (a tile takes only the n-tiles its rows fill) taller tiles sooner lost: 16 rows from 2 rows
-// per expert S_TG b32 4,265 → 4,180 tok/s; 32 from 8 rows b128 9,244 → 8,937.
+// 16, else 32: taller tiles decode each weight for more rows, shorter ones waste fewer MMA rows (H200,
+// MoE block T = 256: 32-row tiles 26% faster than 8; docs/lab/perf-notebook.md).
 int skinny_moe_tile_rows(int64_t pairs, int64_t experts);
 
 bool skinny_supported(int64_t in_features);  // the MoE kernels (one CTA spans k)
@@ -52,8 +50,9 @@ Status skinny_linear_split(const uint16_t* x, int64_t M, const DeviceNvfp4Weight
 // into alpha; 0: per-token), bit for bit quantize_dequantize_activation_bf16 + skinny_linear; x̂ and
 // the row scale also into x_hat_out / row_scale_out when not null. in_features ≤ SKINNY_MAX_K.
 // linear_nvfp4 takes it for every W4A4 token on the skinny backend.
-Status skinny_linear_quantizing(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs, int count,
-                                float input_scale, uint16_t* x_hat_out, float* row_scale_out, cudaStream_t stream);
+Status skinny_linear_quantizing(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs,
+                                int count, float input_scale, uint16_t* x_hat_out, float* row_scale_out,
+                                cudaStream_t stream);
 
 // The MoE projections over tiles of skinny_moe_tile_rows rows (args.tile_rows must be one of them): gate_up
 // writes silu(g) · u per sorted row, down the expert outputs, both as moe_gemm_gate_up and

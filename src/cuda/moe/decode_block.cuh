@@ -26,7 +26,8 @@ __device__ __forceinline__ bool arrive_last(unsigned* bar, unsigned ctas) {
   return true;
 }
 __device__ __forceinline__ void grid_arrive(unsigned* bar, unsigned ctas, unsigned target) {
-  if (arrive_last(bar, ctas)) asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(bar + 1), "r"(target) : "memory");
+  if (arrive_last(bar, ctas))
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(bar + 1), "r"(target) : "memory");
 }
 __device__ __forceinline__ void grid_wait(const unsigned* bar, unsigned target) {
   unsigned seen;
@@ -36,7 +37,9 @@ __device__ __forceinline__ void grid_wait(const unsigned* bar, unsigned target) 
 
 // The last launch's final generation: thread 0 reads it after the PDL wait (the previous launch's
 // writes are visible only then), before its CTA's first arrival.
-__device__ __forceinline__ unsigned first_generation(const unsigned* bar) { return *reinterpret_cast<const volatile unsigned*>(bar + 1); }
+__device__ __forceinline__ unsigned first_generation(const unsigned* bar) {
+  return *reinterpret_cast<const volatile unsigned*>(bar + 1);
+}
 
 // The whole barrier for a CTA (generation: thread 0's count of barriers passed).
 __device__ __forceinline__ void grid_barrier(unsigned* bar, unsigned ctas, unsigned& generation) {
@@ -47,7 +50,8 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar, unsigned ctas, unsig
 
 // The lane's code words and scale codes (load_scales<true>) of k-block b of a 16-row tile in shared
 // memory (codes rows k / 2 bytes, then scale code rows k / 16 bytes): rows g and g + 8.
-__device__ __forceinline__ void load_kblock(const uint8_t* tile, int k, int b, uint4 (&codes)[2], uint32_t (&scales)[2]) {
+__device__ __forceinline__ void load_kblock(const uint8_t* tile, int k, int b, uint4 (&codes)[2],
+                                            uint32_t (&scales)[2]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

@@ -32,12 +32,13 @@ constexpr int THREADS = 256;
 constexpr int MAX_TOP_K = 64;
 
 constexpr int COMBINE_SLOTS_IN_FLIGHT = 8;  // the combine's loads in flight a thread
-constexpr int COMBINE_MAX_CHUNKS = 4;  // hidden ≤ THREADS · 8 · 4 with the fused norm
+constexpr int COMBINE_MAX_CHUNKS = 4;       // hidden ≤ THREADS · 8 · 4 with the fused norm
 
 // x̂ of the fused norm's BF16 output (kept: this thread's 8 consecutive values per chunk; a 16-value
 // block is a pair of threads), as quantize_dequantize_activation_bf16 computes it.
 template <int CHUNKS>
-__device__ void quantize_output(const float (&kept)[CHUNKS][8], int hidden, int t, const NormActQuant& q, float* partial) {
+__device__ void quantize_output(const float (&kept)[CHUNKS][8], int hidden, int t, const NormActQuant& q,
+                                float* partial) {
   float thread_amax = 0.0f;
   if (q.input_scale == 0.0f)
 #pragma unroll
@@ -60,7 +61,8 @@ __device__ void quantize_output(const float (&kept)[CHUNKS][8], int hidden, int 
     uint32_t packed[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) packed[i] = block.bf16(kept[c][2 * i]) | block.bf16(kept[c][2 * i + 1]) << 16;
-    *reinterpret_cast<uint4*>(q.x_hat + size_t(t) * hidden + h) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    *reinterpret_cast<uint4*>(q.x_hat + size_t(t) * hidden + h) =
+        make_uint4(packed[0], packed[1], packed[2], packed[3]);
   }
 }
 
@@ -119,7 +121,8 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
   // the down's.
   const int t = blockIdx.x;
   float residual[NORM ? CHUNKS : 1][8] = {};
-  combine_routing_and_residual<NORM, CHUNKS>(pair_rows, weights, row_scales, top_k, hidden, norm, rows, scale, residual);
+  combine_routing_and_residual<NORM, CHUNKS>(pair_rows, weights, row_scales, top_k, hidden, norm, rows, scale,
+                                             residual);
   pdl_wait();
   pdl_launch_dependents();
   __syncthreads();
@@ -198,9 +201,11 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
         const float hi = kept[c][2 * i + 1] * inv * formats::bf16_decode(uint16_t(pair >> 16));
         packed[i] = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
                     uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16;
-        kept[c][2 * i] = __uint_as_float(packed[i] << 16), kept[c][2 * i + 1] = __uint_as_float(packed[i] & 0xFFFF0000u);
+        kept[c][2 * i] = __uint_as_float(packed[i] << 16),
+                    kept[c][2 * i + 1] = __uint_as_float(packed[i] & 0xFFFF0000u);
       }
-      *reinterpret_cast<uint4*>(norm.out + size_t(t) * hidden + h) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+      *reinterpret_cast<uint4*>(norm.out + size_t(t) * hidden + h) =
+          make_uint4(packed[0], packed[1], packed[2], packed[3]);
     }
     if (norm.quant.x_hat) quantize_output(kept, hidden, t, norm.quant, partial);
   }
@@ -222,16 +227,18 @@ __device__ __forceinline__ float load_value(const float* p) { return *p; }
 // weight scales were the GEMM alphas); row_scale is that of the row's token (W4A4) or 1. W4A16 runs
 // BF16 → BF16, W4A4 fp32 → fp32 (the re-quantization sees the values the reference sees).
 template <class T>
-__global__ void swiglu_kernel(const T* __restrict__ gate_up, const int32_t* __restrict__ sorted_pairs,
-                              int top_k, const float* __restrict__ token_scales, int inter, T* __restrict__ act) {
+__global__ void swiglu_kernel(const T* __restrict__ gate_up, const int32_t* __restrict__ sorted_pairs, int top_k,
+                              const float* __restrict__ token_scales, int inter, T* __restrict__ act) {
   const int r = blockIdx.x;
   const float rs = token_scales ? token_scales[sorted_pairs[r] / top_k] : 1.0f;
   for (int i = threadIdx.x; i < inter; i += THREADS) {
     const float g = load_value(gate_up + size_t(r) * 2 * inter + i) * rs;
     const float u = load_value(gate_up + size_t(r) * 2 * inter + inter + i) * rs;
     const float v = g / (1.0f + expf(-g)) * u;
-    if constexpr (sizeof(T) == 4) act[size_t(r) * inter + i] = v;
-    else act[size_t(r) * inter + i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+    if constexpr (sizeof(T) == 4)
+      act[size_t(r) * inter + i] = v;
+    else
+      act[size_t(r) * inter + i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
   }
 }
 
@@ -260,8 +267,8 @@ Status check_call(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, 
 Status quantize_act(const DeviceMoeWeights& w, formats::ActQuant mode, int64_t pairs, MoeWorkspace& ws,
                     cudaStream_t stream, bool fragment_order) {
   return quantize_dequantize_activation_f32(static_cast<const float*>(ws.act), pairs, w.intermediate,
-                                            mode == formats::ActQuant::STATIC ? w.down_input_scale : 0.0f,
-                                            ws.act_hat, ws.act_row_scales, stream, fragment_order);
+                                            mode == formats::ActQuant::STATIC ? w.down_input_scale : 0.0f, ws.act_hat,
+                                            ws.act_row_scales, stream, fragment_order);
 }
 
 // The grouped GEMMs (GROUPED_MMA: moe_gemm.cu; SKINNY: skinny_gemm.cu; WGMMA: nvfp4_wgmma.cu) on the
@@ -288,10 +295,11 @@ Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_
   for (int i = 0; i < op_repeats("gate_up"); ++i)
     NIB_RETURN_IF_ERROR(backend == MoeKernel::SKINNY  ? skinny_moe_gate_up(gate_up, w.gate, w.up, stream)
                         : backend == MoeKernel::WGMMA ? wgmma_moe_gate_up(gate_up, w.gate, w.up, stream)
-                                                        : moe_gemm_gate_up(gate_up, w.gate, w.up, stream));
+                                                      : moe_gemm_gate_up(gate_up, w.gate, w.up, stream));
   profile_mark("MoE gate_up");
   GroupedGemmArgs down = gate_up;
-  down.act = static_cast<const uint16_t*>(ws.act), down.sorted_pairs = nullptr, down.top_k = 1, down.row_scales = nullptr;
+  down.act = static_cast<const uint16_t*>(ws.act), down.sorted_pairs = nullptr, down.top_k = 1,
+  down.row_scales = nullptr;
   down.out = ws.y, down.out_fp32 = false;
   down.act_fragment_order = frag_mid, down.out_fragment_order = false;
   if (is_w4a4(mode)) {
@@ -303,7 +311,7 @@ Status run_grouped(const uint16_t* gate_up_in, const float* token_scales, int64_
   for (int i = 0; i < op_repeats("down"); ++i)
     NIB_RETURN_IF_ERROR(backend == MoeKernel::SKINNY  ? skinny_moe_down(down, w.down, stream)
                         : backend == MoeKernel::WGMMA ? wgmma_moe_down(down, w.down, stream)
-                                                        : moe_gemm_down(down, w.down, stream));
+                                                      : moe_gemm_down(down, w.down, stream));
   profile_mark("MoE down");
   return Status::ok();
 }
@@ -333,15 +341,16 @@ struct GroupedProblems {
       cublasStatus_t s = cublasSetStream(cublas, stream);
       for (size_t i = 0; i < count && s == CUBLAS_STATUS_SUCCESS; ++i)
         s = cublasGemmEx(cublas, trans_a[i], trans_b[i], m[i], n[i], k[i], &alpha[i], a[i], CUDA_R_16BF, lda[i], b[i],
-                         CUDA_R_16BF, ldb[i], &beta[i], c[i], CUDA_R_32F, ldc[i], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                         CUDA_R_16BF, ldb[i], &beta[i], c[i], CUDA_R_32F, ldc[i], CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT);
       return cublas_status(s, "moe (cublas): cublasGemmEx");
     }
     std::vector<const void*> all(a);
     all.insert(all.end(), b.begin(), b.end());
     all.insert(all.end(), c.begin(), c.end());
-    NIB_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(device_pointers, all.data(), all.size() * sizeof(void*),
-                                                    cudaMemcpyHostToDevice, stream),
-                                    "moe (cublas): pointer upload"));
+    NIB_RETURN_IF_ERROR(cuda_status(
+        cudaMemcpyAsync(device_pointers, all.data(), all.size() * sizeof(void*), cudaMemcpyHostToDevice, stream),
+        "moe (cublas): pointer upload"));
     // The pageable-memory copy above may return before it is done reading `all`; wait for it.
     NIB_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream), "moe (cublas): pointer upload"));
     cublasStatus_t s = cublasSetStream(cublas, stream);
@@ -396,14 +405,14 @@ Status run_dequant_cublas(const uint16_t* gate_up_in, const float* token_scales,
 
   if (w4a4) {
     swiglu_kernel<float><<<unsigned(pairs), THREADS, 0, stream>>>(static_cast<const float*>(ws.gate_up),
-                                                                   ws.groups.sorted_pairs, int(w.top_k),
-                                                                   token_scales, int(I), static_cast<float*>(ws.act));
+                                                                  ws.groups.sorted_pairs, int(w.top_k), token_scales,
+                                                                  int(I), static_cast<float*>(ws.act));
     NIB_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "moe swiglu launch"));
     NIB_RETURN_IF_ERROR(quantize_act(w, mode, pairs, ws, stream, false));
   } else {
     swiglu_kernel<uint16_t><<<unsigned(pairs), THREADS, 0, stream>>>(static_cast<const uint16_t*>(ws.gate_up),
-                                                                      ws.groups.sorted_pairs, int(w.top_k),
-                                                                      nullptr, int(I), static_cast<uint16_t*>(ws.act));
+                                                                     ws.groups.sorted_pairs, int(w.top_k), nullptr,
+                                                                     int(I), static_cast<uint16_t*>(ws.act));
     NIB_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "moe swiglu launch"));
   }
   const uint16_t* down_in = is_w4a4(mode) ? ws.act_hat : static_cast<const uint16_t*>(ws.act);
@@ -463,7 +472,8 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.tile_offsets, E + 1));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.sorted_pairs, P));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.pair_rows, P));
-  NIB_RETURN_IF_ERROR(ws->alloc(ws->groups.tiles, size_t(max_expert_tiles(int64_t(P), w.experts, SKINNY_MIN_TILE_ROWS))));
+  NIB_RETURN_IF_ERROR(
+      ws->alloc(ws->groups.tiles, size_t(max_expert_tiles(int64_t(P), w.experts, SKINNY_MIN_TILE_ROWS))));
   if (w.router_f32) NIB_RETURN_IF_ERROR(ws->alloc(ws->x_f32, T * H));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->x_hat, T * H));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->x_row_scales, T));
@@ -508,7 +518,8 @@ Status moe_forward(const DeviceMoeWeights& w, MoeWorkspace& ws, const MoeArgs& a
   NIB_RETURN_IF_ERROR(check_call(x, tokens, w, mode, ws, norm ? norm->residual : out));
   if (input_norm && (input_norm->out != x || !input_norm->residual || !input_norm->delta || !input_norm->weight ||
                      (norm && norm->residual != input_norm->residual)))
-    return Status::error("moe_forward: the input norm needs its residual (the combine's), delta and weight, and writes x");
+    return Status::error(
+        "moe_forward: the input norm needs its residual (the combine's), delta and weight, and writes x");
   if (norm && (!norm->weight || !norm->out || w.hidden > THREADS * 8 * COMBINE_MAX_CHUNKS))
     return Status::error("moe_forward: the fused residual norm needs its weight and output, and hidden ≤ " +
                          std::to_string(THREADS * 8 * COMBINE_MAX_CHUNKS));
@@ -527,9 +538,9 @@ Status moe_forward(const DeviceMoeWeights& w, MoeWorkspace& ws, const MoeArgs& a
     return moe_decode_block(x, w, mode, ws, out, norm, input_norm, stream);
   }
   if (!cublas) return Status::error("moe_forward: the router GEMM needs a cuBLAS handle");
-  const RouterArgs router{x,         w.router,      tokens,       w.hidden,        w.experts,
-                          w.top_k,   w.norm_topk_prob, ws.logits, ws.expert_ids, ws.route_weights,
-                          w.router_f32, ws.x_f32,    w.score_bias, w.norm_min};
+  const RouterArgs router{
+      x,         w.router,      tokens,           w.hidden,     w.experts, w.top_k,      w.norm_topk_prob,
+      ws.logits, ws.expert_ids, ws.route_weights, w.router_f32, ws.x_f32,  w.score_bias, w.norm_min};
   const MoeKernel kernels = resolve_moe_kernel(backend, tokens, w);
   const int64_t pairs = tokens * w.top_k;
   // The grouping and the GEMMs share the tile height.
@@ -545,12 +556,11 @@ Status moe_forward(const DeviceMoeWeights& w, MoeWorkspace& ws, const MoeArgs& a
   if (x_frag && is_w4a4(mode)) norm_quant.x_hat = ws.x_frag, norm_quant.fragment_order = true;
   if (input_norm && !router_norm)
     for (int i = 0; i < op_repeats("post_norm"); ++i)
-      NIB_RETURN_IF_ERROR(add_rmsnorm(input_norm->residual, input_norm->delta, tokens, w.hidden,
-                                      input_norm->weight, input_norm->eps, input_norm->out, stream, nullptr,
-                                      norm_quant, input_norm->delta_row_scales,
-                                      x_frag && !is_w4a4(mode) ? ws.x_frag : nullptr));
+      NIB_RETURN_IF_ERROR(add_rmsnorm(input_norm->residual, input_norm->delta, tokens, w.hidden, input_norm->weight,
+                                      input_norm->eps, input_norm->out, stream, nullptr, norm_quant,
+                                      input_norm->delta_row_scales, x_frag && !is_w4a4(mode) ? ws.x_frag : nullptr));
   profile_mark("norms");
-  const bool mid = !small && backend != MoeKernel::CUBLAS && 
+  const bool mid = !small && backend != MoeKernel::CUBLAS &&
                    route_cluster_supported(tokens, w.experts, w.hidden, w.top_k, w.router_f32 != nullptr);
   if (small) {
     for (int i = 0; i < op_repeats("router"); ++i)
@@ -576,28 +586,31 @@ Status moe_forward(const DeviceMoeWeights& w, MoeWorkspace& ws, const MoeArgs& a
     profile_mark("MoE input quantize");
   }
   const bool cublas_backend = backend == MoeKernel::CUBLAS;
-  if (cublas_backend) NIB_RETURN_IF_ERROR(run_dequant_cublas(gate_up_in, token_scales, tokens, w, mode, ws, stream, cublas));
-  else NIB_RETURN_IF_ERROR(run_grouped(gate_up_in, token_scales, tokens, tile_rows, kernels, w, mode, ws, stream, x_frag));
+  if (cublas_backend)
+    NIB_RETURN_IF_ERROR(run_dequant_cublas(gate_up_in, token_scales, tokens, w, mode, ws, stream, cublas));
+  else
+    NIB_RETURN_IF_ERROR(run_grouped(gate_up_in, token_scales, tokens, tile_rows, kernels, w, mode, ws, stream, x_frag));
   // The fused down GEMM applied the W4A4 row scales; cuBLAS (alpha per expert only) leaves them to the combine.
   const float* down_row_scales = cublas_backend && is_w4a4(mode) ? ws.act_row_scales : nullptr;
   ResidualNorm fused = norm ? *norm : ResidualNorm{};
   if (router_norm) fused.pending = router_norm->delta;
-  for (const void* row_base : {static_cast<const void*>(fused.residual), static_cast<const void*>(fused.pending),
-                                static_cast<const void*>(fused.weight), static_cast<const void*>(add),
-                                static_cast<const void*>(out)})
+  for (const void* row_base :
+       {static_cast<const void*>(fused.residual), static_cast<const void*>(fused.pending),
+        static_cast<const void*>(fused.weight), static_cast<const void*>(add), static_cast<const void*>(out)})
     if (reinterpret_cast<uintptr_t>(row_base) % 16 != 0)
-      return Status::error("moe_forward: the combine's residual, pending, norm weight, add and out rows must be 16-byte aligned");
+      return Status::error(
+          "moe_forward: the combine's residual, pending, norm weight, add and out rows must be 16-byte aligned");
   const int64_t chunks = (w.hidden + THREADS * 8 - 1) / (THREADS * 8);
-  const auto combine = !norm        ? combine_kernel<false>
+  const auto combine = !norm         ? combine_kernel<false>
                        : chunks == 1 ? combine_kernel<true, 1>
                        : chunks == 2 ? combine_kernel<true, 2>
                                      : combine_kernel<true, COMBINE_MAX_CHUNKS>;
   for (int i = 0; i < op_repeats("combine"); ++i)
-    NIB_RETURN_IF_ERROR(cuda_status(launch_pdl(combine, unsigned(tokens), THREADS,
-                                               0, stream, static_cast<const uint16_t*>(ws.y), ws.groups.pair_rows,
-                                               ws.route_weights, down_row_scales, int(w.top_k), int(w.hidden), add, out,
-                                               fused),
-                                    "moe combine launch"));
+    NIB_RETURN_IF_ERROR(
+        cuda_status(launch_pdl(combine, unsigned(tokens), THREADS, 0, stream, static_cast<const uint16_t*>(ws.y),
+                               ws.groups.pair_rows, ws.route_weights, down_row_scales, int(w.top_k), int(w.hidden), add,
+                               out, fused),
+                    "moe combine launch"));
   profile_mark(norm ? "MoE combine + next norm" : "MoE combine");
   return Status::ok();
 }

@@ -21,10 +21,10 @@
 namespace nibble::cuda {
 
 struct DeviceMoeWeights {
-  const uint16_t* router = nullptr;  // BF16 [experts, hidden] ...
-  const float* router_f32 = nullptr; // ... or fp32 (ERNIE-4.5)
-  const float* score_bias = nullptr; // device [experts]: chooses, does not weigh (ERNIE-4.5); or null
-  float norm_min = 0.0f;             // renormalization divides by max(Σ top-k, norm_min)
+  const uint16_t* router = nullptr;   // BF16 [experts, hidden] ...
+  const float* router_f32 = nullptr;  // ... or fp32 (ERNIE-4.5)
+  const float* score_bias = nullptr;  // device [experts]: chooses, does not weigh (ERNIE-4.5); or null
+  float norm_min = 0.0f;              // renormalization divides by max(Σ top-k, norm_min)
   int64_t experts = 0, top_k = 0, hidden = 0, intermediate = 0;
   bool norm_topk_prob = true;
   DeviceNvfp4Experts gate, up, down;  // gate/up [experts, I, H], down [experts, H, I]
@@ -49,23 +49,24 @@ struct MoeWorkspace {
   MoeWorkspace& operator=(const MoeWorkspace&) = delete;
 
   int64_t max_tokens = 0;
-  float* logits = nullptr;            // [T, E]
-  int32_t* expert_ids = nullptr;      // [T, k]
-  float* route_weights = nullptr;     // [T, k]
+  float* logits = nullptr;         // [T, E]
+  int32_t* expert_ids = nullptr;   // [T, k]
+  float* route_weights = nullptr;  // [T, k]
   ExpertGroups groups;
-  float* x_f32 = nullptr;             // [T, H] the router input in fp32 (fp32 routers only)
-  uint16_t* x_hat = nullptr;          // [T, H] W4A4 gate_up input
-  float* x_row_scales = nullptr;      // [T]
-  void* act = nullptr;                // [P, I] SwiGLU output: BF16 (W4A16) or fp32 (W4A4, re-quantized)
-  uint16_t* act_hat = nullptr;        // [P, I] W4A4 down input
-  uint16_t* x_frag = nullptr;         // [T, H] the wgmma gate_up's input in fragment order (nvfp4_layout.h)
-  float* act_row_scales = nullptr;    // [P]
-  uint16_t* y = nullptr;              // [P, H] down output, BF16
+  float* x_f32 = nullptr;           // [T, H] the router input in fp32 (fp32 routers only)
+  uint16_t* x_hat = nullptr;        // [T, H] W4A4 gate_up input
+  float* x_row_scales = nullptr;    // [T]
+  void* act = nullptr;              // [P, I] SwiGLU output: BF16 (W4A16) or fp32 (W4A4, re-quantized)
+  uint16_t* act_hat = nullptr;      // [P, I] W4A4 down input
+  uint16_t* x_frag = nullptr;       // [T, H] the wgmma gate_up's input in fragment order (nvfp4_layout.h)
+  float* act_row_scales = nullptr;  // [P]
+  uint16_t* y = nullptr;            // [P, H] down output, BF16
   // moe_decode_block (moe_decode.cuh): its grid barrier {arrived, generation} and the next norm's
   // partial sums, one a CTA.
   uint32_t* block_barrier = nullptr;
-  float* block_partials = nullptr;    // [hidden / 16]
-  uint32_t* block_slot_amax = nullptr;  // [2, DECODE_BLOCK_MAX_TOP_K] per-token W4A4: each slot's SwiGLU row amax (fp32 bits), a set a launch parity
+  float* block_partials = nullptr;      // [hidden / 16]
+  uint32_t* block_slot_amax = nullptr;  // [2, DECODE_BLOCK_MAX_TOP_K] per-token W4A4: each slot's SwiGLU row amax (fp32
+                                        // bits), a set a launch parity
   // cublas only
   uint16_t* gate_bf16 = nullptr;      // [E, I, H]
   uint16_t* up_bf16 = nullptr;        // [E, I, H]
@@ -96,10 +97,8 @@ struct MoeWorkspace {
 // fused's 10,325, b256 13,266 / 11,381; a bound of 40 (pp512's 32 rows on skinny) took pp512 from
 // 38,773 to 28,503.
 inline constexpr int64_t AUTO_SKINNY_MOE_MAX_ROWS_PER_EXPERT = 24;
-// With the copy engine bringing the wgmma kernels' codes (2026-12-04, docs/lab/perf-notebook.md), wgmma beats fused
-// from 24 rows: even routing T = 384 / 448 257 / 262 µs against 312 / 350; end to end (skewed
-// routing) pp384 22,839 -> 37,424 tok/s, mix b64+p320 23.8 -> 17.3 ms. So no fused band is left on
-// Qwen3's shapes: skinny below 24 rows, wgmma from 24.
+// With the copy engine bringing its codes, wgmma beats the grouped mma kernel from 24 rows (pp384
+// +64%, H200): skinny below 24 rows, wgmma from 24.
 inline constexpr int64_t AUTO_WGMMA_MOE_MIN_ROWS_PER_EXPERT = 24;
 // The backend moe_forward runs for `backend` (AUTO resolved; SKINNY falls back to GROUPED_MMA for shapes
 // it does not take).
@@ -113,8 +112,8 @@ struct ResidualNorm {
   float* residual = nullptr;         // fp32 [tokens, hidden]
   const uint16_t* weight = nullptr;  // BF16 [hidden]
   float eps = 0.0f;
-  uint16_t* out = nullptr;           // BF16 [tokens, hidden] (may be the block's own input x)
-  NormActQuant quant;                // optional x̂ of out for the next W4A4 GEMM (transformer_ops.cuh)
+  uint16_t* out = nullptr;  // BF16 [tokens, hidden] (may be the block's own input x)
+  NormActQuant quant;       // optional x̂ of out for the next W4A4 GEMM (transformer_ops.cuh)
   // Set by moe_forward when the router computed the block's input norm: the post-attention output
   // not yet in residual, added first — (residual + pending) + output, add_rmsnorm's sum and then the combine's.
   const float* pending = nullptr;

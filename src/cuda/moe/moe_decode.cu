@@ -33,11 +33,11 @@ namespace {
 using namespace decode_block;
 
 constexpr int WARPS = 16, THREADS = WARPS * 32;
-constexpr int FEATURES = 16;       // output features of a CTA: one m16 tile of the down projection
+constexpr int FEATURES = 16;  // output features of a CTA: one m16 tile of the down projection
 constexpr int MAX_TOP_K = DECODE_BLOCK_MAX_TOP_K;
-constexpr int MAX_GATE_TILES = 16; // gate_up m-tiles a CTA (shared memory holds fewer at Qwen3's sizes)
-constexpr int DOWN_BLOCKS = 3;     // down k-blocks a warp holds decoded (I ≤ 128 · 3 · WARPS / top_k)
-constexpr int MAX_CHUNKS = 16;     // hidden ≤ 256 · 16
+constexpr int MAX_GATE_TILES = 16;  // gate_up m-tiles a CTA (shared memory holds fewer at Qwen3's sizes)
+constexpr int DOWN_BLOCKS = 3;      // down k-blocks a warp holds decoded (I ≤ 128 · 3 · WARPS / top_k)
+constexpr int MAX_CHUNKS = 16;      // hidden ≤ 256 · 16
 // The kernels' __shared__ arrays (ptxas: 896 bytes in W4A16, 1,408 in W4A4), with room: the dynamic
 // part they opt into is the rest of what a CTA may have (a 1,024 reserve fell short of W4A4's arrays
 // and the attribute call failed on the device).
@@ -47,7 +47,7 @@ constexpr int STATIC_SMEM = 2048;
 // contiguous runs for the copy engine). A gate_up m-tile of 8 features: codes of its 8 gate rows then
 // its 8 up rows, then their scale codes likewise; a down tile: codes then scale codes of 16 rows.
 struct DecodeLayout {
-  int gate_tile, down_tile;                      // bytes
+  int gate_tile, down_tile;                       // bytes
   int down_off, act_off, sums_off, x_off, bytes;  // gate_up tiles at 0; act: the SwiGLU rows; sums: k-split sums
 };
 
@@ -82,25 +82,25 @@ struct DecodeParams {
   // Static W4A4 where every 16-value block of a SwiGLU row is one CTA's (gate_tiles even: a block is
   // two of its m-tiles): the producers write x̂ in BF16 to act, and no CTA re-quantizes the rows.
   bool local_act_quant;
-  float* act_f32;         // [top_k, inter] (W4A4)
-  float* logits;          // [experts]
-  int32_t* expert_ids;    // [top_k]
-  float* route_weights;   // [top_k]
-  uint16_t* act;          // BF16 [top_k, inter]
+  float* act_f32;        // [top_k, inter] (W4A4)
+  float* logits;         // [experts]
+  int32_t* expert_ids;   // [top_k]
+  float* route_weights;  // [top_k]
+  uint16_t* act;         // BF16 [top_k, inter]
   // [2, MAX_TOP_K] per-token W4A4: each SwiGLU row's amax (fp32 bits), the producing CTAs' maxima met
   // by atomics in L2; set (generation / 2) % 2 serves a launch (two grid barriers a launch), which
   // clears the other set for the next (the last launch that used it has ended: PDL wait).
   unsigned* slot_amax;
-  float* partials;        // [CTAs]: the next norm's sums of squares
-  unsigned* barrier;      // {arrived, generation}
-  long long* stamps;      // NIBBLE_DIAG_PHASE_TIMING=1: [CTAs, STAMPS] clock64 at each phase's end; else null
+  float* partials;    // [CTAs]: the next norm's sums of squares
+  unsigned* barrier;  // {arrived, generation}
+  long long* stamps;  // NIBBLE_DIAG_PHASE_TIMING=1: [CTAs, STAMPS] clock64 at each phase's end; else null
 };
 
 // Phases of moe_decode_kernel, timed when stamps are asked for (moe_decode_block_timing).
 constexpr int STAMPS = 12;
 constexpr const char* STAMP_NAMES[STAMPS] = {"start",  "input ready", "router",  "barrier 1",
-                                            "top-k",  "copies out",  "gate_up", "barrier 2 (down decode inside)",
-                                            "act in", "down",        "combine", "arrive (the last CTA then norms)"};
+                                             "top-k",  "copies out",  "gate_up", "barrier 2 (down decode inside)",
+                                             "act in", "down",        "combine", "arrive (the last CTA then norms)"};
 __device__ __forceinline__ void stamp(const DecodeParams& p, int phase) { phase_stamp(p.stamps, STAMPS, phase); }
 
 // The maximum of v over the four lanes of a quad (lanes 4i … 4i + 3): a 16-value block's when each
@@ -154,8 +154,8 @@ __device__ float quantize_row_bf16(const uint16_t* in, uint16_t* out, int n, flo
   for (int i = threadIdx.x; i < n / 4; i += THREADS) {
     const uint2 v = reinterpret_cast<const uint2*>(in)[i];
     reinterpret_cast<uint2*>(out)[i] =
-        quantize_quad(make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u), __uint_as_float(v.y << 16),
-                                  __uint_as_float(v.y & 0xFFFF0000u)),
+        quantize_quad(make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u),
+                                  __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xFFFF0000u)),
                       global);
   }
   __syncthreads();
@@ -169,8 +169,8 @@ __device__ float quantize_row_bf16(const uint16_t* in, uint16_t* out, int n, flo
 // it in `slot_amax`, this launch's set). A thread four consecutive values a round, a quad of lanes a
 // 16-value block (inter a multiple of 128: whole warps a round); rounds unrolled so their latencies
 // overlap.
-__device__ void quantize_act_rows(const DecodeParams& p, float* rows, uint16_t* stage, float* act_scale, float* act_global,
-                                  const unsigned* slot_amax) {
+__device__ void quantize_act_rows(const DecodeParams& p, float* rows, uint16_t* stage, float* act_scale,
+                                  float* act_global, const unsigned* slot_amax) {
   const int quads = p.top_k * p.inter / 4, per_row = p.inter / 4;
   for (int i = threadIdx.x; i < quads; i += THREADS) cp_async<16>(rows + i * 4, p.act_f32 + size_t(i) * 4, 16);
   cp_async_commit();
@@ -203,7 +203,8 @@ __device__ void quantize_act_rows(const DecodeParams& p, float* rows, uint16_t* 
       const int i = i0 + r * THREADS;
       if (i >= quads) continue;
       const float4 v = rows4[i];
-      reinterpret_cast<uint2*>(stage)[i] = make_uint2(block.bf16(v.x) | block.bf16(v.y) << 16, block.bf16(v.z) | block.bf16(v.w) << 16);
+      reinterpret_cast<uint2*>(stage)[i] =
+          make_uint2(block.bf16(v.x) | block.bf16(v.y) << 16, block.bf16(v.z) | block.bf16(v.w) << 16);
     }
   }
   __syncthreads();
@@ -212,12 +213,11 @@ __device__ void quantize_act_rows(const DecodeParams& p, float* rows, uint16_t* 
 // The CTA's weights into shared memory by the copy engine, each tile signalling landed[t] (the down
 // tiles landed[MAX_GATE_TILES]) as its bytes arrive. A tile is a few contiguous runs (4 a gate_up
 // tile, 2 a down tile): warp 0's lanes hand out the gate_up runs, the last warp the down runs once a
-// third of the gate_up tiles have landed, so the gate_up bytes, needed first, come at full bandwidth
-// (H200, MoE block T = 1: tg128 452 → 457 tok/s against asking for the down runs right after them).
-// Copy-engine runs, not 16-byte cp.async chunks from every thread: those took 8.4 µs to issue the
-// block's 173 KB an SM, the copy engine 1.6 µs (MoE block 21.4 against 17.9 µs).
-__device__ __forceinline__ void copy_weights(const DecodeParams& p, const DecodeLayout& L, uint8_t* smem, const int32_t* ids,
-                                             int t0, int my_tiles, int f0, uint64_t* landed) {
+// third of the gate_up tiles have landed, so the gate_up bytes, needed first, come at full bandwidth.
+// Copy-engine runs, not 16-byte cp.async chunks from every thread: those took 8.4 µs to issue an SM's
+// 173 KB, the copy engine 1.6 µs (H200).
+__device__ __forceinline__ void copy_weights(const DecodeParams& p, const DecodeLayout& L, uint8_t* smem,
+                                             const int32_t* ids, int t0, int my_tiles, int f0, uint64_t* landed) {
   const int H = p.hidden, I = p.inter, K = p.top_k, tiles_per_slot = I / 8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (warp == 0) {
@@ -265,7 +265,8 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   __shared__ unsigned cta_amax[2];
   __shared__ float warp_amax[WARPS];
   __shared__ unsigned amax_set;
-  __shared__ __align__(16) float tile_values[MAX_GATE_TILES * 8];  // local_act_quant: the CTA's SwiGLU values, tile-major
+  __shared__ __align__(
+      16) float tile_values[MAX_GATE_TILES * 8];  // local_act_quant: the CTA's SwiGLU values, tile-major
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int cta = blockIdx.x, ctas = gridDim.x;
   const int H = p.hidden, I = p.inter, E = p.experts, K = p.top_k;
@@ -283,8 +284,9 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   uint4 router_row[CHUNKS];
 #pragma unroll
   for (int i = 0; i < CHUNKS; ++i)
-    router_row[i] = expert < E && i < H / 256 ? __ldg(reinterpret_cast<const uint4*>(p.router + size_t(expert) * H + i * 256) + lane)
-                                             : make_uint4(0, 0, 0, 0);
+    router_row[i] = expert < E && i < H / 256
+                        ? __ldg(reinterpret_cast<const uint4*>(p.router + size_t(expert) * H + i * 256) + lane)
+                        : make_uint4(0, 0, 0, 0);
   float norm_weight[CHUNKS];
   const bool norm_thread = threadIdx.x < NORM_THREADS;
   if (p.has_in) load_norm_weight(p.in.weight, H, norm_thread, norm_weight);
@@ -353,7 +355,8 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   if (warp == 0) warp_softmax_topk<false>(p.logits, E, K, p.renormalize, p.score_bias, p.norm_min, ids, route_w);
   __syncthreads();
   stamp(p, 4);
-  if (cta == 0 && int(threadIdx.x) < K) p.expert_ids[threadIdx.x] = ids[threadIdx.x], p.route_weights[threadIdx.x] = route_w[threadIdx.x];
+  if (cta == 0 && int(threadIdx.x) < K)
+    p.expert_ids[threadIdx.x] = ids[threadIdx.x], p.route_weights[threadIdx.x] = route_w[threadIdx.x];
 
   // Every weight byte this CTA reads, in flight at once: gate_up m-tiles t0 … (8 features of one
   // slot), then the down rows of its 16 features for every slot; each tile is computed as it lands.
@@ -375,7 +378,8 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
       float acc[1][4] = {};
       if (active) {
         barrier_wait(&landed[t], 0);
-        tile_mma(smem + t * L.gate_tile, H, g == 0 ? x_stage : nullptr, part * kb_per, min(kb_total, (part + 1) * kb_per), acc);
+        tile_mma(smem + t * L.gate_tile, H, g == 0 ? x_stage : nullptr, part * kb_per,
+                 min(kb_total, (part + 1) * kb_per), acc);
       }
       sum_split(acc, split, active, split_sums);
       if (active && part == 0 && c == 0) {  // token column 0: acc[0] gate, acc[2] up of feature m0 + g
@@ -388,8 +392,10 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
           tile_values[t * 8 + g] = value;
         } else if constexpr (W4A4) {
           p.act_f32[size_t(s) * I + feature] = value;
-          if (s == t0 / tiles_per_slot) first_max = fmaxf(first_max, fabsf(value));
-          else next_max = fmaxf(next_max, fabsf(value));
+          if (s == t0 / tiles_per_slot)
+            first_max = fmaxf(first_max, fabsf(value));
+          else
+            next_max = fmaxf(next_max, fabsf(value));
         } else {
           p.act[size_t(s) * I + feature] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
         }
@@ -410,7 +416,8 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
       for (int b0 = 0; b0 < my_tiles / 2; b0 += 8) {  // the same trip count in every lane (quad_max)
         const int b = b0 + lane / 4, q = lane & 3;
         const bool real = b < my_tiles / 2;
-        const float4 v = real ? reinterpret_cast<const float4*>(tile_values)[4 * b + q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float4 v =
+            real ? reinterpret_cast<const float4*>(tile_values)[4 * b + q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         const uint2 x_hat = quantize_quad(v, global);
         if (real) {
           const int j = t0 + 2 * b, s = j / tiles_per_slot;
@@ -457,7 +464,8 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   // down: every slot's SwiGLU row into shared memory (through L2), then the decoded fragments' mma.
   uint16_t* act_stage = reinterpret_cast<uint16_t*>(smem + L.act_off);
   if (W4A4 && !p.local_act_quant) {
-    quantize_act_rows(p, reinterpret_cast<float*>(smem), act_stage, act_scale, act_global,  // (gate_up's tiles are done)
+    quantize_act_rows(p, reinterpret_cast<float*>(smem), act_stage, act_scale,
+                      act_global,  // (gate_up's tiles are done)
                       p.slot_amax + amax_set * MAX_TOP_K);
   } else {
     if (W4A4 && int(threadIdx.x) < K) act_scale[threadIdx.x] = p.act_input_scale;  // static: the producers' x̂
@@ -572,7 +580,8 @@ bool decode_shape(const DeviceMoeWeights& w, DecodeShape& shape) {
     return false;
   const DeviceLimits& limits = device_limits();
   shape.ctas = int(H / FEATURES);
-  if (shape.ctas > limits.sms || (E + shape.ctas - 1) / shape.ctas > WARPS) return false;  // co-resident CTAs; a warp per expert
+  if (shape.ctas > limits.sms || (E + shape.ctas - 1) / shape.ctas > WARPS)
+    return false;  // co-resident CTAs; a warp per expert
   shape.gate_tiles = int((K * I / 8 + shape.ctas - 1) / shape.ctas);
   if (shape.gate_tiles > MAX_GATE_TILES) return false;
   const int64_t split = WARPS / K;  // warps a slot's down k-blocks
@@ -591,17 +600,19 @@ bool moe_decode_block_supported(int64_t tokens, const DeviceMoeWeights& w, forma
   // An input norm's x̂ is the block's own (written from CTA 0), so it must be asked with the block's scale.
   const float x_scale = mode == formats::ActQuant::STATIC ? w.gate_up_input_scale : 0.0f;
   const bool input_ok = !input_norm || (norm && !input_norm->delta_row_scales &&
-                                         (!input_norm->quant.x_hat ||
-                                          (w4a4 && input_norm->quant.row_scales && input_norm->quant.input_scale == x_scale)));
+                                        (!input_norm->quant.x_hat || (w4a4 && input_norm->quant.row_scales &&
+                                                                      input_norm->quant.input_scale == x_scale)));
   return tokens == 1 && w.router && !w.router_f32 && !add && (!norm || !norm->pending) && input_ok &&
          decode_shape(w, shape);
 }
 
-Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws, float* out,
-                        const ResidualNorm* norm, const InputNorm* input_norm, cudaStream_t stream) {
+Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws,
+                        float* out, const ResidualNorm* norm, const InputNorm* input_norm, cudaStream_t stream) {
   DecodeShape shape;
-  if (!decode_shape(w, shape)) return Status::error("moe_decode_block: these MoE shapes do not fit the one-launch kernel");
-  if (!ws.block_barrier || !ws.block_partials || !ws.block_slot_amax) return Status::error("moe_decode_block: the workspace has no barrier");
+  if (!decode_shape(w, shape))
+    return Status::error("moe_decode_block: these MoE shapes do not fit the one-launch kernel");
+  if (!ws.block_barrier || !ws.block_partials || !ws.block_slot_amax)
+    return Status::error("moe_decode_block: the workspace has no barrier");
   DecodeParams p{};
   p.x = x, p.out = out;
   if (input_norm) p.in = *input_norm, p.has_in = true;
@@ -617,11 +628,13 @@ Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::A
   p.up_codes = w.up.packed, p.up_scales = w.up.block_scales, p.up_global = w.up.global_scales;
   p.down_codes = w.down.packed, p.down_scales = w.down.block_scales, p.down_global = w.down.global_scales;
   p.logits = ws.logits, p.expert_ids = ws.expert_ids, p.route_weights = ws.route_weights;
-  p.act = static_cast<uint16_t*>(ws.act), p.slot_amax = ws.block_slot_amax, p.partials = ws.block_partials, p.barrier = ws.block_barrier;
+  p.act = static_cast<uint16_t*>(ws.act), p.slot_amax = ws.block_slot_amax, p.partials = ws.block_partials,
+  p.barrier = ws.block_barrier;
   p.stamps = shape.ctas <= PHASE_STAMP_MAX_CTAS ? timing_stamps() : nullptr;
   using Kernel = void (*)(DecodeParams);
-  static constexpr Kernel kernels[2][2] = {{moe_decode_kernel<MAX_CHUNKS / 2, false>, moe_decode_kernel<MAX_CHUNKS / 2, true>},
-                                           {moe_decode_kernel<MAX_CHUNKS, false>, moe_decode_kernel<MAX_CHUNKS, true>}};
+  static constexpr Kernel kernels[2][2] = {
+      {moe_decode_kernel<MAX_CHUNKS / 2, false>, moe_decode_kernel<MAX_CHUNKS / 2, true>},
+      {moe_decode_kernel<MAX_CHUNKS, false>, moe_decode_kernel<MAX_CHUNKS, true>}};
   const Kernel kernel = kernels[w.hidden > 256 * MAX_CHUNKS / 2][mode != formats::ActQuant::NONE];
   const size_t smem = size_t(shape.layout.bytes);
   // Every kernel may take all the shared memory a CTA can have (set once; decode_shape checked the fit).
@@ -636,7 +649,8 @@ Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::A
   NIB_RETURN_IF_ERROR(cuda_status(attributes, "moe_decode_block: shared memory attribute"));
   // Launched after the previous kernel's trigger (PDL) like the chain; the CTAs first resident wait
   // for its end in pdl_wait, so the barriers only ever wait on CTAs that are sure to start.
-  return cuda_status(launch_pdl(kernel, dim3(unsigned(shape.ctas)), dim3(THREADS), smem, stream, p), "moe_decode_block launch");
+  return cuda_status(launch_pdl(kernel, dim3(unsigned(shape.ctas)), dim3(THREADS), smem, stream, p),
+                     "moe_decode_block launch");
 }
 
 std::string moe_decode_block_timing(int64_t hidden) {

@@ -24,8 +24,8 @@ bool moe_decode_block_supported(int64_t tokens, const DeviceMoeWeights& w, forma
 // The block as moe_forward computes it (same arguments; supported() must hold): routing into
 // ws.expert_ids / ws.route_weights (ws.groups is not written), the output into `out` or, with
 // `norm`, residual and norm->out.
-Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws, float* out,
-                        const ResidualNorm* norm, const InputNorm* input_norm, cudaStream_t stream);
+Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::ActQuant mode, MoeWorkspace& ws,
+                        float* out, const ResidualNorm* norm, const InputNorm* input_norm, cudaStream_t stream);
 
 // With NIBBLE_DIAG_PHASE_TIMING=1, the last launch's time in each phase (SM clock stamps of every CTA:
 // median and max), synchronizing the device; "" otherwise. For `nibble bench kernels`.

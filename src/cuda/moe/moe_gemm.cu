@@ -74,10 +74,10 @@ using LargeConfig = Config<4, 2, 1, 2, 8, 128, 3>;
 using LargeConfigK64 = Config<4, 2, 1, 2, 8, 64, 4>;  // the same tiles for in_features not a multiple of 128
 
 struct KernelParams {
-  const uint8_t* codes[2];   // down: [0] only; gated: gate, up
+  const uint8_t* codes[2];  // down: [0] only; gated: gate, up
   const uint8_t* scales[2];
   const float* global_scales[2];
-  int n;                     // weight rows per expert (per projection)
+  int n;  // weight rows per expert (per projection)
   int k;
   const uint16_t* act;
   const int32_t* sorted_pairs;
@@ -220,14 +220,13 @@ __global__ void __launch_bounds__(C::THREADS) moe_gemm_kernel(const KernelParams
 #pragma unroll
     for (int j = 0; j < C::J; ++j) {  // 32-wide k-chunks; k-warp w takes those with j % WARPS_K == w
       if (C::WARPS_K > 1 && j % C::WARPS_K != warp_k) continue;
-      uint32_t a[C::WM][2][4];     // [m-tile][k16 step][fragment register]
+      uint32_t a[C::WM][2][4];  // [m-tile][k16 step][fragment register]
 #pragma unroll
       for (int t = 0; t < C::WM; ++t)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {  // rows g and g + 8
           const int srow = (warp_m * C::WM + t) * 16 + g + 8 * h;
-          const uint32_t word =
-              *reinterpret_cast<const uint32_t*>(codes + C::code_offset(srow, j) + 4 * c);
+          const uint32_t word = *reinterpret_cast<const uint32_t*>(codes + C::code_offset(srow, j) + 4 * c);
           const uint32_t scale = block_scale_bf16x2(scales[srow * C::SCALE_ROW + C::scale_byte(j, c)], 0);
           uint32_t pair[4];
           decode_code_word(word, pair);
@@ -301,8 +300,10 @@ __global__ void __launch_bounds__(C::THREADS) moe_gemm_kernel(const KernelParams
           feature = blockIdx.x * C::BM + (warp_m * C::WM + t) * 16 + g + 8 * (q >> 1);
         }
         if (feature >= p.n) continue;
-        if (p.out_fp32) static_cast<float*>(p.out)[out_row + feature] = value;
-        else static_cast<__nv_bfloat16*>(p.out)[out_row + feature] = __float2bfloat16_rn(value);
+        if (p.out_fp32)
+          static_cast<float*>(p.out)[out_row + feature] = value;
+        else
+          static_cast<__nv_bfloat16*>(p.out)[out_row + feature] = __float2bfloat16_rn(value);
       }
     }
 }
@@ -310,8 +311,9 @@ __global__ void __launch_bounds__(C::THREADS) moe_gemm_kernel(const KernelParams
 template <class C, bool GATED>
 Status launch(const KernelParams& p, int64_t pairs, cudaStream_t stream) {
   auto kernel = moe_gemm_kernel<C, GATED>;
-  NIB_RETURN_IF_ERROR(cuda_status(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES), "moe_gemm: shared memory"));
+  NIB_RETURN_IF_ERROR(
+      cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES),
+                  "moe_gemm: shared memory"));
   const int rows_per_cta = GATED ? C::BM / 2 : C::BM;
   const int64_t tiles = max_expert_tiles(pairs, p.experts, C::BT);
   const dim3 grid(unsigned((p.n + rows_per_cta - 1) / rows_per_cta), unsigned(tiles));
@@ -322,9 +324,11 @@ Status launch(const KernelParams& p, int64_t pairs, cudaStream_t stream) {
 template <bool GATED>
 Status dispatch(const KernelParams& p, int64_t pairs, int tile_rows, cudaStream_t stream) {
   if (tile_rows == SmallConfig::BT && p.k % SmallConfig::BK == 0) return launch<SmallConfig, GATED>(p, pairs, stream);
-  if (tile_rows == MediumConfig::BT && p.k % MediumConfig::BK == 0) return launch<MediumConfig, GATED>(p, pairs, stream);
+  if (tile_rows == MediumConfig::BT && p.k % MediumConfig::BK == 0)
+    return launch<MediumConfig, GATED>(p, pairs, stream);
   if (tile_rows == LargeConfig::BT && p.k % LargeConfig::BK == 0) return launch<LargeConfig, GATED>(p, pairs, stream);
-  if (tile_rows == LargeConfig::BT && p.k % LargeConfigK64::BK == 0) return launch<LargeConfigK64, GATED>(p, pairs, stream);
+  if (tile_rows == LargeConfig::BT && p.k % LargeConfigK64::BK == 0)
+    return launch<LargeConfigK64, GATED>(p, pairs, stream);
   return Status::error("moe_gemm: tile_rows " + std::to_string(tile_rows) + " with in_features " + std::to_string(p.k) +
                        " is not a tiling moe_tile_rows chooses");
 }
@@ -342,7 +346,8 @@ Status check_experts(const DeviceNvfp4Experts& w, const char* what) {
 }
 
 Status check_args(const GroupedGemmArgs& a) {
-  if (!a.act || !a.expert_offsets || !a.tile_offsets || !a.tiles || !a.out) return Status::error("moe_gemm: null pointer");
+  if (!a.act || !a.expert_offsets || !a.tile_offsets || !a.tiles || !a.out)
+    return Status::error("moe_gemm: null pointer");
   if (reinterpret_cast<uintptr_t>(a.act) % 16) return Status::error("moe_gemm: activations not 16-byte aligned");
   if (a.pairs < 0 || a.pairs > INT32_MAX || a.top_k < 1) return Status::error("moe_gemm: bad pair count");
   return Status::ok();

@@ -16,9 +16,8 @@ constexpr int MAX_EXPERTS = THREADS;
 // 48K pairs, 192 KB beside the counters (T = 6,144 at top-8); more are stored straight to their rows.
 constexpr int STAGED_MAX_PAIRS = 48 * 1024;
 
-__global__ void __launch_bounds__(THREADS)
-    group_by_expert_kernel(const int32_t* __restrict__ expert_ids, int pairs, int experts, int tile_rows,
-                           ExpertGroups out) {
+__global__ void __launch_bounds__(THREADS) group_by_expert_kernel(const int32_t* __restrict__ expert_ids, int pairs,
+                                                                  int experts, int tile_rows, ExpertGroups out) {
   __shared__ GroupingSmem<THREADS> sm;
   extern __shared__ int32_t staged[];
   pdl_wait();
@@ -41,14 +40,14 @@ Status group_by_expert(const int32_t* expert_ids, int64_t tokens, int64_t top_k,
   if (!expert_ids || !out.expert_offsets || !out.tile_offsets || !out.sorted_pairs || !out.pair_rows || !out.tiles)
     return Status::error("group_by_expert: null pointer");
   // Set once per process, at the largest staging a launch asks for.
-  static const cudaError_t limit = cudaFuncSetAttribute(group_by_expert_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                        int(STAGED_MAX_PAIRS * sizeof(int32_t)));
+  static const cudaError_t limit = cudaFuncSetAttribute(
+      group_by_expert_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(STAGED_MAX_PAIRS * sizeof(int32_t)));
   NIB_RETURN_IF_ERROR(cuda_status(limit, "group_by_expert: shared memory"));
   const int pairs = int(tokens * top_k);
   const size_t staging = pairs <= STAGED_MAX_PAIRS ? size_t(pairs) * sizeof(int32_t) : 0;
-  return cuda_status(launch_pdl(group_by_expert_kernel, 1, THREADS, staging, stream, expert_ids, pairs, int(experts),
-                                tile_rows, out),
-                     "group_by_expert launch");
+  return cuda_status(
+      launch_pdl(group_by_expert_kernel, 1, THREADS, staging, stream, expert_ids, pairs, int(experts), tile_rows, out),
+      "group_by_expert launch");
 }
 
 }  // namespace nibble::cuda

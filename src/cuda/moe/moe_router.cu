@@ -40,7 +40,7 @@ __global__ void bf16_to_f32_kernel(const uint16_t* __restrict__ x, int64_t n, fl
 
 constexpr int SMALL_THREADS = 512;  // 16 warps, an expert each
 constexpr int SMALL_WARPS = SMALL_THREADS / 32;
-constexpr int SMALL_MAX_CTAS = 8;    // one thread-block cluster of the portable size
+constexpr int SMALL_MAX_CTAS = 8;  // one thread-block cluster of the portable size
 constexpr int SMALL_MAX_EXPERTS = SMALL_WARPS * SMALL_MAX_CTAS;
 constexpr int SMALL_MAX_CHUNKS = ROUTER_SMALL_MAX_HIDDEN / 256;
 
@@ -174,8 +174,8 @@ struct ClusterRouterLayout {
 };
 
 template <int KBS, int NT>
-__global__ void __launch_bounds__(CLUSTER_THREADS) route_group_cluster_kernel(const RouterArgs a, int tile_rows,
-                                                                              ExpertGroups groups) {
+__global__ void __launch_bounds__(CLUSTER_THREADS)
+    route_group_cluster_kernel(const RouterArgs a, int tile_rows, ExpertGroups groups) {
   extern __shared__ __align__(16) uint8_t smem[];
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
@@ -190,7 +190,8 @@ __global__ void __launch_bounds__(CLUSTER_THREADS) route_group_cluster_kernel(co
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int e = 16 * warp + g + 8 * h;
-      const uint4* row = reinterpret_cast<const uint4*>(a.router + size_t(min(e, E - 1)) * H + (kb0 + b) * 128 + 32 * c);
+      const uint4* row =
+          reinterpret_cast<const uint4*>(a.router + size_t(min(e, E - 1)) * H + (kb0 + b) * 128 + 32 * c);
 #pragma unroll
       for (int j = 0; j < 4; ++j) w[b][h][j] = e < E && b < blocks ? __ldg(row + j) : make_uint4(0, 0, 0, 0);
     }
@@ -279,12 +280,13 @@ Status launch_cluster_router(const RouterArgs& a, int tile_rows, const ExpertGro
   const auto kernel = route_group_cluster_kernel<KBS, NT>;
   const size_t bytes = ClusterRouterLayout(KBS, NT, int(a.tokens * a.top_k)).bytes;
   // Set once per instantiation and process, at the largest size a launch asks for.
-  static const cudaError_t limit = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ClusterRouterLayout(KBS, NT, 8 * NT * 32).bytes));
+  static const cudaError_t limit = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                        int(ClusterRouterLayout(KBS, NT, 8 * NT * 32).bytes));
   NIB_RETURN_IF_ERROR(cuda_status(limit, "route_and_group_cluster: shared memory"));
   const unsigned ranks = unsigned((a.hidden / 128 + KBS - 1) / KBS);
-  return cuda_status(launch_pdl_cluster(kernel, dim3(ranks), dim3(CLUSTER_THREADS), bytes, ranks, stream, a, tile_rows, groups),
-                     "route_and_group_cluster launch");
+  return cuda_status(
+      launch_pdl_cluster(kernel, dim3(ranks), dim3(CLUSTER_THREADS), bytes, ranks, stream, a, tile_rows, groups),
+      "route_and_group_cluster launch");
 }
 
 template <int KBS>
@@ -299,12 +301,15 @@ Status launch_cluster_router(const RouterArgs& a, int tile_rows, const ExpertGro
 
 Status route_topk(const float* logits, int64_t tokens, int64_t experts, int64_t top_k, bool norm_topk_prob,
                   int32_t* expert_ids, float* weights, cudaStream_t stream, const float* bias, float norm_min) {
-  if (experts < 1 || experts > 32 * ROUTER_MAX_PER_LANE) return Status::error("route_topk: experts must be in [1, 256]");
-  if (top_k < 1 || top_k > 32 || top_k > experts) return Status::error("route_topk: top_k must be in [1, min(32, experts)]");
+  if (experts < 1 || experts > 32 * ROUTER_MAX_PER_LANE)
+    return Status::error("route_topk: experts must be in [1, 256]");
+  if (top_k < 1 || top_k > 32 || top_k > experts)
+    return Status::error("route_topk: top_k must be in [1, min(32, experts)]");
   if (tokens <= 0) return Status::ok();
-  return cuda_status(launch_pdl(route_topk_kernel, unsigned((tokens + WARPS - 1) / WARPS), WARPS * 32, 0, stream, logits,
-                                int(tokens), int(experts), int(top_k), norm_topk_prob, bias, norm_min, expert_ids, weights),
-                     "route_topk launch");
+  return cuda_status(
+      launch_pdl(route_topk_kernel, unsigned((tokens + WARPS - 1) / WARPS), WARPS * 32, 0, stream, logits, int(tokens),
+                 int(experts), int(top_k), norm_topk_prob, bias, norm_min, expert_ids, weights),
+      "route_topk launch");
 }
 
 Status route(const RouterArgs& a, cublasHandle_t cublas, cudaStream_t stream) {
@@ -314,9 +319,9 @@ Status route(const RouterArgs& a, cublasHandle_t cublas, cudaStream_t stream) {
   if (a.tokens <= 0) return Status::ok();
   const int64_t n = a.tokens * a.hidden;
   if (a.router_f32) {  // fp32 logits of the BF16 input, as transformers' F.linear(h.float(), W.float())
-    NIB_RETURN_IF_ERROR(cuda_status(launch_pdl(bf16_to_f32_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream,
-                                               a.x, n, a.x_f32),
-                                    "route: fp32 input"));
+    NIB_RETURN_IF_ERROR(cuda_status(
+        launch_pdl(bf16_to_f32_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream, a.x, n, a.x_f32),
+        "route: fp32 input"));
   }
   cublasStatus_t s = cublasSetStream(cublas, stream);
   // Row-major logits[T,E] = x[T,H]·Wᵣ[E,H]ᵀ: column-major logitsᵀ[E,T] = Wᵣ(col-major H×E)ᵀ · xᵀ.
@@ -352,22 +357,26 @@ Status route_and_group_small(const RouterArgs& a, int tile_rows, const ExpertGro
     return Status::error("route_and_group_small: null pointer");
   if (tile_rows < 1) return Status::error("route_and_group_small: tile_rows must be positive");
   if (norm && (!norm->residual || !norm->delta || !norm->weight || norm->out != a.x))
-    return Status::error("route_and_group_small: the input norm needs its residual, delta and weight, and writes args.x");
-  if (norm && norm->quant.x_hat && (!norm->quant.row_scales || !(norm->quant.input_scale >= 0.0f) || a.hidden % 16 != 0))
+    return Status::error(
+        "route_and_group_small: the input norm needs its residual, delta and weight, and writes args.x");
+  if (norm && norm->quant.x_hat &&
+      (!norm->quant.row_scales || !(norm->quant.input_scale >= 0.0f) || a.hidden % 16 != 0))
     return Status::error("route_and_group_small: the input norm's x̂ needs row scales and an input_scale ≥ 0");
   // One cluster of the CTAs the experts need; x staged in ≤ 32 KB of shared memory (no opt-in needed).
   const unsigned ctas = unsigned((a.experts + SMALL_WARPS - 1) / SMALL_WARPS);
   using Kernel = void (*)(RouterArgs, int, ExpertGroups, InputNorm);
   constexpr int C = SMALL_MAX_CHUNKS;
-  const Kernel kernels[2][2][2] = {  // [fp32 router][hidden > 2,048][input norm]
+  const Kernel kernels[2][2][2] = {
+      // [fp32 router][hidden > 2,048][input norm]
       {{route_group_small_kernel<false, C / 2, false>, route_group_small_kernel<false, C / 2, true>},
        {route_group_small_kernel<false, C, false>, route_group_small_kernel<false, C, true>}},
       {{route_group_small_kernel<true, C / 2, false>, route_group_small_kernel<true, C / 2, true>},
        {route_group_small_kernel<true, C, false>, route_group_small_kernel<true, C, true>}}};
   const Kernel kernel = kernels[a.router_f32 != nullptr][a.hidden > 256 * C / 2][norm != nullptr];
-  return cuda_status(launch_pdl_cluster(kernel, dim3(ctas), dim3(SMALL_THREADS), size_t(a.tokens) * a.hidden * sizeof(uint16_t),
-                                        ctas, stream, a, tile_rows, groups, norm ? *norm : InputNorm{}),
-                     "route_and_group_small launch");
+  return cuda_status(
+      launch_pdl_cluster(kernel, dim3(ctas), dim3(SMALL_THREADS), size_t(a.tokens) * a.hidden * sizeof(uint16_t), ctas,
+                         stream, a, tile_rows, groups, norm ? *norm : InputNorm{}),
+      "route_and_group_small launch");
 }
 
 bool route_cluster_supported(int64_t tokens, int64_t experts, int64_t hidden, int64_t top_k, bool f32_router) {
@@ -378,9 +387,10 @@ bool route_cluster_supported(int64_t tokens, int64_t experts, int64_t hidden, in
 
 Status route_and_group_cluster(const RouterArgs& a, int tile_rows, const ExpertGroups& groups, cudaStream_t stream) {
   if (!route_cluster_supported(a.tokens, a.experts, a.hidden, a.top_k, a.router_f32 != nullptr))
-    return Status::error("route_and_group_cluster: needs a BF16 router, 1 to " + std::to_string(ROUTER_CLUSTER_MAX_TOKENS) +
-                         " tokens, experts ≤ " + std::to_string(CLUSTER_MAX_EXPERTS) +
-                         ", top_k ≤ 32 and hidden a multiple of 128 up to " + std::to_string(2 * CLUSTER_MAX_RANKS * 128));
+    return Status::error("route_and_group_cluster: needs a BF16 router, 1 to " +
+                         std::to_string(ROUTER_CLUSTER_MAX_TOKENS) + " tokens, experts ≤ " +
+                         std::to_string(CLUSTER_MAX_EXPERTS) + ", top_k ≤ 32 and hidden a multiple of 128 up to " +
+                         std::to_string(2 * CLUSTER_MAX_RANKS * 128));
   if (!a.x || !a.router || !a.expert_ids || !a.weights || !groups.tiles)
     return Status::error("route_and_group_cluster: null pointer");
   if (tile_rows < 1) return Status::error("route_and_group_cluster: tile_rows must be positive");

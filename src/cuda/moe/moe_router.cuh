@@ -19,12 +19,12 @@ struct RouterArgs {
   const uint16_t* router = nullptr;  // [experts, hidden] BF16
   int64_t tokens = 0, hidden = 0, experts = 0, top_k = 0;
   bool norm_topk_prob = true;
-  float* logits = nullptr;           // route()'s workspace [tokens, experts] fp32
-  int32_t* expert_ids = nullptr;     // [tokens, top_k]
-  float* weights = nullptr;          // [tokens, top_k]
+  float* logits = nullptr;        // route()'s workspace [tokens, experts] fp32
+  int32_t* expert_ids = nullptr;  // [tokens, top_k]
+  float* weights = nullptr;       // [tokens, top_k]
   // ERNIE-4.5: the router in fp32 instead (route() needs x_f32, a [tokens, hidden] workspace for x
-  // in fp32, for its cuBLAS GEMM; route_and_group_small does not), a per-expert bias added to the probabilities for the choice only, and the
-  // renormalization dividing by max(Σ top-k, norm_min).
+  // in fp32, for its cuBLAS GEMM; route_and_group_small does not), a per-expert bias added to the probabilities for the
+  // choice only, and the renormalization dividing by max(Σ top-k, norm_min).
   const float* router_f32 = nullptr;
   float* x_f32 = nullptr;
   const float* score_bias = nullptr;
@@ -52,9 +52,8 @@ bool route_small_supported(int64_t tokens, int64_t experts, int64_t hidden, int6
 
 // Mid-size batches: the router and group_by_expert in one launch for a BF16 router — one cluster
 // splitting hidden, the logits on tensor cores (mma.sync, fp32 sums), a warp per token's top-k and the
-// first CTA's grouping. Up to 64 tokens, experts ≤ 128, hidden a multiple of 128 up to 2,048. Against
-// the three launches (cuBLAS logits, top-k, grouping; H200, Qwen3-30B-A3B, docs/lab/perf-notebook.md): MoE block
-// T = 8 67.5 → 63.5 µs, T = 64 140.4 → 139.0; S_TG b8 +4.6%, b16 +3.3%, b64 +1.0%.
+// first CTA's grouping. Up to 64 tokens, experts ≤ 128, hidden a multiple of 128 up to 2,048 (against
+// three launches, S_TG b8 +4.6%, H200).
 inline constexpr int64_t ROUTER_CLUSTER_MAX_TOKENS = 64;
 bool route_cluster_supported(int64_t tokens, int64_t experts, int64_t hidden, int64_t top_k, bool f32_router);
 Status route_and_group_cluster(const RouterArgs& args, int tile_rows, const ExpertGroups& groups, cudaStream_t stream);
@@ -67,7 +66,7 @@ struct InputNorm {
   const float* delta = nullptr;      // fp32 [tokens, hidden]
   const uint16_t* weight = nullptr;  // BF16 [hidden]
   float eps = 0.0f;
-  uint16_t* out = nullptr;           // BF16 [tokens, hidden]: the router's input args.x
+  uint16_t* out = nullptr;  // BF16 [tokens, hidden]: the router's input args.x
   NormActQuant quant;
   // [tokens]: delta's rows still to be multiplied by these (add_rmsnorm's delta_row_scales); only
   // add_rmsnorm applies them, so the router and the one-launch block leave such a norm to it.

@@ -42,7 +42,9 @@ __device__ __forceinline__ unsigned sortable_key(float x) {
   const unsigned u = __float_as_uint(x + 0.0f);
   return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
-__device__ __forceinline__ float from_sortable_key(unsigned k) { return __uint_as_float(k & 0x80000000u ? k & 0x7FFFFFFFu : ~k); }
+__device__ __forceinline__ float from_sortable_key(unsigned k) {
+  return __uint_as_float(k & 0x80000000u ? k & 0x7FFFFFFFu : ~k);
+}
 
 // One warp: softmax over row[0, experts) (fp32), top-k by k rounds of a warp arg-max on
 // (score, −expert) so ties pick the lower expert (torch.topk), where the score is the probability

@@ -22,8 +22,8 @@ struct MoeParams {
   const uint16_t* act;
   const int32_t* sorted_pairs;  // gate_up: source row of a sorted row = sorted_pairs[r] / top_k
   int top_k;
-  float inv_top_k;  // 1 / top_k rounded
-  const float* row_scales;  // W4A4: per source row
+  float inv_top_k;            // 1 / top_k rounded
+  const float* row_scales;    // W4A4: per source row
   const int32_t* tile_count;  // tile_offsets[experts]
   const int4* tiles;
   void* out;
@@ -45,8 +45,8 @@ __device__ __forceinline__ int source_row(const MoeParams& p, int sorted_row) {
 // two token columns; otherwise rows m0 … m0 + 15 of the down weight. Rows past the weight read its
 // last row (store_slice drops their features), or with NULL_PAST have null codes (zeros).
 template <bool GATED, bool NULL_PAST>
-__device__ __forceinline__ void slice_rows(const MoeParams& p, int expert, int m0, int g, const uint8_t* (&row_codes)[2],
-                                           const uint8_t* (&row_scales)[2]) {
+__device__ __forceinline__ void slice_rows(const MoeParams& p, int expert, int m0, int g,
+                                           const uint8_t* (&row_codes)[2], const uint8_t* (&row_scales)[2]) {
   const size_t code_row = size_t(p.k) / 2, scale_row = size_t(p.k) / 16;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -65,8 +65,10 @@ __device__ __forceinline__ void token_rows(const MoeParams& p, int4 tile, int g,
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
     const int r = 8 * n + g;
-    if constexpr (NULL_PAST) x_rows[n] = r < tile.z ? p.act + size_t(source_row(p, tile.y + r)) * p.k : nullptr;
-    else x_rows[n] = p.act + size_t(source_row(p, tile.y + min(r, tile.z - 1))) * p.k;
+    if constexpr (NULL_PAST)
+      x_rows[n] = r < tile.z ? p.act + size_t(source_row(p, tile.y + r)) * p.k : nullptr;
+    else
+      x_rows[n] = p.act + size_t(source_row(p, tile.y + min(r, tile.z - 1))) * p.k;
   }
 }
 
@@ -106,8 +108,10 @@ __device__ __forceinline__ void store_slice(const MoeParams& p, int4 tile, int m
         feature = m0 + g + 8 * h;
       }
       if (feature >= p.n) continue;
-      if (p.out_fp32) static_cast<float*>(p.out)[out_row + feature] = value;
-      else static_cast<__nv_bfloat16*>(p.out)[out_row + feature] = __float2bfloat16_rn(value);
+      if (p.out_fp32)
+        static_cast<float*>(p.out)[out_row + feature] = value;
+      else
+        static_cast<__nv_bfloat16*>(p.out)[out_row + feature] = __float2bfloat16_rn(value);
     }
   }
 }
@@ -134,8 +138,10 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, 1) skinny_moe_split_kernel(con
   const uint8_t* row_codes[2];
   const uint8_t* row_scales[2];
   slice_rows<GATED, !FULL>(p, tile.x, m0, g, row_codes, row_scales);
-  if constexpr (FULL) w.load_all(row_codes, row_scales, kb0, c);
-  else w.load(row_codes, row_scales, kb0, nkb, c);
+  if constexpr (FULL)
+    w.load_all(row_codes, row_scales, kb0, c);
+  else
+    w.load(row_codes, row_scales, kb0, nkb, c);
   const uint16_t* x_rows[1];
   token_rows<1, !FULL>(p, tile, g, x_rows);
   float acc[1][4] = {};
@@ -151,11 +157,13 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, 1) skinny_moe_split_kernel(con
 // loads take immediate offsets. L2_FETCH: load_stream's L2 fetch size.
 // EARLY: the first window's weight loads are issued before the PDL wait (the kernel has not waited yet).
 template <int WINDOW, bool GATED, int NT, int L2_FETCH, bool EARLY>
-__device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, int m0, const uint8_t* const (&row_codes)[2],
+__device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, int m0,
+                                                const uint8_t* const (&row_codes)[2],
                                                 const uint8_t* const (&row_scales)[2]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const uint8_t* code_at[2] = {row_codes[0] + 16 * c, row_codes[1] + 16 * c};
-  const uint2* scale_at[2] = {reinterpret_cast<const uint2*>(row_scales[0]), reinterpret_cast<const uint2*>(row_scales[1])};
+  const uint2* scale_at[2] = {reinterpret_cast<const uint2*>(row_scales[0]),
+                              reinterpret_cast<const uint2*>(row_scales[1])};
   const uint32_t selector = line_scale_selector(c);  // load_scales<true>
   const uint16_t* x_rows[NT];
   token_rows<NT, false>(p, tile, g, x_rows);
@@ -170,7 +178,8 @@ __device__ __forceinline__ void long_warp_slice(const MoeParams& p, int4 tile, i
     if (j < nkb)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        codes[h][j] = load_stream<L2_FETCH>(code_at[h] + j * 64), scales[h][j] = load_line_scales<L2_FETCH>(scale_at[h] + j, selector);
+        codes[h][j] = load_stream<L2_FETCH>(code_at[h] + j * 64),
+        scales[h][j] = load_line_scales<L2_FETCH>(scale_at[h] + j, selector);
   if constexpr (EARLY) {  // the activations (and the epilogue's row scales) come from the kernels before
     pdl_wait();
     pdl_launch_dependents();
@@ -229,9 +238,12 @@ __global__ void __launch_bounds__(128, MIN_CTAS) skinny_moe_long_kernel(const Mo
   const uint8_t* row_codes[2];
   const uint8_t* row_scales[2];
   slice_rows<GATED, false>(p, tile.x, m0, (threadIdx.x & 31) >> 2, row_codes, row_scales);
-  if (NT >= 2 && tile.z <= 8) long_warp_slice<WINDOW, GATED, 1, L2_FETCH, EARLY>(p, tile, m0, row_codes, row_scales);
-  else if (NT == 4 && tile.z <= 16) long_warp_slice<WINDOW, GATED, 2, L2_FETCH, EARLY>(p, tile, m0, row_codes, row_scales);
-  else long_warp_slice<WINDOW, GATED, NT, L2_FETCH, EARLY>(p, tile, m0, row_codes, row_scales);
+  if (NT >= 2 && tile.z <= 8)
+    long_warp_slice<WINDOW, GATED, 1, L2_FETCH, EARLY>(p, tile, m0, row_codes, row_scales);
+  else if (NT == 4 && tile.z <= 16)
+    long_warp_slice<WINDOW, GATED, 2, L2_FETCH, EARLY>(p, tile, m0, row_codes, row_scales);
+  else
+    long_warp_slice<WINDOW, GATED, NT, L2_FETCH, EARLY>(p, tile, m0, row_codes, row_scales);
 }
 
 template <bool GATED>
@@ -242,12 +254,14 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
   if (!a.act || !a.tile_offsets || !a.tiles || !a.out || !w0.packed || !w0.block_scales || !w0.global_scales)
     return Status::error(std::string(what) + ": null pointer");
   if (a.tile_rows != 8 && a.tile_rows != 16 && a.tile_rows != 32)
-    return Status::error(std::string(what) + ": the grouping must use tiles of 8, 16 or 32 rows (skinny_moe_tile_rows)");
+    return Status::error(std::string(what) +
+                         ": the grouping must use tiles of 8, 16 or 32 rows (skinny_moe_tile_rows)");
   if (reinterpret_cast<uintptr_t>(a.act) % 16 || reinterpret_cast<uintptr_t>(w0.packed) % 16 ||
       reinterpret_cast<uintptr_t>(w0.block_scales) % 8)
     return Status::error(std::string(what) + ": activations and weights must be 16-byte aligned (scale codes 8)");
   if (a.pairs <= 0) return Status::ok();
-  if (a.pairs >= int64_t{1} << 24) return Status::error(std::string(what) + ": more than 2^24 rows (source_row's float quotient)");
+  if (a.pairs >= int64_t{1} << 24)
+    return Status::error(std::string(what) + ": more than 2^24 rows (source_row's float quotient)");
   MoeParams p{};
   p.codes[0] = w0.packed, p.scales[0] = w0.block_scales, p.global_scales[0] = w0.global_scales;
   if (w1) p.codes[1] = w1->packed, p.scales[1] = w1->block_scales, p.global_scales[1] = w1->global_scales;
@@ -261,43 +275,37 @@ Status launch_moe(const GroupedGemmArgs& a, const DeviceNvfp4Experts& w0, const 
   constexpr int SLICE_ROWS = GATED ? 8 : 16;  // gated features, or down rows, of a slice
   const int slices = (p.n + SLICE_ROWS - 1) / SLICE_ROWS;
   using Kernel = void (*)(MoeParams);
-  // Long warps from half a row per expert on average (and for any taller tiles). H200, Qwen3-30B-A3B
-  // (docs/lab/perf-notebook.md, "Long warps"): MoE block T = 8 77.0 → 69.1 µs, T = 16 118 → 89, T = 64 173 → 134;
-  // S_TG b16 2,287 → 2,688 tok/s, b64 6,091 → 6,722. Below it the split kernels: one warp a slice would
-  // leave too few warps to keep loads in flight (T = 4 46.2 split, 49.1 long).
+  // Long warps from half a row per expert on average (and for any taller tiles): S_TG b16 +17% (H200).
+  // Below it the split kernels: one warp a slice would leave too few warps to keep loads in flight.
   if (nt > 1 || 2 * a.pairs >= w0.experts) {
     const dim3 grid{unsigned((slices + 3) / 4), unsigned(max_tiles)};
-    // More warps beat a deeper window (same section): one block ahead for 16- and 32-row tiles, two
-    // for 8-row ones; 8 CTAs an SM (61-64 registers), 4 for 32-row tiles (their four n-tiles' x).
-    // 8-row tiles ask the L2 for 128-byte runs (docs/lab/perf-notebook.md, "The skinny MoE's weight stream"): MoE
-    // block T = 16 89.5 → 86.8 µs and 93.4 → 87.6 in two calls; no gain from 16 rows up (T = 64
-    // 134.0 → 137.8), where it stays off.
+    // More warps beat a deeper window: one block ahead for 16- and 32-row tiles, two for 8-row ones;
+    // 8 CTAs an SM, 4 for 32-row tiles. 8-row tiles ask the L2 for 128-byte runs (MoE block T = 16 −3%;
+    // nothing from 16 rows up).
     auto pick = [&]<bool EARLY>() -> Kernel {
       return nt == 4   ? skinny_moe_long_kernel<1, GATED, 4, 4, 0, EARLY>
              : nt == 2 ? skinny_moe_long_kernel<1, GATED, 2, 8, 0, EARLY>
                        : skinny_moe_long_kernel<2, GATED, 1, 8, 128, EARLY>;
     };
-    // Down issues its first weight window before its PDL wait, gate_up cannot (its tile list is its
-    // predecessor's output): EARLY = !GATED. S_TG b64 +0.4%, pp2048 +0.9% (docs/lab/perf-notebook.md).
+    // Down issues its first weight window before its PDL wait; gate_up cannot (its tile list is its
+    // predecessor's output).
     const Kernel kernel = pick.template operator()<!GATED>();
     return cuda_status(launch_pdl(kernel, grid, dim3(128), 0, stream, p), what);
   }
   // The unguarded split kernels (FULL) wherever the shape gives every warp its k-blocks and every
-  // slice its rows: all the models' shapes. H200, Qwen3-30B-A3B (docs/lab/perf-notebook.md, twentieth session):
-  // MoE block T = 16 122.5 → 119.8 µs, S_TG b16 2,255 → 2,307 tok/s; the guarded ones for other shapes.
+  // slice its rows (all the models' shapes: S_TG b16 +2%); the guarded ones for other shapes.
   const int per_warp = blocks_per_warp(p.k, false, 1);
   const bool full = p.n % SLICE_ROWS == 0 && (p.k / 128) % per_warp == 0;
-  const Kernel kernel = per_warp == 4 ? (full ? skinny_moe_split_kernel<4, GATED, true> : skinny_moe_split_kernel<4, GATED, false>)
-                                      : (full ? skinny_moe_split_kernel<2, GATED, true> : skinny_moe_split_kernel<2, GATED, false>);
+  const Kernel kernel =
+      per_warp == 4 ? (full ? skinny_moe_split_kernel<4, GATED, true> : skinny_moe_split_kernel<4, GATED, false>)
+                    : (full ? skinny_moe_split_kernel<2, GATED, true> : skinny_moe_split_kernel<2, GATED, false>);
   return launch(kernel, dim3(unsigned(slices), unsigned(max_tiles)), p.k, per_warp, 1, p, stream, what);
 }
 
 }  // namespace
 
-// 8-row tiles below 3 rows per expert, 16 below 16, then 32. H200, full-size synthetic Qwen3-30B-A3B
-// (docs/lab/perf-notebook.md, "Serving workload 1 by its steps"): 16-row tiles from 3 rather than 4 rows per expert
-// took S_TG b56 6,052 → 6,126 tok/s (b48 +0.3%; the synthetic routing's busier experts stop needing a
-// second 8-row tile); from 2, b40 lost 2%.
+// 8-row tiles below 3 rows per expert, 16 below 16, then 32: 16-row tiles from 3 rather than 4 rows
+// spare the busier experts a second 8-row tile (S_TG b56 +1%, H200); from 2 lost 2%.
 int skinny_moe_tile_rows(int64_t pairs, int64_t experts) {
   return pairs < 3 * experts ? 8 : pairs < 16 * experts ? 16 : 32;
 }
@@ -310,7 +318,8 @@ Status skinny_moe_gate_up(const GroupedGemmArgs& args, const DeviceNvfp4Experts&
 }
 
 Status skinny_moe_down(const GroupedGemmArgs& args, const DeviceNvfp4Experts& down, cudaStream_t stream) {
-  if (args.sorted_pairs) return Status::error("skinny_moe_down: reads the sorted rows directly (sorted_pairs must be null)");
+  if (args.sorted_pairs)
+    return Status::error("skinny_moe_down: reads the sorted rows directly (sorted_pairs must be null)");
   return launch_moe<false>(args, down, nullptr, stream);
 }
 

@@ -50,7 +50,9 @@ struct ActBlockScale {
     block_scale = e4m3.decode(formats::activation_block_scale(amax, global, out_scale, ApproxReciprocal(), e4m3));
   }
   // x̂ of v as BF16 bits: e2m1 · e4m3 has at most 6 significant bits, exact in BF16 (the truncation drops zeros).
-  __device__ uint32_t bf16(float v) const { return __float_as_uint(e2m1_round_value(v * out_scale) * block_scale) >> 16; }
+  __device__ uint32_t bf16(float v) const {
+    return __float_as_uint(e2m1_round_value(v * out_scale) * block_scale) >> 16;
+  }
 };
 
 // The maximum of v over the CTA, returned to every thread (a per-token row's amax when a CTA holds the

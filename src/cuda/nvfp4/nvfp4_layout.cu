@@ -34,7 +34,8 @@ __global__ void repack_line_order_kernel(uint4* __restrict__ codes, uint8_t* __r
 #pragma unroll
     for (int w = 0; w < 16; ++w) out[w] = in[line_order_chunk(w)];
 #pragma unroll
-    for (int v = 0; v < 4; ++v) codes[4 * i + v] = make_uint4(out[4 * v], out[4 * v + 1], out[4 * v + 2], out[4 * v + 3]);
+    for (int v = 0; v < 4; ++v)
+      codes[4 * i + v] = make_uint4(out[4 * v], out[4 * v + 1], out[4 * v + 2], out[4 * v + 3]);
   }
 }
 
@@ -44,10 +45,9 @@ Status repack_nvfp4(uint8_t* packed, uint8_t* block_scales, size_t blocks, cudaS
   if (blocks == 0) return Status::ok();
   if (!packed || !block_scales || reinterpret_cast<uintptr_t>(packed) % (line_order ? 16 : 8) ||
       (line_order && blocks % 8))
-    return Status::error("repack_nvfp4: needs " + std::string(line_order ? "16" : "8") +
-                         "-byte aligned codes and their scales" +
-                         (line_order ? " in whole 128-wide blocks for line order" : "") + " (" +
-                         std::to_string(blocks) + " blocks)");
+    return Status::error(
+        "repack_nvfp4: needs " + std::string(line_order ? "16" : "8") + "-byte aligned codes and their scales" +
+        (line_order ? " in whole 128-wide blocks for line order" : "") + " (" + std::to_string(blocks) + " blocks)");
   if (line_order) {
     const size_t lines = blocks / 8;
     const unsigned grid = unsigned(std::min<size_t>((lines + 255) / 256, 132 * 16));
@@ -62,8 +62,8 @@ Status repack_nvfp4(uint8_t* packed, uint8_t* block_scales, size_t blocks, cudaS
 namespace {
 // A thread a 16-byte chunk of the output: chunk c of a 32-element group takes pair c of the group's
 // four input chunks (four 4-byte loads, whole 64-byte groups across a quad of lanes).
-__global__ void __launch_bounds__(256) fragment_order_kernel(const uint32_t* __restrict__ in, int64_t chunks,
-                                                             uint4* __restrict__ out) {
+__global__ void __launch_bounds__(256)
+    fragment_order_kernel(const uint32_t* __restrict__ in, int64_t chunks, uint4* __restrict__ out) {
   pdl_wait();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= chunks) return;
@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(256) fragment_order_kernel(const uint32_t* __r
 }  // namespace
 
 Status to_fragment_order(const uint16_t* in, int64_t rows, int64_t cols, uint16_t* out, cudaStream_t stream) {
-  if (!in || !out || rows < 0 || cols % 32 != 0) return Status::error("to_fragment_order: null rows or cols not a multiple of 32");
+  if (!in || !out || rows < 0 || cols % 32 != 0)
+    return Status::error("to_fragment_order: null rows or cols not a multiple of 32");
   if (reinterpret_cast<uintptr_t>(in) % 16 || reinterpret_cast<uintptr_t>(out) % 16)
     return Status::error("to_fragment_order: rows not 16-byte aligned");
   const int64_t chunks = rows * cols / 8;

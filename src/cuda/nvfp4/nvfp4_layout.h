@@ -87,8 +87,10 @@ NIB_HD uint32_t decode_code_pair_at(uint32_t w) {
 
 // The same for a pair index the compiler knows after unrolling (a loop counter).
 NIB_HD uint32_t decode_code_pair_unrolled(uint32_t w, int p) {
-  return p == 0 ? decode_code_pair_at<0>(w) : p == 1 ? decode_code_pair_at<1>(w)
-                : p == 2 ? decode_code_pair_at<2>(w) : decode_code_pair_at<3>(w);
+  return p == 0   ? decode_code_pair_at<0>(w)
+         : p == 1 ? decode_code_pair_at<1>(w)
+         : p == 2 ? decode_code_pair_at<2>(w)
+                  : decode_code_pair_at<3>(w);
 }
 
 // A repacked word → its four pairs as BF16 pairs: six masks, five shifts.
@@ -139,7 +141,8 @@ NIB_HD int64_t fragment_order_index(int64_t k) {
 // Pair p alone, given its two rotations (p known only at run time: each lane of the wgmma kernels
 // takes one pair of every word, and computes its rotations once).
 NIB_HD uint32_t decode_code_pair(uint32_t w, int magnitude_rotation, int sign_rotation) {
-  return (rotate_left(w, magnitude_rotation) & DECODED_MAGNITUDE_BITS) | (rotate_left(w, sign_rotation) & DECODED_SIGN_BITS);
+  return (rotate_left(w, magnitude_rotation) & DECODED_MAGNITUDE_BITS) |
+         (rotate_left(w, sign_rotation) & DECODED_SIGN_BITS);
 }
 
 }  // namespace nibble::cuda

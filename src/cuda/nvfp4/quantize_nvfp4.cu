@@ -13,9 +13,8 @@ namespace {
 
 constexpr int THREADS = 128;
 
-__global__ void quantize_activation_nvfp4_kernel(const float* __restrict__ x, int64_t cols,
-                                                 float static_global, uint8_t* __restrict__ packed,
-                                                 uint8_t* __restrict__ block_scales,
+__global__ void quantize_activation_nvfp4_kernel(const float* __restrict__ x, int64_t cols, float static_global,
+                                                 uint8_t* __restrict__ packed, uint8_t* __restrict__ block_scales,
                                                  float* __restrict__ row_scales) {
   const int64_t row = blockIdx.x;
   const float* x_row = x + row * cols;
@@ -34,11 +33,9 @@ __global__ void quantize_activation_nvfp4_kernel(const float* __restrict__ x, in
     float values[formats::NVFP4_BLOCK];
     for (int i = 0; i < formats::NVFP4_BLOCK; ++i) values[i] = x_row[b * formats::NVFP4_BLOCK + i];
     uint8_t codes[formats::NVFP4_BLOCK];
-    block_scales[row * n_blocks + b] =
-        formats::quantize_activation_block(values, global, codes, ApproxReciprocal());
+    block_scales[row * n_blocks + b] = formats::quantize_activation_block(values, global, codes, ApproxReciprocal());
     uint8_t* out = packed + row * (cols / 2) + b * (formats::NVFP4_BLOCK / 2);
-    for (int j = 0; j < formats::NVFP4_BLOCK / 2; ++j)
-      out[j] = formats::e2m1_pack(codes[2 * j], codes[2 * j + 1]);
+    for (int j = 0; j < formats::NVFP4_BLOCK / 2; ++j) out[j] = formats::e2m1_pack(codes[2 * j], codes[2 * j + 1]);
   }
 }
 
@@ -68,7 +65,7 @@ __device__ void load_block(const float* src, float* values) {
 // round of loads. (A warp per row took one round a block: 8 dependent rounds for a 4,096-wide row,
 // 16 per-token; in the CUDA graph of single-stream W4A4 decode that quantize cost ~10 us a layer,
 // H200, docs/lab/perf-notebook.md.)
-constexpr int MAX_HELD_BLOCKS = 4;  // blocks a thread keeps in registers; further ones are read again
+constexpr int MAX_HELD_BLOCKS = 4;           // blocks a thread keeps in registers; further ones are read again
 constexpr int64_t GPU_THREADS = 132 * 2048;  // the threads an H100 / H200 holds at once (132 SMs of 2,048)
 
 template <class In>
@@ -115,12 +112,13 @@ __global__ void __launch_bounds__(THREADS)
   float global, scale;
   act_row_scales(input_scale, row_amax, global, scale);
   if (t == 0) row_scales[row] = scale;
-  auto store = [&](int b, const float (&values)[formats::NVFP4_BLOCK]) {
+  auto store = [&](int b, const float(&values)[formats::NVFP4_BLOCK]) {
     float amax = 0.0f;
     for (float v : values) amax = fmaxf(amax, fabsf(v));
     const ActBlockScale block(amax, global);
     uint32_t out[formats::NVFP4_BLOCK / 2];
-    for (int i = 0; i < formats::NVFP4_BLOCK / 2; ++i) out[i] = block.bf16(values[2 * i]) | block.bf16(values[2 * i + 1]) << 16;
+    for (int i = 0; i < formats::NVFP4_BLOCK / 2; ++i)
+      out[i] = block.bf16(values[2 * i]) | block.bf16(values[2 * i + 1]) << 16;
     if (fragment_order) {  // pairs i, i + 4 of block b (chunks 2(b % 2), + 1) sit side by side in its 32-group
       uint2* dst = reinterpret_cast<uint2*>(x_hat + row * cols + b / 2 * 32 + 4 * (b % 2));
       for (int i = 0; i < 4; ++i) dst[2 * i] = make_uint2(out[i], out[i + 4]);
@@ -163,10 +161,10 @@ Status quantize_dequantize(const In* x, int64_t rows, int64_t cols, float input_
     while (group < THREADS && group * MAX_HELD_BLOCKS < n_blocks) group *= 2;
   }
   const int64_t rows_per_cta = THREADS / group;
-  return cuda_status(launch_pdl(quantize_dequantize_kernel<In>, dim3(unsigned((rows + rows_per_cta - 1) / rows_per_cta)),
-                                dim3(THREADS), 0, stream, x, rows, cols, input_scale, x_hat, row_scales, group,
-                                fragment_order),
-                     "quantize_dequantize_activation launch");
+  return cuda_status(
+      launch_pdl(quantize_dequantize_kernel<In>, dim3(unsigned((rows + rows_per_cta - 1) / rows_per_cta)),
+                 dim3(THREADS), 0, stream, x, rows, cols, input_scale, x_hat, row_scales, group, fragment_order),
+      "quantize_dequantize_activation launch");
 }
 
 }  // namespace
@@ -182,9 +180,8 @@ Status quantize_dequantize_activation_f32(const float* x, int64_t rows, int64_t 
   return quantize_dequantize(x, rows, cols, input_scale, x_hat, row_scales, stream, fragment_order);
 }
 
-Status quantize_activation_nvfp4(const float* x, int64_t rows, int64_t cols, float input_scale,
-                                 uint8_t* packed, uint8_t* block_scales, float* row_scales,
-                                 cudaStream_t stream) {
+Status quantize_activation_nvfp4(const float* x, int64_t rows, int64_t cols, float input_scale, uint8_t* packed,
+                                 uint8_t* block_scales, float* row_scales, cudaStream_t stream) {
   if (cols <= 0 || cols % formats::NVFP4_BLOCK != 0) {
     return Status::error("quantize_activation_nvfp4: cols = " + std::to_string(cols) +
                          " is not a positive multiple of 16");
@@ -197,8 +194,8 @@ Status quantize_activation_nvfp4(const float* x, int64_t rows, int64_t cols, flo
   }
   if (rows == 0) return Status::ok();
   const float static_global = input_scale > 0.0f ? 1.0f / input_scale : 0.0f;
-  quantize_activation_nvfp4_kernel<<<static_cast<unsigned>(rows), THREADS, 0, stream>>>(
-      x, cols, static_global, packed, block_scales, row_scales);
+  quantize_activation_nvfp4_kernel<<<static_cast<unsigned>(rows), THREADS, 0, stream>>>(x, cols, static_global, packed,
+                                                                                        block_scales, row_scales);
   return cuda_status(cudaGetLastError(), "quantize_activation_nvfp4_kernel launch");
 }
 

@@ -14,9 +14,8 @@ namespace nibble::cuda {
 // packed [rows, cols/2] (element 2j in the low nibble), block_scales [rows, cols/16] E4M3,
 // row_scales [rows] (per-token scales; unused and may be null in static mode).
 // Static mode when input_scale > 0 (G = 1/input_scale); per-token mode when input_scale == 0.
-Status quantize_activation_nvfp4(const float* x, int64_t rows, int64_t cols, float input_scale,
-                                 uint8_t* packed, uint8_t* block_scales, float* row_scales,
-                                 cudaStream_t stream);
+Status quantize_activation_nvfp4(const float* x, int64_t rows, int64_t cols, float input_scale, uint8_t* packed,
+                                 uint8_t* block_scales, float* row_scales, cudaStream_t stream);
 
 // The fused "quantize, then dequantize to BF16" form the W4A4 modes use on Hopper: x [rows, cols]
 // BF16 → x̂ = e2m1 · e4m3 as BF16 (exact, unscaled by the global scale) and row_scales[rows] (the

@@ -9,10 +9,10 @@
 
 namespace nibble::cuda {
 
-__device__ __forceinline__ float bf16_to_float(uint16_t bits) { return __uint_as_float(static_cast<uint32_t>(bits) << 16); }
-__device__ __forceinline__ uint16_t float_to_bf16(float v) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+__device__ __forceinline__ float bf16_to_float(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
 }
+__device__ __forceinline__ uint16_t float_to_bf16(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -44,9 +44,12 @@ __device__ __forceinline__ void store_run(uint16_t* p, const float (&v)[N]) {
   if constexpr (N % 2 == 0) {
     uint32_t words[N / 2];
 #pragma unroll
-    for (int k = 0; k < N / 2; ++k) words[k] = uint32_t(float_to_bf16(v[2 * k])) | uint32_t(float_to_bf16(v[2 * k + 1])) << 16;
-    if constexpr (N == 2) *reinterpret_cast<uint32_t*>(p) = words[0];
-    else if constexpr (N == 4) *reinterpret_cast<uint2*>(p) = make_uint2(words[0], words[1]);
+    for (int k = 0; k < N / 2; ++k)
+      words[k] = uint32_t(float_to_bf16(v[2 * k])) | uint32_t(float_to_bf16(v[2 * k + 1])) << 16;
+    if constexpr (N == 2)
+      *reinterpret_cast<uint32_t*>(p) = words[0];
+    else if constexpr (N == 4)
+      *reinterpret_cast<uint2*>(p) = make_uint2(words[0], words[1]);
     else
 #pragma unroll
       for (int k = 0; k < N / 2; k += 4)
@@ -63,17 +66,22 @@ __device__ __forceinline__ void store_run(uint8_t* p, const float (&v)[N]) {
 #pragma unroll
   for (int k = 0; k < N; ++k)
     codes[k / 4] |= uint32_t(__nv_cvt_float_to_fp8(v[k], __NV_SATFINITE, __NV_E4M3)) << (8 * (k % 4));
-  if constexpr (N == 2) *reinterpret_cast<uint16_t*>(p) = uint16_t(codes[0]);
-  else if constexpr (N == 4) *reinterpret_cast<uint32_t*>(p) = codes[0];
-  else if constexpr (N == 8) *reinterpret_cast<uint2*>(p) = make_uint2(codes[0], codes[1]);
-  else if constexpr (N == 16) *reinterpret_cast<uint4*>(p) = make_uint4(codes[0], codes[1], codes[2], codes[3]);
+  if constexpr (N == 2)
+    *reinterpret_cast<uint16_t*>(p) = uint16_t(codes[0]);
+  else if constexpr (N == 4)
+    *reinterpret_cast<uint32_t*>(p) = codes[0];
+  else if constexpr (N == 8)
+    *reinterpret_cast<uint2*>(p) = make_uint2(codes[0], codes[1]);
+  else if constexpr (N == 16)
+    *reinterpret_cast<uint4*>(p) = make_uint4(codes[0], codes[1], codes[2], codes[3]);
   else
 #pragma unroll
     for (int k = 0; k < N; ++k) p[k] = uint8_t(codes[k / 4] >> (8 * (k % 4)));
 }
 template <int N>
 __device__ __forceinline__ void store_run(float* p, const float (&v)[N]) {
-  if constexpr (N == 2) *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+  if constexpr (N == 2)
+    *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
   else if constexpr (N % 4 == 0)
 #pragma unroll
     for (int k = 0; k < N; k += 4) *reinterpret_cast<float4*>(p + k) = make_float4(v[k], v[k + 1], v[k + 2], v[k + 3]);
@@ -90,7 +98,8 @@ __device__ __forceinline__ void load_pairs(const T* row, int i0, int half, bool 
                                            float (&hi)[PAIRS]) {
   if (interleaved) {
     float run[2 * PAIRS];
-    if constexpr (sizeof(T) == 4) load_run<2 * PAIRS>(row + 2 * i0, run);
+    if constexpr (sizeof(T) == 4)
+      load_run<2 * PAIRS>(row + 2 * i0, run);
     else
 #pragma unroll
       for (int k = 0; k < 2 * PAIRS; ++k) run[k] = bf16_to_float(row[2 * i0 + k]);
@@ -122,10 +131,10 @@ __device__ __forceinline__ void store_pairs(T* row, int i0, int half, bool inter
 // RoPE (the lane's cos / sin) by a warp, in ref::rmsnorm + ref::rope_*'s fp32 order: x0 / x1 are the
 // rotated lo / hi. Every lane calls it (the sum of squares is warp-wide); lanes not `active` add 0.
 template <int PAIRS>
-__device__ __forceinline__ void norm_rope_head(const float (&lo)[PAIRS], const float (&hi)[PAIRS], bool active, bool normed,
-                                               const float (&w_lo)[PAIRS], const float (&w_hi)[PAIRS], float eps, float D,
-                                               const float (&cos_p)[PAIRS], const float (&sin_p)[PAIRS],
-                                               float (&x0)[PAIRS], float (&x1)[PAIRS]) {
+__device__ __forceinline__ void norm_rope_head(const float (&lo)[PAIRS], const float (&hi)[PAIRS], bool active,
+                                               bool normed, const float (&w_lo)[PAIRS], const float (&w_hi)[PAIRS],
+                                               float eps, float D, const float (&cos_p)[PAIRS],
+                                               const float (&sin_p)[PAIRS], float (&x0)[PAIRS], float (&x1)[PAIRS]) {
   float inv = 1.0f;
   if (normed) {
     float sum_sq = 0.0f;

@@ -31,13 +31,14 @@ __device__ __forceinline__ void load_norm_weight(const uint16_t* weight, int64_t
 // at once. delta_scale ≠ 1: a per-token W4A4 GEMM's row scale, rounded apart from the add (no FMA), as
 // a scaling pass over delta would have rounded it.
 template <int PER>
-__device__ __forceinline__ void load_row(const float* x, const float* delta, int64_t width, bool active, float (&v)[PER],
-                                         float delta_scale = 1.0f) {
+__device__ __forceinline__ void load_row(const float* x, const float* delta, int64_t width, bool active,
+                                         float (&v)[PER], float delta_scale = 1.0f) {
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
     const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
-    v[k] = active && i < width ? (delta ? x[i] + (delta_scale == 1.0f ? delta[i] : __fmul_rn(delta[i], delta_scale)) : x[i])
-                               : 0.0f;
+    v[k] = active && i < width
+               ? (delta ? x[i] + (delta_scale == 1.0f ? delta[i] : __fmul_rn(delta[i], delta_scale)) : x[i])
+               : 0.0f;
   }
 }
 
@@ -79,7 +80,8 @@ __device__ __forceinline__ void quantize_row(const float (&v)[PER], int64_t widt
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
     amax[k] = fabsf(v[k]);
-    for (int offset = 1; offset < 16; offset <<= 1) amax[k] = fmaxf(amax[k], __shfl_xor_sync(0xffffffffu, amax[k], offset));
+    for (int offset = 1; offset < 16; offset <<= 1)
+      amax[k] = fmaxf(amax[k], __shfl_xor_sync(0xffffffffu, amax[k], offset));
   }
   const int lane16 = threadIdx.x & 15;
 #pragma unroll
@@ -96,7 +98,8 @@ __device__ __forceinline__ void quantize_row(const float (&v)[PER], int64_t widt
       block.block_scale = __shfl_sync(0xffffffffu, computed.block_scale, k - k0, 16);
       const int64_t i = threadIdx.x + int64_t{k} * NORM_THREADS;
       if (i < width)
-        q.x_hat[row * width + (q.fragment_order ? fragment_order_index(i) : i)] = static_cast<uint16_t>(block.bf16(v[k]));
+        q.x_hat[row * width + (q.fragment_order ? fragment_order_index(i) : i)] =
+            static_cast<uint16_t>(block.bf16(v[k]));
     }
   }
 }

@@ -26,7 +26,7 @@ __global__ void embedding_kernel(const int32_t* ids, const int32_t* drawn, const
 }
 
 constexpr int ROPE_MAX_PAIRS_PER_LANE = 8;  // head_dim ≤ 512
-constexpr int NORM_MAX_PER_THREAD = 32;  // width ≤ 8192
+constexpr int NORM_MAX_PER_THREAD = 32;     // width ≤ 8192
 
 // One block per row, one pass (rmsnorm_row.cuh): each thread keeps its (strided) values and weights
 // in registers; the weights are read before the PDL wait (they do not depend on earlier kernels). PER
@@ -68,10 +68,9 @@ __global__ void __launch_bounds__(NORM_THREADS)
 // rotation pairs (head_dim ≤ 64 · PAIRS), read and written as runs with vector loads and stores
 // (the host checked their alignment). KV: the cache's element, uint16_t (BF16) or uint8_t (FP8 codes).
 template <int PAIRS, int ITEMS, typename KV>
-__global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
-                                          const uint16_t* q_norm, const uint16_t* k_norm, float eps,
-                                          float* q_out, uint16_t* q_out_bf16, KV* k_cache, KV* v_cache, float k_scale,
-                                          float v_scale) {
+__global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l, const uint16_t* q_norm,
+                                          const uint16_t* k_norm, float eps, float* q_out, uint16_t* q_out_bf16,
+                                          KV* k_cache, KV* v_cache, float k_scale, float v_scale) {
   // Index math in 32 bits (the host bounds tokens · heads · head_dim and the row strides), widened
   // once per address: in 64 bits it was a third of the kernel's instructions, which bound prefill.
   const int lane = threadIdx.x & 31;
@@ -120,7 +119,8 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
       if constexpr (sizeof(KV) == 1)
 #pragma unroll
         for (int p = 0; p < PAIRS; ++p) lo[j][p] /= v_scale, hi[j][p] /= v_scale;
-      if (active) store_pairs<PAIRS>(v_cache + slot * kv_width + (head0 + j) * D, i0, half, l.interleaved, lo[j], hi[j]);
+      if (active)
+        store_pairs<PAIRS>(v_cache + slot * kv_width + (head0 + j) * D, i0, half, l.interleaved, lo[j], hi[j]);
     }
     return;
   }
@@ -143,8 +143,10 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
     if (!active) continue;
     if (is_q) {
       const int64_t at = int64_t(t * n_heads + head0 + j) * D;
-      if (q_out_bf16) store_pairs<PAIRS>(q_out_bf16 + at, i0, half, l.interleaved, x0, x1);
-      else store_pairs<PAIRS>(q_out + at, i0, half, l.interleaved, x0, x1);
+      if (q_out_bf16)
+        store_pairs<PAIRS>(q_out_bf16 + at, i0, half, l.interleaved, x0, x1);
+      else
+        store_pairs<PAIRS>(q_out + at, i0, half, l.interleaved, x0, x1);
     } else {
       if constexpr (sizeof(KV) == 1)
 #pragma unroll
@@ -157,14 +159,16 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l,
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, uint16_t* out) {
   pdl_wait();
   pdl_launch_dependents();
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const float g = gate[i];
     out[i] = float_to_bf16(g / (1.0f + expf(-g)) * up[i]);
   }
 }
 
 __global__ void to_bf16_kernel(const float* x, int64_t n, uint16_t* out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
     out[i] = float_to_bf16(x[i]);
 }
 
@@ -175,12 +179,13 @@ int grid_for(int64_t n, int threads) { return static_cast<int>(std::min<int64_t>
 Status embedding_gather(const int32_t* ids, int64_t tokens, const uint16_t* table, int64_t hidden, float* out,
                         cudaStream_t stream, const int32_t* drawn) {
   if (tokens <= 0) return Status::ok();
-  return cuda_status(launch_pdl(embedding_kernel, dim3(unsigned(tokens)), dim3(256), 0, stream, ids, drawn, table, hidden, out),
-                     "embedding_gather");
+  return cuda_status(
+      launch_pdl(embedding_kernel, dim3(unsigned(tokens)), dim3(256), 0, stream, ids, drawn, table, hidden, out),
+      "embedding_gather");
 }
 
-Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t width, const uint16_t* weight, float eps,
-                   uint16_t* out, cudaStream_t stream, const int32_t* rows, const NormActQuant& quant,
+Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t width, const uint16_t* weight,
+                   float eps, uint16_t* out, cudaStream_t stream, const int32_t* rows, const NormActQuant& quant,
                    const float* delta_row_scales, uint16_t* out_fragment_order) {
   if (n_rows <= 0) return Status::ok();
   if ((out_fragment_order || (quant.x_hat && quant.fragment_order)) && width % 32 != 0)
@@ -190,26 +195,27 @@ Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t 
     return Status::error("add_rmsnorm: x̂ needs width a multiple of 16, row scales and an input_scale ≥ 0");
   if (rows && delta) return Status::error("add_rmsnorm: a row selection reads the residual only (no delta)");
   if (width > NORM_THREADS * NORM_MAX_PER_THREAD)
-    return Status::error("add_rmsnorm: width " + std::to_string(width) + " > " + std::to_string(NORM_THREADS * NORM_MAX_PER_THREAD));
+    return Status::error("add_rmsnorm: width " + std::to_string(width) + " > " +
+                         std::to_string(NORM_THREADS * NORM_MAX_PER_THREAD));
   const auto kernel = width <= NORM_THREADS * 8    ? add_rmsnorm_kernel<8>
                       : width <= NORM_THREADS * 16 ? add_rmsnorm_kernel<16>
                                                    : add_rmsnorm_kernel<NORM_MAX_PER_THREAD>;
-  return cuda_status(launch_pdl(kernel, dim3(unsigned(n_rows)), dim3(NORM_THREADS), 0, stream, residual, delta,
-                                width, weight, eps, out, rows, quant, delta_row_scales, out_fragment_order),
+  return cuda_status(launch_pdl(kernel, dim3(unsigned(n_rows)), dim3(NORM_THREADS), 0, stream, residual, delta, width,
+                                weight, eps, out, rows, quant, delta_row_scales, out_fragment_order),
                      "add_rmsnorm");
 }
 
-Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
-                          const uint16_t* q_norm, const uint16_t* k_norm, float eps, float* q_out,
-                          void* k_cache, void* v_cache, cudaStream_t stream, uint16_t* q_out_bf16, KvFormat kv_format,
-                          float k_scale, float v_scale) {
+Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout, const uint16_t* q_norm, const uint16_t* k_norm,
+                          float eps, float* q_out, void* k_cache, void* v_cache, cudaStream_t stream,
+                          uint16_t* q_out_bf16, KvFormat kv_format, float k_scale, float v_scale) {
   if (layout.tokens <= 0) return Status::ok();
   const int64_t half = layout.head_dim / 2;
   // A lane's pairs: the fewest that cover half a head with 32 lanes, a whole number of them.
   const int pairs = half <= 32 ? 1 : half <= 64 ? 2 : half <= 128 ? 4 : 8;
   if (layout.head_dim % 2 != 0 || half > 32 * ROPE_MAX_PAIRS_PER_LANE || half % pairs != 0)
     return Status::error("qk_norm_rope_store: head_dim " + std::to_string(layout.head_dim) +
-                         " unsupported (even, at most 512, and half of it a multiple of " + std::to_string(pairs) + ")");
+                         " unsupported (even, at most 512, and half of it a multiple of " + std::to_string(pairs) +
+                         ")");
   if (!layout.inv_freq) return Status::error("qk_norm_rope_store: no inv_freq table");
   // Runs of 2 · pairs values (interleaved) start at multiples of that many elements of each row.
   const auto aligned = [&](const void* p, size_t element) {
@@ -219,8 +225,8 @@ Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
   if (!aligned(in.q, 4) || !aligned(in.k, 4) || !aligned(in.v, 4) || !aligned(q_out, 4) || !aligned(q_out_bf16, 2) ||
       !aligned(k_cache, kv_element) || !aligned(v_cache, kv_element) || !aligned(q_norm, 2) || !aligned(k_norm, 2) ||
       in.row_stride % (2 * pairs) != 0)
-    return Status::error("qk_norm_rope_store: q/k/v, caches and norm weights must be aligned to " + std::to_string(2 * pairs) +
-                         " elements");
+    return Status::error("qk_norm_rope_store: q/k/v, caches and norm weights must be aligned to " +
+                         std::to_string(2 * pairs) + " elements");
   const int64_t heads = layout.n_heads + 2 * layout.n_kv_heads;
   if (layout.tokens * heads > INT32_MAX / 2 || in.row_stride > INT32_MAX || heads * layout.head_dim > INT32_MAX / 2)
     return Status::error("qk_norm_rope_store: tokens · heads must be below 2^30 (and a row below 2^30 values)");
@@ -235,15 +241,15 @@ Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
     return Status::error("qk_norm_rope_store: an FP8 cache's k_scale and v_scale must be > 0");
   auto launch = [&](auto element_tag) -> Status {
     using KV = decltype(element_tag);
-    using Kernel = void (*)(QkvInput, QkvLayout, const uint16_t*, const uint16_t*, float, float*, uint16_t*, KV*, KV*, float,
-                            float);
+    using Kernel = void (*)(QkvInput, QkvLayout, const uint16_t*, const uint16_t*, float, float*, uint16_t*, KV*, KV*,
+                            float, float);
     const Kernel kernels[2][4] = {{qk_norm_rope_store_kernel<1, 1, KV>, qk_norm_rope_store_kernel<2, 1, KV>,
                                    qk_norm_rope_store_kernel<4, 1, KV>, qk_norm_rope_store_kernel<8, 1, KV>},
                                   {qk_norm_rope_store_kernel<1, 4, KV>, qk_norm_rope_store_kernel<2, 4, KV>,
                                    qk_norm_rope_store_kernel<4, 4, KV>, qk_norm_rope_store_kernel<8, 4, KV>}};
-    return cuda_status(launch_pdl(kernels[per_warp == 4][index], dim3(unsigned(blocks)), dim3(threads), 0, stream, in, layout,
-                                  q_norm, k_norm, eps, q_out, q_out_bf16, static_cast<KV*>(k_cache), static_cast<KV*>(v_cache),
-                                  k_scale, v_scale),
+    return cuda_status(launch_pdl(kernels[per_warp == 4][index], dim3(unsigned(blocks)), dim3(threads), 0, stream, in,
+                                  layout, q_norm, k_norm, eps, q_out, q_out_bf16, static_cast<KV*>(k_cache),
+                                  static_cast<KV*>(v_cache), k_scale, v_scale),
                        "qk_norm_rope_store");
   };
   return kv_format == KvFormat::FP8 ? launch(uint8_t{}) : launch(uint16_t{});
@@ -251,8 +257,9 @@ Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
 
 Status silu_mul_bf16(const float* gate, const float* up, int64_t n, uint16_t* out, cudaStream_t stream) {
   if (n <= 0) return Status::ok();
-  return cuda_status(launch_pdl(silu_mul_kernel, dim3(unsigned(grid_for(n, 256))), dim3(256), 0, stream, gate, up, n, out),
-                     "silu_mul_bf16");
+  return cuda_status(
+      launch_pdl(silu_mul_kernel, dim3(unsigned(grid_for(n, 256))), dim3(256), 0, stream, gate, up, n, out),
+      "silu_mul_bf16");
 }
 
 Status to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream) {
@@ -266,11 +273,11 @@ Status linear_bf16(const uint16_t* x, int64_t M, const uint16_t* w, int64_t N, i
   if (M <= 0) return Status::ok();
   // Row-major y[M,N] = x[M,K]·W[N,K]ᵀ: column-major yᵀ[N,M] = (W as col-major K×N)ᵀ · xᵀ.
   const float one = 1.0f, zero = 0.0f;
-  return cublas_status(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
-                                    static_cast<int>(K), &one, w, CUDA_R_16BF, static_cast<int>(K), x, CUDA_R_16BF,
-                                    static_cast<int>(K), &zero, y, CUDA_R_32F, static_cast<int>(N), CUBLAS_COMPUTE_32F,
-                                    CUBLAS_GEMM_DEFAULT),
-                       "linear_bf16");
+  return cublas_status(
+      cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K),
+                   &one, w, CUDA_R_16BF, static_cast<int>(K), x, CUDA_R_16BF, static_cast<int>(K), &zero, y, CUDA_R_32F,
+                   static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      "linear_bf16");
 }
 
 }  // namespace nibble::cuda

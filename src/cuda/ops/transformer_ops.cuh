@@ -65,15 +65,15 @@ struct QkvInput {
 // to nearest even, saturating: ref::KvRounding::FP8), half the bytes.
 enum class KvFormat { BF16, FP8 };
 
-// q [T, NH·D] and k, v [T, NKV·D] fp32 (the projections, as QkvInput lays them out): per-head RMSNorm of q and k with their
-// weights (both null: no norm), neox or interleaved RoPE (layout.inv_freq), then q_out fp32 [T, NH, D]
-// (or, when q_out_bf16 is given, q rounded to BF16 there instead: FlashInfer's input) and K/V rounded
-// to BF16 (or FP8 of K / k_scale and V / v_scale, kv_format) into the paged cache [blocks, block_size,
-// NKV, D] at each token's slot (ref::rmsnorm, ref::rope_neox, ref::kv_store).
-Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout,
-                          const uint16_t* q_norm, const uint16_t* k_norm, float eps, float* q_out,
-                          void* k_cache, void* v_cache, cudaStream_t stream, uint16_t* q_out_bf16 = nullptr,
-                          KvFormat kv_format = KvFormat::BF16, float k_scale = 1.0f, float v_scale = 1.0f);
+// q [T, NH·D] and k, v [T, NKV·D] fp32 (the projections, as QkvInput lays them out): per-head RMSNorm of q and k with
+// their weights (both null: no norm), neox or interleaved RoPE (layout.inv_freq), then q_out fp32 [T, NH, D] (or, when
+// q_out_bf16 is given, q rounded to BF16 there instead: FlashInfer's input) and K/V rounded to BF16 (or FP8 of K /
+// k_scale and V / v_scale, kv_format) into the paged cache [blocks, block_size, NKV, D] at each token's slot
+// (ref::rmsnorm, ref::rope_neox, ref::kv_store).
+Status qk_norm_rope_store(const QkvInput& in, const QkvLayout& layout, const uint16_t* q_norm, const uint16_t* k_norm,
+                          float eps, float* q_out, void* k_cache, void* v_cache, cudaStream_t stream,
+                          uint16_t* q_out_bf16 = nullptr, KvFormat kv_format = KvFormat::BF16, float k_scale = 1.0f,
+                          float v_scale = 1.0f);
 
 // out = BF16(silu(gate) · up) over n values, gate and up fp32 (ref::silu_mul, for dense MLP layers).
 Status silu_mul_bf16(const float* gate, const float* up, int64_t n, uint16_t* out, cudaStream_t stream);

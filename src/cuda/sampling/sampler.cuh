@@ -22,17 +22,17 @@ struct SamplerRow {
   float top_p = 1.0f, min_p = 0.0f;
   float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
   uint64_t seed = 0, position = 0;
-  int32_t logprobs = -1;  // -1 none, else the top count (≤ MAX_TOP_LOGPROBS)
+  int32_t logprobs = -1;                                      // -1 none, else the top count (≤ MAX_TOP_LOGPROBS)
   int32_t prompt_offset = 0, prompt_len = 0, output_len = 0;  // output follows the prompt in tokens
   int32_t masked_offset = 0, masked_len = 0;
   int32_t bias_offset = 0, bias_len = 0;  // logit_bias: tokens in SamplerBatch::tokens, values in bias_values
-  int32_t score_token = -1;  // >= 0: draw nothing, give this token's logprob (a prompt position)
+  int32_t score_token = -1;               // >= 0: draw nothing, give this token's logprob (a prompt position)
 };
 
 struct SamplerBatch {
   int64_t rows = 0, vocab = 0;
-  const float* logits = nullptr;      // [rows, vocab]
-  const SamplerRow* params = nullptr; // device [rows]
+  const float* logits = nullptr;       // [rows, vocab]
+  const SamplerRow* params = nullptr;  // device [rows]
   // Device: every row's prompt, output and masked tokens. Pending ids (models::pending_token(j),
   // negative) are replaced in place by drawn[j], the token the step before drew for its row j.
   int32_t* tokens = nullptr;
@@ -41,7 +41,8 @@ struct SamplerBatch {
   float* out_logprobs = nullptr;      // [rows]
   int32_t* out_top_tokens = nullptr;  // [rows, MAX_TOP_LOGPROBS]
   float* out_top_logprobs = nullptr;  // [rows, MAX_TOP_LOGPROBS]
-  const float* bias_values = nullptr; // device, indexed as tokens: each logit_bias token's value (null: no row has any)
+  // Device, indexed as tokens: each logit_bias token's value (null: no row has any).
+  const float* bias_values = nullptr;
 };
 
 Status sample_rows(const SamplerBatch& batch, cudaStream_t stream);

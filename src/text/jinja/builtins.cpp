@@ -18,8 +18,9 @@ double number_of(const Value& v) { return v.kind() == Value::Kind::BOOL ? double
 // ImmutableSandboxedEnvironment refuses the methods that modify a list or dict (jinja2/sandbox.py
 // _mutable_spec); everything else that is not a method is an undefined attribute.
 Status refused_mutation(const std::string& type, const std::string& name) {
-  return Status::error("access to attribute '" + name + "' of '" + type +
-                       "' object is unsafe (chat templates run immutable, as in jinja2's ImmutableSandboxedEnvironment)");
+  return Status::error(
+      "access to attribute '" + name + "' of '" + type +
+      "' object is unsafe (chat templates run immutable, as in jinja2's ImmutableSandboxedEnvironment)");
 }
 
 Result<Value> list_method(const Value& l, const std::string& name) {
@@ -40,7 +41,8 @@ Result<Value> list_method(const Value& l, const std::string& name) {
       return Value(n);
     });
   }
-  if (name == "copy" && !l.is_tuple()) return Value::function([l](CallArgs&) -> Result<Value> { return Value(l.as_list()); });
+  if (name == "copy" && !l.is_tuple())
+    return Value::function([l](CallArgs&) -> Result<Value> { return Value(l.as_list()); });
   return Value();
 }
 
@@ -48,21 +50,26 @@ int64_t normalize_index(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
 
 // A global jinja2 defines that nibble refuses: calling it is an error naming it.
 Value refused_global(const std::string& name, const std::string& why) {
-  return Value::function([name, why](CallArgs&) -> Result<Value> { return Status::error(name + "() is not supported: " + why); });
+  return Value::function(
+      [name, why](CallArgs&) -> Result<Value> { return Status::error(name + "() is not supported: " + why); });
 }
 
 }  // namespace
 
 Result<Value> dict_method(const Value& d, const std::string& name) {
   static const char* MUTATING[] = {"update", "pop", "popitem", "setdefault", "clear"};
-  if (std::find(std::begin(MUTATING), std::end(MUTATING), name) != std::end(MUTATING)) return refused_mutation("dict", name);
+  if (std::find(std::begin(MUTATING), std::end(MUTATING), name) != std::end(MUTATING))
+    return refused_mutation("dict", name);
   if (name == "items" || name == "keys" || name == "values") {
     return Value::function([d, name](CallArgs&) -> Result<Value> {
       List out;
       for (const auto& [k, v] : d.as_dict()) {
-        if (name == "items") out.push_back(Value::tuple({Value(k), v}));
-        else if (name == "keys") out.push_back(Value(k));
-        else out.push_back(v);
+        if (name == "items")
+          out.push_back(Value::tuple({Value(k), v}));
+        else if (name == "keys")
+          out.push_back(Value(k));
+        else
+          out.push_back(v);
       }
       return Value(out);
     });
@@ -111,7 +118,8 @@ Result<Value> compare(const std::string& op, const Value& a, const Value& b) {
     }
     if (cmp == 0) cmp = x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
   } else {
-    return Status::error("'" + op + "' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'");
+    return Status::error("'" + op + "' not supported between instances of '" + a.type_name() + "' and '" +
+                         b.type_name() + "'");
   }
   if (op == "<") return Value(cmp < 0);
   if (op == ">") return Value(cmp > 0);
@@ -121,7 +129,8 @@ Result<Value> compare(const std::string& op, const Value& a, const Value& b) {
 
 Result<bool> contains(const Value& container, const Value& item) {
   if (container.is_string()) {
-    if (!item.is_string()) return Status::error("'in <string>' requires string as left operand, not " + item.type_name());
+    if (!item.is_string())
+      return Status::error("'in <string>' requires string as left operand, not " + item.type_name());
     return container.as_string().find(item.as_string()) != std::string::npos;
   }
   if (container.is_list()) {
@@ -177,13 +186,16 @@ Value global(const std::string& name) {
     return Value::function([](CallArgs& a) -> Result<Value> {
       int64_t start = 0, stop, step = 1;
       for (const Value& v : a.positional)
-        if (v.kind() != Value::Kind::INT) return Status::error("range: '" + v.type_name() + "' object cannot be interpreted as an integer");
-      if (a.positional.size() == 1) stop = a.positional[0].as_int();
+        if (v.kind() != Value::Kind::INT)
+          return Status::error("range: '" + v.type_name() + "' object cannot be interpreted as an integer");
+      if (a.positional.size() == 1)
+        stop = a.positional[0].as_int();
       else if (a.positional.size() >= 2) {
         start = a.positional[0].as_int();
         stop = a.positional[1].as_int();
         if (a.positional.size() > 2) step = a.positional[2].as_int();
-      } else return Status::error("range expected at least 1 argument");
+      } else
+        return Status::error("range expected at least 1 argument");
       if (step == 0) return Status::error("range() arg 3 must not be zero");
       List out;
       for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
@@ -198,7 +210,8 @@ Value global(const std::string& name) {
     return Value::function([ns](CallArgs& a) -> Result<Value> {
       Value d{Dict{}};
       for (const Value& p : a.positional)
-        if (p.is_dict()) for (const auto& kv : p.as_dict()) d.set(kv.first, kv.second);
+        if (p.is_dict())
+          for (const auto& kv : p.as_dict()) d.set(kv.first, kv.second);
       for (const auto& kv : a.keyword) d.set(kv.first, kv.second);
       return ns ? Value::namespace_object(d.as_dict()) : d;
     });
@@ -274,9 +287,12 @@ Result<Value> get_item(const Value& obj, const Value& key) {
 
 Result<Value> slice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
   List items;
-  if (obj.is_list()) items = obj.as_list();
-  else if (obj.is_string()) items = string_chars(obj.as_string());
-  else return Status::error("'" + obj.type_name() + "' object is not subscriptable");
+  if (obj.is_list())
+    items = obj.as_list();
+  else if (obj.is_string())
+    items = string_chars(obj.as_string());
+  else
+    return Status::error("'" + obj.type_name() + "' object is not subscriptable");
   const int64_t n = static_cast<int64_t>(items.size());
   const int64_t st = step.kind() == Value::Kind::INT ? step.as_int() : 1;
   if (st == 0) return Status::error("slice step cannot be zero");
@@ -341,7 +357,8 @@ Result<Value> binary_op(const std::string& op, const Value& a, const Value& b) {
     return a.is_tuple() ? Value::tuple(l) : Value(l);
   }
   if (!numeric(a) || !numeric(b))
-    return Status::error("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" + b.type_name() + "'");
+    return Status::error("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" + b.type_name() +
+                         "'");
   auto as_int = [](const Value& v) { return v.kind() == Value::Kind::BOOL ? int64_t{v.as_bool()} : v.as_int(); };
   const bool ints = a.kind() != Value::Kind::FLOAT && b.kind() != Value::Kind::FLOAT;
   const double x = number_of(a), y = number_of(b);
@@ -363,7 +380,8 @@ Result<Value> binary_op(const std::string& op, const Value& a, const Value& b) {
     const double d = std::floor(x / y);
     return op == "//" ? Value(d) : Value(x - d * y);
   }
-  if (op == "**") return ints && as_int(b) >= 0 ? Value(static_cast<int64_t>(std::llround(std::pow(x, y)))) : Value(std::pow(x, y));
+  if (op == "**")
+    return ints && as_int(b) >= 0 ? Value(static_cast<int64_t>(std::llround(std::pow(x, y)))) : Value(std::pow(x, y));
   return Status::error("unknown operator " + op);
 }
 
@@ -386,15 +404,17 @@ Result<bool> run_test(const std::string& name, const Value& v, const List& args)
   if (name == "escaped") return false;  // no Markup values: nothing is marked as escaped
   if (name == "filter") return v.is_string() && has_filter(v.as_string());
   if (name == "test") {
-    static const char* TESTS[] = {"boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even",
-                                  "false", "filter", "float", "ge", "greaterthan", "gt", "in", "integer", "iterable",
-                                  "le", "lessthan", "lower", "lt", "mapping", "ne", "none", "number", "odd", "sameas",
-                                  "sequence", "string", "test", "true", "undefined", "upper", "==", "!=", "<", "<=",
-                                  ">", ">="};
+    static const char* TESTS[] = {
+        "boolean",  "callable", "defined",  "divisibleby", "eq",          "equalto", "escaped", "even",
+        "false",    "filter",   "float",    "ge",          "greaterthan", "gt",      "in",      "integer",
+        "iterable", "le",       "lessthan", "lower",       "lt",          "mapping", "ne",      "none",
+        "number",   "odd",      "sameas",   "sequence",    "string",      "test",    "true",    "undefined",
+        "upper",    "==",       "!=",       "<",           "<=",          ">",       ">="};
     return v.is_string() && std::find(std::begin(TESTS), std::end(TESTS), v.as_string()) != std::end(TESTS);
   }
   if (name == "odd" || name == "even") {
-    if (v.kind() != K::INT && v.kind() != K::BOOL) return Status::error("odd/even need an integer, got " + v.type_name());
+    if (v.kind() != K::INT && v.kind() != K::BOOL)
+      return Status::error("odd/even need an integer, got " + v.type_name());
     const int64_t i = v.kind() == K::BOOL ? int64_t{v.as_bool()} : v.as_int();
     return (i % 2 != 0) == (name == "odd");
   }
@@ -406,8 +426,8 @@ Result<bool> run_test(const std::string& name, const Value& v, const List& args)
   if (name == "eq" || name == "equalto" || name == "==" || name == "sameas") return !args.empty() && v.equals(args[0]);
   if (name == "ne" || name == "!=") return args.empty() || !v.equals(args[0]);
   static const std::pair<const char*, const char*> ORDER[] = {
-      {"lt", "<"}, {"lessthan", "<"}, {"<", "<"}, {"gt", ">"}, {"greaterthan", ">"}, {">", ">"},
-      {"le", "<="}, {"<=", "<="}, {"ge", ">="}, {">=", ">="}};
+      {"lt", "<"}, {"lessthan", "<"}, {"<", "<"},   {"gt", ">"},  {"greaterthan", ">"},
+      {">", ">"},  {"le", "<="},      {"<=", "<="}, {"ge", ">="}, {">=", ">="}};
   for (const auto& [test, op] : ORDER) {
     if (name != test) continue;
     if (args.empty()) return Status::error(name + " needs an argument");

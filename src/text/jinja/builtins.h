@@ -8,7 +8,7 @@
 
 namespace nibble::text::jinja {
 
-Value global(const std::string& name);  // range, namespace, dict, joiner, raise_exception, strftime_now
+Value global(const std::string& name);    // range, namespace, dict, joiner, raise_exception, strftime_now
 List string_chars(const std::string& s);  // a str iterated: one item per code point
 Result<Value> get_attribute(const Value& obj, const std::string& name);
 Result<Value> get_item(const Value& obj, const Value& key);

@@ -13,23 +13,31 @@
 namespace nibble::text::jinja {
 namespace {
 
-const char* const FILTERS[] = {
-    "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape",
-    "filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent", "int", "items", "join",
-    "last", "length", "list", "lower", "map", "max", "min", "pprint", "random", "reject", "rejectattr",
-    "replace", "reverse", "round", "safe", "select", "selectattr", "slice", "sort", "string", "striptags",
-    "sum", "title", "tojson", "trim", "truncate", "unique", "upper", "urlencode", "urlize", "wordcount",
-    "wordwrap", "xmlattr"};
+const char* const FILTERS[] = {"abs",    "attr",       "batch",       "capitalize", "center",   "count",
+                               "d",      "default",    "dictsort",    "e",          "escape",   "filesizeformat",
+                               "first",  "float",      "forceescape", "format",     "groupby",  "indent",
+                               "int",    "items",      "join",        "last",       "length",   "list",
+                               "lower",  "map",        "max",         "min",        "pprint",   "random",
+                               "reject", "rejectattr", "replace",     "reverse",    "round",    "safe",
+                               "select", "selectattr", "slice",       "sort",       "string",   "striptags",
+                               "sum",    "title",      "tojson",      "trim",       "truncate", "unique",
+                               "upper",  "urlencode",  "urlize",      "wordcount",  "wordwrap", "xmlattr"};
 
 std::string escape_html(const std::string& s) {  // markupsafe.escape
   std::string out;
   for (char c : s) {
-    if (c == '&') out += "&amp;";
-    else if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '"') out += "&#34;";
-    else if (c == '\'') out += "&#39;";
-    else out += c;
+    if (c == '&')
+      out += "&amp;";
+    else if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '"')
+      out += "&#34;";
+    else if (c == '\'')
+      out += "&#39;";
+    else
+      out += c;
   }
   return out;
 }
@@ -37,8 +45,8 @@ std::string escape_html(const std::string& s) {  // markupsafe.escape
 // html.unescape for numeric references and the entities markup commonly holds; other named
 // entities stay as written (Python knows all 2,231 HTML5 names).
 std::string unescape_html(const std::string& s) {
-  static const std::pair<const char*, const char*> NAMED[] = {
-      {"amp", "&"}, {"lt", "<"}, {"gt", ">"}, {"quot", "\""}, {"apos", "'"}, {"nbsp", "\xc2\xa0"}};
+  static const std::pair<const char*, const char*> NAMED[] = {{"amp", "&"},   {"lt", "<"},   {"gt", ">"},
+                                                              {"quot", "\""}, {"apos", "'"}, {"nbsp", "\xc2\xa0"}};
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] == '&') {
@@ -70,9 +78,12 @@ std::string url_quote(const std::string& s, bool for_query) {  // urllib.parse.q
   static const char* HEX = "0123456789ABCDEF";
   std::string out;
   for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' || (!for_query && c == '/')) out += static_cast<char>(c);
-    else if (for_query && c == ' ') out += '+';
-    else out += std::string("%") + HEX[c >> 4] + HEX[c & 15];
+    if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' || (!for_query && c == '/'))
+      out += static_cast<char>(c);
+    else if (for_query && c == ' ')
+      out += '+';
+    else
+      out += std::string("%") + HEX[c >> 4] + HEX[c & 15];
   }
   return out;
 }
@@ -174,14 +185,16 @@ std::string indent_text(const std::string& s, const std::string& pad, bool first
 }
 
 Result<Value> round_value(const Value& v, int64_t precision, const std::string& how) {
-  if (!v.is_number() && v.kind() != Value::Kind::BOOL) return Status::error("round: a number is required, not " + v.type_name());
+  if (!v.is_number() && v.kind() != Value::Kind::BOOL)
+    return Status::error("round: a number is required, not " + v.type_name());
   const double x = v.kind() == Value::Kind::BOOL ? double(v.as_bool()) : v.as_number();
   if (how == "ceil" || how == "floor") {
     const double scale = std::pow(10.0, static_cast<double>(precision));
     return Value((how == "ceil" ? std::ceil(x * scale) : std::floor(x * scale)) / scale);
   }
   if (how != "common") return Status::error("round: method must be common, ceil or floor");
-  if (v.kind() != Value::Kind::FLOAT && precision >= 0) return v.kind() == Value::Kind::BOOL ? Value(int64_t{v.as_bool()}) : v;
+  if (v.kind() != Value::Kind::FLOAT && precision >= 0)
+    return v.kind() == Value::Kind::BOOL ? Value(int64_t{v.as_bool()}) : v;
   if (precision < 0) {  // round(1234.5, -2) == 1200.0: half-even at a power of ten
     const double scale = std::pow(10.0, static_cast<double>(-precision));
     return Value(std::nearbyint(x / scale) * scale);
@@ -398,7 +411,8 @@ Result<Value> call_filter(const std::string& name, CallArgs& a) {
     const bool case_sensitive = bool_arg(a, 1, "case_sensitive", false);
     const Value* by = arg(2, "by");
     const std::string by_name = by ? by->str() : "key";
-    if (by_name != "key" && by_name != "value") return Status::error("dictsort: You can only sort by either 'key' or 'value'");
+    if (by_name != "key" && by_name != "value")
+      return Status::error("dictsort: You can only sort by either 'key' or 'value'");
     List pairs;
     for (const auto& [k, x] : v.as_dict()) pairs.push_back(Value::tuple({Value(k), x}));
     auto key = [&](const Value& pair) -> Result<Value> {
@@ -476,8 +490,10 @@ Result<Value> call_filter(const std::string& name, CallArgs& a) {
   }
   if (name == "indent") {
     const Value* width = arg(1, "width");
-    const std::string pad = width && width->is_string() ? width->as_string()
-                                                        : std::string(static_cast<size_t>(std::max<int64_t>(0, width ? width->as_int() : 4)), ' ');
+    const std::string pad =
+        width && width->is_string()
+            ? width->as_string()
+            : std::string(static_cast<size_t>(std::max<int64_t>(0, width ? width->as_int() : 4)), ' ');
     return Value(indent_text(v.str(), pad, bool_arg(a, 2, "first", false), bool_arg(a, 3, "blank", false)));
   }
   if (name == "string") return Value(v.str());
@@ -512,12 +528,15 @@ Result<Value> call_filter(const std::string& name, CallArgs& a) {
   if (name == "urlencode") {
     if (v.is_string() || !(v.is_list() || v.is_dict())) return Value(url_quote(v.str(), false));
     std::string out;
-    auto add = [&](const Value& k, const Value& x) { out += (out.empty() ? "" : "&") + url_quote(k.str(), true) + "=" + url_quote(x.str(), true); };
+    auto add = [&](const Value& k, const Value& x) {
+      out += (out.empty() ? "" : "&") + url_quote(k.str(), true) + "=" + url_quote(x.str(), true);
+    };
     if (v.is_dict()) {
       for (const auto& [k, x] : v.as_dict()) add(Value(k), x);
     } else {
       for (const Value& pair : v.as_list()) {
-        if (!pair.is_list() || pair.as_list().size() != 2) return Status::error("urlencode: a list needs (key, value) pairs");
+        if (!pair.is_list() || pair.as_list().size() != 2)
+          return Status::error("urlencode: a list needs (key, value) pairs");
         add(pair.as_list()[0], pair.as_list()[1]);
       }
     }
@@ -636,10 +655,12 @@ Result<Value> call_filter(const std::string& name, CallArgs& a) {
     return get_attribute(v, attribute->str());
   }
   if (name == "random" || name == "pprint" || name == "urlize" || name == "wordwrap")
-    return Status::error("filter '" + name + "' is not supported in chat templates (" +
-                         (name == "random" ? std::string("a prompt must be reproducible")
-                                           : std::string("its output follows Python's text layout heuristics, which nibble does not reproduce")) +
-                         ")");
+    return Status::error(
+        "filter '" + name + "' is not supported in chat templates (" +
+        (name == "random"
+             ? std::string("a prompt must be reproducible")
+             : std::string("its output follows Python's text layout heuristics, which nibble does not reproduce")) +
+        ")");
   return Status::error("no filter named '" + name + "'");
 }
 

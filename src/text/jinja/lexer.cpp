@@ -61,8 +61,10 @@ Result<std::vector<Piece>> split_pieces(const std::string& src) {
       char quote = 0;
       for (; k + 1 < src.size(); ++k) {
         if (quote) {
-          if (src[k] == '\\') ++k;
-          else if (src[k] == quote) quote = 0;
+          if (src[k] == '\\')
+            ++k;
+          else if (src[k] == quote)
+            quote = 0;
         } else if (src[k] == '"' || src[k] == '\'') {
           quote = src[k];
         } else if (src.compare(k, 2, closing) == 0) {
@@ -71,7 +73,8 @@ Result<std::vector<Piece>> split_pieces(const std::string& src) {
       }
       close = k + 1 < src.size() ? k : std::string::npos;
     }
-    if (close == std::string::npos) return Status::error("line " + std::to_string(line) + ": unclosed '{" + type + "' tag");
+    if (close == std::string::npos)
+      return Status::error("line " + std::to_string(line) + ": unclosed '{" + type + "' tag");
     size_t content_end = close;
     if (content_end > inner && (src[content_end - 1] == '-' || src[content_end - 1] == '+')) {
       strip_next = src[content_end - 1] == '-';
@@ -82,8 +85,10 @@ Result<std::vector<Piece>> split_pieces(const std::string& src) {
       trim_next_newline = type != '{';  // trim_blocks: the newline after a block or comment tag goes
     }
     const std::string content = src.substr(inner, content_end - inner);
-    if (type == '{') pieces.push_back({Piece::EXPRESSION, content, line});
-    else if (type == '%') pieces.push_back({Piece::STATEMENT, content, line});
+    if (type == '{')
+      pieces.push_back({Piece::EXPRESSION, content, line});
+    else if (type == '%')
+      pieces.push_back({Piece::STATEMENT, content, line});
     for (char c : src.substr(open, close + 2 - open)) line += c == '\n';
     pos = close + 2;
   }
@@ -135,13 +140,26 @@ Result<std::vector<Token>> tokenize(const std::string& s, int line) {
         if (s[j] == '\\' && j + 1 < s.size()) {
           const char e = s[++j];
           switch (e) {
-            case 'n': v += '\n'; break;
-            case 't': v += '\t'; break;
-            case 'r': v += '\r'; break;
-            case '\\': v += '\\'; break;
-            case '\'': v += '\''; break;
-            case '"': v += '"'; break;
-            default: v += '\\', v += e;
+            case 'n':
+              v += '\n';
+              break;
+            case 't':
+              v += '\t';
+              break;
+            case 'r':
+              v += '\r';
+              break;
+            case '\\':
+              v += '\\';
+              break;
+            case '\'':
+              v += '\'';
+              break;
+            case '"':
+              v += '"';
+              break;
+            default:
+              v += '\\', v += e;
           }
         } else {
           v += s[j];
@@ -151,8 +169,8 @@ Result<std::vector<Token>> tokenize(const std::string& s, int line) {
       out.push_back({Token::STRING, v, Value(v)});
       i = j + 1;
     } else {
-      static const char* OPS[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "<", ">", "=",
-                                  "(", ")", "[", "]", "{", "}", ",", ".", ":", "|", "~"};
+      static const char* OPS[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "<", ">",
+                                  "=",  "(",  ")",  "[",  "]",  "{",  "}", ",", ".", ":", "|", "~"};
       bool found = false;
       for (const char* op : OPS) {
         if (s.compare(i, std::char_traits<char>::length(op), op) == 0) {

@@ -313,9 +313,12 @@ class ExprParser {
     if (tok.kind == Token::NAME) {
       ++p_;
       auto e = make(Expr::Kind::LITERAL);
-      if (tok.text == "true" || tok.text == "True") e->literal = Value(true);
-      else if (tok.text == "false" || tok.text == "False") e->literal = Value(false);
-      else if (tok.text == "none" || tok.text == "None") e->literal = Value::none();
+      if (tok.text == "true" || tok.text == "True")
+        e->literal = Value(true);
+      else if (tok.text == "false" || tok.text == "False")
+        e->literal = Value(false);
+      else if (tok.text == "none" || tok.text == "None")
+        e->literal = Value::none();
       else {
         e->kind = Expr::Kind::NAME;
         e->name = tok.text;
@@ -608,7 +611,7 @@ class TemplateParser {
     const Piece& piece = pieces_[i_ - 1];
     std::string rest = piece.content;
     const size_t start = rest.find_first_not_of(" \t\n");
-    rest = rest.substr(start);                       // "filter upper(...)" or "set x | f"
+    rest = rest.substr(start);  // "filter upper(...)" or "set x | f"
     const bool is_filter = rest.compare(0, 6, "filter") == 0;
     const size_t at = is_filter ? 6 : rest.find('|') + 1;
     auto tokens = tokenize(std::string(BLOCK_INPUT) + " | " + rest.substr(at), line);

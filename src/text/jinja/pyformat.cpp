@@ -89,7 +89,9 @@ Result<std::string> format_int(int64_t v, const Spec& spec) {
     case 'd':
     case 'n':
     case 'i':
-    case 'u': body = std::to_string(a); break;
+    case 'u':
+      body = std::to_string(a);
+      break;
     case 'x':
     case 'X':
     case 'o':
@@ -109,9 +111,11 @@ Result<std::string> format_int(int64_t v, const Spec& spec) {
       append_utf8(body, static_cast<uint32_t>(v));
       return py_pad(body, spec.width, spec.fill, spec.align ? spec.align : '<');
     }
-    default: return format_float(static_cast<double>(v), spec);
+    default:
+      return format_float(static_cast<double>(v), spec);
   }
-  if (spec.grouping) body = group_digits(body, spec.grouping, spec.type == 0 || spec.type == 'd' || spec.type == 'n' ? 3 : 4);
+  if (spec.grouping)
+    body = group_digits(body, spec.grouping, spec.type == 0 || spec.type == 'd' || spec.type == 'n' ? 3 : 4);
   return pad_number(sign_of(negative, spec.sign), prefix, body, spec);
 }
 
@@ -161,7 +165,8 @@ Result<Spec> parse_spec(const std::string& text) {
   if (i < cps.size() && cps[i] == '.') {
     ++i;
     spec.precision = 0;
-    if (i >= cps.size() || cps[i] < '0' || cps[i] > '9') return Status::error("format: format specifier missing precision");
+    if (i >= cps.size() || cps[i] < '0' || cps[i] > '9')
+      return Status::error("format: format specifier missing precision");
     while (i < cps.size() && cps[i] >= '0' && cps[i] <= '9') spec.precision = spec.precision * 10 + (cps[i++] - '0');
   }
   if (i < cps.size()) spec.type = static_cast<char>(cps[i++]);
@@ -169,14 +174,15 @@ Result<Spec> parse_spec(const std::string& text) {
   return spec;
 }
 
-
 }  // namespace
 
 Result<std::string> percent_format(const std::string& format, const Value& args) {
   const bool mapping = args.kind() == Value::Kind::DICT;
   List positional;
-  if (args.is_list() && args.as_bool()) positional = args.as_list();  // a tuple spreads; a list is one value
-  else if (!mapping) positional = {args};
+  if (args.is_list() && args.as_bool())
+    positional = args.as_list();  // a tuple spreads; a list is one value
+  else if (!mapping)
+    positional = {args};
   size_t next = 0;
   std::string out;
   for (size_t i = 0; i < format.size(); ++i) {
@@ -197,11 +203,16 @@ Result<std::string> percent_format(const std::string& format, const Value& args)
     Spec spec;
     spec.align = '>';
     for (; i < format.size() && std::string("-+ #0").find(format[i]) != std::string::npos; ++i) {
-      if (format[i] == '-') spec.align = '<';
-      else if (format[i] == '+') spec.sign = '+';
-      else if (format[i] == ' ' && spec.sign != '+') spec.sign = ' ';
-      else if (format[i] == '#') spec.alternate = true;
-      else if (spec.align != '<') spec.fill = "0", spec.align = '=';
+      if (format[i] == '-')
+        spec.align = '<';
+      else if (format[i] == '+')
+        spec.sign = '+';
+      else if (format[i] == ' ' && spec.sign != '+')
+        spec.sign = ' ';
+      else if (format[i] == '#')
+        spec.alternate = true;
+      else if (spec.align != '<')
+        spec.fill = "0", spec.align = '=';
     }
     auto take_number = [&](int64_t& field) -> Status {
       if (i < format.size() && format[i] == '*') {
@@ -252,7 +263,8 @@ Result<std::string> percent_format(const std::string& format, const Value& args)
         piece = py_pad(v.as_string(), spec.width, " ", spec.align == '<' ? '<' : '>');
       } else {
         if (!number || (v.kind() == Value::Kind::FLOAT && std::string("xXoc").find(type) != std::string::npos))
-          return Status::error(std::string("format: %") + type + " format: an integer is required, not " + v.type_name());
+          return Status::error(std::string("format: %") + type + " format: an integer is required, not " +
+                               v.type_name());
         spec.type = type == 'i' || type == 'u' ? 'd' : type;
         if (spec.alternate && type == 'o') spec.type = 'o';
         const int64_t x = v.kind() == Value::Kind::INT ? v.as_int() : static_cast<int64_t>(as_double);
@@ -264,7 +276,8 @@ Result<std::string> percent_format(const std::string& format, const Value& args)
           digits.align = '>';
           auto d = format_int(x < 0 ? -x : x, digits);
           if (!d) return d;
-          std::string body = std::string(static_cast<size_t>(std::max<int64_t>(0, spec.precision - py_len(*d))), '0') + *d;
+          std::string body =
+              std::string(static_cast<size_t>(std::max<int64_t>(0, spec.precision - py_len(*d))), '0') + *d;
           piece = pad_number(sign_of(x < 0, spec.sign), "", body, spec);
         } else {
           auto r = format_int(x, spec);
@@ -273,7 +286,8 @@ Result<std::string> percent_format(const std::string& format, const Value& args)
         }
       }
     } else if (std::string("eEfFgG").find(type) != std::string::npos) {
-      if (!number) return Status::error(std::string("format: %") + type + " format: must be real number, not " + v.type_name());
+      if (!number)
+        return Status::error(std::string("format: %") + type + " format: must be real number, not " + v.type_name());
       spec.type = type;
       auto r = format_float(as_double, spec);
       if (!r) return r;
@@ -283,7 +297,8 @@ Result<std::string> percent_format(const std::string& format, const Value& args)
     }
     out += piece;
   }
-  if (!mapping && next < positional.size()) return Status::error("format: not all arguments converted during string formatting");
+  if (!mapping && next < positional.size())
+    return Status::error("format: not all arguments converted during string formatting");
   return out;
 }
 
@@ -313,7 +328,8 @@ Result<std::string> brace_format(const std::string& format, const CallArgs& args
     if (close == std::string::npos) return Status::error("format: Single '{' encountered in format string");
     const std::string field = format.substr(i + 1, close - i - 1);
     i = close;
-    if (field.find('{') != std::string::npos) return Status::error("format: nested replacement fields are not supported");
+    if (field.find('{') != std::string::npos)
+      return Status::error("format: nested replacement fields are not supported");
     size_t colon = field.find(':'), bang = field.find('!');
     if (bang != std::string::npos && colon != std::string::npos && bang > colon) bang = std::string::npos;
     const std::string name = field.substr(0, std::min(bang, colon));
@@ -326,7 +342,8 @@ Result<std::string> brace_format(const std::string& format, const CallArgs& args
     if (arg_name.empty() || std::all_of(arg_name.begin(), arg_name.end(), ::isdigit)) {
       const size_t index = arg_name.empty() ? auto_index++ : std::stoul(arg_name);
       if (index >= args.positional.size())
-        return Status::error("format: Replacement index " + std::to_string(index) + " out of range for positional args tuple");
+        return Status::error("format: Replacement index " + std::to_string(index) +
+                             " out of range for positional args tuple");
       v = args.positional[index];
     } else {
       const Value* k = args.keyword_arg(arg_name);
@@ -346,13 +363,17 @@ Result<std::string> brace_format(const std::string& format, const CallArgs& args
       } else {
         found = v.find(key);
       }
-      if (!found) return Status::error("format: no element or attribute '" + key + "' in the replacement field '" + name + "'");
+      if (!found)
+        return Status::error("format: no element or attribute '" + key + "' in the replacement field '" + name + "'");
       v = *found;
       end = item ? (stop + 1 < name.size() ? stop + 1 : std::string::npos) : stop;
     }
-    if (conversion == 'r' || conversion == 'a') v = Value(v.repr());
-    else if (conversion == 's') v = Value(v.str());
-    else if (conversion) return Status::error(std::string("format: Unknown conversion specifier ") + conversion);
+    if (conversion == 'r' || conversion == 'a')
+      v = Value(v.repr());
+    else if (conversion == 's')
+      v = Value(v.str());
+    else if (conversion)
+      return Status::error(std::string("format: Unknown conversion specifier ") + conversion);
     auto spec = parse_spec(spec_text);
     if (!spec) return spec.status();
     auto piece = format_value(v, *spec, "format");
@@ -361,6 +382,5 @@ Result<std::string> brace_format(const std::string& format, const CallArgs& args
   }
   return out;
 }
-
 
 }  // namespace nibble::text::jinja

@@ -115,7 +115,8 @@ bool py_isdecimal(uint32_t cp) { return category(cp) == UTF8PROC_CATEGORY_ND; }
 bool py_isdigit(uint32_t cp) {
   if (py_isdecimal(cp)) return true;
   // Numeric_Type=Digit outside Nd: superscripts, subscripts, circled and parenthesized digits.
-  return cp == 0xB2 || cp == 0xB3 || cp == 0xB9 || (cp >= 0x2070 && cp <= 0x2079 && cp != 0x2071 && cp != 0x2072 && cp != 0x2073) ||
+  return cp == 0xB2 || cp == 0xB3 || cp == 0xB9 ||
+         (cp >= 0x2070 && cp <= 0x2079 && cp != 0x2071 && cp != 0x2072 && cp != 0x2073) ||
          (cp >= 0x2080 && cp <= 0x2089) || (cp >= 0x2460 && cp <= 0x2468) || (cp >= 0x2474 && cp <= 0x247C) ||
          (cp >= 0x2488 && cp <= 0x2490) || cp == 0x24EA || (cp >= 0x24F5 && cp <= 0x24FD) || cp == 0x24FF ||
          (cp >= 0x2776 && cp <= 0x277E) || (cp >= 0x2780 && cp <= 0x2788) || (cp >= 0x278A && cp <= 0x2792) ||
@@ -126,8 +127,8 @@ bool py_isnumeric(uint32_t cp) {
   const auto c = category(cp);
   if (c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO) return true;
   // Han numerals (Numeric_Type=Numeric in Unihan) that templates may meet: 〇一二三四五六七八九十百千万亿.
-  static const std::set<uint32_t> HAN = {0x3007, 0x4E00, 0x4E8C, 0x4E09, 0x56DB, 0x4E94, 0x516D, 0x4E03,
-                                         0x516B, 0x4E5D, 0x5341, 0x767E, 0x5343, 0x4E07, 0x4EBF, 0x5104, 0x96F6};
+  static const std::set<uint32_t> HAN = {0x3007, 0x4E00, 0x4E8C, 0x4E09, 0x56DB, 0x4E94, 0x516D, 0x4E03, 0x516B,
+                                         0x4E5D, 0x5341, 0x767E, 0x5343, 0x4E07, 0x4EBF, 0x5104, 0x96F6};
   return HAN.count(cp) > 0;
 }
 
@@ -162,8 +163,10 @@ std::string py_strip(const std::string& s, const Value* chars, bool left, bool r
     for (uint32_t c : code_points(chars->str())) set.insert(c);
   auto strip_it = [&](uint32_t c) { return whitespace ? py_isspace(c) : set.count(c) > 0; };
   size_t b = 0, e = cps.size();
-  if (left) while (b < e && strip_it(cps[b])) ++b;
-  if (right) while (e > b && strip_it(cps[e - 1])) --e;
+  if (left)
+    while (b < e && strip_it(cps[b])) ++b;
+  if (right)
+    while (e > b && strip_it(cps[e - 1])) --e;
   return from_code_points(cps, b, e);
 }
 
@@ -171,7 +174,9 @@ List py_split(const std::string& s, const Value* sep, int64_t maxsplit, bool fro
   List out;
   const auto cps = code_points(s);
   const int64_t n = static_cast<int64_t>(cps.size());
-  auto piece = [&](int64_t b, int64_t e) { return Value(from_code_points(cps, static_cast<size_t>(b), static_cast<size_t>(e))); };
+  auto piece = [&](int64_t b, int64_t e) {
+    return Value(from_code_points(cps, static_cast<size_t>(b), static_cast<size_t>(e)));
+  };
   auto limited = [&] { return maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit; };
   if (!sep || sep->is_none() || sep->is_undefined()) {  // runs of whitespace; no empty pieces
     if (!from_right) {
@@ -273,7 +278,8 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
       const auto [b, e] = span_args(a, 1, static_cast<int64_t>(cps.size()));
       const std::string part = from_code_points(cps, static_cast<size_t>(b), static_cast<size_t>(std::max(b, e)));
       for (const Value& o : p->is_list() ? p->as_list() : List{*p}) {
-        if (!o.is_string()) return Status::error("startswith/endswith: expected str or a tuple of str, not " + o.type_name());
+        if (!o.is_string())
+          return Status::error("startswith/endswith: expected str or a tuple of str, not " + o.type_name());
         const std::string& t = o.as_string();
         if (t.size() <= part.size() &&
             (starts ? part.compare(0, t.size(), t) == 0 : part.compare(part.size() - t.size(), t.size(), t) == 0))
@@ -284,7 +290,8 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
   }
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     const bool l = name != "rstrip", r = name != "lstrip";
-    return Value::function([s, l, r](CallArgs& a) -> Result<Value> { return Value(py_strip(s, a.get(0, "chars"), l, r)); });
+    return Value::function(
+        [s, l, r](CallArgs& a) -> Result<Value> { return Value(py_strip(s, a.get(0, "chars"), l, r)); });
   }
   if (name == "split" || name == "rsplit") {
     const bool right = name == "rsplit";
@@ -325,9 +332,12 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
       std::string out;
       bool previous_cased = false, first = true;
       for (uint32_t c : code_points(s)) {
-        if (name == "swapcase") out += is_upper_cat(c) ? lower_cp(c) : is_lower_cat(c) ? upper_cp(c) : lower_cp(c);
-        else if (name == "capitalize") out += first ? title_cp(c) : lower_cp(c);
-        else out += previous_cased ? lower_cp(c) : title_cp(c);  // title: a word starts after any uncased character
+        if (name == "swapcase")
+          out += is_upper_cat(c) ? lower_cp(c) : is_lower_cat(c) ? upper_cp(c) : lower_cp(c);
+        else if (name == "capitalize")
+          out += first ? title_cp(c) : lower_cp(c);
+        else
+          out += previous_cased ? lower_cp(c) : title_cp(c);  // title: a word starts after any uncased character
         previous_cased = is_cased(c);
         first = false;
       }
@@ -337,7 +347,8 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
   if (name == "replace") {
     return Value::function([s](CallArgs& a) -> Result<Value> {
       const Value *from = a.get(0, "old"), *to = a.get(1, "new");
-      if (!from || !to || !from->is_string() || !to->is_string()) return Status::error("replace needs two str arguments");
+      if (!from || !to || !from->is_string() || !to->is_string())
+        return Status::error("replace needs two str arguments");
       return Value(py_replace(s, from->as_string(), to->as_string(), int_arg(a, 2, "count", -1)));
     });
   }
@@ -350,7 +361,9 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
       if (name == "count") {
         if (needle.empty()) return Value(e >= b ? e - b + 1 : int64_t{0});
         int64_t n = 0;
-        for (int64_t p = find_cps(cps, needle, b, e, false); p >= 0; p = find_cps(cps, needle, p + static_cast<int64_t>(needle.size()), e, false)) ++n;
+        for (int64_t p = find_cps(cps, needle, b, e, false); p >= 0;
+             p = find_cps(cps, needle, p + static_cast<int64_t>(needle.size()), e, false))
+          ++n;
         return Value(n);
       }
       const int64_t f = find_cps(cps, needle, b, e, name[0] == 'r');
@@ -362,10 +375,12 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
     const bool right = name == "rpartition";
     return Value::function([s, right](CallArgs& a) -> Result<Value> {
       const Value* sep = a.get(0, "sep");
-      if (!sep || !sep->is_string() || sep->as_string().empty()) return Status::error("partition needs a non-empty str separator");
+      if (!sep || !sep->is_string() || sep->as_string().empty())
+        return Status::error("partition needs a non-empty str separator");
       const std::string& d = sep->as_string();
       const size_t f = right ? s.rfind(d) : s.find(d);
-      if (f == std::string::npos) return Value::tuple(right ? List{Value(""), Value(""), Value(s)} : List{Value(s), Value(""), Value("")});
+      if (f == std::string::npos)
+        return Value::tuple(right ? List{Value(""), Value(""), Value(s)} : List{Value(s), Value(""), Value("")});
       return Value::tuple({Value(s.substr(0, f)), Value(d), Value(s.substr(f + d.size()))});
     });
   }
@@ -406,7 +421,8 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
       const int64_t width = int_arg(a, 0, "width", 0), margin = width - py_len(s);
       if (margin <= 0) return Value(s);
       const bool sign = !s.empty() && (s[0] == '+' || s[0] == '-');
-      return Value((sign ? s.substr(0, 1) : "") + std::string(static_cast<size_t>(margin), '0') + (sign ? s.substr(1) : s));
+      return Value((sign ? s.substr(0, 1) : "") + std::string(static_cast<size_t>(margin), '0') +
+                   (sign ? s.substr(1) : s));
     });
   }
   if (name == "expandtabs") {
@@ -436,11 +452,13 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
         for (uint32_t c : code_points(items->as_string())) list.push_back(Value(from_code_points({c}, 0, 1)));
       else if (items->is_dict())
         for (const auto& kv : items->as_dict()) list.push_back(Value(kv.first));
-      else if (!items->is_list()) return Status::error("join: can only join an iterable");
+      else if (!items->is_list())
+        return Status::error("join: can only join an iterable");
       std::string out;
       for (size_t i = 0; i < list.size(); ++i) {
         if (!list[i].is_string())
-          return Status::error("join: sequence item " + std::to_string(i) + ": expected str instance, " + list[i].type_name() + " found");
+          return Status::error("join: sequence item " + std::to_string(i) + ": expected str instance, " +
+                               list[i].type_name() + " found");
         out += (i ? s : "") + list[i].as_string();
       }
       return Value(out);
@@ -459,8 +477,8 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
       return Value(*r);
     });
   }
-  static const char* PREDICATES[] = {"isdigit", "isdecimal", "isnumeric", "isspace", "isalpha", "isalnum", "isascii",
-                                     "islower", "isupper", "istitle", "isidentifier", "isprintable"};
+  static const char* PREDICATES[] = {"isdigit", "isdecimal", "isnumeric", "isspace", "isalpha",      "isalnum",
+                                     "isascii", "islower",   "isupper",   "istitle", "isidentifier", "isprintable"};
   if (std::find(std::begin(PREDICATES), std::end(PREDICATES), name) != std::end(PREDICATES)) {
     return Value::function([s, name](CallArgs&) -> Result<Value> {
       const auto cps = code_points(s);
@@ -513,7 +531,8 @@ Result<Value> string_method(const std::string& s, const std::string& name) {
     });
   }
   if (name == "encode" || name == "translate" || name == "maketrans")
-    return Status::error("str." + name + " is not supported in chat templates (bytes and translation tables have no "
+    return Status::error("str." + name +
+                         " is not supported in chat templates (bytes and translation tables have no "
                          "place in a prompt)");
   return Value();  // jinja: an unknown attribute is undefined
 }

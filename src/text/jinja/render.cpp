@@ -72,7 +72,9 @@ class Interpreter {
 Result<Flow> Interpreter::exec(const Node& n, std::string& out) {
   if (++steps_ > MAX_STEPS) return error(n.line, "template takes too many steps (a runaway loop?)");
   switch (n.kind) {
-    case Node::Kind::TEXT: out += n.text; return Flow::NORMAL;
+    case Node::Kind::TEXT:
+      out += n.text;
+      return Flow::NORMAL;
     case Node::Kind::OUTPUT: {
       auto v = eval(*n.expr);
       if (!v) return v.status();
@@ -86,7 +88,8 @@ Result<Flow> Interpreter::exec(const Node& n, std::string& out) {
         if (c->truthy()) return run(body, out);
       }
       return run(n.else_body, out);
-    case Node::Kind::FOR: return exec_for(n, out);
+    case Node::Kind::FOR:
+      return exec_for(n, out);
     case Node::Kind::SET: {
       auto v = eval(*n.expr);
       if (!v) return v.status();
@@ -104,7 +107,8 @@ Result<Flow> Interpreter::exec(const Node& n, std::string& out) {
         return Flow::NORMAL;
       }
       if (!v->is_list() || v->as_list().size() != n.targets.size())
-        return error(n.line, "cannot unpack " + v->type_name() + " into " + std::to_string(n.targets.size()) + " names");
+        return error(n.line,
+                     "cannot unpack " + v->type_name() + " into " + std::to_string(n.targets.size()) + " names");
       for (size_t i = 0; i < n.targets.size(); ++i) assign(n.targets[i], v->as_list()[i]);
       return Flow::NORMAL;
     }
@@ -129,7 +133,8 @@ Result<Flow> Interpreter::exec(const Node& n, std::string& out) {
         scopes_.emplace_back();
         for (size_t i = 0; i < block->params.size(); ++i) {
           const Value* v = args.get(i, block->params[i].first);
-          if (v) assign(block->params[i].first, *v);
+          if (v)
+            assign(block->params[i].first, *v);
           else if (block->params[i].second) {
             auto d = eval(*block->params[i].second);
             if (!d) return d.status();
@@ -161,8 +166,10 @@ Result<Flow> Interpreter::exec(const Node& n, std::string& out) {
       out += v->str();
       return Flow::NORMAL;
     }
-    case Node::Kind::BREAK: return Flow::BREAK;
-    case Node::Kind::CONTINUE: return Flow::CONTINUE;
+    case Node::Kind::BREAK:
+      return Flow::BREAK;
+    case Node::Kind::CONTINUE:
+      return Flow::CONTINUE;
   }
   return Flow::NORMAL;
 }
@@ -171,11 +178,16 @@ Result<Flow> Interpreter::exec_for(const Node& n, std::string& out) {
   auto iterable = eval(*n.expr);
   if (!iterable) return iterable.status();
   List items;
-  if (iterable->is_list()) items = iterable->as_list();
-  else if (iterable->is_dict()) for (const auto& [k, v] : iterable->as_dict()) items.push_back(Value(k));
-  else if (iterable->is_string()) items = string_chars(iterable->as_string());
-  else if (iterable->is_undefined() || iterable->is_none()) items = {};
-  else return error(n.line, "'" + iterable->type_name() + "' object is not iterable");
+  if (iterable->is_list())
+    items = iterable->as_list();
+  else if (iterable->is_dict())
+    for (const auto& [k, v] : iterable->as_dict()) items.push_back(Value(k));
+  else if (iterable->is_string())
+    items = string_chars(iterable->as_string());
+  else if (iterable->is_undefined() || iterable->is_none())
+    items = {};
+  else
+    return error(n.line, "'" + iterable->type_name() + "' object is not iterable");
 
   const Expr* filter = n.branches[0].first.get();
   const NodeList& body = n.branches[0].second;
@@ -207,18 +219,22 @@ Result<Flow> Interpreter::exec_for(const Node& n, std::string& out) {
       return error(n.line, "template takes too many steps (a runaway loop?)");
     }
     NIB_RETURN_IF_ERROR(bind(items[i]));
-    Dict loop = {{"index", Value(i + 1)},           {"index0", Value(i)},
-                 {"revindex", Value(length - i)},   {"revindex0", Value(length - i - 1)},
-                 {"first", Value(i == 0)},          {"last", Value(i == length - 1)},
-                 {"length", Value(length)},         {"depth", Value(int64_t{1})},
+    Dict loop = {{"index", Value(i + 1)},
+                 {"index0", Value(i)},
+                 {"revindex", Value(length - i)},
+                 {"revindex0", Value(length - i - 1)},
+                 {"first", Value(i == 0)},
+                 {"last", Value(i == length - 1)},
+                 {"length", Value(length)},
+                 {"depth", Value(int64_t{1})},
                  {"depth0", Value(int64_t{0})},
                  {"previtem", i > 0 ? items[i - 1] : Value()},
                  {"nextitem", i + 1 < length ? items[i + 1] : Value()}};
     const int64_t index = i;
     loop.emplace_back("cycle", Value::function([index](CallArgs& args) -> Result<Value> {
-      if (args.positional.empty()) return Status::error("loop.cycle needs arguments");
-      return args.positional[static_cast<size_t>(index) % args.positional.size()];
-    }));
+                        if (args.positional.empty()) return Status::error("loop.cycle needs arguments");
+                        return args.positional[static_cast<size_t>(index) % args.positional.size()];
+                      }));
     assign("loop", Value(std::move(loop)));
     auto flow = run(body, out);
     if (!flow) {
@@ -287,8 +303,10 @@ Result<Value> Interpreter::apply_filter(const Expr& e, Value input) {
 
 Result<Value> Interpreter::eval(const Expr& e) {
   switch (e.kind) {
-    case Expr::Kind::LITERAL: return e.literal;
-    case Expr::Kind::NAME: return lookup(e.name);
+    case Expr::Kind::LITERAL:
+      return e.literal;
+    case Expr::Kind::NAME:
+      return lookup(e.name);
     case Expr::Kind::LIST:
     case Expr::Kind::TUPLE: {
       List l;

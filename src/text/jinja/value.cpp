@@ -51,12 +51,17 @@ Value Value::namespace_object(Dict attributes) {
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return none();
-    case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
+    case nlohmann::ordered_json::value_t::null:
+      return none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(j.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer:
-    case nlohmann::ordered_json::value_t::number_unsigned: return Value(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_float: return Value(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      return Value(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       List l;
       for (const auto& e : j) l.push_back(from_json(e));
@@ -67,7 +72,8 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
       for (const auto& [k, e] : j.items()) d.emplace_back(k, from_json(e));
       return Value(std::move(d));
     }
-    default: return Value();
+    default:
+      return Value();
   }
 }
 
@@ -96,14 +102,22 @@ void Value::set(const std::string& key, Value v) {
 bool Value::truthy() const {
   switch (kind_) {
     case Kind::UNDEFINED:
-    case Kind::NONE: return false;
-    case Kind::BOOL: return b_;
-    case Kind::INT: return i_ != 0;
-    case Kind::FLOAT: return d_ != 0.0;
-    case Kind::STRING: return !s_->empty();
-    case Kind::LIST: return !list_->empty();
-    case Kind::DICT: return !dict_->empty();
-    default: return true;
+    case Kind::NONE:
+      return false;
+    case Kind::BOOL:
+      return b_;
+    case Kind::INT:
+      return i_ != 0;
+    case Kind::FLOAT:
+      return d_ != 0.0;
+    case Kind::STRING:
+      return !s_->empty();
+    case Kind::LIST:
+      return !list_->empty();
+    case Kind::DICT:
+      return !dict_->empty();
+    default:
+      return true;
   }
 }
 
@@ -132,8 +146,10 @@ std::string python_float_repr(double d) {
     out = "0." + std::string(static_cast<size_t>(-exponent - 1), '0') + digits;
   } else {
     const size_t int_digits = static_cast<size_t>(exponent) + 1;
-    if (digits.size() <= int_digits) out = digits + std::string(int_digits - digits.size(), '0') + ".0";
-    else out = digits.substr(0, int_digits) + "." + digits.substr(int_digits);
+    if (digits.size() <= int_digits)
+      out = digits + std::string(int_digits - digits.size(), '0') + ".0";
+    else
+      out = digits.substr(0, int_digits) + "." + digits.substr(int_digits);
   }
   return negative ? "-" + out : out;
 }
@@ -146,16 +162,22 @@ std::string quote_python(const std::string& s) {
   const char q = use_double ? '"' : '\'';
   std::string out(1, q);
   for (unsigned char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == static_cast<unsigned char>(q)) out += std::string("\\") + q;
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == static_cast<unsigned char>(q))
+      out += std::string("\\") + q;
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
     else if (c < 0x20 || c == 0x7F) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
       out += buf;
-    } else out += static_cast<char>(c);
+    } else
+      out += static_cast<char>(c);
   }
   return out + q;
 }
@@ -178,13 +200,27 @@ void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
     }
     ++i;
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20 || (c == 0x7F && ensure_ascii)) {  // json.dumps: DEL is escaped only for ASCII output
           char buf[8];
@@ -207,15 +243,23 @@ Status json_dump(const Value& v, std::string& out, const Value::JsonStyle& style
     if (indent >= 0) out += "\n" + std::string(static_cast<size_t>(indent * d), ' ');
   };
   switch (v.kind()) {
-    case Value::Kind::NONE: out += "null"; return Status::ok();
-    case Value::Kind::BOOL: out += v.as_bool() ? "true" : "false"; return Status::ok();
-    case Value::Kind::INT: out += std::to_string(v.as_int()); return Status::ok();
+    case Value::Kind::NONE:
+      out += "null";
+      return Status::ok();
+    case Value::Kind::BOOL:
+      out += v.as_bool() ? "true" : "false";
+      return Status::ok();
+    case Value::Kind::INT:
+      out += std::to_string(v.as_int());
+      return Status::ok();
     case Value::Kind::FLOAT: {
       const double d = v.as_number();
       out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : python_float_repr(d);
       return Status::ok();
     }
-    case Value::Kind::STRING: json_string(out, v.as_string(), style.ensure_ascii); return Status::ok();
+    case Value::Kind::STRING:
+      json_string(out, v.as_string(), style.ensure_ascii);
+      return Status::ok();
     case Value::Kind::LIST: {
       if (v.as_list().empty()) {
         out += "[]";
@@ -255,7 +299,8 @@ Status json_dump(const Value& v, std::string& out, const Value::JsonStyle& style
       out += "}";
       return Status::ok();
     }
-    default: return Status::error("tojson: Object of type " + v.type_name() + " is not JSON serializable");
+    default:
+      return Status::error("tojson: Object of type " + v.type_name() + " is not JSON serializable");
   }
 }
 
@@ -263,12 +308,18 @@ Status json_dump(const Value& v, std::string& out, const Value::JsonStyle& style
 
 std::string Value::str() const {
   switch (kind_) {
-    case Kind::UNDEFINED: return "";
-    case Kind::NONE: return "None";
-    case Kind::BOOL: return b_ ? "True" : "False";
-    case Kind::INT: return std::to_string(i_);
-    case Kind::FLOAT: return python_float_repr(d_);
-    case Kind::STRING: return *s_;
+    case Kind::UNDEFINED:
+      return "";
+    case Kind::NONE:
+      return "None";
+    case Kind::BOOL:
+      return b_ ? "True" : "False";
+    case Kind::INT:
+      return std::to_string(i_);
+    case Kind::FLOAT:
+      return python_float_repr(d_);
+    case Kind::STRING:
+      return *s_;
     case Kind::LIST: {
       std::string out = b_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) out += (i ? ", " : "") + (*list_)[i].repr();
@@ -280,8 +331,10 @@ std::string Value::str() const {
         out += (i ? ", " : "") + quote_python((*dict_)[i].first) + ": " + (*dict_)[i].second.repr();
       return out + "}";
     }
-    case Kind::NAMESPACE: return "<Namespace>";
-    default: return "<function>";
+    case Kind::NAMESPACE:
+      return "<Namespace>";
+    default:
+      return "<function>";
   }
 }
 
@@ -306,9 +359,12 @@ bool Value::equals(const Value& o) const {
   if (kind_ != o.kind_ || (kind_ == Kind::LIST && b_ != o.b_)) return false;  // (1, 2) != [1, 2]
   switch (kind_) {
     case Kind::UNDEFINED:
-    case Kind::NONE: return true;
-    case Kind::BOOL: return b_ == o.b_;
-    case Kind::STRING: return *s_ == *o.s_;
+    case Kind::NONE:
+      return true;
+    case Kind::BOOL:
+      return b_ == o.b_;
+    case Kind::STRING:
+      return *s_ == *o.s_;
     case Kind::LIST:
       if (list_->size() != o.list_->size()) return false;
       for (size_t i = 0; i < list_->size(); ++i)
@@ -322,13 +378,15 @@ bool Value::equals(const Value& o) const {
         if (!other || !v.equals(*other)) return false;
       }
       return true;
-    default: return fn_ == o.fn_;
+    default:
+      return fn_ == o.fn_;
   }
 }
 
 std::string Value::type_name() const {
   if (is_tuple()) return "tuple";
-  static const char* NAMES[] = {"Undefined", "NoneType", "bool", "int", "float", "str", "list", "dict", "function", "Namespace"};
+  static const char* NAMES[] = {"Undefined", "NoneType", "bool", "int",      "float",
+                                "str",       "list",     "dict", "function", "Namespace"};
   return NAMES[static_cast<int>(kind_)];
 }
 
