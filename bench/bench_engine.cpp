@@ -46,6 +46,8 @@ class NullRunner : public engine::ModelRunner {
         {called, Clock::now(), static_cast<int64_t>(rows.size()), static_cast<int64_t>(batch.token_ids.size())});
     return Status::ok();
   }
+  // Draws ignore masks: a null runner has no logits to mask (bench engine has no constrained rows).
+  Status supply_masks(std::span<const uint32_t>) override { return Status::ok(); }
   Status collect(engine::StepOutput& out) override {
     if (uncollected_.empty()) return Status::error("collect: no step was launched");
     out.tokens = std::move(uncollected_.front());

@@ -7,9 +7,10 @@ set(NIBBLE_ALLOWED_DEPS_ref "core;formats;io")
 set(NIBBLE_ALLOWED_DEPS_cuda "core;formats;io")
 set(NIBBLE_ALLOWED_DEPS_text "core")
 set(NIBBLE_ALLOWED_DEPS_sampling "core")
+set(NIBBLE_ALLOWED_DEPS_grammar "core")
 set(NIBBLE_ALLOWED_DEPS_models "core;formats;io;ref;cuda")
-set(NIBBLE_ALLOWED_DEPS_engine "core;formats;io;ref;cuda;models;sampling;text")
-set(NIBBLE_ALLOWED_DEPS_server "core;formats;io;ref;cuda;models;sampling;engine;text")
+set(NIBBLE_ALLOWED_DEPS_engine "core;formats;io;ref;cuda;models;sampling;text;grammar")
+set(NIBBLE_ALLOWED_DEPS_server "core;formats;io;ref;cuda;models;sampling;engine;text;grammar")
 
 # nibble_add_library(NAME SOURCES ... [DEPS layer...] [EXTERNAL target...])
 # Creates target nibble_<NAME>; headers are included as "NAME/file.h" from src/.

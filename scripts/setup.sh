@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(cmake ninja-build ccache g++ pkg-config libgtest-dev libbenchmark-dev
               nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libboost-dev
-              libsentencepiece-dev)
+              libsentencepiece-dev curl ca-certificates)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -60,4 +60,22 @@ with zipfile.ZipFile(wheel) as z:
 PY
   rm -rf "$wheel_dir"
   touch "$FLASHINFER_DIR/.complete-cutlass"
+fi
+
+# xgrammar's C++ core (structured output), from its pinned, hash-checked sdist on PyPI (docs/third_party.md):
+# cmake/xgrammar.cmake builds it as a static library with the Python bindings left out; never copied into
+# the repository; only src/grammar/ includes its headers.
+XGRAMMAR_VERSION=0.2.8
+XGRAMMAR_SHA256=8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
+XGRAMMAR_URL=https://files.pythonhosted.org/packages/03/0f/29f521535729be740779c2c98b630ef6607cf28be9b669895dd2b821ff63/xgrammar-$XGRAMMAR_VERSION.tar.gz
+XGRAMMAR_DIR=.deps/xgrammar-$XGRAMMAR_VERSION
+if [ ! -f "$XGRAMMAR_DIR/.complete" ]; then
+  echo "setup: fetching the xgrammar $XGRAMMAR_VERSION sdist (sha256-checked)"
+  rm -rf "$XGRAMMAR_DIR" && mkdir -p .deps
+  archive=$(mktemp --suffix=.tar.gz)
+  curl -fsSL --retry 3 -o "$archive" "$XGRAMMAR_URL"
+  echo "$XGRAMMAR_SHA256  $archive" | sha256sum -c --quiet -
+  tar -xzf "$archive" -C .deps
+  rm -f "$archive"
+  touch "$XGRAMMAR_DIR/.complete"
 fi

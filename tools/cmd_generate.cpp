@@ -105,6 +105,7 @@ int run_generate(const GenerateOptions& o) {
     const engine::SampleRow row{&params,
                                 {std::span<const int32_t>(all.data(), prompt->size()),
                                  std::span<const int32_t>(all.data() + prompt->size(), generated.size()),
+                                 {},
                                  {}},
                                 {o.seed, static_cast<uint64_t>(all.size())}};
     int32_t next = -1;

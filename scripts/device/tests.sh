@@ -3,8 +3,8 @@
 # against the CPU, side by side; each also under the environment of every TEST_VARIANTS entry
 # ("VAR=1,VAR2=x"). Then, with .whl carried, the openai-client server tests against
 # `nibble serve --backend cuda` (SERVER=0 skips them; SERVER_TESTS picks the files, default
-# test_server_openai.py test_server_api_compat.py; SERVE_VARIANTS adds serve flags) on the small
-# synthetic model, and with LOAD=1 the
+# test_server_openai.py test_server_api_compat.py test_structured_output.py; SERVE_VARIANTS adds serve
+# flags) on the small synthetic model, FULL_SERVER_TESTS (files) on the full-size one, and with LOAD=1 the
 # load tests (2,000 open streams, disconnects, preemption, a weight swap under traffic).
 synth_slice
 if [ -z "${TESTS:-}" ]; then
@@ -47,11 +47,19 @@ if [ "${SERVER:-1}" = 1 ] || [ "${LOAD:-0}" = 1 ]; then
         # shellcheck disable=SC2086
         NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe NIBBLE_TEST_SERVE_ARGS="--backend cuda $extra" \
           timeout 400 python3 -m pytest -q -p no:cacheprovider \
-          ${SERVER_TESTS:-tests/python/test_server_openai.py tests/python/test_server_api_compat.py} \
+          ${SERVER_TESTS:-tests/python/test_server_openai.py tests/python/test_server_api_compat.py tests/python/test_structured_output.py} \
           > "$OUT/pytest_server_cuda_$tag.log" 2>&1
         verdicts+=("$(printf '%-36s rc=%d  %s' "server tests, serve cuda $extra" "$?" "$(tail -1 "$OUT/pytest_server_cuda_$tag.log")")")
         grep -E "^(FAILED|ERROR)" "$OUT/pytest_server_cuda_$tag.log" | head -8
       done
+    fi
+        if [ -n "${FULL_SERVER_TESTS:-}" ]; then
+      # shellcheck disable=SC2086
+      NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe NIBBLE_TEST_SERVE_ARGS="--backend cuda" \
+        NIBBLE_TEST_SERVER_MODEL="$SYNTH_DIR" timeout 400 python3 -m pytest -q -p no:cacheprovider $FULL_SERVER_TESTS \
+        > "$OUT/pytest_server_full.log" 2>&1
+      verdicts+=("$(printf '%-36s rc=%d  %s' "server tests, full-size cuda" "$?" "$(tail -1 "$OUT/pytest_server_full.log")")")
+      grep -E "^(FAILED|ERROR)" "$OUT/pytest_server_full.log" | head -8
     fi
     if [ "${LOAD:-0}" = 1 ]; then
       # A fixed KV budget a server: several tests run a second server beside the module's, and the

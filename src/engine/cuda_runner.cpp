@@ -4,10 +4,12 @@
 #include "engine/cuda_runner.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "core/log.h"
 #include "cuda/common/check.cuh"
 #include "cuda/attention/flashinfer_attention.cuh"
+#include "cuda/sampling/host_wait.cuh"
 #include "cuda/sampling/sampler.cuh"
 #include "models/cuda_model.h"
 
@@ -39,6 +41,8 @@ class CudaRunner : public ModelRunner {
       for (cudaEvent_t* e : {&slot.start, &slot.end})
         NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaEventCreate(e), "a step event"));
     }
+    NIB_RETURN_IF_ERROR(mask_flags_.resize(2, "structured output's flags"));
+    mask_flags_[0] = mask_flags_[1] = 0;
     return Status::ok();
   }
 
@@ -96,12 +100,33 @@ class CudaRunner : public ModelRunner {
     return Status::ok();
   }
 
+  // Writes the masks into the last launched step's pinned slot, then the word its device wait polls.
+  Status supply_masks(std::span<const uint32_t> words) override {
+    if (launched_ == 0) return Status::error("supply_masks: no step was launched");
+    Slot& slot = slots_[(launched_ - 1) % SLOTS];
+    if (words.size() != static_cast<size_t>(slot.constrained) * static_cast<size_t>(mask_words()))
+      return Status::error("supply_masks: " + std::to_string(words.size()) + " words for " +
+                           std::to_string(slot.constrained) + " constrained rows");
+    if (slot.constrained == 0) return Status::ok();
+    std::copy(words.begin(), words.end(), slot.masks.data());
+    std::atomic_thread_fence(std::memory_order_release);  // the masks before the word the device polls
+    std::atomic_ref<uint32_t>(mask_flags_[0]).store(slot.mask_ticket, std::memory_order_release);
+    slot.constrained = 0;
+    return Status::ok();
+  }
+
   Status collect(StepOutput& out) override {
     if (n_uncollected_ == 0) return Status::error("collect: no step was launched");
     const uint64_t index = launched_ - static_cast<uint64_t>(n_uncollected_);
     --n_uncollected_;
     Slot& slot = slots_[index % SLOTS];
+    if (slot.constrained > 0 && n_uncollected_ == 0)
+      return Status::error("collect: the step's constrained rows never had their masks");
     NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaEventSynchronize(slot.end), "the step"));
+    if (slot.mask_ticket != 0 &&
+        std::atomic_ref<uint32_t>(mask_flags_[1]).load(std::memory_order_acquire) == slot.mask_ticket)
+      return Status::error("structured output: the step's grammar masks did not come within " +
+                           std::to_string(int(MASK_TIMEOUT_SECONDS)) + " s");
     out.tokens.resize(static_cast<size_t>(slot.rows));
     for (size_t i = 0; i < out.tokens.size(); ++i) {
       sampling::SampledToken& t = out.tokens[i];
@@ -140,11 +165,18 @@ class CudaRunner : public ModelRunner {
     cuda::PinnedArray<float> biases;    // logit_bias values, at their tokens' indices
     cuda::PinnedArray<int32_t> ids, top_ids;
     cuda::PinnedArray<float> logprobs, top_logprobs;
-    std::vector<int32_t> top_counts;  // per row: the logprobs asked (-1: none)
+    std::vector<int32_t> top_counts;    // per row: the logprobs asked (-1: none)
+    cuda::PinnedArray<uint32_t> masks;  // structured output: the constrained rows' masks, supply_masks's
+    int64_t constrained = 0;            // constrained rows still waiting for their masks
+    uint32_t mask_ticket = 0;           // the value the step's device wait polls for; 0: none
     int64_t rows = 0;
     cudaEvent_t start = nullptr, end = nullptr;
   };
   static constexpr uint64_t SLOTS = 3;
+  // How long a step's sampler waits for its masks before it gives up (the host always answers: a
+  // safety net, so a bug cannot hang the device).
+  static constexpr double MASK_TIMEOUT_SECONDS = 60.0;
+  int64_t mask_words() const { return (config().vocab_size + 31) / 32; }
 
   static double elapsed(cudaEvent_t from, cudaEvent_t to) {
     float ms = 0.0f;
@@ -175,6 +207,7 @@ class CudaRunner : public ModelRunner {
     }
     int32_t max_logprobs = -1;
     size_t used = 0;
+    int64_t n_constrained = 0;
     auto append = [&](std::span<const int32_t> list) {
       std::copy(list.begin(), list.end(), slot.tokens.data() + used);
       used += list.size();
@@ -211,6 +244,7 @@ class CudaRunner : public ModelRunner {
       for (const auto& [token, bias] : p.logit_bias)
         slot.tokens.data()[used] = token, slot.biases.data()[used++] = bias;
       g.bias_len = static_cast<int32_t>(p.logit_bias.size());
+      g.mask_row = rows[i].constrained ? static_cast<int32_t>(n_constrained++) : -1;
     }
     const cudaStream_t s = ctx_->stream;
     auto copy = [&](void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {
@@ -222,9 +256,22 @@ class CudaRunner : public ModelRunner {
       NIB_RETURN_IF_ERROR(copy(tokens_, slot.tokens.data(), used * 4, cudaMemcpyHostToDevice, "sampler token lists"));
     if (any_bias)
       NIB_RETURN_IF_ERROR(copy(biases_, slot.biases.data(), used * 4, cudaMemcpyHostToDevice, "logit_bias values"));
+    slot.constrained = n_constrained;
+    slot.mask_ticket = 0;
+    if (n_constrained > 0) {
+      // The masks come from the host after this launch (supply_masks): the copy waits on the device.
+      const size_t words = static_cast<size_t>(n_constrained * mask_words());
+      if (words > slot.masks.size()) NIB_RETURN_IF_ERROR(grow_masks(words));
+      slot.mask_ticket = ++mask_tickets_;
+      if (slot.mask_ticket == 0) slot.mask_ticket = ++mask_tickets_;  // 0 means none
+      NIB_RETURN_IF_ERROR(
+          cuda::wait_for_host(&mask_flags_[0], slot.mask_ticket, &mask_flags_[1], MASK_TIMEOUT_SECONDS, s));
+      NIB_RETURN_IF_ERROR(copy(allowed_, slot.masks.data(), words * 4, cudaMemcpyHostToDevice, "grammar masks"));
+    }
     int32_t* drawn = model_->drawn_tokens();
-    const cuda::SamplerBatch sb{R,           config().vocab_size, model_->logits(), params_,           tokens_, drawn,
-                                out_tokens_, out_logprobs_,       out_top_tokens_,  out_top_logprobs_, biases_};
+    cuda::SamplerBatch sb{R,           config().vocab_size, model_->logits(), params_,           tokens_, drawn,
+                          out_tokens_, out_logprobs_,       out_top_tokens_,  out_top_logprobs_, biases_};
+    if (n_constrained > 0) sb.allowed = allowed_, sb.mask_words = mask_words();
     NIB_RETURN_IF_ERROR(cuda::sample_rows(sb, s));
     NIB_RETURN_IF_ERROR(copy(drawn, out_tokens_, R * 4, cudaMemcpyDeviceToDevice, "drawn tokens"));
     NIB_RETURN_IF_ERROR(copy(slot.ids.data(), out_tokens_, R * 4, cudaMemcpyDeviceToHost, "sampled ids"));
@@ -236,6 +283,14 @@ class CudaRunner : public ModelRunner {
           copy(slot.top_logprobs.data(), out_top_logprobs_, top * 4, cudaMemcpyDeviceToHost, "top logprobs"));
     }
     return Status::ok();
+  }
+
+  // Mask buffers for `words` words a slot (and on the device), once nothing is in flight.
+  Status grow_masks(size_t words) {
+    const size_t capacity = std::max(words, static_cast<size_t>(std::min<int64_t>(max_rows_, 64) * mask_words()));
+    NIB_RETURN_IF_ERROR(ctx_->synchronize());
+    for (Slot& each : slots_) NIB_RETURN_IF_ERROR(each.masks.resize(capacity, "grammar masks"));
+    return ctx_->arena.alloc(allowed_, capacity, "grammar masks");
   }
 
   RunnerOptions options_;
@@ -250,6 +305,9 @@ class CudaRunner : public ModelRunner {
   cuda::SamplerRow* params_ = nullptr;
   int32_t* tokens_ = nullptr;
   float* biases_ = nullptr;
+  uint32_t* allowed_ = nullptr;             // device: the constrained rows' masks
+  cuda::PinnedArray<uint32_t> mask_flags_;  // [0]: the last supplied ticket; [1]: a timed-out wait's ticket
+  uint32_t mask_tickets_ = 0;
   int32_t *out_tokens_ = nullptr, *out_top_tokens_ = nullptr;
   float *out_logprobs_ = nullptr, *out_top_logprobs_ = nullptr;
 };

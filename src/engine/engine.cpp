@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/log.h"
+#include "core/parallel.h"
 #include "engine/text_output.h"
 
 namespace nibble::engine {
@@ -66,6 +67,11 @@ struct Engine::SeqState : Sequence {
   std::vector<sampling::SampledToken> new_logprobs;
   Clock::time_point last_token_time;
   bool changed = false;
+  // Structured output: the matcher of the request's grammar, fed every collected output token once
+  // active (from the start, or after the request's grammar_after_token).
+  std::optional<grammar::Matcher> matcher;
+  enum class GrammarPhase { OPEN, THINKING, ACTIVE };  // OPEN: the first token, grammar or think_start
+  GrammarPhase grammar_phase = GrammarPhase::ACTIVE;
 };
 
 // The runners size their logits for MAX_SCORE_ROWS score rows beside the sampled ones.
@@ -234,6 +240,11 @@ void Engine::add_request(std::shared_ptr<GenerationRequest> shared) {
     seq->prompt_len = static_cast<int64_t>(r.request.prompt.size());
     seq->seed = base_seed + static_cast<uint64_t>(i);  // vLLM: choice i of n draws with seed + i
     seq->arrival_seconds = std::chrono::duration<double>(r.request.arrival.time_since_epoch()).count();
+    if (r.request.grammar) {
+      seq->matcher.emplace(r.request.grammar);
+      const bool thinks = r.request.think_start >= 0 && r.request.think_end >= 0;
+      seq->grammar_phase = thinks ? SeqState::GrammarPhase::OPEN : SeqState::GrammarPhase::ACTIVE;
+    }
     scheduler_.add(seq.get());
     r.choices.push_back(std::move(seq));
   }
@@ -350,6 +361,7 @@ void Engine::launch_step(const StepPlan& plan, bool back_to_back) {
   f.sampled.clear();
   f.slots.clear();
   f.requests.clear();
+  f.constrained.clear();
   f.back_to_back = back_to_back;
   f.n_tokens = plan.n_tokens;
   f.n_sequences = static_cast<int64_t>(plan.chunks.size());
@@ -393,8 +405,13 @@ void Engine::launch_step(const StepPlan& plan, bool back_to_back) {
     rows.push_back({&r.request.sampling,
                     {std::span<const int32_t>(s.tokens.data(), s.prompt_len),
                      std::span<const int32_t>(s.tokens.data() + s.prompt_len, s.n_output()),
-                     before_min ? std::span<const int32_t>(r.masked) : std::span<const int32_t>()},
+                     before_min ? std::span<const int32_t>(r.masked) : std::span<const int32_t>(),
+                     {}},
                     {s.seed, static_cast<uint64_t>(s.tokens.size())}});
+    if (s.matcher) {
+      rows.back().constrained = true;
+      f.constrained.push_back(&s);
+    }
   }
   batch.sequences.resize(n_sequences);
   batch.logits_rows.insert(batch.logits_rows.end(), step_.score_rows.begin(), step_.score_rows.end());
@@ -404,6 +421,10 @@ void Engine::launch_step(const StepPlan& plan, bool back_to_back) {
   step_.runner_seconds += std::chrono::duration<double>(Clock::now() - launch_start).count();
   if (!status) return abort_step(f, status);
   ++n_in_flight_;
+  f.masks_owed = !f.constrained.empty();
+  // The masks follow the tokens drawn before: with no older step in flight they are known now;
+  // else collect_step supplies them once that step's tokens are in.
+  if (n_in_flight_ == 1) supply_masks();
   scheduler_.complete(plan);
   // Each drawn token's place: a pending id the next step can run on, unless it ends the sequence.
   for (size_t i = 0; i < f.sampled.size(); ++i) {
@@ -451,7 +472,9 @@ void Engine::collect_step() {
   };
   if (!status) {
     blocks_.reset_prefix_cache();  // blocks it registered at launch may lack their K/V
-    return abort_step(f, status);
+    abort_step(f, status);
+    supply_masks();  // the newer step's wait must end all the same
+    return;
   }
   if (f.back_to_back && out.device_seconds >= 0 && out.device_idle_seconds >= 0)
     metrics_.update([&](MetricsSnapshot& m) {
@@ -488,8 +511,41 @@ void Engine::collect_step() {
     else
       accept_token(s, std::move(out.tokens[i]), f.slots[i], now);
   }
+  supply_masks();  // the newer step's masks, now that this step's tokens are accepted
   for (RequestState* r : touched) emit(*r, now);
   f.requests.clear();  // the step no longer holds them
+}
+
+// Fills and hands over the masks of the newest step in flight, if it still owes them: a
+// sequence that ended (or whose grammar is not active yet) allows every token.
+void Engine::supply_masks() {
+  if (n_in_flight_ == 0) return;
+  InFlight& f = in_flight_[(oldest_ + n_in_flight_ - 1) % 2];
+  if (!f.masks_owed) return;
+  f.masks_owed = false;
+  const size_t words = static_cast<size_t>(grammar::mask_words(model_config_.vocab_size));
+  std::vector<uint32_t>& masks = step_.masks;
+  masks.assign(f.constrained.size() * words, ~0u);
+  const Clock::time_point start = Clock::now();
+  parallel_for(f.constrained.size(), [&](size_t i) {
+    SeqState& s = *f.constrained[i];
+    if (s.finish != FinishReason::NONE || s.grammar_phase == SeqState::GrammarPhase::THINKING ||
+        s.matcher->terminated())
+      return;
+    uint32_t* row = masks.data() + i * words;
+    s.matcher->fill_mask(row);
+    if (s.grammar_phase == SeqState::GrammarPhase::OPEN) {  // or the start of a reasoning block
+      const int32_t t = s.request->request.think_start;
+      row[t / 32] |= 1u << (t % 32);
+    }
+  });
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  metrics_.update([&](MetricsSnapshot& m) {
+    m.grammar_mask_rows += f.constrained.size();
+    m.grammar_mask_seconds += seconds;
+  });
+  const Status status = runner_->supply_masks(masks);
+  if (!status) log_error("structured output: " + status.message());
 }
 
 // The token drawn into tokens[slot]: the pending id there (a later step in flight may already run on
@@ -505,6 +561,20 @@ void Engine::accept_token(SeqState& s, sampling::SampledToken&& drawn, int64_t s
     --s.n_pending;
   }
   const int64_t n_output = slot + 1 - s.prompt_len;  // this token's count (later ones may be pending)
+  // Structured output: the grammar takes the token (its mask allowed it), or starts after it.
+  bool grammar_refused = false, grammar_done = false;
+  if (s.matcher) {
+    using Phase = SeqState::GrammarPhase;
+    if (s.grammar_phase == Phase::OPEN && token == r.request.think_start) {
+      s.grammar_phase = Phase::THINKING;
+    } else if (s.grammar_phase == Phase::THINKING) {
+      if (token == r.request.think_end) s.grammar_phase = Phase::ACTIVE;
+    } else {
+      s.grammar_phase = Phase::ACTIVE;
+      grammar_refused = !s.matcher->accept(token);
+      grammar_done = !grammar_refused && s.matcher->terminated();
+    }
+  }
   s.new_tokens.push_back(token);
   if (r.request.sampling.logprobs >= 0) s.new_logprobs.push_back(std::move(drawn));
   s.changed = true;
@@ -542,8 +612,14 @@ void Engine::accept_token(SeqState& s, sampling::SampledToken&& drawn, int64_t s
       s.stop_string = std::move(matched);
     }
   }
+  if (finish == FinishReason::NONE && grammar_done) finish = FinishReason::STOP;  // a stop token ended the grammar
   if (finish == FinishReason::NONE && ends_by_length(s, slot, stop, config_.max_model_len))
     finish = FinishReason::LENGTH;
+  if (grammar_refused && finish == FinishReason::NONE) {  // cannot happen while masks hold; never continue past it
+    log_error("structured output: the grammar refused token " + std::to_string(token) + " of request " + r.request.id);
+    if (r.error.empty()) r.error = "structured output: the grammar refused token " + std::to_string(token);
+    finish = FinishReason::ABORT;
+  }
   if (finish != FinishReason::NONE) finish_sequence(s, finish);
 }
 

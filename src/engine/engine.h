@@ -110,6 +110,7 @@ class Engine {
   void collect_step();
   void accept_token(SeqState& s, sampling::SampledToken&& token, int64_t slot, Clock::time_point now);
   void finish_sequence(SeqState& s, FinishReason reason);
+  void supply_masks();  // the grammar masks of the newest step in flight (model_runner.h supply_masks)
   void finish_request(RequestState& r, FinishReason reason, const std::string& error);
   void abort_every_request(const std::string& error = "");
   void emit(RequestState& r, Clock::time_point now);
@@ -142,6 +143,8 @@ class Engine {
     // of the token it scores. Pending ids name only sampled rows, which keep their indices.
     std::vector<std::pair<SeqState*, int64_t>> scored;
     std::vector<std::shared_ptr<RequestState>> requests;  // each request of the step, kept alive
+    std::vector<SeqState*> constrained;                   // structured output: its rows with a grammar, in order
+    bool masks_owed = false;                              // their masks are not supplied yet
     bool back_to_back = false;  // launched without the engine running out of work since the last
     int64_t n_tokens = 0, n_sequences = 0, n_prefill_tokens = 0;  // the step's shape (--step-log)
   };
@@ -157,6 +160,7 @@ class Engine {
     std::vector<SampleRow> score_samples;
     StepOutput output;
     std::vector<RequestState*> touched;
+    std::vector<uint32_t> masks;  // supply_masks's words
   };
   StepBuffers step_;
 

@@ -242,7 +242,7 @@ void add_histogram(Histogram& into, const Histogram& h) {
 }  // namespace
 
 MetricsSnapshot merge_metrics(const std::vector<MetricsSnapshot>& parts) {
-  if (parts.empty()) return {};
+  if (parts.empty()) return MetricsSnapshot();
   MetricsSnapshot m = parts[0];
   double used_blocks = parts[0].kv_usage * static_cast<double>(parts[0].kv_blocks_total);
   for (size_t i = 1; i < parts.size(); ++i) {
@@ -259,6 +259,7 @@ MetricsSnapshot merge_metrics(const std::vector<MetricsSnapshot>& parts) {
     m.steps += p.steps, m.step_model_seconds += p.step_model_seconds, m.step_engine_seconds += p.step_engine_seconds;
     m.device_steps += p.device_steps, m.device_step_seconds += p.device_step_seconds;
     m.device_idle_seconds += p.device_idle_seconds;
+    m.grammar_mask_rows += p.grammar_mask_rows, m.grammar_mask_seconds += p.grammar_mask_seconds;
   }
   m.kv_usage = m.kv_blocks_total > 0 ? used_blocks / static_cast<double>(m.kv_blocks_total) : 0.0;
   return m;

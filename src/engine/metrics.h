@@ -45,6 +45,9 @@ struct MetricsSnapshot {
   uint64_t device_steps = 0;
   double device_step_seconds = 0.0, device_idle_seconds = 0.0;
   Histogram device_idle;
+  // Structured output: grammar masks filled on the engine thread (rows, and their summed seconds).
+  uint64_t grammar_mask_rows = 0;
+  double grammar_mask_seconds = 0.0;
 };
 
 class Metrics {

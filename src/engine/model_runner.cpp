@@ -89,17 +89,55 @@ class CpuRunner : public ModelRunner {
     parallel_for(rows.size(), [&](size_t i) {
       const std::span<const float> row(logits_.data() + i * vocab, vocab);
       const SampleRow& r = resolved[i];
+      if (r.constrained) return;  // drawn by supply_masks
       out[i] = r.score_token >= 0 ? sampling::score_token(row, r.score_token, r.params->logprobs)
                                   : sampling::sample_next(row, *r.params, r.context, r.key);
     });
+    // Constrained rows wait for their masks with their logits and copies of their context's lists
+    // (the engine's token lists change before the masks come: the step before is collected),
+    // resolved against the step before's draws while drawn_ still holds them.
+    constrained_.clear();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (!resolved[i].constrained) continue;
+      Waiting& w = constrained_.emplace_back();
+      w.index = i;
+      w.row = resolved[i];
+      w.logits.assign(logits_.begin() + i * vocab, logits_.begin() + (i + 1) * vocab);
+      const sampling::SequenceContext& c = resolved[i].context;
+      w.prompt.assign(c.prompt.begin(), c.prompt.end());
+      w.output.assign(c.output.begin(), c.output.end());
+      w.masked.assign(c.masked.begin(), c.masked.end());
+      for (std::vector<int32_t>* list : {&w.prompt, &w.output, &w.masked})
+        for (int32_t& id : *list) NIB_RETURN_IF_ERROR(resolve(id));
+      w.row.context = {w.prompt, w.output, w.masked, {}};
+    }
     drawn_.resize(out.size());
     for (size_t i = 0; i < out.size(); ++i) drawn_[i] = out[i].token;
     ++n_uncollected_;
     return Status::ok();
   }
 
+  Status supply_masks(std::span<const uint32_t> words) override {
+    const size_t per = static_cast<size_t>(grammar_mask_words());
+    if (words.size() != constrained_.size() * per)
+      return Status::error("supply_masks: " + std::to_string(words.size()) + " words for " +
+                           std::to_string(constrained_.size()) + " constrained rows");
+    if (constrained_.empty()) return Status::ok();
+    std::vector<sampling::SampledToken>& out = results_[n_uncollected_ - 1];
+    parallel_for(constrained_.size(), [&](size_t k) {
+      Waiting& w = constrained_[k];
+      w.row.context.allowed = words.subspan(k * per, per);
+      out[w.index] = sampling::sample_next(w.logits, *w.row.params, w.row.context, w.row.key);
+    });
+    for (const Waiting& w : constrained_) drawn_[w.index] = out[w.index].token;
+    constrained_.clear();
+    return Status::ok();
+  }
+
   Status collect(StepOutput& out) override {
     if (n_uncollected_ == 0) return Status::error("collect: no step was launched");
+    if (n_uncollected_ == 1 && !constrained_.empty())
+      return Status::error("collect: the step's constrained rows never had their masks");
     out.tokens = std::move(results_[0]);
     out.device_seconds = out.device_idle_seconds = -1.0;
     std::swap(results_[0], results_[1]);
@@ -131,6 +169,17 @@ class CpuRunner : public ModelRunner {
     id = drawn_[static_cast<size_t>(row)];
     return Status::ok();
   }
+
+  int64_t grammar_mask_words() const { return (config().vocab_size + 31) / 32; }
+
+  // A constrained row of the last launched step, waiting for its mask.
+  struct Waiting {
+    size_t index = 0;
+    SampleRow row;  // its context views the lists below
+    std::vector<float> logits;
+    std::vector<int32_t> prompt, output, masked;
+  };
+  std::vector<Waiting> constrained_;
 
   models::KvCache cache_;
   std::vector<float> logits_;
@@ -233,6 +282,7 @@ class FailingRunner final : public ModelRunner {
     if (++launches_ >= fail_from_) return Status::error("injected failure (NIBBLE_DIAG_FAIL_ENGINE)");
     return inner_->launch(batch, rows);
   }
+  Status supply_masks(std::span<const uint32_t> words) override { return inner_->supply_masks(words); }
   Status collect(StepOutput& out) override { return inner_->collect(out); }
   Status forward_logits(const models::Batch& batch, std::vector<float>& logits) override {
     return inner_->forward_logits(batch, logits);

@@ -29,6 +29,8 @@ struct SampleRow {
   sampling::SequenceContext context;  // prompt, output so far, tokens masked now (min_tokens)
   sampling::DrawKey key;              // the sequence's seed and the position being drawn
   int32_t score_token = -1;
+  // Structured output: the row draws only tokens its mask allows, the mask given by supply_masks.
+  bool constrained = false;
 };
 
 // Prompt positions a step may score (prompt logprobs) beside its sampled rows: the runners size
@@ -57,9 +59,14 @@ class ModelRunner {
   // ids and its rows' token lists may then hold models::pending_token(j), the token that uncollected
   // step draws for its row j.
   virtual Status launch(const models::Batch& batch, std::span<const SampleRow> rows) = 0;
+  // Structured output: the masks of the last launched step's constrained rows, in row order,
+  // grammar::mask_words(vocab_size) words each. They may depend on the tokens of the step launched
+  // before it, so they come after the launch (once that step is collected) and before this step is
+  // collected; its constrained rows draw nothing until then (the GPU waits on the device).
+  virtual Status supply_masks(std::span<const uint32_t> words) = 0;
   // Waits for the oldest uncollected step and returns what it drew, row by row.
   virtual Status collect(StepOutput& out) = 0;
-  // launch, then collect (nothing else in flight).
+  // launch, then collect (nothing else in flight; no constrained rows).
   Status step(const models::Batch& batch, std::span<const SampleRow> rows, std::vector<sampling::SampledToken>& out);
   // Runs the batch and returns the logits of batch.logits_rows, [rows, vocab] fp32 (tests,
   // --dump-logits).

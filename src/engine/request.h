@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "grammar/grammar.h"
 #include "sampling/params.h"
 #include "sampling/sampler.h"
 
@@ -67,6 +69,11 @@ struct GenerationRequest {
   // (vLLM's prompt_logprobs; the request then skips the prefix cache, whose blocks were not scored).
   int32_t prompt_logprobs = -1;
   bool skip_special_tokens = true;
+  // Structured output: every choice's tokens follow this compiled grammar (the server compiles it
+  // before submitting). A reasoning model (think_start/think_end >= 0: <think>, </think>) may open
+  // its output with think_start and think freely; the grammar then starts after think_end.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  int32_t think_start = -1, think_end = -1;
   Clock::time_point arrival = Clock::now();
   OutputCallback on_output;
 };

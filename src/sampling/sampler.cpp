@@ -126,13 +126,17 @@ SampledToken score_token(std::span<const float> logits, int32_t token, int32_t k
 SampledToken sample_next(std::span<const float> logits, const SamplingParams& p, const SequenceContext& c,
                          const DrawKey& key) {
   SampledToken out;
-  const bool processed = !c.masked.empty() || !p.logit_bias.empty() || p.has_penalties() || !p.greedy();
+  const bool processed =
+      !c.masked.empty() || !c.allowed.empty() || !p.logit_bias.empty() || p.has_penalties() || !p.greedy();
   std::vector<float> work;
   if (processed) {
     work.assign(logits.begin(), logits.end());
     const int32_t vocab = static_cast<int32_t>(work.size());
     for (int32_t t : c.masked)
       if (t >= 0 && t < vocab) work[t] = NEG_INF;
+    if (!c.allowed.empty())  // structured output: tokens outside the grammar's mask cannot be drawn
+      for (int32_t t = 0; t < vocab; ++t)
+        if (static_cast<size_t>(t / 32) >= c.allowed.size() || !(c.allowed[t / 32] >> (t % 32) & 1u)) work[t] = NEG_INF;
     for (const auto& [t, bias] : p.logit_bias)
       if (t < vocab) work[t] += bias;
     apply_penalties(work, p, c);

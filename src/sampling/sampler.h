@@ -35,6 +35,8 @@ struct SequenceContext {
   std::span<const int32_t> prompt;
   std::span<const int32_t> output;
   std::span<const int32_t> masked;  // tokens that may not be drawn now (EOS while < min_tokens)
+  // Structured output: bit t % 32 of word t / 32 set = token t may be drawn; empty: every token.
+  std::span<const uint32_t> allowed;
 };
 
 // Which random numbers a draw uses: the sequence's seed and the position of the token being drawn.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -10,6 +11,7 @@
 #include <unordered_map>
 
 #include "engine/engine_group.h"
+#include "grammar/grammar.h"
 #include "io/generation_config.h"
 #include "server/api_error.h"
 #include "server/http_server.h"
@@ -28,12 +30,16 @@ struct LoadedModel {
   io::GenerationConfig generation;
   bool parse_reasoning = false;
   std::string tokenizer_path;
-  std::string backend;  // the runner's description, e.g. "cpu (reference)"
+  std::string backend;                                // the runner's description, e.g. "cpu (reference)"
+  std::shared_ptr<grammar::GrammarCompiler> grammar;  // structured output's compiler and cache
 };
 
 struct ServingContext {
   ServerOptions options;
   boost::asio::io_context io;
+  // Structured output's grammar compilations run here, off the io threads and the engines' threads:
+  // a request with a new, large schema waits for its own grammar alone.
+  boost::asio::thread_pool grammar_pool{2};
   std::shared_ptr<HttpStats> http_stats = std::make_shared<HttpStats>();
   int64_t started_at = 0;  // unix seconds
   // Set on shutdown with --shutdown-timeout: running requests finish, new ones get 503 (a router

@@ -140,6 +140,20 @@ std::string prometheus_text(ServingContext& ctx) {
        [](const S& m) { return m.device_idle_seconds; });
   histogram("nibble:device_idle_seconds", "The GPU's idle time before each step launched back to back.",
             [](const S& m) -> const engine::Histogram& { return m.device_idle; });
+    each("nibble:grammar_mask_rows_total", "counter",
+       "Structured output: grammar masks filled on the CPU (one per constrained row and step).",
+       [](const S& m) { return m.grammar_mask_rows; });
+  each("nibble:grammar_mask_seconds_total", "counter", "Structured output: the engine thread's time filling them.",
+       [](const S& m) { return m.grammar_mask_seconds; });
+  if (model->grammar) {
+    const grammar::GrammarCompiler::Stats g = model->grammar->stats();
+    w.header("nibble:grammar_compile_cache_hits_total", "counter", "Structured output: constraints found compiled.");
+    w.sample("nibble:grammar_compile_cache_hits_total", "", static_cast<double>(g.hits));
+    w.header("nibble:grammar_compile_cache_misses_total", "counter", "Structured output: constraints compiled.");
+    w.sample("nibble:grammar_compile_cache_misses_total", "", static_cast<double>(g.misses));
+    w.header("nibble:grammar_compile_seconds_total", "counter", "Structured output: time compiling them.");
+    w.sample("nibble:grammar_compile_seconds_total", "", g.compile_seconds);
+  }
   if (model->engine->size() > 1) {
     w.header("nibble:engine_in_service", "gauge",
              "1 while a data-parallel engine takes requests, 0 once a failure took it out.");

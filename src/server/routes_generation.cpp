@@ -5,8 +5,11 @@
 #include <chrono>
 #include <random>
 
+#include <boost/asio/post.hpp>
+
 #include "server/context.h"
 #include "server/generation_job.h"
+#include "server/structured_output.h"
 
 namespace nibble::server {
 namespace {
@@ -137,9 +140,21 @@ JobOptions new_job(ServingContext& ctx, ApiKind kind, const char* id_prefix) {
   return job;
 }
 
-// One engine request per prompt, each a copy of `base`, run as one job.
+// One engine request per prompt, each a copy of `base`, run as one job. With a structured-output
+// constraint the grammar is compiled first, on the grammar pool (a cached one is there at once).
 void run_job(ServingContext& ctx, std::shared_ptr<LoadedModel> model, JobOptions options, const Responder& responder,
-             engine::GenerationRequest base, std::vector<std::vector<int32_t>> prompts) {
+             engine::GenerationRequest base, std::vector<std::vector<int32_t>> prompts,
+             std::optional<ConstraintField> constraint = std::nullopt, bool reasoning = false) {
+  if (constraint) {
+    boost::asio::post(ctx.grammar_pool, [&ctx, model = std::move(model), options = std::move(options), responder,
+                                         base = std::move(base), prompts = std::move(prompts),
+                                         c = std::move(*constraint), reasoning]() mutable {
+      ApiError error;
+      if (!compile_constraint(*model, c, reasoning, base, error)) return respond_error(responder, error);
+      run_job(ctx, std::move(model), std::move(options), responder, std::move(base), std::move(prompts));
+    });
+    return;
+  }
   base.sampling.logprobs = options.logprobs;
   options.n = base.n;
   std::vector<engine::GenerationRequest> requests;
@@ -172,15 +187,10 @@ void handle_chat_completions(ServingContext& ctx, const HttpRequest& request, Re
   f.integer("top_logprobs", top_logprobs, 0, 20);
   if (top_logprobs > 0 && !logprobs) f.fail("top_logprobs", "needs logprobs: true");  // 0 without it is vLLM's default
   job.logprobs = logprobs ? static_cast<int32_t>(top_logprobs) : -1;
-  std::string tool_choice = "auto";
-  if (f.has("tool_choice") &&
-      !(f.at("tool_choice").is_string() && (f.at("tool_choice") == "auto" || f.at("tool_choice") == "none")))
-    f.fail("tool_choice", "supports only \"auto\" and \"none\"");
-  f.string("tool_choice", tool_choice);
+  const json tool_choice = f.has("tool_choice") ? f.at("tool_choice") : json("auto");
   if (f.has("tools") && !f.at("tools").is_array()) f.fail("tools", "must be a list");
-  if (f.has("response_format") &&
-      !(f.at("response_format").is_object() && f.at("response_format").value("type", "") == "text"))
-    f.fail("response_format", "supports only {\"type\": \"text\"}");
+  std::optional<ConstraintField> constraint;
+  read_constraint(f, constraint);
   if (f.has("chat_template_kwargs") && !f.at("chat_template_kwargs").is_object())
     f.fail("chat_template_kwargs", "must be an object");
   ChatPromptOptions prompt_options;
@@ -189,13 +199,25 @@ void handle_chat_completions(ServingContext& ctx, const HttpRequest& request, Re
   f.boolean("parallel_tool_calls", parallel_tool_calls);
   job.max_tool_calls = parallel_tool_calls ? INT32_MAX : 1;
   parse_sampling(f, *model, OPENAI_NAMES, -1, r);
+  if (!f.error && tool_choice != "none" && tool_choice != "auto") {
+    std::optional<ConstraintField> tools;
+    if (read_tool_constraint(f, f.has("tools") ? f.at("tools") : json(), tool_choice, parallel_tool_calls, request.body,
+                             tools) &&
+        tools) {
+      if (constraint) f.fail("tool_choice", "cannot be combined with '" + constraint->field + "'");
+      constraint = std::move(tools);
+    }
+  }
   if (f.error) return respond_error(responder, *f.error);
   prompt_options.with_tools = f.has("tools") && !f.at("tools").empty() && tool_choice != "none";
   job.parse_tool_calls = prompt_options.with_tools;
   ApiError error;
   auto prompt = render_chat_prompt(*model, body, prompt_options, error);
   if (!prompt) return respond_error(responder, error);
-  run_job(ctx, std::move(model), std::move(job), responder, std::move(r), {std::move(prompt.value())});
+  const bool reasoning = prompt_leaves_thinking_open(*model, prompt.value());
+  if (constraint) keep_key_order(request.body, *constraint);
+  run_job(ctx, std::move(model), std::move(job), responder, std::move(r), {std::move(prompt.value())},
+          std::move(constraint), reasoning);
 }
 
 void handle_completions(ServingContext& ctx, const HttpRequest& request, Responder responder) {
@@ -220,6 +242,8 @@ void handle_completions(ServingContext& ctx, const HttpRequest& request, Respond
   int64_t best_of = r.n;
   f.integer("best_of", best_of, 1, 128);
   if (best_of != r.n) f.fail("best_of", "must equal n (no best-of selection)");
+  std::optional<ConstraintField> constraint;
+  read_constraint(f, constraint);
   // prompt: a string, a list of strings, a list of token ids, or a list of lists of token ids.
   std::vector<std::vector<int32_t>> prompts;
   const int64_t vocab = model->engine->model_config().vocab_size;
@@ -249,7 +273,8 @@ void handle_completions(ServingContext& ctx, const HttpRequest& request, Respond
   if (echo)
     for (const auto& ids : prompts) job.echo.push_back(model->tokenizer->decode(ids, r.skip_special_tokens));
   if (r.prompt_logprobs >= 0) job.echo_ids = prompts;
-  run_job(ctx, std::move(model), std::move(job), responder, std::move(r), std::move(prompts));
+  if (constraint) keep_key_order(request.body, *constraint);
+  run_job(ctx, std::move(model), std::move(job), responder, std::move(r), std::move(prompts), std::move(constraint));
 }
 
 void handle_generate(ServingContext& ctx, const HttpRequest& request, Responder responder) {
@@ -272,6 +297,14 @@ void handle_generate(ServingContext& ctx, const HttpRequest& request, Responder 
   const json sampling_params = f.has("sampling_params") ? body["sampling_params"] : json::object();
   RequestFields sp(sampling_params);
   parse_sampling(sp, *model, SGLANG_NAMES, 128, r);  // SGLang's default max_new_tokens
+  std::optional<ConstraintField> constraint;
+  if (!sp.error) read_constraint(sp, constraint);
+  if (constraint) {
+    constraint->field = "sampling_params." + constraint->field;
+    if (!constraint->schema_pointer.empty())
+      constraint->schema_pointer = "/sampling_params" + constraint->schema_pointer;
+    keep_key_order(request.body, *constraint);
+  }
   if (sp.error && !f.error) f.error = ApiError{400, "sampling_params: " + sp.error->message, "sampling_params"};
   std::vector<std::vector<int32_t>> prompts;
   const int64_t vocab = model->engine->model_config().vocab_size;
@@ -304,7 +337,7 @@ void handle_generate(ServingContext& ctx, const HttpRequest& request, Responder 
       read_token_ids(f, "input_ids", ids, vocab, prompts);
   }
   if (f.error) return respond_error(responder, *f.error);
-  run_job(ctx, std::move(model), std::move(job), responder, std::move(r), std::move(prompts));
+  run_job(ctx, std::move(model), std::move(job), responder, std::move(r), std::move(prompts), std::move(constraint));
 }
 
 }  // namespace nibble::server

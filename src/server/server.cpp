@@ -22,6 +22,7 @@
 #include "engine/model_runner.h"
 #include "server/context.h"
 #include "server/generation_job.h"
+#include "server/structured_output.h"
 
 namespace nibble::server {
 namespace {
@@ -141,6 +142,13 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   model->backend = devices[0];
   for (size_t i = 1; i < devices.size(); ++i) model->backend += ", " + devices[i];
   model->engine = std::make_unique<engine::EngineGroup>(std::move(engines), devices);
+  // Structured output: one compiler (and cache) for every engine of the model.
+  const auto vocabulary_start = std::chrono::steady_clock::now();
+  model->grammar = std::make_shared<grammar::GrammarCompiler>(
+      grammar_vocabulary(*model->tokenizer, config.vocab_size, ec.eos_token_ids), 4);
+  log_debug("structured output: grammar vocabulary of " + std::to_string(config.vocab_size) + " tokens in " +
+            std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - vocabulary_start).count()) +
+            " s");
   log_info("serving " + o.model_path + " (" + config.architecture + ") on " + model->backend + ": max_model_len " +
            std::to_string(max_model_len) + ", " + std::to_string(n_blocks) + " KV blocks of " +
            std::to_string(o.block_size) + " tokens" + (dp > 1 ? " over " + std::to_string(dp) + " engines" : ""));

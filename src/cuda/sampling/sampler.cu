@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
   // Processed logits: mask, logit_bias, repetition (prompt ∪ output), presence and frequency (output).
   // Greedy rows without any of them take the argmax of the raw logits (no copy).
   const bool greedy = P.temperature < 1e-5f;
-  const bool plain = P.masked_len == 0 && P.bias_len == 0 && P.repetition_penalty == 1.0f &&
+  const bool plain = P.masked_len == 0 && P.mask_row < 0 && P.bias_len == 0 && P.repetition_penalty == 1.0f &&
                      P.presence_penalty == 0.0f && P.frequency_penalty == 0.0f;
   const bool scoring = P.score_token >= 0;  // a prompt position: only the logprobs below
   const bool staged = !(greedy && plain) && !scoring;
@@ -359,6 +359,13 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
     const int32_t* mask = b.tokens + P.masked_offset;
     for (int k = threadIdx.x; k < P.masked_len; k += THREADS)
       if (const int32_t t = resolve(mask[k]); in_slice(t)) w[t - begin] = -INFINITY;
+    if (P.mask_row >= 0) {  // structured output: tokens outside the grammar's mask
+      const uint32_t* allowed = b.allowed + P.mask_row * b.mask_words;
+      for (int64_t i = threadIdx.x; i < s.n; i += THREADS) {
+        const int64_t t = begin + i;
+        if (!(allowed[t >> 5] >> (t & 31) & 1u)) w[i] = -INFINITY;
+      }
+    }
     __syncthreads();
     if (P.bias_len > 0) {  // after the mask (a masked token stays -inf), before the penalties; distinct tokens
       for (int k = threadIdx.x; k < P.bias_len; k += THREADS)

@@ -1,4 +1,4 @@
-// Token sampling on the GPU, the twin of sampling::sample_next: min_tokens mask, logit_bias, repetition /
+// Token sampling on the GPU, the twin of sampling::sample_next: min_tokens and grammar masks, logit_bias, repetition /
 // presence / frequency penalties, greedy or temperature → min_p → top_k → top_p → the exponential
 // race keyed by Philox(seed; position, token), and raw-distribution logprobs with their top k. A
 // cluster of CTAs per row; the same logits, seed and position give the CPU sampler's token.
@@ -27,6 +27,7 @@ struct SamplerRow {
   int32_t masked_offset = 0, masked_len = 0;
   int32_t bias_offset = 0, bias_len = 0;  // logit_bias: tokens in SamplerBatch::tokens, values in bias_values
   int32_t score_token = -1;               // >= 0: draw nothing, give this token's logprob (a prompt position)
+  int32_t mask_row = -1;                  // >= 0: structured output, draw only tokens allowed by that mask row
 };
 
 struct SamplerBatch {
@@ -43,6 +44,10 @@ struct SamplerBatch {
   float* out_top_logprobs = nullptr;  // [rows, MAX_TOP_LOGPROBS]
   // Device, indexed as tokens: each logit_bias token's value (null: no row has any).
   const float* bias_values = nullptr;
+  // Device [mask rows, mask_words]: structured output's allowed tokens (bit t % 32 of word t / 32), the
+  // rows' mask_row; null when no row is constrained.
+  const uint32_t* allowed = nullptr;
+  int64_t mask_words = 0;
 };
 
 Status sample_rows(const SamplerBatch& batch, cudaStream_t stream);
