@@ -61,6 +61,14 @@ CommandRunner register_bench(CLI::App& root) {
   cmd->add_option("--result-dir", o->result_dir, "Folder for --save-result")->capture_default_str();
   cmd->add_option("--result-filename", o->result_filename, "File name for --save-result");
   cmd->add_flag("--disable-tqdm", o->disable_progress, "No progress bar");
+  cmd->add_option("--structured", o->structured,
+                  "Structured output on every request: none | json-schema | regex | choice (vLLM's "
+                  "structured_outputs; /generate: SGLang's sampling params)")
+      ->check(CLI::IsMember({"none", "json-schema", "regex", "choice"}))
+      ->capture_default_str();
+  cmd->add_option("--structured-file", o->structured_file,
+                  "The constraint: a JSON schema, a regex, or a JSON list of choices (default: a built-in one "
+                  "that runs to the output length)");
   auto* kernels =
       bench->add_subcommand("kernels", "CUDA kernel benchmark on a model's shapes against the floor and cuBLAS BF16");
   auto k = std::make_shared<BenchKernelsOptions>();

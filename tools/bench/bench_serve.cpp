@@ -7,9 +7,11 @@
 #include <cstdlib>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -32,7 +34,64 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-std::string request_body(const BenchServeOptions& o, const std::string& model, const BenchPrompt& p) {
+// The constraint of --structured: (kind, text) — the schema, the regex, or the choices as a JSON list.
+struct Structured {
+  std::string kind = "none", text;
+};
+
+Result<Structured> load_structured(const BenchServeOptions& o) {
+  Structured s{o.structured, ""};
+  if (s.kind == "none") return s;
+  if (!o.structured_file.empty()) {
+    std::ifstream in(o.structured_file);
+    if (!in) return Status::error("--structured-file: cannot read " + o.structured_file);
+    s.text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } else if (s.kind == "json-schema") {
+    s.text = R"({"type":"object","properties":{"title":{"type":"string","maxLength":32},)"
+             R"("score":{"type":"integer","minimum":0,"maximum":100},"body":{"type":"string"}},)"
+             R"("required":["title","score","body"],"additionalProperties":false})";
+  } else if (s.kind == "regex") {
+    s.text = "[A-Za-z ,.]+";
+  } else {
+    s.text = R"(["yes", "no", "maybe"])";
+  }
+  if (s.kind == "json-schema" || s.kind == "choice") {
+    const json parsed = json::parse(s.text, nullptr, false);
+    if (parsed.is_discarded() || (s.kind == "choice" && !parsed.is_array()))
+      return Status::error("--structured-file: not " + std::string(s.kind == "choice" ? "a JSON list" : "JSON"));
+  }
+  return s;
+}
+
+// Adds the constraint to a request body: vLLM's structured_outputs (OpenAI routes), SGLang's
+// sampling params (/generate; a choice as a regex of the escaped alternatives).
+void add_structured(const Structured& s, const std::string& backend, json& body) {
+  if (s.kind == "none") return;
+  if (backend != "nibble") {
+    json& so = body["structured_outputs"];
+    if (s.kind == "json-schema") so["json"] = json::parse(s.text);
+    if (s.kind == "regex") so["regex"] = s.text;
+    if (s.kind == "choice") so["choice"] = json::parse(s.text);
+    return;
+  }
+  json& sp = body["sampling_params"];
+  if (s.kind == "json-schema") sp["json_schema"] = s.text;
+  if (s.kind == "regex") sp["regex"] = s.text;
+  if (s.kind == "choice") {
+    std::string alternatives;
+    for (const json& c : json::parse(s.text)) {
+      if (!alternatives.empty()) alternatives += "|";
+      for (char ch : c.get<std::string>()) {
+        if (std::strchr("\\^$.|?*+()[]{}", ch)) alternatives += '\\';
+        alternatives += ch;
+      }
+    }
+    sp["regex"] = "(" + alternatives + ")";
+  }
+}
+
+std::string request_body(const BenchServeOptions& o, const std::string& model, const BenchPrompt& p,
+                         const Structured& structured) {
   json body;
   if (o.backend == "nibble") {
     body = {{"text", p.text},
@@ -53,6 +112,7 @@ std::string request_body(const BenchServeOptions& o, const std::string& model, c
     }
     if (o.ignore_eos) body["ignore_eos"] = true;
   }
+  add_structured(structured, o.backend, body);
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -136,6 +196,36 @@ RequestOutcome parse_response(const BenchServeOptions& o, const HttpResult& r, c
   return out;
 }
 
+// Counters from nibble's /metrics (their unlabelled totals); valid false from a server without them.
+struct ServerCounters {
+  bool valid = false;
+  double device_steps = 0, device_idle = 0, device_busy = 0, mask_rows = 0, mask_seconds = 0;
+};
+
+ServerCounters server_counters(const Endpoint& endpoint) {
+  ServerCounters c;
+  const HttpResult r = http_request_sync(endpoint, "GET", "/metrics");
+  if (r.status != 200) return c;
+  std::istringstream lines(r.body);
+  std::string line;
+  auto value_of = [&](const char* name, double& out) {
+    // "name{model_name=\"…\"} v": the series without an engine label (the sum over engines).
+    if (line.rfind(name, 0) != 0 || line.size() <= std::strlen(name) || line[std::strlen(name)] != '{' ||
+        line.find("engine=") != std::string::npos)
+      return;
+    out = std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr);
+    c.valid = true;
+  };
+  while (std::getline(lines, line)) {
+    value_of("nibble:device_steps_total", c.device_steps);
+    value_of("nibble:device_idle_seconds_total", c.device_idle);
+    value_of("nibble:device_step_seconds_total", c.device_busy);
+    value_of("nibble:grammar_mask_rows_total", c.mask_rows);
+    value_of("nibble:grammar_mask_seconds_total", c.mask_seconds);
+  }
+  return c;
+}
+
 }  // namespace
 
 int run_bench_serve(const BenchServeOptions& o) {
@@ -211,6 +301,10 @@ int run_bench_serve(const BenchServeOptions& o) {
     }
   }
 
+  Result<Structured> structured = load_structured(o);
+  if (!structured) return fail(structured.status().message());
+  const ServerCounters before = server_counters(*endpoint);
+
   boost::asio::io_context io;
   std::vector<RequestOutcome> outcomes(n);
   std::atomic<uint64_t> done{0};
@@ -225,14 +319,15 @@ int run_bench_serve(const BenchServeOptions& o) {
       ready.pop_front();
       ++in_flight;
       const double offset = std::chrono::duration<double>(SteadyClock::now() - start).count();
-      http_post(io, *endpoint, path, request_body(o, model, (*prompts)[i]), [&, i, offset](HttpResult&& r) {
-        outcomes[i] = parse_response(o, r, (*prompts)[i], tokenizer.get());
-        outcomes[i].start_offset = offset;
-        last_finish = std::max(last_finish, r.finished);
-        --in_flight;
-        ++done;
-        launch_ready();
-      });
+      http_post(io, *endpoint, path, request_body(o, model, (*prompts)[i], *structured),
+                [&, i, offset](HttpResult&& r) {
+                  outcomes[i] = parse_response(o, r, (*prompts)[i], tokenizer.get());
+                  outcomes[i].start_offset = offset;
+                  last_finish = std::max(last_finish, r.finished);
+                  --in_flight;
+                  ++done;
+                  launch_ready();
+                });
     }
   };
   std::vector<std::unique_ptr<boost::asio::steady_timer>> timers;
@@ -262,8 +357,26 @@ int run_bench_serve(const BenchServeOptions& o) {
   settings.max_concurrency = o.max_concurrency;
   settings.percentile_metrics = split(o.percentile_metrics);
   for (const std::string& p : split(o.metric_percentiles)) settings.metric_percentiles.push_back(std::stod(p));
-  const BenchSummary summary = summarize(outcomes, duration, settings);
+  BenchSummary summary = summarize(outcomes, duration, settings);
   std::fwrite(summary.printed.data(), 1, summary.printed.size(), stdout);
+  // The server's own view of the run (nibble's /metrics; absent from other servers): the GPU's idle
+  // time between steps, and structured output's mask time per constrained row and step.
+  const ServerCounters after = server_counters(*endpoint);
+  if (after.valid && before.valid) {
+    const double steps = after.device_steps - before.device_steps, rows = after.mask_rows - before.mask_rows;
+    const double idle = after.device_idle - before.device_idle, busy = after.device_busy - before.device_busy;
+    if (steps > 0) {
+      std::printf("%-40s %.2f%% (%.1f us a step)\n", "Device idle between steps:", 100.0 * idle / (idle + busy),
+                  1e6 * idle / steps);
+      summary.result["device_idle_fraction"] = idle / (idle + busy);
+    }
+    if (rows > 0) {
+      std::printf("%-40s %.1f us (%.0f rows)\n",
+                  "Grammar mask time a row and step:", 1e6 * (after.mask_seconds - before.mask_seconds) / rows, rows);
+      summary.result["grammar_mask_us_per_row"] = 1e6 * (after.mask_seconds - before.mask_seconds) / rows;
+    }
+  }
+  summary.result["structured"] = o.structured;
   for (const RequestOutcome& r : outcomes)
     if (!r.success) {
       std::fprintf(stderr, "first failure: %s\n", r.error.c_str());

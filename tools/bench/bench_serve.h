@@ -34,6 +34,11 @@ struct BenchServeOptions {
   std::string result_dir = ".";
   std::string result_filename;
   bool disable_progress = false;
+  // Structured output: none | json-schema | regex | choice, the constraint from structured_file (a
+  // JSON schema, a regex, a JSON list of choices) or, without one, a built-in one that random
+  // weights fill to the output length (an object whose string is unbounded, a regex of any letters).
+  std::string structured = "none";
+  std::string structured_file;
 };
 
 int run_bench_serve(const BenchServeOptions& options);
