@@ -31,6 +31,8 @@ const char* constraint_kind_name(ConstraintKind kind) {
       return "choice";
     case ConstraintKind::TOOL_CALLS:
       return "tool_calls";
+    case ConstraintKind::STRUCTURAL_TAG:
+      return "structural_tag";
   }
   return "?";
 }
@@ -178,6 +180,8 @@ struct GrammarCompiler::Impl {
           ebnf += c.repeated_calls ? " (\"\\n\" nibble_call)*\n" : "\n";
           return std::make_shared<const CompiledGrammar>(compiler.CompileGrammar(ebnf, "nibble_calls"), vocab_size);
         }
+        case ConstraintKind::STRUCTURAL_TAG:
+          return std::make_shared<const CompiledGrammar>(compiler.CompileStructuralTag(c.text), vocab_size);
         case ConstraintKind::CHOICE:
           if (c.choices.empty()) return Status::error("the choice list is empty");
           for (const std::string& s : c.choices)

@@ -14,8 +14,10 @@
 
 namespace nibble::grammar {
 
-enum class ConstraintKind { JSON_SCHEMA, JSON_OBJECT, REGEX, EBNF, CHOICE, TOOL_CALLS };
-// "json_schema", "json_object", "regex", "ebnf", "choice", "tool_calls"
+// STRUCTURAL_TAG: xgrammar's structural tag JSON (free text with constrained regions, e.g. tool calls
+// after a trigger: docs/structural_tag in the xgrammar sdist).
+enum class ConstraintKind { JSON_SCHEMA, JSON_OBJECT, REGEX, EBNF, CHOICE, TOOL_CALLS, STRUCTURAL_TAG };
+// "json_schema", "json_object", "regex", "ebnf", "choice", "tool_calls", "structural_tag"
 const char* constraint_kind_name(ConstraintKind kind);
 
 struct Constraint {

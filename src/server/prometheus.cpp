@@ -140,7 +140,7 @@ std::string prometheus_text(ServingContext& ctx) {
        [](const S& m) { return m.device_idle_seconds; });
   histogram("nibble:device_idle_seconds", "The GPU's idle time before each step launched back to back.",
             [](const S& m) -> const engine::Histogram& { return m.device_idle; });
-    each("nibble:grammar_mask_rows_total", "counter",
+  each("nibble:grammar_mask_rows_total", "counter",
        "Structured output: grammar masks filled on the CPU (one per constrained row and step).",
        [](const S& m) { return m.grammar_mask_rows; });
   each("nibble:grammar_mask_seconds_total", "counter", "Structured output: the engine thread's time filling them.",

@@ -199,7 +199,9 @@ void handle_chat_completions(ServingContext& ctx, const HttpRequest& request, Re
   f.boolean("parallel_tool_calls", parallel_tool_calls);
   job.max_tool_calls = parallel_tool_calls ? INT32_MAX : 1;
   parse_sampling(f, *model, OPENAI_NAMES, -1, r);
-  if (!f.error && tool_choice != "none" && tool_choice != "auto") {
+  // tool_choice required / named constrains to tool calls; auto with strict tools, the calls the
+  // model opens (unless response_format already constrains the whole output).
+  if (!f.error && tool_choice != "none" && !(tool_choice == "auto" && constraint)) {
     std::optional<ConstraintField> tools;
     if (read_tool_constraint(f, f.has("tools") ? f.at("tools") : json(), tool_choice, parallel_tool_calls, request.body,
                              tools) &&

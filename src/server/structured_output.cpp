@@ -112,6 +112,57 @@ bool read_vllm_object(RequestFields& f, std::optional<ConstraintField>& out) {
   return true;
 }
 
+// A tool's parameter schema as the body wrote it (key order kept), or any object when it has none;
+// false (f.error set) when the tool is malformed.
+bool tool_parameters(RequestFields& f, const json& tools, size_t i, const nlohmann::ordered_json& ordered,
+                     std::string& name, std::string& parameters) {
+  const json& tool = tools[i];
+  if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object() ||
+      !tool["function"].contains("name") || !tool["function"]["name"].is_string())
+    return f.fail("tools", "each tool must be {\"type\": \"function\", \"function\": {\"name\": …}}");
+  const json& fn = tool["function"];
+  name = fn["name"];
+  const bool given = fn.contains("parameters") && !fn["parameters"].is_null();
+  if (given && !fn["parameters"].is_object())
+    return f.fail("tools", "function '" + name + "': parameters must be a JSON schema");
+  const nlohmann::ordered_json::json_pointer at("/tools/" + std::to_string(i) + "/function/parameters");
+  parameters = !given                                            ? std::string(R"({"type":"object"})")
+               : ordered.is_discarded() || !ordered.contains(at) ? fn["parameters"].dump()
+                                                                 : ordered[at].dump();
+  return true;
+}
+
+// tool_choice "auto" with a tool marked "strict": true — free text, but each <tool_call> that
+// the model opens must name a tool, and a strict tool's arguments follow its parameter schema
+// (the others' any JSON object): an xgrammar structural tag triggered by <tool_call>. Its JSON
+// takes any whitespace, capped at one character a gap (a random model would fill it forever).
+bool read_strict_tools(RequestFields& f, const json& tools, const std::string& raw,
+                       std::optional<ConstraintField>& out) {
+  if (!tools.is_array()) return true;
+  bool any_strict = false;
+  for (const json& tool : tools)
+    any_strict |= tool.is_object() && tool.contains("function") && tool["function"].is_object() &&
+                  tool["function"].value("strict", false) == true;
+  if (!any_strict) return true;
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(raw, nullptr, false);
+  std::string tags;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    std::string name, parameters;
+    if (!tool_parameters(f, tools, i, ordered, name, parameters)) return false;
+    if (!tools[i]["function"].value("strict", false)) parameters = R"({"type":"object"})";
+    tags += std::string(tags.empty() ? "" : ",") + R"({"type":"tag","begin":)" +
+            json("<tool_call>\n{\"name\": " + json(name).dump() + ", \"arguments\": ").dump() +
+            R"(,"content":{"type":"json_schema","max_whitespace_cnt":1,"json_schema":)" + parameters +
+            R"(},"end":"}\n</tool_call>"})";
+  }
+  grammar::Constraint c{ConstraintKind::STRUCTURAL_TAG,
+                        R"({"type":"structural_tag","format":{"type":"triggered_tags","triggers":["<tool_call>"],)"
+                        R"("tags":[)" +
+                            tags + "]}}",
+                        {}};
+  return take(f, out, "tools", std::move(c));
+}
+
 }  // namespace
 
 bool read_constraint(RequestFields& f, std::optional<ConstraintField>& out) {
@@ -151,7 +202,8 @@ bool read_tool_constraint(RequestFields& f, const json& tools, const json& tool_
   std::string wanted;  // a named function; "" with "required"
   if (tool_choice.is_string()) {
     const std::string choice = tool_choice;
-    if (choice == "auto" || choice == "none") return true;
+    if (choice == "none") return true;
+    if (choice == "auto") return read_strict_tools(f, tools, raw, out);
     if (choice != "required")
       return f.fail("tool_choice",
                     "must be \"auto\", \"none\", \"required\" or a named function, got \"" + choice + "\"");
@@ -169,20 +221,9 @@ bool read_tool_constraint(RequestFields& f, const json& tools, const json& tool_
   const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(raw, nullptr, false);
   std::vector<std::string> calls;
   for (size_t i = 0; i < tools.size(); ++i) {
-    const json& tool = tools[i];
-    if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object() ||
-        !tool["function"].contains("name") || !tool["function"]["name"].is_string())
-      return f.fail("tools", "each tool must be {\"type\": \"function\", \"function\": {\"name\": …}}");
-    const json& fn = tool["function"];
-    const std::string name = fn["name"];
+    std::string name, parameters;
+    if (!tool_parameters(f, tools, i, ordered, name, parameters)) return false;
     if (!wanted.empty() && name != wanted) continue;
-    const bool given = fn.contains("parameters") && !fn["parameters"].is_null();
-    if (given && !fn["parameters"].is_object())
-      return f.fail("tools", "function '" + name + "': parameters must be a JSON schema");
-    const nlohmann::ordered_json::json_pointer at("/tools/" + std::to_string(i) + "/function/parameters");
-    const std::string parameters = !given ? std::string(R"({"type":"object"})")
-                                   : ordered.is_discarded() || !ordered.contains(at) ? fn["parameters"].dump()
-                                                                                     : ordered[at].dump();
     // Qwen3's call: {"name": <name>, "arguments": <the parameters' object>}, name first.
     calls.push_back(R"({"type":"object","properties":{"name":{"const":)" + json(name).dump() + R"(},"arguments":)" +
                     parameters + R"(},"required":["name","arguments"],"additionalProperties":false})");

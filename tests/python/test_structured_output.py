@@ -354,3 +354,30 @@ def test_a_reasoning_model_thinks_freely_then_follows_the_grammar(server, seed):
         assert message.get("reasoning_content") or content.startswith("{"), message
         if r.json()["choices"][0]["finish_reason"] == "stop" and content:
             jsonschema.validate(json.loads(content), SCHEMAS[5])
+
+
+def test_strict_tools_under_auto_constrain_the_calls_the_model_opens(server, client, seed):
+    """tool_choice auto with "strict": true: free text, but a <tool_call> the model opens must name a
+    tool, and a strict tool's arguments follow its schema. The random model rarely opens one by itself:
+    a logit_bias on the <tool_call> token makes it open one whenever the grammar lets it."""
+    ids = requests.post(server.url + "/tokenize", json={"model": "tiny", "prompt": "<tool_call>"}, timeout=10)
+    tokens = ids.json()["tokens"]
+    assert len(tokens) == 1, tokens
+    strict = [{**TOOLS[1], "function": {**TOOLS[1]["function"], "strict": True}},
+              {**TOOLS[0], "function": {**TOOLS[0]["function"], "strict": True}}]
+    seen = 0
+    for t in range(3):
+        c = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "Add."}], tools=strict, tool_choice="auto",
+            max_tokens=120, temperature=1.0, seed=seed + t, logit_bias={str(tokens[0]): 100},
+            extra_body=NO_THINK)
+        calls = c.choices[0].message.tool_calls or []
+        complete = calls if c.choices[0].finish_reason != "length" else calls[:-1]
+        check_calls(complete)
+        seen += len(complete)
+    assert seen > 0
+    bad = requests.post(server.url + "/v1/chat/completions", json={
+        "model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 4,
+        "tools": [{"type": "function", "function": {"name": "f", "strict": True, "parameters": {"type": "nonsense"}}}]},
+        timeout=60)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools", bad.text
