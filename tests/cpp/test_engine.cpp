@@ -3,7 +3,8 @@
 // reasons (the CPU forward is exact whatever the batch around a token, test_model_batching), under
 // random stop strings, stop tokens, EOS with min_tokens, penalties, n > 1, max_model_len, preemption
 // and prefix-cache hits — overlap changes when the engine learns a token, never which token it is.
-// Aborts in flight and the runner's pending tokens are checked too.
+// Aborts in flight and the runner's pending tokens are checked too, and so are grammars (structured
+// output), whose masks depend on the token before.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,8 +15,10 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <regex>
 
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "engine/model_runner.h"
 #include "test_seed.h"
 #include "tools/synth.h"
@@ -220,6 +223,68 @@ TEST(Engine, OverlappedSchedulingDrawsTheSameTokensAsStepByStep) {
   }
   EXPECT_GT(stopped, 3u) << "stop strings, stop tokens and EOS were meant to end some sequences early";
   EXPECT_GT(by_length, 3u);
+}
+
+// Structured output: the masks of a step depend on the tokens of the step before, which overlapped
+// scheduling learns only after launching this one (ModelRunner::supply_masks). Constrained and
+// unconstrained requests, under preemption, draw the same tokens with and without overlap, and each
+// constrained output is a sentence of its grammar.
+TEST(Engine, GrammarsDrawTheSameTokensOverlappedAndStepByStep) {
+  const uint64_t seed = test::test_seed("Engine.GrammarsDrawTheSameTokensOverlappedAndStepByStep");
+  auto tokenizer = text::Tokenizer::load(model_dir());
+  ASSERT_TRUE(tokenizer.is_ok());
+  const int64_t vocab = 151936;  // tiny-moe's (Qwen3's padded vocabulary)
+  grammar::Vocabulary v;
+  v.token_bytes.resize(vocab);
+  for (int32_t id = 0; id < static_cast<int32_t>(tokenizer.value()->vocab_size()) && id < vocab; ++id)
+    if (!tokenizer.value()->is_special(id)) v.token_bytes[id] = std::string(tokenizer.value()->token_bytes(id));
+  v.stop_ids = {151645};
+  grammar::GrammarCompiler compiler(v, 2);
+  struct Kind {
+    grammar::Constraint constraint;
+    std::regex sentence;
+  };
+  const std::vector<Kind> kinds = {
+      {{grammar::ConstraintKind::REGEX, "[a-c]{2,6}x"}, std::regex("[a-c]{2,6}x")},
+      {{grammar::ConstraintKind::CHOICE, "", {"north", "south", "east west"}}, std::regex("north|south|east west")},
+      {{grammar::ConstraintKind::JSON_SCHEMA,
+        R"({"type":"object","properties":{"n":{"type":"integer","minimum":0,"maximum":99},"ok":{"type":"boolean"}},)"
+        R"("required":["n","ok"],"additionalProperties":false})"},
+       std::regex(R"(\{"n": [0-9]{1,2}, "ok": (true|false)\})")},
+  };
+  std::vector<GenerationRequest> requests = make_requests(seed);
+  std::map<size_t, size_t> kind_of;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (i % 2 == 1) continue;  // every other request stays unconstrained beside the constrained ones
+    GenerationRequest& r = requests[i];
+    auto g = compiler.compile(kinds[(i / 2) % kinds.size()].constraint);
+    ASSERT_TRUE(g.is_ok()) << g.status().message();
+    r.grammar = g.value();
+    r.stop = {};
+    r.stop.max_tokens = 24;  // every grammar above finishes well within it
+    kind_of[i] = (i / 2) % kinds.size();
+  }
+  const RunResult plain = run(false, requests, 40), overlapped = run(true, requests, 40);
+  EXPECT_GT(plain.metrics.grammar_mask_rows, 0u);
+  size_t sentences = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Collected& a = plain.outputs.at(i);
+    const Collected& b = overlapped.outputs.at(i);
+    SCOPED_TRACE("request " + std::to_string(i));
+    ASSERT_TRUE(a.finished && b.finished);
+    EXPECT_EQ(a.error, "");
+    EXPECT_EQ(b.error, "");
+    EXPECT_EQ(b.tokens, a.tokens);
+    EXPECT_EQ(b.text, a.text);
+    EXPECT_EQ(b.finish, a.finish);
+    if (!kind_of.count(i)) continue;
+    for (const auto& [index, text] : a.text) {
+      EXPECT_EQ(a.finish.at(index), FinishReason::STOP) << text;
+      EXPECT_TRUE(std::regex_match(text, kinds[kind_of[i]].sentence)) << "'" << text << "'";
+      ++sentences;
+    }
+  }
+  EXPECT_GE(sentences, 14u);
 }
 
 // --step-log: a row per step, each within the step's limits, the prompts' tokens all among them.
