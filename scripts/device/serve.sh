@@ -8,7 +8,7 @@
 # for every server; WORKLOAD2=1 adds issue 16's workload 2 (gsm8k, 1,209 in parallel) on the last
 # server; STRUCTURED=1 adds, on the last server, 64 chats at a time (random 1,000 in / 200 out,
 # STRUCTURED_PROMPTS of them) unconstrained and then each under `--structured json-schema` (issue 67's
-# 0.95× target, the GPU's idle share and the mask time a row), after scripts/structured_smoke.py (64
+# 0.95× target, the GPU's idle share and the mask time a row; STRUCTURED_ROUNDS of each, 2), after scripts/structured_smoke.py (64
 # constrained and unconstrained requests mixed, each output checked); WORKLOAD1=0 skips workload 1.
 # Overlapped scheduling on and off, for one: CONFIGS="default --disable-overlap-schedule".
 synth_qwen3_full
@@ -74,14 +74,14 @@ EOF
   fi
       if [ "${STRUCTURED:-0}" = 1 ] && [ "$i" = $((${#configs[@]} - 1)) ]; then
     python3 scripts/structured_smoke.py --port 8766 --n 64
-    for kind in none json-schema none json-schema; do
+    for _ in $(seq "${STRUCTURED_ROUNDS:-2}"); do for kind in none json-schema; do
       timeout "${BENCH_TIMEOUT:-420}" build-device/nibble bench serve --port 8766 --backend openai-chat \
         --tokenizer "$SYNTH_DIR" --dataset-name random --num-prompts "${STRUCTURED_PROMPTS:-512}" \
         --random-input-len 1000 --random-output-len 200 --max-concurrency 64 --ignore-eos --seed 1 \
         --structured "$kind" --disable-tqdm > "$OUT/structured_$kind.txt" 2>&1
       echo "structured $kind: $(grep -E 'Output token throughput|Successful requests|idle between|Grammar mask' \
         "$OUT/structured_$kind.txt" | sed 's/  */ /g' | tr '\n' ';')"
-    done
+    done; done
   fi
   kill -TERM $pid; wait $pid
 done
