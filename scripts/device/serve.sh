@@ -6,11 +6,11 @@
 # to run it under, one server each — "default" or serve flags joined by commas, e.g.
 # "--max-num-batched-tokens=4096,--scheduler-delay-factor=2" (default: "default"); SERVE_ARGS: flags
 # for every server; WORKLOAD2=1 adds issue 16's workload 2 (gsm8k, 1,209 in parallel) on the last
-# server; STRUCTURED=1 adds, on the last server, 64 chats at a time (random 1,000 in / 200 out,
-# STRUCTURED_PROMPTS of them) unconstrained and then each under `--structured json-schema` (issue 67's
-# 0.95× target, the GPU's idle share and the mask time a row; STRUCTURED_ROUNDS of each, 2), after scripts/structured_smoke.py (64
-# constrained and unconstrained requests mixed, each output checked); WORKLOAD1=0 skips workload 1.
-# Overlapped scheduling on and off, for one: CONFIGS="default --disable-overlap-schedule".
+# server; STRUCTURED=1 adds, on the last server, scripts/structured_smoke.py (64 constrained and
+# unconstrained requests mixed, each output checked), then 64 chats at a time (random 1,000 in / 200
+# out, STRUCTURED_PROMPTS of them) unconstrained and under `--structured json-schema`, STRUCTURED_ROUNDS
+# (2) times each (issue 67's 0.95× target, the GPU's idle share, the mask time a row); WORKLOAD1=0
+# skips workload 1. # Overlapped scheduling on and off, for one: CONFIGS="default --disable-overlap-schedule".
 synth_qwen3_full
 
 start_server() {  # start_server LOG [serve flags...]
