@@ -10,7 +10,8 @@
 # unconstrained requests mixed, each output checked), then 64 chats at a time (random 1,000 in / 200
 # out, STRUCTURED_PROMPTS of them) unconstrained and under `--structured json-schema`, STRUCTURED_ROUNDS
 # (2) times each (issue 67's 0.95× target, the GPU's idle share, the mask time a row); WORKLOAD1=0
-# skips workload 1. # Overlapped scheduling on and off, for one: CONFIGS="default --disable-overlap-schedule".
+# skips workload 1. Overlapped scheduling on and off, for one:
+# CONFIGS="default --disable-overlap-schedule".
 synth_qwen3_full
 
 start_server() {  # start_server LOG [serve flags...]
