@@ -5,6 +5,8 @@
 #include <boost/asio/post.hpp>
 #include <cmath>
 
+#include "text/utf8.h"
+
 namespace nibble::server {
 
 using engine::FinishReason;
@@ -21,7 +23,10 @@ struct GenerationJob::Choice {
   std::unique_ptr<ChatOutputParser> parser;
   ChatDelta message;  // chat: everything parsed so far
   bool echo_sent = false;
-  size_t text_offset = 0;  // completions logprobs: where the next token's text starts
+  size_t text_offset = 0;  // completions logprobs: where the first output token's text starts
+  // Streamed logprobs: where the next token's text starts, counted in token texts as the whole
+  // response counts them (a token that is part of a character is one U+FFFD in either).
+  size_t stream_offset = 0;
 };
 
 namespace {
@@ -71,6 +76,7 @@ void GenerationJob::start(std::vector<engine::GenerationRequest> requests) {
       c.parser = std::make_unique<ChatOutputParser>(options_.parse_reasoning, options_.parse_tool_calls,
                                                     options_.max_tool_calls);
     if (!options_.echo.empty()) c.text_offset = options_.echo[c.prompt].size();
+    c.stream_offset = c.text_offset;
   }
   ctx_.register_job(options_.id, weak_from_this());
   std::weak_ptr<GenerationJob> weak = weak_from_this();
@@ -144,8 +150,12 @@ json GenerationJob::completion_logprobs(const Choice* prompt, const std::vector<
               {"top_logprobs", json::array()},
               {"text_offset", json::array()}};
   size_t offset = 0;
+  // Token texts as the response's JSON will carry them (a token that is part of a character becomes
+  // U+FFFD here, not at the dump: two such tokens in one top object must meet as one key, the drawn
+  // token's own entry last, so that it holds the drawn token's logprob).
+  auto shown = [this](int32_t id) { return text::utf8_lossy(token_text(id)); };
   auto add = [&](int32_t id, const sampling::SampledToken* t) {
-    const std::string text = token_text(id);
+    const std::string text = shown(id);
     out["tokens"].push_back(text);
     out["text_offset"].push_back(offset);
     offset += text.size();
@@ -156,7 +166,7 @@ json GenerationJob::completion_logprobs(const Choice* prompt, const std::vector<
     }
     out["token_logprobs"].push_back(clamp_logprob(t->logprob));
     json top = json::object();
-    for (const auto& e : t->top) top[token_text(e.token)] = clamp_logprob(e.logprob);
+    for (const auto& e : t->top) top[shown(e.token)] = clamp_logprob(e.logprob);
     top[text] = clamp_logprob(t->logprob);
     out["top_logprobs"].push_back(std::move(top));
   };
@@ -288,10 +298,11 @@ json GenerationJob::generate_item(const Choice& c) const {
 void GenerationJob::stream_choice(Choice& c, engine::ChoiceDelta& d, bool finished) {
   const bool echo_now = !options_.echo.empty() && !c.echo_sent;  // a completion's first chunk leads with the prompt
   const bool has_logprobs = options_.logprobs >= 0 && (!d.logprobs.empty() || (echo_now && !options_.echo_ids.empty()));
-  const size_t offset = c.text_offset + c.text.size() - d.text.size();
+  const size_t offset = c.stream_offset;
   json lp = !has_logprobs                          ? json(nullptr)
             : options_.kind == ApiKind::COMPLETION ? completion_logprobs(echo_now ? &c : nullptr, d.logprobs, offset)
                                                    : logprobs_json(d.logprobs, offset);
+  for (const sampling::SampledToken& t : d.logprobs) c.stream_offset += text::utf8_lossy(token_text(t.token)).size();
   if (options_.kind == ApiKind::GENERATE) {
     if (d.token_ids.empty() && !finished) return;
     c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
