@@ -86,6 +86,19 @@ std::string error_message(const std::exception& e) {
   return m;
 }
 
+// xgrammar 0.2.8's JSON converter writes a string with minLength/maxLength as characters of
+// [^"\\\r\n], which lets raw control characters (a tab, \x01) into the string: not JSON (RFC 8259
+// section 7 has them escaped), and Python's json.loads refuses it. The grammar's text with that class
+// as JSON's unescaped character ([^\0-\x1f"\\], as xgrammar's own unbounded strings have it), parsed
+// again; the class is the converter's, so a user's regex or EBNF is never touched.
+xgrammar::Grammar with_json_string_characters(const xgrammar::Grammar& g) {
+  static const std::string LOOSE = R"([^\"\\\r\n])", JSON = R"([^\0-\x1f\"\\])";
+  std::string text = g.ToString();
+  for (size_t at = text.find(LOOSE); at != std::string::npos; at = text.find(LOOSE, at + JSON.size()))
+    text.replace(at, LOOSE.size(), JSON);
+  return xgrammar::Grammar::FromEBNF(text, "root");
+}
+
 }  // namespace
 
 class CompiledGrammar {
@@ -151,6 +164,10 @@ struct GrammarCompiler::Impl {
                  threads, /*cache_enabled=*/false),
         capacity(cache_entries) {}
 
+  std::shared_ptr<const CompiledGrammar> compile_grammar(const xgrammar::Grammar& g) {
+    return std::make_shared<const CompiledGrammar>(compiler.CompileGrammar(g), vocab_size);
+  }
+
   Result<std::shared_ptr<const CompiledGrammar>> build(const Constraint& c) {
     try {
       switch (c.kind) {
@@ -158,13 +175,11 @@ struct GrammarCompiler::Impl {
           // any_whitespace false: compact JSON with ", " and ": " (xgrammar's default separators),
           // as vLLM and SGLang ask it; strict_mode: properties the schema does not name are not
           // generated (OpenAI's strict outputs).
-          return std::make_shared<const CompiledGrammar>(
-              compiler.CompileJSONSchema(c.text, /*any_whitespace=*/false, std::nullopt, std::nullopt, true),
-              vocab_size);
+          return compile_grammar(with_json_string_characters(
+              xgrammar::Grammar::FromJSONSchema(c.text, /*any_whitespace=*/false, std::nullopt, std::nullopt, true)));
         case ConstraintKind::JSON_OBJECT:
-          return std::make_shared<const CompiledGrammar>(
-              compiler.CompileJSONSchema(R"({"type": "object"})", false, std::nullopt, std::nullopt, false),
-              vocab_size);
+          return compile_grammar(xgrammar::Grammar::FromJSONSchema(R"({"type": "object"})", false, std::nullopt,
+                                                            std::nullopt, false));
         case ConstraintKind::REGEX:
           return std::make_shared<const CompiledGrammar>(compiler.CompileRegex(c.text), vocab_size);
         case ConstraintKind::EBNF:
@@ -172,16 +187,20 @@ struct GrammarCompiler::Impl {
         case ConstraintKind::TOOL_CALLS: {
           // The call's JSON grammar (root rule `root`) with the calls' rules beside it, under names
           // xgrammar's converter does not make.
-          const xgrammar::Grammar call =
-              xgrammar::Grammar::FromJSONSchema(c.text, /*any_whitespace=*/false, std::nullopt, std::nullopt, true);
+          const xgrammar::Grammar call = with_json_string_characters(
+              xgrammar::Grammar::FromJSONSchema(c.text, /*any_whitespace=*/false, std::nullopt, std::nullopt, true));
           std::string ebnf = call.ToString();
           ebnf += "\nnibble_call ::= " + ebnf_literal(c.call_begin) + " root " + ebnf_literal(c.call_end) + "\n";
           ebnf += "nibble_calls ::= nibble_call";
           ebnf += c.repeated_calls ? " (\"\\n\" nibble_call)*\n" : "\n";
           return std::make_shared<const CompiledGrammar>(compiler.CompileGrammar(ebnf, "nibble_calls"), vocab_size);
         }
-        case ConstraintKind::STRUCTURAL_TAG:
-          return std::make_shared<const CompiledGrammar>(compiler.CompileStructuralTag(c.text), vocab_size);
+        case ConstraintKind::STRUCTURAL_TAG: {
+          auto tag = xgrammar::Grammar::FromStructuralTag(c.text);
+          if (const auto* e = std::get_if<xgrammar::StructuralTagError>(&tag))
+            std::visit([](const auto& x) { throw x; }, *e);  // the message as the catch below gives it
+          return compile_grammar(with_json_string_characters(std::get<xgrammar::Grammar>(tag)));
+        }
         case ConstraintKind::CHOICE:
           if (c.choices.empty()) return Status::error("the choice list is empty");
           for (const std::string& s : c.choices)

@@ -168,6 +168,42 @@ TEST(Grammar, ToolCallsWrapOneOrMoreCallsOfTheSchema) {
   EXPECT_FALSE(feed(wrong, "<tc>\n{\"name\": \"g\""));  // a tool the schema does not name
 }
 
+// JSON strings hold no raw control characters (RFC 8259 section 7), also where a length bound makes
+// xgrammar 0.2.8's converter write its own character class, in every kind that carries a schema.
+TEST(Grammar, JsonStringsRefuseRawControlCharacters) {
+  GrammarCompiler compiler(ascii_vocabulary(), 2);
+  const std::string properties =
+      R"({"b":{"type":"string","maxLength":4},"u":{"type":"string"},"p":{"type":"string","pattern":"a.c"}})";
+  const std::string schema = R"({"type":"object","properties":)" + properties + R"(,"required":["b","u","p"]})";
+  Constraint tools{ConstraintKind::TOOL_CALLS,
+                   R"({"type":"object","properties":{"name":{"const":"f"},"arguments":)" + schema +
+                       R"(},"required":["name","arguments"]})",
+                   {}};
+  tools.call_begin = "<tc>", tools.call_end = "</tc>";
+  const Constraint tag{ConstraintKind::STRUCTURAL_TAG,
+                       R"({"type":"structural_tag","format":{"type":"triggered_tags","triggers":["<tc>"],"tags":[)"
+                       R"({"type":"tag","begin":"<tc>","content":{"type":"json_schema","json_schema":)" +
+                           schema + R"(},"end":"</tc>"}]}})",
+                       {}};
+  const std::vector<std::pair<Constraint, std::string>> cases = {
+      {{ConstraintKind::JSON_SCHEMA, schema, {}}, ""},
+      {tools, "<tc>{\"name\": \"f\", \"arguments\": "},
+      {tag, "<tc>"},
+  };
+  for (const auto& [c, before] : cases) {
+    auto g = compiler.compile(c);
+    ASSERT_TRUE(g.is_ok()) << constraint_kind_name(c.kind) << ": " << g.status().message();
+    Matcher m(g.value());
+    ASSERT_TRUE(feed(m, before + "{\"b\": \"")) << constraint_kind_name(c.kind);
+    for (const int control : {0x01, int('\t'), 0x1f}) EXPECT_FALSE(allows(m, 131, control)) << constraint_kind_name(c.kind);
+    ASSERT_TRUE(feed(m, "x y\", \"u\": \"")) << constraint_kind_name(c.kind);
+    EXPECT_FALSE(allows(m, 131, '\t')) << constraint_kind_name(c.kind);
+    ASSERT_TRUE(feed(m, "\\t\", \"p\": \"a")) << constraint_kind_name(c.kind);  // an escaped tab is JSON
+    EXPECT_FALSE(allows(m, 131, '\t')) << constraint_kind_name(c.kind);
+    EXPECT_TRUE(feed(m, "bc\"}")) << constraint_kind_name(c.kind);
+  }
+}
+
 TEST(Grammar, ChoiceGrammarEscapes) {
   EXPECT_EQ(choice_grammar({"a", "b\"c", "d\\", "e\n"}), "root ::= \"a\" | \"b\\\"c\" | \"d\\\\\" | \"e\\u000a\"");
 }
