@@ -2,6 +2,7 @@
 // each token's decoded bytes, so byte-level BPE and SentencePiece vocabularies look alike), the
 // compile cache with one compilation per key, and the matcher.
 #include "grammar/grammar.h"
+#include "grammar/json_strings.h"
 
 #include <dlpack/dlpack.h>
 #include <xgrammar/xgrammar.h>
@@ -86,17 +87,9 @@ std::string error_message(const std::exception& e) {
   return m;
 }
 
-// xgrammar 0.2.8's JSON converter writes a string with minLength/maxLength as characters of
-// [^"\\\r\n], which lets raw control characters (a tab, \x01) into the string: not JSON (RFC 8259
-// section 7 has them escaped), and Python's json.loads refuses it. The grammar's text with that class
-// as JSON's unescaped character ([^\0-\x1f"\\], as xgrammar's own unbounded strings have it), parsed
-// again; the class is the converter's, so a user's regex or EBNF is never touched.
-xgrammar::Grammar with_json_string_characters(const xgrammar::Grammar& g) {
-  static const std::string LOOSE = R"([^\"\\\r\n])", JSON = R"([^\0-\x1f\"\\])";
-  std::string text = g.ToString();
-  for (size_t at = text.find(LOOSE); at != std::string::npos; at = text.find(LOOSE, at + JSON.size()))
-    text.replace(at, LOOSE.size(), JSON);
-  return xgrammar::Grammar::FromEBNF(text, "root");
+// The grammar with its JSON strings fixed (json_strings.h), parsed again.
+xgrammar::Grammar with_json_strings_fixed(const xgrammar::Grammar& g) {
+  return xgrammar::Grammar::FromEBNF(json_strings_fixed(g.ToString()), "root");
 }
 
 }  // namespace
@@ -175,7 +168,7 @@ struct GrammarCompiler::Impl {
           // any_whitespace false: compact JSON with ", " and ": " (xgrammar's default separators),
           // as vLLM and SGLang ask it; strict_mode: properties the schema does not name are not
           // generated (OpenAI's strict outputs).
-          return compile_grammar(with_json_string_characters(
+          return compile_grammar(with_json_strings_fixed(
               xgrammar::Grammar::FromJSONSchema(c.text, /*any_whitespace=*/false, std::nullopt, std::nullopt, true)));
         case ConstraintKind::JSON_OBJECT:
           return compile_grammar(xgrammar::Grammar::FromJSONSchema(R"({"type": "object"})", false, std::nullopt,
@@ -187,7 +180,7 @@ struct GrammarCompiler::Impl {
         case ConstraintKind::TOOL_CALLS: {
           // The call's JSON grammar (root rule `root`) with the calls' rules beside it, under names
           // xgrammar's converter does not make.
-          const xgrammar::Grammar call = with_json_string_characters(
+          const xgrammar::Grammar call = with_json_strings_fixed(
               xgrammar::Grammar::FromJSONSchema(c.text, /*any_whitespace=*/false, std::nullopt, std::nullopt, true));
           std::string ebnf = call.ToString();
           ebnf += "\nnibble_call ::= " + ebnf_literal(c.call_begin) + " root " + ebnf_literal(c.call_end) + "\n";
@@ -199,7 +192,7 @@ struct GrammarCompiler::Impl {
           auto tag = xgrammar::Grammar::FromStructuralTag(c.text);
           if (const auto* e = std::get_if<xgrammar::StructuralTagError>(&tag))
             std::visit([](const auto& x) { throw x; }, *e);  // the message as the catch below gives it
-          return compile_grammar(with_json_string_characters(std::get<xgrammar::Grammar>(tag)));
+          return compile_grammar(with_json_strings_fixed(std::get<xgrammar::Grammar>(tag)));
         }
         case ConstraintKind::CHOICE:
           if (c.choices.empty()) return Status::error("the choice list is empty");

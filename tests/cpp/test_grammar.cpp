@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "grammar/grammar.h"
+#include "grammar/json_strings.h"
 
 namespace nibble::grammar {
 namespace {
@@ -202,6 +203,53 @@ TEST(Grammar, JsonStringsRefuseRawControlCharacters) {
     EXPECT_FALSE(allows(m, 131, '\t')) << constraint_kind_name(c.kind);
     EXPECT_TRUE(feed(m, "bc\"}")) << constraint_kind_name(c.kind);
   }
+}
+
+// Length bounds hold exactly, through the chains json_strings_fixed makes of them (and the longest
+// past MAX_CHAINED_STRING_LENGTH, left to xgrammar's repetition, holds too).
+TEST(Grammar, StringLengthBoundsHoldExactly) {
+  GrammarCompiler compiler(ascii_vocabulary(), 2);
+  struct Case {
+    std::string bounds;
+    int min, max;  // max -1: none
+  };
+  const int past = MAX_CHAINED_STRING_LENGTH + 4;
+  for (const Case& k : {Case{R"("minLength":2,"maxLength":4)", 2, 4}, Case{R"("maxLength":1)", 0, 1},
+                        Case{R"("minLength":3)", 3, -1}, Case{R"("maxLength":)" + std::to_string(past), 0, past}}) {
+    auto g = compiler.compile({ConstraintKind::JSON_SCHEMA,
+                               R"({"type":"object","properties":{"s":{"type":"string",)" + k.bounds +
+                                   R"(}},"required":["s"]})",
+                               {}});
+    ASSERT_TRUE(g.is_ok()) << k.bounds << ": " << g.status().message();
+    Matcher m(g.value());
+    ASSERT_TRUE(feed(m, "{\"s\": \""));
+    const int longest = k.max < 0 ? k.min + 6 : k.max;
+    for (int n = 0; n <= longest; ++n) {  // n characters in: the quote exactly when n may end it
+      EXPECT_EQ(allows(m, 131, '"'), n >= k.min) << k.bounds << " at " << n;
+      EXPECT_EQ(allows(m, 131, 'x'), k.max < 0 || n < k.max) << k.bounds << " at " << n;
+      if (n < longest) ASSERT_TRUE(m.accept('x')) << k.bounds << " at " << n;
+    }
+    ASSERT_TRUE(feed(m, "\"}"));
+    EXPECT_TRUE(m.completed()) << k.bounds;
+  }
+}
+
+TEST(Grammar, JsonStringsFixedRewritesOnlyTheConvertersBoundedStrings) {
+  const std::string rules =
+      "root ::= ((\"{\" \"\\\"s\\\"\" \": \" root_prop_0 \"}\"))\n"
+      "root_prop_0 ::= ((\"\\\"\" root_prop_0_characters{1, 2} \"\\\"\"))\n"
+      "root_prop_0_characters ::= (([^\\\"\\\\\\r\\n]))\n"
+      "other ::= ((\"\\\"\" x{1, 2} \"\\\"\"))\n";  // not a character rule: left as is
+  const std::string fixed = json_strings_fixed(rules);
+  EXPECT_NE(fixed.find("root_prop_0 ::= ((\"\\\"\" nibble_string_1_2_0))"), std::string::npos) << fixed;
+  EXPECT_NE(fixed.find("root_prop_0_characters ::= (([^\\0-\\x1f\\\"\\\\]))"), std::string::npos) << fixed;
+  EXPECT_NE(fixed.find("other ::= ((\"\\\"\" x{1, 2} \"\\\"\"))"), std::string::npos) << fixed;
+  EXPECT_NE(fixed.find("nibble_string_1_2_0 ::= [^\\0-\\x1f\\\"\\\\] nibble_string_1_2_1\n"), std::string::npos)
+      << fixed;
+  EXPECT_NE(fixed.find("nibble_string_1_2_1 ::= \"\\\"\" | [^\\0-\\x1f\\\"\\\\] nibble_string_1_2_2\n"),
+            std::string::npos)
+      << fixed;
+  EXPECT_NE(fixed.find("nibble_string_1_2_2 ::= \"\\\"\"\n"), std::string::npos) << fixed;
 }
 
 TEST(Grammar, ChoiceGrammarEscapes) {
