@@ -43,7 +43,10 @@ class CudaRunner : public ModelRunner {
     }
     NIB_RETURN_IF_ERROR(mask_flags_.resize(2, "structured output's flags"));
     mask_flags_[0] = mask_flags_[1] = 0;
-    return Status::ok();
+    // Loaded now, not at their first launch: a sampler loaded behind a step's wait for its masks
+    // stalled the host that supplies them until the wait timed out (the first constrained step).
+    NIB_RETURN_IF_ERROR(cuda::prepare_wait_for_host());
+    return cuda::prepare_sampler(config().vocab_size);
   }
 
   ~CudaRunner() override {

@@ -1,6 +1,7 @@
 // Structured output on the GPU: the sampler's grammar masks draw the CPU sampler's tokens, bit for
 // bit, on random masks (dense, sparse, one token, none) and batch shapes, greedy and sampled, with
-// other processing mixed in; and the stream's wait for a host-written word (host_wait.cuh).
+// other processing mixed in; the stream's wait for a host-written word (host_wait.cuh), and a sampler
+// queued behind it.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -19,6 +20,44 @@
 using namespace nibble;
 
 namespace {
+
+// First in the file, so that nothing has launched the sampler's kernel before: as the CUDA runner
+// does, it is loaded ahead (prepare_sampler); its launch behind a wait for the host then returns at
+// once, and the host can answer. (Loaded lazily at that launch, it waited for the device, which
+// waited for the host: the first constrained step of a server stalled until the wait timed out.)
+TEST(CudaGrammarMask, ASamplerQueuedBehindAHostWaitLeavesTheHostFree) {
+  NIB_SKIP_WITHOUT_GPU();
+  const int64_t V = 151936;
+  ASSERT_TRUE(cuda::prepare_wait_for_host().is_ok());
+  ASSERT_TRUE(cuda::prepare_sampler(V).is_ok());
+  uint32_t* words = nullptr;  // [0]: the flag, [1]: the timed-out ticket
+  NIB_CUDA_CHECK(cudaHostAlloc(&words, 2 * sizeof(uint32_t), cudaHostAllocDefault));
+  words[0] = words[1] = 0;
+  std::vector<float> logits(static_cast<size_t>(V), 0.0f);
+  logits[123] = 5.0f;
+  cuda::SamplerRow row;
+  row.temperature = 0.0f;
+  test::DeviceBuffer<float> d_logits(logits), d_lp(1), d_top_lp(cuda::MAX_TOP_LOGPROBS);
+  test::DeviceBuffer<int32_t> d_tokens(std::vector<int32_t>{0}), d_out(1), d_top(cuda::MAX_TOP_LOGPROBS);
+  test::DeviceBuffer<cuda::SamplerRow> d_params(std::vector<cuda::SamplerRow>{row});
+  cuda::SamplerBatch b{1,           V,          d_logits.get(), d_params.get(), d_tokens.get(), nullptr,
+                       d_out.get(), d_lp.get(), d_top.get(),    d_top_lp.get(), nullptr};
+  cudaStream_t s;
+  NIB_CUDA_CHECK(cudaStreamCreate(&s));
+  const double timeout = 20.0;
+  ASSERT_TRUE(cuda::wait_for_host(&words[0], 1, &words[1], timeout, s).is_ok());
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(cuda::sample_rows(b, s).is_ok());
+  const double launch = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  __atomic_store_n(&words[0], 1u, __ATOMIC_RELEASE);
+  NIB_CUDA_CHECK(cudaStreamSynchronize(s));
+  // A launch takes microseconds; one that waited for the device returns only when the wait gives up.
+  EXPECT_LT(launch, timeout / 4) << "the sampler's launch waited for the device";
+  EXPECT_EQ(words[1], 0u) << "the wait timed out";
+  EXPECT_EQ(d_out.to_host()[0], 123);
+  cudaStreamDestroy(s);
+  cudaFreeHost(words);
+}
 
 TEST(CudaGrammarMask, SamplerDrawsTheCpuSamplersTokensUnderMasks) {
   NIB_SKIP_WITHOUT_GPU();

@@ -28,6 +28,11 @@ __global__ void wait_for_host_kernel(const uint32_t* flag, uint32_t value, uint3
 
 }  // namespace
 
+Status prepare_wait_for_host() {
+  cudaFuncAttributes attributes{};
+  return cuda_status(cudaFuncGetAttributes(&attributes, wait_for_host_kernel), "host wait: loading the kernel");
+}
+
 Status wait_for_host(const uint32_t* flag, uint32_t value, uint32_t* timed_out, double timeout_seconds,
                      cudaStream_t stream) {
   const uint32_t* device_flag = nullptr;

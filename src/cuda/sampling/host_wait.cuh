@@ -17,4 +17,8 @@ namespace nibble::cuda {
 Status wait_for_host(const uint32_t* flag, uint32_t value, uint32_t* timed_out, double timeout_seconds,
                      cudaStream_t stream);
 
+// Loads the wait's kernel now: every kernel queued behind a wait must be loaded before it (see
+// prepare_sampler in sampler.cuh), and the wait's own first load would drain the device.
+Status prepare_wait_for_host();
+
 }  // namespace nibble::cuda

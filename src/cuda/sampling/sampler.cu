@@ -480,29 +480,39 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(SamplerBatch b, int6
   cluster.sync();  // no CTA leaves while another's stores into its inbox may be in flight
 }
 
+// A row's slice of the vocabulary (whole words of its token sets) and its shared memory.
+int64_t slice_tokens(int64_t vocab) { return ((vocab + CLUSTER - 1) / CLUSTER + 31) / 32 * 32; }
+size_t slice_smem(int64_t per) { return size_t(per) * sizeof(float) + 2 * size_t(per / 32) * sizeof(uint32_t); }
+
 }  // namespace
+
+Status prepare_sampler(int64_t vocab) {
+  if (vocab <= 0 || vocab > (int64_t{1} << 31)) return Status::error("sample_rows: bad vocabulary size");
+  const size_t smem = slice_smem(slice_tokens(vocab));
+  // The slice's shared memory, opted into once for the largest vocabulary seen (the default leaves
+  // 48 KB less the kernel's static arrays); the attribute calls load the kernel.
+  static size_t opted = 0;
+  if (smem <= opted) return Status::ok();
+  const int optin = device_limits().smem_optin;
+  if (smem + sizeof(Scratch) > size_t(optin))
+    return Status::error("sample_rows: a vocabulary of " + std::to_string(vocab) + " needs " +
+                         std::to_string((smem + sizeof(Scratch)) / 1024) + " KB of shared memory a CTA (" +
+                         std::to_string(CLUSTER) + " a row); this GPU has " + std::to_string(optin / 1024));
+  cudaFuncAttributes attributes{};
+  NIB_RETURN_IF_ERROR(cuda_status(cudaFuncGetAttributes(&attributes, sample_kernel), "sample_rows: loading the kernel"));
+  NIB_RETURN_IF_ERROR(
+      cuda_status(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                  "sample_rows: shared memory attribute"));
+  opted = smem;
+  return Status::ok();
+}
 
 Status sample_rows(const SamplerBatch& batch, cudaStream_t stream) {
   if (batch.rows <= 0) return Status::ok();
-  if (batch.vocab <= 0 || batch.vocab > (int64_t{1} << 31)) return Status::error("sample_rows: bad vocabulary size");
-  const int64_t per = ((batch.vocab + CLUSTER - 1) / CLUSTER + 31) / 32 * 32;  // a slice; whole words of its token sets
-  const size_t smem = size_t(per) * sizeof(float) + 2 * size_t(per / 32) * sizeof(uint32_t);
-  // The slice's shared memory, opted into once for the largest vocabulary seen (the default leaves
-  // 48 KB less the kernel's static arrays).
-  static size_t opted = 0;
-  if (smem > opted) {
-    const int optin = device_limits().smem_optin;
-    if (smem + sizeof(Scratch) > size_t(optin))
-      return Status::error("sample_rows: a vocabulary of " + std::to_string(batch.vocab) + " needs " +
-                           std::to_string((smem + sizeof(Scratch)) / 1024) + " KB of shared memory a CTA (" +
-                           std::to_string(CLUSTER) + " a row); this GPU has " + std::to_string(optin / 1024));
-    NIB_RETURN_IF_ERROR(
-        cuda_status(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-                    "sample_rows: shared memory attribute"));
-    opted = smem;
-  }
-  return cuda_status(launch_pdl_cluster(sample_kernel, dim3(unsigned(batch.rows * CLUSTER)), dim3(THREADS), smem,
-                                        CLUSTER, stream, batch, per, timing_stamps()),
+  NIB_RETURN_IF_ERROR(prepare_sampler(batch.vocab));
+  const int64_t per = slice_tokens(batch.vocab);
+  return cuda_status(launch_pdl_cluster(sample_kernel, dim3(unsigned(batch.rows * CLUSTER)), dim3(THREADS),
+                                        slice_smem(per), CLUSTER, stream, batch, per, timing_stamps()),
                      "sample_rows");
 }
 

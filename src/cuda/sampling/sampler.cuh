@@ -52,6 +52,12 @@ struct SamplerBatch {
 
 Status sample_rows(const SamplerBatch& batch, cudaStream_t stream);
 
+// Loads the sampler's kernel and opts it into the shared memory of a `vocab`-token row, before any
+// launch. CUDA loads a kernel lazily, at its first launch, and that load may wait for the device to
+// drain: a sampler first launched behind a wait_for_host (host_wait.cuh) would block the very thread
+// that must answer the wait (CUDA programming guide, "Lazy Loading", potential hazards).
+Status prepare_sampler(int64_t vocab);
+
 // With NIBBLE_DIAG_PHASE_TIMING=1, the last launch's time in each phase for its first `rows` rows
 // (SM clock stamps of their CTAs: median and max), synchronizing the device; "" otherwise.
 std::string sampler_timing(int64_t rows);
