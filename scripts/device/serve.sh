@@ -7,11 +7,11 @@
 # "--max-num-batched-tokens=4096,--scheduler-delay-factor=2" (default: "default"); SERVE_ARGS: flags
 # for every server; WORKLOAD2=1 adds issue 16's workload 2 (gsm8k, 1,209 in parallel) on the last
 # server; STRUCTURED=1 adds, on the last server, scripts/structured_smoke.py (64 constrained and
-# unconstrained requests mixed, each output checked), then 64 chats at a time (random 1,000 in / 200
-# out, STRUCTURED_PROMPTS of them) unconstrained and under `--structured json-schema`, STRUCTURED_ROUNDS
-# (2) times each (issue 67's 0.95× target, the GPU's idle share, the mask time a row); WORKLOAD1=0
-# skips workload 1. Overlapped scheduling on and off, for one:
-# CONFIGS="default --disable-overlap-schedule".
+# unconstrained requests mixed, each output checked; STRUCTURED_SMOKE_ROUNDS (1) rounds of them),
+# then 64 chats at a time (random 1,000 in / 200 out, STRUCTURED_PROMPTS of them) unconstrained and
+# under `--structured json-schema`, STRUCTURED_ROUNDS (2) times each (issue 67's 0.95× target, the
+# GPU's idle share, the mask time a row); WORKLOAD1=0 skips workload 1. Overlapped scheduling on
+# and off, for one: CONFIGS="default --disable-overlap-schedule".
 synth_qwen3_full
 
 start_server() {  # start_server LOG [serve flags...]
@@ -73,15 +73,17 @@ EOF
     echo "eval gsm8k rc=$?"; cat "$OUT/workload2.txt"
     curl -s localhost:8766/metrics | grep -E "^nibble:prefix_cache_(hits|queries)_total"
   fi
-      if [ "${STRUCTURED:-0}" = 1 ] && [ "$i" = $((${#configs[@]} - 1)) ]; then
-    python3 scripts/structured_smoke.py --port 8766 --n 64
-    for _ in $(seq "${STRUCTURED_ROUNDS:-2}"); do for kind in none json-schema; do
+  if [ "${STRUCTURED:-0}" = 1 ] && [ "$i" = $((${#configs[@]} - 1)) ]; then
+    python3 scripts/structured_smoke.py --port 8766 --n 64 --rounds "${STRUCTURED_SMOKE_ROUNDS:-1}"
+    grep -iE "error|refused" "$OUT/serve_bench_server_$b.log" | head -5
+    for round in $(seq "${STRUCTURED_ROUNDS:-2}"); do for kind in none json-schema; do
+      curl -s -X POST localhost:8766/flush_cache > /dev/null  # each run from a cold prefix cache
       timeout "${BENCH_TIMEOUT:-420}" build-device/nibble bench serve --port 8766 --backend openai-chat \
         --tokenizer "$SYNTH_DIR" --dataset-name random --num-prompts "${STRUCTURED_PROMPTS:-512}" \
         --random-input-len 1000 --random-output-len 200 --max-concurrency 64 --ignore-eos --seed 1 \
-        --structured "$kind" --disable-tqdm > "$OUT/structured_$kind.txt" 2>&1
-      echo "structured $kind: $(grep -E 'Output token throughput|Successful requests|idle between|Grammar mask' \
-        "$OUT/structured_$kind.txt" | sed 's/  */ /g' | tr '\n' ';')"
+        --structured "$kind" --disable-tqdm > "$OUT/structured_${kind}_$round.txt" 2>&1
+      echo "structured $kind: $(grep -E 'Output token throughput|Successful requests|Total generated|Mean TPOT|idle between|Grammar mask' \
+        "$OUT/structured_${kind}_$round.txt" | sed 's/  */ /g' | tr '\n' ';')"
     done; done
   fi
   kill -TERM $pid; wait $pid

@@ -280,10 +280,24 @@ def test_bad_constraints_are_400s_naming_the_field_and_the_server_keeps_serving(
 
 def test_constrained_and_unconstrained_requests_mixed(server, seed):
     """Unconstrained greedy outputs are the same beside constrained requests as alone: the masks touch
-    only their own rows."""
-    plain = {"max_tokens": 24, "temperature": 0}
+    only their own rows. Compared up to the first token whose lead over the runner-up (alone) is under
+    0.1 nats: on the GPU a batch's kernels round differently from one row's, which may flip a near tie
+    (a leaked mask would change a clear-margin token)."""
+    plain = {"max_tokens": 24, "temperature": 0, "logprobs": True, "top_logprobs": 2}
     alone = [chat(server, {**plain, "messages": [{"role": "user", "content": f"Topic {k}."}]}).json()
              for k in range(4)]
+
+    def clear_tokens(out, like=None):
+        content = out["choices"][0]["logprobs"]["content"]
+        if like is not None:
+            return [t["token"] for t in content[:len(like)]]
+        tokens = []
+        for t in content:
+            top = t["top_logprobs"]
+            if len(top) > 1 and top[0]["logprob"] - top[1]["logprob"] < 0.1:
+                break
+            tokens.append(t["token"])
+        return tokens
 
     def constrained(k):
         return chat(server, {"max_tokens": 120, "temperature": 1.0, "seed": seed + k,
@@ -300,7 +314,8 @@ def test_constrained_and_unconstrained_requests_mixed(server, seed):
             out = f.result()
             jsonschema.validate(json.loads(out["choices"][0]["message"]["content"]), SCHEMAS[k % 8 + 5])
         for k, f in enumerate(u):
-            assert f.result()["choices"][0]["message"]["content"] == alone[k]["choices"][0]["message"]["content"]
+            want = clear_tokens(alone[k])
+            assert clear_tokens(f.result(), want) == want, k
 
 
 def test_fuzzed_schemas_never_break_the_server(server, seed):

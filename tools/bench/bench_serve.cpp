@@ -47,9 +47,12 @@ Result<Structured> load_structured(const BenchServeOptions& o) {
     if (!in) return Status::error("--structured-file: cannot read " + o.structured_file);
     s.text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   } else if (s.kind == "json-schema") {
-    s.text = R"({"type":"object","properties":{"title":{"type":"string","maxLength":32},)"
-             R"("score":{"type":"integer","minimum":0,"maximum":100},"body":{"type":"string"}},)"
-             R"("required":["title","score","body"],"additionalProperties":false})";
+    // Records of a string, a bounded integer and an enum, at least 64 of them (over 500 tokens): every
+    // output runs to its length, as an unconstrained --ignore-eos one does, so tok/s compare.
+    s.text = R"({"type":"object","properties":{"records":{"type":"array","minItems":64,"items":{"type":"object",)"
+             R"("properties":{"title":{"type":"string","maxLength":24},"score":{"type":"integer","minimum":0,)"
+             R"("maximum":100},"kind":{"enum":["book","film","song"]}},"required":["title","score","kind"],)"
+             R"("additionalProperties":false}}},"required":["records"],"additionalProperties":false})";
   } else if (s.kind == "regex") {
     s.text = "[A-Za-z ,.]+";
   } else {
