@@ -171,8 +171,8 @@ struct GrammarCompiler::Impl {
           return compile_grammar(with_json_strings_fixed(
               xgrammar::Grammar::FromJSONSchema(c.text, /*any_whitespace=*/false, std::nullopt, std::nullopt, true)));
         case ConstraintKind::JSON_OBJECT:
-          return compile_grammar(xgrammar::Grammar::FromJSONSchema(R"({"type": "object"})", false, std::nullopt,
-                                                            std::nullopt, false));
+          return compile_grammar(
+              xgrammar::Grammar::FromJSONSchema(R"({"type": "object"})", false, std::nullopt, std::nullopt, false));
         case ConstraintKind::REGEX:
           return std::make_shared<const CompiledGrammar>(compiler.CompileRegex(c.text), vocab_size);
         case ConstraintKind::EBNF:

@@ -58,8 +58,8 @@ std::string json_strings_fixed(const std::string& input) {
   const std::string body = " ::= ((" + JSON + "))";
   for (size_t at = text.find(body); at != std::string::npos; at = text.find(body, at + 1)) {
     const size_t line = text.rfind('\n', at);
-    characters.insert(text.substr(line == std::string::npos ? 0 : line + 1,
-                                  at - (line == std::string::npos ? 0 : line + 1)));
+    characters.insert(
+        text.substr(line == std::string::npos ? 0 : line + 1, at - (line == std::string::npos ? 0 : line + 1)));
   }
   std::set<std::pair<long, long>> chains;
   std::string out;

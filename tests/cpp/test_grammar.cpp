@@ -196,7 +196,8 @@ TEST(Grammar, JsonStringsRefuseRawControlCharacters) {
     ASSERT_TRUE(g.is_ok()) << constraint_kind_name(c.kind) << ": " << g.status().message();
     Matcher m(g.value());
     ASSERT_TRUE(feed(m, before + "{\"b\": \"")) << constraint_kind_name(c.kind);
-    for (const int control : {0x01, int('\t'), 0x1f}) EXPECT_FALSE(allows(m, 131, control)) << constraint_kind_name(c.kind);
+    for (const int control : {0x01, int('\t'), 0x1f})
+      EXPECT_FALSE(allows(m, 131, control)) << constraint_kind_name(c.kind);
     ASSERT_TRUE(feed(m, "x y\", \"u\": \"")) << constraint_kind_name(c.kind);
     EXPECT_FALSE(allows(m, 131, '\t')) << constraint_kind_name(c.kind);
     ASSERT_TRUE(feed(m, "\\t\", \"p\": \"a")) << constraint_kind_name(c.kind);  // an escaped tab is JSON
@@ -216,10 +217,10 @@ TEST(Grammar, StringLengthBoundsHoldExactly) {
   const int past = MAX_CHAINED_STRING_LENGTH + 4;
   for (const Case& k : {Case{R"("minLength":2,"maxLength":4)", 2, 4}, Case{R"("maxLength":1)", 0, 1},
                         Case{R"("minLength":3)", 3, -1}, Case{R"("maxLength":)" + std::to_string(past), 0, past}}) {
-    auto g = compiler.compile({ConstraintKind::JSON_SCHEMA,
-                               R"({"type":"object","properties":{"s":{"type":"string",)" + k.bounds +
-                                   R"(}},"required":["s"]})",
-                               {}});
+    auto g = compiler.compile(
+        {ConstraintKind::JSON_SCHEMA,
+         R"({"type":"object","properties":{"s":{"type":"string",)" + k.bounds + R"(}},"required":["s"]})",
+         {}});
     ASSERT_TRUE(g.is_ok()) << k.bounds << ": " << g.status().message();
     Matcher m(g.value());
     ASSERT_TRUE(feed(m, "{\"s\": \""));

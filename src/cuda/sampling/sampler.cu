@@ -499,7 +499,8 @@ Status prepare_sampler(int64_t vocab) {
                          std::to_string((smem + sizeof(Scratch)) / 1024) + " KB of shared memory a CTA (" +
                          std::to_string(CLUSTER) + " a row); this GPU has " + std::to_string(optin / 1024));
   cudaFuncAttributes attributes{};
-  NIB_RETURN_IF_ERROR(cuda_status(cudaFuncGetAttributes(&attributes, sample_kernel), "sample_rows: loading the kernel"));
+  NIB_RETURN_IF_ERROR(
+      cuda_status(cudaFuncGetAttributes(&attributes, sample_kernel), "sample_rows: loading the kernel"));
   NIB_RETURN_IF_ERROR(
       cuda_status(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                   "sample_rows: shared memory attribute"));
