@@ -156,6 +156,22 @@ struct RunResult {
   MetricsSnapshot metrics;
 };
 
+// Request i of two runs (step by step, overlapped) ended alike, without errors.
+void expect_same_output(const RunResult& plain, const RunResult& overlapped, size_t i) {
+  const Collected& a = plain.outputs.at(i);
+  const Collected& b = overlapped.outputs.at(i);
+  ASSERT_TRUE(a.finished && b.finished);
+  EXPECT_EQ(a.error, "");
+  EXPECT_EQ(b.error, "");
+  EXPECT_EQ(b.completion_tokens, a.completion_tokens);
+  EXPECT_EQ(b.tokens, a.tokens);
+  EXPECT_EQ(b.text, a.text);
+  EXPECT_EQ(b.logprobs, a.logprobs);
+  EXPECT_EQ(b.finish, a.finish);
+  EXPECT_EQ(b.stop_string, a.stop_string);
+  EXPECT_EQ(b.stop_token, a.stop_token);
+}
+
 RunResult run(bool overlap, const std::vector<GenerationRequest>& requests, int64_t blocks,
               SchedulerLimits limits = {8, 48}, int64_t max_model_len = MAX_MODEL_LEN, std::string step_log = "") {
   EngineConfig ec;
@@ -198,18 +214,8 @@ TEST(Engine, OverlappedSchedulingDrawsTheSameTokensAsStepByStep) {
   size_t stopped = 0, by_length = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     const Collected& a = plain.outputs.at(i);
-    const Collected& b = overlapped.outputs.at(i);
     SCOPED_TRACE("request " + std::to_string(i));
-    ASSERT_TRUE(a.finished && b.finished);
-    EXPECT_EQ(a.error, "");
-    EXPECT_EQ(b.error, "");
-    EXPECT_EQ(b.completion_tokens, a.completion_tokens);
-    EXPECT_EQ(b.tokens, a.tokens);
-    EXPECT_EQ(b.text, a.text);
-    EXPECT_EQ(b.logprobs, a.logprobs);
-    EXPECT_EQ(b.finish, a.finish);
-    EXPECT_EQ(b.stop_string, a.stop_string);
-    EXPECT_EQ(b.stop_token, a.stop_token);
+    expect_same_output(plain, overlapped, i);
     for (const auto& [index, reason] : a.finish) {
       stopped += reason == FinishReason::STOP;
       by_length += reason == FinishReason::LENGTH;
@@ -269,14 +275,8 @@ TEST(Engine, GrammarsDrawTheSameTokensOverlappedAndStepByStep) {
   size_t sentences = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     const Collected& a = plain.outputs.at(i);
-    const Collected& b = overlapped.outputs.at(i);
     SCOPED_TRACE("request " + std::to_string(i));
-    ASSERT_TRUE(a.finished && b.finished);
-    EXPECT_EQ(a.error, "");
-    EXPECT_EQ(b.error, "");
-    EXPECT_EQ(b.tokens, a.tokens);
-    EXPECT_EQ(b.text, a.text);
-    EXPECT_EQ(b.finish, a.finish);
+    expect_same_output(plain, overlapped, i);
     if (!kind_of.count(i)) continue;
     for (const auto& [index, text] : a.text) {
       EXPECT_EQ(a.finish.at(index), FinishReason::STOP) << text;
