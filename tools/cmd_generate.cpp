@@ -36,6 +36,7 @@ struct GenerateOptions {
   int64_t block_size = 16;
   bool ignore_eos = false;
   bool enforce_eager = false;
+  std::string hf_overrides, rope_scaling;  // as nibble serve's
 };
 
 int run_generate(const GenerateOptions& o) {
@@ -75,6 +76,7 @@ int run_generate(const GenerateOptions& o) {
   options.enforce_eager = o.enforce_eager;
   options.max_num_batched_tokens = o.prefill_chunk > 0 ? o.prefill_chunk : static_cast<int64_t>(prompt->size());
   options.cpu_kv_fp32 = true;
+  options.config_overrides = {o.hf_overrides, o.rope_scaling};
   auto runner = engine::create_runner(o.model_dir, options);
   if (!runner) return fail(runner.status().message());
   const io::ModelConfig& config = (*runner)->config();
@@ -186,6 +188,9 @@ CommandRunner register_generate(CLI::App& root) {
                   "Native attention's decode kernel (CUDA): auto | split-kv | tensor-core")
       ->default_val("auto")
       ->check(CLI::IsMember({"auto", "split-kv", "tensor-core"}));
+  cmd->add_option("--hf-overrides", o->hf_overrides, "JSON object merged into config.json (as nibble serve's)");
+  cmd->add_option("--rope-scaling", o->rope_scaling,
+                  "JSON object merged into the config's RoPE scaling (as nibble serve's): default, linear, yarn");
   cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype,
                   "auto (CPU fp32, GPU BF16) | bf16 | fp8 (E4M3, unit scale) | fp32 (CPU)")
       ->default_val("auto")

@@ -107,7 +107,15 @@ CommandRunner register_serve(CLI::App& root) {
   option(cmd, "--host", o->host, "Address to listen on");
   option(cmd, "--port", o->port, "Port");
   option(cmd, "--metrics-port", o->metrics_port, "Also serve /metrics on this port (0: off)");
-  option(cmd, "--max-model-len", o->max_model_len, "Prompt + output tokens per request (0: the model's, capped by KV)");
+  option(cmd, "--max-model-len", o->max_model_len,
+         "Prompt + output tokens per request (0: the model's context length, capped by KV)");
+  option(cmd, "--hf-overrides", o->hf_overrides,
+         "JSON object merged into the model's config.json before it is read (vLLM's flag), e.g. "
+         "'{\"max_position_embeddings\": 65536}'");
+  option(cmd, "--rope-scaling", o->rope_scaling,
+         "JSON object merged into the config's RoPE scaling, e.g. Qwen's YaRN for 131,072 tokens: "
+         "'{\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}' "
+         "(default, linear and yarn)");
   option(cmd, "--max-num-seqs", o->max_num_seqs, "Sequences per step");
   option(cmd, "--max-num-batched-tokens", o->max_num_batched_tokens, "Tokens per step (prefill chunks share it)");
   option(cmd, "--scheduler-delay-factor", o->scheduler_delay_factor,

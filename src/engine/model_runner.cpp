@@ -240,7 +240,7 @@ Result<std::shared_ptr<const io::LoadedCheckpoint>> load_same_layout(const io::B
 
 Result<std::unique_ptr<ModelRunner>> create_runner(const std::string& path, const RunnerOptions& options) {
   if (options.block_size <= 0) return Status::error("the KV block size must be > 0");
-  auto loaded = io::load_checkpoint(path);
+  auto loaded = io::load_checkpoint(path, options.config_overrides);
   if (!loaded) return loaded.status();
   std::shared_ptr<const io::LoadedCheckpoint> checkpoint = std::move(loaded.value());
   // As vLLM: a checkpoint's FP8 KV-cache scales serve an FP8 cache; auto keeps BF16 (and fp32 on the CPU).

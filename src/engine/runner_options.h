@@ -11,6 +11,7 @@
 
 #include "core/kernel_choice.h"
 #include "formats/nvfp4.h"
+#include "io/model_config.h"
 
 namespace nibble::engine {
 
@@ -60,6 +61,7 @@ struct RunnerOptions {
   // The largest step the engine will run (sizes GPU workspaces).
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 8192;
+  io::ConfigOverrides config_overrides;  // --hf-overrides / --rope-scaling, applied to config.json
 };
 
 }  // namespace nibble::engine

@@ -169,14 +169,15 @@ Result<BoundCheckpoint> bind_checkpoint(const SafetensorsReader& reader, const M
   return out;
 }
 
-Result<std::unique_ptr<LoadedCheckpoint>> load_checkpoint(const std::string& model_dir) {
+Result<std::unique_ptr<LoadedCheckpoint>> load_checkpoint(const std::string& model_dir,
+                                                          const ConfigOverrides& overrides) {
   auto loaded = std::make_unique<LoadedCheckpoint>();
   loaded->path = model_dir;
   std::ifstream in(model_dir + "/config.json");
   if (!in) return Status::error(model_dir + "/config.json: cannot open (is this a Hugging Face model folder?)");
   std::stringstream text;
   text << in.rdbuf();
-  Result<ModelConfig> config = parse_model_config(text.str(), model_dir + "/config.json");
+  Result<ModelConfig> config = parse_model_config(text.str(), model_dir + "/config.json", overrides);
   if (!config) return config.status();
   Result<QuantConfig> quant = load_quant_config(model_dir, text.str());
   if (!quant) return quant.status();

@@ -63,6 +63,7 @@ struct LoadedCheckpoint {
   SafetensorsReader reader;
   BoundCheckpoint bound;
 };
-Result<std::unique_ptr<LoadedCheckpoint>> load_checkpoint(const std::string& model_dir);
+Result<std::unique_ptr<LoadedCheckpoint>> load_checkpoint(const std::string& model_dir,
+                                                          const ConfigOverrides& overrides = {});
 
 }  // namespace nibble::io

@@ -4,6 +4,7 @@
 #include "io/model_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "io/json_fields.h"
@@ -17,6 +18,13 @@ const std::vector<std::string>& supported_architectures() {
   return names;
 }
 
+int64_t ModelConfig::context_length() const {
+  const RopeScaling& s = rope_scaling;
+  if (s.type == RopeScalingType::NONE) return max_position_embeddings;
+  const int64_t base = s.type == RopeScalingType::YARN ? s.original_max_position_embeddings : max_position_embeddings;
+  return std::max(max_position_embeddings, static_cast<int64_t>(static_cast<double>(base) * s.factor));
+}
+
 bool ModelConfig::is_moe_layer(int64_t layer) const {
   if (!is_moe()) return false;
   if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
@@ -25,6 +33,57 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
 }
 
 namespace {
+
+// transformers' get_mscale: YaRN's attention factor for a scale.
+double yarn_mscale(double scale, double mscale) { return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
+// A rope_scaling / rope_parameters object's type and fields into c.rope_scaling, as transformers 5.24's
+// _compute_linear_scaling_rope_parameters and _compute_yarn_parameters (with standardize_rope_params'
+// defaults) read them.
+void read_rope_scaling(const json& root, const json& rope, JsonFields& rf, ModelConfig& c) {
+  const std::string type = rope.value("rope_type", rope.value("type", std::string("default")));
+  RopeScaling& s = c.rope_scaling;
+  if (type == "default") {  // (rope_parameters' plain rope_theta leaves rope_scaling's scaling)
+  } else if (type == "linear") {
+    s = RopeScaling{};
+    s.type = RopeScalingType::LINEAR;
+    rf.real("factor", s.factor, 1e-3, 1e6, true);
+  } else if (type == "yarn") {
+    s = RopeScaling{};
+    s.type = RopeScalingType::YARN;
+    s.original_max_position_embeddings = c.max_position_embeddings;
+    rf.integer("original_max_position_embeddings", s.original_max_position_embeddings, 1, 1 << 24, false);
+    const json& top = root.value("original_max_position_embeddings", json());  // Phi-3's place, which wins
+    if (top.is_number_integer() && top.get<int64_t>() > 0) s.original_max_position_embeddings = top.get<int64_t>();
+    s.factor = 0.0;
+    rf.real("factor", s.factor, 1e-3, 1e6, false);
+    if (s.factor == 0.0 && s.original_max_position_embeddings > 0)
+      s.factor =
+          static_cast<double>(c.max_position_embeddings) / static_cast<double>(s.original_max_position_embeddings);
+    // beta_fast / beta_slow / mscale: transformers reads them with `or`, so 0 means the default.
+    double mscale = 0.0, mscale_all_dim = 0.0, attention_factor = -1.0;
+    rf.real("beta_fast", s.beta_fast, 0.0, 1e6, false);
+    rf.real("beta_slow", s.beta_slow, 0.0, 1e6, false);
+    if (s.beta_fast == 0.0) s.beta_fast = 32.0;
+    if (s.beta_slow == 0.0) s.beta_slow = 1.0;
+    rf.real("mscale", mscale, 0.0, 1e6, false);
+    rf.real("mscale_all_dim", mscale_all_dim, 0.0, 1e6, false);
+    rf.real("attention_factor", attention_factor, 0.0, 1e6, false);
+    rf.boolean("truncate", s.truncate, false);
+    if (attention_factor >= 0.0)
+      s.attention_factor = attention_factor;
+    else if (mscale != 0.0 && mscale_all_dim != 0.0)
+      s.attention_factor = yarn_mscale(s.factor, mscale) / yarn_mscale(s.factor, mscale_all_dim);
+    else
+      s.attention_factor = yarn_mscale(s.factor, 1.0);
+  } else if (type == "dynamic") {
+    rf.fail(
+        "rope type 'dynamic' is not supported: transformers rescales it by the batch's current length, which "
+        "a serving batch does not have (Qwen's long-context models use 'yarn')");
+  } else {
+    rf.fail("rope type '" + type + "' is not supported (nibble runs 'default', 'linear' and 'yarn' RoPE)");
+  }
+}
 
 Result<ModelConfig> parse_model_config_unchecked(const std::string& json_text, const std::string& path) {
   const json root = json::parse(json_text, nullptr, false);
@@ -61,7 +120,8 @@ Result<ModelConfig> parse_model_config_unchecked(const std::string& json_text, c
   if (c.hidden_size > 0 && c.num_attention_heads > 0) c.head_dim = c.hidden_size / c.num_attention_heads;
   f.integer("head_dim", c.head_dim, 2, 1024, false);
 
-  // RoPE: rope_theta at the top (transformers 4) or in rope_parameters (transformers 5).
+  // RoPE: rope_theta at the top (transformers 4) or in rope_parameters (transformers 5), with the
+  // scaling's fields beside it (either key).
   bool rope_theta_seen = root.contains("rope_theta");
   f.real("rope_theta", c.rope_theta, 1.0, 1e12, false);
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
@@ -71,14 +131,13 @@ Result<ModelConfig> parse_model_config_unchecked(const std::string& json_text, c
       f.fail(std::string("'") + key + "' must be an object or null");
       continue;
     }
-    const std::string type = rope.value("rope_type", rope.value("type", std::string("default")));
-    if (type != "default") f.fail(std::string("rope type '") + type + "' is not supported yet (only default RoPE)");
     JsonFields rf(rope, path + ":" + key);
     if (rope.contains("rope_theta")) {
       rf.real("rope_theta", c.rope_theta, 1.0, 1e12, true);
       rope_theta_seen = true;
-      if (!rf.ok()) f.fail(rf.error());
     }
+    read_rope_scaling(root, rope, rf, c);
+    if (!rf.ok()) f.fail(rf.error());
   }
   if (!rope_theta_seen) f.fail("missing 'rope_theta'");
   bool flag = false;
@@ -139,9 +198,29 @@ Result<ModelConfig> parse_model_config_unchecked(const std::string& json_text, c
 
 }  // namespace
 
-Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& path) {
+Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& path,
+                                       const ConfigOverrides& overrides) {
   try {  // a field of an unexpected JSON type inside nested objects throws in nlohmann's accessors
-    return parse_model_config_unchecked(json_text, path);
+    if (overrides.json.empty() && overrides.rope_scaling.empty()) return parse_model_config_unchecked(json_text, path);
+    json root = json::parse(json_text, nullptr, false);
+    if (root.is_discarded() || !root.is_object()) return Status::error(path + ": not a JSON object");
+    if (!overrides.json.empty()) {
+      const json patch = json::parse(overrides.json, nullptr, false);
+      if (patch.is_discarded() || !patch.is_object())
+        return Status::error("the config overrides (--hf-overrides) are not a JSON object: " + overrides.json);
+      root.merge_patch(patch);
+    }
+    if (!overrides.rope_scaling.empty()) {
+      json rope = json::parse(overrides.rope_scaling, nullptr, false);
+      if (rope.is_discarded() || !rope.is_object())
+        return Status::error("--rope-scaling is not a JSON object: " + overrides.rope_scaling);
+      if (rope.contains("type") && !rope.contains("rope_type")) rope["rope_type"] = rope["type"];  // older spelling
+      if (!root.contains("rope_scaling") || !root["rope_scaling"].is_object()) root["rope_scaling"] = json::object();
+      root["rope_scaling"].merge_patch(rope);
+      if (root.contains("rope_parameters") && root["rope_parameters"].is_object())
+        root["rope_parameters"].merge_patch(rope);
+    }
+    return parse_model_config_unchecked(root.dump(), path + " (with overrides)");
   } catch (const nlohmann::json::exception& e) {
     return Status::error(path + ": " + e.what());
   }

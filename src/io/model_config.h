@@ -14,6 +14,20 @@ namespace nibble::io {
 // Qwen3), or 2i with 2i + 1 (rotate_half on the even/odd interleave: ERNIE-4.5).
 enum class RopeStyle { NEOX, INTERLEAVED };
 
+// RoPE scaling as transformers' modeling_rope_utils.py computes it (rope_scaling / rope_parameters):
+// linear divides every frequency by `factor`; YaRN blends interpolated and original frequencies
+// over a ramp between beta_fast and beta_slow rotations of the pretraining context, and multiplies
+// cos and sin by attention_factor. (models/rope.h turns this into the frequency table.)
+enum class RopeScalingType { NONE, LINEAR, YARN };
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::NONE;
+  double factor = 1.0;
+  int64_t original_max_position_embeddings = 0;  // YaRN: the pretraining context
+  double beta_fast = 32.0, beta_slow = 1.0;      // YaRN: the ramp's ends, in rotations
+  double attention_factor = 1.0;                 // YaRN: cos and sin multiply by it
+  bool truncate = true;                          // YaRN: the ramp's ends rounded outwards
+};
+
 struct ModelConfig {
   std::string architecture;  // HF architectures[0]: Qwen3MoeForCausalLM, Qwen3ForCausalLM, Ernie4_5_MoeForCausalLM
   int64_t vocab_size = 0;
@@ -24,8 +38,9 @@ struct ModelConfig {
   int64_t head_dim = 0;             // config head_dim, else hidden_size / num_attention_heads
   int64_t intermediate_size = 0;    // dense MLP width (Qwen3 dense, MoE-model dense layers)
   double rms_norm_eps = 1e-6;
-  double rope_theta = 10000.0;  // RoPE base; no rope scaling supported yet
+  double rope_theta = 10000.0;  // RoPE base
   RopeStyle rope_style = RopeStyle::NEOX;
+  RopeScaling rope_scaling;
   bool qk_norm = true;  // per-head RMSNorm of q and k before RoPE (Qwen3; not ERNIE-4.5)
   int64_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;
@@ -48,14 +63,27 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // from config.json (generation_config may add more)
 
   bool is_moe() const { return num_experts > 0; }
+  // The longest sequence the model takes: max_position_embeddings, or the scaled context when longer
+  // (as vLLM derives it: YaRN's original_max_position_embeddings · factor, linear's
+  // max_position_embeddings · factor).
+  int64_t context_length() const;
   bool is_moe_layer(int64_t layer) const;
 };
 
 // The architectures nibble can run, for error messages and the model registry.
 const std::vector<std::string>& supported_architectures();
 
+// What a server or tool changes in config.json before reading it (each JSON text, "" for none):
+// `json` is merged into the file's object key by key, recursively into objects, a null removing the
+// key (RFC 7386; vLLM's --hf-overrides); `rope_scaling` is merged into rope_scaling, and into
+// rope_parameters where the file has that (transformers 5 keeps rope_theta there).
+struct ConfigOverrides {
+  std::string json, rope_scaling;
+};
+
 // Parses config.json text; `path` labels errors. Unknown architectures and unsupported features
-// (rope scaling, sliding window, attention bias) are errors that say so.
-Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& path);
+// (other RoPE scalings, sliding window, attention bias) are errors that say so.
+Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& path,
+                                       const ConfigOverrides& overrides = {});
 
 }  // namespace nibble::io

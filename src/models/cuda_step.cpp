@@ -62,7 +62,7 @@ Status StepInputs::check(const Batch& batch) const {
     if (s.start_position + s.n_tokens > static_cast<int64_t>(s.block_table.size()) * o.block_size)
       return Status::error("batch: a sequence's block table is too short for its positions");
     if (static_cast<int64_t>(s.block_table.size()) > o.max_blocks_per_seq)
-      return Status::error("batch: a block table is longer than max_position_embeddings allows");
+      return Status::error("batch: a block table is longer than the model's context length allows");
     for (int32_t block : s.block_table)
       if (block < 0 || block >= n_blocks_) return Status::error("batch: block id out of range");
     total += s.n_tokens;
@@ -137,7 +137,7 @@ Status StepInputs::stage(const Batch& batch, int64_t T, int64_t n_rows, bool eag
       for (; row < T; ++row) h_items[st.n_items++] = make_int4(static_cast<int>(S), static_cast<int>(row), 1, 0);
   }
   // Only the native attention kernels and the one-launch decode attention read the block tables;
-  // FlashInfer reads the page indices its plan uploaded. A table row is max_position_embeddings /
+  // FlashInfer reads the page indices its plan uploaded. A table row is the context length /
   // block_size entries (10 KB for Qwen3's 40,960 positions): 2.6 MB a 256-sequence step, copied
   // ahead of the step's kernels, for nothing on FlashInfer's steps.
   const bool tables_read = !flashinfer || st.one_launch;

@@ -15,7 +15,7 @@ namespace nibble::models {
 struct StepLimits {
   int64_t max_tokens = 0, max_rows = 0, max_seqs = 0;
   int64_t block_size = 16;
-  int64_t max_blocks_per_seq = 0;  // a block table's row: max_position_embeddings / block_size
+  int64_t max_blocks_per_seq = 0;  // a block table's row: context_length() / block_size
   int64_t query_heads_per_kv = 1, head_dim = 0;
   int64_t vocab_size = 0;
   // Decode steps of up to this many rows run the one-launch decode attention (0: never).

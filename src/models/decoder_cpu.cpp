@@ -11,6 +11,7 @@
 #include "formats/bf16.h"
 #include "ref/attention.h"
 #include "ref/moe.h"
+#include "models/rope.h"
 #include "ref/ops.h"
 
 namespace nibble::models {
@@ -64,7 +65,10 @@ Linear make_linear(const io::BoundCheckpoint& b, const std::string& name) {
 class DecoderCpu final : public Model {
  public:
   DecoderCpu(std::shared_ptr<const io::LoadedCheckpoint> checkpoint, const ModelOptions& options)
-      : checkpoint_(std::move(checkpoint)), config_(checkpoint_->bound.config), options_(options) {
+      : checkpoint_(std::move(checkpoint)),
+        config_(checkpoint_->bound.config),
+        rope_(rope_for(config_)),
+        options_(options) {
     const io::BoundCheckpoint& b = checkpoint_->bound;
     embed_ = bf16_data(b, "model.embed_tokens.weight");
     final_norm_ = bf16_data(b, "model.norm.weight");
@@ -222,8 +226,8 @@ class DecoderCpu final : public Model {
       ref::rmsnorm(k.data(), T * NKV, D, w.k_norm, eps(), k.data());
     }
     const auto rope = config_.rope_style == io::RopeStyle::INTERLEAVED ? ref::rope_interleaved : ref::rope_neox;
-    rope(q.data(), T, NH, D, positions.data(), config_.rope_theta);
-    rope(k.data(), T, NKV, D, positions.data(), config_.rope_theta);
+    rope(q.data(), T, NH, D, positions.data(), rope_);
+    rope(k.data(), T, NKV, D, positions.data(), rope_);
     for (const ref::AttentionSequence& s : seqs)
       ref::kv_store(kv, s, k.data() + s.token_offset * NKV * D, v.data() + s.token_offset * NKV * D);
     ref::paged_attention(q.data(), NH, kv, seqs.data(), static_cast<int64_t>(seqs.size()), o.data());
@@ -276,6 +280,7 @@ class DecoderCpu final : public Model {
 
   std::shared_ptr<const io::LoadedCheckpoint> checkpoint_;
   io::ModelConfig config_;
+  ref::Rope rope_;
   ModelOptions options_;
   const uint16_t* embed_ = nullptr;
   const uint16_t* final_norm_ = nullptr;

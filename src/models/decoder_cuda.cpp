@@ -4,6 +4,7 @@
 // BF16, every op the twin of a ref:: op; ERNIE-4.5-MoE's features (fp32 router with a correction
 // bias, shared experts, interleaved RoPE without q/k norm) are config switches.
 #include "models/decoder_cuda.h"
+#include "models/rope.h"
 
 #include <algorithm>
 
@@ -83,7 +84,9 @@ Status CudaDecoder::workspaces() {
   k = q + T * NH * D, v = k + T * NKV * D;
   NIB_RETURN_IF_ERROR(a.alloc(q_rot, T * NH * D, "q after RoPE"));
   NIB_RETURN_IF_ERROR(a.alloc(attn, T * NH * D, "the attention output"));
-  const std::vector<float> freq = ref::rope_inv_freq(config_.rope_theta, D);
+  const ref::Rope rope = rope_for(config_);
+  const std::vector<float>& freq = rope.inv_freq;
+  rope_scaling = rope.attention_scaling;
   NIB_RETURN_IF_ERROR(a.alloc(inv_freq, freq.size(), "the RoPE frequencies"));
   NIB_RETURN_IF_ERROR(cuda::cuda_status(
       cudaMemcpy(inv_freq, freq.data(), freq.size() * sizeof(float), cudaMemcpyHostToDevice), "the RoPE frequencies"));
@@ -131,7 +134,7 @@ Status CudaDecoder::workspaces() {
     NIB_RETURN_IF_ERROR(a.alloc(gemm.row_scales, static_cast<size_t>(T), "the activation row scales"));
     gemm.act_workspace_elements = static_cast<size_t>(T * max_in);
   }
-  max_blocks_per_seq = (config_.max_position_embeddings + options.block_size - 1) / options.block_size;
+  max_blocks_per_seq = (config_.context_length() + options.block_size - 1) / options.block_size;
   NIB_RETURN_IF_ERROR(a.alloc(drawn, R, "drawn tokens"));
   NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaMemset(drawn, 0, static_cast<size_t>(R) * 4), "drawn tokens"));
   // Split-KV steps have fewer than 528 / NKV tokens (cuda::attention_splits), at most 32 splits.
@@ -287,7 +290,7 @@ Status CudaDecoder::run(int64_t T, int64_t R, int64_t splits) {
   NIB_RETURN_IF_ERROR(cuda::embedding_gather(st.ids, T, embed, H, x, s, drawn));
   profiler.mark("embedding");
   const cuda::QkvLayout qkv{
-      T, NH, NKV, D, st.positions, st.slots, inv_freq, config_.rope_style == io::RopeStyle::INTERLEAVED};
+      T, NH, NKV, D, st.positions, st.slots, inv_freq, config_.rope_style == io::RopeStyle::INTERLEAVED, rope_scaling};
   cuda::AttentionBatch att{
       T, NH, NKV, D, options.block_size, st.token_seq, st.positions, st.block_tables, max_blocks_per_seq, splits};
   const cuda::DecodeAttentionBatch one_launch{T,

@@ -114,7 +114,8 @@ class CudaDecoder final : public CudaModel {
   cuda::GemmContext gemm;
   std::unique_ptr<cuda::MoeWorkspace> moe_ws;
   float* attention_ws = nullptr;  // split-KV partial results
-  float* inv_freq = nullptr;      // RoPE [head_dim / 2], ref::rope_inv_freq
+  float* inv_freq = nullptr;      // RoPE [head_dim / 2], models::rope_for's table
+  float rope_scaling = 1.0f;      // ... and its cos / sin factor
   // FlashInfer attention for every step (null: the native kernels) and its BF16 query input.
   std::unique_ptr<cuda::FlashInferAttention> flashinfer;
   uint16_t* q_bf16 = nullptr;
@@ -128,7 +129,7 @@ class CudaDecoder final : public CudaModel {
   // (options.kv_fp8); the extra block is where graph padding rows write.
   uint8_t *k_cache = nullptr, *v_cache = nullptr;
   int64_t n_blocks = 0;
-  int64_t max_blocks_per_seq = 0;  // a block table row: max_position_embeddings / block_size
+  int64_t max_blocks_per_seq = 0;  // a block table row: context_length() / block_size
   // Upload bookkeeping.
   uint64_t bytes_uploaded = 0, bytes_total = 0, bf16_copy_bytes = 0;
   int next_quarter = 1;

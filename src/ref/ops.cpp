@@ -35,13 +35,14 @@ std::vector<float> rope_inv_freq(double theta, int64_t head_dim) {
   return inv_freq;
 }
 
-void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int64_t* positions, double theta) {
+void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int64_t* positions,
+               const Rope& rope) {
   const int64_t half = head_dim / 2;
-  const std::vector<float> inv_freq = rope_inv_freq(theta, head_dim);
+  const std::vector<float>& inv_freq = rope.inv_freq;
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(positions[t]) * inv_freq[i];
-      const float c = std::cos(angle), s = std::sin(angle);
+      const float c = std::cos(angle) * rope.attention_scaling, s = std::sin(angle) * rope.attention_scaling;
       for (int64_t h = 0; h < n_heads; ++h) {
         float* v = x + (t * n_heads + h) * head_dim;
         const float a = v[i], b = v[i + half];
@@ -53,12 +54,12 @@ void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, co
 }
 
 void rope_interleaved(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int64_t* positions,
-                      double theta) {
-  const std::vector<float> inv_freq = rope_inv_freq(theta, head_dim);
+                      const Rope& rope) {
+  const std::vector<float>& inv_freq = rope.inv_freq;
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t i = 0; i < head_dim / 2; ++i) {
       const float angle = static_cast<float>(positions[t]) * inv_freq[i];
-      const float c = std::cos(angle), s = std::sin(angle);
+      const float c = std::cos(angle) * rope.attention_scaling, s = std::sin(angle) * rope.attention_scaling;
       for (int64_t h = 0; h < n_heads; ++h) {
         float* v = x + (t * n_heads + h) * head_dim;
         const float a = v[2 * i], b = v[2 * i + 1];

@@ -18,17 +18,25 @@ void embedding(const int32_t* ids, int64_t n_tokens, const uint16_t* table, int6
 void rmsnorm(const float* x, int64_t n_rows, int64_t width, const uint16_t* weight, float eps, float* out);
 
 // inv_freq[i] = theta^(-2i/head_dim) in double, then fp32, as transformers' default rope init
-// computes it (i < head_dim / 2). The GPU forward uploads this same table.
+// computes it (i < head_dim / 2).
 std::vector<float> rope_inv_freq(double theta, int64_t head_dim);
 
-// Neox-style RoPE (transformers rotate_half) on [n_tokens, n_heads, head_dim] in place, with
-// inv_freq from rope_inv_freq.
-void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int64_t* positions, double theta);
+// A model's RoPE: each pair's frequency and the factor cos and sin multiply by (YaRN's attention
+// factor, else 1); models/rope.h makes it from the config, and the GPU forward uploads the same table.
+struct Rope {
+  std::vector<float> inv_freq;  // [head_dim / 2]
+  float attention_scaling = 1.0f;
+};
+
+// Neox-style RoPE (transformers rotate_half) on [n_tokens, n_heads, head_dim] in place: pairs (i,
+// i + head_dim/2) rotate by position · inv_freq[i], cos and sin times attention_scaling (fp32).
+void rope_neox(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int64_t* positions,
+               const Rope& rope);
 
 // Interleaved RoPE (ERNIE-4.5: transformers' rotate_half on x[0::2], x[1::2] with cos/sin repeated
 // per pair): dimensions 2i and 2i + 1 rotate together by position · inv_freq[i].
 void rope_interleaved(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int64_t* positions,
-                      double theta);
+                      const Rope& rope);
 
 // y = x @ W^T for a BF16 W [out, in] (router, lm_head, unquantized projections).
 void linear_bf16(const float* x, int64_t n_tokens, const uint16_t* w, int64_t out_features, int64_t in_features,

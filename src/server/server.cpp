@@ -54,6 +54,7 @@ engine::RunnerOptions runner_options(const ServerOptions& o) {
   r.enforce_eager = o.enforce_eager;
   r.max_num_seqs = o.max_num_seqs;
   r.max_num_batched_tokens = o.max_num_batched_tokens;
+  r.config_overrides = {o.hf_overrides, o.rope_scaling};
   return r;
 }
 
@@ -103,18 +104,21 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   int64_t capacity = INT64_MAX;
   for (const auto& r : runners) capacity = std::min(capacity, r->n_kv_blocks() * r->block_size());
   int64_t max_model_len = o.max_model_len;
-  if (max_model_len > config.max_position_embeddings)
-    return Status::error("--max-model-len " + std::to_string(max_model_len) +
-                         " exceeds the model's max_position_embeddings (" +
-                         std::to_string(config.max_position_embeddings) + ")");
+  const int64_t context = config.context_length();
+  if (max_model_len > context)
+    return Status::error("--max-model-len " + std::to_string(max_model_len) + " exceeds the model's context length (" +
+                         std::to_string(context) +
+                         (context > config.max_position_embeddings ? ", its RoPE scaling's)"
+                                                                   : ": max_position_embeddings; a rope_scaling "
+                                                                     "such as YaRN (--rope-scaling) extends it)"));
   if (max_model_len > capacity)
     return Status::error("--max-model-len " + std::to_string(max_model_len) + " does not fit the KV cache (" +
                          std::to_string(capacity) +
                          " tokens); raise --num-kv-blocks / --kv-cache-memory-gb / "
                          "--gpu-memory-utilization or lower it");
   if (max_model_len <= 0) {
-    max_model_len = std::min(config.max_position_embeddings, capacity);
-    if (max_model_len < config.max_position_embeddings)
+    max_model_len = std::min(context, capacity);
+    if (max_model_len < context)
       log_warn("max_model_len set to the KV capacity, " + std::to_string(max_model_len) + " tokens");
   }
   if (max_model_len < 2) return Status::error("the KV cache holds fewer than 2 tokens");

@@ -38,6 +38,9 @@ struct ServerOptions {
   std::string decode_attention = "auto";   // split-kv | tensor-core | auto (CUDA backend, native attention)
   std::string act_quant_moe = "none";      // none | static | per-token
   std::string act_quant_dense = "none";
+  // config.json changes (JSON objects; "": none): vLLM's --hf-overrides, merged key by key, and
+  // --rope-scaling merged into its RoPE scaling (e.g. Qwen's YaRN for 131,072 tokens).
+  std::string hf_overrides, rope_scaling;
   int64_t tensor_parallel_size = 1;
   // Data parallelism: this many engines, each a copy of the model on its own GPU (engine i on
   // visible device i mod the device count: two engines may share a card), behind this endpoint.

@@ -1,6 +1,7 @@
 // config.json → ModelConfig, ModelOpt quant configs (both forms), and exclusion pattern matching.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -145,6 +146,60 @@ TEST(ModelConfig, Qwen3DenseParses) {
   EXPECT_FALSE(r->is_moe_layer(0));
 }
 
+// Qwen's model cards: YaRN with factor 4 over a 32,768-token pretraining context serves 131,072.
+TEST(ModelConfig, RopeScalingAndTheContextItGives) {
+  json c = qwen3_moe_config();
+  c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  auto r = parse_model_config(c.dump(), "config.json");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->rope_scaling.type, RopeScalingType::YARN);
+  EXPECT_EQ(r->context_length(), 131072);
+  EXPECT_NEAR(r->rope_scaling.attention_factor, 0.1 * std::log(4.0) + 1.0, 1e-12);
+  EXPECT_EQ(r->rope_scaling.beta_fast, 32.0);
+  EXPECT_EQ(r->rope_scaling.beta_slow, 1.0);
+  // mscale / mscale_all_dim (DeepSeek's spelling) and an explicit attention_factor.
+  c["rope_scaling"]["mscale"] = 0.707, c["rope_scaling"]["mscale_all_dim"] = 1.0;
+  r = parse_model_config(c.dump(), "config.json");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_NEAR(r->rope_scaling.attention_factor, (0.0707 * std::log(4.0) + 1.0) / (0.1 * std::log(4.0) + 1.0), 1e-12);
+  c["rope_scaling"]["attention_factor"] = 1.5;
+  EXPECT_EQ(parse_model_config(c.dump(), "config.json")->rope_scaling.attention_factor, 1.5);
+  // No factor: max_position_embeddings / original_max_position_embeddings (transformers).
+  c["rope_scaling"] = {{"rope_type", "yarn"}, {"original_max_position_embeddings", 10240}};
+  EXPECT_EQ(parse_model_config(c.dump(), "config.json")->rope_scaling.factor, 4.0);
+  // Linear: max_position_embeddings · factor.
+  c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  r = parse_model_config(c.dump(), "config.json");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->rope_scaling.type, RopeScalingType::LINEAR);
+  EXPECT_EQ(r->context_length(), 81920);
+  // Unscaled: max_position_embeddings.
+  EXPECT_EQ(parse_model_config(qwen3_moe_config().dump(), "config.json")->context_length(), 40960);
+}
+
+// --hf-overrides merges into the file; --rope-scaling into rope_scaling, and into transformers 5's
+// rope_parameters (keeping its rope_theta), the older "type" spelling included.
+TEST(ModelConfig, OverridesMergeIntoTheFile) {
+  json c = qwen3_moe_config();
+  c.erase("rope_theta"), c.erase("rope_scaling");
+  c["rope_parameters"] = {{"rope_theta", 5e5}, {"rope_type", "default"}};
+  ConfigOverrides o;
+  o.json = R"({"max_position_embeddings": 8192, "rope_parameters": {"rope_theta": 2e5}})";
+  o.rope_scaling = R"({"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 8192})";
+  auto r = parse_model_config(c.dump(), "config.json", o);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->max_position_embeddings, 8192);
+  EXPECT_EQ(r->rope_theta, 2e5);
+  EXPECT_EQ(r->rope_scaling.type, RopeScalingType::YARN);
+  EXPECT_EQ(r->context_length(), 16384);
+  o.json = "[1]";
+  EXPECT_NE(parse_model_config(c.dump(), "config.json", o).status().message().find("--hf-overrides"),
+            std::string::npos);
+  o.json = "", o.rope_scaling = "yarn";
+  EXPECT_NE(parse_model_config(c.dump(), "config.json", o).status().message().find("--rope-scaling is not a JSON"),
+            std::string::npos);
+}
+
 TEST(ModelConfig, ErrorsNameTheProblem) {
   json c = qwen3_moe_config();
   c["architectures"] = {"LlamaForCausalLM"};
@@ -163,8 +218,14 @@ TEST(ModelConfig, ErrorsNameTheProblem) {
   EXPECT_NE(e.find("multiple of num_key_value_heads"), std::string::npos) << e;
 
   c = qwen3_moe_config();
-  c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  EXPECT_NE(error_of(c).find("rope type 'yarn' is not supported yet"), std::string::npos) << error_of(c);
+  c["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 4.0}};
+  EXPECT_NE(error_of(c).find("rope type 'dynamic' is not supported"), std::string::npos) << error_of(c);
+  c["rope_scaling"] = {{"rope_type", "longrope"}};
+  EXPECT_NE(error_of(c).find("rope type 'longrope' is not supported (nibble runs 'default', 'linear' and 'yarn'"),
+            std::string::npos)
+      << error_of(c);
+  c["rope_scaling"] = {{"rope_type", "linear"}};
+  EXPECT_NE(error_of(c).find("missing 'factor'"), std::string::npos) << error_of(c);
   c = qwen3_moe_config();
   c["num_experts_per_tok"] = 200;
   EXPECT_NE(error_of(c).find("exceeds num_experts"), std::string::npos);

@@ -179,8 +179,9 @@ TEST(CudaOps, InterleavedRopeWithoutNorm) {
   std::vector<int64_t> positions64(T), slots(T);
   for (int64_t t = 0; t < T; ++t) positions[t] = int32_t(rng() % 4000), positions64[t] = positions[t], slots[t] = T - 1 - t;
   std::vector<float> rq = q, rk = k;
-  ref::rope_interleaved(rq.data(), T, NH, D, positions64.data(), 5e5);
-  ref::rope_interleaved(rk.data(), T, NKV, D, positions64.data(), 5e5);
+  const ref::Rope rope{ref::rope_inv_freq(5e5, D), 1.0f};
+  ref::rope_interleaved(rq.data(), T, NH, D, positions64.data(), rope);
+  ref::rope_interleaved(rk.data(), T, NKV, D, positions64.data(), rope);
   test::DeviceBuffer<float> d_q(q), d_k(k), d_v(v), d_qrot(q.size()), d_freq(ref::rope_inv_freq(5e5, D));
   test::DeviceBuffer<uint16_t> d_kc(size_t(T * kv_width)), d_vc(size_t(T * kv_width));
   test::DeviceBuffer<int32_t> d_pos(positions);
@@ -318,8 +319,11 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
     std::vector<float> rq = q, rk = k;
     ref::rmsnorm(rq.data(), T * c.NH, c.D, q_norm.data(), 1e-6f, rq.data());
     ref::rmsnorm(rk.data(), T * c.NKV, c.D, k_norm.data(), 1e-6f, rk.data());
-    ref::rope_neox(rq.data(), T, c.NH, c.D, positions64.data(), 1e6);
-    ref::rope_neox(rk.data(), T, c.NKV, c.D, positions64.data(), 1e6);
+    // A YaRN-shaped table: the slow half of the pairs interpolated (÷ 4), cos and sin × 0.1 ln 4 + 1.
+    ref::Rope rope{ref::rope_inv_freq(1e6, c.D), 1.1386294f};
+    for (size_t i = rope.inv_freq.size() / 2; i < rope.inv_freq.size(); ++i) rope.inv_freq[i] /= 4.0f;
+    ref::rope_neox(rq.data(), T, c.NH, c.D, positions64.data(), rope);
+    ref::rope_neox(rk.data(), T, c.NKV, c.D, positions64.data(), rope);
     for (const auto& s : seqs) ref::kv_store(kv, s, rk.data() + s.token_offset * kv_width, v.data() + s.token_offset * kv_width);
     std::vector<float> want(q.size());
     ref::paged_attention(rq.data(), c.NH, kv, seqs.data(), int64_t(seqs.size()), want.data());
@@ -328,8 +332,9 @@ TEST(CudaOps, QkNormRopeStoreAndPagedAttention) {
     test::DeviceBuffer<uint16_t> d_kc(k_cache), d_vc(v_cache), d_qn(q_norm), d_kn(k_norm), d_out(q.size());
     test::DeviceBuffer<int32_t> d_pos(positions), d_seq(token_seq), d_tables(flat_tables);
     test::DeviceBuffer<int64_t> d_slots(slots);
-    test::DeviceBuffer<float> d_freq(ref::rope_inv_freq(1e6, c.D));
-    const cuda::QkvLayout layout{T, c.NH, c.NKV, c.D, d_pos.get(), d_slots.get(), d_freq.get()};
+    test::DeviceBuffer<float> d_freq(rope.inv_freq);
+    const cuda::QkvLayout layout{T, c.NH, c.NKV, c.D, d_pos.get(), d_slots.get(), d_freq.get(), false,
+                                 rope.attention_scaling};
     ASSERT_TRUE(cuda::qk_norm_rope_store({d_q.get(), d_k.get(), d_v.get()}, layout, d_qn.get(), d_kn.get(), 1e-6f,
                                          d_qrot.get(), d_kc.get(), d_vc.get(), nullptr).is_ok());
     // q after norm and RoPE: fp32, summation order and cos/sin within a few ulp at angles up to 1e3.
@@ -529,8 +534,9 @@ TEST(CudaOps, Fp8KvCacheStoreAndFlashInfer) {
     std::vector<float> rq = q, rk = k;
     ref::rmsnorm(rq.data(), T * c.NH, D, q_norm.data(), 1e-6f, rq.data());
     ref::rmsnorm(rk.data(), T * c.NKV, D, k_norm.data(), 1e-6f, rk.data());
-    ref::rope_neox(rq.data(), T, c.NH, D, positions64.data(), 1e6);
-    ref::rope_neox(rk.data(), T, c.NKV, D, positions64.data(), 1e6);
+    const ref::Rope rope{ref::rope_inv_freq(1e6, D), 1.0f};
+    ref::rope_neox(rq.data(), T, c.NH, D, positions64.data(), rope);
+    ref::rope_neox(rk.data(), T, c.NKV, D, positions64.data(), rope);
     for (const auto& sq : seqs) ref::kv_store(kv, sq, rk.data() + sq.token_offset * kv_width, v.data() + sq.token_offset * kv_width);
     std::vector<float> want(q.size());
     ref::paged_attention(rq.data(), c.NH, kv, seqs.data(), int64_t(seqs.size()), want.data());

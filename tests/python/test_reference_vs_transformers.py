@@ -7,6 +7,7 @@ Quantization and top-k routing are discontinuous: a ~1e-6 reordering difference 
 that sits on a rounding boundary or a near-tied router choice, and the flip reaches every later
 position through attention. The reference marks such 'fragile' tokens (qwen3_reference.FRAGILE_REL);
 positions from the first fragile token on are not compared (a few runs in ten have one)."""
+import json
 import os
 import random
 import subprocess
@@ -40,13 +41,13 @@ N_GENERATED = 32
 TOLERANCE = 1e-3
 
 
-def nibble_generate(build_dir, model_dir, tmp_path, mode_moe="none", mode_dense="none", chunk=0):
+def nibble_generate(build_dir, model_dir, tmp_path, mode_moe="none", mode_dense="none", chunk=0, extra=()):
     dump = tmp_path / f"logits_{mode_moe}_{mode_dense}_{chunk}.npy"
     proc = subprocess.run(
         [str(build_dir / "nibble"), "generate", "--model", str(model_dir),
          "--prompt-ids", ",".join(map(str, PROMPT)), "--max-tokens", str(N_GENERATED), "--ignore-eos",
          "--act-quant-moe", mode_moe, "--act-quant-dense", mode_dense, "--dump-logits", str(dump),
-         "--prefill-chunk", str(chunk)],
+         "--prefill-chunk", str(chunk), *extra],
         capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     tokens = [int(t) for t in proc.stdout.strip().strip("[]").split(",")]
@@ -121,6 +122,41 @@ def test_chunked_prefill_gives_the_same_logits(build_dir, reference, tmp_path):
     chunked_tokens, chunked_logits = nibble_generate(build_dir, ckpt, tmp_path, chunk=5)
     assert chunked_tokens == tokens
     assert torch.equal(chunked_logits, logits)
+
+
+# RoPE scaling at positions past the pretraining context (original_max_position_embeddings 32; the
+# prompt and its continuation reach 44): YaRN from the checkpoint's config, linear from --rope-scaling
+# over a config without it (the flag's path). rope_theta 1e4 puts YaRN's ramp over pairs 0..6.
+ROPE_SCALINGS = {
+    "yarn_in_config": ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
+                        "rope_theta": 1e4}, False),
+    "yarn_mscale": ({"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 32,
+                     "rope_theta": 1e4, "mscale": 0.707, "mscale_all_dim": 1.0, "beta_fast": 16}, False),
+    "linear_by_flag": ({"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}, True),
+}
+
+
+@pytest.mark.parametrize("name", list(ROPE_SCALINGS))
+def test_rope_scaling_matches_transformers(build_dir, tmp_path, seed, name):
+    rope, by_flag = ROPE_SCALINGS[name]
+    shape = dict(SHAPES["moe_gqa2_d64_e8_k2"], rope_parameters=dict(rope))
+    model, scales = qwen3_reference.build(shape, seed=seed, out_dir=tmp_path / "ckpt")
+    config_path = tmp_path / "ckpt" / "config.json"
+    config = json.loads(config_path.read_text())
+    extra = ()
+    if by_flag:  # the checkpoint says default RoPE; the flag brings the scaling
+        config["rope_parameters"] = {"rope_type": "default", "rope_theta": rope["rope_theta"]}
+        config_path.write_text(json.dumps(config))
+        extra = ("--rope-scaling", json.dumps({k: v for k, v in rope.items() if k != "rope_theta"}))
+    else:
+        assert config["rope_parameters"]["rope_type"] == rope["rope_type"], config
+    tokens, logits = nibble_generate(build_dir, tmp_path / "ckpt", tmp_path, extra=extra)
+    check_logits(model, scales, tokens, logits, "none", "none")
+    # The scaling matters at these positions: the same checkpoint with default RoPE gives other logits.
+    config["rope_parameters"] = {"rope_type": "default", "rope_theta": rope["rope_theta"]}
+    config_path.write_text(json.dumps(config))
+    _, plain_logits = nibble_generate(build_dir, tmp_path / "ckpt", tmp_path)
+    assert relative_errors(plain_logits, logits).max() > 10 * TOLERANCE
 
 
 def test_attention_in_bf16(build_dir, tmp_path, seed):

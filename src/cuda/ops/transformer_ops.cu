@@ -128,7 +128,10 @@ __global__ void qk_norm_rope_store_kernel(const QkvInput in, QkvLayout l, const 
   float cos_p[PAIRS], sin_p[PAIRS];
   const float position = static_cast<float>(l.positions[t]);
 #pragma unroll
-  for (int p = 0; p < PAIRS; ++p) sincosf(position * freq[p], &sin_p[p], &cos_p[p]);
+  for (int p = 0; p < PAIRS; ++p) {
+    sincosf(position * freq[p], &sin_p[p], &cos_p[p]);
+    sin_p[p] *= l.rope_scaling, cos_p[p] *= l.rope_scaling;
+  }
   const bool is_q = which == 0;
   const bool normed = (is_q ? q_norm : k_norm) != nullptr;  // null: no q/k norm (ERNIE-4.5)
   // The heads' norm weights by value: choosing between the arrays themselves put all four in local

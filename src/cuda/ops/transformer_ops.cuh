@@ -46,8 +46,9 @@ struct QkvLayout {
   int64_t tokens = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   const int32_t* positions = nullptr;  // device [tokens]
   const int64_t* slots = nullptr;      // device [tokens]
-  const float* inv_freq = nullptr;     // device [head_dim / 2]: ref::rope_inv_freq's table
+  const float* inv_freq = nullptr;     // device [head_dim / 2]: ref::Rope's table
   bool interleaved = false;            // RoPE pairs (2i, 2i + 1) (ERNIE-4.5) instead of (i, i + D/2)
+  float rope_scaling = 1.0f;           // cos and sin times this (ref::Rope::attention_scaling)
 };
 
 // How q, k and v lie in memory and what still multiplies them: each its own [T, width] array (the
