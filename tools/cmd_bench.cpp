@@ -125,6 +125,15 @@ CommandRunner register_bench(CLI::App& root) {
   latency->add_option("--batch-prompt", l->batch_prompt, "Batched decode: prompt tokens per sequence")
       ->capture_default_str();
   latency->add_option("--batch-gen", l->batch_gen, "Batched decode: timed steps")->capture_default_str();
+  latency
+      ->add_option("--context", l->context,
+                   "Batched decode at this context: the sequences' prompt length (overrides --batch-prompt)")
+      ->capture_default_str();
+  latency->add_option("--prefill-chunk", l->prefill_chunk, "ppN in steps of at most this many tokens (0: one step)")
+      ->capture_default_str();
+  latency->add_option("--hf-overrides", l->hf_overrides, "JSON object merged into config.json (as nibble serve's)");
+  latency->add_option("--rope-scaling", l->rope_scaling,
+                      "JSON object merged into the config's RoPE scaling (as nibble serve's), e.g. YaRN for 128k");
   latency->add_option("--mixed", l->mixed,
                       "Mixed steps: prompt lengths P; each batch's timed steps again, each step also prefilling a "
                       "new P-token prompt (serving's steps with a prompt); reported as mix bB+pP");

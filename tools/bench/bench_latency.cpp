@@ -185,6 +185,9 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     ro.max_num_seqs = std::max<int64_t>(max_batch, 1) + (max_mixed > 0);
     ro.max_num_batched_tokens = std::max<int64_t>({max_pp, 2048, max_batch + max_mixed});
     ro.enforce_eager = o.enforce_eager;
+    ro.config_overrides = {o.hf_overrides, o.rope_scaling};
+    if (o.prefill_chunk > 0)
+      ro.max_num_batched_tokens = std::max<int64_t>({o.prefill_chunk, 2048, max_batch + max_mixed});
     const Clock::time_point load_start = Clock::now();
     auto runner = engine::create_runner(o.model, ro);
     if (!runner) return fail(runner.status().message());
@@ -214,7 +217,7 @@ int run_bench_latency(const BenchLatencyOptions& o) {
       for (int64_t rep = 0; rep < o.repeats + 1; ++rep) {  // the first is warm-up
         std::vector<Sequence> one = {bench.make(n, n + 1, 0)};
         const Clock::time_point t = Clock::now();
-        Status s = bench.prefill(one, n);
+        Status s = bench.prefill(one, o.prefill_chunk > 0 ? o.prefill_chunk : n);
         if (!s) return fail(s.message());
         if (rep > 0) times.push_back(seconds_since(t));
       }
@@ -241,25 +244,27 @@ int run_bench_latency(const BenchLatencyOptions& o) {
       if (const std::string phases = cuda::sampler_timing(1); !phases.empty()) std::printf("# %s\n", phases.c_str());
 #endif
     }
+    const int64_t batch_prompt = o.context > 0 ? o.context : o.batch_prompt;
+    const std::string at = o.context > 0 ? " @" + std::to_string(o.context) : "";
     for (int64_t B : batches) {
       // Room for the warm-up step, the timed steps and each mixed run's steps.
-      const int64_t total = o.batch_prompt + o.batch_gen * (1 + static_cast<int64_t>(mixed.size())) + 2;
+      const int64_t total = batch_prompt + o.batch_gen * (1 + static_cast<int64_t>(mixed.size())) + 2;
       if (need_blocks(B, total) > capacity) {
         std::printf("%-10s %-14s skipped: %lld sequences of %lld tokens need more than %lld KV blocks\n",
-                    mode_name.c_str(), ("S_TG b" + std::to_string(B)).c_str(), static_cast<long long>(B),
+                    mode_name.c_str(), ("S_TG b" + std::to_string(B) + at).c_str(), static_cast<long long>(B),
                     static_cast<long long>(total), static_cast<long long>(capacity));
         continue;
       }
       std::vector<Sequence> seqs;
       for (int64_t i = 0; i < B; ++i)
-        seqs.push_back(bench.make(o.batch_prompt, total, static_cast<int32_t>(i * ((total + bs - 1) / bs))));
+        seqs.push_back(bench.make(batch_prompt, total, static_cast<int32_t>(i * ((total + bs - 1) / bs))));
       Status s = bench.prefill(seqs, ro.max_num_batched_tokens);
       if (!s) return fail(s.message());
       if (Status w = bench.decode(seqs, 1, overlap); !w) return fail(w.message());  // warm-up step
       const Clock::time_point t = Clock::now();
       if (Status d = bench.decode(seqs, o.batch_gen, overlap); !d) return fail(d.message());
       const double secs = seconds_since(t);
-      report("S_TG b" + std::to_string(B), B * o.batch_gen, B * o.batch_gen / secs, secs * 1e3 / o.batch_gen);
+      report("S_TG b" + std::to_string(B) + at, B * o.batch_gen, B * o.batch_gen / secs, secs * 1e3 / o.batch_gen);
       // The same steps with a new prompt each (tokens: decode rows and prompt tokens alike).
       for (int64_t P : mixed) {
         const std::string test = "mix b" + std::to_string(B) + "+p" + std::to_string(P);

@@ -21,9 +21,12 @@ struct BenchLatencyOptions {
   std::string batches = "1,16,64,128";  // batched decode: parallel sequences
   int64_t batch_prompt = 1000;          // their prompt length
   int64_t batch_gen = 64;               // decode steps timed per batch size
-  std::string mixed;         // prompt lengths: each batch's steps again, each with a new prompt of that length
-  int64_t repeats = 3;       // median of
-  float temperature = 0.0f;  // decode steps' sampling (0: greedy), as a request's
+  std::string mixed;          // prompt lengths: each batch's steps again, each with a new prompt of that length
+  int64_t context = 0;        // > 0: batched decode at this context (the batches' prompt length; rows say @N)
+  int64_t prefill_chunk = 0;  // > 0: ppN in steps of at most this many tokens (chunked prefill), else one step
+  std::string hf_overrides, rope_scaling;  // config.json changes, as nibble serve's
+  int64_t repeats = 3;                     // median of
+  float temperature = 0.0f;                // decode steps' sampling (0: greedy), as a request's
   int32_t top_k = 0;
   float top_p = 1.0f;
   bool enforce_eager = false;
