@@ -364,16 +364,22 @@ int Server::wait() {
   if (s.loader.joinable()) s.loader.join();
   if (s.io_threads.empty()) return s.exit_code;
   if (auto model = s.ctx.model(); model && s.ctx.options.shutdown_timeout > 0) {
-    // Drain: new requests get 503 on open connections, running ones finish (or the time runs out).
+    // Drain: new requests and /health get 503 (a router retries those elsewhere; a refused connection
+    // it would report as an error), running ones finish (or the time runs out). Then the server stays
+    // up answering 503 until a /health has been answered so (a router has seen it) or 2 s passed.
     log_info("shutting down: new requests get 503; up to " + std::to_string(s.ctx.options.shutdown_timeout) +
              " s for the running ones to finish");
     s.ctx.draining = true;
-    if (s.http) s.http->stop_accepting();
-    const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::milliseconds(static_cast<int64_t>(s.ctx.options.shutdown_timeout * 1000));
+    const auto start = std::chrono::steady_clock::now();
+    const auto until = start + std::chrono::milliseconds(static_cast<int64_t>(s.ctx.options.shutdown_timeout * 1000));
+    const auto linger = start + std::chrono::seconds(2);
+    bool idle = false;
     while (std::chrono::steady_clock::now() < until) {
-      const engine::MetricsSnapshot m = model->engine->metrics();
-      if (m.requests_running + m.requests_waiting == 0 && s.ctx.all_jobs().empty()) break;
+      if (!idle) {
+        const engine::MetricsSnapshot m = model->engine->metrics();
+        idle = m.requests_running + m.requests_waiting == 0 && s.ctx.all_jobs().empty();
+      }
+      if (idle && (s.ctx.unhealthy_answers > 0 || std::chrono::steady_clock::now() >= linger)) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }

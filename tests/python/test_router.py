@@ -36,7 +36,10 @@ class Router:
             [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(self.port),
              "--policy", "cache_aware", "--worker-urls", *[w.url for w in workers],
              "--prometheus-port", str(free_port()),
-             "--health-check-interval-secs", "1", "--health-failure-threshold", "1"],
+             "--health-check-interval-secs", "1", "--health-failure-threshold", "1",
+             # A stopping worker answers 503 until the router's health check drops it (up to 1 s here): the
+             # retries' backoff (0.2 s, × 1.5, five times: 2.6 s) outlasts that, so one lands elsewhere.
+             "--retry-initial-backoff-ms", "200"],
             stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.time() + 60
         while time.time() < deadline:
