@@ -56,6 +56,19 @@ Preset qwen3_30b_a3b() {
   return {c, 5'000'000'000ull};
 }
 
+// Qwen3-235B-A22B: config.json of Qwen/Qwen3-235B-A22B (the same family, 94 layers of hidden 4096,
+// 64 query and 4 KV heads, 128 experts of width 1536, top-8): ~130 GB in NVFP4, larger than one GPU.
+Preset qwen3_235b_a22b() {
+  Preset p = qwen3_30b_a3b();
+  io::ModelConfig& c = p.config;
+  c.hidden_size = 4096;
+  c.num_hidden_layers = 94;
+  c.num_attention_heads = 64;
+  c.intermediate_size = 12288;
+  c.moe_intermediate_size = 1536;
+  return p;
+}
+
 // A few MB: tiny dimensions, the real vocabulary (so the real tokenizer works), tied embeddings.
 Preset tiny_moe() {
   Preset p = qwen3_30b_a3b();
@@ -170,6 +183,8 @@ Result<Preset> find_preset(const SynthOptions& o) {
     p = small_moe();
   else if (o.preset == "qwen3-30b-a3b")
     p = qwen3_30b_a3b();
+  else if (o.preset == "qwen3-235b-a22b")
+    p = qwen3_235b_a22b();
   else if (o.preset == "tiny-ernie")
     p = tiny_ernie();
   else if (o.preset == "small-ernie")
@@ -178,7 +193,7 @@ Result<Preset> find_preset(const SynthOptions& o) {
     p = ernie_4_5_21b_a3b();
   else
     return Status::error("unknown preset '" + o.preset +
-                         "' (presets: tiny-moe, small-moe, qwen3-30b-a3b, tiny-ernie, "
+                         "' (presets: tiny-moe, small-moe, qwen3-30b-a3b, qwen3-235b-a22b, tiny-ernie, "
                          "small-ernie, ernie-4.5-21b-a3b)");
   if (o.layers < 0 || o.experts < 0) return Status::error("--layers and --experts must be positive");
   if (o.layers > 0) {
@@ -438,7 +453,7 @@ io::QuantConfig synth_quant_config(const io::ModelConfig& c, bool quantize_atten
 }  // namespace
 
 const std::vector<std::string>& synth_presets() {
-  static const std::vector<std::string> presets = {"tiny-moe",   "small-moe",   "qwen3-30b-a3b",
+  static const std::vector<std::string> presets = {"tiny-moe",   "small-moe",   "qwen3-30b-a3b",    "qwen3-235b-a22b",
                                                    "tiny-ernie", "small-ernie", "ernie-4.5-21b-a3b"};
   return presets;
 }

@@ -63,6 +63,35 @@ void rewrite(const fs::path& dir, const std::function<void(std::vector<TensorSpe
 
 }  // namespace
 
+// The full-size presets have their published shapes, and their checkpoints the sizes those give (NVFP4
+// weights: 4.5 bits a parameter with the block scales; embeddings, norms and the router in BF16).
+TEST(SynthPresets, FullSizeShapesAndBytes) {
+  struct Want {
+    const char* preset;
+    int64_t layers, hidden, heads, kv_heads, experts, top_k, moe_width;
+    double min_gb, max_gb;
+  };
+  for (const Want& w : {Want{"qwen3-30b-a3b", 48, 2048, 32, 4, 128, 8, 768, 17.5, 18.5},
+                        Want{"qwen3-235b-a22b", 94, 4096, 64, 4, 128, 8, 1536, 130.0, 138.0}}) {
+    tools::SynthOptions o;
+    o.preset = w.preset;
+    auto c = tools::synth_config(o);
+    ASSERT_TRUE(c.is_ok()) << c.status().message();
+    EXPECT_EQ(c->num_hidden_layers, w.layers) << w.preset;
+    EXPECT_EQ(c->hidden_size, w.hidden) << w.preset;
+    EXPECT_EQ(c->num_attention_heads, w.heads) << w.preset;
+    EXPECT_EQ(c->num_key_value_heads, w.kv_heads) << w.preset;
+    EXPECT_EQ(c->head_dim, 128) << w.preset;
+    EXPECT_EQ(c->num_experts, w.experts) << w.preset;
+    EXPECT_EQ(c->num_experts_per_tok, w.top_k) << w.preset;
+    EXPECT_EQ(c->moe_intermediate_size, w.moe_width) << w.preset;
+    auto bytes = tools::synth_total_bytes(o);
+    ASSERT_TRUE(bytes.is_ok()) << bytes.status().message();
+    EXPECT_GE(*bytes / 1e9, w.min_gb) << w.preset;
+    EXPECT_LE(*bytes / 1e9, w.max_gb) << w.preset;
+  }
+}
+
 TEST(Binding, SynthCheckpointBinds) {
   const fs::path dir = synth_tiny("good");
   auto loaded = load_checkpoint(dir.string());
