@@ -191,10 +191,11 @@ Result<Preset> find_preset(const SynthOptions& o) {
     p = small_ernie();
   else if (o.preset == "ernie-4.5-21b-a3b")
     p = ernie_4_5_21b_a3b();
-  else
-    return Status::error("unknown preset '" + o.preset +
-                         "' (presets: tiny-moe, small-moe, qwen3-30b-a3b, qwen3-235b-a22b, tiny-ernie, "
-                         "small-ernie, ernie-4.5-21b-a3b)");
+  else {
+    std::string names;
+    for (const std::string& n : synth_presets()) names += (names.empty() ? "" : ", ") + n;
+    return Status::error("unknown preset '" + o.preset + "' (presets: " + names + ")");
+  }
   if (o.layers < 0 || o.experts < 0) return Status::error("--layers and --experts must be positive");
   if (o.layers > 0) {
     p.config.num_hidden_layers = o.layers;

@@ -180,9 +180,9 @@ struct GrammarCompiler::Impl {
         case ConstraintKind::TOOL_CALLS: {
           // The call's JSON grammar (root rule `root`) with the calls' rules beside it, under names
           // xgrammar's converter does not make.
-          const xgrammar::Grammar call = with_json_strings_fixed(
-              xgrammar::Grammar::FromJSONSchema(c.text, /*any_whitespace=*/false, std::nullopt, std::nullopt, true));
-          std::string ebnf = call.ToString();
+          std::string ebnf = json_strings_fixed(
+              xgrammar::Grammar::FromJSONSchema(c.text, /*any_whitespace=*/false, std::nullopt, std::nullopt, true)
+                  .ToString());
           ebnf += "\nnibble_call ::= " + ebnf_literal(c.call_begin) + " root " + ebnf_literal(c.call_end) + "\n";
           ebnf += "nibble_calls ::= nibble_call";
           ebnf += c.repeated_calls ? " (\"\\n\" nibble_call)*\n" : "\n";

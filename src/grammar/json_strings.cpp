@@ -57,9 +57,8 @@ std::string json_strings_fixed(const std::string& input) {
   std::set<std::string> characters;
   const std::string body = " ::= ((" + JSON + "))";
   for (size_t at = text.find(body); at != std::string::npos; at = text.find(body, at + 1)) {
-    const size_t line = text.rfind('\n', at);
-    characters.insert(
-        text.substr(line == std::string::npos ? 0 : line + 1, at - (line == std::string::npos ? 0 : line + 1)));
+    const size_t line = text.rfind('\n', at), start = line == std::string::npos ? 0 : line + 1;
+    characters.insert(text.substr(start, at - start));
   }
   std::set<std::pair<long, long>> chains;
   std::string out;

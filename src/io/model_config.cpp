@@ -42,14 +42,13 @@ double yarn_mscale(double scale, double mscale) { return scale <= 1.0 ? 1.0 : 0.
 // defaults) read them.
 void read_rope_scaling(const json& root, const json& rope, JsonFields& rf, ModelConfig& c) {
   const std::string type = rope.value("rope_type", rope.value("type", std::string("default")));
+  if (type == "default") return;  // (rope_parameters' plain rope_theta leaves rope_scaling's scaling)
   RopeScaling& s = c.rope_scaling;
-  if (type == "default") {  // (rope_parameters' plain rope_theta leaves rope_scaling's scaling)
-  } else if (type == "linear") {
-    s = RopeScaling{};
+  s = RopeScaling{};
+  if (type == "linear") {
     s.type = RopeScalingType::LINEAR;
     rf.real("factor", s.factor, 1e-3, 1e6, true);
   } else if (type == "yarn") {
-    s = RopeScaling{};
     s.type = RopeScalingType::YARN;
     s.original_max_position_embeddings = c.max_position_embeddings;
     rf.integer("original_max_position_embeddings", s.original_max_position_embeddings, 1, 1 << 24, false);

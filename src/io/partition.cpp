@@ -6,20 +6,6 @@
 
 namespace nibble::io {
 
-const char* split_name(Split split) {
-  switch (split) {
-    case Split::WHOLE:
-      return "whole";
-    case Split::ROWS:
-      return "rows";
-    case Split::COLUMNS:
-      return "columns";
-    case Split::ABSENT:
-      return "absent";
-  }
-  return "?";
-}
-
 namespace {
 
 // Every dimension that must divide by the rank count, each failure named.
@@ -71,8 +57,19 @@ RankModule place(const ModuleSpec& m, const ModelConfig& c, const ParallelConfig
   auto even = [&](int64_t size, auto&& apply) { apply(r * size / n, (r + 1) * size / n); };
   if (n == 1) return out;
   switch (m.role) {
-    case ModuleRole::Q_PROJ:
+    case ModuleRole::Q_PROJ:  // output rows: column-parallel linears, the vocabulary-parallel ends
+    case ModuleRole::MLP_GATE:
+    case ModuleRole::MLP_UP:
+    case ModuleRole::SHARED_GATE:
+    case ModuleRole::SHARED_UP:
+    case ModuleRole::EMBEDDING:
+    case ModuleRole::LM_HEAD:
       even(m.shape[0], rows);
+      break;
+    case ModuleRole::O_PROJ:  // input columns: row-parallel linears
+    case ModuleRole::MLP_DOWN:
+    case ModuleRole::SHARED_DOWN:
+      even(m.shape[1], columns);
       break;
     case ModuleRole::K_PROJ:
     case ModuleRole::V_PROJ:
@@ -82,19 +79,6 @@ RankModule place(const ModuleSpec& m, const ModelConfig& c, const ParallelConfig
         const int64_t head = r / (n / c.num_key_value_heads);
         rows(head * D, (head + 1) * D);
       }
-      break;
-    case ModuleRole::O_PROJ:
-      even(m.shape[1], columns);
-      break;
-    case ModuleRole::MLP_GATE:
-    case ModuleRole::MLP_UP:
-    case ModuleRole::SHARED_GATE:
-    case ModuleRole::SHARED_UP:
-      even(m.shape[0], rows);
-      break;
-    case ModuleRole::MLP_DOWN:
-    case ModuleRole::SHARED_DOWN:
-      even(m.shape[1], columns);
       break;
     case ModuleRole::EXPERT_GATE:
     case ModuleRole::EXPERT_UP:
@@ -107,10 +91,6 @@ RankModule place(const ModuleSpec& m, const ModelConfig& c, const ParallelConfig
       } else {
         even(m.shape[0], rows);
       }
-      break;
-    case ModuleRole::EMBEDDING:
-    case ModuleRole::LM_HEAD:
-      even(m.shape[0], rows);
       break;
     default:  // norms, the router and its bias
       break;

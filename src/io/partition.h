@@ -29,7 +29,6 @@ enum class Split {
   COLUMNS,  // input columns [begin, end) (row-parallel linear: partial sums, all-reduced)
   ABSENT    // another rank's expert (expert parallelism)
 };
-const char* split_name(Split split);
 
 struct RankModule {
   ModuleSpec module;  // shape: the rank's part

@@ -45,7 +45,7 @@ struct ServingContext {
   // Set on shutdown with --shutdown-timeout: running requests finish, new ones get 503 (a router
   // retries them on another worker) and /health fails.
   std::atomic<bool> draining{false};
-  std::atomic<int64_t> unhealthy_answers{0};  // /health answered 503 while draining: a router saw it
+  std::atomic<bool> health_refused{false};  // /health answered 503 while draining: a router saw it
 
   std::shared_ptr<LoadedModel> model() const {
     std::lock_guard<std::mutex> lock(mutex);

@@ -5,7 +5,7 @@
 namespace nibble::server {
 
 void handle_health(ServingContext& ctx, const HttpRequest&, Responder responder) {
-  if (ctx.draining) ++ctx.unhealthy_answers;
+  if (ctx.draining) ctx.health_refused = true;
   if (ready_model(ctx, responder)) responder->respond(200, "text/plain", "");
 }
 

@@ -379,7 +379,7 @@ int Server::wait() {
         const engine::MetricsSnapshot m = model->engine->metrics();
         idle = m.requests_running + m.requests_waiting == 0 && s.ctx.all_jobs().empty();
       }
-      if (idle && (s.ctx.unhealthy_answers > 0 || std::chrono::steady_clock::now() >= linger)) break;
+      if (idle && (s.ctx.health_refused || std::chrono::steady_clock::now() >= linger)) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }

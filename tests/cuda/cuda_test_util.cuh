@@ -1,5 +1,5 @@
-// GPU test helpers: skip visibly where there is no CUDA device; device buffers that free themselves;
-// NVFP4 codes and scales uploaded as the model loads them (repacked into the GPU layout).
+// GPU test helpers: skip visibly where there is no CUDA device; random inputs; device buffers that free
+// themselves; NVFP4 codes and scales uploaded as the model loads them (repacked into the GPU layout).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <vector>
 
 #include "cuda/common/check.cuh"
@@ -20,6 +21,14 @@
   } while (0)
 
 namespace nibble::test {
+
+// n normal(0, sd) values.
+inline std::vector<float> random_f32(size_t n, std::mt19937_64& rng, float sd) {
+  std::normal_distribution<float> normal(0.0f, sd);
+  std::vector<float> out(n);
+  for (auto& v : out) v = normal(rng);
+  return out;
+}
 
 template <class T>
 class DeviceBuffer {

@@ -2,8 +2,8 @@
 // one table of cases on Qwen3-30B-A3B shapes and odd sizes, each with its error measure and the
 // tolerance's reason. Embedding is exact; the norms and RoPE differ from the reference only by fp32
 // summation order before a BF16 rounding (≤ 1 BF16 ulp); attention reads the same BF16 cache as the
-// reference and differs by summation order and the output's BF16 rounding; the sampler must draw
-// the reference's token for every row and seed (the same Philox race), logprobs within 1e-5.
+// reference and differs by summation order and the output's BF16 rounding. (The sampler's tests are
+// in test_cuda_sampler.cu.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,7 +17,6 @@
 #include "cuda/nvfp4/nvfp4_layout.h"
 #include "cuda/gemm/nvfp4_wgmma.cuh"
 #include "cuda/nvfp4/quantize_nvfp4.cuh"
-#include "cuda/sampling/sampler.cuh"
 #include "cuda/ops/transformer_ops.cuh"
 #include "cuda_test_util.cuh"
 #include "formats/bf16.h"
@@ -25,12 +24,12 @@
 #include "models/batch.h"
 #include "ref/attention.h"
 #include "ref/ops.h"
-#include "sampling/sampler.h"
 #include "test_seed.h"
 
 using namespace nibble;
 using formats::bf16_decode;
 using formats::bf16_encode;
+using test::random_f32;
 
 namespace {
 
@@ -38,13 +37,6 @@ std::vector<uint16_t> random_bf16(size_t n, std::mt19937_64& rng, float mean, fl
   std::normal_distribution<float> normal(mean, sd);
   std::vector<uint16_t> out(n);
   for (auto& v : out) v = bf16_encode(normal(rng));
-  return out;
-}
-
-std::vector<float> random_f32(size_t n, std::mt19937_64& rng, float sd) {
-  std::normal_distribution<float> normal(0.0f, sd);
-  std::vector<float> out(n);
-  for (auto& v : out) v = normal(rng);
   return out;
 }
 
@@ -640,102 +632,6 @@ TEST(CudaOps, FlashInferGraphPlansDependOnTheRequestCountOnly) {
     EXPECT_EQ((*fi)->plan_info(), first) << "trial " << trial;
   }
   NIB_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
-TEST(CudaOps, SamplerDrawsTheCpuSamplersTokens) {
-  NIB_SKIP_WITHOUT_GPU();
-  const uint64_t seed = test::test_seed("CudaOps.SamplerDrawsTheCpuSamplersTokens");
-  std::mt19937_64 rng(seed);
-  for (const int64_t V : {int64_t{151936}, int64_t{1000}, int64_t{7}}) {
-    struct Row {
-      sampling::SamplingParams p;
-      std::vector<int32_t> prompt, output, masked;
-      sampling::DrawKey key;
-    };
-    std::vector<Row> rows;
-    for (int i = 0; i < 48; ++i) {
-      Row r;
-      const int kind = i % 8;
-      r.p.temperature = kind == 0 ? 0.0f : 0.3f + 0.2f * float(i % 5);
-      // top-k alone up to 300: the short list takes k ≤ 64 (sampler.cu SHORT_K), the threshold searches the rest.
-      if (kind == 2 || kind == 5) r.p.top_k = int32_t(1 + rng() % (kind == 2 ? 300 : 50));
-      if (kind == 3 || kind == 5) r.p.top_p = 0.5f + 0.1f * float(i % 5);
-      if (kind == 4) r.p.min_p = 0.05f;
-      if (kind == 6) r.p.repetition_penalty = 1.3f, r.p.presence_penalty = 0.4f, r.p.frequency_penalty = 0.2f;
-      if (kind == 7) r.p.top_k = 5, r.p.top_p = 0.9f, r.p.min_p = 0.01f, r.p.frequency_penalty = -0.3f;
-      r.p.logprobs = i % 3 == 0 ? int32_t(rng() % 21) : -1;
-      for (int j = 0; j < 20; ++j) r.prompt.push_back(int32_t(rng() % V));
-      for (int j = 0; j < int(i % 9); ++j) r.output.push_back(int32_t(rng() % V));
-      if (i % 4 == 1) r.masked = {int32_t(rng() % V), int32_t(rng() % V)};
-      if (i % 5 == 2) {  // logit_bias: distinct tokens, in order; one may also be masked
-        const int32_t a = int32_t(rng() % V), b = int32_t(rng() % V);
-        if (a != b) r.p.logit_bias = {{std::min(a, b), 3.5f}, {std::max(a, b), -100.0f}};
-        else r.p.logit_bias = {{a, 7.0f}};
-        if (!r.masked.empty()) r.p.logit_bias.emplace_back(V, 1.0f);  // past the vocabulary: ignored
-      }
-      r.key = {rng(), rng() % 100000};
-      rows.push_back(std::move(r));
-    }
-    const int64_t R = int64_t(rows.size());
-    // Peaked logits (a few strong tokens) so top-p and min-p cut somewhere inside the vocabulary.
-    std::vector<float> logits = random_f32(size_t(R * V), rng, 2.0f);
-    for (int64_t r = 0; r < R; ++r)
-      for (int j = 0; j < 5; ++j) logits[size_t(r * V + rng() % V)] += 6.0f;
-    // Every third row (every kind in turn) on a grid of 1/4: many exact ties, which top-k and top-p
-    // cut by index across the CTAs that hold the row.
-    for (int64_t r = 2; r < R; r += 3)
-      for (int64_t t = 0; t < V; ++t) logits[size_t(r * V + t)] = std::round(logits[size_t(r * V + t)] * 4.0f) / 4.0f;
-    // Every other row's last output token is a pending id, as overlapped steps upload it: the token
-    // the step before drew for some row j, read from `drawn` on the device.
-    std::vector<cuda::SamplerRow> params;
-    std::vector<int32_t> tokens, drawn(static_cast<size_t>(R));
-    std::vector<float> biases;  // beside tokens: each logit_bias token's value
-    for (int32_t& t : drawn) t = int32_t(rng() % V);
-    for (const Row& r : rows) {
-      cuda::SamplerRow g;
-      g.temperature = r.p.temperature, g.top_k = r.p.top_k, g.top_p = r.p.top_p, g.min_p = r.p.min_p;
-      g.repetition_penalty = r.p.repetition_penalty, g.presence_penalty = r.p.presence_penalty;
-      g.frequency_penalty = r.p.frequency_penalty, g.seed = r.key.seed, g.position = r.key.position;
-      g.logprobs = r.p.logprobs;
-      g.prompt_offset = int32_t(tokens.size()), g.prompt_len = int32_t(r.prompt.size()), g.output_len = int32_t(r.output.size());
-      tokens.insert(tokens.end(), r.prompt.begin(), r.prompt.end());
-      tokens.insert(tokens.end(), r.output.begin(), r.output.end());
-      if (!r.output.empty() && params.size() % 2 == 0) {
-        const int64_t j = R - 1 - int64_t(params.size());  // a row of its own: drawn[j] is this row's
-        drawn[size_t(j)] = r.output.back();
-        tokens.back() = models::pending_token(j);
-      }
-      g.masked_offset = int32_t(tokens.size()), g.masked_len = int32_t(r.masked.size());
-      tokens.insert(tokens.end(), r.masked.begin(), r.masked.end());
-      g.bias_offset = int32_t(tokens.size()), g.bias_len = int32_t(r.p.logit_bias.size());
-      biases.resize(tokens.size());
-      for (const auto& [t, v] : r.p.logit_bias) tokens.push_back(t), biases.push_back(v);
-      params.push_back(g);
-    }
-    test::DeviceBuffer<float> d_logits(logits), d_lp(static_cast<size_t>(R)), d_top_lp(static_cast<size_t>(R * cuda::MAX_TOP_LOGPROBS));
-    test::DeviceBuffer<int32_t> d_tokens(tokens), d_drawn(drawn), d_out(static_cast<size_t>(R)), d_top(static_cast<size_t>(R * cuda::MAX_TOP_LOGPROBS));
-    test::DeviceBuffer<cuda::SamplerRow> d_params(params);
-    biases.resize(tokens.size());
-    test::DeviceBuffer<float> d_biases(biases);
-    const cuda::SamplerBatch b{R, V, d_logits.get(), d_params.get(), d_tokens.get(), d_drawn.get(),
-                               d_out.get(), d_lp.get(), d_top.get(), d_top_lp.get(), d_biases.get()};
-    ASSERT_TRUE(cuda::sample_rows(b, nullptr).is_ok());
-    NIB_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<int32_t> got = d_out.to_host(), got_top = d_top.to_host();
-    const std::vector<float> got_lp = d_lp.to_host(), got_top_lp = d_top_lp.to_host();
-    for (int64_t r = 0; r < R; ++r) {
-      const Row& row = rows[size_t(r)];
-      const std::span<const float> l(logits.data() + r * V, size_t(V));
-      const auto want = sampling::sample_next(l, row.p, {row.prompt, row.output, row.masked}, row.key);
-      EXPECT_EQ(got[size_t(r)], want.token) << "vocab " << V << " row " << r << " (kind " << r % 8 << ")";
-      if (row.p.logprobs < 0) continue;
-      EXPECT_NEAR(got_lp[size_t(r)], want.logprob, 1e-5);
-      for (size_t j = 0; j < want.top.size(); ++j) {
-        EXPECT_EQ(got_top[size_t(r) * cuda::MAX_TOP_LOGPROBS + j], want.top[j].token) << "row " << r << " top " << j;
-        EXPECT_NEAR(got_top_lp[size_t(r) * cuda::MAX_TOP_LOGPROBS + j], want.top[j].logprob, 1e-5);
-      }
-    }
-  }
 }
 
 }  // namespace

@@ -183,11 +183,10 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     ro.moe = *moe;
     ro.act_quant_moe = ro.act_quant_dense = *mode;
     ro.max_num_seqs = std::max<int64_t>(max_batch, 1) + (max_mixed > 0);
-    ro.max_num_batched_tokens = std::max<int64_t>({max_pp, 2048, max_batch + max_mixed});
+    ro.max_num_batched_tokens =
+        std::max<int64_t>({o.prefill_chunk > 0 ? o.prefill_chunk : max_pp, 2048, max_batch + max_mixed});
     ro.enforce_eager = o.enforce_eager;
     ro.config_overrides = {o.hf_overrides, o.rope_scaling};
-    if (o.prefill_chunk > 0)
-      ro.max_num_batched_tokens = std::max<int64_t>({o.prefill_chunk, 2048, max_batch + max_mixed});
     const Clock::time_point load_start = Clock::now();
     auto runner = engine::create_runner(o.model, ro);
     if (!runner) return fail(runner.status().message());
