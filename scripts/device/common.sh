@@ -111,6 +111,19 @@ synth_slice() {
     build-device/nibble synth --preset qwen3-30b-a3b --layers 4 --out "$SLICE_DIR" --seed 1 > "$OUT/synth4.log" 2>&1
 }
 
+# The slice again with Qwen's YaRN recipe in its config.json (factor 4 over 32,768 positions; the
+# weights linked): YaRN changes the low frequencies and scales cos/sin at every position, so short
+# prompts test it too. Its folder is $SLICE_DIR-yarn.
+YARN_JSON='{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}'
+synth_slice_yarn() {
+  synth_slice
+  [ -f "$SLICE_DIR-yarn/config.json" ] && return
+  mkdir -p "$SLICE_DIR-yarn"
+  for f in "$SLICE_DIR"/*; do [ "$(basename "$f")" = config.json ] || ln -sf "$f" "$SLICE_DIR-yarn/"; done
+  python3 -c "import json, sys; c = json.load(open(sys.argv[1])); c['rope_scaling'] = json.loads(sys.argv[2]);
+json.dump(c, open(sys.argv[3], 'w'), indent=2)" "$SLICE_DIR/config.json" "$YARN_JSON" "$SLICE_DIR-yarn/config.json"
+}
+
 # One line of a `bench latency` log's rows: mode/ppN=tok/s, mode/bB=tok/s, mode/mix=ms.
 latency_summary() {
   awk '$2 ~ /^(pp|tg)[0-9]/ {printf "%s/%s=%s ", $1, $2, $4} $2 == "S_TG" {printf "%s/%s=%s ", $1, $3, $5}

@@ -1,12 +1,12 @@
 # `scripts/device.sh tests`: correctness on the GPU. The GPU test binaries in TESTS (names after
 # test_cuda_, e.g. "moe runner"; default every one bundled) and the 4-layer slice of Qwen3-30B-A3B
-# against the CPU, side by side; each also under the environment of every TEST_VARIANTS entry
+# against the CPU (also with YaRN in its config), side by side; each also under the environment of every TEST_VARIANTS entry
 # ("VAR=1,VAR2=x"). Then, with .whl carried, the openai-client server tests against
 # `nibble serve --backend cuda` (SERVER=0 skips them; SERVER_TESTS picks the files, default
 # test_server_openai.py test_server_api_compat.py test_structured_output.py; SERVE_VARIANTS adds serve
 # flags) on the small synthetic model, FULL_SERVER_TESTS (files) on the full-size one, and with LOAD=1 the
 # load tests (2,000 open streams, disconnects, preemption, a weight swap under traffic).
-synth_slice
+synth_slice_yarn
 if [ -z "${TESTS:-}" ]; then
   TESTS=$(cd build-device/tests && ls test_cuda_* 2>/dev/null | sed 's/^test_cuda_//' | tr '\n' ' ')
 fi
@@ -24,6 +24,10 @@ for v in base ${TEST_VARIANTS:-}; do
   env $vars NIBBLE_TEST_MODEL="$SLICE_DIR" timeout 300 build-device/tests/test_cuda_runner --gtest_filter='*MatchesTheCpu*' \
     > "$OUT/slice_$tag.log" 2>&1 &
   names+=("slice_$tag")
+  [ "$v" = base ] || continue
+  NIBBLE_TEST_MODEL="$SLICE_DIR-yarn" timeout 300 build-device/tests/test_cuda_runner --gtest_filter='*MatchesTheCpu*' \
+    > "$OUT/slice_yarn.log" 2>&1 &
+  names+=("slice_yarn")
 done
 wait
 verdicts=()
@@ -31,7 +35,7 @@ for n in "${names[@]}"; do
   verdicts+=("$(printf '%-36s %s' "$n" "$(gtest_verdict "$OUT/$n.log")")")
   grep -hE "Failure|Expected|actual|Which is" "$OUT/$n.log" | head -4
 done
-grep -hE "^(mode|512)" "$OUT"/slice_*.log | head -8
+grep -E "^(mode|512)" "$OUT"/slice_*.log | sed "s|$OUT/||" | head -16
 if [ "${SERVER:-1}" = 1 ] || [ "${LOAD:-0}" = 1 ]; then
   if ! test_wheels; then
     verdicts+=("server tests: skipped (no openai/pytest/requests: run 'scripts/device.sh wheels' here and carry .whl)")

@@ -3,12 +3,15 @@
 max_position_embeddings through, up to the scaled context, and past that a 400 names the limit; a
 --max-model-len beyond the context is a start-up error that says how to extend it."""
 import concurrent.futures
+import pathlib
 import random
 import subprocess
+import time
 
+import pytest
 import requests
 
-from conftest import SERVE_ARGS
+from conftest import SERVE_ARGS, SERVER_MODEL
 from nibble_server import NibbleServer
 from test_server_openai import random_prompt_ids
 
@@ -87,3 +90,110 @@ def test_long_requests_share_a_cached_document_and_survive_preemption(build_dir,
         assert all(t["usage"]["completion_tokens"] == 400 for t in together)
     finally:
         s.stop()
+
+
+# On the GPU (`scripts/device.sh long-context`): the full-size Qwen3-30B-A3B with Qwen's own YaRN recipe
+# (its model card: factor 4 over 32,768 positions, 131,072 in all) at 32k, 64k and 128k tokens.
+QWEN_YARN = '{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}'
+FULL_SIZE = SERVER_MODEL is not None and "cuda" in SERVE_ARGS
+full_size_only = pytest.mark.skipif(not FULL_SIZE, reason="the full-size model on the GPU (NIBBLE_TEST_SERVER_MODEL)")
+
+
+def clear_tokens(out: dict, like: list | None = None) -> list:
+    """A completion's tokens up to the first whose lead over the runner-up is under 0.1 nats, or as many
+    as `like` has: on the GPU a prefill in other chunks, or a batch beside others, runs other kernels
+    whose sums round differently, which may flip a near tie (a lost or corrupted context would change
+    clear-margin tokens)."""
+    lp = out["choices"][0]["logprobs"]
+    if like is not None:
+        return lp["tokens"][:len(like)]
+    tokens = []
+    for token, top in zip(lp["tokens"], lp["top_logprobs"]):
+        best = sorted(top.values(), reverse=True)
+        if len(best) > 1 and best[0] - best[1] < 0.1:
+            break
+        tokens.append(token)
+    return tokens
+
+
+def complete(server: NibbleServer, prompt: list, max_tokens: int, logprobs: int = 2) -> dict:
+    r = requests.post(server.url + "/v1/completions", timeout=600, json={
+        "model": "big", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+        "logprobs": logprobs})
+    assert r.status_code == 200, r.text[:500]
+    out = r.json()
+    assert out["usage"]["prompt_tokens"] == len(prompt) and out["usage"]["completion_tokens"] == max_tokens
+    return out
+
+
+@full_size_only
+def test_full_size_32k_64k_and_128k_requests_in_chunks_from_a_cached_document(build_dir, tmp_path, seed):
+    """Chunked prefill (8,192 tokens a step) of 32k, 64k and 128k prompts; a 400 past 131,072; two
+    questions over a 32k document, the second from the prefix cache, answering as from a cold cache."""
+    s = NibbleServer(build_dir, pathlib.Path(SERVER_MODEL), tmp_path / "serve.log", "--served-model-name", "big",
+                     "--rope-scaling", QWEN_YARN, "--max-num-batched-tokens", "8192", *SERVE_ARGS)
+    try:
+        assert requests.get(s.url + "/v1/models", timeout=10).json()["data"][0]["max_model_len"] == 131072
+        rng = random.Random(seed)
+        for n in (32768, 65536, 131072 - 16):
+            start = time.time()
+            complete(s, random_prompt_ids(rng, n), 16)
+            print(f"[long] {n} prompt tokens + 16: {time.time() - start:.1f} s")
+        too_long = requests.post(s.url + "/v1/completions", timeout=60, json={
+            "model": "big", "prompt": random_prompt_ids(rng, 131073), "max_tokens": 1})
+        assert too_long.status_code == 400 and "131072" in too_long.json()["error"]["message"], too_long.text
+        document = random_prompt_ids(rng, 32768)
+        questions = [document + random_prompt_ids(rng, 64) for _ in range(2)]
+        complete(s, questions[0], 32)
+        cached = complete(s, questions[1], 32)
+        assert cached["usage"]["prompt_tokens_details"]["cached_tokens"] >= 32768
+        assert requests.post(s.url + "/flush_cache", timeout=30).status_code == 200
+        cold = complete(s, questions[1], 32)
+        assert cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        want = clear_tokens(cold)
+        print(f"[long] cached vs cold: {len(want)} clear-margin tokens compared")
+        assert want, "no clear-margin token to compare"
+        assert clear_tokens(cached, want) == want
+    finally:
+        s.stop()
+
+
+@full_size_only
+def test_full_size_long_requests_survive_preemption_and_an_fp8_cache_at_128k(build_dir, tmp_path, seed):
+    """Three 24k-token requests at once outgrow a KV cache of 56k tokens: one is preempted and recomputed
+    and each answers as alone. With an FP8 KV cache a 128k request is served, and its first token is one
+    of the BF16 cache's top five (a lost or scrambled context would draw from the whole vocabulary)."""
+    rng = random.Random(seed)
+    prompts = [random_prompt_ids(rng, 24576) for _ in range(3)]
+    long_prompt = random_prompt_ids(rng, 131072 - 16)
+    s = NibbleServer(build_dir, pathlib.Path(SERVER_MODEL), tmp_path / "serve.log", "--served-model-name", "big",
+                     "--rope-scaling", QWEN_YARN, "--max-num-batched-tokens", "8192", "--num-kv-blocks", "3500",
+                     *SERVE_ARGS)
+    try:
+        alone = []
+        for p in prompts:
+            alone.append(clear_tokens(complete(s, p, 256)))
+            assert requests.post(s.url + "/flush_cache", timeout=30).status_code == 200
+        before = s.metrics().get("nibble:num_preemptions_total", 0.0)
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            together = list(pool.map(lambda p: complete(s, p, 256), prompts))
+        assert s.metrics()["nibble:num_preemptions_total"] > before, "the KV cache was meant to run out"
+        for want, got in zip(alone, together):
+            assert clear_tokens(got, want) == want
+    finally:
+        s.stop()
+    s = NibbleServer(build_dir, pathlib.Path(SERVER_MODEL), tmp_path / "serve_bf16.log", "--served-model-name", "big",
+                     "--rope-scaling", QWEN_YARN, "--max-num-batched-tokens", "8192", *SERVE_ARGS)
+    try:
+        bf16 = complete(s, long_prompt, 8, logprobs=5)
+    finally:
+        s.stop()
+    s = NibbleServer(build_dir, pathlib.Path(SERVER_MODEL), tmp_path / "serve_fp8.log", "--served-model-name", "big",
+                     "--rope-scaling", QWEN_YARN, "--max-num-batched-tokens", "8192", "--kv-cache-dtype", "fp8",
+                     *SERVE_ARGS)
+    try:
+        fp8 = complete(s, long_prompt, 8, logprobs=5)
+    finally:
+        s.stop()
+    first_fp8 = fp8["choices"][0]["logprobs"]["tokens"][0]
+    assert first_fp8 in bf16["choices"][0]["logprobs"]["top_logprobs"][0], (first_fp8, bf16["choices"][0]["logprobs"])
