@@ -137,7 +137,12 @@ CommandRunner register_serve(CLI::App& root) {
   option(cmd, "--step-log", o->step_log,
          "Write a CSV row per step to this file: its tokens, sequences, prefill tokens, device ms and the device's "
          "idle ms before it (tuning --max-num-batched-tokens)");
-  option(cmd, "--tensor-parallel-size", o->tensor_parallel_size, "GPUs per model (1 for now)");
+  option(cmd, "--tensor-parallel-size", o->tensor_parallel_size,
+         "Ranks per model: attention heads and MLP widths split over them (Megatron's split; vocabulary-parallel "
+         "embedding and lm_head), each rank loading only its slices. The CPU backend so far. Also --tp, --tp-size");
+  option(cmd, "--enable-expert-parallel", o->expert_parallel,
+         "With --tensor-parallel-size N: the experts dealt out whole over the N ranks instead of split by width "
+         "(attention stays tensor-parallel)");
   option(cmd, "--data-parallel-size", o->data_parallel_size,
          "Engines, each a copy of the model on its own GPU (engine i on visible GPU i mod the GPU count; engines "
          "sharing a GPU split its memory), behind this endpoint; requests go to the engine holding their prefix, "
@@ -147,6 +152,8 @@ CommandRunner register_serve(CLI::App& root) {
          "elsewhere); 0 ends them at once");
   for (const char* alias : {"--dp", "--dp-size"})  // vLLM's and SGLang's short spellings
     cmd->add_option(alias, o->data_parallel_size)->group("")->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (const char* alias : {"--tp", "--tp-size"})
+    cmd->add_option(alias, o->tensor_parallel_size)->group("")->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   option(cmd, "--backend", o->backend,
          "auto (the GPU when one is visible and takes the checkpoint, else the CPU) | cpu | cuda");
   option(cmd, "--moe-backend", o->moe_backend,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "core/env.h"
@@ -15,6 +16,7 @@
 #include "io/binding.h"
 #include "models/kv_cache.h"
 #include "models/model.h"
+#include "models/parallel_model.h"
 
 namespace nibble::engine {
 namespace {
@@ -30,11 +32,15 @@ uint64_t available_host_memory() {
   return 0;
 }
 
+// The model of a checkpoint: one rank's, or a parallel group's (which loads its ranks' slices itself).
+using ModelFactory =
+    std::function<Result<std::unique_ptr<models::Model>>(std::shared_ptr<const io::LoadedCheckpoint>)>;
+
 class CpuRunner : public ModelRunner {
  public:
   CpuRunner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint, std::unique_ptr<models::Model> model,
-            models::ModelOptions model_options, int64_t n_blocks, int64_t block_size, models::KvDtype kv_dtype)
-      : model_options_(std::move(model_options)),
+            ModelFactory make_model, int64_t n_blocks, int64_t block_size, models::KvDtype kv_dtype)
+      : make_model_(std::move(make_model)),
         checkpoint_(std::move(checkpoint)),
         model_(std::move(model)),
         cache_(model_->config(), n_blocks, block_size, kv_dtype) {}
@@ -149,7 +155,7 @@ class CpuRunner : public ModelRunner {
     auto loaded = load_same_layout(checkpoint_->bound, path);
     if (!loaded) return loaded.status();
     std::shared_ptr<const io::LoadedCheckpoint> checkpoint = std::move(loaded.value());
-    auto model = models::create_model(checkpoint, model_options_);
+    auto model = make_model_(checkpoint);
     if (!model) return model.status();
     model_ = std::move(model.value());
     checkpoint_ = std::move(checkpoint);
@@ -157,7 +163,7 @@ class CpuRunner : public ModelRunner {
   }
 
  private:
-  models::ModelOptions model_options_;
+  ModelFactory make_model_;
   std::shared_ptr<const io::LoadedCheckpoint> checkpoint_;
   std::unique_ptr<models::Model> model_;
   Status resolve(int32_t& id) const {
@@ -191,8 +197,14 @@ class CpuRunner : public ModelRunner {
 
 Result<std::unique_ptr<ModelRunner>> create_cpu_runner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
                                                        const RunnerOptions& o) {
-  models::ModelOptions model_options{o.act_quant_moe, o.act_quant_dense, {}, o.cpu_gpu_rounding};
-  auto model = models::create_model(checkpoint, model_options);
+  const models::ModelOptions model_options{o.act_quant_moe, o.act_quant_dense, {}, o.cpu_gpu_rounding};
+  const io::ParallelConfig group{o.tensor_parallel_size, 0, o.expert_parallel};
+  const io::ConfigOverrides overrides = o.config_overrides;
+  ModelFactory make_model = [=](std::shared_ptr<const io::LoadedCheckpoint> c) {
+    return group.size > 1 ? models::create_parallel_model(c->path, overrides, group, model_options)
+                          : models::create_model(std::move(c), model_options);
+  };
+  auto model = make_model(checkpoint);
   if (!model) return model.status();
   const int64_t block_bytes = models::KvCache::bytes_per_token((*model)->config()) * o.block_size;
   int64_t n_blocks = o.num_kv_blocks;
@@ -209,8 +221,8 @@ Result<std::unique_ptr<ModelRunner>> create_cpu_runner(std::shared_ptr<const io:
     return Status::error("the KV cache budget holds no block of " + std::to_string(o.block_size) + " tokens");
   log_info("CPU KV cache: " + std::to_string(n_blocks) + " blocks of " + std::to_string(o.block_size) + " tokens (" +
            std::to_string(n_blocks * block_bytes >> 20) + " MiB)");
-  return std::unique_ptr<ModelRunner>(new CpuRunner(std::move(checkpoint), std::move(model.value()), model_options,
-                                                    n_blocks, o.block_size,
+  return std::unique_ptr<ModelRunner>(new CpuRunner(std::move(checkpoint), std::move(model.value()),
+                                                    std::move(make_model), n_blocks, o.block_size,
                                                     o.kv_dtype == KvCacheDtype::FP32  ? models::KvDtype::FP32
                                                     : o.kv_dtype == KvCacheDtype::FP8 ? models::KvDtype::FP8
                                                                                       : models::KvDtype::BF16));
@@ -260,6 +272,17 @@ Result<std::unique_ptr<ModelRunner>> create_runner(const std::string& path, cons
       else
         log_warn("--backend auto: " + fits.message() + "; running on the CPU reference");
     }
+  }
+  if (options.tensor_parallel_size > 1) {
+    // The dimensions' checks first (each names what does not split), for every backend.
+    NIB_RETURN_IF_ERROR(
+        io::partition(checkpoint->bound.config, checkpoint->bound.quant,
+                      {options.tensor_parallel_size, 0, options.expert_parallel})
+            .status());
+    if (backend == Backend::CUDA)
+      return Status::error("--tensor-parallel-size " + std::to_string(options.tensor_parallel_size) +
+                           ": the GPU backend runs one GPU a model so far (the CPU backend runs tensor and expert "
+                           "parallelism: --backend cpu); for more GPUs use --data-parallel-size");
   }
   if (backend == Backend::CUDA) return create_cuda_runner(std::move(checkpoint), options);
   RunnerOptions cpu = options;

@@ -62,6 +62,11 @@ struct RunnerOptions {
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 8192;
   io::ConfigOverrides config_overrides;  // --hf-overrides / --rope-scaling, applied to config.json
+  // One model over this many ranks (--tensor-parallel-size): Megatron's split of attention and the
+  // MLPs, or with expert_parallel (--enable-expert-parallel) the experts dealt out whole. The CPU
+  // reference runs each rank on a thread (io::partition says what each loads).
+  int64_t tensor_parallel_size = 1;
+  bool expert_parallel = false;
 };
 
 }  // namespace nibble::engine

@@ -182,14 +182,23 @@ Result<Nvfp4Matrix> quantize_activation_static(std::span<const float> x, int64_t
   return m;
 }
 
+std::vector<float> row_amax(std::span<const float> x, int64_t rows, int64_t cols) {
+  std::vector<float> amax(static_cast<size_t>(rows), 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) amax[r] = std::max(amax[r], std::fabs(x[r * cols + c]));
+  return amax;
+}
+
 Result<Nvfp4Matrix> quantize_activation_per_token(std::span<const float> x, int64_t rows, int64_t cols,
-                                                  std::string_view name) {
+                                                  std::string_view name, std::span<const float> given_amax) {
   NIB_RETURN_IF_ERROR(check_quantizable(x, rows, cols, name));
+  if (!given_amax.empty() && given_amax.size() != static_cast<size_t>(rows))
+    return Status::error(std::string(name) + ": " + std::to_string(given_amax.size()) + " row amaxes for " +
+                         std::to_string(rows) + " rows");
+  const std::vector<float> amax = given_amax.empty() ? row_amax(x, rows, cols) : std::vector<float>();
   std::vector<float> token_scales(rows), globals(rows);
   for (int64_t r = 0; r < rows; ++r) {
-    float amax = 0.0f;
-    for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
-    token_scales[r] = per_token_scale(amax);
+    token_scales[r] = per_token_scale(given_amax.empty() ? amax[r] : given_amax[r]);
     globals[r] = per_token_global(token_scales[r]);
   }
   Nvfp4Matrix m = quantize_rows(x, rows, cols, globals);

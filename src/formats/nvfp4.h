@@ -69,9 +69,15 @@ Status quantize_weight_into(std::span<const float> w, int64_t rows, int64_t cols
 Result<Nvfp4Matrix> quantize_activation_static(std::span<const float> x, int64_t rows, int64_t cols, float input_scale,
                                                std::string_view name);
 
-// Blackwell per-token activation quantization: each row gets token_scale = amax(row)/2688.
+// Blackwell per-token activation quantization: each row gets token_scale = amax(row)/2688. row_amax,
+// when given, is each row's amax over the whole row where x holds a slice of its columns (a
+// row-parallel linear's shard: its ranks agree on the whole row's scale, so each 16-value block
+// quantizes as on one GPU).
 Result<Nvfp4Matrix> quantize_activation_per_token(std::span<const float> x, int64_t rows, int64_t cols,
-                                                  std::string_view name);
+                                                  std::string_view name, std::span<const float> row_amax = {});
+
+// Each row's amax (max |x|) of [rows, cols].
+std::vector<float> row_amax(std::span<const float> x, int64_t rows, int64_t cols);
 
 // Element values as fp32: e2m1 · (e4m3 · scale), in ModelOpt's dequantize order.
 std::vector<float> dequantize(const Nvfp4Matrix& m);

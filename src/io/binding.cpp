@@ -170,7 +170,8 @@ Result<BoundCheckpoint> bind_checkpoint(const SafetensorsReader& reader, const M
 }
 
 Result<std::unique_ptr<LoadedCheckpoint>> load_checkpoint(const std::string& model_dir,
-                                                          const ConfigOverrides& overrides) {
+                                                          const ConfigOverrides& overrides,
+                                                          const ParallelConfig& parallel) {
   auto loaded = std::make_unique<LoadedCheckpoint>();
   loaded->path = model_dir;
   std::ifstream in(model_dir + "/config.json");
@@ -187,6 +188,7 @@ Result<std::unique_ptr<LoadedCheckpoint>> load_checkpoint(const std::string& mod
   Result<BoundCheckpoint> bound = bind_checkpoint(loaded->reader, *config, *quant);
   if (!bound) return bound.status();
   loaded->bound = std::move(bound.value());
+  NIB_RETURN_IF_ERROR(keep_rank_slices(*loaded, parallel));
   return loaded;
 }
 

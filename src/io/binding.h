@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "io/model_config.h"
+#include "io/partition.h"
 #include "io/quant_config.h"
 #include "io/safetensors.h"
 #include "io/weight_plan.h"
@@ -57,13 +58,29 @@ Result<BoundCheckpoint> bind_checkpoint(const SafetensorsReader& reader, const M
 // the first differences.
 Status check_same_layout(const BoundCheckpoint& current, const BoundCheckpoint& candidate);
 
-// A whole model folder: config.json, quant config, safetensors, bound and validated.
+// A whole model folder: config.json, quant config, safetensors, bound and validated. On a rank of a
+// tensor- or expert-parallel group, `bound` holds only the rank's parts (keep_rank_slices).
 struct LoadedCheckpoint {
   std::string path;
   SafetensorsReader reader;
   BoundCheckpoint bound;
+  ParallelConfig parallel;
+  std::map<std::string, RankModule> rank_modules;  // by module name, on a rank of a group of 2 or more
+  std::vector<std::vector<uint8_t>> slice_storage;  // column slices' copies (row slices view the mapping)
+  // Under expert parallelism, each MoE layer's static input scales over all its experts (the rank
+  // holds only some): the largest gate/up and down input_scale, which every rank quantizes with.
+  struct ExpertInputScales {
+    float gate_up = 0.0f, down = 0.0f;
+  };
+  std::map<int64_t, ExpertInputScales> all_experts_input_scales;  // by layer
 };
 Result<std::unique_ptr<LoadedCheckpoint>> load_checkpoint(const std::string& model_dir,
-                                                          const ConfigOverrides& overrides = {});
+                                                          const ConfigOverrides& overrides = {},
+                                                          const ParallelConfig& parallel = {});
+
+// Narrows a bound checkpoint to one rank's parts (io::partition's plan): a row slice is a view of the
+// file's mapping, a column slice a copy of just those columns, another rank's experts are dropped; so
+// a rank reads only the bytes it keeps. Module shapes become the rank's.
+Status keep_rank_slices(LoadedCheckpoint& checkpoint, const ParallelConfig& parallel);
 
 }  // namespace nibble::io

@@ -71,10 +71,14 @@ class DecoderCpu final : public Model {
         options_(options) {
     const io::BoundCheckpoint& b = checkpoint_->bound;
     embed_ = bf16_data(b, "model.embed_tokens.weight");
+    const io::TensorRef& embed = b.tensors.at("model.embed_tokens.weight");
+    vocab_rows_ = embed.shape[0];
+    if (auto it = checkpoint_->rank_modules.find("model.embed_tokens"); it != checkpoint_->rank_modules.end())
+      vocab_begin_ = it->second.begin;
     final_norm_ = bf16_data(b, "model.norm.weight");
     if (config_.tie_word_embeddings) {
       lm_head_.name = "lm_head";
-      lm_head_.weight = {config_.vocab_size, config_.hidden_size, embed_, {}};
+      lm_head_.weight = {vocab_rows_, config_.hidden_size, embed_, {}};
     } else {
       lm_head_ = make_linear(b, "lm_head");
     }
@@ -95,7 +99,7 @@ class DecoderCpu final : public Model {
       for (int64_t i = 0; i < s.n_tokens; ++i) positions.push_back(s.start_position + i);
     }
     std::vector<float> x(static_cast<size_t>(T * H)), h(x.size()), delta(x.size());  // [T, H]
-    ref::embedding(batch.token_ids.data(), T, embed_, H, x.data());
+    NIB_RETURN_IF_ERROR(embedding(batch.token_ids, x));
     for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
       const LayerWeights& w = layers_[l];
       ref::rmsnorm(x.data(), T, H, w.input_norm, eps(), h.data());
@@ -112,11 +116,58 @@ class DecoderCpu final : public Model {
     for (int64_t r = 0; r < R; ++r)
       ref::rmsnorm(x.data() + batch.logits_rows[r] * H, 1, H, final_norm_, eps(), rows.data() + r * H);
     logits.assign(static_cast<size_t>(R * config_.vocab_size), 0.0f);  // [R, vocab]
-    return run_linear(lm_head_, rows.data(), R, ActQuant::NONE, logits.data());
+    if (!parallel()) return run_linear(lm_head_, rows.data(), R, ActQuant::NONE, logits.data());
+    // Vocabulary-parallel lm_head: each rank's [R, V/n] logits, gathered as [rank, R, V/n] and laid out
+    // as [R, V] (exact: each logit is computed whole on one rank).
+    std::vector<float> part(static_cast<size_t>(R * vocab_rows_)), all(logits.size());
+    NIB_RETURN_IF_ERROR(run_linear(lm_head_, rows.data(), R, ActQuant::NONE, part.data()));
+    NIB_RETURN_IF_ERROR(collectives()->all_gather(as_bytes(part), as_writable_bytes(all)));
+    const int64_t n = collectives()->size();
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t i = 0; i < R; ++i)
+        std::copy_n(all.data() + (r * R + i) * vocab_rows_, vocab_rows_,
+                    logits.data() + i * config_.vocab_size + r * vocab_rows_);
+    return Status::ok();
   }
 
  private:
   float eps() const { return static_cast<float>(config_.rms_norm_eps); }
+  Collectives* collectives() const { return options_.collectives; }
+  bool parallel() const { return collectives() && collectives()->size() > 1; }
+  static std::span<const uint8_t> as_bytes(const std::vector<float>& v) {
+    return {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)};
+  }
+  static std::span<uint8_t> as_writable_bytes(std::vector<float>& v) {
+    return {reinterpret_cast<uint8_t*>(v.data()), v.size() * sizeof(float)};
+  }
+  // A row-parallel linear's partial sums, summed over the ranks (in place).
+  Status all_reduce(std::vector<float>& partial) const {
+    return parallel() ? collectives()->all_reduce_sum(partial) : Status::ok();
+  }
+  // Per-token mode over a row-parallel linear's input slice: the whole row's amax from every rank.
+  ref::RowAmaxReduce whole_row_amax() const {
+    if (!parallel()) return {};
+    return [this](std::span<float> amax) { return collectives()->all_reduce_max(amax); };
+  }
+
+  // Vocabulary-parallel on a rank: rows of its vocabulary range, zeros elsewhere, summed over the ranks
+  // (exact: one rank contributes each row).
+  Status embedding(const std::vector<int32_t>& ids, std::vector<float>& x) const {
+    const int64_t T = static_cast<int64_t>(ids.size()), H = config_.hidden_size;
+    if (!parallel()) {
+      ref::embedding(ids.data(), T, embed_, H, x.data());
+      return Status::ok();
+    }
+    std::fill(x.begin(), x.end(), 0.0f);
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t local = ids[t] - vocab_begin_;
+      if (local >= 0 && local < vocab_rows_) {
+        const int32_t id = static_cast<int32_t>(local);
+        ref::embedding(&id, 1, embed_, H, x.data() + t * H);
+      }
+    }
+    return all_reduce(x);
+  }
 
   LayerWeights load_layer(const io::BoundCheckpoint& b, int64_t l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -155,13 +206,20 @@ class DecoderCpu final : public Model {
       m.bf16_intermediates = options_.gpu_rounding;
       for (int64_t e = 0; e < m.n_experts; ++e) {
         const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        w.expert_names.push_back(x);
+        if (!b.linears.count(x + "gate_proj")) {  // another rank's expert (expert parallelism)
+          m.experts.push_back({{}, {}, {}, false});
+          continue;
+        }
         const Linear gate = make_linear(b, x + "gate_proj"), up = make_linear(b, x + "up_proj"),
                      down = make_linear(b, x + "down_proj");
+        m.intermediate = gate.weight.out_features;  // the rank's part of the width under tensor parallelism
         m.experts.push_back({gate.weight, up.weight, down.weight});
         m.gate_up_input_scale = std::max({m.gate_up_input_scale, gate.input_scale, up.input_scale});
         m.down_input_scale = std::max(m.down_input_scale, down.input_scale);
-        w.expert_names.push_back(x);
       }
+      if (auto all = checkpoint_->all_experts_input_scales.find(l); all != checkpoint_->all_experts_input_scales.end())
+        m.gate_up_input_scale = all->second.gate_up, m.down_input_scale = all->second.down;  // over every rank's experts
       if (config_.moe_num_shared_experts > 0) {
         w.has_shared = true;
         w.shared_gate = make_linear(b, p + "mlp.shared_experts.gate_proj");
@@ -200,21 +258,23 @@ class DecoderCpu final : public Model {
     return Status::ok();
   }
 
-  Status run_linear(const Linear& l, const float* x, int64_t rows, ActQuant mode, float* y) const {
+  Status run_linear(const Linear& l, const float* x, int64_t rows, ActQuant mode, float* y,
+                    const ref::RowAmaxReduce& reduce_amax = {}) const {
     if (options_.input_observer) options_.input_observer(l.name, x, rows, l.weight.in_features);
     if (options_.gpu_rounding) {
       std::vector<float> rounded(x, x + rows * l.weight.in_features);
       for (float& v : rounded) v = formats::bf16_round(v);
-      return ref::linear(rounded.data(), rows, l.weight, mode, l.input_scale, y);
+      return ref::linear(rounded.data(), rows, l.weight, mode, l.input_scale, y, reduce_amax);
     }
-    return ref::linear(x, rows, l.weight, mode, l.input_scale, y);
+    return ref::linear(x, rows, l.weight, mode, l.input_scale, y, reduce_amax);
   }
 
   // [T, H] → [T, H]: q/k/v projections, per-head q/k RMSNorm, RoPE, paged attention, o_proj.
   Status attention(const LayerWeights& w, const std::vector<float>& h, int64_t T, const std::vector<int64_t>& positions,
                    const std::vector<ref::AttentionSequence>& seqs, ref::PagedKvLayer kv,
                    std::vector<float>& out) const {
-    const int64_t D = config_.head_dim, NH = config_.num_attention_heads, NKV = config_.num_key_value_heads;
+    // The rank's heads (all of them on one rank).
+    const int64_t D = config_.head_dim, NH = w.q.weight.out_features / D, NKV = w.k.weight.out_features / D;
     const ActQuant mode = options_.act_quant_dense;
     std::vector<float> q(static_cast<size_t>(T * NH * D)), k(static_cast<size_t>(T * NKV * D)), v(k.size()),
         o(q.size());
@@ -231,7 +291,8 @@ class DecoderCpu final : public Model {
     for (const ref::AttentionSequence& s : seqs)
       ref::kv_store(kv, s, k.data() + s.token_offset * NKV * D, v.data() + s.token_offset * NKV * D);
     ref::paged_attention(q.data(), NH, kv, seqs.data(), static_cast<int64_t>(seqs.size()), o.data());
-    return run_linear(w.o, o.data(), T, mode, out.data());
+    NIB_RETURN_IF_ERROR(run_linear(w.o, o.data(), T, mode, out.data(), whole_row_amax()));
+    return all_reduce(out);
   }
 
   Status moe(const LayerWeights& w, const std::vector<float>& h, int64_t T, std::vector<float>& out) const {
@@ -252,18 +313,22 @@ class DecoderCpu final : public Model {
       rounded = h;
       for (float& v : rounded) v = formats::bf16_round(v);
     }
+    // Experts sliced by width (tensor parallelism) need the down rows' whole amax; whole experts do not.
+    const bool sliced = parallel() && !checkpoint_->parallel.expert_parallel;
     NIB_RETURN_IF_ERROR(ref::moe(options_.gpu_rounding ? rounded.data() : h.data(), T, w.moe, options_.act_quant_moe,
-                                 out.data(), observer));
-    if (!w.has_shared) return Status::ok();
-    // Ernie4_5_MoeSparseMoeBlock: routed output + shared_experts(x), the shared MLP in the dense mode.
-    std::vector<float> shared(out.size());
-    NIB_RETURN_IF_ERROR(swiglu_mlp(w.shared_gate, w.shared_up, w.shared_down, h, T, shared));
-    ref::add_inplace(out.data(), shared.data(), T * config_.hidden_size);
-    return Status::ok();
+                                 out.data(), observer, sliced ? whole_row_amax() : ref::RowAmaxReduce()));
+    if (w.has_shared) {
+      // Ernie4_5_MoeSparseMoeBlock: routed output + shared_experts(x), the shared MLP in the dense mode.
+      std::vector<float> shared(out.size());
+      NIB_RETURN_IF_ERROR(swiglu_mlp(w.shared_gate, w.shared_up, w.shared_down, h, T, shared));
+      ref::add_inplace(out.data(), shared.data(), T * config_.hidden_size);
+    }
+    return all_reduce(out);  // one exchange for the block: routed and shared partial sums together
   }
 
   Status mlp(const LayerWeights& w, const std::vector<float>& h, int64_t T, std::vector<float>& out) const {
-    return swiglu_mlp(w.gate, w.up, w.down, h, T, out);
+    NIB_RETURN_IF_ERROR(swiglu_mlp(w.gate, w.up, w.down, h, T, out));
+    return all_reduce(out);
   }
 
   // down(silu(gate(h)) · up(h)) in the dense activation mode.
@@ -275,7 +340,7 @@ class DecoderCpu final : public Model {
     NIB_RETURN_IF_ERROR(run_linear(gate_proj, h.data(), T, mode, gate.data()));
     NIB_RETURN_IF_ERROR(run_linear(up_proj, h.data(), T, mode, up.data()));
     ref::silu_mul(gate.data(), up.data(), T * I, act.data());
-    return run_linear(down_proj, act.data(), T, mode, out.data());
+    return run_linear(down_proj, act.data(), T, mode, out.data(), whole_row_amax());  // (a partial sum on a rank)
   }
 
   std::shared_ptr<const io::LoadedCheckpoint> checkpoint_;
@@ -283,6 +348,7 @@ class DecoderCpu final : public Model {
   ref::Rope rope_;
   ModelOptions options_;
   const uint16_t* embed_ = nullptr;
+  int64_t vocab_begin_ = 0, vocab_rows_ = 0;  // the rank's vocabulary rows (all of them on one rank)
   const uint16_t* final_norm_ = nullptr;
   Linear lm_head_;
   std::vector<LayerWeights> layers_;

@@ -18,10 +18,12 @@ enum class KvDtype { FP32, BF16, FP8 };
 
 class KvCache {
  public:
-  KvCache(const io::ModelConfig& config, int64_t n_blocks, int64_t block_size, KvDtype dtype = KvDtype::FP32)
+  // n_kv_heads: a rank's KV heads under tensor parallelism (0: the model's).
+  KvCache(const io::ModelConfig& config, int64_t n_blocks, int64_t block_size, KvDtype dtype = KvDtype::FP32,
+          int64_t n_kv_heads = 0)
       : n_blocks_(n_blocks),
         block_size_(block_size),
-        n_kv_heads_(config.num_key_value_heads),
+        n_kv_heads_(n_kv_heads > 0 ? n_kv_heads : config.num_key_value_heads),
         head_dim_(config.head_dim),
         dtype_(dtype) {
     const size_t per_layer = static_cast<size_t>(n_blocks * block_size * n_kv_heads_ * head_dim_);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/collectives.h"
 #include "core/status.h"
 #include "formats/nvfp4.h"
 #include "io/binding.h"
@@ -26,6 +27,9 @@ struct ModelOptions {
   // Round to BF16 wherever the GPU forward stores BF16 (every GEMM input, the MoE's SwiGLU output
   // in W4A16 and its expert outputs), so the GPU can be checked against the CPU tightly.
   bool gpu_rounding = false;
+  // This model is one rank of a tensor- or expert-parallel group (its checkpoint holds the rank's
+  // slices): the partial results meet through these collectives, which outlive the model.
+  Collectives* collectives = nullptr;
 };
 
 class Model {

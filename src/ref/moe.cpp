@@ -8,6 +8,7 @@
 
 #include "core/parallel.h"
 #include "formats/bf16.h"
+#include "formats/nvfp4.h"
 #include "ref/dot.h"
 
 namespace nibble::ref {
@@ -46,43 +47,71 @@ void route(const float* x, int64_t n_tokens, const MoeWeights& w, int32_t* exper
 }
 
 Status moe(const float* x, int64_t n_tokens, const MoeWeights& w, formats::ActQuant mode, float* out,
-           const MoeInputObserver& observer) {
+           const MoeInputObserver& observer, const RowAmaxReduce& reduce_down_amax) {
   std::vector<int32_t> ids(static_cast<size_t>(n_tokens * w.top_k));
   std::vector<float> route_weights(ids.size());
   route(x, n_tokens, w, ids.data(), route_weights.data());
-  return moe_experts(x, n_tokens, w, mode, ids.data(), route_weights.data(), out, observer);
+  return moe_experts(x, n_tokens, w, mode, ids.data(), route_weights.data(), out, observer, reduce_down_amax);
 }
 
 Status moe_experts(const float* x, int64_t n_tokens, const MoeWeights& w, formats::ActQuant mode, const int32_t* ids,
-                   const float* route_weights, float* out, const MoeInputObserver& observer) {
+                   const float* route_weights, float* out, const MoeInputObserver& observer,
+                   const RowAmaxReduce& reduce_down_amax) {
   const int64_t H = w.hidden, I = w.intermediate, K = w.top_k;
 
   // (token, slot) pairs of each expert, in token order.
   std::vector<std::vector<int64_t>> assigned(static_cast<size_t>(w.n_experts));
   for (int64_t i = 0; i < n_tokens * K; ++i) assigned[ids[i]].push_back(i);
+  auto here = [&](size_t e) { return !assigned[e].empty() && w.experts[e].present; };
 
-  std::vector<float> expert_out(static_cast<size_t>(n_tokens * K * H), 0.0f);  // [token, slot, H]
+  // gate/up and SwiGLU of every expert first, then (per-token mode over a sliced width) each down row's
+  // whole amax in one exchange, then down.
+  std::vector<std::vector<float>> acts(static_cast<size_t>(w.n_experts));
   std::vector<Status> statuses(static_cast<size_t>(w.n_experts));
   parallel_for(static_cast<size_t>(w.n_experts), [&](size_t e) {
+    if (!here(e)) return;
     const auto& pairs = assigned[e];
-    if (pairs.empty()) return;
     const int64_t rows = static_cast<int64_t>(pairs.size());
     const ExpertWeights& ew = w.experts[e];
-    std::vector<float> xs(static_cast<size_t>(rows * H)), gate(static_cast<size_t>(rows * I)), up(gate.size()),
-        act(gate.size()), y(static_cast<size_t>(rows * H));
+    std::vector<float> xs(static_cast<size_t>(rows * H)), gate(static_cast<size_t>(rows * I)), up(gate.size());
+    std::vector<float>& act = acts[e];
+    act.resize(gate.size());
     for (int64_t r = 0; r < rows; ++r) std::copy_n(x + (pairs[r] / K) * H, H, xs.data() + r * H);
     if (observer) observer(static_cast<int64_t>(e), "gate_up", xs.data(), rows, H);
     Status s = linear(xs.data(), rows, ew.gate, mode, w.gate_up_input_scale, gate.data());
     if (s) s = linear(xs.data(), rows, ew.up, mode, w.gate_up_input_scale, up.data());
-    if (!s) {
-      statuses[e] = s;
-      return;
-    }
+    statuses[e] = s;
+    if (!s) return;
     silu_mul(gate.data(), up.data(), rows * I, act.data());
     if (w.bf16_intermediates && mode == formats::ActQuant::NONE)
       for (float& a : act) a = formats::bf16_round(a);
-    if (observer) observer(static_cast<int64_t>(e), "down", act.data(), rows, I);
-    statuses[e] = linear(act.data(), rows, ew.down, mode, w.down_input_scale, y.data());
+  });
+  for (const Status& s : statuses) NIB_RETURN_IF_ERROR(s);
+  std::vector<float> down_amax;  // [token, slot]: the whole row's amax of each down input
+  if (mode == formats::ActQuant::PER_TOKEN && reduce_down_amax) {
+    down_amax.assign(static_cast<size_t>(n_tokens * K), 0.0f);
+    for (size_t e = 0; e < assigned.size(); ++e) {
+      if (!here(e)) continue;
+      const std::vector<float> a = formats::row_amax(acts[e], static_cast<int64_t>(assigned[e].size()), I);
+      for (size_t r = 0; r < a.size(); ++r) down_amax[assigned[e][r]] = a[r];
+    }
+    NIB_RETURN_IF_ERROR(reduce_down_amax(down_amax));
+  }
+
+  std::vector<float> expert_out(static_cast<size_t>(n_tokens * K * H), 0.0f);  // [token, slot, H]
+  parallel_for(static_cast<size_t>(w.n_experts), [&](size_t e) {
+    if (!here(e)) return;
+    const auto& pairs = assigned[e];
+    const int64_t rows = static_cast<int64_t>(pairs.size());
+    std::vector<float> y(static_cast<size_t>(rows * H));
+    if (observer) observer(static_cast<int64_t>(e), "down", acts[e].data(), rows, I);
+    RowAmaxReduce whole_rows;
+    if (!down_amax.empty())
+      whole_rows = [&](std::span<float> amax) {
+        for (int64_t r = 0; r < rows; ++r) amax[r] = down_amax[pairs[r]];
+        return Status::ok();
+      };
+    statuses[e] = linear(acts[e].data(), rows, w.experts[e].down, mode, w.down_input_scale, y.data(), whole_rows);
     if (w.bf16_intermediates)
       for (float& v : y) v = formats::bf16_round(v);
     for (int64_t r = 0; r < rows; ++r) std::copy_n(y.data() + r * H, H, expert_out.data() + pairs[r] * H);

@@ -16,7 +16,8 @@
 namespace nibble::ref {
 
 struct ExpertWeights {
-  LinearWeight gate, up, down;  // gate/up [I, H], down [H, I]
+  LinearWeight gate, up, down;  // gate/up [I, H], down [H, I] (I: this rank's part under tensor parallelism)
+  bool present = true;          // false: another rank's expert (expert parallelism); its tokens add nothing here
 };
 
 struct MoeWeights {
@@ -50,11 +51,14 @@ void route(const float* x, int64_t n_tokens, const MoeWeights& w, int32_t* exper
 // out = MoE(x), [n_tokens, hidden]: route, then moe_experts. Modes as in linear_nvfp4; per-token
 // quantizes gate/up inputs per token and down inputs per (token, expert) row.
 Status moe(const float* x, int64_t n_tokens, const MoeWeights& w, formats::ActQuant mode, float* out,
-           const MoeInputObserver& observer = {});
+           const MoeInputObserver& observer = {}, const RowAmaxReduce& reduce_down_amax = {});
 
 // The expert part alone, with the routing given (expert_ids/weights [n_tokens, top_k] as route gives).
+// On a rank of a parallel group `out` is this rank's partial sum (its experts, or its slice of every
+// expert's width), which the model all-reduces; reduce_down_amax gives per-token mode the whole
+// (token, expert) row's amax where the down inputs are a slice of the width (tensor parallelism).
 Status moe_experts(const float* x, int64_t n_tokens, const MoeWeights& w, formats::ActQuant mode,
                    const int32_t* expert_ids, const float* route_weights, float* out,
-                   const MoeInputObserver& observer = {});
+                   const MoeInputObserver& observer = {}, const RowAmaxReduce& reduce_down_amax = {});
 
 }  // namespace nibble::ref

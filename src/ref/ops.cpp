@@ -80,17 +80,22 @@ void linear_bf16(const float* x, int64_t n_tokens, const uint16_t* w, int64_t ou
 }
 
 Status linear_nvfp4(const float* x, int64_t n_tokens, const formats::Nvfp4WeightView& w, formats::ActQuant mode,
-                    float input_scale, float* y) {
+                    float input_scale, float* y, const RowAmaxReduce& reduce_amax) {
   const int64_t K = w.cols, N = w.rows;
   std::vector<float> xq;  // activations as the tensor cores see them (NONE: x itself)
   std::vector<float> row_scale(static_cast<size_t>(n_tokens), w.weight_scale_2);
   const float* a = x;
   if (mode != formats::ActQuant::NONE) {
     std::span<const float> xs(x, static_cast<size_t>(n_tokens * K));
+    std::vector<float> amax;
+    if (mode == formats::ActQuant::PER_TOKEN && reduce_amax) {
+      amax = formats::row_amax(xs, n_tokens, K);
+      NIB_RETURN_IF_ERROR(reduce_amax(amax));
+    }
     Result<formats::Nvfp4Matrix> q =
         mode == formats::ActQuant::STATIC
             ? formats::quantize_activation_static(xs, n_tokens, K, input_scale, "linear input")
-            : formats::quantize_activation_per_token(xs, n_tokens, K, "linear input");
+            : formats::quantize_activation_per_token(xs, n_tokens, K, "linear input", amax);
     if (!q) return q.status();
     const formats::Nvfp4WeightView view{q->packed.data(), q->block_scales.data(), n_tokens, K, 1.0f};
     xq.resize(static_cast<size_t>(n_tokens * K));
@@ -109,12 +114,12 @@ Status linear_nvfp4(const float* x, int64_t n_tokens, const formats::Nvfp4Weight
 }
 
 Status linear(const float* x, int64_t n_tokens, const LinearWeight& w, formats::ActQuant mode, float input_scale,
-              float* y) {
+              float* y, const RowAmaxReduce& reduce_amax) {
   if (!w.is_nvfp4()) {
     linear_bf16(x, n_tokens, w.bf16, w.out_features, w.in_features, y);
     return Status::ok();
   }
-  return linear_nvfp4(x, n_tokens, w.nvfp4, mode, input_scale, y);
+  return linear_nvfp4(x, n_tokens, w.nvfp4, mode, input_scale, y, reduce_amax);
 }
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <vector>
 
 #include "core/status.h"
 #include "formats/nvfp4.h"
@@ -51,17 +53,22 @@ struct LinearWeight {
   bool is_nvfp4() const { return bf16 == nullptr; }
 };
 
+// A row-parallel linear's per-token amax across its ranks: each row's amax over the rank's columns in,
+// the whole row's out (Collectives::all_reduce_max). Empty on one rank.
+using RowAmaxReduce = std::function<Status(std::span<float> row_amax)>;
+
 // y = x @ W^T: linear_bf16 or linear_nvfp4 by the weight's format (mode applies to NVFP4 only).
 Status linear(const float* x, int64_t n_tokens, const LinearWeight& w, formats::ActQuant mode, float input_scale,
-              float* y);
+              float* y, const RowAmaxReduce& reduce_amax = {});
 
 // y = x @ W^T for an NVFP4 W in the given activation mode (docs/numerics.md):
 //  NONE       y = weight_scale_2 · (x · Ŵ)                     (W4A16)
 //  STATIC     y = input_scale · weight_scale_2 · (x̂ · Ŵ), x̂ quantized with G = 1/input_scale
-//  PER_TOKEN  y_t = token_scale_t · weight_scale_2 · (x̂_t · Ŵ)
+//  PER_TOKEN  y_t = token_scale_t · weight_scale_2 · (x̂_t · Ŵ), token scales from reduce_amax's rows
+//             where x is a slice of the columns
 // where Ŵ = e2m1 · e4m3 (exact) and x̂ the Blackwell-quantized activations, unscaled.
 Status linear_nvfp4(const float* x, int64_t n_tokens, const formats::Nvfp4WeightView& w, formats::ActQuant mode,
-                    float input_scale, float* y);
+                    float input_scale, float* y, const RowAmaxReduce& reduce_amax = {});
 
 // SwiGLU: out = silu(gate) · up, elementwise over n values.
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);

@@ -55,6 +55,8 @@ engine::RunnerOptions runner_options(const ServerOptions& o) {
   r.max_num_seqs = o.max_num_seqs;
   r.max_num_batched_tokens = o.max_num_batched_tokens;
   r.config_overrides = {o.hf_overrides, o.rope_scaling};
+  r.tensor_parallel_size = o.tensor_parallel_size;
+  r.expert_parallel = o.expert_parallel;
   return r;
 }
 
@@ -204,9 +206,10 @@ Status validate_options(const ServerOptions& o) {
                          "' is not supported (supported: auto, bf16, fp8, fp8_e4m3)");
   if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1))
     return Status::error("--gpu-memory-utilization must be in (0, 1]");
-  if (o.tensor_parallel_size != 1)
-    return Status::error("--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
-                         ": only 1 is supported so far (multi-GPU comes later)");
+  if (o.tensor_parallel_size < 1 || o.tensor_parallel_size > 64)
+    return Status::error("--tensor-parallel-size must be in [1, 64]");
+  if (o.expert_parallel && o.tensor_parallel_size == 1)
+    return Status::error("--enable-expert-parallel deals the experts over --tensor-parallel-size ranks: give it > 1");
   if (!(o.shutdown_timeout >= 0)) return Status::error("--shutdown-timeout must be >= 0");
   if (o.data_parallel_size < 1 || o.data_parallel_size > 64)
     return Status::error("--data-parallel-size must be in [1, 64]");

@@ -41,7 +41,10 @@ struct ServerOptions {
   // config.json changes (JSON objects; "": none): vLLM's --hf-overrides, merged key by key, and
   // --rope-scaling merged into its RoPE scaling (e.g. Qwen's YaRN for 131,072 tokens).
   std::string hf_overrides, rope_scaling;
+  // One model over this many ranks (tensor parallelism; with expert_parallel the experts are dealt
+  // out whole and attention stays tensor-parallel): engine::RunnerOptions.
   int64_t tensor_parallel_size = 1;
+  bool expert_parallel = false;
   // Data parallelism: this many engines, each a copy of the model on its own GPU (engine i on
   // visible device i mod the device count: two engines may share a card), behind this endpoint.
   int64_t data_parallel_size = 1;
