@@ -60,6 +60,7 @@ void handle_server_info(ServingContext& ctx, const HttpRequest&, Responder respo
                {"act_quant_moe", o.act_quant_moe},
                {"act_quant_dense", o.act_quant_dense},
                {"tensor_parallel_size", o.tensor_parallel_size},
+               {"enable_expert_parallel", o.expert_parallel},
                {"data_parallel_size", o.data_parallel_size},
                {"dp_size", o.data_parallel_size},
                {"enable_prefix_caching", o.enable_prefix_caching},
