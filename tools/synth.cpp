@@ -136,6 +136,27 @@ Preset ernie_4_5_21b_a3b() {
   return {c, 5'000'000'000ull};
 }
 
+// ERNIE-4.5-300B-A47B (FastDeploy's flagship; baidu/ERNIE-4.5-300B-A47B-PT's config.json): 54 layers of
+// hidden 8192, 64 query and 8 KV heads, three dense layers (width 28672) then MoE layers 3..53 of 64
+// experts of width 3584, top-8, no shared experts, untied lm_head: ~171 GB in NVFP4.
+Preset ernie_4_5_300b_a47b() {
+  Preset p = ernie_4_5_21b_a3b();
+  io::ModelConfig& c = p.config;
+  c.hidden_size = 8192;
+  c.num_hidden_layers = 54;
+  c.num_attention_heads = 64;
+  c.num_key_value_heads = 8;
+  c.intermediate_size = 28672;
+  c.tie_word_embeddings = false;
+  c.num_experts = 64;
+  c.num_experts_per_tok = 8;
+  c.moe_intermediate_size = 3584;
+  c.moe_num_shared_experts = 0;
+  c.moe_layer_start = 3;
+  c.moe_layer_end = 53;
+  return p;
+}
+
 // ERNIE at a few MB, with a small synthetic SentencePiece tokenizer (synth_tokenizer.cpp).
 Preset tiny_ernie() {
   Preset p = ernie_4_5_21b_a3b();
@@ -191,6 +212,8 @@ Result<Preset> find_preset(const SynthOptions& o) {
     p = small_ernie();
   else if (o.preset == "ernie-4.5-21b-a3b")
     p = ernie_4_5_21b_a3b();
+  else if (o.preset == "ernie-4.5-300b-a47b")
+    p = ernie_4_5_300b_a47b();
   else {
     std::string names;
     for (const std::string& n : synth_presets()) names += (names.empty() ? "" : ", ") + n;
@@ -455,7 +478,7 @@ io::QuantConfig synth_quant_config(const io::ModelConfig& c, bool quantize_atten
 
 const std::vector<std::string>& synth_presets() {
   static const std::vector<std::string> presets = {"tiny-moe",   "small-moe",   "qwen3-30b-a3b",    "qwen3-235b-a22b",
-                                                   "tiny-ernie", "small-ernie", "ernie-4.5-21b-a3b"};
+                                                   "tiny-ernie", "small-ernie", "ernie-4.5-21b-a3b", "ernie-4.5-300b-a47b"};
   return presets;
 }
 

@@ -72,7 +72,8 @@ TEST(SynthPresets, FullSizeShapesAndBytes) {
     double min_gb, max_gb;
   };
   for (const Want& w : {Want{"qwen3-30b-a3b", 48, 2048, 32, 4, 128, 8, 768, 17.5, 18.5},
-                        Want{"qwen3-235b-a22b", 94, 4096, 64, 4, 128, 8, 1536, 130.0, 138.0}}) {
+                        Want{"qwen3-235b-a22b", 94, 4096, 64, 4, 128, 8, 1536, 130.0, 138.0},
+                        Want{"ernie-4.5-300b-a47b", 54, 8192, 64, 8, 64, 8, 3584, 165.0, 178.0}}) {
     tools::SynthOptions o;
     o.preset = w.preset;
     auto c = tools::synth_config(o);
