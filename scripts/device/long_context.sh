@@ -6,7 +6,8 @@
 #   server   test_server_long_context.py's full-size tests (.whl carried): 32k / 64k / 128k requests,
 #            a cached 32k document, preemption of long requests, an FP8 KV cache at 128k
 #   decode   `bench latency --context` 1,024 / 32,768 / 131,072 for 1, 8 and 32 sequences, BF16 and FP8
-#            KV (KV_DTYPES), and each row's KV bytes a step against the HBM floor (HBM_TB_S)
+#            KV (KV_DTYPES; CONTEXTS entries CONTEXT or CONTEXT:BATCHES, DECODE_BATCHES the default
+#            batches), and each row's KV bytes a step against the HBM floor (HBM_TB_S)
 PARTS=${PARTS:-prefill torch server decode}
 synth_qwen3_full
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -39,8 +40,10 @@ for part in $PARTS; do
       grep -E "^\[long\]|^(FAILED|ERROR)|Error" "$OUT/pytest_long_context.log" | head -12 ;;
     decode)
       for kv in ${KV_DTYPES:-bf16 fp8}; do
-        for ctx in ${CONTEXTS:-1024 32768 131072}; do
-          bench_long "decode_${kv}_$ctx" --kv-cache-dtype "$kv" --pp '' --context "$ctx" --batches "${DECODE_BATCHES:-1,8,32}" \
+        for spec in ${CONTEXTS:-1024 32768 131072}; do  # CONTEXT or CONTEXT:BATCHES (e.g. 131072:1)
+          ctx=${spec%%:*} batches=${DECODE_BATCHES:-1,8,32}
+          [ "$spec" != "$ctx" ] && batches=${spec#*:}
+          bench_long "decode_${kv}_$ctx" --kv-cache-dtype "$kv" --pp '' --context "$ctx" --batches "$batches" \
             --batch-gen 32 --prefill-chunk 8192
         done
       done
