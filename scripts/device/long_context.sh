@@ -49,7 +49,8 @@ for part in $PARTS; do
       done
       # KV bytes a step (48 layers, 4 KV heads of 128, K and V) against the HBM floor, and the bandwidth
       # of what the context adds: (KV bytes at C - at 1,024) / (step at C - step at 1,024), same batch.
-      python3 - "$OUT" "${HBM_TB_S:-3.35}" <<'PY'
+      hbm=${HBM_TB_S:-$(grep -q H200 "$OUT/gpu.txt" && echo 4.8 || echo 3.35)}  # the cards' HBM3(e) peaks
+      python3 - "$OUT" "$hbm" <<'PY'
 import glob, os, re, sys
 out, tbs = sys.argv[1], float(sys.argv[2])
 rows = {}
