@@ -1,14 +1,15 @@
 # `scripts/device.sh long-context`: long context on the GPU, the full-size synthetic Qwen3-30B-A3B with
 # Qwen's YaRN recipe ($YARN_JSON). PARTS (default "prefill torch server decode") picks:
-#   prefill  `bench latency` pp32768 and pp131072 in 8,192-token chunks (the server's default step),
+#   prefill  `bench latency` pp32768 and pp131072 (PP) in 8,192-token chunks (the server's default step),
 #            and again under NIBBLE_DIAG_PROFILE_STEPS for attention's share of the step
 #   torch    torch's SDPA backends on one layer's attention of the same shapes (bench/torch_attention_baseline.py)
 #   server   test_server_long_context.py's full-size tests (.whl carried): 32k / 64k / 128k requests,
 #            a cached 32k document, preemption of long requests, an FP8 KV cache at 128k
-#   decode   `bench latency --context` 1,024 / 32,768 / 131,072 for 1, 8 and 32 sequences, BF16 and FP8
+#   decode   `bench latency --context` 1,024 / 32,768 / 131,008 for 1, 8 and 32 sequences, BF16 and FP8
 #            KV (KV_DTYPES; CONTEXTS entries CONTEXT or CONTEXT:BATCHES, DECODE_BATCHES the default
 #            batches), and each row's KV bytes a step against the HBM floor (HBM_TB_S)
 PARTS=${PARTS:-prefill torch server decode}
+PP=${PP:-32768,131072}
 synth_qwen3_full
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 results=()
@@ -22,8 +23,8 @@ bench_long() {  # bench_long TAG ARGS...: one `bench latency` run with the YaRN 
 for part in $PARTS; do
   case $part in
     prefill)
-      bench_long prefill --pp 32768,131072 --prefill-chunk 8192 --repeats 1 --batches ''
-      for n in 32768 131072; do  # one length a run: the profiler sums a run's steps by kind
+      bench_long prefill --pp "${PP:-32768,131072}" --prefill-chunk 8192 --repeats 1 --batches ''
+      for n in ${PP//,/ }; do  # one length a run: the profiler sums a run's steps by kind
         NIBBLE_DIAG_PROFILE_STEPS=1 bench_long "prefill_ops_$n" --pp "$n" --prefill-chunk 8192 --repeats 1 --batches ''
         grep -E "steps:" "$OUT/long_prefill_ops_$n.log" | head -4
       done ;;
@@ -40,7 +41,8 @@ for part in $PARTS; do
       grep -E "^\[long\]|^(FAILED|ERROR)|Error" "$OUT/pytest_long_context.log" | head -12 ;;
     decode)
       for kv in ${KV_DTYPES:-bf16 fp8}; do
-        for spec in ${CONTEXTS:-1024 32768 131072}; do  # CONTEXT or CONTEXT:BATCHES (e.g. 131072:1)
+        # 131,008: 128k less the timed steps (the context length bounds them too)
+        for spec in ${CONTEXTS:-1024 32768 131008}; do  # CONTEXT or CONTEXT:BATCHES (e.g. 131008:1)
           ctx=${spec%%:*} batches=${DECODE_BATCHES:-1,8,32}
           [ "$spec" != "$ctx" ] && batches=${spec#*:}
           bench_long "decode_${kv}_$ctx" --kv-cache-dtype "$kv" --pp '' --context "$ctx" --batches "$batches" \

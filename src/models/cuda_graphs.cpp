@@ -9,20 +9,24 @@
 namespace nibble::models {
 
 DecodeGraphs::~DecodeGraphs() {
-  for (auto& [size, graph] : graphs_) cudaGraphExecDestroy(graph);
+  for (auto& [key, graph] : graphs_) cudaGraphExecDestroy(graph);
 }
 
-Status DecodeGraphs::capture(int64_t max_batch, cudaStream_t stream, const std::function<Status(int64_t)>& prepare,
+Status DecodeGraphs::capture(int64_t max_batch, int64_t long_max_batch, cudaStream_t stream,
+                             const std::function<Status(int64_t, bool)>& prepare,
                              const std::function<std::vector<int64_t>()>& plan,
                              const std::function<Status(int64_t)>& run) {
-  std::vector<int64_t> sizes = {1, 2, 4};
-  for (int64_t b = 8; b <= max_batch; b += 8) sizes.push_back(b);
+  std::vector<std::pair<int64_t, bool>> shapes = {{1, false}, {2, false}, {4, false}};
+  for (int64_t b = 8; b <= max_batch; b += 8) shapes.push_back({b, false});
+  for (int64_t b : {1, 2, 4})
+    if (b <= long_max_batch) shapes.push_back({b, true});
   std::string captured;
-  for (int64_t B : sizes) {
-    if (B > max_batch) break;
-    NIB_RETURN_IF_ERROR(prepare(B));
+  for (const auto& [B, long_context] : shapes) {
+    if (B > max_batch) continue;
+    NIB_RETURN_IF_ERROR(prepare(B, long_context));
     NIB_RETURN_IF_ERROR(cuda::cuda_status(cudaStreamSynchronize(stream), "graph capture"));
-    plans_[B] = plan();
+    std::vector<int64_t> key_plan = plan();
+    if (graphs_.count({B, key_plan})) continue;  // (the long-context plan is the usual one at this size)
     cudaGraph_t graph = nullptr;
     NIB_RETURN_IF_ERROR(
         cuda::cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "graph capture"));
@@ -31,17 +35,17 @@ Status DecodeGraphs::capture(int64_t max_batch, cudaStream_t stream, const std::
     if (!ran || ended != cudaSuccess) {
       if (graph) cudaGraphDestroy(graph);
       cudaGetLastError();
-      plans_.erase(B);
       log_warn("decode graphs stop at batch " + std::to_string(B) + ": " +
                (!ran ? ran.message() : std::string(cudaGetErrorString(ended))) + " (larger batches run eagerly)");
+      if (long_context) continue;
       break;
     }
     cudaGraphExec_t exec = nullptr;
     const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     NIB_RETURN_IF_ERROR(cuda::cuda_status(made, "instantiating a decode graph"));
-    graphs_[B] = exec;
-    captured += (captured.empty() ? "" : ",") + std::to_string(B);
+    graphs_[{B, std::move(key_plan)}] = exec;
+    captured += (captured.empty() ? "" : ",") + std::to_string(B) + (long_context ? " (long contexts)" : "");
   }
   log_info("CUDA graphs captured for decode batch sizes " + (captured.empty() ? std::string("(none)") : captured));
   return cuda::cuda_status(cudaStreamSynchronize(stream), "graph capture");
@@ -54,17 +58,16 @@ int64_t DecodeGraphs::size_for(const Batch& batch) const {
     return 0;
   for (int64_t r = 0; r < B; ++r)
     if (batch.logits_rows[static_cast<size_t>(r)] != r) return 0;
-  auto it = graphs_.lower_bound(B);
-  return it == graphs_.end() ? 0 : it->first;
+  auto it = graphs_.lower_bound({B, std::vector<int64_t>()});
+  return it == graphs_.end() ? 0 : it->first.first;
 }
 
-bool DecodeGraphs::plan_matches(int64_t size, const std::vector<int64_t>& plan) const {
-  auto it = plans_.find(size);
-  return it != plans_.end() && it->second == plan;
+bool DecodeGraphs::has(int64_t size, const std::vector<int64_t>& plan) const {
+  return graphs_.count({size, plan}) > 0;
 }
 
-Status DecodeGraphs::replay(int64_t size, cudaStream_t stream) const {
-  return cuda::cuda_status(cudaGraphLaunch(graphs_.at(size), stream), "replaying the decode graph");
+Status DecodeGraphs::replay(int64_t size, const std::vector<int64_t>& plan, cudaStream_t stream) const {
+  return cuda::cuda_status(cudaGraphLaunch(graphs_.at({size, plan}), stream), "replaying the decode graph");
 }
 
 }  // namespace nibble::models

@@ -41,6 +41,11 @@ struct CudaModelOptions {
   // in every mode (tg128 +5%, 1,000-key contexts +2–5%), at 4 rows 1% slower in W4A16 (faster in
   // W4A4), and 9% slower at 16 (more splits there: slower still).
   int64_t one_launch_decode_max_rows = 2;
+  // ... and contexts of at most this many keys: it splits a (token, KV head) over one cluster of at
+  // most 8 CTAs, so one sequence of Qwen3's 4 KV heads keeps 32 CTAs busy — at 32k keys 0.71 TB/s of
+  // KV reads on an H100 against FlashInfer's split-KV 2.4 (2026-12-06, docs/perf.md). Longer steps
+  // replay a second graph family captured on FlashInfer.
+  int64_t one_launch_decode_max_keys = 4096;
   // The KV cache in FP8 E4M3 of the checkpoint's k/v scales, or of unit scale (half the bytes a token;
   // FlashInfer attention with head dim 128 only).
   bool kv_fp8 = false;

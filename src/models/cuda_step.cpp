@@ -78,7 +78,7 @@ Status StepInputs::check(const Batch& batch) const {
 }
 
 Status StepInputs::stage(const Batch& batch, int64_t T, int64_t n_rows, bool eager,
-                         cuda::FlashInferAttention* flashinfer, cudaStream_t stream) {
+                         cuda::FlashInferAttention* flashinfer, cudaStream_t stream, bool long_context) {
   const int64_t S = static_cast<int64_t>(batch.sequences.size()), bs = limits_.block_size;
   const int64_t per_seq = limits_.max_blocks_per_seq;
   host_parity_ ^= 1;
@@ -104,8 +104,9 @@ Status StepInputs::stage(const Batch& batch, int64_t T, int64_t n_rows, bool eag
   int64_t decode_count = T - static_cast<int64_t>(batch.token_ids.size());
   for (const BatchSequence& seq : batch.sequences) decode_count += seq.n_tokens == 1;
   // Decode-only steps (graph padding rows are decode rows) of few rows: the one-launch kernel.
-  st.one_launch = T <= limits_.one_launch_max_rows;
-  for (const BatchSequence& seq : batch.sequences) st.one_launch &= seq.n_tokens == 1;
+  st.one_launch = T <= limits_.one_launch_max_rows && !long_context;
+  for (const BatchSequence& seq : batch.sequences)
+    st.one_launch &= seq.n_tokens == 1 && seq.start_position + 1 <= limits_.one_launch_max_keys;
   // Else FlashInfer takes the whole step, graph padding included (one key in the trash block each).
   if (flashinfer && !st.one_launch) {
     flashinfer->clear();

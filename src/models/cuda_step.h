@@ -20,6 +20,7 @@ struct StepLimits {
   int64_t vocab_size = 0;
   // Decode steps of up to this many rows run the one-launch decode attention (0: never).
   int64_t one_launch_max_rows = 0;
+  int64_t one_launch_max_keys = 0;  // ... whose longest context is at most this
   // Native attention: decode tokens go to the tensor-core kernel as one-token items from this many a step.
   int64_t tensor_core_decode_min_rows = 16;
 };
@@ -51,8 +52,9 @@ class StepInputs {
   // trash block), then to the device on `stream`; FlashInfer (when given) plans the step's attention.
   // The two pinned blocks alternate: the caller waits for a step before staging the one after next,
   // so a copy never reads a block being rewritten.
+  // long_context: stage as a step past one_launch_max_keys would be (a graph family's capture).
   Status stage(const Batch& batch, int64_t T, int64_t n_rows, bool eager, cuda::FlashInferAttention* flashinfer,
-               cudaStream_t stream);
+               cudaStream_t stream, bool long_context = false);
   const StagedStep& staged() const { return staged_; }
 
  private:

@@ -153,6 +153,7 @@ Status CudaDecoder::workspaces() {
   StepLimits limits{T, R, options.max_seqs, options.block_size, max_blocks_per_seq, NH / NKV, D, config_.vocab_size};
   if (flashinfer && cuda::decode_attention_supported(NH, NKV, D, options.block_size) && !options.kv_fp8)
     limits.one_launch_max_rows = std::min({options.one_launch_decode_max_rows, options.max_seqs, T});
+  limits.one_launch_max_keys = options.one_launch_decode_max_keys;
   limits.tensor_core_decode_min_rows = options.tensor_core_decode_min_rows;
   return step.init(limits, a);
 }
@@ -380,11 +381,11 @@ Status CudaDecoder::forward(const Batch& batch) {
     NIB_RETURN_IF_ERROR(step.stage(batch, padded, padded, false, flashinfer.get(), stream()));
     // FlashInfer's graph plans depend on the request count only; should one ever differ from the
     // captured launch shape, the step runs eagerly (after this step's copies, so nothing overlaps).
-    if (graphs.plan_matches(padded, attention_plan())) {
+    if (graphs.has(padded, attention_plan())) {
       if (cuda::kernel_trace_active())
         cuda::kernel_trace_label("decode graph of " + std::to_string(padded) + " (" + std::to_string(T) +
                                  " sequences)");
-      return graphs.replay(padded, stream());
+      return graphs.replay(padded, attention_plan(), stream());
     }
     log_warn("FlashInfer's plan for a decode batch of " + std::to_string(padded) +
              " differs from its graph's: running eagerly");
@@ -411,11 +412,13 @@ Status CudaDecoder::capture_decode_graphs(int64_t max_batch) {
     return Status::ok();
   }
   const int64_t limit = std::min({max_batch, options.max_tokens, options.max_rows, options.max_seqs});
+  // Sizes that run the one-launch attention also get a graph of FlashInfer's for long contexts.
+  const int64_t long_limit = flashinfer ? std::min(limit, options.one_launch_decode_max_rows) : 0;
   return graphs.capture(
-      limit, stream(),
-      [&](int64_t B) {
+      limit, long_limit, stream(),
+      [&](int64_t B, bool long_context) {
         Batch padding;  // all padding: staged buffers get valid contents for the capture
-        return step.stage(padding, B, B, false, flashinfer.get(), stream());
+        return step.stage(padding, B, B, false, flashinfer.get(), stream(), long_context);
       },
       [&] { return attention_plan(); },
       [&](int64_t B) { return run(B, B, cuda::attention_splits(B, config_.num_key_value_heads, 0)); });

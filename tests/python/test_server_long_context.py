@@ -99,24 +99,24 @@ FULL_SIZE = SERVER_MODEL is not None and "cuda" in SERVE_ARGS
 full_size_only = pytest.mark.skipif(not FULL_SIZE, reason="the full-size model on the GPU (NIBBLE_TEST_SERVER_MODEL)")
 
 
-def clear_tokens(out: dict, like: list | None = None) -> list:
-    """A completion's tokens up to the first whose lead over the runner-up is under 0.1 nats, or as many
-    as `like` has: on the GPU a prefill in other chunks, or a batch beside others, runs other kernels
-    whose sums round differently, which may flip a near tie (a lost or corrupted context would change
-    clear-margin tokens)."""
-    lp = out["choices"][0]["logprobs"]
-    if like is not None:
-        return lp["tokens"][:len(like)]
-    tokens = []
-    for token, top in zip(lp["tokens"], lp["top_logprobs"]):
-        best = sorted(top.values(), reverse=True)
-        if len(best) > 1 and best[0] - best[1] < 0.1:
-            break
-        tokens.append(token)
-    return tokens
+def agrees(want: dict, got: dict) -> None:
+    """Two completions of one prompt answer alike: the first token's logprob within 0.05 nats, and the
+    tokens equal up to the first where `want`'s lead over its runner-up is under 0.02 nats. On the GPU a
+    prefill in other chunks, or a batch beside others, runs other kernels whose sums round differently
+    (~1e-3 in the logits), which may flip only such a near tie; a lost or scrambled context moves the
+    whole distribution (a random model's margins are small, so its tokens alone would say little)."""
+    w, g = want["choices"][0]["logprobs"], got["choices"][0]["logprobs"]
+    first = w["tokens"][0]
+    assert first in g["top_logprobs"][0], (first, g["top_logprobs"][0])
+    assert abs(g["top_logprobs"][0][first] - w["top_logprobs"][0][first]) < 0.05, (w["top_logprobs"][0], g["top_logprobs"][0])
+    for token, other, top in zip(w["tokens"], g["tokens"], w["top_logprobs"]):
+        if token != other:
+            best = sorted(top.values(), reverse=True)
+            assert best[0] - best[1] < 0.02, (token, other, top)
+            return
 
 
-def complete(server: NibbleServer, prompt: list, max_tokens: int, logprobs: int = 2) -> dict:
+def complete(server: NibbleServer, prompt: list, max_tokens: int, logprobs: int = 5) -> dict:
     r = requests.post(server.url + "/v1/completions", timeout=600, json={
         "model": "big", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
         "logprobs": logprobs})
@@ -150,49 +150,46 @@ def test_full_size_32k_64k_and_128k_requests_in_chunks_from_a_cached_document(bu
         assert requests.post(s.url + "/flush_cache", timeout=30).status_code == 200
         cold = complete(s, questions[1], 32)
         assert cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-        want = clear_tokens(cold)
-        print(f"[long] cached vs cold: {len(want)} clear-margin tokens compared")
-        assert want, "no clear-margin token to compare"
-        assert clear_tokens(cached, want) == want
+        agrees(cold, cached)
     finally:
         s.stop()
 
 
 @full_size_only
 def test_full_size_long_requests_survive_preemption_and_an_fp8_cache_at_128k(build_dir, tmp_path, seed):
-    """Three 24k-token requests at once outgrow a KV cache of 56k tokens: one is preempted and recomputed
-    and each answers as alone. With an FP8 KV cache a 128k request is served, and its first token is one
+    """Three 24k-token requests at once outgrow a KV cache of 51,200 tokens (two prompts fill all but
+    2,048 of it, and each grows by 1,200): one is preempted and recomputed, and each answers as alone. With an FP8 KV cache a 128k request is served, and its first token is one
     of the BF16 cache's top five (a lost or scrambled context would draw from the whole vocabulary)."""
     rng = random.Random(seed)
     prompts = [random_prompt_ids(rng, 24576) for _ in range(3)]
     long_prompt = random_prompt_ids(rng, 131072 - 16)
     s = NibbleServer(build_dir, pathlib.Path(SERVER_MODEL), tmp_path / "serve.log", "--served-model-name", "big",
-                     "--rope-scaling", QWEN_YARN, "--max-num-batched-tokens", "8192", "--num-kv-blocks", "3500",
+                     "--rope-scaling", QWEN_YARN, "--max-num-batched-tokens", "8192", "--num-kv-blocks", "3200",
                      *SERVE_ARGS)
     try:
         alone = []
         for p in prompts:
-            alone.append(clear_tokens(complete(s, p, 256)))
+            alone.append(complete(s, p, 1200))
             assert requests.post(s.url + "/flush_cache", timeout=30).status_code == 200
         before = s.metrics().get("nibble:num_preemptions_total", 0.0)
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
-            together = list(pool.map(lambda p: complete(s, p, 256), prompts))
+            together = list(pool.map(lambda p: complete(s, p, 1200), prompts))
         assert s.metrics()["nibble:num_preemptions_total"] > before, "the KV cache was meant to run out"
         for want, got in zip(alone, together):
-            assert clear_tokens(got, want) == want
+            agrees(want, got)
     finally:
         s.stop()
     s = NibbleServer(build_dir, pathlib.Path(SERVER_MODEL), tmp_path / "serve_bf16.log", "--served-model-name", "big",
                      "--rope-scaling", QWEN_YARN, "--max-num-batched-tokens", "8192", *SERVE_ARGS)
     try:
-        bf16 = complete(s, long_prompt, 8, logprobs=5)
+        bf16 = complete(s, long_prompt, 8)
     finally:
         s.stop()
     s = NibbleServer(build_dir, pathlib.Path(SERVER_MODEL), tmp_path / "serve_fp8.log", "--served-model-name", "big",
                      "--rope-scaling", QWEN_YARN, "--max-num-batched-tokens", "8192", "--kv-cache-dtype", "fp8",
                      *SERVE_ARGS)
     try:
-        fp8 = complete(s, long_prompt, 8, logprobs=5)
+        fp8 = complete(s, long_prompt, 8)
     finally:
         s.stop()
     first_fp8 = fp8["choices"][0]["logprobs"]["tokens"][0]

@@ -211,10 +211,13 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     Bench bench(r, 42, params);
     const bool overlap = !o.disable_overlap_schedule;
     for (int64_t n : pp) {
-      if (need_blocks(1, n + 1) > capacity) return fail("pp" + std::to_string(n) + " does not fit the KV cache");
+      if (need_blocks(1, n) > capacity) return fail("pp" + std::to_string(n) + " does not fit the KV cache");
+      if (n > r.config().context_length())
+        return fail("pp" + std::to_string(n) + " is past the model's context length (" +
+                    std::to_string(r.config().context_length()) + ": --rope-scaling extends it)");
       std::vector<double> times;
       for (int64_t rep = 0; rep < o.repeats + 1; ++rep) {  // the first is warm-up
-        std::vector<Sequence> one = {bench.make(n, n + 1, 0)};
+        std::vector<Sequence> one = {bench.make(n, n, 0)};
         const Clock::time_point t = Clock::now();
         Status s = bench.prefill(one, o.prefill_chunk > 0 ? o.prefill_chunk : n);
         if (!s) return fail(s.message());
@@ -248,6 +251,10 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     for (int64_t B : batches) {
       // Room for the warm-up step, the timed steps and each mixed run's steps.
       const int64_t total = batch_prompt + o.batch_gen * (1 + static_cast<int64_t>(mixed.size())) + 2;
+      if (total > r.config().context_length())
+        return fail("--context " + std::to_string(batch_prompt) + " and its " + std::to_string(total - batch_prompt) +
+                    " decode steps pass the model's context length (" + std::to_string(r.config().context_length()) +
+                    "): give a context at most " + std::to_string(r.config().context_length() - (total - batch_prompt)));
       if (need_blocks(B, total) > capacity) {
         std::printf("%-10s %-14s skipped: %lld sequences of %lld tokens need more than %lld KV blocks\n",
                     mode_name.c_str(), ("S_TG b" + std::to_string(B) + at).c_str(), static_cast<long long>(B),
