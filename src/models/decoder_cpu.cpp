@@ -219,7 +219,8 @@ class DecoderCpu final : public Model {
         m.down_input_scale = std::max(m.down_input_scale, down.input_scale);
       }
       if (auto all = checkpoint_->all_experts_input_scales.find(l); all != checkpoint_->all_experts_input_scales.end())
-        m.gate_up_input_scale = all->second.gate_up, m.down_input_scale = all->second.down;  // over every rank's experts
+        // Over every rank's experts, not only this rank's.
+        m.gate_up_input_scale = all->second.gate_up, m.down_input_scale = all->second.down;
       if (config_.moe_num_shared_experts > 0) {
         w.has_shared = true;
         w.shared_gate = make_linear(b, p + "mlp.shared_experts.gate_proj");

@@ -241,8 +241,9 @@ TEST(TensorParallel, EachRankHoldsItsSlicesOfTheCheckpoint) {
       // The vocabulary-parallel embedding: rows [r·V/2, (r+1)·V/2).
       const int64_t V = f.config.vocab_size;
       EXPECT_EQ(b.tensors.at("model.embed_tokens.weight").shape[0], V / 2);
+      const int64_t half = (V / 2) * 32 * 2;  // bytes of V / 2 BF16 rows of 32
       EXPECT_EQ(0, std::memcmp(b.tensors.at("model.embed_tokens.weight").data,
-                               f.tensors.at("model.embed_tokens.weight").data + r * (V / 2) * 32 * 2, (V / 2) * 32 * 2));
+                               f.tensors.at("model.embed_tokens.weight").data + r * half, half));
     }
   }
 }

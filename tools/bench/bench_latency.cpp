@@ -251,10 +251,11 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     for (int64_t B : batches) {
       // Room for the warm-up step, the timed steps and each mixed run's steps.
       const int64_t total = batch_prompt + o.batch_gen * (1 + static_cast<int64_t>(mixed.size())) + 2;
-      if (total > r.config().context_length())
-        return fail("--context " + std::to_string(batch_prompt) + " and its " + std::to_string(total - batch_prompt) +
-                    " decode steps pass the model's context length (" + std::to_string(r.config().context_length()) +
-                    "): give a context at most " + std::to_string(r.config().context_length() - (total - batch_prompt)));
+      const int64_t context_length = r.config().context_length(), steps = total - batch_prompt;
+      if (total > context_length)
+        return fail("--context " + std::to_string(batch_prompt) + " and its " + std::to_string(steps) +
+                    " decode steps pass the model's context length (" + std::to_string(context_length) +
+                    "): give a context at most " + std::to_string(context_length - steps));
       if (need_blocks(B, total) > capacity) {
         std::printf("%-10s %-14s skipped: %lld sequences of %lld tokens need more than %lld KV blocks\n",
                     mode_name.c_str(), ("S_TG b" + std::to_string(B) + at).c_str(), static_cast<long long>(B),
