@@ -8,12 +8,10 @@
 namespace nibble::io {
 namespace {
 
-int64_t element_bytes(DType dtype) { return static_cast<int64_t>(dtype_size(dtype)); }
-
 // The slice [begin, end) of dimension `dim` of a 2-d tensor: rows are a view, columns a copy.
 TensorRef cut(const TensorRef& t, int dim, int64_t begin, int64_t end, std::vector<std::vector<uint8_t>>& storage) {
   TensorRef out = t;
-  const int64_t rows = t.shape[0], cols = t.shape.size() > 1 ? t.shape[1] : 1, bytes = element_bytes(t.dtype);
+  const int64_t rows = t.shape[0], cols = t.shape.size() > 1 ? t.shape[1] : 1, bytes = static_cast<int64_t>(dtype_size(t.dtype));
   if (dim == 0) {
     out.data = t.data + begin * cols * bytes;
     out.shape[0] = end - begin;
@@ -45,11 +43,10 @@ Status keep_rank_slices(LoadedCheckpoint& checkpoint, const ParallelConfig& para
     if (s.dim >= 0) ref = cut(ref, s.dim, s.begin, s.end, checkpoint.slice_storage);
     return Status::ok();
   };
-  for (const auto& [name, lw] : b.linears) {
-    const ModuleRole role = lw.module.role;
+  for (const auto& [name, lw] : b.linears) {  // before other ranks' experts are dropped
     if (!parallel.expert_parallel || lw.module.expert < 0) continue;
     LoadedCheckpoint::ExpertInputScales& s = checkpoint.all_experts_input_scales[lw.module.layer];
-    float& max = role == ModuleRole::EXPERT_DOWN ? s.down : s.gate_up;
+    float& max = lw.module.role == ModuleRole::EXPERT_DOWN ? s.down : s.gate_up;
     max = std::max(max, lw.input_scale);
   }
   std::map<std::string, LinearWeights> linears;

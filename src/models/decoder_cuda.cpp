@@ -381,11 +381,12 @@ Status CudaDecoder::forward(const Batch& batch) {
     NIB_RETURN_IF_ERROR(step.stage(batch, padded, padded, false, flashinfer.get(), stream()));
     // FlashInfer's graph plans depend on the request count only; should one ever differ from the
     // captured launch shape, the step runs eagerly (after this step's copies, so nothing overlaps).
-    if (graphs.has(padded, attention_plan())) {
+    const std::vector<int64_t> plan = attention_plan();
+    if (graphs.has(padded, plan)) {
       if (cuda::kernel_trace_active())
         cuda::kernel_trace_label("decode graph of " + std::to_string(padded) + " (" + std::to_string(T) +
                                  " sequences)");
-      return graphs.replay(padded, attention_plan(), stream());
+      return graphs.replay(padded, plan, stream());
     }
     log_warn("FlashInfer's plan for a decode batch of " + std::to_string(padded) +
              " differs from its graph's: running eagerly");

@@ -27,7 +27,7 @@ std::string layout_key(const io::LoadedCheckpoint& c) {
 
 class ParallelModel final : public Model {
  public:
-  ParallelModel(int64_t size) : group_(size) {}
+  explicit ParallelModel(int64_t size) : group_(size) {}
   ~ParallelModel() override {
     {
       std::lock_guard lock(mutex_);
