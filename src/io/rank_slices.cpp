@@ -11,7 +11,8 @@ namespace {
 // The slice [begin, end) of dimension `dim` of a 2-d tensor: rows are a view, columns a copy.
 TensorRef cut(const TensorRef& t, int dim, int64_t begin, int64_t end, std::vector<std::vector<uint8_t>>& storage) {
   TensorRef out = t;
-  const int64_t rows = t.shape[0], cols = t.shape.size() > 1 ? t.shape[1] : 1, bytes = static_cast<int64_t>(dtype_size(t.dtype));
+  const int64_t rows = t.shape[0], cols = t.shape.size() > 1 ? t.shape[1] : 1;
+  const int64_t bytes = static_cast<int64_t>(dtype_size(t.dtype));
   if (dim == 0) {
     out.data = t.data + begin * cols * bytes;
     out.shape[0] = end - begin;
