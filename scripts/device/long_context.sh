@@ -4,7 +4,8 @@
 #            and again under NIBBLE_DIAG_PROFILE_STEPS for attention's share of the step
 #   torch    torch's SDPA backends on one layer's attention of the same shapes (bench/torch_attention_baseline.py)
 #   server   test_server_long_context.py's full-size tests (.whl carried): 32k / 64k / 128k requests,
-#            a cached 32k document, preemption of long requests, an FP8 KV cache at 128k
+#            a cached 32k document, preemption of long requests, an FP8 KV cache at 128k (SERVER_K: a
+#            pytest -k expression among them, default all)
 #   decode   `bench latency --context` 1,024 / 32,768 / 131,008 for 1, 8 and 32 sequences, BF16 and FP8
 #            KV (KV_DTYPES; CONTEXTS entries CONTEXT or CONTEXT:BATCHES, DECODE_BATCHES the default
 #            batches), and each row's KV bytes a step against the HBM floor (HBM_TB_S)
@@ -35,7 +36,8 @@ for part in $PARTS; do
     server)
       if ! test_wheels; then results+=("server: skipped (carry .whl)"); continue; fi
       NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_SERVE_ARGS="--backend cuda" NIBBLE_TEST_SERVER_MODEL="$SYNTH_DIR" \
-        timeout 590 python3 -m pytest -q -s -p no:cacheprovider tests/python/test_server_long_context.py -k full_size \
+        timeout 590 python3 -m pytest -q -s -p no:cacheprovider tests/python/test_server_long_context.py \
+        -k "full_size and (${SERVER_K:-full_size})" \
         > "$OUT/pytest_long_context.log" 2>&1
       results+=("$(printf '%-28s rc=%d  %s' "server tests, 32k-128k" "$?" "$(tail -1 "$OUT/pytest_long_context.log")")")
       grep -E "^\[long\]|^(FAILED|ERROR)|Error" "$OUT/pytest_long_context.log" | head -12 ;;
