@@ -131,6 +131,9 @@ CommandRunner register_bench(CLI::App& root) {
       ->capture_default_str();
   latency->add_option("--prefill-chunk", l->prefill_chunk, "ppN in steps of at most this many tokens (0: one step)")
       ->capture_default_str();
+  latency->add_option("--tensor-parallel-size,--tp", l->tensor_parallel_size,
+                      "Ranks of one model (as nibble serve's): on the GPU, rank r on visible GPU r")
+      ->capture_default_str();
   latency->add_option("--hf-overrides", l->hf_overrides, "JSON object merged into config.json (as nibble serve's)");
   latency->add_option("--rope-scaling", l->rope_scaling,
                       "JSON object merged into the config's RoPE scaling (as nibble serve's), e.g. YaRN for 128k");

@@ -139,10 +139,11 @@ CommandRunner register_serve(CLI::App& root) {
          "idle ms before it (tuning --max-num-batched-tokens)");
   option(cmd, "--tensor-parallel-size", o->tensor_parallel_size,
          "Ranks per model: attention heads and MLP widths split over them (Megatron's split; vocabulary-parallel "
-         "embedding and lm_head), each rank loading only its slices. The CPU backend so far. Also --tp, --tp-size");
+         "embedding and lm_head), each rank loading only its slices: on the GPU rank r takes visible GPU r (NCCL "
+         "between them); on the CPU a thread each. Also --tp, --tp-size");
   option(cmd, "--enable-expert-parallel", o->expert_parallel,
          "With --tensor-parallel-size N: the experts dealt out whole over the N ranks instead of split by width "
-         "(attention stays tensor-parallel)");
+         "(attention stays tensor-parallel; the CPU backend so far)");
   option(cmd, "--data-parallel-size", o->data_parallel_size,
          "Engines, each a copy of the model on its own GPU (engine i on visible GPU i mod the GPU count; engines "
          "sharing a GPU split its memory), behind this endpoint; requests go to the engine holding their prefix, "

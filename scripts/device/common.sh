@@ -22,6 +22,11 @@ pack_logs() {
 trap pack_logs EXIT
 export NIBBLE_DATA_DIR="$PWD/data"
 export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Tensor parallelism loads libnccl.so.2 at start: PyTorch's nvidia-nccl-cu13 wheel has it. NVLink
+# multicast stays off on these machines (the device tool's KINDS.md).
+nccl_lib=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
+[ -n "$nccl_lib" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl_lib"
+export NCCL_NVLS_ENABLE=0
 SYNTH_DIR=${SYNTH_DIR:-/tmp/qwen3-30b-a3b-synth}
 
 # build-base/'s binaries (`scripts/device.sh baseline` carries them gzipped), unpacked once.

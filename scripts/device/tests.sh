@@ -1,6 +1,6 @@
 # `scripts/device.sh tests`: correctness on the GPU. The GPU test binaries in TESTS (names after
 # test_cuda_, e.g. "moe runner"; default every one bundled) and the 4-layer slice of Qwen3-30B-A3B
-# against the CPU (also with YaRN in its config), side by side; each also under the environment of every TEST_VARIANTS entry
+# against the CPU (also with YaRN in its config; and tensor-parallel against one rank), side by side; each also under the environment of every TEST_VARIANTS entry
 # ("VAR=1,VAR2=x"). Then, with .whl carried, the openai-client server tests against
 # `nibble serve --backend cuda` (SERVER=0 skips them; SERVER_TESTS picks the files, default
 # test_server_openai.py test_server_api_compat.py test_structured_output.py; SERVE_VARIANTS adds serve
@@ -25,6 +25,11 @@ for v in base ${TEST_VARIANTS:-}; do
     > "$OUT/slice_$tag.log" 2>&1 &
   names+=("slice_$tag")
   [ "$v" = base ] || continue
+  if [ -x build-device/tests/test_cuda_tensor_parallel ]; then  # the split on the slice's real shapes
+    NIBBLE_TEST_MODEL="$SLICE_DIR" timeout 300 build-device/tests/test_cuda_tensor_parallel \
+      > "$OUT/slice_tensor_parallel.log" 2>&1 &
+    names+=("slice_tensor_parallel")
+  fi
   NIBBLE_TEST_MODEL="$SLICE_DIR-yarn" timeout 300 build-device/tests/test_cuda_runner --gtest_filter='*MatchesTheCpu*' \
     > "$OUT/slice_yarn.log" 2>&1 &
   names+=("slice_yarn")

@@ -12,6 +12,7 @@
 #include "cuda/sampling/host_wait.cuh"
 #include "cuda/sampling/sampler.cuh"
 #include "models/cuda_model.h"
+#include "models/parallel_cuda_model.h"
 
 namespace nibble::engine {
 namespace {
@@ -350,7 +351,20 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
   mo.max_rows = std::max<int64_t>(o.max_num_seqs, 1) + MAX_SCORE_ROWS;
   mo.max_seqs = std::max<int64_t>(o.max_num_seqs, 1);
   mo.block_size = o.block_size;
-  auto model = models::create_cuda_model(checkpoint, mo, **ctx);
+  // Tensor parallelism: rank r on the r-th GPU from --device on (round the visible ones; ranks that
+  // share a GPU split its memory as data-parallel engines do).
+  int ranks_on_device = 1;
+  Result<std::unique_ptr<models::CudaModel>> model = Status::error("no model");
+  if (o.tensor_parallel_size > 1) {
+    std::vector<int> devices;
+    const int count = std::max(cuda::device_count(), 1);
+    for (int64_t r = 0; r < o.tensor_parallel_size; ++r) devices.push_back(static_cast<int>((o.device + r) % count));
+    ranks_on_device = static_cast<int>(std::count(devices.begin(), devices.end(), devices[0]));
+    model = models::create_parallel_cuda_model(checkpoint->path, o.config_overrides,
+                                               {o.tensor_parallel_size, 0, o.expert_parallel}, devices, mo, **ctx);
+  } else {
+    model = models::create_cuda_model(checkpoint, mo, **ctx);
+  }
   if (!model) return model.status();
   auto runner = std::make_unique<CudaRunner>(std::move(ctx.value()), std::move(model.value()), checkpoint, o);
   NIB_RETURN_IF_ERROR(runner->init_sampler(mo.max_rows));
@@ -371,6 +385,7 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
       if (o.engines_on_device > 1)
         budget = std::min(budget, o.gpu_memory_utilization * static_cast<double>(c.total_memory) / o.engines_on_device -
                                       static_cast<double>(c.arena.bytes()));
+      budget /= ranks_on_device;  // each rank on the card keeps a cache of this many blocks
       // Memory other processes hold counts against the share too (vLLM's rule): say so.
       sizing = std::to_string(int64_t(used) >> 20) + " MiB of the card in use (other processes included) of the " +
                std::to_string(int64_t(o.gpu_memory_utilization * double(c.total_memory)) >> 20) +

@@ -279,10 +279,9 @@ Result<std::unique_ptr<ModelRunner>> create_runner(const std::string& path, cons
         io::partition(checkpoint->bound.config, checkpoint->bound.quant,
                       {options.tensor_parallel_size, 0, options.expert_parallel})
             .status());
-    if (backend == Backend::CUDA)
-      return Status::error("--tensor-parallel-size " + std::to_string(options.tensor_parallel_size) +
-                           ": the GPU backend runs one GPU a model so far (the CPU backend runs tensor and expert "
-                           "parallelism: --backend cpu); for more GPUs use --data-parallel-size");
+    if (backend == Backend::CUDA && options.expert_parallel)
+      return Status::error("--enable-expert-parallel: the GPU backend splits the experts tensor-parallel so far "
+                           "(drop the flag), or run expert parallelism on --backend cpu");
   }
   if (backend == Backend::CUDA) return create_cuda_runner(std::move(checkpoint), options);
   RunnerOptions cpu = options;

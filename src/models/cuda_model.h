@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "cuda/common/device_context.cuh"
+#include "cuda/parallel/device_collectives.cuh"
 #include "core/kernel_choice.h"
 #include "formats/nvfp4.h"
 #include "io/binding.h"
@@ -53,6 +54,9 @@ struct CudaModelOptions {
   int64_t max_rows = 256;     // rows that want logits in one step
   int64_t max_seqs = 256;     // sequences in one step
   int64_t block_size = 16;
+  // A tensor-parallel rank (the checkpoint holds the rank's slices): its partial sums meet here, one
+  // all-reduce after attention and one after each MLP or MoE block (null: one GPU).
+  cuda::DeviceCollectives* collectives = nullptr;
 };
 
 // Whether a GPU model runs this checkpoint (architecture, shapes the kernels take, NVFP4 experts);

@@ -30,7 +30,9 @@ Result<std::unique_ptr<CudaModel>> CudaDecoder::create(std::shared_ptr<const io:
                          std::to_string(c.head_dim) + (options.flashinfer ? ")" : ", --attention-backend native)"));
   std::unique_ptr<CudaDecoder> m(new CudaDecoder());
   m->checkpoint = checkpoint;
-  m->config_ = c;
+  m->config_ = rank_config(checkpoint->bound);
+  if (auto it = checkpoint->rank_modules.find("model.embed_tokens"); it != checkpoint->rank_modules.end())
+    m->vocab_begin = it->second.begin;
   m->options = options;
   m->ctx = &ctx;
   if (env_flag("NIBBLE_DIAG_PROFILE_STEPS")) m->profiler.enable();
@@ -91,7 +93,13 @@ Status CudaDecoder::workspaces() {
   NIB_RETURN_IF_ERROR(cuda::cuda_status(
       cudaMemcpy(inv_freq, freq.data(), freq.size() * sizeof(float), cudaMemcpyHostToDevice), "the RoPE frequencies"));
   NIB_RETURN_IF_ERROR(a.alloc(final_rows, R * H, "the final norm rows"));
-  NIB_RETURN_IF_ERROR(a.alloc(logits_, R * V, "the logits_"));
+  NIB_RETURN_IF_ERROR(a.alloc(logits_, R * V, "the logits"));
+  if (parallel()) {
+    const int64_t n = options.collectives->size();
+    NIB_RETURN_IF_ERROR(a.alloc(logits_part, R * vocab_rows, "the rank's logits"));
+    NIB_RETURN_IF_ERROR(a.alloc(logits_gathered, n * R * vocab_rows, "every rank's logits"));
+    NIB_RETURN_IF_ERROR(a.alloc(row_amax, T, "the rows' amax"));
+  }
   bool any_dense_mlp = false, any_moe = false;
   bool any_shared = false;
   for (const DeviceLayer& l : layers) (l.is_moe ? any_moe : any_dense_mlp) = true, any_shared |= l.has_shared;
@@ -177,7 +185,9 @@ Status CudaDecoder::swiglu_mlp(const DeviceLinear& gate, const DeviceLinear& up,
   float* outputs[2] = {mlp_gate, mlp_up};
   NIB_RETURN_IF_ERROR(run_shared_input(gate_up, outputs, 2, in, T, mode));
   NIB_RETURN_IF_ERROR(cuda::silu_mul_bf16(mlp_gate, mlp_up, T * gate.out, mlp_act, stream()));
-  return run_linear(down, mlp_act, T, mode, out);
+  bool quantized = false;
+  NIB_RETURN_IF_ERROR(row_parallel_input(down, mlp_act, T, mode, quantized));
+  return run_linear(down, mlp_act, T, mode, out, quantized);
 }
 
 // Linears that share their input (and their static input scale, the maximum of theirs: q/k/v,
@@ -271,9 +281,12 @@ Status CudaDecoder::attention_chain(const DeviceLayer& w, int64_t T, void* kc, v
                                                 attn, s, attention_ws));
   }
   profiler.mark("attention");
-  // Per-token on cuBLAS: delta's row scales are applied by the norm that adds it (delta_row_scales).
+  bool exchanged = false;  // a tensor-parallel rank's per-token x̂ of the whole rows' amax
+  NIB_RETURN_IF_ERROR(row_parallel_input(w.o, attn, T, dense, exchanged));
+  // Per-token on cuBLAS: delta's row scales are applied by the norm that adds it (delta_row_scales);
+  // on tensor-parallel ranks they are the same on every rank, so the unscaled partials sum as well.
   for (int i = 0; i < cuda::op_repeats("o_proj"); ++i)
-    NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta, o_quantized, &delta_row_scales));
+    NIB_RETURN_IF_ERROR(run_linear(w.o, attn, T, dense, delta, o_quantized || exchanged, &delta_row_scales));
   profiler.mark("o projection");
   return Status::ok();
 }
@@ -288,7 +301,10 @@ Status CudaDecoder::run(int64_t T, int64_t R, int64_t splits) {
   const size_t layer_kv =
       static_cast<size_t>((n_blocks + 1) * options.block_size * NKV * D * kv_element_bytes());  // bytes
   const StagedStep& st = step.staged();
-  NIB_RETURN_IF_ERROR(cuda::embedding_gather(st.ids, T, embed, H, x, s, drawn));
+  // Rank 0's sampler drew the pending ids: every rank reads them (on the device, in the graphs too).
+  if (parallel()) NIB_RETURN_IF_ERROR(options.collectives->broadcast(drawn, options.max_rows * 4, s));
+  NIB_RETURN_IF_ERROR(cuda::embedding_gather(st.ids, T, embed, H, x, s, drawn, vocab_begin, vocab_rows));
+  NIB_RETURN_IF_ERROR(all_reduce(x, T * H));
   profiler.mark("embedding");
   const cuda::QkvLayout qkv{
       T, NH, NKV, D, st.positions, st.slots, inv_freq, config_.rope_style == io::RopeStyle::INTERLEAVED, rope_scaling};
@@ -320,16 +336,18 @@ Status CudaDecoder::run(int64_t T, int64_t R, int64_t splits) {
     uint8_t* kc = k_cache + l * layer_kv;
     uint8_t* vc = v_cache + l * layer_kv;
     NIB_RETURN_IF_ERROR(attention_chain(w, T, kc, vc, qkv, att, one_launch, qkv_in.x_hat != nullptr));
+    NIB_RETURN_IF_ERROR(all_reduce(delta, T * H));
     const cuda::NormActQuant moe_in = moe_quant(w);
     // A MoE block without shared experts (which read h before it) runs its own input norm: inside
-    // its router's launch for small batches, one launch fewer a decode step.
-    const bool block_norm = w.is_moe && !w.has_shared;
+    // its router's launch for small batches, one launch fewer a decode step. Not on tensor-parallel
+    // ranks: their block output is a partial sum, all-reduced before the residual takes it.
+    const bool block_norm = w.is_moe && !w.has_shared && !parallel();
     if (!block_norm)
       for (int i = 0; i < cuda::op_repeats("post_norm"); ++i)
         NIB_RETURN_IF_ERROR(
             cuda::add_rmsnorm(x, delta, T, H, w.post_norm, eps, h, s, nullptr, moe_in, delta_row_scales));
     profiler.mark("norms");
-    normed = w.is_moe;
+    normed = w.is_moe && !parallel();
     if (w.is_moe) {
       // x += the block's output and the next norm (the next layer's, or the final one) in its combine.
       const bool last = l + 1 == layers.size();
@@ -348,7 +366,7 @@ Status CudaDecoder::run(int64_t T, int64_t R, int64_t splits) {
                                              .out = delta,
                                              .stream = s,
                                              .cublas = ctx->cublas,
-                                             .norm = &next,
+                                             .norm = parallel() ? nullptr : &next,
                                              .add = w.has_shared ? shared_out : nullptr,
                                              .x_quantized = moe_in.x_hat != nullptr,
                                              .input_norm = block_norm ? &input : nullptr}));
@@ -357,6 +375,7 @@ Status CudaDecoder::run(int64_t T, int64_t R, int64_t splits) {
       NIB_RETURN_IF_ERROR(swiglu_mlp(w.gate, w.up, w.down, h, T, delta));
       profiler.mark("dense MLP");
     }
+    NIB_RETURN_IF_ERROR(all_reduce(delta, T * H));  // routed and shared experts' partial sums together
   }
   if (R == 0) return Status::ok();
   // x += the last MLP output (the normed copy in h is unused), then the final norm of the rows
@@ -364,8 +383,40 @@ Status CudaDecoder::run(int64_t T, int64_t R, int64_t splits) {
   if (!normed) NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, delta, T, H, final_norm, eps, h, s));
   NIB_RETURN_IF_ERROR(cuda::add_rmsnorm(x, nullptr, R, H, final_norm, eps, final_rows, s, st.rows));
   profiler.mark("norms");
-  NIB_RETURN_IF_ERROR(run_linear(lm_head, final_rows, R, ActQuant::NONE, logits_));
+  NIB_RETURN_IF_ERROR(run_linear(lm_head, final_rows, R, ActQuant::NONE, parallel() ? logits_part : logits_));
+  if (parallel()) NIB_RETURN_IF_ERROR(gather_logits(R));
   profiler.mark("lm_head");
+  return Status::ok();
+}
+
+Status CudaDecoder::all_reduce(float* data, int64_t count) {
+  return parallel() ? options.collectives->all_reduce_sum(data, count, stream()) : Status::ok();
+}
+
+Status CudaDecoder::row_parallel_input(const DeviceLinear& l, const uint16_t* in, int64_t M, ActQuant mode,
+                                       bool& quantized) {
+  quantized = false;
+  if (!parallel() || mode != ActQuant::PER_TOKEN || !l.nvfp4 || !gemm.act_workspace) return Status::ok();
+  NIB_RETURN_IF_ERROR(cuda::row_amax_bf16(in, M, l.in, row_amax, stream()));
+  NIB_RETURN_IF_ERROR(options.collectives->all_reduce_max(row_amax, M, stream()));
+  NIB_RETURN_IF_ERROR(
+      cuda::quantize_dequantize_activation_bf16_of_amax(in, M, l.in, row_amax, gemm.act_workspace, gemm.row_scales,
+                                                        stream()));
+  quantized = true;
+  return Status::ok();
+}
+
+// Each rank's [R, vocab_rows] gathered as [rank, R, vocab_rows], then laid out as [R, vocab] (exact:
+// each logit is computed whole on one rank).
+Status CudaDecoder::gather_logits(int64_t R) {
+  const int64_t n = options.collectives->size(), V = config_.vocab_size, Vr = vocab_rows;
+  NIB_RETURN_IF_ERROR(options.collectives->all_gather(logits_part, logits_gathered, R * Vr * 4, stream()));
+  for (int64_t r = 0; r < n; ++r)
+    NIB_RETURN_IF_ERROR(cuda::cuda_status(
+        cudaMemcpy2DAsync(logits_ + r * Vr, static_cast<size_t>(V) * 4, logits_gathered + r * R * Vr,
+                          static_cast<size_t>(Vr) * 4, static_cast<size_t>(Vr) * 4, static_cast<size_t>(R),
+                          cudaMemcpyDeviceToDevice, stream()),
+        "laying out the gathered logits"));
   return Status::ok();
 }
 
@@ -412,6 +463,7 @@ Status CudaDecoder::capture_decode_graphs(int64_t max_batch) {
     log_info("NIBBLE_DIAG_PROFILE_STEPS=1: every step runs eagerly, timed op by op");
     return Status::ok();
   }
+  if (parallel() && !options.collectives->capturable()) return Status::ok();  // ranks sharing a GPU: eager
   const int64_t limit = std::min({max_batch, options.max_tokens, options.max_rows, options.max_seqs});
   // Sizes that run the one-launch attention also get a graph of FlashInfer's for long contexts.
   const int64_t long_limit = flashinfer ? std::min(limit, options.one_launch_decode_max_rows) : 0;

@@ -43,6 +43,10 @@ struct DeviceLayer {
   DeviceLinear gate, up, down;  // dense MLP layers
 };
 
+// The config as a rank sees it: the heads, KV heads and MLP / expert widths of its slices (the
+// checkpoint's own on one GPU); the vocabulary stays the model's.
+io::ModelConfig rank_config(const io::BoundCheckpoint& checkpoint);
+
 class CudaDecoder final : public CudaModel {
  public:
   static Status supports(const io::BoundCheckpoint& checkpoint);
@@ -50,7 +54,8 @@ class CudaDecoder final : public CudaModel {
                                                    const CudaModelOptions& options, cuda::DeviceContext& ctx);
   ~CudaDecoder() override;
 
-  const io::ModelConfig& config() const override { return config_; }
+  // The model's config; config_ below is the rank's view of it (heads and widths of its slices).
+  const io::ModelConfig& config() const override { return checkpoint->bound.config; }
   int64_t kv_bytes_per_block() const override;
   Status allocate_kv_cache(int64_t n_blocks) override;
   int64_t n_kv_blocks() const override { return n_blocks; }
@@ -96,9 +101,18 @@ class CudaDecoder final : public CudaModel {
   cuda::NormActQuant moe_quant(const DeviceLayer& w) const;
   // The attention plan a graph of this step is captured with (empty where none applies).
   std::vector<int64_t> attention_plan() const;
+  // Tensor parallelism (options.collectives of more than one rank): the partial sums of a row-parallel
+  // output summed over the ranks; a row-parallel linear's per-token input quantized with the whole
+  // row's amax (sets `quantized`); the vocabulary-parallel logits gathered into logits_.
+  bool parallel() const { return options.collectives && options.collectives->size() > 1; }
+  Status all_reduce(float* data, int64_t count);
+  Status row_parallel_input(const DeviceLinear& l, const uint16_t* in, int64_t M, formats::ActQuant mode,
+                            bool& quantized);
+  Status gather_logits(int64_t R);
 
   std::shared_ptr<const io::LoadedCheckpoint> checkpoint;
-  io::ModelConfig config_;
+  io::ModelConfig config_;  // narrowed to the rank's slices (rank_config)
+  int64_t vocab_begin = 0, vocab_rows = 0;  // the rank's embedding and lm_head rows
   CudaModelOptions options;
   cuda::DeviceContext* ctx = nullptr;
   uint16_t *embed = nullptr, *final_norm = nullptr;
@@ -110,6 +124,9 @@ class CudaDecoder final : public CudaModel {
   // The o projection's per-token row scales when it left delta unscaled (cuBLAS), for the norm that adds it.
   const float* delta_row_scales = nullptr;
   float *mlp_gate = nullptr, *mlp_up = nullptr, *logits_ = nullptr, *shared_out = nullptr;
+  // Tensor parallelism: the rank's logits [R, vocab_rows], every rank's [ranks, R, vocab_rows], and the
+  // rows' amax of a row-parallel per-token input.
+  float *logits_part = nullptr, *logits_gathered = nullptr, *row_amax = nullptr;
   uint16_t *h = nullptr, *attn = nullptr, *mlp_act = nullptr, *final_rows = nullptr;
   cuda::GemmContext gemm;
   std::unique_ptr<cuda::MoeWorkspace> moe_ws;

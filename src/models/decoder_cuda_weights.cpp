@@ -12,8 +12,24 @@
 
 namespace nibble::models {
 
+io::ModelConfig rank_config(const io::BoundCheckpoint& b) {
+  io::ModelConfig c = b.config;
+  const auto rows = [&](const std::string& name) {
+    const auto it = b.linears.find(name);
+    return it == b.linears.end() ? int64_t(-1) : it->second.module.shape[0];
+  };
+  if (const int64_t q = rows("model.layers.0.self_attn.q_proj"); q > 0) c.num_attention_heads = q / c.head_dim;
+  if (const int64_t k = rows("model.layers.0.self_attn.k_proj"); k > 0) c.num_key_value_heads = k / c.head_dim;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
+    if (const int64_t e = rows(p + "experts.0.gate_proj"); e > 0 && c.is_moe_layer(l)) c.moe_intermediate_size = e;
+    if (const int64_t d = rows(p + "gate_proj"); d > 0 && !c.is_moe_layer(l)) c.intermediate_size = d;
+  }
+  return c;
+}
+
 Status CudaDecoder::supports(const io::BoundCheckpoint& b) {
-  const io::ModelConfig& c = b.config;
+  const io::ModelConfig c = rank_config(b);
   const bool moe = c.num_experts > 0;
   if (c.hidden_size % 64 != 0 || (moe && c.moe_intermediate_size % 64 != 0))
     return Status::error(
@@ -163,9 +179,10 @@ Status CudaDecoder::upload(const io::BoundCheckpoint& b, bool allocate) {
   for (const io::ModuleSpec& m : b.modules) bytes_total += m.nbytes();
   upload_start = std::chrono::steady_clock::now();
   NIB_RETURN_IF_ERROR(tensor(embed, b, "model.embed_tokens.weight", allocate));
+  vocab_rows = b.tensors.at("model.embed_tokens.weight").shape[0];  // the rank's rows (all on one GPU)
   NIB_RETURN_IF_ERROR(tensor(final_norm, b, "model.norm.weight", allocate));
   if (config_.tie_word_embeddings)
-    lm_head = {config_.vocab_size, config_.hidden_size, false, {}, embed, 0.0f};
+    lm_head = {vocab_rows, config_.hidden_size, false, {}, embed, 0.0f};
   else
     NIB_RETURN_IF_ERROR(linear(lm_head, b, "lm_head", allocate));
   if (allocate) layers.resize(static_cast<size_t>(config_.num_hidden_layers));

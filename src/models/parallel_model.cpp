@@ -10,10 +10,8 @@
 #include "core/collectives.h"
 
 namespace nibble::models {
-namespace {
 
-// What every rank must agree on: the config and each of its modules' names, shapes and formats.
-std::string layout_key(const io::LoadedCheckpoint& c) {
+std::string rank_layout_key(const io::LoadedCheckpoint& c) {
   const io::ModelConfig& m = c.bound.config;
   std::string key = m.architecture + "/" + std::to_string(m.num_hidden_layers) + "/" + std::to_string(m.hidden_size) +
                     "/" + std::to_string(m.vocab_size) + "/" + std::to_string(m.num_experts) + "/" +
@@ -24,6 +22,8 @@ std::string layout_key(const io::LoadedCheckpoint& c) {
   }
   return key;
 }
+
+namespace {
 
 class ParallelModel final : public Model {
  public:
@@ -48,7 +48,7 @@ class ParallelModel final : public Model {
       Rank& k = ranks_.emplace_back();
       k.checkpoint = std::move(loaded.value());
       k.collectives = group_.rank(r);
-      if (layout_key(*k.checkpoint) != layout_key(*ranks_[0].checkpoint))
+      if (rank_layout_key(*k.checkpoint) != rank_layout_key(*ranks_[0].checkpoint))
         return Status::error("rank " + std::to_string(r) + " read a different checkpoint layout from " + path +
                              " than rank 0 (was it replaced while loading?)");
       ModelOptions o = options;

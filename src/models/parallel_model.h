@@ -11,6 +11,9 @@
 
 namespace nibble::models {
 
+// What every rank of a group must agree on: the config and each module's name, shape and format.
+std::string rank_layout_key(const io::LoadedCheckpoint& checkpoint);
+
 // `size` ranks of the checkpoint at `path` (tensor parallelism; with expert_parallel the experts are
 // dealt out whole). Errors: a dimension that does not split (io::partition's), ranks whose checkpoints
 // differ. The KvCache a forward is given sets only the block count, size and dtype: each rank keeps

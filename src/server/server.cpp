@@ -87,13 +87,16 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
 
   // Each runner reads the checkpoint (once) and sizes its KV cache; the context length follows the
   // smallest. Data-parallel engines go round the visible GPUs, those sharing one splitting its memory.
+  // With tensor parallelism an engine takes tensor_parallel_size GPUs from its device on.
   const int dp = static_cast<int>(o.data_parallel_size);
   const int gpus = engine::cuda_device_count();
+  const int groups = std::max(gpus / static_cast<int>(o.tensor_parallel_size), 1);
   std::vector<std::unique_ptr<engine::ModelRunner>> runners;
   for (int i = 0; i < dp; ++i) {
     engine::RunnerOptions ro = runner_options(o);
     if (gpus > 0 && ro.backend != engine::Backend::CPU)
-      ro.device = i % gpus, ro.engines_on_device = dp / gpus + (ro.device < dp % gpus ? 1 : 0);
+      ro.device = (i % groups) * static_cast<int>(o.tensor_parallel_size),
+      ro.engines_on_device = dp / groups + (i % groups < dp % groups ? 1 : 0);
     else
       ro.engines_on_device = dp;  // CPU engines share the host's KV budget
     auto runner = engine::create_runner(o.model_path, ro);

@@ -187,6 +187,7 @@ int run_bench_latency(const BenchLatencyOptions& o) {
         std::max<int64_t>({o.prefill_chunk > 0 ? o.prefill_chunk : max_pp, 2048, max_batch + max_mixed});
     ro.enforce_eager = o.enforce_eager;
     ro.config_overrides = {o.hf_overrides, o.rope_scaling};
+    ro.tensor_parallel_size = o.tensor_parallel_size;
     const Clock::time_point load_start = Clock::now();
     auto runner = engine::create_runner(o.model, ro);
     if (!runner) return fail(runner.status().message());

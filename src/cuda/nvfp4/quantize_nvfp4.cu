@@ -72,7 +72,7 @@ template <class In>
 __global__ void __launch_bounds__(THREADS)
     quantize_dequantize_kernel(const In* __restrict__ x, int64_t rows, int64_t cols, float input_scale,
                                uint16_t* __restrict__ x_hat, float* __restrict__ row_scales, int group,
-                               bool fragment_order) {
+                               bool fragment_order, const float* __restrict__ given_amax) {
   pdl_wait();
   pdl_launch_dependents();
   __shared__ float warp_amax[THREADS / 32];
@@ -88,7 +88,9 @@ __global__ void __launch_bounds__(THREADS)
     if (live && b < n_blocks) load_block(x_row + b * formats::NVFP4_BLOCK, held[i]);
   }
   float row_amax = 0.0f;
-  if (input_scale == 0.0f) {  // uniform over the CTA
+  if (given_amax) {
+    if (live) row_amax = given_amax[row];
+  } else if (input_scale == 0.0f) {  // uniform over the CTA
 #pragma unroll
     for (int i = 0; i < MAX_HELD_BLOCKS; ++i)
       if (live && t + i * group < n_blocks)
@@ -140,7 +142,8 @@ __global__ void __launch_bounds__(THREADS)
 
 template <class In>
 Status quantize_dequantize(const In* x, int64_t rows, int64_t cols, float input_scale, uint16_t* x_hat,
-                           float* row_scales, cudaStream_t stream, bool fragment_order = false) {
+                           float* row_scales, cudaStream_t stream, bool fragment_order = false,
+                           const float* given_amax = nullptr) {
   if (cols <= 0 || cols % formats::NVFP4_BLOCK != 0)
     return Status::error("quantize_dequantize_activation: cols = " + std::to_string(cols) +
                          " is not a positive multiple of 16");
@@ -163,7 +166,8 @@ Status quantize_dequantize(const In* x, int64_t rows, int64_t cols, float input_
   const int64_t rows_per_cta = THREADS / group;
   return cuda_status(
       launch_pdl(quantize_dequantize_kernel<In>, dim3(unsigned((rows + rows_per_cta - 1) / rows_per_cta)),
-                 dim3(THREADS), 0, stream, x, rows, cols, input_scale, x_hat, row_scales, group, fragment_order),
+                 dim3(THREADS), 0, stream, x, rows, cols, input_scale, x_hat, row_scales, group, fragment_order,
+                 given_amax),
       "quantize_dequantize_activation launch");
 }
 
@@ -172,6 +176,40 @@ Status quantize_dequantize(const In* x, int64_t rows, int64_t cols, float input_
 Status quantize_dequantize_activation_bf16(const uint16_t* x, int64_t rows, int64_t cols, float input_scale,
                                            uint16_t* x_hat, float* row_scales, cudaStream_t stream) {
   return quantize_dequantize(x, rows, cols, input_scale, x_hat, row_scales, stream);
+}
+
+Status quantize_dequantize_activation_bf16_of_amax(const uint16_t* x, int64_t rows, int64_t cols,
+                                                   const float* row_amax, uint16_t* x_hat, float* row_scales,
+                                                   cudaStream_t stream) {
+  if (!row_amax) return Status::error("quantize_dequantize_activation_bf16_of_amax: no row amax");
+  return quantize_dequantize(x, rows, cols, 0.0f, x_hat, row_scales, stream, false, row_amax);
+}
+
+// A warp a row: the largest |x| of each row.
+__global__ void row_amax_kernel(const uint16_t* __restrict__ x, int64_t rows, int64_t cols, float* __restrict__ amax) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t row = int64_t(blockIdx.x) * (THREADS / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const uint16_t* r = x + row * cols;
+  float m = 0.0f;
+  for (int64_t c = (threadIdx.x & 31) * 8; c < cols; c += 32 * 8) {  // 16-byte loads (cols % 16 == 0)
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(r + c));
+    for (uint32_t w : {v.x, v.y, v.z, v.w})
+      m = fmaxf(m, fmaxf(fabsf(formats::bf16_decode(uint16_t(w & 0xFFFF))), fabsf(formats::bf16_decode(uint16_t(w >> 16)))));
+  }
+  for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+  if ((threadIdx.x & 31) == 0) amax[row] = m;
+}
+
+Status row_amax_bf16(const uint16_t* x, int64_t rows, int64_t cols, float* amax, cudaStream_t stream) {
+  if (cols <= 0 || cols % formats::NVFP4_BLOCK != 0)
+    return Status::error("row_amax_bf16: cols = " + std::to_string(cols) + " is not a positive multiple of 16");
+  if (rows == 0) return Status::ok();
+  const int64_t rows_per_cta = THREADS / 32;
+  return cuda_status(launch_pdl(row_amax_kernel, dim3(unsigned((rows + rows_per_cta - 1) / rows_per_cta)),
+                                dim3(THREADS), 0, stream, x, rows, cols, amax),
+                     "row_amax_bf16 launch");
 }
 
 Status quantize_dequantize_activation_f32(const float* x, int64_t rows, int64_t cols, float input_scale,

@@ -23,6 +23,14 @@ Status quantize_activation_nvfp4(const float* x, int64_t rows, int64_t cols, flo
 // (x̂ · Ŵ). Twin of what ref::linear_nvfp4 does to its input in the STATIC and PER_TOKEN modes.
 Status quantize_dequantize_activation_bf16(const uint16_t* x, int64_t rows, int64_t cols, float input_scale,
                                            uint16_t* x_hat, float* row_scales, cudaStream_t stream);
+// Per-token mode with each row's amax given (row_amax [rows], device): a tensor-parallel rank's slice
+// of a row quantized with the whole row's amax, which the ranks exchange (an all-reduce max of
+// row_amax_bf16's), so the split linear keeps one GPU's numerics.
+Status quantize_dequantize_activation_bf16_of_amax(const uint16_t* x, int64_t rows, int64_t cols,
+                                                   const float* row_amax, uint16_t* x_hat, float* row_scales,
+                                                   cudaStream_t stream);
+// amax[r] = max |x[r, :]| (x BF16 [rows, cols], cols a multiple of 16).
+Status row_amax_bf16(const uint16_t* x, int64_t rows, int64_t cols, float* amax, cudaStream_t stream);
 // The same from fp32 input (the MoE down projection re-quantizes the fp32 SwiGLU output, as the
 // reference does). fragment_order: x̂'s columns in fragment order (nvfp4_layout.h; cols a multiple of
 // 32), the wgmma MoE down's input; the blocks quantized are the natural ones either way.

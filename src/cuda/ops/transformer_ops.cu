@@ -16,12 +16,16 @@ namespace nibble::cuda {
 namespace {
 
 __global__ void embedding_kernel(const int32_t* ids, const int32_t* drawn, const uint16_t* table, int64_t hidden,
-                                 float* out) {
+                                 float* out, int64_t vocab_begin, int64_t vocab_rows) {
   pdl_wait();
   pdl_launch_dependents();
   const int64_t t = blockIdx.x;
-  const int32_t id = ids[t] >= 0 ? ids[t] : drawn[-1 - ids[t]];
-  const uint16_t* row = table + static_cast<int64_t>(id) * hidden;
+  const int64_t id = (ids[t] >= 0 ? ids[t] : drawn[-1 - ids[t]]) - vocab_begin;
+  if (id < 0 || id >= vocab_rows) {  // another rank's row
+    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[t * hidden + i] = 0.0f;
+    return;
+  }
+  const uint16_t* row = table + id * hidden;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[t * hidden + i] = bf16_to_float(row[i]);
 }
 
@@ -180,11 +184,11 @@ int grid_for(int64_t n, int threads) { return static_cast<int>(std::min<int64_t>
 }  // namespace
 
 Status embedding_gather(const int32_t* ids, int64_t tokens, const uint16_t* table, int64_t hidden, float* out,
-                        cudaStream_t stream, const int32_t* drawn) {
+                        cudaStream_t stream, const int32_t* drawn, int64_t vocab_begin, int64_t vocab_rows) {
   if (tokens <= 0) return Status::ok();
-  return cuda_status(
-      launch_pdl(embedding_kernel, dim3(unsigned(tokens)), dim3(256), 0, stream, ids, drawn, table, hidden, out),
-      "embedding_gather");
+  return cuda_status(launch_pdl(embedding_kernel, dim3(unsigned(tokens)), dim3(256), 0, stream, ids, drawn, table,
+                                hidden, out, vocab_begin, vocab_rows),
+                     "embedding_gather");
 }
 
 Status add_rmsnorm(float* residual, const float* delta, int64_t n_rows, int64_t width, const uint16_t* weight,

@@ -14,8 +14,11 @@ namespace nibble::cuda {
 
 // out[t] = table[ids[t]] as fp32 (ref::embedding). ids < vocab is the caller's check. A pending id
 // (models::pending_token(j), negative) reads drawn[j] instead: the token the step before drew.
+// Vocabulary-parallel (a tensor-parallel rank): table holds rows [vocab_begin, vocab_begin +
+// vocab_rows) and other ids give zeros, so the ranks' sum is the whole embedding.
 Status embedding_gather(const int32_t* ids, int64_t tokens, const uint16_t* table, int64_t hidden, float* out,
-                        cudaStream_t stream, const int32_t* drawn = nullptr);
+                        cudaStream_t stream, const int32_t* drawn = nullptr, int64_t vocab_begin = 0,
+                        int64_t vocab_rows = INT32_MAX);
 
 // A norm's optional W4A4 output (x_hat null: none): x̂ [rows, width] BF16 of its BF16 output and
 // each row's scale, bit for bit what quantize_dequantize_activation_bf16 computes from that output

@@ -1,0 +1,213 @@
+// ParallelCudaModel (parallel_cuda_model.h): a worker thread a rank, bound to the rank's GPU; every
+// operation runs on all ranks at once (their collectives meet each other) and returns when each rank
+// has queued its part. A rank that fails stops the group's collectives, so that no rank waits forever.
+#include "models/parallel_cuda_model.h"
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/collectives.h"
+#include "core/log.h"
+#include "models/parallel_model.h"
+
+namespace nibble::models {
+namespace {
+
+class ParallelCudaModel final : public CudaModel {
+ public:
+  ParallelCudaModel(const io::ParallelConfig& group, std::vector<int> devices)
+      : group_(group), devices_(std::move(devices)), ranks_(static_cast<size_t>(group.size)) {
+    for (int64_t r = 0; r < group.size; ++r) threads_.emplace_back([this, r] { serve(r); });
+  }
+  ~ParallelCudaModel() override {
+    // The models and contexts go on their own threads' devices, before the threads end.
+    (void)on_all([&](Rank& k) {
+      k.model.reset();
+      k.collectives.reset();
+      k.own_ctx.reset();
+      return Status::ok();
+    });
+    {
+      std::lock_guard lock(mutex_);
+      quit_ = true;
+    }
+    start_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  Status init(const std::string& path, const io::ConfigOverrides& overrides, const CudaModelOptions& options,
+              cuda::DeviceContext& ctx) {
+    path_ = path, overrides_ = overrides;
+    const int64_t n = group_.size;
+    const bool distinct = std::set<int>(devices_.begin(), devices_.end()).size() == devices_.size();
+    cuda::NcclId id;
+    if (distinct) {
+      auto version = cuda::nccl_version();
+      if (!version) return Status::error("--tensor-parallel-size " + std::to_string(n) + ": " + version.status().message());
+      log_info("tensor parallelism over " + std::to_string(n) + " GPUs through NCCL " + *version);
+      auto made = cuda::nccl_unique_id();
+      if (!made) return made.status();
+      id = *made;
+    } else {
+      host_group_ = std::make_shared<HostGroup>(n);
+      log_warn("tensor parallelism: " + std::to_string(n) + " ranks share " +
+               std::to_string(std::set<int>(devices_.begin(), devices_.end()).size()) +
+               " GPU(s), so they exchange through host memory and every step runs eagerly (a test layout: give "
+               "each rank a GPU of its own for speed)");
+    }
+    // Each rank loads its slices, joins the group (NCCL's init waits for every rank) and uploads.
+    return on_all([&](Rank& k) {
+      const int64_t r = &k - ranks_.data();
+      io::ParallelConfig rank = group_;
+      rank.rank = r;
+      auto loaded = io::load_checkpoint(path, overrides, rank);
+      if (!loaded) return loaded.status();
+      k.checkpoint = std::move(loaded.value());
+      if (distinct) {
+        auto c = cuda::nccl_collectives(id, n, r);
+        if (!c) return c.status();
+        k.collectives = std::move(c.value());
+      } else {
+        k.collectives = cuda::host_staged_collectives(host_group_->rank(r), host_group_);
+      }
+      cuda::DeviceContext* rank_ctx = &ctx;
+      if (r > 0) {
+        auto c = cuda::DeviceContext::create(devices_[static_cast<size_t>(r)]);
+        if (!c) return c.status();
+        k.own_ctx = std::move(c.value());
+        rank_ctx = k.own_ctx.get();
+      }
+      CudaModelOptions o = options;
+      o.collectives = k.collectives.get();
+      auto model = create_cuda_model(k.checkpoint, o, *rank_ctx);
+      if (!model) return model.status();
+      k.model = std::move(model.value());
+      return Status::ok();
+    });
+  }
+
+  // After init: every rank read the same layout.
+  Status check_layouts() const {
+    const std::string first = rank_layout_key(*ranks_[0].checkpoint);
+    for (size_t r = 1; r < ranks_.size(); ++r)
+      if (rank_layout_key(*ranks_[r].checkpoint) != first)
+        return Status::error("rank " + std::to_string(r) + " read a different checkpoint layout from " + path_ +
+                             " than rank 0 (was it replaced while loading?)");
+    return Status::ok();
+  }
+
+  const io::ModelConfig& config() const override { return ranks_[0].model->config(); }
+  int64_t kv_bytes_per_block() const override { return ranks_[0].model->kv_bytes_per_block(); }
+  Status allocate_kv_cache(int64_t n_blocks) override {
+    return on_all([&](Rank& k) { return k.model->allocate_kv_cache(n_blocks); });
+  }
+  int64_t n_kv_blocks() const override { return ranks_[0].model->n_kv_blocks(); }
+  Status capture_decode_graphs(int64_t max_batch) override {
+    return on_all([&](Rank& k) { return k.model->capture_decode_graphs(max_batch); });
+  }
+  // Each rank reads its slices of the new checkpoint (the one given is the whole model's layout check).
+  Status reload(std::shared_ptr<const io::LoadedCheckpoint> checkpoint) override {
+    return on_all([&](Rank& k) {
+      io::ParallelConfig rank = group_;
+      rank.rank = &k - ranks_.data();
+      auto loaded = io::load_checkpoint(checkpoint->path, overrides_, rank);
+      if (!loaded) return loaded.status();
+      std::shared_ptr<const io::LoadedCheckpoint> next = std::move(loaded.value());
+      NIB_RETURN_IF_ERROR(k.model->reload(next));
+      k.checkpoint = std::move(next);
+      return Status::ok();
+    });
+  }
+  Status forward(const Batch& batch) override {
+    return on_all([&](Rank& k) { return k.model->forward(batch); });
+  }
+  const float* logits() const override { return ranks_[0].model->logits(); }
+  int32_t* drawn_tokens() override { return ranks_[0].model->drawn_tokens(); }
+  std::string profile_report() const override { return ranks_[0].model->profile_report(); }
+
+ private:
+  struct Rank {
+    std::shared_ptr<const io::LoadedCheckpoint> checkpoint;
+    std::unique_ptr<cuda::DeviceCollectives> collectives;
+    std::unique_ptr<cuda::DeviceContext> own_ctx;  // ranks 1..n-1 (rank 0 runs on the runner's)
+    std::unique_ptr<CudaModel> model;
+    Status status;
+  };
+
+  // Runs fn on every rank's thread at once; the first rank's error, after every rank has returned.
+  Status on_all(const std::function<Status(Rank&)>& fn) {
+    {
+      std::lock_guard lock(mutex_);
+      task_ = &fn, running_ = static_cast<int64_t>(ranks_.size()), ++generation_;
+    }
+    start_.notify_all();
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return running_ == 0; });
+    task_ = nullptr;
+    Status first;
+    for (const Rank& k : ranks_)
+      if (!k.status && first) first = k.status;
+    if (!first)
+      for (const Rank& k : ranks_)
+        if (k.collectives) k.collectives->reset();  // every rank returned: the host group may meet again
+    return first;
+  }
+
+  void serve(int64_t r) {
+    cudaSetDevice(devices_[static_cast<size_t>(r)]);
+    Rank& k = ranks_[static_cast<size_t>(r)];
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<Status(Rank&)>* task = nullptr;
+      {
+        std::unique_lock lock(mutex_);
+        start_.wait(lock, [&] { return quit_ || generation_ != seen; });
+        if (quit_) return;
+        seen = generation_, task = task_;
+      }
+      k.status = (*task)(k);
+      if (!k.status)  // the others must not wait for this rank in a collective
+        for (Rank& other : ranks_)
+          if (other.collectives) other.collectives->stop("rank " + std::to_string(r) + ": " + k.status.message());
+      std::lock_guard lock(mutex_);
+      if (--running_ == 0) done_.notify_all();
+    }
+  }
+
+  io::ParallelConfig group_;
+  std::vector<int> devices_;
+  std::string path_;
+  io::ConfigOverrides overrides_;
+  std::shared_ptr<HostGroup> host_group_;
+  std::vector<Rank> ranks_;
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable start_, done_;
+  const std::function<Status(Rank&)>* task_ = nullptr;
+  uint64_t generation_ = 0;
+  int64_t running_ = 0;
+  bool quit_ = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<CudaModel>> create_parallel_cuda_model(const std::string& path,
+                                                              const io::ConfigOverrides& overrides,
+                                                              const io::ParallelConfig& group,
+                                                              const std::vector<int>& devices,
+                                                              const CudaModelOptions& options,
+                                                              cuda::DeviceContext& ctx) {
+  if (group.size < 2 || static_cast<int64_t>(devices.size()) != group.size)
+    return Status::error("create_parallel_cuda_model: a device for each of " + std::to_string(group.size) + " ranks");
+  if (group.expert_parallel)
+    return Status::error("create_parallel_cuda_model: the GPU ranks split experts tensor-parallel only");
+  auto model = std::make_unique<ParallelCudaModel>(group, devices);
+  NIB_RETURN_IF_ERROR(model->init(path, overrides, options, ctx));
+  NIB_RETURN_IF_ERROR(model->check_layouts());
+  return std::unique_ptr<CudaModel>(std::move(model));
+}
+
+}  // namespace nibble::models

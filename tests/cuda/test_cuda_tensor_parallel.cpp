@@ -1,0 +1,211 @@
+// Tensor parallelism on the GPU: `--tensor-parallel-size 2` against one rank in all three activation
+// modes, and NCCL's communicator. On a one-GPU machine both ranks share the card and meet through host
+// memory (NCCL refuses two ranks on a device), which checks the split itself — the slices each rank
+// uploads, the vocabulary-parallel embedding and lm_head, the all-reduces, the whole-row amax of
+// per-token inputs, the pending tokens broadcast from rank 0; with two GPUs or more the ranks take a GPU
+// each and meet through NCCL, inside the decode graphs.
+//
+// Tolerances: a split changes only where fp32 partial sums meet (o_proj and the MLP / expert down
+// projections sum two halves), a last-bit difference, except where it flips a near-tied router
+// choice (test_cuda_runner's measure of the same effect): rows within 5e-2 · max|logit|, mean relative
+// L2 within 2e-2, greedy tokens equal where the margin is clear. Per-token W4A4 quantizes the experts'
+// down input over each rank's slice of the row (the fused MoE kernels see only it), a different
+// quantization: its mean L2 from one rank must stay within the mode's own noise (one rank's distance
+// between per-token and W4A16). The model: small-ernie (a dense layer, shared experts, an fp32 router);
+// NIBBLE_TEST_MODEL=DIR runs on another checkpoint (the device script adds Qwen3-30B-A3B's 4-layer slice).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include "cuda/parallel/device_collectives.cuh"
+#include "cuda_test_util.cuh"
+#include "engine/model_runner.h"
+#include "test_seed.h"
+#include "tools/synth.h"
+
+using namespace nibble;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double TOLERANCE = 5e-2, MEAN_TOLERANCE = 2e-2;
+
+std::string test_model() {
+  if (const char* env = std::getenv("NIBBLE_TEST_MODEL")) return env;
+  static const std::string dir = [] {
+    const fs::path d = fs::temp_directory_path() / ("nibble_cuda_tp_" + std::to_string(getpid()));
+    tools::SynthOptions o;
+    o.preset = "small-ernie";  // its expert width halves to the GPU kernels' 64 (small-moe's would not)
+    o.out_dir = d.string();
+    o.seed = 12;
+    auto r = tools::synth_checkpoint(o);
+    EXPECT_TRUE(r.is_ok()) << r.status().message();
+    return d.string();
+  }();
+  return dir;
+}
+
+std::unique_ptr<engine::ModelRunner> runner(formats::ActQuant mode, int64_t tp, bool eager = false) {
+  engine::RunnerOptions o;
+  o.backend = engine::Backend::CUDA;
+  o.enforce_eager = eager;
+  o.act_quant_moe = o.act_quant_dense = mode;
+  o.num_kv_blocks = 64;
+  o.max_num_batched_tokens = 512;
+  o.max_num_seqs = 8;
+  o.tensor_parallel_size = tp;
+  auto r = engine::create_runner(test_model(), o);
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  return r.is_ok() ? std::move(r.value()) : nullptr;
+}
+
+double row_error(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
+  double worst = 0;
+  for (size_t r = 0; r * vocab < b.size(); ++r) {
+    double diff = 0, scale = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      diff = std::max(diff, std::fabs(double(a[r * vocab + i]) - b[r * vocab + i]));
+      scale = std::max(scale, std::fabs(double(b[r * vocab + i])));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
+}
+
+double l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < b.size(); ++i) diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), norm += double(b[i]) * b[i];
+  return std::sqrt(diff / norm);
+}
+
+models::Batch one_sequence(const std::vector<int32_t>& tokens, int64_t start) {
+  models::Batch b;
+  b.token_ids = tokens;
+  b.sequences = {{{0, 1, 2, 3, 4, 5, 6, 7}, start, static_cast<int64_t>(tokens.size())}};
+  b.logits_rows = {static_cast<int64_t>(tokens.size()) - 1};
+  return b;
+}
+
+int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+TEST(CudaTensorParallel, TwoRanksMatchOneInEveryMode) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaTensorParallel.TwoRanksMatchOneInEveryMode");
+  for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
+    auto one = runner(mode, 1), two = runner(mode, 2), w4a16 = runner(formats::ActQuant::NONE, 1);
+    ASSERT_TRUE(one && two && w4a16);
+    const int64_t V = one->config().vocab_size;
+    std::mt19937_64 rng(seed);
+    std::vector<int32_t> prompt(45);
+    for (int32_t& t : prompt) t = int32_t(rng() % V);
+    std::vector<float> l1, l2_, ln;
+    double worst = 0, mean = 0, noise = 0;
+    int clear = 0, agreed = 0, rows = 0;
+    int64_t position = 0;
+    std::vector<int32_t> input = prompt;
+    for (int step = 0; step < 11; ++step, ++rows) {  // the prefill, then 10 decode steps on one rank's tokens
+      const models::Batch b = one_sequence(input, position);
+      ASSERT_TRUE(one->forward_logits(b, l1).is_ok());
+      ASSERT_TRUE(two->forward_logits(b, l2_).is_ok());
+      ASSERT_TRUE(w4a16->forward_logits(b, ln).is_ok());
+      worst = std::max(worst, row_error(l2_, l1, V));
+      mean += l2(l2_, l1), noise += l2(l1, ln);
+      std::vector<float> sorted = l1;
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+      const double scale = std::max(std::fabs(double(sorted[0])), std::fabs(double(*std::min_element(l1.begin(), l1.end()))));
+      if (sorted[0] - sorted[1] > 2 * TOLERANCE * scale) ++clear, agreed += argmax(l1) == argmax(l2_);
+      position += static_cast<int64_t>(input.size());
+      input = {argmax(l1)};
+    }
+    mean /= rows, noise /= rows;
+    std::printf("mode %s: TP2 against one rank: max row error %.2e, mean L2 %.3e (mode noise %.3e); greedy %d/%d "
+                "clear-margin tokens agree\n",
+                formats::act_quant_name(mode), worst, mean, noise, agreed, clear);
+    if (mode == formats::ActQuant::PER_TOKEN) {
+      EXPECT_LE(mean, noise);
+    } else {
+      EXPECT_LE(worst, TOLERANCE) << formats::act_quant_name(mode);
+      EXPECT_LE(mean, MEAN_TOLERANCE) << formats::act_quant_name(mode);
+      EXPECT_EQ(agreed, clear) << formats::act_quant_name(mode);
+    }
+  }
+}
+
+// Sampling on rank 0 with the next step's ids pending on the device (broadcast to every rank): the
+// greedy tokens of overlapped steps equal those of one rank where its logits' margin is clear.
+TEST(CudaTensorParallel, PendingTokensReachEveryRank) {
+  NIB_SKIP_WITHOUT_GPU();
+  auto one = runner(formats::ActQuant::NONE, 1), two = runner(formats::ActQuant::NONE, 2);
+  ASSERT_TRUE(one && two);
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  const std::vector<int32_t> prompt = {11, 22, 33, 44, 55, 66, 77};
+  auto run = [&](engine::ModelRunner& r) {
+    std::vector<int32_t> out;
+    std::vector<int32_t> view;
+    engine::SampleRow row{&greedy, {prompt, view, {}}, {1, prompt.size()}};
+    EXPECT_TRUE(r.launch(one_sequence(prompt, 0), std::span<const engine::SampleRow>(&row, 1)).is_ok());
+    for (int step = 0; step < 6; ++step) {
+      view = out;
+      view.push_back(models::pending_token(0));
+      row = {&greedy, {prompt, view, {}}, {1, prompt.size() + out.size() + 1}};
+      EXPECT_TRUE(r.launch(one_sequence({models::pending_token(0)}, int64_t(prompt.size() + out.size())),
+                           std::span<const engine::SampleRow>(&row, 1))
+                      .is_ok());
+      engine::StepOutput collected;
+      EXPECT_TRUE(r.collect(collected).is_ok());
+      out.push_back(collected.tokens.at(0).token);
+    }
+    engine::StepOutput last;
+    EXPECT_TRUE(r.collect(last).is_ok());
+    out.push_back(last.tokens.at(0).token);
+    return out;
+  };
+  const std::vector<int32_t> a = run(*one), b = run(*two);
+  EXPECT_EQ(a, b) << "greedy tokens of TP2 with pending ids differ from one rank's (a near tie?)";
+}
+
+// NCCL loads and a one-rank communicator's operations run inside a CUDA graph (what the decode graphs
+// of a tensor-parallel model capture); with one rank each is a copy.
+TEST(CudaTensorParallel, NcclRunsInsideAGraph) {
+  NIB_SKIP_WITHOUT_GPU();
+  auto version = cuda::nccl_version();
+  if (!version) GTEST_SKIP() << version.status().message();
+  std::printf("NCCL %s\n", version->c_str());
+  auto id = cuda::nccl_unique_id();
+  ASSERT_TRUE(id.is_ok()) << id.status().message();
+  auto comm = cuda::nccl_collectives(*id, 1, 0);
+  ASSERT_TRUE(comm.is_ok()) << comm.status().message();
+  cuda::DeviceCollectives& c = **comm;
+  EXPECT_TRUE(c.capturable());
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 3 * 64 * sizeof(float)), cudaSuccess);
+  std::vector<float> host(64);
+  for (int i = 0; i < 64; ++i) host[i] = float(i) - 20.5f;
+  ASSERT_EQ(cudaMemcpy(d, host.data(), 64 * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  EXPECT_TRUE(c.all_reduce_sum(d, 64, s).is_ok());
+  EXPECT_TRUE(c.all_reduce_max(d, 64, s).is_ok());
+  EXPECT_TRUE(c.all_gather(d, d + 64, 64 * 4, s).is_ok());
+  EXPECT_TRUE(c.broadcast(d + 128, 64 * 4, s).is_ok());
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  std::vector<float> back(64);
+  ASSERT_EQ(cudaMemcpy(back.data(), d + 64, 64 * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back, host);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+  cudaFree(d);
+}
+
+}  // namespace
