@@ -31,11 +31,11 @@ io::ModelConfig rank_config(const io::BoundCheckpoint& b) {
 Status CudaDecoder::supports(const io::BoundCheckpoint& b) {
   const io::ModelConfig c = rank_config(b);
   const bool moe = c.num_experts > 0;
+  const bool rank = c.moe_intermediate_size != b.config.moe_intermediate_size;
   if (c.hidden_size % 64 != 0 || (moe && c.moe_intermediate_size % 64 != 0))
-    return Status::error(
-        "the GPU kernels need hidden_size and moe_intermediate_size to be multiples of 64 (this "
-        "checkpoint: " +
-        std::to_string(c.hidden_size) + ", " + std::to_string(c.moe_intermediate_size) + ")");
+    return Status::error("the GPU kernels need hidden_size and moe_intermediate_size to be multiples of 64 (this " +
+                         std::string(rank ? "tensor-parallel rank's share" : "checkpoint") + ": " +
+                         std::to_string(c.hidden_size) + ", " + std::to_string(c.moe_intermediate_size) + ")");
   if (c.head_dim % 2 != 0 || c.head_dim > 256 || c.num_attention_heads % c.num_key_value_heads != 0 ||
       c.num_attention_heads / c.num_key_value_heads > 16)
     return Status::error("the GPU attention needs an even head_dim ≤ 256 and at most 16 query heads per KV head");

@@ -7,11 +7,14 @@
 //
 // Tolerances: a split changes only where fp32 partial sums meet (o_proj and the MLP / expert down
 // projections sum two halves), a last-bit difference, except where it flips a near-tied router
-// choice (test_cuda_runner's measure of the same effect): rows within 5e-2 · max|logit|, mean relative
-// L2 within 2e-2, greedy tokens equal where the margin is clear. Per-token W4A4 quantizes the experts'
-// down input over each rank's slice of the row (the fused MoE kernels see only it), a different
-// quantization: its mean L2 from one rank must stay within the mode's own noise (one rank's distance
-// between per-token and W4A16). The model: small-ernie (a dense layer, shared experts, an fp32 router);
+// choice (test_cuda_runner's measure of the same effect): W4A16 rows within 5e-2 · max|logit|, mean
+// relative L2 within 2e-2, greedy tokens equal where the margin is clear (measured on H100: small-ernie
+// 1.9e-3 / 1.9e-3, the slice 2.1e-2 / 5.1e-3). In the W4A4 modes a last-bit difference before a
+// quantizer moves some values across an FP4 rounding boundary (a step of 17-33%), which random
+// weights amplify, and per-token W4A4 quantizes the experts' down input over each rank's slice of the
+// row (the fused MoE kernels see only it): their mean L2 from one rank must stay within the mode's
+// own noise N, one rank's distance between the mode and W4A16 (measured: small-ernie 0.20 N static,
+// 0.29 N per-token; the slice 0.54 N, 0.74 N — as far as the GPU is from the CPU in those modes). The model: small-ernie (a dense layer, shared experts, an fp32 router);
 // NIBBLE_TEST_MODEL=DIR runs on another checkpoint (the device script adds Qwen3-30B-A3B's 4-layer slice).
 #include <gtest/gtest.h>
 
@@ -124,12 +127,12 @@ TEST(CudaTensorParallel, TwoRanksMatchOneInEveryMode) {
     std::printf("mode %s: TP2 against one rank: max row error %.2e, mean L2 %.3e (mode noise %.3e); greedy %d/%d "
                 "clear-margin tokens agree\n",
                 formats::act_quant_name(mode), worst, mean, noise, agreed, clear);
-    if (mode == formats::ActQuant::PER_TOKEN) {
-      EXPECT_LE(mean, noise);
+    if (mode == formats::ActQuant::NONE) {
+      EXPECT_LE(worst, TOLERANCE);
+      EXPECT_LE(mean, MEAN_TOLERANCE);
+      EXPECT_EQ(agreed, clear);
     } else {
-      EXPECT_LE(worst, TOLERANCE) << formats::act_quant_name(mode);
-      EXPECT_LE(mean, MEAN_TOLERANCE) << formats::act_quant_name(mode);
-      EXPECT_EQ(agreed, clear) << formats::act_quant_name(mode);
+      EXPECT_LE(mean, noise) << formats::act_quant_name(mode);
     }
   }
 }
