@@ -134,6 +134,8 @@ CommandRunner register_bench(CLI::App& root) {
   latency->add_option("--tensor-parallel-size,--tp", l->tensor_parallel_size,
                       "Ranks of one model (as nibble serve's): on the GPU, rank r on visible GPU r")
       ->capture_default_str();
+  latency->add_flag("--enable-expert-parallel", l->expert_parallel,
+                    "With --tensor-parallel-size N: the experts dealt out whole over the ranks (as nibble serve's)");
   latency->add_option("--hf-overrides", l->hf_overrides, "JSON object merged into config.json (as nibble serve's)");
   latency->add_option("--rope-scaling", l->rope_scaling,
                       "JSON object merged into the config's RoPE scaling (as nibble serve's), e.g. YaRN for 128k");

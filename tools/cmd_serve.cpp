@@ -143,7 +143,7 @@ CommandRunner register_serve(CLI::App& root) {
          "between them); on the CPU a thread each. Also --tp, --tp-size");
   option(cmd, "--enable-expert-parallel", o->expert_parallel,
          "With --tensor-parallel-size N: the experts dealt out whole over the N ranks instead of split by width "
-         "(attention stays tensor-parallel; the CPU backend so far)");
+         "(attention stays tensor-parallel)");
   option(cmd, "--data-parallel-size", o->data_parallel_size,
          "Engines, each a copy of the model on its own GPU (engine i on visible GPU i mod the GPU count; engines "
          "sharing a GPU split its memory), behind this endpoint; requests go to the engine holding their prefix, "

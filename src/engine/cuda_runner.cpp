@@ -359,10 +359,10 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
   for (int64_t r = 0; r < o.tensor_parallel_size; ++r) devices.push_back(static_cast<int>((o.device + r) % gpus));
   const int ranks_on_device = static_cast<int>(std::count(devices.begin(), devices.end(), devices[0]));
   // Before anything loads: a model too large for its GPUs is an error saying what would fit.
-  NIB_RETURN_IF_ERROR(check_weights_fit(checkpoint->bound.config, checkpoint->bound.quant, o.tensor_parallel_size,
-                                        mo.gemm == DenseKernel::AUTO || mo.gemm == DenseKernel::CUBLAS,
-                                        (*ctx)->total_memory, o.gpu_memory_utilization, gpus,
-                                        ranks_on_device * std::max(o.engines_on_device, 1)));
+  NIB_RETURN_IF_ERROR(check_weights_fit(
+      checkpoint->bound.config, checkpoint->bound.quant, {o.tensor_parallel_size, 0, o.expert_parallel},
+      mo.gemm == DenseKernel::AUTO || mo.gemm == DenseKernel::CUBLAS, (*ctx)->total_memory, o.gpu_memory_utilization,
+      gpus, ranks_on_device * std::max(o.engines_on_device, 1)));
   Result<std::unique_ptr<models::CudaModel>> model = Status::error("no model");
   if (o.tensor_parallel_size > 1) {
     model = models::create_parallel_cuda_model(checkpoint->path, o.config_overrides,

@@ -17,8 +17,8 @@ std::string gb(uint64_t bytes) {
 }  // namespace
 
 Result<uint64_t> rank_weight_bytes(const io::ModelConfig& config, const io::QuantConfig& quant,
-                                   int64_t tensor_parallel_size, bool bf16_copies) {
-  auto plan = io::partition(config, quant, {tensor_parallel_size, 0, false});
+                                   const io::ParallelConfig& group, bool bf16_copies) {
+  auto plan = io::partition(config, quant, {group.size, 0, group.expert_parallel});
   if (!plan) return plan.status();
   uint64_t bytes = 0;
   for (const io::RankModule& placed : plan->modules) {
@@ -31,25 +31,26 @@ Result<uint64_t> rank_weight_bytes(const io::ModelConfig& config, const io::Quan
   return bytes;
 }
 
-Status check_weights_fit(const io::ModelConfig& config, const io::QuantConfig& quant, int64_t tensor_parallel_size,
+Status check_weights_fit(const io::ModelConfig& config, const io::QuantConfig& quant, const io::ParallelConfig& group,
                          bool bf16_copies, uint64_t card_bytes, double gpu_memory_utilization, int gpus,
                          int ranks_per_card) {
   const double share = gpu_memory_utilization * static_cast<double>(card_bytes) / std::max(ranks_per_card, 1);
   const double budget = share - static_cast<double>(GPU_FIT_RESERVE_BYTES);
+  const int64_t tensor_parallel_size = group.size;
   auto fits = [&](int64_t n) -> bool {
-    auto bytes = rank_weight_bytes(config, quant, n, bf16_copies);
+    auto bytes = rank_weight_bytes(config, quant, {n, 0, group.expert_parallel}, bf16_copies);
     return bytes && static_cast<double>(*bytes) <= budget;
   };
-  auto mine = rank_weight_bytes(config, quant, tensor_parallel_size, bf16_copies);
+  auto mine = rank_weight_bytes(config, quant, group, bf16_copies);
   if (!mine) return mine.status();
   if (static_cast<double>(*mine) <= budget) return Status::ok();
   char utilization[16];
   std::snprintf(utilization, sizeof(utilization), "%.2f", gpu_memory_utilization);
-  std::string msg = "the weights need " + gb(*mine) + " a GPU at --tensor-parallel-size " +
-                    std::to_string(tensor_parallel_size) + "; a " + gb(card_bytes) + " card at --gpu-memory-utilization " +
-                    utilization + (ranks_per_card > 1 ? " shared by " + std::to_string(ranks_per_card) : std::string()) +
-                    " leaves them " + gb(uint64_t(std::max(budget, 0.0))) + " (" + gb(GPU_FIT_RESERVE_BYTES) +
-                    " kept for workspaces and the KV cache)";
+  std::string msg =
+      "the weights need " + gb(*mine) + " a GPU at --tensor-parallel-size " + std::to_string(tensor_parallel_size) +
+      "; a " + gb(card_bytes) + " card at --gpu-memory-utilization " + utilization +
+      (ranks_per_card > 1 ? " shared by " + std::to_string(ranks_per_card) : std::string()) + " leaves them " +
+      gb(uint64_t(std::max(budget, 0.0))) + " (" + gb(GPU_FIT_RESERVE_BYTES) + " kept for workspaces and the KV cache)";
   for (int64_t n = tensor_parallel_size + 1; n <= 64; ++n)
     if (fits(n)) {
       msg += ": --tensor-parallel-size " + std::to_string(n) + " fits" +

@@ -279,9 +279,6 @@ Result<std::unique_ptr<ModelRunner>> create_runner(const std::string& path, cons
         io::partition(checkpoint->bound.config, checkpoint->bound.quant,
                       {options.tensor_parallel_size, 0, options.expert_parallel})
             .status());
-    if (backend == Backend::CUDA && options.expert_parallel)
-      return Status::error("--enable-expert-parallel: the GPU backend splits the experts tensor-parallel so far "
-                           "(drop the flag), or run expert parallelism on --backend cpu");
   }
   if (backend == Backend::CUDA) return create_cuda_runner(std::move(checkpoint), options);
   RunnerOptions cpu = options;

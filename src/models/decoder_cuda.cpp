@@ -36,7 +36,7 @@ Result<std::unique_ptr<CudaModel>> CudaDecoder::create(std::shared_ptr<const io:
   m->options = options;
   m->ctx = &ctx;
   if (env_flag("NIBBLE_DIAG_PROFILE_STEPS")) m->profiler.enable();
-  NIB_RETURN_IF_ERROR(m->upload(checkpoint->bound, true));
+  NIB_RETURN_IF_ERROR(m->upload(*checkpoint, true));
   NIB_RETURN_IF_ERROR(m->workspaces());
   // After the upload (its copies are not of interest), before the decode graphs are captured.
   if (Status traced = cuda::kernel_trace_start_from_env(); !traced) log_warn(traced.message());
@@ -68,7 +68,7 @@ Status CudaDecoder::allocate_kv_cache(int64_t n_kv_blocks) {
 
 Status CudaDecoder::reload(std::shared_ptr<const io::LoadedCheckpoint> next) {
   NIB_RETURN_IF_ERROR(ctx->synchronize());
-  NIB_RETURN_IF_ERROR(upload(next->bound, false));
+  NIB_RETURN_IF_ERROR(upload(*next, false));
   checkpoint = std::move(next);
   return Status::ok();
 }

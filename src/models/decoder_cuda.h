@@ -73,7 +73,7 @@ class CudaDecoder final : public CudaModel {
 
   // decoder_cuda_weights.cpp: every weight to the device in a fixed order; `allocate` on the first
   // load, in place on reloads.
-  Status upload(const io::BoundCheckpoint& b, bool allocate);
+  Status upload(const io::LoadedCheckpoint& c, bool allocate);
   template <class T>
   Status copy(T*& dst, const void* src, size_t bytes, bool allocate, const std::string& what);
   Status tensor(uint16_t*& dst, const io::BoundCheckpoint& b, const std::string& name, bool allocate);
@@ -82,7 +82,8 @@ class CudaDecoder final : public CudaModel {
                 uint16_t* dense_at = nullptr);
   Status qkv_linears(DeviceLayer& w, const io::BoundCheckpoint& b, const std::string& prefix, bool allocate);
   Status experts(cuda::DeviceNvfp4Experts& d, std::vector<float>& host_scales, float& input_scale,
-                 const io::BoundCheckpoint& b, const std::string& prefix, const char* kind, bool allocate);
+                 const io::BoundCheckpoint& b, const std::string& prefix, const char* kind, int64_t begin,
+                 int64_t count, bool allocate);
 
   // decoder_cuda.cpp: the workspaces and the forward.
   Status workspaces();

@@ -136,11 +136,13 @@ Status CudaDecoder::qkv_linears(DeviceLayer& w, const io::BoundCheckpoint& b, co
   return Status::ok();
 }
 
-// One projection of every expert, stacked [E, rows, cols]; `kind` is gate_proj, up_proj or down_proj.
+// One projection of experts [begin, begin + count) (every expert, or a rank's under expert
+// parallelism), stacked [count, rows, cols]; `kind` is gate_proj, up_proj or down_proj.
 Status CudaDecoder::experts(cuda::DeviceNvfp4Experts& d, std::vector<float>& host_scales, float& input_scale,
-                            const io::BoundCheckpoint& b, const std::string& prefix, const char* kind, bool allocate) {
-  const int64_t E = config_.num_experts;
-  const io::LinearWeights& first = b.linears.at(prefix + "0." + kind);
+                            const io::BoundCheckpoint& b, const std::string& prefix, const char* kind, int64_t begin,
+                            int64_t count, bool allocate) {
+  const int64_t E = count;
+  const io::LinearWeights& first = b.linears.at(prefix + std::to_string(begin) + "." + kind);
   if (!first.module.quantized)
     return Status::error(prefix + "*." + kind + " is BF16: the GPU MoE runs NVFP4 experts only");
   const int64_t rows = first.module.shape[0], cols = first.module.shape[1];
@@ -155,7 +157,7 @@ Status CudaDecoder::experts(cuda::DeviceNvfp4Experts& d, std::vector<float>& hos
   }
   host_scales.assign(static_cast<size_t>(E), 0.0f);
   for (int64_t e = 0; e < E; ++e) {
-    const io::LinearWeights& lw = b.linears.at(prefix + std::to_string(e) + "." + kind);
+    const io::LinearWeights& lw = b.linears.at(prefix + std::to_string(begin + e) + "." + kind);
     uint8_t* p = packed + packed_bytes * e;
     uint8_t* s = scales + scale_bytes * e;
     NIB_RETURN_IF_ERROR(copy(p, lw.weight.data, packed_bytes, false, lw.module.name));
@@ -172,7 +174,8 @@ Status CudaDecoder::experts(cuda::DeviceNvfp4Experts& d, std::vector<float>& hos
 }
 
 // Every weight to the device in a fixed order; `allocate` on the first load, in place on reloads.
-Status CudaDecoder::upload(const io::BoundCheckpoint& b, bool allocate) {
+Status CudaDecoder::upload(const io::LoadedCheckpoint& c, bool allocate) {
+  const io::BoundCheckpoint& b = c.bound;
   bytes_uploaded = 0, bf16_copy_bytes = 0;
   next_quarter = 1;
   bytes_total = 0;
@@ -229,9 +232,21 @@ Status CudaDecoder::upload(const io::BoundCheckpoint& b, bool allocate) {
       m.norm_topk_prob = config_.norm_topk_prob;
       m.gate_up_input_scale = m.down_input_scale = 0.0f;
       const std::string x = p + "mlp.experts.";
-      NIB_RETURN_IF_ERROR(experts(m.gate, m.gate_scales, m.gate_up_input_scale, b, x, "gate_proj", allocate));
-      NIB_RETURN_IF_ERROR(experts(m.up, m.up_scales, m.gate_up_input_scale, b, x, "up_proj", allocate));
-      NIB_RETURN_IF_ERROR(experts(m.down, m.down_scales, m.down_input_scale, b, x, "down_proj", allocate));
+      // The rank's experts: all, or under expert parallelism a contiguous share (the others' absent).
+      int64_t begin = 0, count = 0;
+      for (int64_t e = 0; e < config_.num_experts; ++e)
+        if (b.linears.count(x + std::to_string(e) + ".gate_proj")) begin = count ? begin : e, ++count;
+      if (count == 0) return Status::error(x + "*: no expert of this layer in the checkpoint");
+      m.expert_begin = begin;
+      NIB_RETURN_IF_ERROR(experts(m.gate, m.gate_scales, m.gate_up_input_scale, b, x, "gate_proj", begin, count,
+                                  allocate));
+      NIB_RETURN_IF_ERROR(experts(m.up, m.up_scales, m.gate_up_input_scale, b, x, "up_proj", begin, count, allocate));
+      NIB_RETURN_IF_ERROR(
+          experts(m.down, m.down_scales, m.down_input_scale, b, x, "down_proj", begin, count, allocate));
+      // Static W4A4 under expert parallelism: every rank quantizes with the maxima over all the
+      // layer's experts, as one GPU does.
+      if (auto it = c.all_experts_input_scales.find(l); it != c.all_experts_input_scales.end())
+        m.gate_up_input_scale = it->second.gate_up, m.down_input_scale = it->second.down;
       w.has_shared = config_.moe_num_shared_experts > 0;
       if (w.has_shared) {
         NIB_RETURN_IF_ERROR(linear(w.shared_gate, b, p + "mlp.shared_experts.gate_proj", allocate));

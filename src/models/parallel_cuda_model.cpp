@@ -46,7 +46,8 @@ class ParallelCudaModel final : public CudaModel {
     cuda::NcclId id;
     if (distinct) {
       auto version = cuda::nccl_version();
-      if (!version) return Status::error("--tensor-parallel-size " + std::to_string(n) + ": " + version.status().message());
+      if (!version)
+        return Status::error("--tensor-parallel-size " + std::to_string(n) + ": " + version.status().message());
       log_info("tensor parallelism over " + std::to_string(n) + " GPUs through NCCL " + *version);
       auto made = cuda::nccl_unique_id();
       if (!made) return made.status();
@@ -194,16 +195,11 @@ class ParallelCudaModel final : public CudaModel {
 
 }  // namespace
 
-Result<std::unique_ptr<CudaModel>> create_parallel_cuda_model(const std::string& path,
-                                                              const io::ConfigOverrides& overrides,
-                                                              const io::ParallelConfig& group,
-                                                              const std::vector<int>& devices,
-                                                              const CudaModelOptions& options,
-                                                              cuda::DeviceContext& ctx) {
+Result<std::unique_ptr<CudaModel>> create_parallel_cuda_model(
+    const std::string& path, const io::ConfigOverrides& overrides, const io::ParallelConfig& group,
+    const std::vector<int>& devices, const CudaModelOptions& options, cuda::DeviceContext& ctx) {
   if (group.size < 2 || static_cast<int64_t>(devices.size()) != group.size)
     return Status::error("create_parallel_cuda_model: a device for each of " + std::to_string(group.size) + " ranks");
-  if (group.expert_parallel)
-    return Status::error("create_parallel_cuda_model: the GPU ranks split experts tensor-parallel only");
   auto model = std::make_unique<ParallelCudaModel>(group, devices);
   NIB_RETURN_IF_ERROR(model->init(path, overrides, options, ctx));
   NIB_RETURN_IF_ERROR(model->check_layouts());

@@ -43,8 +43,8 @@ constexpr uint64_t H100 = 85'520'809'984;  // an H100 80GB HBM3's cudaMemGetInfo
 
 TEST(GpuFit, RanksShareTheWeightsAndTheBf16CopiesAreCounted) {
   const io::ModelConfig c = qwen3_235b();
-  auto one = engine::rank_weight_bytes(c, nvfp4(), 1, false), two = engine::rank_weight_bytes(c, nvfp4(), 2, false);
-  auto copies = engine::rank_weight_bytes(c, nvfp4(), 1, true);
+  auto one = engine::rank_weight_bytes(c, nvfp4(), {1}, false), two = engine::rank_weight_bytes(c, nvfp4(), {2}, false);
+  auto copies = engine::rank_weight_bytes(c, nvfp4(), {1}, true);
   ASSERT_TRUE(one.is_ok() && two.is_ok() && copies.is_ok());
   std::printf("Qwen3-235B-A22B: %.2f GB of weights; %.2f GB a rank at TP2; BF16 copies add %.2f GB\n", *one / 1e9,
               *two / 1e9, (*copies - *one) / 1e9);
@@ -59,26 +59,26 @@ TEST(GpuFit, RanksShareTheWeightsAndTheBf16CopiesAreCounted) {
 
 TEST(GpuFit, TooLargeNamesTheParallelSizeThatFits) {
   const io::ModelConfig c = qwen3_235b();
-  Status s = engine::check_weights_fit(c, nvfp4(), 1, true, H100, 0.9, 8);
+  Status s = engine::check_weights_fit(c, nvfp4(), {1}, true, H100, 0.9, 8);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("at --tensor-parallel-size 1"), std::string::npos) << s.message();
   // TP2: ~67 GB of NVFP4 and ~6.7 GB of BF16 copies, past 0.9 · 85.5 − 3.2 GB.
   EXPECT_NE(s.message().find("--tensor-parallel-size 4 fits"), std::string::npos) << s.message();
   EXPECT_EQ(s.message().find("this host has"), std::string::npos) << s.message();
-  s = engine::check_weights_fit(c, nvfp4(), 2, true, H100, 0.9, 2);
+  s = engine::check_weights_fit(c, nvfp4(), {2}, true, H100, 0.9, 2);
   ASSERT_FALSE(s.is_ok());
   std::printf("%s\n", s.message().c_str());
   EXPECT_NE(s.message().find("--tensor-parallel-size 4 fits (this host has 2 GPU(s))"), std::string::npos)
       << s.message();
   // Without the BF16 copies (--gemm-backend skinny) two ranks hold it.
-  EXPECT_TRUE(engine::check_weights_fit(c, nvfp4(), 2, false, H100, 0.9, 2).is_ok());
-  EXPECT_TRUE(engine::check_weights_fit(c, nvfp4(), 4, true, H100, 0.9, 4).is_ok());
+  EXPECT_TRUE(engine::check_weights_fit(c, nvfp4(), {2}, false, H100, 0.9, 2).is_ok());
+  EXPECT_TRUE(engine::check_weights_fit(c, nvfp4(), {4}, true, H100, 0.9, 4).is_ok());
   // Four ranks on one card (a test layout) share it.
-  EXPECT_FALSE(engine::check_weights_fit(c, nvfp4(), 4, true, H100, 0.9, 1, 4).is_ok());
+  EXPECT_FALSE(engine::check_weights_fit(c, nvfp4(), {4}, true, H100, 0.9, 1, 4).is_ok());
 }
 
 TEST(GpuFit, ALayoutThatDoesNotSplitSaysWhy) {
-  const Status s = engine::check_weights_fit(qwen3_235b(), nvfp4(), 3, true, H100, 0.9, 8);
+  const Status s = engine::check_weights_fit(qwen3_235b(), nvfp4(), {3}, true, H100, 0.9, 8);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("does not split across 3 ranks"), std::string::npos) << s.message();
 }

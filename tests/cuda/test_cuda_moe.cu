@@ -584,6 +584,62 @@ TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
   cublasDestroy(handle);
 }
 
+// Expert parallelism: two ranks each holding half the experts (expert_begin, gate.experts = E / 2) route
+// over all of them, keep their own pairs and combine only those; their outputs sum to the whole
+// block's on every backend and mode, up to the fp32 order of the combine's sums (tolerance 1e-5 of
+// max|out|: each expert's rows are the same BF16 values either way).
+TEST(CudaMoe, ExpertParallelHalvesSumToTheWholeBlock) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaMoe.ExpertParallelHalvesSumToTheWholeBlock");
+  const Config c{32, 4, 256, 128};
+  const Problem p = make_problem(c, seed);
+  DeviceProblem device(p);
+  cuda::DeviceMoeWeights& whole = device.w;
+  whole.gate_up_input_scale = 0.01f, whole.down_input_scale = 0.01f;
+  auto half = [&](int64_t r) {  // rank r's view: experts [r · E/2, (r + 1) · E/2)
+    cuda::DeviceMoeWeights w = whole;
+    const int64_t n = c.experts / 2, b = r * n;
+    auto part = [&](const cuda::DeviceNvfp4Experts& x) {
+      return cuda::DeviceNvfp4Experts{x.packed + b * x.rows * x.cols / 2, x.block_scales + b * x.rows * x.cols / 16,
+                                      x.global_scales + b, n, x.rows, x.cols};
+    };
+    w.gate = part(whole.gate), w.up = part(whole.up), w.down = part(whole.down), w.expert_begin = b;
+    return w;
+  };
+  const cuda::DeviceMoeWeights ranks[2] = {half(0), half(1)};
+  cublasHandle_t handle;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t tokens : {1, 5, 64, 300}) {
+    std::vector<uint16_t> x(size_t(tokens * c.hidden));
+    for (uint16_t& v : x) v = formats::bf16_encode(normal(rng));
+    test::DeviceBuffer<uint16_t> d_x(x);
+    test::DeviceBuffer<float> d_out(x.size());
+    auto ws = cuda::MoeWorkspace::create(whole, tokens, false);
+    ASSERT_TRUE(ws.is_ok()) << ws.status().message();
+    for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN})
+      for (MoeKernel backend : {MoeKernel::AUTO, MoeKernel::GROUPED_MMA, MoeKernel::SKINNY, MoeKernel::WGMMA}) {
+        auto run = [&](const cuda::DeviceMoeWeights& w) {
+          NIB_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, x.size() * sizeof(float)));  // NaN: nothing left unwritten
+          const Status s = cuda::moe_forward(
+              w, **ws, {.x = d_x.get(), .tokens = tokens, .mode = mode, .kernel = backend, .out = d_out.get(),
+                        .cublas = handle});
+          EXPECT_TRUE(s.is_ok()) << s.message();
+          NIB_CUDA_CHECK(cudaDeviceSynchronize());
+          return d_out.to_host();
+        };
+        const std::vector<float> all = run(whole), a = run(ranks[0]), b = run(ranks[1]);
+        double scale = 0, worst = 0;
+        for (float v : all) scale = std::max(scale, std::fabs(double(v)));
+        for (size_t i = 0; i < all.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) + b[i] - all[i]));
+        EXPECT_LE(worst, 1e-5 * scale) << tokens << " tokens, " << formats::act_quant_name(mode) << ", backend "
+                                       << int(backend);
+      }
+  }
+  cublasDestroy(handle);
+}
+
 TEST(CudaMoe, BadInputsAreErrors) {
   NIB_SKIP_WITHOUT_GPU();
   cuda::DeviceMoeWeights w;

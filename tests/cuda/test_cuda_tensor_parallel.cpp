@@ -1,18 +1,18 @@
-// Tensor parallelism on the GPU: `--tensor-parallel-size 2` against one rank in all three activation
-// modes, and NCCL's communicator. On a one-GPU machine both ranks share the card and meet through host
+// Tensor and expert parallelism on the GPU: `--tensor-parallel-size 2` (with and without
+// `--enable-expert-parallel`) against one rank in all three activation modes, and NCCL's communicator. On a one-GPU machine both ranks share the card and meet through host
 // memory (NCCL refuses two ranks on a device), which checks the split itself — the slices each rank
 // uploads, the vocabulary-parallel embedding and lm_head, the all-reduces, the whole-row amax of
 // per-token inputs, the pending tokens broadcast from rank 0; with two GPUs or more the ranks take a GPU
 // each and meet through NCCL, inside the decode graphs.
 //
 // Tolerances: a split changes only where fp32 partial sums meet (o_proj and the MLP / expert down
-// projections sum two halves), a last-bit difference, except where it flips a near-tied router
+// projections sum two halves; under expert parallelism each rank sums its experts' slots), a last-bit difference, except where it flips a near-tied router
 // choice (test_cuda_runner's measure of the same effect): W4A16 rows within 5e-2 · max|logit|, mean
 // relative L2 within 2e-2, greedy tokens equal where the margin is clear (measured on H100: small-ernie
 // 1.9e-3 / 1.9e-3, the slice 2.1e-2 / 5.1e-3). In the W4A4 modes a last-bit difference before a
 // quantizer moves some values across an FP4 rounding boundary (a step of 17-33%), which random
 // weights amplify, and per-token W4A4 quantizes the experts' down input over each rank's slice of the
-// row (the fused MoE kernels see only it): their mean L2 from one rank must stay within the mode's
+// row (the fused MoE kernels see only it; under expert parallelism the rows are whole): their mean L2 from one rank must stay within the mode's
 // own noise N, one rank's distance between the mode and W4A16 (measured: small-ernie 0.20 N static,
 // 0.29 N per-token; the slice 0.54 N, 0.74 N — as far as the GPU is from the CPU in those modes). The model: small-ernie (a dense layer, shared experts, an fp32 router);
 // NIBBLE_TEST_MODEL=DIR runs on another checkpoint (the device script adds Qwen3-30B-A3B's 4-layer slice).
@@ -51,10 +51,10 @@ std::string test_model() {
   return dir;
 }
 
-std::unique_ptr<engine::ModelRunner> runner(formats::ActQuant mode, int64_t tp, bool eager = false) {
+std::unique_ptr<engine::ModelRunner> runner(formats::ActQuant mode, int64_t tp, bool ep = false) {
   engine::RunnerOptions o;
   o.backend = engine::Backend::CUDA;
-  o.enforce_eager = eager;
+  o.expert_parallel = ep;
   o.act_quant_moe = o.act_quant_dense = mode;
   o.num_kv_blocks = 64;
   o.max_num_batched_tokens = 512;
@@ -94,11 +94,17 @@ models::Batch one_sequence(const std::vector<int32_t>& tokens, int64_t start) {
 
 int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 
+// Tensor parallelism (every expert split by width) and expert parallelism (experts dealt out whole,
+// attention split) over two ranks.
 TEST(CudaTensorParallel, TwoRanksMatchOneInEveryMode) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaTensorParallel.TwoRanksMatchOneInEveryMode");
-  for (formats::ActQuant mode : {formats::ActQuant::NONE, formats::ActQuant::STATIC, formats::ActQuant::PER_TOKEN}) {
-    auto one = runner(mode, 1), two = runner(mode, 2), w4a16 = runner(formats::ActQuant::NONE, 1);
+  using formats::ActQuant;
+  const std::pair<bool, ActQuant> layouts[] = {{false, ActQuant::NONE}, {false, ActQuant::STATIC},
+                                               {false, ActQuant::PER_TOKEN}, {true, ActQuant::NONE},
+                                               {true, ActQuant::STATIC}, {true, ActQuant::PER_TOKEN}};
+  for (const auto& [ep, mode] : layouts) {
+    auto one = runner(mode, 1), two = runner(mode, 2, ep), w4a16 = runner(formats::ActQuant::NONE, 1);
     ASSERT_TRUE(one && two && w4a16);
     const int64_t V = one->config().vocab_size;
     std::mt19937_64 rng(seed);
@@ -124,9 +130,9 @@ TEST(CudaTensorParallel, TwoRanksMatchOneInEveryMode) {
       input = {argmax(l1)};
     }
     mean /= rows, noise /= rows;
-    std::printf("mode %s: TP2 against one rank: max row error %.2e, mean L2 %.3e (mode noise %.3e); greedy %d/%d "
+    std::printf("mode %s: %s against one rank: max row error %.2e, mean L2 %.3e (mode noise %.3e); greedy %d/%d "
                 "clear-margin tokens agree\n",
-                formats::act_quant_name(mode), worst, mean, noise, agreed, clear);
+                formats::act_quant_name(mode), ep ? "EP2" : "TP2", worst, mean, noise, agreed, clear);
     if (mode == formats::ActQuant::NONE) {
       EXPECT_LE(worst, TOLERANCE);
       EXPECT_LE(mean, MEAN_TOLERANCE);

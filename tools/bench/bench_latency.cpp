@@ -188,6 +188,7 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     ro.enforce_eager = o.enforce_eager;
     ro.config_overrides = {o.hf_overrides, o.rope_scaling};
     ro.tensor_parallel_size = o.tensor_parallel_size;
+    ro.expert_parallel = o.expert_parallel;
     const Clock::time_point load_start = Clock::now();
     auto runner = engine::create_runner(o.model, ro);
     if (!runner) return fail(runner.status().message());

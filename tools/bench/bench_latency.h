@@ -26,6 +26,7 @@ struct BenchLatencyOptions {
   int64_t prefill_chunk = 0;  // > 0: ppN in steps of at most this many tokens (chunked prefill), else one step
   std::string hf_overrides, rope_scaling;  // config.json changes, as nibble serve's
   int64_t tensor_parallel_size = 1;
+  bool expert_parallel = false;
   int64_t repeats = 3;                     // median of
   float temperature = 0.0f;                // decode steps' sampling (0: greedy), as a request's
   int32_t top_k = 0;

@@ -77,8 +77,11 @@ __device__ __forceinline__ void combine_routing_and_residual(const int32_t* pair
   if (int(threadIdx.x) < top_k) {
     const int pair = t * top_k + threadIdx.x;
     const int row = __ldcg(pair_rows + pair);
+    // Another rank's expert (expert parallelism): no row; it adds nothing here.
     rows[threadIdx.x] = row;
-    scale[threadIdx.x] = row_scales ? __ldcg(weights + pair) * __ldcg(row_scales + row) : __ldcg(weights + pair);
+    scale[threadIdx.x] = row < 0      ? 0.0f
+                         : row_scales ? __ldcg(weights + pair) * __ldcg(row_scales + row)
+                                      : __ldcg(weights + pair);
   }
   if constexpr (NORM) {
 #pragma unroll
@@ -141,10 +144,12 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
       uint4 v[COMBINE_SLOTS_IN_FLIGHT];
 #pragma unroll
       for (int j = 0; j < COMBINE_SLOTS_IN_FLIGHT; ++j)
-        if (s0 + j < top_k) v[j] = *reinterpret_cast<const uint4*>(y + size_t(rows[s0 + j]) * hidden + h);
+        if (s0 + j < top_k && rows[s0 + j] >= 0)
+          v[j] = *reinterpret_cast<const uint4*>(y + size_t(rows[s0 + j]) * hidden + h);
 #pragma unroll
       for (int j = 0; j < COMBINE_SLOTS_IN_FLIGHT; ++j) {
         if (s0 + j >= top_k) break;
+        if (rows[s0 + j] < 0) continue;
         const uint32_t words[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -251,7 +256,8 @@ Status check_call(const uint16_t* x, int64_t tokens, const DeviceMoeWeights& w, 
     return Status::error("moe_forward: " + std::to_string(tokens) + " tokens; the workspace holds " +
                          std::to_string(ws.max_tokens));
   if (w.gate.rows != w.intermediate || w.gate.cols != w.hidden || w.down.rows != w.hidden ||
-      w.down.cols != w.intermediate || w.gate.experts != w.experts || w.down.experts != w.experts)
+      w.down.cols != w.intermediate || w.gate.experts != w.down.experts || w.gate.experts != w.up.experts ||
+      w.expert_begin < 0 || w.expert_begin + w.gate.experts > w.experts)
     return Status::error("moe_forward: expert weight shapes do not match hidden/intermediate/experts");
   if (w.hidden % 64 != 0 || w.intermediate % 64 != 0 || w.top_k > MAX_TOP_K)
     return Status::error("moe_forward: hidden and intermediate must be multiples of 64 and top_k ≤ 64 (got " +
@@ -538,9 +544,12 @@ Status moe_forward(const DeviceMoeWeights& w, MoeWorkspace& ws, const MoeArgs& a
     return moe_decode_block(x, w, mode, ws, out, norm, input_norm, stream);
   }
   if (!cublas) return Status::error("moe_forward: the router GEMM needs a cuBLAS handle");
-  const RouterArgs router{
-      x,         w.router,      tokens,           w.hidden,     w.experts, w.top_k,      w.norm_topk_prob,
-      ws.logits, ws.expert_ids, ws.route_weights, w.router_f32, ws.x_f32,  w.score_bias, w.norm_min};
+  RouterArgs router;
+  router.x = x, router.router = w.router, router.tokens = tokens, router.hidden = w.hidden, router.experts = w.experts;
+  router.top_k = w.top_k, router.norm_topk_prob = w.norm_topk_prob, router.logits = ws.logits;
+  router.expert_ids = ws.expert_ids, router.weights = ws.route_weights, router.router_f32 = w.router_f32;
+  router.x_f32 = ws.x_f32, router.score_bias = w.score_bias, router.norm_min = w.norm_min;
+  router.group_first = w.expert_begin, router.group_count = w.gate.experts;
   const MoeKernel kernels = resolve_moe_kernel(backend, tokens, w);
   const int64_t pairs = tokens * w.top_k;
   // The grouping and the GEMMs share the tile height.
@@ -571,7 +580,8 @@ Status moe_forward(const DeviceMoeWeights& w, MoeWorkspace& ws, const MoeArgs& a
   } else {
     for (int i = 0; i < op_repeats("router"); ++i) {
       NIB_RETURN_IF_ERROR(route(router, cublas, stream));
-      NIB_RETURN_IF_ERROR(group_by_expert(ws.expert_ids, tokens, w.top_k, w.experts, tile_rows, ws.groups, stream));
+      NIB_RETURN_IF_ERROR(group_by_expert(ws.expert_ids, tokens, w.top_k, w.gate.experts, tile_rows, ws.groups, stream,
+                                          w.expert_begin));
     }
   }
   profile_mark(router_norm ? "MoE router (+ input norm)" : "MoE router");
@@ -586,6 +596,8 @@ Status moe_forward(const DeviceMoeWeights& w, MoeWorkspace& ws, const MoeArgs& a
     profile_mark("MoE input quantize");
   }
   const bool cublas_backend = backend == MoeKernel::CUBLAS;
+  if (cublas_backend && w.gate.experts != w.experts)
+    return Status::error("moe_forward: --moe-backend cublas runs every expert on one GPU (not expert parallelism)");
   if (cublas_backend)
     NIB_RETURN_IF_ERROR(run_dequant_cublas(gate_up_in, token_scales, tokens, w, mode, ws, stream, cublas));
   else

@@ -27,7 +27,10 @@ struct DeviceMoeWeights {
   float norm_min = 0.0f;              // renormalization divides by max(Σ top-k, norm_min)
   int64_t experts = 0, top_k = 0, hidden = 0, intermediate = 0;
   bool norm_topk_prob = true;
-  DeviceNvfp4Experts gate, up, down;  // gate/up [experts, I, H], down [experts, H, I]
+  // gate/up [E, I, H], down [E, H, I] for E = gate.experts: every expert, or under expert parallelism
+  // the rank's experts [expert_begin, expert_begin + E) (the router still chooses among all `experts`).
+  DeviceNvfp4Experts gate, up, down;
+  int64_t expert_begin = 0;
   // Each expert's weight_scale_2 on the host too (the cublas backend's GEMM alphas).
   std::vector<float> gate_scales, up_scales, down_scales;
   // Static mode: one input scale for all gate/up inputs and one for all down inputs (maxima over experts).

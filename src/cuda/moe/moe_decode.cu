@@ -602,7 +602,9 @@ bool moe_decode_block_supported(int64_t tokens, const DeviceMoeWeights& w, forma
   const bool input_ok = !input_norm || (norm && !input_norm->delta_row_scales &&
                                         (!input_norm->quant.x_hat || (w4a4 && input_norm->quant.row_scales &&
                                                                       input_norm->quant.input_scale == x_scale)));
-  return tokens == 1 && w.router && !w.router_f32 && !add && (!norm || !norm->pending) && input_ok &&
+  // Every expert on this GPU (its slots take any of them; not expert parallelism).
+  const bool all_experts = w.gate.experts == w.experts;
+  return tokens == 1 && w.router && !w.router_f32 && !add && (!norm || !norm->pending) && input_ok && all_experts &&
          decode_shape(w, shape);
 }
 

@@ -17,12 +17,14 @@ constexpr int MAX_EXPERTS = THREADS;
 constexpr int STAGED_MAX_PAIRS = 48 * 1024;
 
 __global__ void __launch_bounds__(THREADS) group_by_expert_kernel(const int32_t* __restrict__ expert_ids, int pairs,
-                                                                  int experts, int tile_rows, ExpertGroups out) {
+                                                                  int first, int experts, int tile_rows,
+                                                                  ExpertGroups out) {
   __shared__ GroupingSmem<THREADS> sm;
   extern __shared__ int32_t staged[];
   pdl_wait();
   pdl_launch_dependents();
-  group_rows<THREADS, 16>(expert_ids, pairs, experts, tile_rows, out, sm, pairs <= STAGED_MAX_PAIRS ? staged : nullptr);
+  group_rows<THREADS, 16>(expert_ids, pairs, first, experts, tile_rows, out, sm,
+                          pairs <= STAGED_MAX_PAIRS ? staged : nullptr);
 }
 
 }  // namespace
@@ -32,7 +34,7 @@ int64_t max_expert_tiles(int64_t pairs, int64_t experts, int64_t tile_rows) {
 }
 
 Status group_by_expert(const int32_t* expert_ids, int64_t tokens, int64_t top_k, int64_t experts, int tile_rows,
-                       const ExpertGroups& out, cudaStream_t stream) {
+                       const ExpertGroups& out, cudaStream_t stream, int64_t first) {
   if (experts < 1 || experts > MAX_EXPERTS)
     return Status::error("group_by_expert: experts = " + std::to_string(experts) + " is not in [1, 1024]");
   if (tile_rows < 1) return Status::error("group_by_expert: tile_rows must be positive");
@@ -46,7 +48,8 @@ Status group_by_expert(const int32_t* expert_ids, int64_t tokens, int64_t top_k,
   const int pairs = int(tokens * top_k);
   const size_t staging = pairs <= STAGED_MAX_PAIRS ? size_t(pairs) * sizeof(int32_t) : 0;
   return cuda_status(
-      launch_pdl(group_by_expert_kernel, 1, THREADS, staging, stream, expert_ids, pairs, int(experts), tile_rows, out),
+      launch_pdl(group_by_expert_kernel, 1, THREADS, staging, stream, expert_ids, pairs, int(first), int(experts),
+                 tile_rows, out),
       "group_by_expert launch");
 }
 

@@ -26,8 +26,10 @@ struct ExpertGroups {
 // grid sizes, so nothing is read back): ceil(pairs / tile_rows) plus one partial tile per expert.
 int64_t max_expert_tiles(int64_t pairs, int64_t experts, int64_t tile_rows);
 
-// expert_ids: [tokens, top_k] in [0, experts) (the router's output). One CTA; experts ≤ 1024.
+// expert_ids: [tokens, top_k] (the router's output). One CTA; experts ≤ 1024. The experts grouped are
+// [first, first + experts) under ids from 0 (expert parallelism: a rank's own); pairs of others get
+// pair_rows -1 and no sorted row.
 Status group_by_expert(const int32_t* expert_ids, int64_t tokens, int64_t top_k, int64_t experts, int tile_rows,
-                       const ExpertGroups& out, cudaStream_t stream);
+                       const ExpertGroups& out, cudaStream_t stream, int64_t first = 0);
 
 }  // namespace nibble::cuda

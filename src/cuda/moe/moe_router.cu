@@ -141,7 +141,8 @@ __global__ void __launch_bounds__(SMALL_THREADS)
                             a.expert_ids + size_t(t) * a.top_k, a.weights + size_t(t) * a.top_k);
   __syncthreads();
   // At most 4 tokens · 32 = 128 pairs: one a thread.
-  group_rows<SMALL_THREADS, 1>(a.expert_ids, T * int(a.top_k), E, tile_rows, groups, sm.grouping);
+  group_rows<SMALL_THREADS, 1>(a.expert_ids, T * int(a.top_k), int(a.group_first),
+                               a.group_count ? int(a.group_count) : E, tile_rows, groups, sm.grouping);
 }
 
 // Mid-size batches: one cluster splits hidden into 128-wide k-blocks, KBS a CTA. A warp's m16 tile is
@@ -268,8 +269,8 @@ __global__ void __launch_bounds__(CLUSTER_THREADS)
   if (rank != 0) return;
   const int32_t* ids = reinterpret_cast<const int32_t*>(smem + layout.ids);
   for (int i = threadIdx.x; i < T * K; i += CLUSTER_THREADS) a.expert_ids[i] = ids[i];
-  group_rows<CLUSTER_THREADS, 2>(ids, T * K, E, tile_rows, groups,
-                                 *reinterpret_cast<GroupingSmem<CLUSTER_THREADS>*>(smem + layout.grouping));
+  group_rows<CLUSTER_THREADS, 2>(ids, T * K, int(a.group_first), a.group_count ? int(a.group_count) : E, tile_rows,
+                                 groups, *reinterpret_cast<GroupingSmem<CLUSTER_THREADS>*>(smem + layout.grouping));
 }
 
 // k-blocks a CTA: one, or two where hidden has more than 8 (the cluster's portable size).

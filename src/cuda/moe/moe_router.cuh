@@ -29,6 +29,9 @@ struct RouterArgs {
   float* x_f32 = nullptr;
   const float* score_bias = nullptr;
   float norm_min = 0.0f;
+  // The experts the grouping keeps (expert parallelism: the rank's [group_first, group_first +
+  // group_count); group_count 0: all), as group_by_expert's `first` and `experts`.
+  int64_t group_first = 0, group_count = 0;
 };
 
 // Softmax + top-k + renormalize over logits already computed (one warp per token; experts ≤ 256,

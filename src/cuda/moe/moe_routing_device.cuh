@@ -152,19 +152,23 @@ struct GroupingSmem {
 // synchronizes first). staged (shared memory of `pairs` ints, or null): each claimed row is written
 // there and the block copies the sorted pairs out in order — stored straight to their rows, every
 // warp's 32 stores went to 32 scattered words, which one SM issues a word at a time.
+// Expert parallelism: only experts [first, first + experts) are this rank's; their rows are grouped
+// under local ids e - first, and every other pair gets no row (pair_rows -1, which the combine skips).
 template <int THREADS, int HELD>
-__device__ void group_rows(const int32_t* expert_ids, int pairs, int experts, int tile_rows, const ExpertGroups& out,
-                           GroupingSmem<THREADS>& sm, int32_t* staged = nullptr) {
+__device__ void group_rows(const int32_t* expert_ids, int pairs, int first, int experts, int tile_rows,
+                           const ExpertGroups& out, GroupingSmem<THREADS>& sm, int32_t* staged = nullptr) {
   const int tid = threadIdx.x;
+  const auto local = [&](int e) { return e - first >= 0 && e - first < experts ? e - first : -1; };
   int held[HELD];
 #pragma unroll
-  for (int k = 0; k < HELD; ++k) held[k] = tid + k * THREADS < pairs ? expert_ids[tid + k * THREADS] : -1;
+  for (int k = 0; k < HELD; ++k) held[k] = tid + k * THREADS < pairs ? local(expert_ids[tid + k * THREADS]) : -1;
   sm.count[tid] = 0;
   __syncthreads();
 #pragma unroll
   for (int k = 0; k < HELD; ++k)
     if (held[k] >= 0) atomicAdd(&sm.count[held[k]], 1);
-  for (int i = tid + HELD * THREADS; i < pairs; i += THREADS) atomicAdd(&sm.count[expert_ids[i]], 1);
+  for (int i = tid + HELD * THREADS; i < pairs; i += THREADS)
+    if (const int e = local(expert_ids[i]); e >= 0) atomicAdd(&sm.count[e], 1);
   __syncthreads();
   const int mine = tid < experts ? sm.count[tid] : 0;
   const int my_tiles = (mine + tile_rows - 1) / tile_rows;
@@ -185,17 +189,21 @@ __device__ void group_rows(const int32_t* expert_ids, int pairs, int experts, in
   __syncthreads();
   int32_t* sorted = staged ? staged : out.sorted_pairs;
   const auto claim = [&](int i, int expert) {
+    if (expert < 0) {  // another rank's expert
+      out.pair_rows[i] = -1;
+      return;
+    }
     const int row = atomicAdd(&sm.cursor[expert], 1);
     sorted[row] = i;
     out.pair_rows[i] = row;
   };
 #pragma unroll
   for (int k = 0; k < HELD; ++k)
-    if (held[k] >= 0) claim(tid + k * THREADS, held[k]);
-  for (int i = tid + HELD * THREADS; i < pairs; i += THREADS) claim(i, expert_ids[i]);
+    if (tid + k * THREADS < pairs) claim(tid + k * THREADS, held[k]);
+  for (int i = tid + HELD * THREADS; i < pairs; i += THREADS) claim(i, local(expert_ids[i]));
   if (!staged) return;
   __syncthreads();
-  for (int r = tid; r < pairs; r += THREADS) out.sorted_pairs[r] = staged[r];
+  for (int r = tid; r < total_rows; r += THREADS) out.sorted_pairs[r] = staged[r];
 }
 
 }  // namespace nibble::cuda

@@ -164,11 +164,10 @@ Status quantize_dequantize(const In* x, int64_t rows, int64_t cols, float input_
     while (group < THREADS && group * MAX_HELD_BLOCKS < n_blocks) group *= 2;
   }
   const int64_t rows_per_cta = THREADS / group;
-  return cuda_status(
-      launch_pdl(quantize_dequantize_kernel<In>, dim3(unsigned((rows + rows_per_cta - 1) / rows_per_cta)),
-                 dim3(THREADS), 0, stream, x, rows, cols, input_scale, x_hat, row_scales, group, fragment_order,
-                 given_amax),
-      "quantize_dequantize_activation launch");
+  return cuda_status(launch_pdl(quantize_dequantize_kernel<In>,
+                                dim3(unsigned((rows + rows_per_cta - 1) / rows_per_cta)), dim3(THREADS), 0, stream, x,
+                                rows, cols, input_scale, x_hat, row_scales, group, fragment_order, given_amax),
+                     "quantize_dequantize_activation launch");
 }
 
 }  // namespace
@@ -178,9 +177,8 @@ Status quantize_dequantize_activation_bf16(const uint16_t* x, int64_t rows, int6
   return quantize_dequantize(x, rows, cols, input_scale, x_hat, row_scales, stream);
 }
 
-Status quantize_dequantize_activation_bf16_of_amax(const uint16_t* x, int64_t rows, int64_t cols,
-                                                   const float* row_amax, uint16_t* x_hat, float* row_scales,
-                                                   cudaStream_t stream) {
+Status quantize_dequantize_activation_bf16_of_amax(const uint16_t* x, int64_t rows, int64_t cols, const float* row_amax,
+                                                   uint16_t* x_hat, float* row_scales, cudaStream_t stream) {
   if (!row_amax) return Status::error("quantize_dequantize_activation_bf16_of_amax: no row amax");
   return quantize_dequantize(x, rows, cols, 0.0f, x_hat, row_scales, stream, false, row_amax);
 }
@@ -196,7 +194,8 @@ __global__ void row_amax_kernel(const uint16_t* __restrict__ x, int64_t rows, in
   for (int64_t c = (threadIdx.x & 31) * 8; c < cols; c += 32 * 8) {  // 16-byte loads (cols % 16 == 0)
     const uint4 v = __ldg(reinterpret_cast<const uint4*>(r + c));
     for (uint32_t w : {v.x, v.y, v.z, v.w})
-      m = fmaxf(m, fmaxf(fabsf(formats::bf16_decode(uint16_t(w & 0xFFFF))), fabsf(formats::bf16_decode(uint16_t(w >> 16)))));
+      m = fmaxf(
+          m, fmaxf(fabsf(formats::bf16_decode(uint16_t(w & 0xFFFF))), fabsf(formats::bf16_decode(uint16_t(w >> 16)))));
   }
   for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
   if ((threadIdx.x & 31) == 0) amax[row] = m;
