@@ -68,6 +68,13 @@ int run_serve(server::ServerOptions options) {
     std::fprintf(stderr, "nibble serve: %s\n", s.message().c_str());
     return 2;
   }
+  if (options.node_rank > 0) {  // another node's ranks: no API
+    if (Status s = server::follow_node(options); !s) {
+      std::fprintf(stderr, "nibble serve: %s\n", s.message().c_str());
+      return 1;
+    }
+    return 0;
+  }
   // SIGINT/SIGTERM are taken by one thread that asks the server to stop gracefully.
   sigset_t signals;
   sigemptyset(&signals);
@@ -141,6 +148,13 @@ CommandRunner register_serve(CLI::App& root) {
          "Ranks per model: attention heads and MLP widths split over them (Megatron's split; vocabulary-parallel "
          "embedding and lm_head), each rank loading only its slices: on the GPU rank r takes visible GPU r (NCCL "
          "between them); on the CPU a thread each. Also --tp, --tp-size");
+  option(cmd, "--nnodes", o->nnodes,
+         "Hosts the --tensor-parallel-size ranks span (SGLang's flags): each runs tensor-parallel-size / nnodes "
+         "ranks on its GPUs; start `nibble serve` with the same model and flags on each, adding --node-rank");
+  option(cmd, "--node-rank", o->node_rank,
+         "This host's place among --nnodes: 0 serves the API and drives the others, which only run their ranks");
+  option(cmd, "--dist-init-addr", o->dist_init_addr,
+         "host:port where node 0 listens for the other nodes (bootstrap and control; tensors move through NCCL)");
   option(cmd, "--enable-expert-parallel", o->expert_parallel,
          "With --tensor-parallel-size N: the experts dealt out whole over the N ranks instead of split by width "
          "(attention stays tensor-parallel)");

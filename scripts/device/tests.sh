@@ -65,7 +65,17 @@ if [ "${SERVER:-1}" = 1 ] || [ "${LOAD:-0}" = 1 ]; then
         grep -E "^(FAILED|ERROR)" "$OUT/pytest_server_cuda_$tag.log" | head -8
       done
     fi
-        if [ -n "${FULL_SERVER_TESTS:-}" ]; then
+        # Two GPUs or more: tensor parallelism over NCCL in one process (--tp 2), and over two processes
+    # (--nnodes 2), on the 4-layer slice.
+    gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+    if [ "$gpus" -ge 2 ] && [ "${SERVER:-1}" = 1 ]; then
+      NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_GPUS="$gpus" NIBBLE_TEST_SERVER_MODEL="$SLICE_DIR" \
+        NIBBLE_TEST_SERVE_ARGS="--backend cuda --tp 2" timeout 400 python3 -m pytest -q -p no:cacheprovider \
+        tests/python/test_server_openai.py tests/python/test_server_multinode.py > "$OUT/pytest_server_tp2_gpus.log" 2>&1
+      verdicts+=("$(printf '%-36s rc=%d  %s' "server tests, --tp 2 over $gpus GPUs" "$?" \
+        "$(tail -1 "$OUT/pytest_server_tp2_gpus.log")")")
+    fi
+    if [ -n "${FULL_SERVER_TESTS:-}" ]; then
       # shellcheck disable=SC2086
       NIBBLE_BUILD_DIR="$PWD/build-device" NIBBLE_TEST_PRESET=small-moe NIBBLE_TEST_SERVE_ARGS="--backend cuda" \
         NIBBLE_TEST_SERVER_MODEL="$SYNTH_DIR" timeout 400 python3 -m pytest -q -p no:cacheprovider $FULL_SERVER_TESTS \

@@ -14,6 +14,7 @@
 #include "cuda/sampling/sampler.cuh"
 #include "models/cuda_model.h"
 #include "models/parallel_cuda_model.h"
+#include "models/parallel_model.h"
 
 namespace nibble::engine {
 namespace {
@@ -325,13 +326,13 @@ int cuda_device_count() { return cuda::device_count(); }
 
 Status cuda_runner_supports(const io::BoundCheckpoint& checkpoint) { return models::cuda_model_supports(checkpoint); }
 
-Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
-                                                        const RunnerOptions& o) {
+namespace {
+
+// The GPU model's options from the runner's (every node of a group builds the same from its flags).
+Result<models::CudaModelOptions> cuda_model_options(const RunnerOptions& o, const io::BoundCheckpoint& b) {
   if (o.kv_dtype == KvCacheDtype::FP32)
     return Status::error("--backend cuda keeps a BF16 or FP8 KV cache (fp32 is CPU-only)");
-  NIB_RETURN_IF_ERROR(models::cuda_model_supports(checkpoint->bound));
-  auto ctx = cuda::DeviceContext::create(o.device);
-  if (!ctx) return Status::error("--backend cuda: " + ctx.status().message());
+  NIB_RETURN_IF_ERROR(models::cuda_model_supports(b));
   models::CudaModelOptions mo;
   mo.act_quant_moe = o.act_quant_moe;
   mo.act_quant_dense = o.act_quant_dense;
@@ -341,10 +342,8 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
                                    : o.decode_attention == DecodeAttention::SPLIT_KV
                                        ? INT64_MAX
                                        : models::AUTO_TENSOR_CORE_DECODE_MIN_ROWS;
-  if (o.attention == AttentionBackend::FLASHINFER &&
-      !cuda::flashinfer_attention_supported(checkpoint->bound.config.head_dim))
-    return Status::error("--attention-backend flashinfer: head_dim " +
-                         std::to_string(checkpoint->bound.config.head_dim) +
+  if (o.attention == AttentionBackend::FLASHINFER && !cuda::flashinfer_attention_supported(b.config.head_dim))
+    return Status::error("--attention-backend flashinfer: head_dim " + std::to_string(b.config.head_dim) +
                          " is not compiled in (64, 128); use auto or native");
   mo.flashinfer = o.attention != AttentionBackend::NATIVE;
   mo.kv_fp8 = o.kv_dtype == KvCacheDtype::FP8;
@@ -352,21 +351,65 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
   mo.max_rows = std::max<int64_t>(o.max_num_seqs, 1) + MAX_SCORE_ROWS;
   mo.max_seqs = std::max<int64_t>(o.max_num_seqs, 1);
   mo.block_size = o.block_size;
-  // Tensor parallelism: rank r on the r-th GPU from --device on (round the visible ones; ranks that
-  // share a GPU split its memory as data-parallel engines do).
+  return mo;
+}
+
+// This node's ranks' GPUs: its tensor_parallel_size / nnodes ranks on the GPUs from --device on (round
+// the visible ones: ranks that share a GPU split its memory as data-parallel engines do), and the
+// node group; `key` (what every node must agree on) from the checkpoint's layout and the options.
+struct Placement {
   std::vector<int> devices;
+  models::NodeGroup nodes;
+};
+Placement place(const RunnerOptions& o, const io::LoadedCheckpoint& c, const models::CudaModelOptions& mo) {
+  Placement p;
   const int gpus = std::max(cuda::device_count(), 1);
-  for (int64_t r = 0; r < o.tensor_parallel_size; ++r) devices.push_back(static_cast<int>((o.device + r) % gpus));
-  const int ranks_on_device = static_cast<int>(std::count(devices.begin(), devices.end(), devices[0]));
+  for (int64_t r = 0; r < o.tensor_parallel_size / std::max(o.nnodes, 1); ++r)
+    p.devices.push_back(static_cast<int>((o.device + r) % gpus));
+  p.nodes = {o.nnodes, o.node_rank, o.dist_init_addr, models::rank_layout_key(c)};
+  for (int64_t v : {int64_t(mo.act_quant_moe), int64_t(mo.act_quant_dense), int64_t(mo.gemm), int64_t(mo.moe),
+                    mo.tensor_core_decode_min_rows, int64_t(mo.flashinfer), int64_t(mo.kv_fp8), mo.max_tokens,
+                    mo.max_rows, mo.max_seqs, mo.block_size, o.tensor_parallel_size, int64_t(o.expert_parallel)})
+    p.nodes.key += "|" + std::to_string(v);
+  return p;
+}
+
+}  // namespace
+
+Status follow_cuda_node(std::shared_ptr<const io::LoadedCheckpoint> checkpoint, const RunnerOptions& o) {
+  auto mo = cuda_model_options(o, checkpoint->bound);
+  if (!mo) return mo.status();
+  auto ctx = cuda::DeviceContext::create(o.device);
+  if (!ctx) return Status::error("--backend cuda: " + ctx.status().message());
+  const Placement p = place(o, *checkpoint, *mo);
+  NIB_RETURN_IF_ERROR(check_weights_fit(
+      checkpoint->bound.config, checkpoint->bound.quant, {o.tensor_parallel_size, 0, o.expert_parallel},
+      mo->gemm == DenseKernel::AUTO || mo->gemm == DenseKernel::CUBLAS, (*ctx)->total_memory, o.gpu_memory_utilization,
+      std::max(cuda::device_count(), 1), 1));
+  return models::follow_node(checkpoint->path, o.config_overrides, {o.tensor_parallel_size, 0, o.expert_parallel},
+                             p.devices, *mo, **ctx, p.nodes);
+}
+
+Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
+                                                        const RunnerOptions& o) {
+  auto options = cuda_model_options(o, checkpoint->bound);
+  if (!options) return options.status();
+  const models::CudaModelOptions mo = *options;
+  auto ctx = cuda::DeviceContext::create(o.device);
+  if (!ctx) return Status::error("--backend cuda: " + ctx.status().message());
+  const Placement p = place(o, *checkpoint, mo);
+  const int gpus = std::max(cuda::device_count(), 1);
+  const int ranks_on_device = static_cast<int>(std::count(p.devices.begin(), p.devices.end(), p.devices[0]));
   // Before anything loads: a model too large for its GPUs is an error saying what would fit.
   NIB_RETURN_IF_ERROR(check_weights_fit(
       checkpoint->bound.config, checkpoint->bound.quant, {o.tensor_parallel_size, 0, o.expert_parallel},
       mo.gemm == DenseKernel::AUTO || mo.gemm == DenseKernel::CUBLAS, (*ctx)->total_memory, o.gpu_memory_utilization,
-      gpus, ranks_on_device * std::max(o.engines_on_device, 1)));
+      gpus * std::max(o.nnodes, 1), ranks_on_device * std::max(o.engines_on_device, 1)));
   Result<std::unique_ptr<models::CudaModel>> model = Status::error("no model");
   if (o.tensor_parallel_size > 1) {
     model = models::create_parallel_cuda_model(checkpoint->path, o.config_overrides,
-                                               {o.tensor_parallel_size, 0, o.expert_parallel}, devices, mo, **ctx);
+                                               {o.tensor_parallel_size, 0, o.expert_parallel}, p.devices, mo, **ctx,
+                                               p.nodes);
   } else {
     model = models::create_cuda_model(checkpoint, mo, **ctx);
   }

@@ -18,5 +18,7 @@ int cuda_device_count();
 Status cuda_runner_supports(const io::BoundCheckpoint& checkpoint);
 Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
                                                         const RunnerOptions& options);
+// engine::follow_node on the GPU.
+Status follow_cuda_node(std::shared_ptr<const io::LoadedCheckpoint> checkpoint, const RunnerOptions& options);
 
 }  // namespace nibble::engine

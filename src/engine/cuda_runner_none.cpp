@@ -16,4 +16,8 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
       "-DNIBBLE_CUDA=off); rebuild with the CUDA toolkit or use --backend cpu");
 }
 
+Status follow_cuda_node(std::shared_ptr<const io::LoadedCheckpoint>, const RunnerOptions&) {
+  return Status::error("--node-rank: this nibble was built without CUDA");
+}
+
 }  // namespace nibble::engine

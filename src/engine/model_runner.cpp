@@ -280,10 +280,21 @@ Result<std::unique_ptr<ModelRunner>> create_runner(const std::string& path, cons
                       {options.tensor_parallel_size, 0, options.expert_parallel})
             .status());
   }
+  if (options.nnodes > 1 && backend != Backend::CUDA)
+    return Status::error("--nnodes " + std::to_string(options.nnodes) + " runs on the GPU backend");
   if (backend == Backend::CUDA) return create_cuda_runner(std::move(checkpoint), options);
   RunnerOptions cpu = options;
   if (cpu.kv_dtype == KvCacheDtype::AUTO && options.cpu_kv_fp32) cpu.kv_dtype = KvCacheDtype::FP32;
   return create_cpu_runner(std::move(checkpoint), cpu);
+}
+
+Status follow_node(const std::string& path, const RunnerOptions& options) {
+  auto loaded = io::load_checkpoint(path, options.config_overrides);
+  if (!loaded) return loaded.status();
+  NIB_RETURN_IF_ERROR(io::partition(loaded.value()->bound.config, loaded.value()->bound.quant,
+                                    {options.tensor_parallel_size, 0, options.expert_parallel})
+                          .status());
+  return follow_cuda_node(std::move(loaded.value()), options);
 }
 
 namespace {

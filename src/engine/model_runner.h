@@ -86,6 +86,9 @@ std::unique_ptr<ModelRunner> inject_engine_failure(std::unique_ptr<ModelRunner> 
 // The one place runners are made: the backend from options.backend (auto: CUDA when this build
 // has it and a GPU is visible, else the CPU), the checkpoint read once, the KV cache sized.
 Result<std::unique_ptr<ModelRunner>> create_runner(const std::string& path, const RunnerOptions& options);
+// Node options.node_rank > 0 of a group over hosts: loads this node's ranks, joins node 0 and runs its
+// operations until node 0 stops (ok) or one fails here.
+Status follow_node(const std::string& path, const RunnerOptions& options);
 
 // Whether this build has the CUDA runner and a GPU is visible (what Backend::AUTO picks).
 bool cuda_available();

@@ -67,6 +67,10 @@ struct RunnerOptions {
   // reference runs each rank on a thread (io::partition says what each loads).
   int64_t tensor_parallel_size = 1;
   bool expert_parallel = false;
+  // A group over nnodes hosts (the CUDA backend): this node runs tensor_parallel_size / nnodes ranks
+  // on its GPUs from `device` on; node 0 listens on dist_init_addr (host:port) and drives the others.
+  int nnodes = 1, node_rank = 0;
+  std::string dist_init_addr;
 };
 
 }  // namespace nibble::engine

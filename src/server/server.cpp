@@ -57,8 +57,15 @@ engine::RunnerOptions runner_options(const ServerOptions& o) {
   r.config_overrides = {o.hf_overrides, o.rope_scaling};
   r.tensor_parallel_size = o.tensor_parallel_size;
   r.expert_parallel = o.expert_parallel;
+  r.nnodes = o.nnodes, r.node_rank = o.node_rank, r.dist_init_addr = o.dist_init_addr;
   return r;
 }
+
+}  // namespace
+
+Status follow_node(const ServerOptions& o) { return engine::follow_node(o.model_path, runner_options(o)); }
+
+namespace {
 
 Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   if (!std::filesystem::exists(std::filesystem::path(o.model_path) / "config.json"))
@@ -213,6 +220,17 @@ Status validate_options(const ServerOptions& o) {
     return Status::error("--tensor-parallel-size must be in [1, 64]");
   if (o.expert_parallel && o.tensor_parallel_size == 1)
     return Status::error("--enable-expert-parallel deals the experts over --tensor-parallel-size ranks: give it > 1");
+  if (o.nnodes < 1 || o.nnodes > 64 || o.node_rank < 0 || o.node_rank >= o.nnodes)
+    return Status::error("--nnodes must be in [1, 64] and --node-rank in [0, --nnodes)");
+  if (o.nnodes > 1) {
+    if (o.tensor_parallel_size % o.nnodes != 0)
+      return Status::error("--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
+                           " does not split over " + std::to_string(o.nnodes) +
+                           " nodes (--nnodes): each node runs as many ranks");
+    if (o.dist_init_addr.empty()) return Status::error("--nnodes > 1 needs --dist-init-addr host:port (node 0's)");
+    if (o.data_parallel_size != 1) return Status::error("--nnodes > 1 serves one engine (--data-parallel-size 1)");
+    if (o.backend == "cpu") return Status::error("--nnodes > 1 runs on the GPU backend");
+  }
   if (!(o.shutdown_timeout >= 0)) return Status::error("--shutdown-timeout must be >= 0");
   if (o.data_parallel_size < 1 || o.data_parallel_size > 64)
     return Status::error("--data-parallel-size must be in [1, 64]");

@@ -45,6 +45,10 @@ struct ServerOptions {
   // out whole and attention stays tensor-parallel): engine::RunnerOptions.
   int64_t tensor_parallel_size = 1;
   bool expert_parallel = false;
+  // The ranks over several hosts (SGLang's flags): node 0 serves, the others (node_rank > 0) run their
+  // ranks for it (engine::RunnerOptions).
+  int nnodes = 1, node_rank = 0;
+  std::string dist_init_addr;
   // Data parallelism: this many engines, each a copy of the model on its own GPU (engine i on
   // visible device i mod the device count: two engines may share a card), behind this endpoint.
   int64_t data_parallel_size = 1;
@@ -71,6 +75,9 @@ std::vector<RouteInfo> route_table();
 
 // Checks option values that need no model (ranges, names); the error names the flag.
 Status validate_options(const ServerOptions& options);
+// A node of a group over hosts other than node 0 (--node-rank > 0): no API; its ranks run node 0's
+// steps until node 0 stops (ok) or a step fails here (engine::follow_node).
+Status follow_node(const ServerOptions& options);
 
 // The CORS flags as the HTTP layer takes them; a value that is not a JSON list of strings is an error.
 Result<CorsPolicy> cors_policy(const ServerOptions& options);

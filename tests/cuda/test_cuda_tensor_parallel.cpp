@@ -1,21 +1,22 @@
 // Tensor and expert parallelism on the GPU: `--tensor-parallel-size 2` (with and without
-// `--enable-expert-parallel`) against one rank in all three activation modes, and NCCL's communicator. On a one-GPU machine both ranks share the card and meet through host
-// memory (NCCL refuses two ranks on a device), which checks the split itself — the slices each rank
-// uploads, the vocabulary-parallel embedding and lm_head, the all-reduces, the whole-row amax of
-// per-token inputs, the pending tokens broadcast from rank 0; with two GPUs or more the ranks take a GPU
-// each and meet through NCCL, inside the decode graphs.
+// `--enable-expert-parallel`) against one rank in all three activation modes, and NCCL's communicator. On a one-GPU
+// machine both ranks share the card and meet through host memory (NCCL refuses two ranks on a device), which checks the
+// split itself — the slices each rank uploads, the vocabulary-parallel embedding and lm_head, the all-reduces, the
+// whole-row amax of per-token inputs, the pending tokens broadcast from rank 0; with two GPUs or more the ranks take a
+// GPU each and meet through NCCL, inside the decode graphs.
 //
 // Tolerances: a split changes only where fp32 partial sums meet (o_proj and the MLP / expert down
-// projections sum two halves; under expert parallelism each rank sums its experts' slots), a last-bit difference, except where it flips a near-tied router
-// choice (test_cuda_runner's measure of the same effect): W4A16 rows within 5e-2 · max|logit|, mean
-// relative L2 within 2e-2, greedy tokens equal where the margin is clear (measured on H100: small-ernie
-// 1.9e-3 / 1.9e-3, the slice 2.1e-2 / 5.1e-3). In the W4A4 modes a last-bit difference before a
-// quantizer moves some values across an FP4 rounding boundary (a step of 17-33%), which random
-// weights amplify, and per-token W4A4 quantizes the experts' down input over each rank's slice of the
-// row (the fused MoE kernels see only it; under expert parallelism the rows are whole): their mean L2 from one rank must stay within the mode's
-// own noise N, one rank's distance between the mode and W4A16 (measured: small-ernie 0.20 N static,
-// 0.29 N per-token; the slice 0.54 N, 0.74 N — as far as the GPU is from the CPU in those modes). The model: small-ernie (a dense layer, shared experts, an fp32 router);
-// NIBBLE_TEST_MODEL=DIR runs on another checkpoint (the device script adds Qwen3-30B-A3B's 4-layer slice).
+// projections sum two halves; under expert parallelism each rank sums its experts' slots), a last-bit difference,
+// except where it flips a near-tied router choice (test_cuda_runner's measure of the same effect): W4A16 rows within
+// 5e-2 · max|logit|, mean relative L2 within 2e-2, greedy tokens equal where the margin is clear (measured on H100:
+// small-ernie 1.9e-3 / 1.9e-3, the slice 2.1e-2 / 5.1e-3). In the W4A4 modes a last-bit difference before a quantizer
+// moves some values across an FP4 rounding boundary (a step of 17-33%), which random weights amplify, and per-token
+// W4A4 quantizes the experts' down input over each rank's slice of the row (the fused MoE kernels see only it; under
+// expert parallelism the rows are whole): their mean L2 from one rank must stay within the mode's own noise N, one
+// rank's distance between the mode and W4A16 (measured: small-ernie 0.20 N static, 0.29 N per-token; the slice 0.54 N,
+// 0.74 N — as far as the GPU is from the CPU in those modes). The model: small-ernie (a dense layer, shared experts, an
+// fp32 router); NIBBLE_TEST_MODEL=DIR runs on another checkpoint (the device script adds Qwen3-30B-A3B's 4-layer
+// slice).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -80,7 +81,8 @@ double row_error(const std::vector<float>& a, const std::vector<float>& b, int64
 
 double l2(const std::vector<float>& a, const std::vector<float>& b) {
   double diff = 0, norm = 0;
-  for (size_t i = 0; i < b.size(); ++i) diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), norm += double(b[i]) * b[i];
+  for (size_t i = 0; i < b.size(); ++i)
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), norm += double(b[i]) * b[i];
   return std::sqrt(diff / norm);
 }
 
@@ -100,9 +102,9 @@ TEST(CudaTensorParallel, TwoRanksMatchOneInEveryMode) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaTensorParallel.TwoRanksMatchOneInEveryMode");
   using formats::ActQuant;
-  const std::pair<bool, ActQuant> layouts[] = {{false, ActQuant::NONE}, {false, ActQuant::STATIC},
+  const std::pair<bool, ActQuant> layouts[] = {{false, ActQuant::NONE},      {false, ActQuant::STATIC},
                                                {false, ActQuant::PER_TOKEN}, {true, ActQuant::NONE},
-                                               {true, ActQuant::STATIC}, {true, ActQuant::PER_TOKEN}};
+                                               {true, ActQuant::STATIC},     {true, ActQuant::PER_TOKEN}};
   for (const auto& [ep, mode] : layouts) {
     auto one = runner(mode, 1), two = runner(mode, 2, ep), w4a16 = runner(formats::ActQuant::NONE, 1);
     ASSERT_TRUE(one && two && w4a16);
@@ -124,15 +126,17 @@ TEST(CudaTensorParallel, TwoRanksMatchOneInEveryMode) {
       mean += l2(l2_, l1), noise += l2(l1, ln);
       std::vector<float> sorted = l1;
       std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-      const double scale = std::max(std::fabs(double(sorted[0])), std::fabs(double(*std::min_element(l1.begin(), l1.end()))));
+      const double scale =
+          std::max(std::fabs(double(sorted[0])), std::fabs(double(*std::min_element(l1.begin(), l1.end()))));
       if (sorted[0] - sorted[1] > 2 * TOLERANCE * scale) ++clear, agreed += argmax(l1) == argmax(l2_);
       position += static_cast<int64_t>(input.size());
       input = {argmax(l1)};
     }
     mean /= rows, noise /= rows;
-    std::printf("mode %s: %s against one rank: max row error %.2e, mean L2 %.3e (mode noise %.3e); greedy %d/%d "
-                "clear-margin tokens agree\n",
-                formats::act_quant_name(mode), ep ? "EP2" : "TP2", worst, mean, noise, agreed, clear);
+    std::printf(
+        "mode %s: %s against one rank: max row error %.2e, mean L2 %.3e (mode noise %.3e); greedy %d/%d "
+        "clear-margin tokens agree\n",
+        formats::act_quant_name(mode), ep ? "EP2" : "TP2", worst, mean, noise, agreed, clear);
     if (mode == formats::ActQuant::NONE) {
       EXPECT_LE(worst, TOLERANCE);
       EXPECT_LE(mean, MEAN_TOLERANCE);

@@ -1,4 +1,4 @@
-"""--tensor-parallel-size / --enable-expert-parallel through the server (issue 68) on the CPU backend:
+"""--tensor-parallel-size / --enable-expert-parallel / --nnodes through the server (issue 68) on the CPU backend:
 one model whose ranks run on threads answers as the single-rank server does; shapes that do not split
 and flags that do not combine are start-up errors naming what was wrong; /server_info reports the
 parallel layout."""
@@ -53,6 +53,10 @@ def test_ranks_answer_as_one_rank(build_dir, tiny_models, tmp_path, seed, layout
     (["--tensor-parallel-size", "4"], "moe_intermediate_size 32 does not split into multiples of 16"),
     (["--enable-expert-parallel"], "--enable-expert-parallel deals the experts over --tensor-parallel-size ranks"),
     (["--tensor-parallel-size", "0"], "--tensor-parallel-size must be in [1, 64]"),
+    (["--tp", "2", "--nnodes", "2"], "--nnodes > 1 needs --dist-init-addr host:port"),
+    (["--tp", "3", "--nnodes", "2", "--dist-init-addr", "127.0.0.1:29500"], "does not split over 2 nodes"),
+    (["--nnodes", "2", "--node-rank", "2"], "--node-rank in [0, --nnodes)"),
+    (["--tp", "2", "--nnodes", "2", "--dist-init-addr", "127.0.0.1:29500"], "--nnodes > 1 runs on the GPU backend"),
 ])
 def test_layouts_that_do_not_split_are_start_up_errors(build_dir, tiny_models, args, message):
     proc = subprocess.run([str(build_dir / "nibble"), "serve", "--model", str(tiny_models["a"]), "--port", "0",
