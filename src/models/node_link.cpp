@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -287,6 +288,17 @@ Status NodeLink::send(const NodeMessage& message) {
 }
 
 Result<NodeMessage> NodeLink::receive() { return read_message(sockets_.at(0)); }
+
+Status NodeLink::check_failures() {
+  for (size_t i = 0; i < sockets_.size(); ++i) {
+    pollfd p{sockets_[i], POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) continue;
+    auto m = read_message(sockets_[i]);  // (a closed connection reads as an error too)
+    const std::string why = !m ? m.status().message() : std::string(m->payload.begin(), m->payload.end());
+    return Status::error("node " + std::to_string(i + 1) + ": " + (why.empty() ? "an unexpected status" : why));
+  }
+  return Status::ok();
+}
 
 Status NodeLink::collect_status() {
   Status first;

@@ -63,6 +63,9 @@ class NodeLink {
   // Node 0: every other node's STATUS of the operation just sent; an error names the first node that
   // failed (or went away).
   Status collect_status();
+  // Node 0, before each step: a STATUS another node sent unasked (a step of its failed) as an error
+  // naming it; ok when none is waiting (never blocks).
+  Status check_failures();
 
  private:
   NodeLink() = default;

@@ -145,6 +145,7 @@ class ParallelCudaModel final : public CudaModel {
     return with_nodes(reload_path(checkpoint->path));
   }
   Status forward(const Batch& batch) override {
+    if (link_ && nodes_.node_rank == 0) NIB_RETURN_IF_ERROR(link_->check_failures());
     NIB_RETURN_IF_ERROR(to_nodes(NodeOp::FORWARD, encode_batch(batch)));
     return on_all([&](Rank& k) { return k.model->forward(batch); });
   }

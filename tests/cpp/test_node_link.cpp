@@ -121,6 +121,13 @@ TEST(NodeLink, NodeZeroDrivesTheOthers) {
   const Status s = (*lead)->collect_status();
   ASSERT_FALSE(s.is_ok());
   EXPECT_EQ(s.message(), "node 2: out of memory for the KV cache");
+  // A step that fails on another node is heard at node 0's next step, without waiting on the others.
+  EXPECT_TRUE((*lead)->check_failures().is_ok());
+  const std::string step_failed = "rank 3: an illegal memory access";
+  ASSERT_TRUE(followers[2]->send({NodeOp::STATUS, {step_failed.begin(), step_failed.end()}}).is_ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ((*lead)->check_failures().message(), "node 2: rank 3: an illegal memory access");
+  EXPECT_TRUE((*lead)->check_failures().is_ok());
   // A node that goes away is an error too, not a hang.
   followers[1].reset();
   ASSERT_TRUE((*lead)->send({NodeOp::CAPTURE, encode_int(8)}).is_ok());
