@@ -8,32 +8,14 @@
 #include <nlohmann/json.hpp>
 
 #include "io/partition.h"
+#include "qwen3_moe_config.h"
 
 using namespace nibble::io;
 using json = nlohmann::json;
 
 namespace {
 
-ModelConfig config(const json& changes = json::object()) {
-  json c = {{"architectures", {"Qwen3MoeForCausalLM"}},
-            {"vocab_size", 151936},
-            {"hidden_size", 2048},
-            {"intermediate_size", 6144},
-            {"num_hidden_layers", 2},
-            {"num_attention_heads", 32},
-            {"num_key_value_heads", 4},
-            {"head_dim", 128},
-            {"rope_theta", 1e6},
-            {"max_position_embeddings", 40960},
-            {"num_experts", 128},
-            {"num_experts_per_tok", 8},
-            {"moe_intermediate_size", 768},
-            {"mlp_only_layers", {1}}};
-  c.merge_patch(changes);
-  auto r = parse_model_config(c.dump(), "config.json");
-  EXPECT_TRUE(r.is_ok()) << r.status().message();
-  return *r;
-}
+ModelConfig config(const json& changes = json::object()) { return nibble::test::qwen3_moe_config(changes); }
 
 QuantConfig nvfp4() {
   QuantConfig q;

@@ -28,9 +28,10 @@
 #include <random>
 
 #include "cuda_test_util.cuh"
+#include "logit_distance.h"
 #include "engine/model_runner.h"
 #include "test_seed.h"
-#include "tools/synth.h"
+#include "synth_test_model.h"
 
 using namespace nibble;
 namespace fs = std::filesystem;
@@ -39,20 +40,7 @@ namespace {
 
 constexpr double TOLERANCE = 5e-2, MEAN_TOLERANCE = 2e-2;
 
-std::string test_model() {
-  if (const char* env = std::getenv("NIBBLE_TEST_MODEL")) return env;
-  static const std::string dir = [] {
-    const fs::path d = fs::temp_directory_path() / ("nibble_cuda_runner_" + std::to_string(getpid()));
-    tools::SynthOptions o;
-    o.preset = "small-moe";
-    o.out_dir = d.string();
-    o.seed = 11;
-    auto r = tools::synth_checkpoint(o);
-    EXPECT_TRUE(r.is_ok()) << r.status().message();
-    return d.string();
-  }();
-  return dir;
-}
+std::string test_model() { return test::synth_test_model("small-moe", 11); }
 
 std::unique_ptr<engine::ModelRunner> runner(engine::Backend backend, formats::ActQuant mode, int64_t blocks = 64,
                                             bool eager = false,
@@ -75,35 +63,8 @@ std::unique_ptr<engine::ModelRunner> runner(engine::Backend backend, formats::Ac
   return r.is_ok() ? std::move(r.value()) : nullptr;
 }
 
-// Max over rows of max|a − b| / max|b|.
-double row_error(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
-  double worst = 0;
-  for (size_t r = 0; r * vocab < b.size(); ++r) {
-    double diff = 0, scale = 0;
-    for (int64_t i = 0; i < vocab; ++i) {
-      diff = std::max(diff, std::fabs(double(a[r * vocab + i]) - b[r * vocab + i]));
-      scale = std::max(scale, std::fabs(double(b[r * vocab + i])));
-    }
-    worst = std::max(worst, diff / scale);
-  }
-  return worst;
-}
-
-// Mean over rows of ‖a − b‖₂ / ‖b‖₂.
-double mean_l2(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
-  double total = 0;
-  size_t rows = 0;
-  for (size_t r = 0; r * vocab < b.size(); ++r, ++rows) {
-    double diff = 0, norm = 0;
-    for (int64_t i = 0; i < vocab; ++i) {
-      const double d = double(a[r * vocab + i]) - b[r * vocab + i];
-      diff += d * d;
-      norm += double(b[r * vocab + i]) * b[r * vocab + i];
-    }
-    total += std::sqrt(diff / norm);
-  }
-  return total / double(rows);
-}
+using test::mean_l2;
+using test::row_error;
 
 // n random token ids below the vocabulary size V.
 std::vector<int32_t> random_tokens(int64_t n, std::mt19937_64& rng, int64_t V) {

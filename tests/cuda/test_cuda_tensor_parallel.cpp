@@ -21,36 +21,23 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <random>
 
 #include "cuda/parallel/device_collectives.cuh"
 #include "cuda_test_util.cuh"
+#include "logit_distance.h"
 #include "engine/model_runner.h"
 #include "test_seed.h"
-#include "tools/synth.h"
+#include "synth_test_model.h"
 
 using namespace nibble;
-namespace fs = std::filesystem;
 
 namespace {
 
 constexpr double TOLERANCE = 5e-2, MEAN_TOLERANCE = 2e-2;
 
-std::string test_model() {
-  if (const char* env = std::getenv("NIBBLE_TEST_MODEL")) return env;
-  static const std::string dir = [] {
-    const fs::path d = fs::temp_directory_path() / ("nibble_cuda_tp_" + std::to_string(getpid()));
-    tools::SynthOptions o;
-    o.preset = "small-ernie";  // its expert width halves to the GPU kernels' 64 (small-moe's would not)
-    o.out_dir = d.string();
-    o.seed = 12;
-    auto r = tools::synth_checkpoint(o);
-    EXPECT_TRUE(r.is_ok()) << r.status().message();
-    return d.string();
-  }();
-  return dir;
-}
+// small-ernie: its expert width halves to the GPU kernels' multiple of 64 (small-moe's would not).
+std::string test_model() { return test::synth_test_model("small-ernie", 12); }
 
 std::unique_ptr<engine::ModelRunner> runner(formats::ActQuant mode, int64_t tp, bool ep = false) {
   engine::RunnerOptions o;
@@ -66,25 +53,8 @@ std::unique_ptr<engine::ModelRunner> runner(formats::ActQuant mode, int64_t tp, 
   return r.is_ok() ? std::move(r.value()) : nullptr;
 }
 
-double row_error(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
-  double worst = 0;
-  for (size_t r = 0; r * vocab < b.size(); ++r) {
-    double diff = 0, scale = 0;
-    for (int64_t i = 0; i < vocab; ++i) {
-      diff = std::max(diff, std::fabs(double(a[r * vocab + i]) - b[r * vocab + i]));
-      scale = std::max(scale, std::fabs(double(b[r * vocab + i])));
-    }
-    worst = std::max(worst, diff / scale);
-  }
-  return worst;
-}
-
-double l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < b.size(); ++i)
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), norm += double(b[i]) * b[i];
-  return std::sqrt(diff / norm);
-}
+using test::mean_l2;
+using test::row_error;
 
 models::Batch one_sequence(const std::vector<int32_t>& tokens, int64_t start) {
   models::Batch b;
@@ -123,7 +93,7 @@ TEST(CudaTensorParallel, TwoRanksMatchOneInEveryMode) {
       ASSERT_TRUE(two->forward_logits(b, l2_).is_ok());
       ASSERT_TRUE(w4a16->forward_logits(b, ln).is_ok());
       worst = std::max(worst, row_error(l2_, l1, V));
-      mean += l2(l2_, l1), noise += l2(l1, ln);
+      mean += mean_l2(l2_, l1, V), noise += mean_l2(l1, ln, V);
       std::vector<float> sorted = l1;
       std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
       const double scale =
