@@ -35,7 +35,8 @@ Status CudaDecoder::supports(const io::BoundCheckpoint& b) {
   if (c.hidden_size % 64 != 0 || (moe && c.moe_intermediate_size % 64 != 0))
     return Status::error("the GPU kernels need hidden_size and moe_intermediate_size to be multiples of 64 (this " +
                          std::string(rank ? "tensor-parallel rank's share" : "checkpoint") + ": " +
-                         std::to_string(c.hidden_size) + ", " + std::to_string(c.moe_intermediate_size) + ")");
+                         std::to_string(c.hidden_size) + ", " + std::to_string(c.moe_intermediate_size) + ")" +
+                         (rank ? "; --enable-expert-parallel keeps the experts whole" : ""));
   if (c.head_dim % 2 != 0 || c.head_dim > 256 || c.num_attention_heads % c.num_key_value_heads != 0 ||
       c.num_attention_heads / c.num_key_value_heads > 16)
     return Status::error("the GPU attention needs an even head_dim ≤ 256 and at most 16 query heads per KV head");
