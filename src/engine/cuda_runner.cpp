@@ -67,7 +67,10 @@ class CudaRunner : public ModelRunner {
   const io::ModelConfig& config() const override { return model_->config(); }
   int64_t n_kv_blocks() const override { return model_->n_kv_blocks(); }
   int64_t block_size() const override { return options_.block_size; }
-  std::string describe() const override { return "cuda:" + std::to_string(ctx_->device) + " (" + ctx_->name + ")"; }
+  std::string describe() const override {
+    const std::string split = model_->layout();
+    return "cuda:" + std::to_string(ctx_->device) + " (" + ctx_->name + (split.empty() ? "" : "; " + split) + ")";
+  }
   void bind_thread() override { cudaSetDevice(ctx_->device); }
 
   Status forward_logits(const models::Batch& batch, std::vector<float>& logits) override {

@@ -85,6 +85,8 @@ class CudaModel {
   virtual int32_t* drawn_tokens() = 0;
   // With NIBBLE_DIAG_PROFILE_STEPS=1 in the environment: per-op GPU time of the steps so far.
   virtual std::string profile_report() const = 0;
+  // How the model is split (e.g. "2 ranks on cuda:0,1 through NCCL"); "" on one GPU.
+  virtual std::string layout() const { return ""; }
 };
 
 // The GPU model for the checkpoint's architecture: weights uploaded (a progress line per quarter),

@@ -206,6 +206,14 @@ class ParallelCudaModel final : public CudaModel {
   const float* logits() const override { return ranks_[0].model->logits(); }
   int32_t* drawn_tokens() override { return ranks_[0].model->drawn_tokens(); }
   std::string profile_report() const override { return ranks_[0].model->profile_report(); }
+  std::string layout() const override {
+    std::string gpus;
+    for (int d : devices_) gpus += (gpus.empty() ? "cuda:" : ",") + std::to_string(d);
+    return std::to_string(group_.size) + (group_.expert_parallel ? " expert-parallel" : "") + " ranks" +
+           (nodes_.nodes > 1 ? " over " + std::to_string(nodes_.nodes) + " nodes (this node's on " + gpus + ")"
+                             : " on " + gpus) +
+           (host_group_ ? " through host memory" : " through NCCL");
+  }
 
  private:
   struct Rank {
