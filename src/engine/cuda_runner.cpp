@@ -359,22 +359,35 @@ Result<models::CudaModelOptions> cuda_model_options(const RunnerOptions& o, cons
 
 // This node's ranks' GPUs: its tensor_parallel_size / nnodes ranks on the GPUs from --device on (round
 // the visible ones: ranks that share a GPU split its memory as data-parallel engines do), and the
-// node group; `key` (what every node must agree on) from the checkpoint's layout and the options.
+// node group; over hosts, `key` (what every node must agree on) from the checkpoint's layout and the
+// options.
 struct Placement {
   std::vector<int> devices;
   models::NodeGroup nodes;
+  int gpus = 1;  // visible here
 };
 Placement place(const RunnerOptions& o, const io::LoadedCheckpoint& c, const models::CudaModelOptions& mo) {
   Placement p;
-  const int gpus = std::max(cuda::device_count(), 1);
+  p.gpus = std::max(cuda::device_count(), 1);
   for (int64_t r = 0; r < o.tensor_parallel_size / std::max(o.nnodes, 1); ++r)
-    p.devices.push_back(static_cast<int>((o.device + r) % gpus));
-  p.nodes = {o.nnodes, o.node_rank, o.dist_init_addr, models::rank_layout_key(c)};
+    p.devices.push_back(static_cast<int>((o.device + r) % p.gpus));
+  p.nodes = {o.nnodes, o.node_rank, o.dist_init_addr, ""};
+  if (o.nnodes < 2) return p;
+  p.nodes.key = models::rank_layout_key(c);
   for (int64_t v : {int64_t(mo.act_quant_moe), int64_t(mo.act_quant_dense), int64_t(mo.gemm), int64_t(mo.moe),
                     mo.tensor_core_decode_min_rows, int64_t(mo.flashinfer), int64_t(mo.kv_fp8), mo.max_tokens,
                     mo.max_rows, mo.max_seqs, mo.block_size, o.tensor_parallel_size, int64_t(o.expert_parallel)})
     p.nodes.key += "|" + std::to_string(v);
   return p;
+}
+
+// Before anything loads: a model too large for its GPUs is an error saying what would fit.
+// ranks_per_card: this process's ranks and engines sharing the card.
+Status check_fit(const RunnerOptions& o, const io::LoadedCheckpoint& c, const models::CudaModelOptions& mo,
+                 const cuda::DeviceContext& ctx, const Placement& p, int ranks_per_card) {
+  return check_weights_fit(c.bound.config, c.bound.quant, {o.tensor_parallel_size, 0, o.expert_parallel},
+                           mo.gemm == DenseKernel::AUTO || mo.gemm == DenseKernel::CUBLAS, ctx.total_memory,
+                           o.gpu_memory_utilization, p.gpus * std::max(o.nnodes, 1), ranks_per_card);
 }
 
 }  // namespace
@@ -385,10 +398,7 @@ Status follow_cuda_node(std::shared_ptr<const io::LoadedCheckpoint> checkpoint, 
   auto ctx = cuda::DeviceContext::create(o.device);
   if (!ctx) return Status::error("--backend cuda: " + ctx.status().message());
   const Placement p = place(o, *checkpoint, *mo);
-  NIB_RETURN_IF_ERROR(check_weights_fit(
-      checkpoint->bound.config, checkpoint->bound.quant, {o.tensor_parallel_size, 0, o.expert_parallel},
-      mo->gemm == DenseKernel::AUTO || mo->gemm == DenseKernel::CUBLAS, (*ctx)->total_memory, o.gpu_memory_utilization,
-      std::max(cuda::device_count(), 1), 1));
+  NIB_RETURN_IF_ERROR(check_fit(o, *checkpoint, *mo, **ctx, p, 1));
   return models::follow_node(checkpoint->path, o.config_overrides, {o.tensor_parallel_size, 0, o.expert_parallel},
                              p.devices, *mo, **ctx, p.nodes);
 }
@@ -401,13 +411,8 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(std::shared_ptr<const io
   auto ctx = cuda::DeviceContext::create(o.device);
   if (!ctx) return Status::error("--backend cuda: " + ctx.status().message());
   const Placement p = place(o, *checkpoint, mo);
-  const int gpus = std::max(cuda::device_count(), 1);
   const int ranks_on_device = static_cast<int>(std::count(p.devices.begin(), p.devices.end(), p.devices[0]));
-  // Before anything loads: a model too large for its GPUs is an error saying what would fit.
-  NIB_RETURN_IF_ERROR(check_weights_fit(
-      checkpoint->bound.config, checkpoint->bound.quant, {o.tensor_parallel_size, 0, o.expert_parallel},
-      mo.gemm == DenseKernel::AUTO || mo.gemm == DenseKernel::CUBLAS, (*ctx)->total_memory, o.gpu_memory_utilization,
-      gpus * std::max(o.nnodes, 1), ranks_on_device * std::max(o.engines_on_device, 1)));
+  NIB_RETURN_IF_ERROR(check_fit(o, *checkpoint, mo, **ctx, p, ranks_on_device * std::max(o.engines_on_device, 1)));
   Result<std::unique_ptr<models::CudaModel>> model = Status::error("no model");
   if (o.tensor_parallel_size > 1) {
     model = models::create_parallel_cuda_model(checkpoint->path, o.config_overrides,

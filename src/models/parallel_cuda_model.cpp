@@ -22,6 +22,8 @@ namespace {
 constexpr double NODE_JOIN_TIMEOUT_S = 1800;
 
 class ParallelCudaModel final : public CudaModel {
+  struct Rank;
+
  public:
   // This node's ranks: devices.size() of group.size, from nodes.node_rank · devices.size() on.
   ParallelCudaModel(const io::ParallelConfig& group, std::vector<int> devices, const NodeGroup& nodes)
@@ -29,7 +31,7 @@ class ParallelCudaModel final : public CudaModel {
     for (size_t r = 0; r < ranks_.size(); ++r) threads_.emplace_back([this, r] { serve(int64_t(r)); });
   }
   ~ParallelCudaModel() override {
-    if (link_ && nodes_.node_rank == 0) (void)link_->send({NodeOp::QUIT, {}});
+    if (leads()) (void)link_->send({NodeOp::QUIT, {}});
     // The models and contexts go on their own threads' devices, before the threads end.
     (void)on_all([&](Rank& k) {
       k.model.reset();
@@ -88,9 +90,7 @@ class ParallelCudaModel final : public CudaModel {
     // Each rank loads its slices, joins the group (NCCL's init waits for every rank) and uploads.
     return on_all([&](Rank& k) {
       const int64_t local = &k - ranks_.data(), r = first + local;
-      io::ParallelConfig rank = group_;
-      rank.rank = r;
-      auto loaded = io::load_checkpoint(path, overrides, rank);
+      auto loaded = io::load_checkpoint(path, overrides, rank_part(k));
       if (!loaded) return loaded.status();
       k.checkpoint = std::move(loaded.value());
       if (distinct) {
@@ -145,8 +145,10 @@ class ParallelCudaModel final : public CudaModel {
     return with_nodes(reload_path(checkpoint->path));
   }
   Status forward(const Batch& batch) override {
-    if (link_ && nodes_.node_rank == 0) NIB_RETURN_IF_ERROR(link_->check_failures());
-    NIB_RETURN_IF_ERROR(to_nodes(NodeOp::FORWARD, encode_batch(batch)));
+    if (leads()) {  // (the batch is encoded only for other nodes: this is every step's path)
+      NIB_RETURN_IF_ERROR(link_->check_failures());
+      NIB_RETURN_IF_ERROR(link_->send({NodeOp::FORWARD, encode_batch(batch)}));
+    }
     return on_all([&](Rank& k) { return k.model->forward(batch); });
   }
 
@@ -183,9 +185,7 @@ class ParallelCudaModel final : public CudaModel {
  private:
   Status reload_path(const std::string& path) {
     return on_all([&](Rank& k) {
-      io::ParallelConfig rank = group_;
-      rank.rank = nodes_.node_rank * int64_t(ranks_.size()) + (&k - ranks_.data());
-      auto loaded = io::load_checkpoint(path, overrides_, rank);
+      auto loaded = io::load_checkpoint(path, overrides_, rank_part(k));
       if (!loaded) return loaded.status();
       std::shared_ptr<const io::LoadedCheckpoint> next = std::move(loaded.value());
       NIB_RETURN_IF_ERROR(k.model->reload(next));
@@ -193,12 +193,20 @@ class ParallelCudaModel final : public CudaModel {
       return Status::ok();
     });
   }
+  // Node 0 of a group over hosts.
+  bool leads() const { return link_ && nodes_.node_rank == 0; }
+  // Rank k's part of the group (its global rank: this node's first plus its place here).
+  io::ParallelConfig rank_part(const Rank& k) const {
+    io::ParallelConfig rank = group_;
+    rank.rank = nodes_.node_rank * int64_t(ranks_.size()) + (&k - ranks_.data());
+    return rank;
+  }
   Status to_nodes(NodeOp op, std::vector<uint8_t> payload) {
-    return link_ && nodes_.node_rank == 0 ? link_->send({op, std::move(payload)}) : Status::ok();
+    return leads() ? link_->send({op, std::move(payload)}) : Status::ok();
   }
   // This node's outcome, then (node 0) the others'.
   Status with_nodes(Status local) {
-    Status others = link_ && nodes_.node_rank == 0 ? link_->collect_status() : Status::ok();
+    Status others = leads() ? link_->collect_status() : Status::ok();
     return !local ? local : others;
   }
 
@@ -281,6 +289,15 @@ class ParallelCudaModel final : public CudaModel {
   bool quit_ = false;
 };
 
+// The group's ranks are the nodes' GPUs: devices.size() a node.
+Status check_split(const io::ParallelConfig& group, const std::vector<int>& devices, const NodeGroup& nodes) {
+  if (group.size < 2 || nodes.nodes < 1 || static_cast<int64_t>(devices.size()) * nodes.nodes != group.size)
+    return Status::error("--tensor-parallel-size " + std::to_string(group.size) + " over " +
+                         std::to_string(nodes.nodes) + " node(s): " + std::to_string(devices.size()) +
+                         " GPUs a node do not make it");
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<CudaModel>> create_parallel_cuda_model(const std::string& path,
@@ -289,10 +306,7 @@ Result<std::unique_ptr<CudaModel>> create_parallel_cuda_model(const std::string&
                                                               const std::vector<int>& devices,
                                                               const CudaModelOptions& options, cuda::DeviceContext& ctx,
                                                               const NodeGroup& nodes) {
-  if (group.size < 2 || nodes.nodes < 1 || static_cast<int64_t>(devices.size()) * nodes.nodes != group.size)
-    return Status::error("--tensor-parallel-size " + std::to_string(group.size) + " over " +
-                         std::to_string(nodes.nodes) + " node(s): " + std::to_string(devices.size()) +
-                         " GPUs a node do not make it");
+  NIB_RETURN_IF_ERROR(check_split(group, devices, nodes));
   auto model = std::make_unique<ParallelCudaModel>(group, devices, nodes);
   NIB_RETURN_IF_ERROR(model->init(path, overrides, options, ctx));
   NIB_RETURN_IF_ERROR(model->check_layouts());
@@ -305,10 +319,7 @@ Status follow_node(const std::string& path, const io::ConfigOverrides& overrides
   if (nodes.node_rank < 1 || nodes.node_rank >= nodes.nodes)
     return Status::error("--node-rank " + std::to_string(nodes.node_rank) + " is not in 1.." +
                          std::to_string(nodes.nodes - 1));
-  if (static_cast<int64_t>(devices.size()) * nodes.nodes != group.size)
-    return Status::error("--tensor-parallel-size " + std::to_string(group.size) + " over " +
-                         std::to_string(nodes.nodes) + " nodes: " + std::to_string(devices.size()) +
-                         " GPUs a node do not make it");
+  NIB_RETURN_IF_ERROR(check_split(group, devices, nodes));
   ParallelCudaModel model(group, devices, nodes);
   NIB_RETURN_IF_ERROR(model.init(path, overrides, options, ctx));
   NIB_RETURN_IF_ERROR(model.check_layouts());

@@ -140,6 +140,24 @@ __global__ void __launch_bounds__(THREADS)
   }
 }
 
+// A warp a row: the largest |x| of each row.
+__global__ void row_amax_kernel(const uint16_t* __restrict__ x, int64_t rows, int64_t cols, float* __restrict__ amax) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t row = int64_t(blockIdx.x) * (THREADS / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const uint16_t* r = x + row * cols;
+  float m = 0.0f;
+  for (int64_t c = (threadIdx.x & 31) * 8; c < cols; c += 32 * 8) {  // 16-byte loads (cols % 16 == 0)
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(r + c));
+    for (uint32_t w : {v.x, v.y, v.z, v.w})
+      m = fmaxf(
+          m, fmaxf(fabsf(formats::bf16_decode(uint16_t(w & 0xFFFF))), fabsf(formats::bf16_decode(uint16_t(w >> 16)))));
+  }
+  for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+  if ((threadIdx.x & 31) == 0) amax[row] = m;
+}
+
 template <class In>
 Status quantize_dequantize(const In* x, int64_t rows, int64_t cols, float input_scale, uint16_t* x_hat,
                            float* row_scales, cudaStream_t stream, bool fragment_order = false,
@@ -181,24 +199,6 @@ Status quantize_dequantize_activation_bf16_of_amax(const uint16_t* x, int64_t ro
                                                    uint16_t* x_hat, float* row_scales, cudaStream_t stream) {
   if (!row_amax) return Status::error("quantize_dequantize_activation_bf16_of_amax: no row amax");
   return quantize_dequantize(x, rows, cols, 0.0f, x_hat, row_scales, stream, false, row_amax);
-}
-
-// A warp a row: the largest |x| of each row.
-__global__ void row_amax_kernel(const uint16_t* __restrict__ x, int64_t rows, int64_t cols, float* __restrict__ amax) {
-  pdl_wait();
-  pdl_launch_dependents();
-  const int64_t row = int64_t(blockIdx.x) * (THREADS / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
-  const uint16_t* r = x + row * cols;
-  float m = 0.0f;
-  for (int64_t c = (threadIdx.x & 31) * 8; c < cols; c += 32 * 8) {  // 16-byte loads (cols % 16 == 0)
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(r + c));
-    for (uint32_t w : {v.x, v.y, v.z, v.w})
-      m = fmaxf(
-          m, fmaxf(fabsf(formats::bf16_decode(uint16_t(w & 0xFFFF))), fabsf(formats::bf16_decode(uint16_t(w >> 16)))));
-  }
-  for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
-  if ((threadIdx.x & 31) == 0) amax[row] = m;
 }
 
 Status row_amax_bf16(const uint16_t* x, int64_t rows, int64_t cols, float* amax, cudaStream_t stream) {
