@@ -17,6 +17,7 @@
 #     profile    Nsight Compute: a kernel, a step's kernels, the step profiler, ops run twice
 #     synth      the full-size checkpoint's write speed and inspect
 #     long-context  YaRN at 32k-128k: prefill and decode speed, torch's attention, the server's tests
+#     routing    the MoE rows and `bench latency` at uniform and at Zipf-skewed expert loads
 #     ernie      ERNIE-4.5-MoE's GPU tests and benchmarks
 #     train-tiny trains the default model and measures its accuracy in every mode
 set -uo pipefail

@@ -96,6 +96,12 @@ CommandRunner register_bench(CLI::App& root) {
       ->check(CLI::IsMember(moe))
       ->envname("NIBBLE_MOE_BACKEND")
       ->capture_default_str();
+  kernels
+      ->add_option("--router-skew", k->router_skew,
+                   "MoE: route with expert popularity from a Zipf law of this exponent (0: uniform; inputs with a "
+                   "common direction, routers placed against it as `nibble synth --router-skew` does); default: "
+                   "random router rows over isotropic inputs")
+      ->check(CLI::NonNegativeNumber);
   kernels->add_option("--hbm-tb-s", k->hbm_tb_s, "HBM bandwidth for the floor")->capture_default_str();
   kernels->add_option("--bf16-tflops", k->bf16_tflops, "BF16 peak for the floor")->capture_default_str();
   kernels->add_option("--iterations", k->iterations, "Launches per timed batch")->capture_default_str();

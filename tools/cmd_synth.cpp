@@ -1,4 +1,5 @@
 // `nibble synth`: writes a random-weight checkpoint in the exact ModelOpt NVFP4 layout.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -7,6 +8,36 @@
 #include "tools/synth.h"
 
 namespace nibble::tools {
+namespace {
+
+// The placed routers against their target: the range over the MoE layers of each statistic, on the
+// held-out calibration tokens.
+void print_routing(const SynthReport& report, double s) {
+  auto range = [&](auto field) {
+    double lo = 1e9, hi = -1e9;
+    for (const LayerRouting& r : report.routing) lo = std::min(lo, field(r)), hi = std::max(hi, field(r));
+    return std::make_pair(lo, hi);
+  };
+  std::printf("routers placed for Zipf s = %.2f in %.1f s (%zu MoE layers; held-out tokens, min-max over layers):\n", s,
+              report.routing_seconds, report.routing.size());
+  const auto& t = report.routing.front().target;
+  const auto top = range([](const LayerRouting& r) { return r.held_out.top_share; });
+  const auto cov = range([](const LayerRouting& r) { return r.held_out.coverage_90; });
+  const auto con = range([](const LayerRouting& r) { return r.held_out.concentration; });
+  const auto adj = range([](const LayerRouting& r) { return r.held_out.adjacent_overlap; });
+  const auto fit = range([](const LayerRouting& r) { return r.fit_error; });
+  std::printf("  top expert's share   %5.1f%% target, %5.1f-%5.1f%% measured\n", 100 * t.top_share, 100 * top.first,
+              100 * top.second);
+  std::printf("  experts for 90%%      %5.1f%% target, %5.1f-%5.1f%% measured\n", 100 * t.coverage_90, 100 * cov.first,
+              100 * cov.second);
+  std::printf("  concentration        %6.3f target, %6.3f-%6.3f measured\n", t.concentration, con.first, con.second);
+  std::printf("  adjacent tokens share %5.1f-%5.1f%% of their picks (independent: %.1f%%)\n", 100 * adj.first,
+              100 * adj.second, 100.0 * report.config.num_experts_per_tok / report.config.num_experts);
+  std::printf("  fit error            %5.3f-%5.3f (half the L1 distance of the shares, fitted tokens)\n", fit.first,
+              fit.second);
+}
+
+}  // namespace
 
 CommandRunner register_synth(CLI::App& root) {
   auto* cmd =
@@ -24,6 +55,13 @@ CommandRunner register_synth(CLI::App& root) {
   cmd->add_option("--shard-size", options->shard_bytes, "Bytes per safetensors shard (default: preset's)");
   cmd->add_flag("--kv-cache-fp8", options->kv_cache_fp8,
                 "Declare kv_cache_quant_algo FP8 and write each layer's k_proj.k_scale / v_proj.v_scale (ModelOpt)");
+  cmd->add_option("--router-skew", options->router_skew,
+                  "Place each MoE router (CPU forward over random tokens) so expert popularity follows a Zipf law "
+                  "of this exponent (0: uniform; trained Qwen3-30B-A3B: ~0.5-0.6); default: random rows")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--router-tokens", options->router_tokens, "Calibration tokens of --router-skew")
+      ->check(CLI::Range(int64_t{256}, int64_t{1} << 20))
+      ->capture_default_str();
   return [options, quantize_attention] {
     options->quantize_attention = *quantize_attention == "yes";
     Result<uint64_t> total = synth_total_bytes(*options);
@@ -47,6 +85,7 @@ CommandRunner register_synth(CLI::App& root) {
         "wrote %s: %s, %.3f GB in %zu shard(s), %.1f s (%.2f GB/s; generating %.1f s, flushing to disk %.1f s)\n",
         options->out_dir.c_str(), report->config.architecture.c_str(), report->total_bytes / 1e9, report->n_shards,
         seconds, report->total_bytes / 1e9 / seconds, report->generate_seconds, report->flush_seconds);
+    if (!report->routing.empty()) print_routing(*report, options->router_skew);
     return 0;
   };
 }

@@ -1,7 +1,8 @@
 // Synthetic checkpoint writer. Weights: normal(0, 0.02) before NVFP4 quantization (ModelOpt-exact,
 // formats::quantize_weight); q/k/v and each gate/up pair share weight_scale_2 and input_scale, as
-// ModelOpt's export fuses them; norms near 1; router rows with varied scales so routing is uneven;
-// input_scales from plausible activation ranges.
+// ModelOpt's export fuses them; norms near 1; router rows with varied scales so routing is uneven
+// (--router-skew places them for a Zipf load instead: synth_routers.h); input_scales from plausible
+// activation ranges.
 #include "tools/synth.h"
 #include "tools/synth_tokenizer.h"
 
@@ -477,9 +478,9 @@ io::QuantConfig synth_quant_config(const io::ModelConfig& c, bool quantize_atten
 }  // namespace
 
 const std::vector<std::string>& synth_presets() {
-  static const std::vector<std::string> presets = {
-      "tiny-moe",   "small-moe",   "qwen3-30b-a3b",     "qwen3-235b-a22b",
-      "tiny-ernie", "small-ernie", "ernie-4.5-21b-a3b", "ernie-4.5-300b-a47b"};
+  static const std::vector<std::string> presets = {"tiny-moe",          "small-moe",          "qwen3-30b-a3b",
+                                                   "qwen3-235b-a22b",   "tiny-ernie",         "small-ernie",
+                                                   "ernie-4.5-21b-a3b", "ernie-4.5-300b-a47b"};
   return presets;
 }
 
@@ -557,6 +558,13 @@ Result<SynthReport> synth_checkpoint(const SynthOptions& options) {
   report.n_shards = (*writer)->shard_files().size();
   report.generate_seconds = std::chrono::duration<double>(generated - start).count();
   report.flush_seconds = std::chrono::duration<double>(flushed - generated).count();
+  if (options.router_skew >= 0) {
+    Result<std::vector<LayerRouting>> routing =
+        place_synth_routers(options.out_dir, options.router_skew, options.seed, options.router_tokens);
+    if (!routing) return routing.status();
+    report.routing = std::move(*routing);
+    report.routing_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - flushed).count();
+  }
   return report;
 }
 

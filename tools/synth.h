@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 #include "io/model_config.h"
+#include "tools/synth_routers.h"
 
 namespace nibble::tools {
 
@@ -22,6 +23,8 @@ struct SynthOptions {
   bool quantize_attention = true;               // false: q/k/v/o stay BF16 (listed in exclude_modules)
   bool kv_cache_fp8 = false;                    // kv_cache_quant_algo FP8: k_proj.k_scale / v_proj.v_scale per layer
   uint64_t shard_bytes = 0;                     // --shard-size; 0: the preset's (5 GB; tiny-moe 4 MB)
+  double router_skew = -1;                      // --router-skew: routers placed for Zipf(s) loads; < 0: random rows
+  int64_t router_tokens = 1024;                 // calibration tokens of the placement (half fit, half checked)
   std::atomic<uint64_t>* bytes_done = nullptr;  // progress: tensor bytes of each module group once generated
 };
 
@@ -31,6 +34,8 @@ struct SynthReport {
   size_t n_shards = 0;
   double generate_seconds = 0;  // drawing, quantizing and storing into the mapped files
   double flush_seconds = 0;     // ShardedWriter::finish: fdatasync of every shard, the index
+  std::vector<LayerRouting> routing;  // --router-skew: each MoE layer's placement
+  double routing_seconds = 0;
 };
 
 const std::vector<std::string>& synth_presets();

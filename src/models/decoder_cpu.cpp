@@ -27,6 +27,7 @@ struct Linear {
 };
 
 struct LayerWeights {
+  int64_t index = 0;
   const uint16_t* input_norm = nullptr;
   const uint16_t* post_attention_norm = nullptr;
   const uint16_t* q_norm = nullptr;
@@ -39,6 +40,8 @@ struct LayerWeights {
   Linear shared_gate, shared_up, shared_down;  // ERNIE's shared experts: one SwiGLU MLP
   std::vector<std::string> expert_names;       // "…mlp.experts.E." per expert, for the input observer
   Linear gate, up, down;                       // dense MLP
+  std::vector<uint16_t> placed_router;         // ModelOptions::router_placer's rows (BF16 routers) ...
+  std::vector<float> placed_router_f32;        // ... or fp32 ones
 };
 
 const uint16_t* bf16_data(const io::BoundCheckpoint& b, const std::string& tensor) {
@@ -101,7 +104,7 @@ class DecoderCpu final : public Model {
     std::vector<float> x(static_cast<size_t>(T * H)), h(x.size()), delta(x.size());  // [T, H]
     NIB_RETURN_IF_ERROR(embedding(batch.token_ids, x));
     for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
-      const LayerWeights& w = layers_[l];
+      LayerWeights& w = layers_[l];
       ref::rmsnorm(x.data(), T, H, w.input_norm, eps(), h.data());
       ref::PagedKvLayer kv = cache.layer(l);
       kv.k_scale = w.k.kv_scale, kv.v_scale = w.v.kv_scale;  // used by an FP8 cache only
@@ -172,6 +175,7 @@ class DecoderCpu final : public Model {
   LayerWeights load_layer(const io::BoundCheckpoint& b, int64_t l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights w;
+    w.index = l;
     w.input_norm = bf16_data(b, p + "input_layernorm.weight");
     w.post_attention_norm = bf16_data(b, p + "post_attention_layernorm.weight");
     if (config_.qk_norm) {
@@ -296,7 +300,7 @@ class DecoderCpu final : public Model {
     return all_reduce(out);
   }
 
-  Status moe(const LayerWeights& w, const std::vector<float>& h, int64_t T, std::vector<float>& out) const {
+  Status moe(LayerWeights& w, const std::vector<float>& h, int64_t T, std::vector<float>& out) {
     ref::MoeInputObserver observer;
     if (options_.input_observer) {
       observer = [&](int64_t e, const char* stage, const float* x, int64_t rows, int64_t width) {
@@ -314,10 +318,12 @@ class DecoderCpu final : public Model {
       rounded = h;
       for (float& v : rounded) v = formats::bf16_round(v);
     }
+    const float* x = options_.gpu_rounding ? rounded.data() : h.data();
+    if (options_.router_placer) place_router(w, x, T);
     // Experts sliced by width (tensor parallelism) need the down rows' whole amax; whole experts do not.
     const bool sliced = parallel() && !checkpoint_->parallel.expert_parallel;
-    NIB_RETURN_IF_ERROR(ref::moe(options_.gpu_rounding ? rounded.data() : h.data(), T, w.moe, options_.act_quant_moe,
-                                 out.data(), observer, sliced ? whole_row_amax() : ref::RowAmaxReduce()));
+    NIB_RETURN_IF_ERROR(ref::moe(x, T, w.moe, options_.act_quant_moe, out.data(), observer,
+                                 sliced ? whole_row_amax() : ref::RowAmaxReduce()));
     if (w.has_shared) {
       // Ernie4_5_MoeSparseMoeBlock: routed output + shared_experts(x), the shared MLP in the dense mode.
       std::vector<float> shared(out.size());
@@ -325,6 +331,20 @@ class DecoderCpu final : public Model {
       ref::add_inplace(out.data(), shared.data(), T * config_.hidden_size);
     }
     return all_reduce(out);  // one exchange for the block: routed and shared partial sums together
+  }
+
+  // Replaces the layer's router with the rows ModelOptions::router_placer gives for these inputs.
+  void place_router(LayerWeights& w, const float* x, int64_t T) {
+    std::vector<float> rows = options_.router_placer(w.index, x, T, config_.hidden_size);
+    if (rows.empty()) return;
+    if (w.moe.router_f32) {
+      w.placed_router_f32 = std::move(rows);
+      w.moe.router_f32 = w.placed_router_f32.data();
+      return;
+    }
+    w.placed_router.resize(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) w.placed_router[i] = formats::bf16_encode(rows[i]);
+    w.moe.router = w.placed_router.data();
   }
 
   Status mlp(const LayerWeights& w, const std::vector<float>& h, int64_t T, std::vector<float>& out) const {

@@ -20,6 +20,11 @@ namespace nibble::models {
 // it is used; `nibble quantize` calibrates input_scale with it.
 using LinearInputObserver = std::function<void(const std::string& module, const float* x, int64_t rows, int64_t width)>;
 
+// Called with each MoE layer's router input (rows × width, in forward order) before it routes; rows
+// it returns ([experts, width]) replace that layer's router from then on (rounded to the router's
+// dtype). `nibble synth --router-skew` places synthetic routers against real hidden states with it.
+using RouterPlacer = std::function<std::vector<float>(int64_t layer, const float* x, int64_t rows, int64_t width)>;
+
 struct ModelOptions {
   formats::ActQuant act_quant_moe = formats::ActQuant::NONE;
   formats::ActQuant act_quant_dense = formats::ActQuant::NONE;
@@ -30,6 +35,7 @@ struct ModelOptions {
   // This model is one rank of a tensor- or expert-parallel group (its checkpoint holds the rank's
   // slices): the partial results meet through these collectives, which outlive the model.
   Collectives* collectives = nullptr;
+  RouterPlacer router_placer;  // (the CPU backend)
 };
 
 class Model {

@@ -14,6 +14,7 @@ struct BenchKernelsOptions {
   std::string attention_contexts = "128,1024,4096";        // decode attention: the token's context lengths
   std::string gemm_backend = "all";                        // dense backends timed: all | one of dense_kernel_names()
   std::string moe_backend = "all";                         // MoE backends timed: all | one of moe_kernel_names()
+  double router_skew = -1;                                 // MoE: Zipf exponent of expert loads; < 0: random routers
   double hbm_tb_s = 4.0;                                   // measured copy bandwidth of an H200 (docs/perf.md "Method")
   double bf16_tflops = 800.0;                              // measured cuBLAS BF16 peak
   int iterations = 20;                                     // launches per timed batch

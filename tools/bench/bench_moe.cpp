@@ -3,7 +3,8 @@
 // output. Random NVFP4 experts in two copies and eight different inputs (so each launch routes to
 // other experts and the touched weights exceed L2), a CUDA graph per batch for the fused backend
 // (cublas reads expert counts back and is issued directly). The floor counts the weight
-// bytes of the experts actually routed to, plus x and the output.
+// bytes of the experts actually routed to, plus x and the output. --router-skew gives the routing a
+// trained model's uneven loads (tools/router_skew.h).
 #include "tools/bench/bench_moe.h"
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "cuda/moe/moe_decode.cuh"
 #include "formats/bf16.h"
 #include "tools/bench/cuda_timing.h"
+#include "tools/router_skew.h"
 
 namespace nibble::tools {
 namespace {
@@ -56,8 +58,27 @@ int run_bench_moe(const BenchKernelsOptions& o, const MoeShape& shape, cudaStrea
 
   std::vector<DeviceExperts> gate(WEIGHT_COPIES), up(WEIGHT_COPIES), down(WEIGHT_COPIES);
   std::vector<cuda::DeviceMoeWeights> weights(WEIGHT_COPIES);
+  // Inputs: isotropic normals, or with --router-skew normals plus a common direction (as hidden states
+  // have) against which the router is placed for Zipf loads.
+  const bool skewed = o.router_skew >= 0;
+  std::vector<float> common(size_t(H), 0.0f);
+  if (skewed)
+    for (float& v : common) v = 0.5f * normal(rng);
+  auto draw_inputs = [&](int64_t n) {
+    std::vector<float> xs(size_t(n * H));
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = normal(rng) + common[i % size_t(H)];
+    return xs;
+  };
   std::vector<uint16_t> router_host(size_t(E * H));
-  for (uint16_t& v : router_host) v = formats::bf16_encode(0.02f * normal(rng));
+  std::vector<double> shares;
+  if (skewed) {
+    const std::vector<float> calibration = draw_inputs(4096);
+    shares = zipf_shares(E, TOP_K, o.router_skew, 1);
+    const PlacedRouter placed = place_router(calibration.data(), 4096, H, shares, TOP_K, 1);
+    for (size_t i = 0; i < router_host.size(); ++i) router_host[i] = formats::bf16_encode(placed.rows[i]);
+  } else {
+    for (uint16_t& v : router_host) v = formats::bf16_encode(0.02f * normal(rng));
+  }
   uint16_t* router = nullptr;
   BENCH_CUDA(cudaMalloc(&router, router_host.size() * 2));
   BENCH_CUDA(cudaMemcpy(router, router_host.data(), router_host.size() * 2, cudaMemcpyHostToDevice));
@@ -76,8 +97,16 @@ int run_bench_moe(const BenchKernelsOptions& o, const MoeShape& shape, cudaStrea
   }
   std::vector<uint16_t*> x(INPUT_COPIES);
   std::vector<uint16_t> x_host(size_t(max_tokens * H));
+  RoutingStats routing;  // of the first copy's tokens
   for (auto& p : x) {
-    for (uint16_t& v : x_host) v = formats::bf16_encode(normal(rng));
+    const std::vector<float> xs = draw_inputs(max_tokens);
+    for (size_t i = 0; i < xs.size(); ++i) x_host[i] = formats::bf16_encode(xs[i]);
+    if (skewed && &p == &x[0]) {
+      std::vector<float> router_rows(router_host.size()), rounded(xs.size());
+      for (size_t i = 0; i < router_rows.size(); ++i) router_rows[i] = formats::bf16_decode(router_host[i]);
+      for (size_t i = 0; i < xs.size(); ++i) rounded[i] = formats::bf16_decode(x_host[i]);
+      routing = routing_stats(top_k_experts(rounded.data(), max_tokens, H, router_rows.data(), E, TOP_K), TOP_K, E, 0);
+    }
     BENCH_CUDA(cudaMalloc(&p, x_host.size() * 2));
     BENCH_CUDA(cudaMemcpy(p, x_host.data(), x_host.size() * 2, cudaMemcpyHostToDevice));
   }
@@ -91,6 +120,14 @@ int run_bench_moe(const BenchKernelsOptions& o, const MoeShape& shape, cudaStrea
 
   std::printf("\nMoE block %s (E=%lld, k=%lld, H=%lld, I=%lld), router to combined output\n", shape.label, (long long)E,
               (long long)TOP_K, (long long)H, (long long)I);
+  if (skewed) {
+    const RoutingStats target = share_stats(shares);
+    std::printf(
+        "routing: Zipf s = %.2f: top expert %.1f%% of picks (target %.1f%%), %.0f%% of experts for 90%% (%.0f%%), "
+        "concentration %.3f (%.3f), over %lld tokens\n",
+        o.router_skew, 100 * routing.top_share, 100 * target.top_share, 100 * routing.coverage_90,
+        100 * target.coverage_90, routing.concentration, target.concentration, (long long)max_tokens);
+  }
   std::printf("%-6s %6s %-30s %10s %9s %9s %8s %8s %16s\n", "op", "T", "backend/mode", "time(us)", "GB/s", "TFLOP/s",
               "%floor", "experts", "vs cublas");
   const double expert_bytes = 3.0 * I * H * (0.5 + 1.0 / 16);
@@ -164,7 +201,8 @@ int run_bench_moe(const BenchKernelsOptions& o, const MoeShape& shape, cudaStrea
                         {"gb_s", bytes / t / 1e9},
                         {"tflops", flops / t / 1e12},
                         {"pct_floor", 100.0 * floor / t},
-                        {"experts_active", active}});
+                        {"experts_active", active},
+                        {"router_skew", o.router_skew}});
       }
   }
   for (int c = 0; c < WEIGHT_COPIES; ++c)
