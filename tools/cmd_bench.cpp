@@ -5,15 +5,17 @@
 #include "engine/runner_options.h"
 #include "tools/bench/bench_kernels.h"
 #include "tools/bench/bench_latency.h"
+#include "tools/bench/bench_routing.h"
 #include "tools/bench/bench_serve.h"
 #include "tools/command.h"
 
 namespace nibble::tools {
 
 CommandRunner register_bench(CLI::App& root) {
-  auto* bench = root.add_subcommand("bench",
-                                    "Benchmarks: serve (a serving benchmark against any OpenAI-compatible server), "
-                                    "latency (offline prefill/decode through a runner), kernels (CUDA ops)");
+  auto* bench = root.add_subcommand(
+      "bench",
+      "Benchmarks: serve (a serving benchmark against any OpenAI-compatible server), "
+      "latency (offline prefill/decode through a runner), kernels (CUDA ops), routing (expert loads)");
   bench->require_subcommand(1);
   auto* cmd = bench->add_subcommand("serve", "Serving benchmark: TTFT, TPOT, ITL, E2E latency and throughput");
   auto o = std::make_shared<BenchServeOptions>();
@@ -137,8 +139,9 @@ CommandRunner register_bench(CLI::App& root) {
       ->capture_default_str();
   latency->add_option("--prefill-chunk", l->prefill_chunk, "ppN in steps of at most this many tokens (0: one step)")
       ->capture_default_str();
-  latency->add_option("--tensor-parallel-size,--tp", l->tensor_parallel_size,
-                      "Ranks of one model (as nibble serve's): on the GPU, rank r on visible GPU r")
+  latency
+      ->add_option("--tensor-parallel-size,--tp", l->tensor_parallel_size,
+                   "Ranks of one model (as nibble serve's): on the GPU, rank r on visible GPU r")
       ->capture_default_str();
   latency->add_flag("--enable-expert-parallel", l->expert_parallel,
                     "With --tensor-parallel-size N: the experts dealt out whole over the ranks (as nibble serve's)");
@@ -160,8 +163,17 @@ CommandRunner register_bench(CLI::App& root) {
                     "Collect each decode step before launching the next (default: launched as the serving engine "
                     "does, step k + 1 on step k's pending tokens)");
   latency->add_option("--json", l->json_out, "Also write the rows as JSON");
-  return [o, rate, cmd, kernels, k, latency, l]() -> int {
+  auto r = std::make_shared<BenchRoutingOptions>();
+  auto* routing = bench->add_subcommand(
+      "routing", "The expert loads a checkpoint's routers give, by MoE layer (CPU forward over random tokens)");
+  routing->add_option("--model", r->model, "Model folder")->required();
+  routing->add_option("--tokens", r->tokens, "Tokens a sequence")->capture_default_str();
+  routing->add_option("--sequences", r->sequences, "Sequences, routed as one batch")->capture_default_str();
+  routing->add_option("--seed", r->seed, "Seed of the random tokens")->capture_default_str();
+  routing->add_option("--json", r->json_out, "Also write each layer's statistics and expert rows as JSON");
+  return [o, rate, cmd, kernels, k, latency, l, routing, r]() -> int {
     if (kernels->parsed()) return run_bench_kernels(*k);
+    if (routing->parsed()) return run_bench_routing(*r);
     if (latency->parsed()) return run_bench_latency(*l);
     if (!cmd->parsed()) return 2;
     try {

@@ -2,8 +2,9 @@
 # each of SKEWS ("random" = the plain synth's router rows, or a Zipf exponent: 0 is uniform): the MoE
 # block's rows (`bench kernels --ops moe --router-skew S`, MOE_TOKENS, MOE_BACKEND default auto), a
 # full-size synthetic Qwen3-30B-A3B whose routers are placed for S (`nibble synth --router-skew S`,
-# its log names the loads reached) and `bench latency $LATENCY` on it. One skewed checkpoint on disk at
-# a time (18 GB each). A table of both last.
+# its log names the loads reached), the loads one ROUTING_TOKENS-token prompt meets in it (`bench
+# routing`, on the CPU: ~1.5 min at 2,048; 0 skips) and `bench latency $LATENCY` on it. One skewed
+# checkpoint on disk at a time (18 GB each). A table of both last.
 SKEWS=${SKEWS:-random 0 0.6}
 MOE_TOKENS=${MOE_TOKENS:-1,4,8,16,32,64,128,512,2048,8192}
 LATENCY=${LATENCY:---modes none --pp 2048 --tg 128 --batches 64,128}
@@ -20,6 +21,11 @@ for s in $SKEWS; do
     /usr/bin/time -f "synth %e s" build-device/nibble synth --preset qwen3-30b-a3b --out "$dir" --seed 0 "${skew[@]}" \
       --router-tokens "${ROUTER_TOKENS:-1024}" > "$OUT/synth_$s.log" 2>&1
     echo "== synth, routing $s (rc $?)"; grep -A7 "^routers placed" "$OUT/synth_$s.log"
+  fi
+  if [ "${ROUTING_TOKENS:-2048}" != 0 ]; then
+    timeout 400 build-device/nibble bench routing --model "$dir" --tokens "${ROUTING_TOKENS:-2048}" \
+      --json "$OUT/routing_$s.json" > "$OUT/routing_$s.txt" 2>&1
+    echo "== bench routing, routing $s (rc $?)"; grep "^min-max" "$OUT/routing_$s.txt"
   fi
   timeout 400 build-device/nibble bench latency --model "$dir" --backend cuda --batch-prompt 1000 --batch-gen 32 \
     "${latency[@]}" > "$OUT/latency_$s.log" 2>&1

@@ -33,8 +33,7 @@ uint64_t available_host_memory() {
 }
 
 // The model of a checkpoint: one rank's, or a parallel group's (which loads its ranks' slices itself).
-using ModelFactory =
-    std::function<Result<std::unique_ptr<models::Model>>(std::shared_ptr<const io::LoadedCheckpoint>)>;
+using ModelFactory = std::function<Result<std::unique_ptr<models::Model>>(std::shared_ptr<const io::LoadedCheckpoint>)>;
 
 class CpuRunner : public ModelRunner {
  public:
@@ -197,7 +196,9 @@ class CpuRunner : public ModelRunner {
 
 Result<std::unique_ptr<ModelRunner>> create_cpu_runner(std::shared_ptr<const io::LoadedCheckpoint> checkpoint,
                                                        const RunnerOptions& o) {
-  const models::ModelOptions model_options{o.act_quant_moe, o.act_quant_dense, {}, o.cpu_gpu_rounding};
+  models::ModelOptions model_options;
+  model_options.act_quant_moe = o.act_quant_moe, model_options.act_quant_dense = o.act_quant_dense;
+  model_options.gpu_rounding = o.cpu_gpu_rounding;
   const io::ParallelConfig group{o.tensor_parallel_size, 0, o.expert_parallel};
   const io::ConfigOverrides overrides = o.config_overrides;
   ModelFactory make_model = [=](std::shared_ptr<const io::LoadedCheckpoint> c) {
@@ -275,10 +276,9 @@ Result<std::unique_ptr<ModelRunner>> create_runner(const std::string& path, cons
   }
   if (options.tensor_parallel_size > 1) {
     // The dimensions' checks first (each names what does not split), for every backend.
-    NIB_RETURN_IF_ERROR(
-        io::partition(checkpoint->bound.config, checkpoint->bound.quant,
-                      {options.tensor_parallel_size, 0, options.expert_parallel})
-            .status());
+    NIB_RETURN_IF_ERROR(io::partition(checkpoint->bound.config, checkpoint->bound.quant,
+                                      {options.tensor_parallel_size, 0, options.expert_parallel})
+                            .status());
   }
   if (options.nnodes > 1 && backend != Backend::CUDA)
     return Status::error("--nnodes " + std::to_string(options.nnodes) + " runs on the GPU backend");

@@ -322,8 +322,13 @@ class DecoderCpu final : public Model {
     if (options_.router_placer) place_router(w, x, T);
     // Experts sliced by width (tensor parallelism) need the down rows' whole amax; whole experts do not.
     const bool sliced = parallel() && !checkpoint_->parallel.expert_parallel;
-    NIB_RETURN_IF_ERROR(ref::moe(x, T, w.moe, options_.act_quant_moe, out.data(), observer,
-                                 sliced ? whole_row_amax() : ref::RowAmaxReduce()));
+    const int64_t K = w.moe.top_k;
+    std::vector<int32_t> ids(static_cast<size_t>(T * K));
+    std::vector<float> route_weights(ids.size());
+    ref::route(x, T, w.moe, ids.data(), route_weights.data());
+    if (options_.routing_observer) options_.routing_observer(w.index, ids.data(), T, K);
+    NIB_RETURN_IF_ERROR(ref::moe_experts(x, T, w.moe, options_.act_quant_moe, ids.data(), route_weights.data(),
+                                         out.data(), observer, sliced ? whole_row_amax() : ref::RowAmaxReduce()));
     if (w.has_shared) {
       // Ernie4_5_MoeSparseMoeBlock: routed output + shared_experts(x), the shared MLP in the dense mode.
       std::vector<float> shared(out.size());

@@ -24,6 +24,9 @@ using LinearInputObserver = std::function<void(const std::string& module, const 
 // it returns ([experts, width]) replace that layer's router from then on (rounded to the router's
 // dtype). `nibble synth --router-skew` places synthetic routers against real hidden states with it.
 using RouterPlacer = std::function<std::vector<float>(int64_t layer, const float* x, int64_t rows, int64_t width)>;
+// Called with each MoE layer's routing (expert ids [rows, top_k], in forward order): `nibble bench
+// routing` reports the loads a checkpoint's routers give.
+using RoutingObserver = std::function<void(int64_t layer, const int32_t* expert_ids, int64_t rows, int64_t top_k)>;
 
 struct ModelOptions {
   formats::ActQuant act_quant_moe = formats::ActQuant::NONE;
@@ -35,7 +38,8 @@ struct ModelOptions {
   // This model is one rank of a tensor- or expert-parallel group (its checkpoint holds the rank's
   // slices): the partial results meet through these collectives, which outlive the model.
   Collectives* collectives = nullptr;
-  RouterPlacer router_placer;  // (the CPU backend)
+  RouterPlacer router_placer;        // (the CPU backend)
+  RoutingObserver routing_observer;  // (the CPU backend)
 };
 
 class Model {

@@ -130,7 +130,7 @@ TEST(SynthRouterSkew, WrittenRoutersRouteNewTokensAtTheAskedSkew) {
   Result<tools::SynthReport> report = tools::synth_checkpoint(o);
   ASSERT_TRUE(report.is_ok()) << report.status().message();
   const io::ModelConfig& config = report->config;
-  const int64_t E = config.num_experts, K = config.num_experts_per_tok, H = config.hidden_size;
+  const int64_t E = config.num_experts, SEQUENCE = 128;
   ASSERT_EQ(report->routing.size(), static_cast<size_t>(config.num_hidden_layers));
   const tools::RoutingStats target = report->routing[0].target;
 
@@ -139,18 +139,14 @@ TEST(SynthRouterSkew, WrittenRoutersRouteNewTokensAtTheAskedSkew) {
   std::shared_ptr<const io::LoadedCheckpoint> checkpoint = std::move(loaded.value());
   std::vector<tools::RoutingStats> measured(static_cast<size_t>(config.num_hidden_layers));
   models::ModelOptions options;
-  options.router_placer = [&](int64_t layer, const float* x, int64_t rows, int64_t width) {
-    const auto* stored = reinterpret_cast<const uint16_t*>(
-        checkpoint->bound.linears.at("model.layers." + std::to_string(layer) + ".mlp.gate").weight.data);
-    std::vector<float> router(static_cast<size_t>(E * H));
-    for (size_t i = 0; i < router.size(); ++i) router[i] = formats::bf16_decode(stored[i]);
-    measured[layer] = tools::routing_stats(tools::top_k_experts(x, rows, width, router.data(), E, K), K, E, 0);
-    return std::vector<float>{};  // observe only
+  options.routing_observer = [&](int64_t layer, const int32_t* ids, int64_t rows, int64_t top_k) {
+    measured[layer] =
+        tools::routing_stats(std::span<const int32_t>(ids, static_cast<size_t>(rows * top_k)), top_k, E, SEQUENCE);
   };
   auto model = models::create_model(checkpoint, options);
   ASSERT_TRUE(model.is_ok()) << model.status().message();
   std::mt19937_64 rng(test::test_seed("SynthRouterSkew"));
-  const int64_t tokens = 1024, block = 16, SEQUENCE = 128;
+  const int64_t tokens = 1024, block = 16;
   models::KvCache cache(config, tokens / block, block);
   models::Batch batch;
   for (int64_t first = 0; first < tokens; first += SEQUENCE) {  // sequences as long as the calibration's

@@ -465,3 +465,33 @@ def test_latency_compare_puts_logs_side_by_side(build_dir, tiny_models, tmp_path
         speed = ms0 / ms1 if mix else tok1 / tok0
         assert float(change) == pytest.approx(100 * (speed - 1), abs=0.051), (test, cells)
         assert cells[4] == "—"
+
+
+def test_bench_routing_counts_every_pick_of_a_placed_checkpoint(build_dir, tmp_path):
+    """`nibble bench routing` on small-moe placed for Zipf 0.6: every layer's rows add up to the
+    batch's picks, its statistics agree with those rows, and the placed skew shows (the top expert
+    well above the 1/64 a uniform router gives it; the synth's own check holds it near the target)."""
+    model = tmp_path / "m"
+    subprocess.run([str(build_dir / "nibble"), "synth", "--preset", "small-moe", "--layers", "3", "--experts", "64",
+                    "--router-skew", "0.6", "--out", str(model)], check=True, capture_output=True, timeout=300)
+    out = tmp_path / "routing.json"
+    r = run_nibble(build_dir, "bench", "routing", "--model", str(model), "--tokens", "256", "--sequences", "2",
+                   "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    layers = json.loads(out.read_text())
+    config = json.loads((model / "config.json").read_text())
+    top_k, experts = config["num_experts_per_tok"], config["num_experts"]
+    assert [l["layer"] for l in layers] == list(range(config["num_hidden_layers"]))
+    for l in layers:
+        rows = l["rows"]
+        assert len(rows) == experts and rows == sorted(rows, reverse=True)
+        assert sum(rows) == 2 * 256 * top_k
+        assert l["top_share"] == pytest.approx(rows[0] / sum(rows))
+        assert l["top_share"] > 3 / experts, l
+        shares = np.array(rows) / sum(rows)
+        entropy = -sum(p * np.log(p) for p in shares if p > 0)
+        assert l["concentration"] == pytest.approx(1 - entropy / np.log(experts), abs=1e-9)
+    assert f"min-max over {len(layers)} layers" in r.stdout
+    bad = subprocess.run([str(build_dir / "nibble"), "bench", "routing", "--model", str(model), "--tokens", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "--tokens" in bad.stderr, bad.stderr
