@@ -20,14 +20,21 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// n rows of normals plus a common vector (hidden states share a direction; here of norm ~0.5√H·scale).
-std::vector<float> inputs_with_common_direction(int64_t n, int64_t hidden, float common_scale, std::mt19937_64& rng,
-                                                const std::vector<float>& common) {
-  std::normal_distribution<float> normal;
-  std::vector<float> x(static_cast<size_t>(n * hidden));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) + common_scale * common[i % static_cast<size_t>(hidden)];
-  return x;
-}
+// Two draws (fit, check) of n rows of normals plus one common vector, `common_scale` of a normal
+// vector (hidden states share a direction): H = 256, 2,048 rows each.
+struct CommonDirectionInputs {
+  static constexpr int64_t H = 256, N = 2048;
+  std::vector<float> fit, check;
+  CommonDirectionInputs(float common_scale, std::mt19937_64& rng) {
+    std::normal_distribution<float> normal;
+    std::vector<float> common(H);
+    for (float& v : common) v = normal(rng);
+    for (std::vector<float>* x : {&fit, &check}) {
+      x->resize(static_cast<size_t>(N * H));
+      for (size_t i = 0; i < x->size(); ++i) (*x)[i] = normal(rng) + common_scale * common[i % static_cast<size_t>(H)];
+    }
+  }
+};
 
 }  // namespace
 
@@ -68,12 +75,9 @@ TEST(RoutingStats, OfAKnownRouting) {
 // offset an expert, not a free row.
 TEST(PlaceRouter, ReachesZipfLoadsOnHeldOutInputs) {
   std::mt19937_64 rng(test::test_seed("PlaceRouter.Zipf"));
-  const int64_t H = 256, E = 64, K = 4, N = 2048;
-  std::normal_distribution<float> normal;
-  std::vector<float> common(H);
-  for (float& v : common) v = normal(rng);
-  const std::vector<float> fit = inputs_with_common_direction(N, H, 0.5f, rng, common),
-                           check = inputs_with_common_direction(N, H, 0.5f, rng, common);
+  const CommonDirectionInputs inputs(0.5f, rng);
+  const std::vector<float>&fit = inputs.fit, &check = inputs.check;
+  const int64_t H = inputs.H, N = inputs.N, E = 64, K = 4;
   const std::vector<double> shares = tools::zipf_shares(E, K, 0.6, 7);
   const tools::PlacedRouter placed = tools::place_router(fit.data(), N, H, shares, K, 7);
   const tools::RoutingStats target = tools::share_stats(shares);
@@ -94,12 +98,10 @@ TEST(PlaceRouter, ReachesZipfLoadsOnHeldOutInputs) {
 // send a few experts most of the tokens.
 TEST(PlaceRouter, UniformFlattensTheCommonDirectionsSkew) {
   std::mt19937_64 rng(test::test_seed("PlaceRouter.Uniform"));
-  const int64_t H = 256, E = 64, K = 4, N = 2048;
+  const CommonDirectionInputs inputs(2.0f, rng);
+  const std::vector<float>&fit = inputs.fit, &check = inputs.check;
+  const int64_t H = inputs.H, N = inputs.N, E = 64, K = 4;
   std::normal_distribution<float> normal;
-  std::vector<float> common(H);
-  for (float& v : common) v = normal(rng);
-  const std::vector<float> fit = inputs_with_common_direction(N, H, 2.0f, rng, common),
-                           check = inputs_with_common_direction(N, H, 2.0f, rng, common);
   std::vector<float> random_rows(static_cast<size_t>(E * H));
   for (float& v : random_rows) v = 0.02f * normal(rng);
   const tools::RoutingStats before =
