@@ -27,7 +27,9 @@ export LD_LIBRARY_PATH="$PWD/build-device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PAT
 nccl_lib=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
 [ -n "$nccl_lib" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl_lib"
 export NCCL_NVLS_ENABLE=0
-SYNTH_DIR=${SYNTH_DIR:-/tmp/qwen3-30b-a3b-synth}
+# SYNTH_ROUTER_SKEW=S: the full-size checkpoint's routers placed for Zipf S (`synth --router-skew`, ~50 s
+# more): every subcommand then measures at trained-like expert loads (docs/perf.md "Expert loads").
+SYNTH_DIR=${SYNTH_DIR:-/tmp/qwen3-30b-a3b-synth${SYNTH_ROUTER_SKEW:+-skew-$SYNTH_ROUTER_SKEW}}
 
 # build-base/'s binaries (`scripts/device.sh baseline` carries them gzipped), unpacked once.
 unpack_baseline() { [ -e build-base/nibble ] || tar -C build-base -xzf build-base/bins.tar.gz; }
@@ -42,7 +44,8 @@ bench_run_args() {
 
 synth_qwen3_full() {
   [ -f "$SYNTH_DIR/config.json" ] ||
-    build-device/nibble synth --preset qwen3-30b-a3b --out "$SYNTH_DIR" --seed 0 > "$OUT/synth.log" 2>&1
+    build-device/nibble synth --preset qwen3-30b-a3b --out "$SYNTH_DIR" --seed 0 \
+      ${SYNTH_ROUTER_SKEW:+--router-skew "$SYNTH_ROUTER_SKEW"} > "$OUT/synth.log" 2>&1
 }
 
 # The openai-client server tests need openai, pytest and requests, which the machine's python lacks:
