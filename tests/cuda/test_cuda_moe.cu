@@ -491,7 +491,10 @@ TEST(CudaMoe, DecodeBlockMatchesTheKernelChain) {
         EXPECT_LE(max_diff / scale, max_bound) << what << ", " << mode_name << " trial " << trial;
         EXPECT_LE(sum_diff / want.size() / scale, mean_bound) << what << ", " << mode_name << " trial " << trial;
       };
-      compare(block.out, chain.out, w4a4 ? 2e-2 : 4e-3, w4a4 ? 1e-3 : 2e-4, "output");
+      // Both round the SwiGLU rows and the expert outputs to BF16 after summing in different orders, so
+      // a value near the largest may round the other way (one BF16 step is up to 2^-7 of it, weighted
+      // by its routing weight): 4e-3 failed once at 4.67e-3 (seed 62227023197) with a mean of 5.6e-5.
+      compare(block.out, chain.out, w4a4 ? 2e-2 : 8e-3, w4a4 ? 1e-3 : 2e-4, "output");
       compare(block.residual, chain.residual, w4a4 ? 5e-3 : 1e-3, 1e-4, "residual");
       compare(bf16_values(block.next), bf16_values(chain.next), 1e-2, 1e-3, "next norm");
     }
