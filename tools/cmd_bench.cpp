@@ -139,9 +139,8 @@ CommandRunner register_bench(CLI::App& root) {
       ->capture_default_str();
   latency->add_option("--prefill-chunk", l->prefill_chunk, "ppN in steps of at most this many tokens (0: one step)")
       ->capture_default_str();
-  latency
-      ->add_option("--tensor-parallel-size,--tp", l->tensor_parallel_size,
-                   "Ranks of one model (as nibble serve's): on the GPU, rank r on visible GPU r")
+  latency->add_option("--tensor-parallel-size,--tp", l->tensor_parallel_size,
+                      "Ranks of one model (as nibble serve's): on the GPU, rank r on visible GPU r")
       ->capture_default_str();
   latency->add_flag("--enable-expert-parallel", l->expert_parallel,
                     "With --tensor-parallel-size N: the experts dealt out whole over the ranks (as nibble serve's)");

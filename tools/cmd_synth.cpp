@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <vector>
 
 #include "tools/command.h"
 #include "tools/progress.h"
@@ -13,26 +14,25 @@ namespace {
 // The placed routers against their target: the range over the MoE layers of each statistic, on the
 // held-out calibration tokens.
 void print_routing(const SynthReport& report, double s) {
-  auto range = [&](auto field) {
-    double lo = 1e9, hi = -1e9;
-    for (const LayerRouting& r : report.routing) lo = std::min(lo, field(r)), hi = std::max(hi, field(r));
-    return std::make_pair(lo, hi);
-  };
+  std::vector<RoutingStats> held_out;
+  std::pair<double, double> fit{1e30, -1e30};
+  for (const LayerRouting& r : report.routing) {
+    held_out.push_back(r.held_out);
+    fit = {std::min(fit.first, r.fit_error), std::max(fit.second, r.fit_error)};
+  }
+  const RoutingRanges m = routing_ranges(held_out);
+  const RoutingStats& t = report.routing.front().target;
   std::printf("routers placed for Zipf s = %.2f in %.1f s (%zu MoE layers; held-out tokens, min-max over layers):\n", s,
               report.routing_seconds, report.routing.size());
-  const auto& t = report.routing.front().target;
-  const auto top = range([](const LayerRouting& r) { return r.held_out.top_share; });
-  const auto cov = range([](const LayerRouting& r) { return r.held_out.coverage_90; });
-  const auto con = range([](const LayerRouting& r) { return r.held_out.concentration; });
-  const auto adj = range([](const LayerRouting& r) { return r.held_out.adjacent_overlap; });
-  const auto fit = range([](const LayerRouting& r) { return r.fit_error; });
-  std::printf("  top expert's share   %5.1f%% target, %5.1f-%5.1f%% measured\n", 100 * t.top_share, 100 * top.first,
-              100 * top.second);
-  std::printf("  experts for 90%%      %5.1f%% target, %5.1f-%5.1f%% measured\n", 100 * t.coverage_90, 100 * cov.first,
-              100 * cov.second);
-  std::printf("  concentration        %6.3f target, %6.3f-%6.3f measured\n", t.concentration, con.first, con.second);
-  std::printf("  adjacent tokens share %5.1f-%5.1f%% of their picks (independent: %.1f%%)\n", 100 * adj.first,
-              100 * adj.second, 100.0 * report.config.num_experts_per_tok / report.config.num_experts);
+  std::printf("  top expert's share   %5.1f%% target, %5.1f-%5.1f%% measured\n", 100 * t.top_share,
+              100 * m.top_share.first, 100 * m.top_share.second);
+  std::printf("  experts for 90%%      %5.1f%% target, %5.1f-%5.1f%% measured\n", 100 * t.coverage_90,
+              100 * m.coverage_90.first, 100 * m.coverage_90.second);
+  std::printf("  concentration        %6.3f target, %6.3f-%6.3f measured\n", t.concentration, m.concentration.first,
+              m.concentration.second);
+  std::printf("  adjacent tokens share %5.1f-%5.1f%% of their picks (independent: %.1f%%)\n",
+              100 * m.adjacent_overlap.first, 100 * m.adjacent_overlap.second,
+              100.0 * report.config.num_experts_per_tok / report.config.num_experts);
   std::printf("  fit error            %5.3f-%5.3f (half the L1 distance of the shares, fitted tokens)\n", fit.first,
               fit.second);
 }

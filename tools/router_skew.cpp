@@ -65,8 +65,18 @@ std::vector<float> mean_direction(const float* x, int64_t n, int64_t H) {
   return u;
 }
 
-// The top_k largest of one token's scores, into ids (any order): the counts are all the fit needs.
-void pick(const float* scores, int64_t experts, int64_t top_k, std::vector<int32_t>& order, int32_t* ids) {
+// x [n, H] @ rows [E, H]^T: [n, E].
+std::vector<float> logits(const float* x, int64_t n, int64_t H, const float* rows, int64_t E) {
+  std::vector<float> out(static_cast<size_t>(n * E));
+  parallel_for(static_cast<size_t>(n), [&](size_t t) {
+    for (int64_t e = 0; e < E; ++e) out[t * E + e] = static_cast<float>(dot(x + t * H, rows + e * H, H));
+  });
+  return out;
+}
+
+// The top_k largest of one token's scores (ties: the lower expert, as torch.topk), into ids in any
+// order; `order` is scratch of one entry an expert.
+void pick(const float* scores, int64_t top_k, std::vector<int32_t>& order, int32_t* ids) {
   std::iota(order.begin(), order.end(), 0);
   std::nth_element(order.begin(), order.begin() + top_k - 1, order.end(),
                    [&](int32_t a, int32_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); });
@@ -96,14 +106,7 @@ PlacedRouter place_router(const float* x, int64_t n, int64_t hidden, std::span<c
     for (int64_t h = 0; h < H; ++h) d += static_cast<double>(r[h] = row_stddev * rng.normal()) * u[h];
     for (int64_t h = 0; h < H; ++h) r[h] -= static_cast<float>(d) * u[h];
   }
-  std::vector<float> base(static_cast<size_t>(n * E));  // [n, E]
-  parallel_for(static_cast<size_t>(n), [&](size_t t) {
-    for (int64_t e = 0; e < E; ++e) {
-      double d = 0;
-      for (int64_t h = 0; h < H; ++h) d += static_cast<double>(x[t * H + h]) * placed.rows[e * H + h];
-      base[t * E + e] = static_cast<float>(d);
-    }
-  });
+  const std::vector<float> base = logits(x, n, H, placed.rows.data(), E);
   double sum = 0, sum_sq = 0;
   for (float v : base) sum += v, sum_sq += static_cast<double>(v) * v;
   const double count = static_cast<double>(base.size());
@@ -125,7 +128,7 @@ PlacedRouter place_router(const float* x, int64_t n, int64_t hidden, std::span<c
       std::vector<int32_t> order(static_cast<size_t>(E));
       for (int64_t t = static_cast<int64_t>(c * n / chunks); t < static_cast<int64_t>((c + 1) * n / chunks); ++t) {
         for (int64_t e = 0; e < E; ++e) scores[e] = base[t * E + e] + static_cast<float>(offset[e] * along[t]);
-        pick(scores.data(), E, top_k, order, ids.data() + t * top_k);
+        pick(scores.data(), top_k, order, ids.data() + t * top_k);
       }
     });
     std::fill(counts.begin(), counts.end(), 0);
@@ -150,18 +153,11 @@ PlacedRouter place_router(const float* x, int64_t n, int64_t hidden, std::span<c
 
 std::vector<int32_t> top_k_experts(const float* x, int64_t n, int64_t hidden, const float* rows, int64_t experts,
                                    int64_t top_k) {
+  const std::vector<float> scores = logits(x, n, hidden, rows, experts);
   std::vector<int32_t> ids(static_cast<size_t>(n * top_k));
   parallel_for(static_cast<size_t>(n), [&](size_t t) {
-    std::vector<float> scores(static_cast<size_t>(experts));
-    for (int64_t e = 0; e < experts; ++e) {
-      double d = 0;
-      for (int64_t h = 0; h < hidden; ++h) d += static_cast<double>(x[t * hidden + h]) * rows[e * hidden + h];
-      scores[e] = static_cast<float>(d);
-    }
     std::vector<int32_t> order(static_cast<size_t>(experts));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
-    std::copy_n(order.begin(), top_k, ids.begin() + static_cast<long>(t * top_k));
+    pick(scores.data() + t * experts, top_k, order, ids.data() + t * top_k);
   });
   return ids;
 }
@@ -200,6 +196,16 @@ RoutingStats routing_stats(std::span<const int32_t> ids, int64_t top_k, int64_t 
   }
   if (pairs > 0) s.adjacent_overlap = static_cast<double>(shared) / static_cast<double>(pairs * top_k);
   return s;
+}
+
+RoutingRanges routing_ranges(std::span<const RoutingStats> stats) {
+  auto range = [&](double RoutingStats::*field) {
+    std::pair<double, double> r{1e30, -1e30};
+    for (const RoutingStats& s : stats) r = {std::min(r.first, s.*field), std::max(r.second, s.*field)};
+    return r;
+  };
+  return {range(&RoutingStats::top_share), range(&RoutingStats::coverage_90), range(&RoutingStats::concentration),
+          range(&RoutingStats::adjacent_overlap)};
 }
 
 }  // namespace nibble::tools

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace nibble::tools {
@@ -25,7 +26,8 @@ struct PlacedRouter {
 PlacedRouter place_router(const float* x, int64_t n, int64_t hidden, std::span<const double> shares, int64_t top_k,
                           uint64_t seed, float row_stddev = 0.02f);
 
-// Expert ids [tokens, top_k] of the largest logits of x @ rows^T (ties: the lower expert, as torch.topk).
+// Expert ids [tokens, top_k] of the largest logits of x @ rows^T (ties: the lower expert, as torch.topk),
+// a token's in any order: what routing_stats needs.
 std::vector<int32_t> top_k_experts(const float* x, int64_t n, int64_t hidden, const float* rows, int64_t experts,
                                    int64_t top_k);
 
@@ -39,5 +41,11 @@ struct RoutingStats {
 RoutingStats share_stats(std::span<const double> shares);
 // Statistics of ids [tokens, top_k]; adjacent tokens are those within a run of `run` tokens (a sequence).
 RoutingStats routing_stats(std::span<const int32_t> ids, int64_t top_k, int64_t experts, int64_t run);
+
+// Each statistic's (min, max) over several routings (a model's layers).
+struct RoutingRanges {
+  std::pair<double, double> top_share, coverage_90, concentration, adjacent_overlap;
+};
+RoutingRanges routing_ranges(std::span<const RoutingStats> stats);
 
 }  // namespace nibble::tools

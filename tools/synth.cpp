@@ -478,9 +478,9 @@ io::QuantConfig synth_quant_config(const io::ModelConfig& c, bool quantize_atten
 }  // namespace
 
 const std::vector<std::string>& synth_presets() {
-  static const std::vector<std::string> presets = {"tiny-moe",          "small-moe",          "qwen3-30b-a3b",
-                                                   "qwen3-235b-a22b",   "tiny-ernie",         "small-ernie",
-                                                   "ernie-4.5-21b-a3b", "ernie-4.5-300b-a47b"};
+  static const std::vector<std::string> presets = {
+      "tiny-moe",   "small-moe",   "qwen3-30b-a3b",     "qwen3-235b-a22b",
+      "tiny-ernie", "small-ernie", "ernie-4.5-21b-a3b", "ernie-4.5-300b-a47b"};
   return presets;
 }
 

@@ -117,21 +117,8 @@ Result<std::vector<LayerRouting>> place_synth_routers(const std::string& dir, do
     };
     Result<std::unique_ptr<models::Model>> model = models::create_model(checkpoint, options);
     if (!model) return model.status();
-    const int64_t block = 16;
-    models::KvCache cache(config, tokens / block, block);
-    models::Batch batch;
     FastRandom rng(seed, "router calibration tokens");
-    for (int64_t i = 0; i < tokens; ++i)
-      batch.token_ids.push_back(static_cast<int32_t>(rng.next() % static_cast<uint64_t>(config.vocab_size)));
-    for (int64_t first = 0; first < tokens; first += SEQUENCE) {
-      models::BatchSequence seq;
-      for (int64_t b = first / block; b < (first + SEQUENCE) / block; ++b) seq.block_table.push_back(int32_t(b));
-      seq.n_tokens = SEQUENCE;
-      batch.sequences.push_back(seq);
-    }
-    batch.logits_rows = {tokens - 1};
-    std::vector<float> logits;
-    NIB_RETURN_IF_ERROR((*model)->forward(batch, cache, logits));
+    NIB_RETURN_IF_ERROR(forward_random_tokens(**model, config, tokens / SEQUENCE, SEQUENCE, rng));
   }
   // The model and its mapping are gone: write the rows into the files.
   Result<io::SafetensorsReader> reader = io::SafetensorsReader::open(dir);
@@ -139,6 +126,24 @@ Result<std::vector<LayerRouting>> place_synth_routers(const std::string& dir, do
   for (const auto& [layer, rows] : placed)
     NIB_RETURN_IF_ERROR(write_rows(*reader, "model.layers." + std::to_string(layer) + ".mlp.gate.weight", rows));
   return report;
+}
+
+Status forward_random_tokens(models::Model& model, const io::ModelConfig& config, int64_t sequences,
+                             int64_t tokens_each, FastRandom& rng) {
+  const int64_t block = 16, blocks_each = (tokens_each + block - 1) / block;
+  models::KvCache cache(config, blocks_each * sequences, block);
+  models::Batch batch;
+  for (int64_t s = 0; s < sequences; ++s) {
+    models::BatchSequence seq;
+    for (int64_t b = 0; b < blocks_each; ++b) seq.block_table.push_back(static_cast<int32_t>(s * blocks_each + b));
+    seq.n_tokens = tokens_each;
+    batch.sequences.push_back(seq);
+    for (int64_t i = 0; i < tokens_each; ++i)
+      batch.token_ids.push_back(static_cast<int32_t>(rng.next() % static_cast<uint64_t>(config.vocab_size)));
+  }
+  batch.logits_rows = {sequences * tokens_each - 1};
+  std::vector<float> logits;
+  return model.forward(batch, cache, logits);
 }
 
 }  // namespace nibble::tools

@@ -33,7 +33,8 @@ uint64_t available_host_memory() {
 }
 
 // The model of a checkpoint: one rank's, or a parallel group's (which loads its ranks' slices itself).
-using ModelFactory = std::function<Result<std::unique_ptr<models::Model>>(std::shared_ptr<const io::LoadedCheckpoint>)>;
+using ModelFactory =
+    std::function<Result<std::unique_ptr<models::Model>>(std::shared_ptr<const io::LoadedCheckpoint>)>;
 
 class CpuRunner : public ModelRunner {
  public:
@@ -276,9 +277,10 @@ Result<std::unique_ptr<ModelRunner>> create_runner(const std::string& path, cons
   }
   if (options.tensor_parallel_size > 1) {
     // The dimensions' checks first (each names what does not split), for every backend.
-    NIB_RETURN_IF_ERROR(io::partition(checkpoint->bound.config, checkpoint->bound.quant,
-                                      {options.tensor_parallel_size, 0, options.expert_parallel})
-                            .status());
+    NIB_RETURN_IF_ERROR(
+        io::partition(checkpoint->bound.config, checkpoint->bound.quant,
+                      {options.tensor_parallel_size, 0, options.expert_parallel})
+            .status());
   }
   if (options.nnodes > 1 && backend != Backend::CUDA)
     return Status::error("--nnodes " + std::to_string(options.nnodes) + " runs on the GPU backend");

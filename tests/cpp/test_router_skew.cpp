@@ -8,7 +8,6 @@
 #include <random>
 #include <unistd.h>
 
-#include "formats/bf16.h"
 #include "io/binding.h"
 #include "models/model.h"
 #include "test_seed.h"
@@ -147,21 +146,9 @@ TEST(SynthRouterSkew, WrittenRoutersRouteNewTokensAtTheAskedSkew) {
   };
   auto model = models::create_model(checkpoint, options);
   ASSERT_TRUE(model.is_ok()) << model.status().message();
-  std::mt19937_64 rng(test::test_seed("SynthRouterSkew"));
-  const int64_t tokens = 1024, block = 16;
-  models::KvCache cache(config, tokens / block, block);
-  models::Batch batch;
-  for (int64_t first = 0; first < tokens; first += SEQUENCE) {  // sequences as long as the calibration's
-    models::BatchSequence seq;
-    for (int64_t b = first / block; b < (first + SEQUENCE) / block; ++b) seq.block_table.push_back(int32_t(b));
-    seq.n_tokens = SEQUENCE;
-    batch.sequences.push_back(seq);
-  }
-  for (int64_t i = 0; i < tokens; ++i)
-    batch.token_ids.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(config.vocab_size)));
-  batch.logits_rows = {tokens - 1};
-  std::vector<float> logits;
-  ASSERT_TRUE((*model)->forward(batch, cache, logits).is_ok());
+  tools::FastRandom rng(test::test_seed("SynthRouterSkew"), "new tokens");
+  // 1,024 new tokens in sequences as long as the calibration's.
+  ASSERT_TRUE(tools::forward_random_tokens(**model, config, 1024 / SEQUENCE, SEQUENCE, rng).is_ok());
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     const tools::RoutingStats& got = measured[l];
     std::printf(
@@ -170,7 +157,7 @@ TEST(SynthRouterSkew, WrittenRoutersRouteNewTokensAtTheAskedSkew) {
         (long long)l, target.top_share, target.concentration, report->routing[l].held_out.top_share,
         report->routing[l].held_out.concentration, got.top_share, got.concentration, got.adjacent_overlap,
         report->routing[l].fit_error);
-    // One sequence of 1,024 new tokens (4,096 picks, ~64 an expert, a share's sampling error ~13%) on
+    // 1,024 new tokens (4,096 picks, ~64 an expert, a share's sampling error ~13%) on
     // a fit of 512 tokens (~32 picks an expert): the top share within 35%, the concentration within 0.03.
     EXPECT_NEAR(got.top_share, target.top_share, 0.35 * target.top_share) << "layer " << l;
     EXPECT_NEAR(got.concentration, target.concentration, 0.03) << "layer " << l;

@@ -13,6 +13,7 @@
 #include "models/model.h"
 #include "tools/fast_random.h"
 #include "tools/router_skew.h"
+#include "tools/synth_routers.h"
 
 namespace nibble::tools {
 namespace {
@@ -52,21 +53,9 @@ int run_bench_routing(const BenchRoutingOptions& o) {
   };
   Result<std::unique_ptr<models::Model>> model = models::create_model(checkpoint, options);
   if (!model) return fail(model.status().message());
-  const int64_t block = 16, blocks_each = (o.tokens + block - 1) / block;
-  models::KvCache cache(config, blocks_each * o.sequences, block);
-  models::Batch batch;
   FastRandom rng(o.seed, "bench routing tokens");
-  for (int64_t s = 0; s < o.sequences; ++s) {
-    models::BatchSequence seq;
-    for (int64_t b = 0; b < blocks_each; ++b) seq.block_table.push_back(static_cast<int32_t>(s * blocks_each + b));
-    seq.n_tokens = o.tokens;
-    batch.sequences.push_back(seq);
-    for (int64_t i = 0; i < o.tokens; ++i)
-      batch.token_ids.push_back(static_cast<int32_t>(rng.next() % static_cast<uint64_t>(config.vocab_size)));
-  }
-  batch.logits_rows = {o.tokens * o.sequences - 1};
-  std::vector<float> logits;
-  if (Status s = (*model)->forward(batch, cache, logits); !s.is_ok()) return fail(s.message());
+  if (Status s = forward_random_tokens(**model, config, o.sequences, o.tokens, rng); !s.is_ok())
+    return fail(s.message());
 
   const double mean_rows = static_cast<double>(o.tokens * o.sequences * K) / static_cast<double>(E);
   std::printf(
@@ -91,20 +80,15 @@ int run_bench_routing(const BenchRoutingOptions& o) {
                     {"adjacent_overlap", load.stats.adjacent_overlap},
                     {"rows", load.rows}});
   }
-  auto range = [&](auto field) {
-    double lo = 1e30, hi = -1e30;
-    for (const auto& [layer, load] : loads) lo = std::min(lo, field(load)), hi = std::max(hi, field(load));
-    return std::make_pair(lo, hi);
-  };
-  const auto top = range([](const LayerLoad& l) { return l.stats.top_share; });
-  const auto cov = range([](const LayerLoad& l) { return l.stats.coverage_90; });
-  const auto con = range([](const LayerLoad& l) { return l.stats.concentration; });
-  const auto adj = range([](const LayerLoad& l) { return l.stats.adjacent_overlap; });
+  std::vector<RoutingStats> stats;
+  for (const auto& [layer, load] : loads) stats.push_back(load.stats);
+  const RoutingRanges m = routing_ranges(stats);
   std::printf(
       "min-max over %zu layers: top expert %.1f-%.1f%%, experts for 90%% %.1f-%.1f%%, concentration "
       "%.3f-%.3f, adjacent %.1f-%.1f%% (independent: %.1f%%)\n",
-      loads.size(), 100 * top.first, 100 * top.second, 100 * cov.first, 100 * cov.second, con.first, con.second,
-      100 * adj.first, 100 * adj.second, 100.0 * K / E);
+      loads.size(), 100 * m.top_share.first, 100 * m.top_share.second, 100 * m.coverage_90.first,
+      100 * m.coverage_90.second, m.concentration.first, m.concentration.second, 100 * m.adjacent_overlap.first,
+      100 * m.adjacent_overlap.second, 100.0 * K / E);
   if (!o.json_out.empty()) std::ofstream(o.json_out) << rows.dump(1) << "\n";
   return 0;
 }
