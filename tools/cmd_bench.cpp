@@ -137,6 +137,11 @@ CommandRunner register_bench(CLI::App& root) {
       ->add_option("--context", l->context,
                    "Batched decode at this context: the sequences' prompt length (overrides --batch-prompt)")
       ->capture_default_str();
+  latency
+      ->add_option("--hbm-tb-s", l->hbm_tb_s,
+                   "Memory bandwidth for the decode rows' bytes floor (weights at even expert loads + KV)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   latency->add_option("--prefill-chunk", l->prefill_chunk, "ppN in steps of at most this many tokens (0: one step)")
       ->capture_default_str();
   latency->add_option("--tensor-parallel-size,--tp", l->tensor_parallel_size,

@@ -2,6 +2,9 @@
 // modeling_qwen3(_moe).py and modeling_ernie4_5_moe.py (experts stored per expert, as on disk).
 #include "io/weight_plan.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace nibble::io {
 namespace {
 
@@ -100,13 +103,21 @@ std::vector<ModuleSpec> plan_modules(const ModelConfig& c, const QuantConfig& qu
 }
 
 uint64_t bytes_per_decoded_token(const ModelConfig& c, const std::vector<ModuleSpec>& modules) {
+  return bytes_per_decode_step(c, modules, 1);
+}
+
+uint64_t bytes_per_decode_step(const ModelConfig& c, const std::vector<ModuleSpec>& modules, int64_t sequences) {
+  const double B = static_cast<double>(std::max<int64_t>(sequences, 1));
+  const double k = static_cast<double>(c.num_experts_per_tok);
+  const double E = static_cast<double>(std::max<int64_t>(c.num_experts, 1));
+  const double touched = 1.0 - std::pow(1.0 - k / E, B);  // an expert's chance of being read
   double total = 0;
   for (const ModuleSpec& m : modules) {
     if (m.kind == ModuleKind::EMBEDDING) {
-      total += static_cast<double>(m.nbytes()) / static_cast<double>(m.shape[0]);  // one row
-      if (c.tie_word_embeddings) total += static_cast<double>(m.nbytes());         // it is the lm_head too
+      total += B * static_cast<double>(m.nbytes()) / static_cast<double>(m.shape[0]);  // a row a token
+      if (c.tie_word_embeddings) total += static_cast<double>(m.nbytes());             // it is the lm_head too
     } else if (m.expert >= 0) {
-      total += static_cast<double>(m.nbytes()) * c.num_experts_per_tok / c.num_experts;
+      total += B == 1 ? static_cast<double>(m.nbytes()) * k / E : static_cast<double>(m.nbytes()) * touched;
     } else {
       total += static_cast<double>(m.nbytes());
     }

@@ -66,6 +66,11 @@ std::vector<ModuleSpec> plan_modules(const ModelConfig& config, const QuantConfi
 // Bytes a decode step reads per token: every non-expert module, experts scaled by k/E (each token
 // visits k of E experts per layer), one embedding row, and the lm_head.
 uint64_t bytes_per_decoded_token(const ModelConfig& config, const std::vector<ModuleSpec>& modules);
+// The weight bytes a decode step of `sequences` tokens reads at even expert loads: every non-expert
+// module once, each expert with the chance that one of the tokens picks it (1 − (1 − k/E)^B, for
+// independent uniform picks; skewed routing touches fewer), an embedding row a token, the lm_head
+// once. One sequence is bytes_per_decoded_token.
+uint64_t bytes_per_decode_step(const ModelConfig& config, const std::vector<ModuleSpec>& modules, int64_t sequences);
 uint64_t parameter_count(const std::vector<ModuleSpec>& modules);
 
 }  // namespace nibble::io

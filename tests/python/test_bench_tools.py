@@ -411,6 +411,36 @@ def test_bench_latency_reports_every_test(build_dir, tiny_models, tmp_path):
     assert "pp40" in r.stdout and "S_TG b3" in r.stdout
 
 
+def test_bench_latency_reports_the_bytes_floor(build_dir, tiny_models, tmp_path):
+    """Each decode row's bytes floor: one token's weight bytes are `nibble inspect`'s bytes per decoded
+    token; three sequences read more than one and less than three times that (the lm_head once, the
+    experts at even loads); the KV bytes are the keys each step attends over (a 1-token prompt then
+    k + 2 keys at step k; a batch's prompt, its warm-up step, then the timed ones) at BF16; the floor's
+    tok/s is the step's tokens over its bytes at --hbm-tb-s."""
+    out = tmp_path / "latency.json"
+    r = run_nibble(build_dir, "bench", "latency", "--model", str(tiny_models["a"]), "--backend", "cpu", "--pp", "",
+                   "--tg", "4", "--batches", "1,3", "--batch-prompt", "20", "--batch-gen", "2", "--repeats", "1",
+                   "--hbm-tb-s", "2.5", "--json", str(out))
+    rows = {row["test"]: row for row in json.loads(out.read_text())}
+    inspect = json.loads(run_nibble(build_dir, "inspect", str(tiny_models["a"]), "--json").stdout)
+    config = json.loads((tiny_models["a"] / "config.json").read_text())
+    per_key = config["num_hidden_layers"] * 2 * config["num_key_value_heads"] * config.get(
+        "head_dim", config["hidden_size"] // config["num_attention_heads"]) * 2
+    one = inspect["bytes_per_decoded_token"]
+    assert rows["tg4"]["floor_weight_bytes"] == one and rows["S_TG b1"]["floor_weight_bytes"] == one, rows
+    assert one < rows["S_TG b3"]["floor_weight_bytes"] < 3 * one, rows
+    for test, sequences, keys in (("tg4", 1, (4 + 3) / 2), ("S_TG b1", 1, 20 + (2 + 3) / 2), ("S_TG b3", 3, 20 + (2 + 3) / 2)):
+        row = rows[test]
+        assert row["floor_kv_bytes"] == pytest.approx(sequences * keys * per_key), row
+        step = row["floor_weight_bytes"] + row["floor_kv_bytes"]
+        assert row["floor_tok_s"] == pytest.approx(sequences * 2.5e12 / step) and row["hbm_tb_s"] == 2.5, row
+        assert f"# floor {test}:" in r.stdout
+    bad = subprocess.run([str(build_dir / "nibble"), "bench", "latency", "--model", str(tiny_models["a"]), "--backend",
+                          "cpu", "--pp", "", "--tg", "2", "--batches", "", "--hbm-tb-s", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "--hbm-tb-s" in bad.stderr, bad.stderr
+
+
 def test_bench_latency_samples_as_a_request_asks(build_dir, tiny_models, tmp_path):
     """bench latency's decode steps with a request's sampling (--temperature / --top-k / --top-p):
     rows as with greedy; out-of-range values are refused with the field named."""

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "engine/model_runner.h"
+#include "io/weight_plan.h"
 #if NIBBLE_BENCH_CUDA
 #include "cuda/moe/moe_decode.cuh"
 #include "cuda/sampling/sampler.cuh"
@@ -33,6 +34,26 @@ std::vector<int64_t> int_list(const std::string& s) {
     if (!item.empty()) out.push_back(std::stoll(item));
   return out;
 }
+
+// A decode step's bytes floor (docs/perf.md "Floors"): the weights it reads at even expert loads
+// (io::bytes_per_decode_step) and the KV cache it attends over, at a bandwidth. Empty (no modules)
+// where the checkpoint's quant config could not be read: the rows then have no floor.
+struct DecodeFloor {
+  io::ModelConfig config;
+  std::vector<io::ModuleSpec> modules;
+  int64_t kv_element_bytes = 2;
+  double bytes_per_s = 4e12;
+
+  // B sequences each attending over `keys` keys on average.
+  nlohmann::json step(int64_t B, double keys) const {
+    const io::ModelConfig& c = config;
+    const double weights = static_cast<double>(io::bytes_per_decode_step(c, modules, B));
+    const double kv = static_cast<double>(B) * keys * static_cast<double>(c.num_hidden_layers) * 2.0 *
+                      static_cast<double>(c.num_key_value_heads * c.head_dim * kv_element_bytes);
+    return {{"floor_weight_bytes", weights}, {"floor_kv_bytes", kv},
+            {"floor_tok_s", static_cast<double>(B) * bytes_per_s / (weights + kv)}};
+  }
+};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -194,6 +215,30 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     if (!runner) return fail(runner.status().message());
     const double load_s = seconds_since(load_start);
     engine::ModelRunner& r = **runner;
+    const int64_t kv_element_bytes = *kv_dtype == engine::KvCacheDtype::FP8    ? 1
+                                     : *kv_dtype == engine::KvCacheDtype::FP32 ? 4
+                                                                               : 2;  // auto: BF16
+    DecodeFloor floor{r.config(), {}, kv_element_bytes, o.hbm_tb_s * 1e12};
+    {
+      std::ifstream in(o.model + "/config.json");
+      std::stringstream text;
+      text << in.rdbuf();
+      if (Result<io::QuantConfig> quant = io::load_quant_config(o.model, text.str()); quant)
+        floor.modules = io::plan_modules(r.config(), *quant);
+    }
+    // The floor of a decode row: a comment line after it and the row's JSON fields.
+    auto report_floor = [&](const std::string& test, int64_t B, double keys, double tok_s) {
+      if (floor.modules.empty()) return;
+      const nlohmann::json f = floor.step(B, keys);
+      const double weights = f["floor_weight_bytes"], kv = f["floor_kv_bytes"], floor_tok_s = f["floor_tok_s"];
+      std::printf("# floor %s: %.3f GB a step (weights %.3f at even expert loads, KV %.3f) at %.2f TB/s: %.1f tok/s; "
+                  "this row %.1f%% of it\n",
+                  test.c_str(), (weights + kv) / 1e9, weights / 1e9, kv / 1e9, o.hbm_tb_s, floor_tok_s,
+                  100.0 * tok_s / floor_tok_s);
+      nlohmann::json& row = rows.back();
+      row.update(f);
+      row["hbm_tb_s"] = o.hbm_tb_s;
+    };
     const int64_t bs = r.block_size(), capacity = r.n_kv_blocks();
     auto need_blocks = [&](int64_t seqs, int64_t tokens) { return seqs * ((tokens + bs - 1) / bs); };
     auto report = [&](const std::string& test, int64_t tokens, double tok_s, double ms_step) {
@@ -241,6 +286,8 @@ int run_bench_latency(const BenchLatencyOptions& o) {
       }
       const double t = median(times);
       report("tg" + std::to_string(o.tg), o.tg, o.tg / t, t * 1e3 / o.tg);
+      // Step k (k = 0 … tg − 1) attends over k + 2 keys: the prompt token, k decoded, its own.
+      report_floor("tg" + std::to_string(o.tg), 1, (static_cast<double>(o.tg) + 3.0) / 2.0, o.tg / t);
 #if NIBBLE_BENCH_CUDA
       // NIBBLE_DIAG_PHASE_TIMING=1: the one-launch MoE block's phases in the model (the last layer of the last step).
       if (const std::string phases = cuda::moe_decode_block_timing(r.config().hidden_size); !phases.empty())
@@ -274,6 +321,10 @@ int run_bench_latency(const BenchLatencyOptions& o) {
       if (Status d = bench.decode(seqs, o.batch_gen, overlap); !d) return fail(d.message());
       const double secs = seconds_since(t);
       report("S_TG b" + std::to_string(B) + at, B * o.batch_gen, B * o.batch_gen / secs, secs * 1e3 / o.batch_gen);
+      // Timed step k attends over batch_prompt + k + 2 keys (after the prefill's token and the warm-up step).
+      report_floor("S_TG b" + std::to_string(B) + at, B,
+                   static_cast<double>(batch_prompt) + (static_cast<double>(o.batch_gen) + 3.0) / 2.0,
+                   B * o.batch_gen / secs);
       // The same steps with a new prompt each (tokens: decode rows and prompt tokens alike).
       for (int64_t P : mixed) {
         const std::string test = "mix b" + std::to_string(B) + "+p" + std::to_string(P);

@@ -33,6 +33,7 @@ struct BenchLatencyOptions {
   float top_p = 1.0f;
   bool enforce_eager = false;
   bool disable_overlap_schedule = false;  // decode steps each collected before the next is launched
+  double hbm_tb_s = 4.0;                  // the decode rows' bytes floor: memory bandwidth (TB/s)
   std::string json_out;
 };
 
