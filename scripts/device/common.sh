@@ -140,7 +140,9 @@ latency_summary() {
 
 # A gtest log's verdict, or what stopped it (a crash, a timeout, a binary not bundled).
 gtest_verdict() {
-  local verdict
+  local verdict running
   verdict=$(grep -hE "^\[  (PASSED|FAILED|SKIPPED) " "$1" 2>/dev/null | tr '\n' ' ')
-  echo "${verdict:-NOT RUN TO THE END: $(tail -1 "$1" 2>/dev/null)}"
+  # Cut short (its timeout, a crash, a hang): the test it was in, and the log's last line.
+  running=$(grep -hE "^\[ RUN      \]" "$1" 2>/dev/null | tail -1 | sed 's/^\[ RUN      \] //')
+  echo "${verdict:-NOT RUN TO THE END${running:+ (in $running)}: $(tail -1 "$1" 2>/dev/null)}"
 }

@@ -5,7 +5,9 @@
 # `nibble serve --backend cuda` (SERVER=0 skips them; SERVER_TESTS picks the files, default
 # test_server_openai.py test_server_api_compat.py test_structured_output.py; SERVE_VARIANTS adds serve
 # flags) on the small synthetic model, FULL_SERVER_TESTS (files) on the full-size one, and with LOAD=1 the
-# load tests (2,000 open streams, disconnects, preemption, a weight swap under traffic).
+# load tests (2,000 open streams, disconnects, preemption, a weight swap under traffic). TEST_TIMEOUT
+# (default 300 s) bounds each test binary and slice: under a call's shorter limit, set it below that
+# limit so the verdicts still print (a binary cut short names the test it was in).
 synth_slice_yarn
 if [ -z "${TESTS:-}" ]; then
   TESTS=$(cd build-device/tests && ls test_cuda_* 2>/dev/null | sed 's/^test_cuda_//' | tr '\n' ' ')
@@ -16,21 +18,21 @@ for v in base ${TEST_VARIANTS:-}; do
   tag=$(printf '%s' "$v" | tr '=,' '-_')
   for t in $TESTS; do
     # shellcheck disable=SC2086
-    env $vars timeout 300 "build-device/tests/test_cuda_$t" > "$OUT/test_${t}_$tag.log" 2>&1 &
+    env $vars timeout "${TEST_TIMEOUT:-300}" "build-device/tests/test_cuda_$t" > "$OUT/test_${t}_$tag.log" 2>&1 &
     names+=("test_${t}_$tag")
   done
   [ -x build-device/tests/test_cuda_runner ] || continue  # the slice is test_cuda_runner's
   # shellcheck disable=SC2086
-  env $vars NIBBLE_TEST_MODEL="$SLICE_DIR" timeout 300 build-device/tests/test_cuda_runner --gtest_filter='*MatchesTheCpu*' \
+  env $vars NIBBLE_TEST_MODEL="$SLICE_DIR" timeout "${TEST_TIMEOUT:-300}" build-device/tests/test_cuda_runner --gtest_filter='*MatchesTheCpu*' \
     > "$OUT/slice_$tag.log" 2>&1 &
   names+=("slice_$tag")
   [ "$v" = base ] || continue
   if [ -x build-device/tests/test_cuda_tensor_parallel ]; then  # the split on the slice's real shapes
-    NIBBLE_TEST_MODEL="$SLICE_DIR" timeout 300 build-device/tests/test_cuda_tensor_parallel \
+    NIBBLE_TEST_MODEL="$SLICE_DIR" timeout "${TEST_TIMEOUT:-300}" build-device/tests/test_cuda_tensor_parallel \
       > "$OUT/slice_tensor_parallel.log" 2>&1 &
     names+=("slice_tensor_parallel")
   fi
-  NIBBLE_TEST_MODEL="$SLICE_DIR-yarn" timeout 300 build-device/tests/test_cuda_runner --gtest_filter='*MatchesTheCpu*' \
+  NIBBLE_TEST_MODEL="$SLICE_DIR-yarn" timeout "${TEST_TIMEOUT:-300}" build-device/tests/test_cuda_runner --gtest_filter='*MatchesTheCpu*' \
     > "$OUT/slice_yarn.log" 2>&1 &
   names+=("slice_yarn")
 done
