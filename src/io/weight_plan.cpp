@@ -117,6 +117,7 @@ uint64_t bytes_per_decode_step(const ModelConfig& c, const std::vector<ModuleSpe
       total += B * static_cast<double>(m.nbytes()) / static_cast<double>(m.shape[0]);  // a row a token
       if (c.tie_word_embeddings) total += static_cast<double>(m.nbytes());             // it is the lm_head too
     } else if (m.expert >= 0) {
+      // (One token: × k / E exactly, the bytes `nibble inspect` has always printed.)
       total += B == 1 ? static_cast<double>(m.nbytes()) * k / E : static_cast<double>(m.nbytes()) * touched;
     } else {
       total += static_cast<double>(m.nbytes());

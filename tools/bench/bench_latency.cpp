@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -44,14 +45,16 @@ struct DecodeFloor {
   int64_t kv_element_bytes = 2;
   double bytes_per_s = 4e12;
 
+  struct Step {
+    double weights, kv, tok_s;
+  };
   // B sequences each attending over `keys` keys on average.
-  nlohmann::json step(int64_t B, double keys) const {
+  Step step(int64_t B, double keys) const {
     const io::ModelConfig& c = config;
     const double weights = static_cast<double>(io::bytes_per_decode_step(c, modules, B));
     const double kv = static_cast<double>(B) * keys * static_cast<double>(c.num_hidden_layers) * 2.0 *
                       static_cast<double>(c.num_key_value_heads * c.head_dim * kv_element_bytes);
-    return {{"floor_weight_bytes", weights}, {"floor_kv_bytes", kv},
-            {"floor_tok_s", static_cast<double>(B) * bytes_per_s / (weights + kv)}};
+    return {weights, kv, static_cast<double>(B) * bytes_per_s / (weights + kv)};
   }
 };
 
@@ -180,6 +183,14 @@ int run_bench_latency(const BenchLatencyOptions& o) {
   params.temperature = o.temperature, params.top_k = o.top_k, params.top_p = o.top_p, params.seed = 42;
   if (Status valid = params.validate(); !valid) return fail(valid.message());
   nlohmann::json rows = nlohmann::json::array();
+  // The checkpoint's quant config, for the decode rows' floor (every mode's runner loads the same).
+  std::optional<io::QuantConfig> quant;
+  {
+    std::ifstream in(o.model + "/config.json");
+    std::stringstream text;
+    text << in.rdbuf();
+    if (Result<io::QuantConfig> q = io::load_quant_config(o.model, text.str()); q) quant = *q;
+  }
   std::stringstream modes_in(o.modes);
   std::string mode_name;
   while (std::getline(modes_in, mode_name, ',')) {
@@ -218,25 +229,18 @@ int run_bench_latency(const BenchLatencyOptions& o) {
     const int64_t kv_element_bytes = *kv_dtype == engine::KvCacheDtype::FP8    ? 1
                                      : *kv_dtype == engine::KvCacheDtype::FP32 ? 4
                                                                                : 2;  // auto: BF16
-    DecodeFloor floor{r.config(), {}, kv_element_bytes, o.hbm_tb_s * 1e12};
-    {
-      std::ifstream in(o.model + "/config.json");
-      std::stringstream text;
-      text << in.rdbuf();
-      if (Result<io::QuantConfig> quant = io::load_quant_config(o.model, text.str()); quant)
-        floor.modules = io::plan_modules(r.config(), *quant);
-    }
+    const DecodeFloor floor{r.config(), quant ? io::plan_modules(r.config(), *quant) : std::vector<io::ModuleSpec>{},
+                            kv_element_bytes, o.hbm_tb_s * 1e12};
     // The floor of a decode row: a comment line after it and the row's JSON fields.
     auto report_floor = [&](const std::string& test, int64_t B, double keys, double tok_s) {
       if (floor.modules.empty()) return;
-      const nlohmann::json f = floor.step(B, keys);
-      const double weights = f["floor_weight_bytes"], kv = f["floor_kv_bytes"], floor_tok_s = f["floor_tok_s"];
+      const DecodeFloor::Step f = floor.step(B, keys);
       std::printf("# floor %s: %.3f GB a step (weights %.3f at even expert loads, KV %.3f) at %.2f TB/s: %.1f tok/s; "
                   "this row %.1f%% of it\n",
-                  test.c_str(), (weights + kv) / 1e9, weights / 1e9, kv / 1e9, o.hbm_tb_s, floor_tok_s,
-                  100.0 * tok_s / floor_tok_s);
+                  test.c_str(), (f.weights + f.kv) / 1e9, f.weights / 1e9, f.kv / 1e9, o.hbm_tb_s, f.tok_s,
+                  100.0 * tok_s / f.tok_s);
       nlohmann::json& row = rows.back();
-      row.update(f);
+      row["floor_weight_bytes"] = f.weights, row["floor_kv_bytes"] = f.kv, row["floor_tok_s"] = f.tok_s;
       row["hbm_tb_s"] = o.hbm_tb_s;
     };
     const int64_t bs = r.block_size(), capacity = r.n_kv_blocks();
