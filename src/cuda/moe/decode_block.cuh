@@ -5,11 +5,31 @@
 
 #include <cuda_runtime.h>
 
+#include <cfloat>
 #include <cstdint>
+#include <cstdio>
 
 #include "cuda/gemm/skinny_fragments.cuh"
+#include "cuda/moe/moe_routing_device.cuh"
 
 namespace nibble::cuda::decode_block {
+
+// A spinning wait that outlives 10 s names itself and traps: the launch fails with a line that says
+// which meeting, where a device that hung would say nothing (a server whose CTAs could not all be
+// resident, a tag that never came). The global timer is read every 1,024 polls only.
+struct Watchdog {
+  unsigned polls = 0;
+  unsigned long long start = 0;
+  __device__ __forceinline__ void check(const char* meeting, unsigned target) {
+    if (++polls & 1023u) return;
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (start == 0) start = now;
+    if (now - start < 10'000'000'000ull) return;
+    printf("moe_decode_block: CTA %d waited 10 s at %s for %u\n", int(blockIdx.x), meeting, target);
+    __trap();
+  }
+};
 
 // Grid barriers (the CTAs are co-resident: one an SM, no more than the SMs), generation-counted so
 // two words {arrived, generation} serve every launch: one thread of each CTA arrives (release: the
@@ -31,14 +51,53 @@ __device__ __forceinline__ void grid_arrive(unsigned* bar, unsigned ctas, unsign
 }
 __device__ __forceinline__ void grid_wait(const unsigned* bar, unsigned target) {
   unsigned seen;
-  do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(bar + 1) : "memory");
-  while (seen != target);
+  Watchdog dog;
+  for (;;) {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(bar + 1) : "memory");
+    if (seen == target) return;
+    dog.check("a grid barrier", target);
+  }
 }
 
 // The last launch's final generation: thread 0 reads it after the PDL wait (the previous launch's
 // writes are visible only then), before its CTA's first arrival.
 __device__ __forceinline__ unsigned first_generation(const unsigned* bar) {
   return *reinterpret_cast<const volatile unsigned*>(bar + 1);
+}
+
+// A value met without a barrier: its fp32 bits beside the launch's tag in one 64-bit word, stored and
+// loaded single-copy atomic (aligned st/ld.relaxed.gpu.u64), so a reader that sees the tag sees the
+// value. The tag must differ from every earlier launch's (the generation this launch's barrier will
+// publish); the words need no reset between launches.
+__device__ __forceinline__ void store_tagged(unsigned long long* word, unsigned tag, float value) {
+  const unsigned long long w = (static_cast<unsigned long long>(tag) << 32) | __float_as_uint(value);
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;\n" ::"l"(word), "l"(w) : "memory");
+}
+
+// One warp: words[lane + 32 i] (i < ROUTER_MAX_PER_LANE, below n) polled until each carries `tag`,
+// into v (−FLT_MAX past n). All of a lane's outstanding words are loaded before any is checked, so a
+// round is one L2 round trip, not eight.
+__device__ __forceinline__ void poll_tagged(const unsigned long long* words, int n, unsigned tag,
+                                            float (&v)[ROUTER_MAX_PER_LANE]) {
+  const int lane = threadIdx.x & 31;
+  unsigned pending = 0;
+#pragma unroll
+  for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i) {
+    v[i] = -FLT_MAX;
+    if (lane + 32 * i < n) pending |= 1u << i;
+  }
+  Watchdog dog;
+  while (__any_sync(0xFFFFFFFFu, pending != 0)) {
+    unsigned long long w[ROUTER_MAX_PER_LANE];
+#pragma unroll
+    for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i)
+      if (pending >> i & 1u)
+        asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(w[i]) : "l"(words + lane + 32 * i));
+#pragma unroll
+    for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i)
+      if ((pending >> i & 1u) && unsigned(w[i] >> 32) == tag) v[i] = __uint_as_float(unsigned(w[i])), pending &= ~(1u << i);
+    if (pending) dog.check("the tagged logits", tag);
+  }
 }
 
 // The whole barrier for a CTA (generation: thread 0's count of barriers passed).

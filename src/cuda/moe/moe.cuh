@@ -64,9 +64,10 @@ struct MoeWorkspace {
   uint16_t* x_frag = nullptr;       // [T, H] the wgmma gate_up's input in fragment order (nvfp4_layout.h)
   float* act_row_scales = nullptr;  // [P]
   uint16_t* y = nullptr;            // [P, H] down output, BF16
-  // moe_decode_block (moe_decode.cuh): its grid barrier {arrived, generation} and the next norm's
-  // partial sums, one a CTA.
+  // moe_decode_block (moe_decode.cuh): its grid barrier {arrived, generation}, its router logits
+  // beside their launch's tag, and the next norm's partial sums, one a CTA.
   uint32_t* block_barrier = nullptr;
+  unsigned long long* block_logits = nullptr;  // [E]
   float* block_partials = nullptr;      // [hidden / 16]
   uint32_t* block_slot_amax = nullptr;  // [2, DECODE_BLOCK_MAX_TOP_K] per-token W4A4: each slot's SwiGLU row amax (fp32
                                         // bits), a set a launch parity

@@ -1,6 +1,7 @@
 // The MoE block of one token in one launch (single-stream decode). CTA c owns output features
 // 16c … 16c + 15. Every CTA computes the input norm (add_rmsnorm's bits) and one expert's router
-// logit; after a grid barrier, the top-k (every CTA alike). Then the copy engine brings in all the
+// logit, stored beside the launch's tag; warp 0 of every CTA polls the tagged logits and runs the
+// top-k (every CTA alike) — one L2 round trip after the last logit, where a grid barrier took four. Then the copy engine brings in all the
 // weights the CTA uses — its share of the chosen experts' gate/up m-tiles, and its 16 down rows of
 // each chosen expert — so the block's weight bytes are in flight at once, where the kernel chain
 // waited on three launches for them. gate_up + SwiGLU as the tiles land → act (global) → a grid
@@ -9,7 +10,7 @@
 // chain's 21.7 (bench kernels), tg128 457 against 436 tok/s. Fragments and k order: skinny_gemm.cu's,
 // the experts in line order. W4A4 (both modes) quantizes as the chain does: x̂ of the input in every
 // CTA (the router reads x), the SwiGLU rows (static: by the CTAs that produce their 16-value blocks;
-// per-token: the fp32 rows after barrier 2, by every CTA), the next norm's x̂ in the last CTA.
+// per-token: the fp32 rows after the grid barrier, by every CTA), the next norm's x̂ in the last CTA.
 #include "cuda/moe/moe_decode.cuh"
 
 #include <cuda_bf16.h>
@@ -83,13 +84,13 @@ struct DecodeParams {
   // two of its m-tiles): the producers write x̂ in BF16 to act, and no CTA re-quantizes the rows.
   bool local_act_quant;
   float* act_f32;        // [top_k, inter] (W4A4)
-  float* logits;         // [experts]
+  unsigned long long* logits;  // [experts] tagged (decode_block.cuh's store_tagged)
   int32_t* expert_ids;   // [top_k]
   float* route_weights;  // [top_k]
   uint16_t* act;         // BF16 [top_k, inter]
   // [2, MAX_TOP_K] per-token W4A4: each SwiGLU row's amax (fp32 bits), the producing CTAs' maxima met
-  // by atomics in L2; set (generation / 2) % 2 serves a launch (two grid barriers a launch), which
-  // clears the other set for the next (the last launch that used it has ended: PDL wait).
+  // by atomics in L2; set generation % 2 serves a launch (one grid barrier a launch), which clears
+  // the other set for the next (the last launch that used it has ended: PDL wait).
   unsigned* slot_amax;
   float* partials;    // [CTAs]: the next norm's sums of squares
   unsigned* barrier;  // {arrived, generation}
@@ -98,8 +99,8 @@ struct DecodeParams {
 
 // Phases of moe_decode_kernel, timed when stamps are asked for (moe_decode_block_timing).
 constexpr int STAMPS = 12;
-constexpr const char* STAMP_NAMES[STAMPS] = {"start",  "input ready", "router",  "barrier 1",
-                                             "top-k",  "copies out",  "gate_up", "barrier 2 (down decode inside)",
+constexpr const char* STAMP_NAMES[STAMPS] = {"start",  "input ready", "router",  "x̂ (W4A4)",
+                                             "logits met, top-k",  "copies out",  "gate_up", "barrier (down decode inside)",
                                              "act in", "down",        "combine", "arrive (the last CTA then norms)"};
 __device__ __forceinline__ void stamp(const DecodeParams& p, int phase) { phase_stamp(p.stamps, STAMPS, phase); }
 
@@ -264,7 +265,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   // x; this launch's set of p.slot_amax.
   __shared__ unsigned cta_amax[2];
   __shared__ float warp_amax[WARPS];
-  __shared__ unsigned amax_set;
+  __shared__ unsigned amax_set, tag;
   __shared__ __align__(
       16) float tile_values[MAX_GATE_TILES * 8];  // local_act_quant: the CTA's SwiGLU values, tile-major
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
@@ -293,10 +294,11 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   stamp(p, 0);
   pdl_wait();
   // The last launch's final generation (read after the wait: its writes are visible only then).
-  if (threadIdx.x == 0) generation = first_generation(p.barrier), amax_set = (generation >> 1) & 1;
+  // The launch's tag: the generation its one barrier will publish (unique to the launch).
+  if (threadIdx.x == 0) generation = first_generation(p.barrier), amax_set = generation & 1, tag = generation + 1;
 
   // The router's input: the block's input norm (the same bits as add_rmsnorm), or x. Per-token W4A4:
-  // each warp's amax of it too, so x̂'s row amax needs no reduction of its own (barrier 1 below).
+  // each warp's amax of it too, so x̂'s row amax needs no reduction of its own.
   float x_amax = 0.0f;
   if (p.has_in) {
     float v[CHUNKS];
@@ -332,13 +334,12 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
     for (int i = 0; i < CHUNKS; ++i)
       if (i < H / 256) acc = dot8(router_row[i], reinterpret_cast<const uint4*>(x_stage)[i * 32 + lane], acc);
     for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, offset);
-    if (lane == 0) p.logits[expert] = acc;
+    if (lane == 0) store_tagged(p.logits + expert, tag, acc);
   }
   stamp(p, 2);
-  // Barrier 1 (every logit written), W4A4 quantizing x in place between its arrival and its wait:
-  // the router has read x, gate_up reads x̂ (CTA 0 also writes it where the input norm's quant asks).
+  // W4A4 quantizes x in place while the other CTAs' logits come: the router has read x, gate_up reads
+  // x̂ (CTA 0 also writes it where the input norm's quant asks).
   __syncthreads();
-  if (threadIdx.x == 0) grid_arrive(p.barrier, ctas, ++generation);
   if constexpr (W4A4) {
     const float scale =
         quantize_row_bf16(x_stage, x_stage, H, p.x_input_scale, per_token ? warps_amax(warp_amax) : -1.0f, partial);
@@ -349,10 +350,12 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
       if (threadIdx.x == 0) p.in.quant.row_scales[0] = scale;
     }
   }
-  if (threadIdx.x == 0) grid_wait(p.barrier, generation);
-  __syncthreads();
   stamp(p, 3);
-  if (warp == 0) warp_softmax_topk<false>(p.logits, E, K, p.renormalize, p.score_bias, p.norm_min, ids, route_w);
+  if (warp == 0) {
+    float logits[ROUTER_MAX_PER_LANE];
+    poll_tagged(p.logits, E, tag, logits);
+    warp_softmax_topk_values(logits, E, K, p.renormalize, p.score_bias, p.norm_min, ids, route_w);
+  }
   __syncthreads();
   stamp(p, 4);
   if (cta == 0 && int(threadIdx.x) < K)
@@ -426,7 +429,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
       }
     }
   }
-  // Barrier 2 (every act row written) in two halves: between its arrival and its wait, each warp
+  // The barrier (every act row written) in two halves: between its arrival and its wait, each warp
   // decodes its down fragments (slot s, k-blocks kb0 …), which landed while gate_up computed.
   // Per-token W4A4: thread 0 first meets its CTA's row amaxes with the other CTAs' in L2 (atomics
   // released by its arrival).
@@ -613,7 +616,7 @@ Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::A
   DecodeShape shape;
   if (!decode_shape(w, shape))
     return Status::error("moe_decode_block: these MoE shapes do not fit the one-launch kernel");
-  if (!ws.block_barrier || !ws.block_partials || !ws.block_slot_amax)
+  if (!ws.block_barrier || !ws.block_partials || !ws.block_slot_amax || !ws.block_logits)
     return Status::error("moe_decode_block: the workspace has no barrier");
   DecodeParams p{};
   p.x = x, p.out = out;
@@ -629,7 +632,7 @@ Status moe_decode_block(const uint16_t* x, const DeviceMoeWeights& w, formats::A
   p.gate_codes = w.gate.packed, p.gate_scales = w.gate.block_scales, p.gate_global = w.gate.global_scales;
   p.up_codes = w.up.packed, p.up_scales = w.up.block_scales, p.up_global = w.up.global_scales;
   p.down_codes = w.down.packed, p.down_scales = w.down.block_scales, p.down_global = w.down.global_scales;
-  p.logits = ws.logits, p.expert_ids = ws.expert_ids, p.route_weights = ws.route_weights;
+  p.logits = ws.block_logits, p.expert_ids = ws.expert_ids, p.route_weights = ws.route_weights;
   p.act = static_cast<uint16_t*>(ws.act), p.slot_amax = ws.block_slot_amax, p.partials = ws.block_partials,
   p.barrier = ws.block_barrier;
   p.stamps = shape.ctas <= PHASE_STAMP_MAX_CTAS ? timing_stamps() : nullptr;

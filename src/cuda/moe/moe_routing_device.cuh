@@ -54,19 +54,15 @@ __device__ __forceinline__ float from_sortable_key(unsigned k) {
 // A round: each lane's best key, the warp's maximum key and the lowest expert holding it by two
 // redux.sync (the five dependent shuffle steps of a (score, expert) arg-max took ~3 µs for top-8 of
 // 128 in the one-launch MoE block, H200), the winner's probability by one shuffle.
-template <bool SHARED = false>
-__device__ __forceinline__ void warp_softmax_topk(const float* row, int experts, int top_k, bool renormalize,
-                                                  const float* bias, float norm_min, int32_t* expert_ids,
-                                                  float* weights) {
+// warp_softmax_topk_values: the same from the logits already in the lanes' registers (p[i]: expert
+// lane + 32 i, −FLT_MAX past the row), e.g. as the one-launch MoE block polled them.
+__device__ __forceinline__ void warp_softmax_topk_values(float (&p)[ROUTER_MAX_PER_LANE], int experts, int top_k,
+                                                         bool renormalize, const float* bias, float norm_min,
+                                                         int32_t* expert_ids, float* weights) {
   const int lane = threadIdx.x & 31;
-  float p[ROUTER_MAX_PER_LANE];
   float m = -FLT_MAX;
 #pragma unroll
-  for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i) {
-    const int e = lane + 32 * i;
-    p[i] = e < experts ? (SHARED ? row[e] : __ldcg(row + e)) : -FLT_MAX;
-    m = fmaxf(m, p[i]);
-  }
+  for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i) m = fmaxf(m, p[i]);
   m = from_sortable_key(__reduce_max_sync(0xFFFFFFFFu, sortable_key(m)));
   float sum = 0.0f;
 #pragma unroll
@@ -106,6 +102,20 @@ __device__ __forceinline__ void warp_softmax_topk(const float* row, int experts,
     expert_ids[lane] = chosen_e;
     weights[lane] = renormalize ? chosen_p / fmaxf(chosen_sum, norm_min) : chosen_p;
   }
+}
+
+template <bool SHARED = false>
+__device__ __forceinline__ void warp_softmax_topk(const float* row, int experts, int top_k, bool renormalize,
+                                                  const float* bias, float norm_min, int32_t* expert_ids,
+                                                  float* weights) {
+  const int lane = threadIdx.x & 31;
+  float p[ROUTER_MAX_PER_LANE];
+#pragma unroll
+  for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i) {
+    const int e = lane + 32 * i;
+    p[i] = e < experts ? (SHARED ? row[e] : __ldcg(row + e)) : -FLT_MAX;
+  }
+  warp_softmax_topk_values(p, experts, top_k, renormalize, bias, norm_min, expert_ids, weights);
 }
 
 // Exclusive scan of one value per thread over a block of THREADS; returns the thread's prefix and
