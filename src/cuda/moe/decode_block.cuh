@@ -95,7 +95,8 @@ __device__ __forceinline__ void poll_tagged(const unsigned long long* words, int
         asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(w[i]) : "l"(words + lane + 32 * i));
 #pragma unroll
     for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i)
-      if ((pending >> i & 1u) && unsigned(w[i] >> 32) == tag) v[i] = __uint_as_float(unsigned(w[i])), pending &= ~(1u << i);
+      if ((pending >> i & 1u) && unsigned(w[i] >> 32) == tag)
+        v[i] = __uint_as_float(unsigned(w[i])), pending &= ~(1u << i);
     if (pending) dog.check("the tagged logits", tag);
   }
 }

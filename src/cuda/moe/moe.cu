@@ -493,7 +493,8 @@ Result<std::unique_ptr<MoeWorkspace>> MoeWorkspace::create(const DeviceMoeWeight
   NIB_RETURN_IF_ERROR(ws->alloc(ws->block_barrier, 2));
   NIB_RETURN_IF_ERROR(cuda_status(cudaMemset(ws->block_barrier, 0, 2 * sizeof(uint32_t)), "MoeWorkspace barrier"));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->block_logits, E));  // (tag 0: no launch's)
-  NIB_RETURN_IF_ERROR(cuda_status(cudaMemset(ws->block_logits, 0, E * sizeof(unsigned long long)), "MoeWorkspace logits"));
+  NIB_RETURN_IF_ERROR(
+      cuda_status(cudaMemset(ws->block_logits, 0, E * sizeof(unsigned long long)), "MoeWorkspace logits"));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->block_partials, H / 16 + 1));
   NIB_RETURN_IF_ERROR(ws->alloc(ws->block_slot_amax, 2 * DECODE_BLOCK_MAX_TOP_K));
   NIB_RETURN_IF_ERROR(cuda_status(cudaMemset(ws->block_slot_amax, 0, 2 * DECODE_BLOCK_MAX_TOP_K * sizeof(uint32_t)),

@@ -54,8 +54,9 @@ __device__ __forceinline__ float from_sortable_key(unsigned k) {
 // A round: each lane's best key, the warp's maximum key and the lowest expert holding it by two
 // redux.sync (the five dependent shuffle steps of a (score, expert) arg-max took ~3 µs for top-8 of
 // 128 in the one-launch MoE block, H200), the winner's probability by one shuffle.
-// warp_softmax_topk_values: the same from the logits already in the lanes' registers (p[i]: expert
-// lane + 32 i, −FLT_MAX past the row), e.g. as the one-launch MoE block polled them.
+// This is warp_softmax_topk_values, from logits already in the lanes' registers (p[i]: expert
+// lane + 32 i, −FLT_MAX past the row; the one-launch MoE block polls them); warp_softmax_topk below
+// loads them from `row` first.
 __device__ __forceinline__ void warp_softmax_topk_values(float (&p)[ROUTER_MAX_PER_LANE], int experts, int top_k,
                                                          bool renormalize, const float* bias, float norm_min,
                                                          int32_t* expert_ids, float* weights) {
