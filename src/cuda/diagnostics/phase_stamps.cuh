@@ -5,13 +5,20 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace nibble::cuda {
 
 inline constexpr int PHASE_STAMP_MAX_CTAS = 256;
 
+// Phase 0 (the kernel's start) first clears the CTA's later stamps, so a phase this launch skips
+// (a greedy sampler's top-k, say) reads 0 in the report, not an earlier launch's clock.
 __device__ __forceinline__ void phase_stamp(long long* stamps, int per_cta, int phase) {
-  if (stamps && threadIdx.x == 0) stamps[blockIdx.x * per_cta + phase] = clock64();
+  if (!stamps || threadIdx.x != 0) return;
+  long long* row = stamps + blockIdx.x * per_cta;
+  if (phase == 0)
+    for (int i = 1; i < per_cta; ++i) row[i] = 0;
+  row[phase] = clock64();
 }
 
 // The device address of a kernel's stamp array (a zero-initialized `__device__ long long
@@ -23,5 +30,11 @@ long long* phase_stamp_buffer(const void* symbol);
 // time from the stamp before), synchronizing the device, and clears them; "" when `stamps` is null or
 // the kernel has not run since the last report.
 std::string phase_report(const char* title, long long* stamps, int ctas, int per_cta, const char* const* names);
+
+// The report from stamps read back ([ctas, per_cta] SM clocks, 0 where a CTA skipped the phase) at
+// `khz`: a phase's time in a CTA runs from the CTA's latest earlier stamp; a phase no CTA stamped is
+// left out, and one only some stamped says over how many. Host code (tested without a GPU).
+std::string format_phase_report(const char* title, const std::vector<long long>& stamps, int ctas, int per_cta,
+                                int khz, const char* const* names);
 
 }  // namespace nibble::cuda
