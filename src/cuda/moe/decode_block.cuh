@@ -76,9 +76,9 @@ __device__ __forceinline__ void store_tagged(unsigned long long* word, unsigned 
 
 // One warp: words[lane + 32 i] (i < ROUTER_MAX_PER_LANE, below n) polled until each carries `tag`,
 // into v (−FLT_MAX past n). All of a lane's outstanding words are loaded before any is checked, so a
-// round is one L2 round trip, not eight.
+// round is one L2 round trip, not eight. `meeting` names the wait in the watchdog's line.
 __device__ __forceinline__ void poll_tagged(const unsigned long long* words, int n, unsigned tag,
-                                            float (&v)[ROUTER_MAX_PER_LANE]) {
+                                            float (&v)[ROUTER_MAX_PER_LANE], const char* meeting) {
   const int lane = threadIdx.x & 31;
   unsigned pending = 0;
 #pragma unroll
@@ -97,7 +97,7 @@ __device__ __forceinline__ void poll_tagged(const unsigned long long* words, int
     for (int i = 0; i < ROUTER_MAX_PER_LANE; ++i)
       if ((pending >> i & 1u) && unsigned(w[i] >> 32) == tag)
         v[i] = __uint_as_float(unsigned(w[i])), pending &= ~(1u << i);
-    if (pending) dog.check("the tagged logits", tag);
+    if (pending) dog.check(meeting, tag);
   }
 }
 

@@ -354,7 +354,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   stamp(p, 3);
   if (warp == 0) {
     float logits[ROUTER_MAX_PER_LANE];
-    poll_tagged(p.logits, E, tag, logits);
+    poll_tagged(p.logits, E, tag, logits, "the router logits");
     warp_softmax_topk_values(logits, E, K, p.renormalize, p.score_bias, p.norm_min, ids, route_w);
   }
   __syncthreads();
