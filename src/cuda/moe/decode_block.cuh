@@ -1,4 +1,4 @@
-// The one-launch MoE block's pieces (moe_decode.cu): grid barriers between co-resident CTAs, and a
+// The one-launch MoE block's pieces (moe_decode.cu): grid barriers and tagged words between co-resident CTAs, and a
 // warp's NVFP4 tile GEMV from shared memory in skinny_gemm.cu's fragments and k order, the expert
 // weights in line order (nvfp4_layout.h, skinny_fragments.cuh's LINE).
 #pragma once

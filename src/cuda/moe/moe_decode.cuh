@@ -1,5 +1,5 @@
 // The MoE block of one token in one launch (single-stream decode): input norm → router → top-k →
-// gate_up + SwiGLU → down → combine (+ residual and the next norm), CTAs meeting at grid barriers
+// gate_up + SwiGLU → down → combine (+ residual and the next norm), CTAs meeting on tagged words and a grid barrier
 // where the kernel chain of moe_forward ended a launch. All three activation modes, a BF16 router;
 // moe_forward takes it.
 #pragma once
