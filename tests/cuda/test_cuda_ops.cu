@@ -8,13 +8,11 @@
 
 #include <cmath>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "cuda/attention/attention.cuh"
 #include "cuda/attention/decode_attention.cuh"
 #include "cuda/common/device_context.cuh"
-#include "cuda/diagnostics/phase_stamps.cuh"
 #include "cuda/attention/flashinfer_attention.cuh"
 #include "cuda/nvfp4/nvfp4_layout.h"
 #include "cuda/gemm/nvfp4_wgmma.cuh"
@@ -637,19 +635,3 @@ TEST(CudaOps, FlashInferGraphPlansDependOnTheRequestCountOnly) {
 }
 
 }  // namespace
-
-// The phase report (NIBBLE_DIAG_PHASE_TIMING) from hand-made stamps, no GPU needed: a phase a CTA
-// skipped (stamp 0) is timed in no CTA's median and the next phase runs from the CTA's latest
-// stamp before it (the sampler's greedy steps printed −5.9e7 µs here when skipped phases kept an
-// earlier launch's clock); a phase no CTA stamped is left out. 1 GHz: a cycle is a nanosecond.
-TEST(PhaseReport, SkippedPhasesAreLeftOutNotNegative) {
-  const char* names[5] = {"start", "load", "top-k", "draw", "unused"};
-  const std::vector<long long> stamps = {100, 1100, 0,    4100, 0,   // CTA 0 skips the top-k
-                                         200, 1200, 2200, 3200, 0};  // CTA 1 runs every phase
-  const std::string report = cuda::format_phase_report("sampler", stamps, 2, 5, 1'000'000, names);
-  EXPECT_NE(report.find(" load 1.00/1.00;"), std::string::npos) << report;
-  EXPECT_NE(report.find(" top-k 1.00/1.00 (1 CTAs);"), std::string::npos) << report;
-  EXPECT_NE(report.find(" draw 3.00/3.00;"), std::string::npos) << report;  // CTA 0: from its load, 3 µs
-  EXPECT_EQ(report.find("unused"), std::string::npos) << report;
-  EXPECT_EQ(report.find(" -"), std::string::npos) << report;  // no negative time
-}

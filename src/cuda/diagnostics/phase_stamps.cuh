@@ -1,4 +1,4 @@
-// Phase timing of the one-launch decode block (moe_decode.cu): with
+// Phase timing of the one-launch kernels (the MoE block, the sampler): with
 // NIBBLE_DIAG_PHASE_TIMING=1 every CTA's thread 0 stamps the SM clock at each phase's end into a
 // device buffer, and phase_report turns the last launch's stamps into per-phase times.
 #pragma once

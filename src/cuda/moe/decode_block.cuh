@@ -1,6 +1,6 @@
-// The one-launch MoE block's pieces (moe_decode.cu): grid barriers and tagged words between co-resident CTAs, and a
-// warp's NVFP4 tile GEMV from shared memory in skinny_gemm.cu's fragments and k order, the expert
-// weights in line order (nvfp4_layout.h, skinny_fragments.cuh's LINE).
+// The one-launch MoE block's pieces (moe_decode.cu): its CTA shape, grid barriers and tagged words
+// between co-resident CTAs, and a warp's NVFP4 tile GEMV from shared memory in skinny_gemm.cu's
+// fragments and k order, the expert weights in line order (nvfp4_layout.h, skinny_fragments.cuh's LINE).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +13,8 @@
 #include "cuda/moe/moe_routing_device.cuh"
 
 namespace nibble::cuda::decode_block {
+
+inline constexpr int WARPS = 16, THREADS = WARPS * 32;  // a CTA of the block
 
 // A spinning wait that outlives 10 s names itself and traps: the launch fails with a line that says
 // which meeting, where a device that hung would say nothing (a server whose CTAs could not all be
