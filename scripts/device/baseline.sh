@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # `scripts/device.sh baseline COMMIT…`: baseline commits' `nibble` for same-call A/B runs on the device: for each COMMIT (default
 # HEAD) a git worktree under /tmp, the nibble target only (ccache makes an unchanged tree quick),
-# stripped as build-base/nibble-<commit>, the first also as build-base/nibble; packed as
-# build-base/bins.tar.gz, which `BASELINE=1 scripts/device.sh latency` (every build-base/nibble-*) and
+# stripped as build-base/nibble-<commit>, the first also as build-base/nibble; packed (xz: 8.5 MB a
+# binary, gzip's 12) as build-base/bins.tar.xz, which `BASELINE=1 scripts/device.sh latency` (every build-base/nibble-*) and
 # `BASELINE=1 scripts/device.sh kernels` (build-base/nibble) unpack there. Send it with carry:
-# ["build-device", "build-base"] (~6 MB a binary of the 64 MiB). The worktrees sit beside this checkout
+# ["build-device", "build-base"] (8.5 MB a binary of the 64 MiB). The worktrees sit beside this checkout
 # and ccache rewrites paths relative to their common parent (and leaves the build directory out of
 # its hash), so a baseline recompiles only the files that differ from the last build here.
 set -euo pipefail
@@ -26,5 +26,5 @@ for ref in "$@"; do
   strip -o "build-base/nibble-${commit:0:12}" "$tree/build/nibble"
   [ -n "$first" ] || { first=${commit:0:12}; ln -s "nibble-$first" build-base/nibble; }
 done
-(cd build-base && tar -czf bins.tar.gz nibble nibble-* && rm -f nibble nibble-*)
-echo "build-base/bins.tar.gz: nibble of $* ($(du -h build-base/bins.tar.gz | cut -f1))"
+(cd build-base && tar -cf - nibble nibble-* | xz -6 -T0 > bins.tar.xz && rm -f nibble nibble-*)
+echo "build-base/bins.tar.xz: nibble of $* ($(du -h build-base/bins.tar.xz | cut -f1))"

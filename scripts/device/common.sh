@@ -31,8 +31,11 @@ export NCCL_NVLS_ENABLE=0
 # more): every subcommand then measures at trained-like expert loads (docs/perf.md "Expert loads").
 SYNTH_DIR=${SYNTH_DIR:-/tmp/qwen3-30b-a3b-synth${SYNTH_ROUTER_SKEW:+-skew-$SYNTH_ROUTER_SKEW}}
 
-# build-base/'s binaries (`scripts/device.sh baseline` carries them gzipped), unpacked once.
-unpack_baseline() { [ -e build-base/nibble ] || tar -C build-base -xzf build-base/bins.tar.gz; }
+# build-base/'s binaries (`scripts/device.sh baseline` carries them xz-compressed), unpacked once.
+unpack_baseline() {
+  [ -e build-base/nibble ] || tar -C build-base -xJf build-base/bins.tar.xz 2>/dev/null ||
+    python3 -c "import tarfile; tarfile.open('build-base/bins.tar.xz').extractall('build-base')"
+}
 
 # The `bench latency` argument sets of RUNS (";"-separated shell words) as the array `runs`, and one of
 # them as the array `args` (bench_run_args SET), with --modes "${MODES:-none}" where the set names none.
