@@ -30,3 +30,11 @@ fi
 tar -C build-device -cf - nibble tests bench | xz -6 -T0 > build-device/bins.tar.xz
 rm -rf build-device/nibble build-device/tests build-device/bench
 du -sh build-device
+# What a call would carry with this bundle (the tree git sends, and build-base/ and .whl where they
+# exist): over 64 MiB the call is refused, so say so here rather than there.
+tree=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 cat 2>/dev/null | wc -c)
+carried=(build-device); for d in build-base .whl; do [ -d "$d" ] && carried+=("$d"); done
+extra=$(du -scb "${carried[@]}" | tail -1 | cut -f1)
+total=$((tree + extra))
+echo "a call carrying ${carried[*]}: $((total / 1048576)) MiB of 64 (the tree $((tree / 1048576)))"
+[ "$total" -le $((64 * 1048576)) ] || echo "over the 64 MiB a call carries: bundle fewer tests (BUNDLE_TESTS) or leave build-base out" >&2
