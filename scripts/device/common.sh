@@ -3,12 +3,13 @@
 # full-size synthetic Qwen3-30B-A3B checkpoint written once per machine (synth_qwen3_full), the
 # baseline binaries, the openai-client wheels, and Nsight Compute's helpers.
 OUT=${OUT:-/tmp/nibble-device}
-# `scripts/device.sh bundle` carries the binaries xz-compressed (5x smaller); python's tarfile unpacks
-# them where tar has no xz.
-if [ -f build-device/bins.tar.xz ] && [ ! -x build-device/nibble ]; then
-  tar -C build-device -xJf build-device/bins.tar.xz 2>/dev/null ||
-    python3 -c "import tarfile; tarfile.open('build-device/bins.tar.xz').extractall('build-device')"
-fi
+# `scripts/device.sh bundle` and `baseline` carry their binaries xz-compressed (DIR/bins.tar.xz, 5x
+# smaller); python's tarfile unpacks them where tar has no xz.
+unpack_bins() {
+  tar -C "$1" -xJf "$1/bins.tar.xz" 2>/dev/null ||
+    python3 -c "import sys, tarfile; tarfile.open(sys.argv[1] + '/bins.tar.xz').extractall(sys.argv[1])" "$1"
+}
+if [ -f build-device/bins.tar.xz ] && [ ! -x build-device/nibble ]; then unpack_bins build-device; fi
 mkdir -p "$OUT"
 # A call brings back at most 8 files from $OUT: the driver packs what was written there (two folders
 # down; files under 16 MiB, not the .tar.gz / .tar.xz artifacts a subcommand means to return as they
@@ -31,11 +32,8 @@ export NCCL_NVLS_ENABLE=0
 # more): every subcommand then measures at trained-like expert loads (docs/perf.md "Expert loads").
 SYNTH_DIR=${SYNTH_DIR:-/tmp/qwen3-30b-a3b-synth${SYNTH_ROUTER_SKEW:+-skew-$SYNTH_ROUTER_SKEW}}
 
-# build-base/'s binaries (`scripts/device.sh baseline` carries them xz-compressed), unpacked once.
-unpack_baseline() {
-  [ -e build-base/nibble ] || tar -C build-base -xJf build-base/bins.tar.xz 2>/dev/null ||
-    python3 -c "import tarfile; tarfile.open('build-base/bins.tar.xz').extractall('build-base')"
-}
+# build-base/'s binaries (`scripts/device.sh baseline`), unpacked once.
+unpack_baseline() { [ -e build-base/nibble ] || unpack_bins build-base; }
 
 # The `bench latency` argument sets of RUNS (";"-separated shell words) as the array `runs`, and one of
 # them as the array `args` (bench_run_args SET), with --modes "${MODES:-none}" where the set names none.
