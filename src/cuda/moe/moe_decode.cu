@@ -105,52 +105,40 @@ constexpr const char* STAMP_NAMES[STAMPS] = {"start",   "input ready", "router",
                                              "arrive (the last CTA then norms)"};
 __device__ __forceinline__ void stamp(const DecodeParams& p, int phase) { phase_stamp(p.stamps, STAMPS, phase); }
 
-// W4A4's down input: x̂ of each slot's fp32 SwiGLU row (act_f32, written by other CTAs: copied
-// through L2 into `rows`, the gate_up tiles' space, so the down fragments held in registers meanwhile
-// do not spill) into the BF16 stage, and each row's scale into act_scale[slot], bit for bit
-// quantize_dequantize_activation_f32 (per-token: each row's amax as the producing CTAs' atomics left
-// it in `slot_amax`, this launch's set). A thread four consecutive values a round, a quad of lanes a
-// 16-value block (inter a multiple of 128: whole warps a round); rounds unrolled so their latencies
-// overlap.
-__device__ void quantize_act_rows(const DecodeParams& p, float* rows, uint16_t* stage, float* act_scale,
-                                  float* act_global, const unsigned* slot_amax) {
-  const int quads = p.top_k * p.inter / 4, per_row = p.inter / 4;
-  for (int i = threadIdx.x; i < quads; i += THREADS) cp_async<16>(rows + i * 4, p.act_f32 + size_t(i) * 4, 16);
+// The down input of one warp: its own k range (nkb 128-value blocks from kb0) of slot s's SwiGLU row
+// into `stage` (the CTA's [top_k, inter] BF16 rows), so no CTA barrier stands between the grid
+// barrier and the mma. BF16 rows (W4A16; static W4A4 where the producers wrote x̂) by cp.async;
+// fp32 rows (per-token W4A4, and static where a 16-value block spans CTAs) by cp.async into `rows`
+// (the gate_up tiles' space, done with; not registers, which the down fragments held meanwhile
+// take), then x̂ bit for bit quantize_dequantize_activation_f32 (per-token: the row's amax as the
+// producing CTAs' atomics left it in `slot_amax`), a quad of lanes a 16-value block. Returns the
+// row's scale (W4A4; 1 for W4A16). The warp's lanes all call it.
+template <bool W4A4>
+__device__ float warp_act_rows(const DecodeParams& p, int s, int kb0, int nkb, float* rows, uint16_t* stage,
+                               const unsigned* slot_amax) {
+  const int lane = threadIdx.x & 31, k0 = s * p.inter + kb0 * 128;
+  if (!W4A4 || p.local_act_quant) {
+    for (int i = lane; i < nkb * 16; i += 32) cp_async<16>(stage + k0 + i * 8, p.act + size_t(k0) + i * 8, 16);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncwarp();
+    return W4A4 ? p.act_input_scale : 1.0f;
+  }
+  for (int i = lane; i < nkb * 32; i += 32) cp_async<16>(rows + k0 + i * 4, p.act_f32 + size_t(k0) + i * 4, 16);
   cp_async_commit();
-  if (int(threadIdx.x) < p.top_k) {
-    const float amax = p.act_input_scale == 0.0f ? __uint_as_float(__ldcg(slot_amax + threadIdx.x)) : 0.0f;
-    act_row_scales(p.act_input_scale, amax, act_global[threadIdx.x], act_scale[threadIdx.x]);
-  }
+  const float amax = p.act_input_scale == 0.0f ? __uint_as_float(__ldcg(slot_amax + s)) : 0.0f;
+  float global, row_scale;
+  act_row_scales(p.act_input_scale, amax, global, row_scale);
   cp_async_wait<0>();
-  __syncthreads();
-  // Four rounds at a time, lane q of a quad computing the block scales of round q's block (shuffled
-  // to the quad): a block's scale math once, not in each of its four lanes.
-  const float4* rows4 = reinterpret_cast<const float4*>(rows);
-  const int lane = threadIdx.x & 31, quad_lane0 = lane & ~3;
-  for (int i0 = threadIdx.x; i0 - int(threadIdx.x) < quads; i0 += 4 * THREADS) {  // the same trip count in every lane
-    float amax[4];  // (the values are read again below: held here, they spilled the down fragments)
+  __syncwarp();
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int i = i0 + r * THREADS;
-      const float4 v = i < quads ? rows4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      amax[r] = quad_max(max_abs4(v.x, v.y, v.z, v.w));
-    }
-    const int q = lane & 3, mine = min(i0 + q * THREADS, quads - 1);  // round q's quad (clamped: a round past the row)
-    const float my_amax = q == 0 ? amax[0] : q == 1 ? amax[1] : q == 2 ? amax[2] : amax[3];
-    const ActBlockScale computed(my_amax, act_global[mine / per_row]);
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      ActBlockScale block;
-      block.out_scale = __shfl_sync(0xFFFFFFFFu, computed.out_scale, quad_lane0 + r);
-      block.block_scale = __shfl_sync(0xFFFFFFFFu, computed.block_scale, quad_lane0 + r);
-      const int i = i0 + r * THREADS;
-      if (i >= quads) continue;
-      const float4 v = rows4[i];
-      reinterpret_cast<uint2*>(stage)[i] =
-          make_uint2(block.bf16(v.x) | block.bf16(v.y) << 16, block.bf16(v.z) | block.bf16(v.w) << 16);
-    }
+  for (int j = 0; j < DOWN_BLOCKS; ++j) {
+    if (j >= nkb) break;
+    const float4 v = reinterpret_cast<const float4*>(rows + k0)[j * 32 + lane];
+    reinterpret_cast<uint2*>(stage + k0)[j * 32 + lane] = quantize_quad(v, global);
   }
-  __syncthreads();
+  __syncwarp();
+  return row_scale;
 }
 
 // The CTA's weights into shared memory by the copy engine, each tile signalling landed[t] (the down
@@ -202,7 +190,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   __shared__ float route_w[MAX_TOP_K];
   __shared__ float ys[MAX_TOP_K][FEATURES];
   __shared__ uint64_t landed[MAX_GATE_TILES + 1];  // each gate_up tile's weights, then all the down tiles'
-  __shared__ float x_scale, act_scale[MAX_TOP_K], act_global[MAX_TOP_K];  // W4A4: x̂'s row scale, each down input's
+  __shared__ float x_scale;  // W4A4: x̂'s row scale
   // Per-token W4A4: the CTA's share of its first and next SwiGLU rows' amaxes; each warp's of the input
   // x; this launch's set of p.slot_amax.
   __shared__ unsigned cta_amax[2];
@@ -406,19 +394,12 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   __syncthreads();
   stamp(p, 7);
 
-  // down: every slot's SwiGLU row into shared memory (through L2), then the decoded fragments' mma.
+  // down: each warp's part of its slot's SwiGLU row into shared memory (through L2), then the decoded
+  // fragments' mma.
   uint16_t* act_stage = reinterpret_cast<uint16_t*>(smem + L.act_off);
-  if (W4A4 && !p.local_act_quant) {
-    quantize_act_rows(p, reinterpret_cast<float*>(smem), act_stage, act_scale,
-                      act_global,  // (gate_up's tiles are done)
-                      p.slot_amax + amax_set * MAX_TOP_K);
-  } else {
-    if (W4A4 && int(threadIdx.x) < K) act_scale[threadIdx.x] = p.act_input_scale;  // static: the producers' x̂
-    for (int i = threadIdx.x; i < K * I / 8; i += THREADS) cp_async<16>(act_stage + i * 8, p.act + size_t(i) * 8, 16);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-  }
+  const float act_row_scale = active ? warp_act_rows<W4A4>(p, s, kb0, nkb, reinterpret_cast<float*>(smem), act_stage,
+                                                           p.slot_amax + amax_set * MAX_TOP_K)
+                                     : 1.0f;
   stamp(p, 8);
   float acc[1][4] = {};
   if (active) {
@@ -433,9 +414,9 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   }
   sum_split(acc, split, active, split_sums);
   if (active && part == 0 && c == 0) {  // BF16 as the chain's y rows: acc[0] feature f0 + g, acc[2] f0 + g + 8
-    const float scale = p.down_global[ids[s]] * WEIGHT_DECODE_EPILOGUE, row_scale = W4A4 ? act_scale[s] : 1.0f;
-    ys[s][g] = __bfloat162float(__float2bfloat16_rn(acc[0][0] * scale * row_scale));
-    ys[s][g + 8] = __bfloat162float(__float2bfloat16_rn(acc[0][2] * scale * row_scale));
+    const float scale = p.down_global[ids[s]] * WEIGHT_DECODE_EPILOGUE;  // (× 1 is exact: W4A16's bits unchanged)
+    ys[s][g] = __bfloat162float(__float2bfloat16_rn(acc[0][0] * scale * act_row_scale));
+    ys[s][g + 8] = __bfloat162float(__float2bfloat16_rn(acc[0][2] * scale * act_row_scale));
   }
   __syncthreads();
   stamp(p, 9);
