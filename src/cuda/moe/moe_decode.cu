@@ -117,28 +117,30 @@ template <bool W4A4>
 __device__ float warp_act_rows(const DecodeParams& p, int s, int kb0, int nkb, float* rows, uint16_t* stage,
                                const unsigned* slot_amax) {
   const int lane = threadIdx.x & 31, k0 = s * p.inter + kb0 * 128;
-  if (!W4A4 || p.local_act_quant) {
-    for (int i = lane; i < nkb * 16; i += 32) cp_async<16>(stage + k0 + i * 8, p.act + size_t(k0) + i * 8, 16);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncwarp();
-    return W4A4 ? p.act_input_scale : 1.0f;
+  if constexpr (W4A4) {
+    if (!p.local_act_quant) {  // per-token: fp32 rows in, quantized here
+      for (int i = lane; i < nkb * 32; i += 32) cp_async<16>(rows + k0 + i * 4, p.act_f32 + size_t(k0) + i * 4, 16);
+      cp_async_commit();
+      const float amax = p.act_input_scale == 0.0f ? __uint_as_float(__ldcg(slot_amax + s)) : 0.0f;
+      float global, row_scale;
+      act_row_scales(p.act_input_scale, amax, global, row_scale);
+      cp_async_wait<0>();
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < DOWN_BLOCKS; ++j) {
+        if (j >= nkb) break;
+        const float4 v = reinterpret_cast<const float4*>(rows + k0)[j * 32 + lane];
+        reinterpret_cast<uint2*>(stage + k0)[j * 32 + lane] = quantize_quad(v, global);
+      }
+      __syncwarp();
+      return row_scale;
+    }
   }
-  for (int i = lane; i < nkb * 32; i += 32) cp_async<16>(rows + k0 + i * 4, p.act_f32 + size_t(k0) + i * 4, 16);
+  for (int i = lane; i < nkb * 16; i += 32) cp_async<16>(stage + k0 + i * 8, p.act + size_t(k0) + i * 8, 16);
   cp_async_commit();
-  const float amax = p.act_input_scale == 0.0f ? __uint_as_float(__ldcg(slot_amax + s)) : 0.0f;
-  float global, row_scale;
-  act_row_scales(p.act_input_scale, amax, global, row_scale);
   cp_async_wait<0>();
   __syncwarp();
-#pragma unroll
-  for (int j = 0; j < DOWN_BLOCKS; ++j) {
-    if (j >= nkb) break;
-    const float4 v = reinterpret_cast<const float4*>(rows + k0)[j * 32 + lane];
-    reinterpret_cast<uint2*>(stage + k0)[j * 32 + lane] = quantize_quad(v, global);
-  }
-  __syncwarp();
-  return row_scale;
+  return W4A4 ? p.act_input_scale : 1.0f;
 }
 
 // The CTA's weights into shared memory by the copy engine, each tile signalling landed[t] (the down
