@@ -2,6 +2,7 @@
 // tests, string/dict/list methods, and the globals chat templates call.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "text/jinja/value.h"
@@ -27,5 +28,9 @@ Result<bool> contains(const Value& container, const Value& item);
 Result<Value> attribute_of(const Value& item, const std::string& path);
 Result<List> as_sequence(const Value& v, const std::string& filter);
 Result<Value> dict_method(const Value& d, const std::string& name);  // a bound dict method or undefined
+// A filter argument by position or keyword, as a bool (def where absent).
+bool bool_arg(const CallArgs& a, size_t i, const std::string& name, bool def);
+// The filters over sequences and mappings (filters_sequence.cpp); nullopt where name is none of them.
+std::optional<Result<Value>> call_sequence_filter(const std::string& name, CallArgs& args);
 
 }  // namespace nibble::text::jinja
