@@ -1,10 +1,12 @@
-// GPU test helpers: skip visibly where there is no CUDA device; random inputs; device buffers that free
-// themselves; NVFP4 codes and scales uploaded as the model loads them (repacked into the GPU layout).
+// GPU test helpers: skip visibly where there is no CUDA device; random inputs; relative errors; device
+// buffers that free themselves; NVFP4 codes and scales uploaded as the model loads them (repacked into the GPU layout).
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -12,6 +14,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/gemm/linear_nvfp4.cuh"
+#include "formats/bf16.h"
 
 #define NIB_SKIP_WITHOUT_GPU()                                                   \
   do {                                                                           \
@@ -51,6 +54,26 @@ class DeviceBuffer {
   size_t n_;
   T* ptr_ = nullptr;
 };
+
+inline std::vector<uint16_t> random_bf16(size_t n, std::mt19937_64& rng, float mean, float sd) {
+  std::normal_distribution<float> normal(mean, sd);
+  std::vector<uint16_t> out(n);
+  for (auto& v : out) v = formats::bf16_encode(normal(rng));
+  return out;
+}
+
+// Max |a - b| / (|b| + floor) over all values.
+inline double max_rel(const std::vector<float>& a, const std::vector<float>& b, double floor) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]) / (std::fabs(b[i]) + floor));
+  return worst;
+}
+
+inline std::vector<float> decode(const std::vector<uint16_t>& bits) {
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = formats::bf16_decode(bits[i]);
+  return out;
+}
 
 // A checkpoint's NVFP4 codes and E4M3 block scales on the GPU in its layout (cuda::repack_nvfp4), as
 // the model's upload leaves them (line_order: an expert weight's, nvfp4_layout.h).
