@@ -13,6 +13,7 @@
 #include "cuda/attention/attention.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/diagnostics/kernel_trace.h"
+#include "cuda/gemm/skinny_qkv_rope.cuh"
 #include "cuda/nvfp4/quantize_nvfp4.cuh"
 #include "ref/ops.h"
 
@@ -246,6 +247,15 @@ cuda::NormActQuant CudaDecoder::moe_quant(const DeviceLayer& w) const {
   return {mode == ActQuant::STATIC ? w.moe.gate_up_input_scale : 0.0f, moe_ws->x_hat, moe_ws->x_row_scales};
 }
 
+// Whether this step's q/k/v run as one skinny launch with the q/k norm, RoPE and KV store in its
+// epilogue (skinny_qkv_rope_store): few tokens on the skinny kernel, FlashInfer's BF16 q, and in W4A4
+// x̂ already made by the norm before it.
+bool CudaDecoder::qkv_rope_in_gemm(const DeviceLayer& w, int64_t T, ActQuant mode, bool qkv_quantized) const {
+  return flashinfer && w.q.nvfp4 && w.k.nvfp4 && w.v.nvfp4 && (mode == ActQuant::NONE || qkv_quantized) &&
+         cuda::skinny_qkv_rope_supported(T, w.q.in, config_.head_dim) &&
+         cuda::resolve_dense_kernel(options.gemm, T, w.q.in) == DenseKernel::SKINNY;
+}
+
 // A layer's attention half as a kernel chain: q/k/v, q/k norm + RoPE + KV store, attention, o
 // projection into delta.
 Status CudaDecoder::attention_chain(const DeviceLayer& w, int64_t T, void* kc, void* vc, const cuda::QkvLayout& qkv,
@@ -254,16 +264,28 @@ Status CudaDecoder::attention_chain(const DeviceLayer& w, int64_t T, void* kc, v
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const cudaStream_t s = stream();
   const ActQuant dense = options.act_quant_dense;
-  for (int i = 0; i < cuda::op_repeats("qkv"); ++i) NIB_RETURN_IF_ERROR(run_qkv(w, h, T, dense, qkv_quantized));
-  profiler.mark("q/k/v projections");
+  const cuda::KvFormat kv_format = options.kv_fp8 ? cuda::KvFormat::FP8 : cuda::KvFormat::BF16;
+  if (qkv_rope_in_gemm(w, T, dense, qkv_quantized)) {
+    const cuda::DeviceNvfp4Weight* weights[3] = {&w.q.q, &w.k.q, &w.v.q};
+    const bool w4a4 = dense != ActQuant::NONE;  // x̂ and its row scales from the norm (qkv_quant)
+    const cuda::QkvRopeStore out{qkv, w.q_norm, w.k_norm, eps, q_bf16, kc, vc, kv_format, w.k.kv_scale, w.v.kv_scale};
+    for (int i = 0; i < cuda::op_repeats("qkv"); ++i)
+      NIB_RETURN_IF_ERROR(cuda::skinny_qkv_rope_store(w4a4 ? gemm.act_workspace : h, T, weights,
+                                                      w4a4 ? gemm.row_scales : nullptr, out, s));
+    profiler.mark("q/k/v projections, q/k norm, RoPE, KV store");
+  } else {
+    for (int i = 0; i < cuda::op_repeats("qkv"); ++i) NIB_RETURN_IF_ERROR(run_qkv(w, h, T, dense, qkv_quantized));
+    profiler.mark("q/k/v projections");
+  }
   const bool o_quantized =
       flashinfer && step.staged().one_launch && dense == ActQuant::STATIC && w.o.nvfp4 && gemm.act_workspace;
   if (flashinfer) {
-    for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
-      NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16,
-                                                   options.kv_fp8 ? cuda::KvFormat::FP8 : cuda::KvFormat::BF16,
-                                                   w.k.kv_scale, w.v.kv_scale));
-    profiler.mark("q/k norm, RoPE, KV store");
+    if (!qkv_rope_in_gemm(w, T, dense, qkv_quantized)) {
+      for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
+        NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16,
+                                                     kv_format, w.k.kv_scale, w.v.kv_scale));
+      profiler.mark("q/k norm, RoPE, KV store");
+    }
     // Static W4A4: the one-launch kernel writes the o projection's x̂ too (no quantize launch).
     cuda::DecodeAttentionBatch layer_launch = one_launch;
     if (o_quantized) layer_launch.x_hat = gemm.act_workspace, layer_launch.x_hat_global = 1.0f / w.o.input_scale;

@@ -98,6 +98,7 @@ class CudaDecoder final : public CudaModel {
   Status run_shared_input(const DeviceLinear* const* linears, float* const* outputs, int count, const uint16_t* in,
                           int64_t M, formats::ActQuant mode, bool in_quantized = false);
   Status run_qkv(const DeviceLayer& w, const uint16_t* in, int64_t M, formats::ActQuant mode, bool in_quantized);
+  bool qkv_rope_in_gemm(const DeviceLayer& w, int64_t T, formats::ActQuant mode, bool qkv_quantized) const;
   cuda::NormActQuant qkv_quant(const DeviceLayer& w) const;
   cuda::NormActQuant moe_quant(const DeviceLayer& w) const;
   // The attention plan a graph of this step is captured with (empty where none applies).

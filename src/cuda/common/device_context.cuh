@@ -18,7 +18,7 @@ namespace nibble::cuda {
 
 // This GPU's SMs and the shared memory a CTA may opt into (zeros when no device answers).
 struct DeviceLimits {
-  int sms = 0, smem_optin = 0;
+  int sms = 0, smem_optin = 0, smem_per_sm = 0;  // smem_*: bytes (a CTA's opt-in maximum; an SM's)
 };
 inline const DeviceLimits& device_limits() {
   static const DeviceLimits limits = [] {
@@ -26,7 +26,8 @@ inline const DeviceLimits& device_limits() {
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&l.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+        cudaDeviceGetAttribute(&l.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&l.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess)
       l = DeviceLimits{};
     return l;
   }();

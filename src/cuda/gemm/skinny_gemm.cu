@@ -15,82 +15,14 @@
 #include "cuda/common/async_copy.cuh"
 #include "cuda/common/device_context.cuh"
 #include "cuda/nvfp4/nvfp4_act_quant.cuh"
+#include "cuda/gemm/skinny_dense.cuh"
 #include "cuda/gemm/skinny_fragments.cuh"
 
 namespace nibble::cuda {
 namespace {
 
 using namespace skinny;
-
-constexpr int MAX_SEGMENTS = 3;
-
-struct DenseSegment {
-  const uint8_t* codes;
-  const uint8_t* scales;
-  float alpha;
-  float* y;
-  int rows;
-  int tile_begin;  // first m-tile (blockIdx.x) of this weight
-};
-
-struct DenseParams {
-  DenseSegment seg[MAX_SEGMENTS];
-  int count;
-  int k;  // this launch's k range: [k_offset, k_offset + k) of rows k_stride long
-  int k_stride;
-  int k_offset;
-  bool accumulate;  // y += (a later k range of an in_features beyond SKINNY_MAX_K)
-  const uint16_t* x;
-  int m;
-  const float* row_scales;
-};
-
-// The CTA's m-tile: which weight of the launch (segment s), its first row m0, and the warp's k-blocks
-// [kb0, kb0 + nkb) of the launch's k range, whose weight fragments are loaded into w (they do not
-// depend on earlier kernels: both dense kernels call this before their PDL wait).
-struct DenseTile {
-  int s, m0, kb0, nkb;
-};
-// The segment of the launch's m16 tile `tile` (DenseParams' tiles of all weights in turn).
-__device__ __forceinline__ int segment_of(const DenseParams& p, int tile) {
-  int s = 0;
-#pragma unroll
-  for (int i = 1; i < MAX_SEGMENTS; ++i)
-    if (i < p.count && tile >= p.seg[i].tile_begin) s = i;
-  return s;
-}
-
-// The lane's weight rows g and g + 8 of m16 tile `tile` from the launch's k_offset (codes null past
-// the weight, or everywhere where the tile does not exist), its segment and first row.
-struct TileRows {
-  int s, m0;
-  const uint8_t* codes[2];
-  const uint8_t* scales[2];
-};
-__device__ __forceinline__ TileRows tile_rows(const DenseParams& p, int tile, bool exists) {
-  TileRows t;
-  t.s = segment_of(p, tile);
-  const DenseSegment& seg = p.seg[t.s];
-  const int g = (threadIdx.x & 31) >> 2;
-  t.m0 = (tile - seg.tile_begin) * 16;
-  const size_t code_row = size_t(p.k_stride) / 2, scale_row = size_t(p.k_stride) / 16;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = t.m0 + g + 8 * h;
-    t.codes[h] = exists && row < seg.rows ? seg.codes + row * code_row + p.k_offset / 2 : nullptr;
-    t.scales[h] = seg.scales + min(row, seg.rows - 1) * scale_row + p.k_offset / 16;
-  }
-  return t;
-}
-
-template <int BLOCKS>
-__device__ __forceinline__ DenseTile load_dense_tile(const DenseParams& p, WeightFragments<BLOCKS>& w) {
-  const int warp = threadIdx.x >> 5, c = threadIdx.x & 3;
-  const TileRows rows = tile_rows(p, int(blockIdx.x), true);
-  const int kb0 = warp * BLOCKS, nkb = min(BLOCKS, p.k / 128 - kb0);
-  w.load(rows.codes, rows.scales, kb0, nkb, c);
-  return {rows.s, rows.m0, kb0, nkb};
-}
+using namespace skinny_dense;
 
 // Two n-tiles of 2 k-blocks a warp fit 64 registers: 2048 threads an SM. The scale codes' decode let
 // ptxas take 71 without the bound (1.5x fewer resident CTAs), and launches of more CTAs than then fit
@@ -332,12 +264,15 @@ __global__ void __launch_bounds__(SPLIT_MAX_WARPS * 32, 2)
 
 }  // namespace
 
+namespace skinny_dense {
+
 // p's segments, one a weight of the launch (checked: 1 to MAX_SEGMENTS of them sharing in_features,
-// aligned, x too), the m-tiles of all of them into `tiles`. input_scale > 0 (static W4A4) is folded
+// aligned, x too; outputs null where the kernel writes no y), the m-tiles of all of them into
+// `tiles`. input_scale > 0 (static W4A4) is folded
 // into each alpha in linear_nvfp4's order: weight_scale_2 · input_scale, then × 2⁸, which restores
 // the decoded weights' 2⁻⁸ exactly (nvfp4_layout.h).
-static Status fill_segments(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs,
-                            int count, float input_scale, const char* what, DenseParams& p, int& tiles) {
+Status fill_segments(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs, int count,
+                     float input_scale, const char* what, DenseParams& p, int& tiles) {
   const std::string name(what);
   if (count < 1 || count > MAX_SEGMENTS) return Status::error(name + ": 1 to 3 weights per launch");
   if (!x || reinterpret_cast<uintptr_t>(x) % 16) return Status::error(name + ": x must be 16-byte aligned");
@@ -345,16 +280,19 @@ static Status fill_segments(const uint16_t* x, const DeviceNvfp4Weight* const* w
   tiles = 0;
   for (int i = 0; i < count; ++i) {
     const DeviceNvfp4Weight& w = *weights[i];
-    if (!w.packed || !w.block_scales || !outputs[i]) return Status::error(name + ": null pointer");
+    if (!w.packed || !w.block_scales || (outputs && !outputs[i])) return Status::error(name + ": null pointer");
     if (w.cols != weights[0]->cols) return Status::error(name + ": the weights of one launch share in_features");
     if (w.rows < 1 || w.rows > INT32_MAX / 2) return Status::error(name + ": bad out_features");
     if (reinterpret_cast<uintptr_t>(w.packed) % 16) return Status::error(name + ": weights must be 16-byte aligned");
     const float scale_2 = input_scale > 0.0f ? w.weight_scale_2 * input_scale : w.weight_scale_2;
-    p.seg[i] = {w.packed, w.block_scales, scale_2 * WEIGHT_DECODE_EPILOGUE, outputs[i], int(w.rows), tiles};
+    p.seg[i] = {w.packed, w.block_scales, scale_2 * WEIGHT_DECODE_EPILOGUE, outputs ? outputs[i] : nullptr, int(w.rows),
+                tiles};
     tiles += int((w.rows + 15) / 16);
   }
   return Status::ok();
 }
+
+}  // namespace skinny_dense
 
 Status skinny_linear_quantizing(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs,
                                 int count, float input_scale, uint16_t* x_hat_out, float* row_scale_out,
