@@ -30,7 +30,7 @@ namespace {
 // ref::paged_attention over the same rounded cache; with unit and with calibrated scales.
 TEST(CudaKvCache, Fp8KvCacheStoreAndFlashInfer) {
   NIB_SKIP_WITHOUT_GPU();
-  const uint64_t seed = test::test_seed("CudaOps.Fp8KvCacheStoreAndFlashInfer");
+  const uint64_t seed = test::test_seed("CudaKvCache.Fp8KvCacheStoreAndFlashInfer");
   std::mt19937_64 rng(seed);
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   struct Case {
@@ -159,7 +159,7 @@ TEST(CudaKvCache, Fp8KvCacheStoreAndFlashInfer) {
 // (grid, tile height, workspace offsets) must depend on the request count only, not on the contexts.
 TEST(CudaKvCache, FlashInferGraphPlansDependOnTheRequestCountOnly) {
   NIB_SKIP_WITHOUT_GPU();
-  const uint64_t seed = test::test_seed("CudaOps.FlashInferGraphPlansDependOnTheRequestCountOnly");
+  const uint64_t seed = test::test_seed("CudaKvCache.FlashInferGraphPlansDependOnTheRequestCountOnly");
   std::mt19937_64 rng(seed);
   cuda::DeviceArena arena;
   const int64_t requests = 24, max_blocks = 300;
