@@ -69,7 +69,8 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_qkv_rope_kernel(const D
 #pragma unroll
     for (int i = 0; i < 4; ++i) {  // acc i: row g + 8·(i / 2), token column 2c + i % 2 (skinny_linear's y)
       const int t = 2 * c + (i & 1), row = g + 8 * (i >> 1);
-      if (t < p.m) head_part[t * TILE_ROWS + row] = acc[0][i] * (p.row_scales ? seg.alpha * p.row_scales[t] : seg.alpha);
+      if (t < p.m)
+        head_part[t * TILE_ROWS + row] = acc[0][i] * (p.row_scales ? seg.alpha * p.row_scales[t] : seg.alpha);
     }
   }
   cluster.sync();  // release / acquire: every rank's rows are visible to rank 0
@@ -77,11 +78,14 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_qkv_rope_kernel(const D
     const int kv_width = int(r.l.n_kv_heads) * D;
     for (int t = warp; t < p.m; t += warps) {
       // Row j of the head: rank j / 16's head_part[t][j % 16]; a lane's pairs as qk_norm_rope_store loads them.
-      auto row = [&](int j) { return cluster.map_shared_rank(head_part, j / TILE_ROWS)[t * TILE_ROWS + j % TILE_ROWS]; };
+      auto row = [&](int j) {
+        return cluster.map_shared_rank(head_part, j / TILE_ROWS)[t * TILE_ROWS + j % TILE_ROWS];
+      };
       float lo[PAIRS], hi[PAIRS];
 #pragma unroll
       for (int q = 0; q < PAIRS; ++q)
-        lo[q] = row(r.l.interleaved ? 2 * (i0 + q) : i0 + q), hi[q] = row(r.l.interleaved ? 2 * (i0 + q) + 1 : HALF + i0 + q);
+        lo[q] = row(r.l.interleaved ? 2 * (i0 + q) : i0 + q),
+        hi[q] = row(r.l.interleaved ? 2 * (i0 + q) + 1 : HALF + i0 + q);
       const int64_t slot = r.l.slots[t];
       if (which == 2) {  // v: stored as it is (an FP8 cache: / v_scale)
         if constexpr (sizeof(KV) == 1)
@@ -113,8 +117,9 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) skinny_qkv_rope_kernel(const D
 
 template <typename KV>
 Status launch_for(const DenseParams& p, int tiles, int per_warp, const QkvRopeStore& out, cudaStream_t stream) {
-  const RopeArgs<KV> r{out.layout,  out.q_norm, out.k_norm, out.eps, out.q_out_bf16, static_cast<KV*>(out.k_cache),
-                       static_cast<KV*>(out.v_cache), out.k_scale, out.v_scale};
+  RopeArgs<KV> r{out.layout, out.q_norm, out.k_norm, out.eps, out.q_out_bf16};
+  r.k_cache = static_cast<KV*>(out.k_cache), r.v_cache = static_cast<KV*>(out.v_cache);
+  r.k_scale = out.k_scale, r.v_scale = out.v_scale;
   using Kernel = void (*)(DenseParams, RopeArgs<KV>);
   const bool four = per_warp == 4, d128 = out.layout.head_dim == 128;
   const Kernel kernel = four ? (d128 ? skinny_qkv_rope_kernel<4, 2, KV> : skinny_qkv_rope_kernel<4, 1, KV>)
@@ -127,12 +132,13 @@ Status launch_for(const DenseParams& p, int tiles, int per_warp, const QkvRopeSt
   const size_t sums = size_t(warps - 1) * 4 * 32 * sizeof(float);
   const size_t smem = std::max(sums, size_t(device_limits().smem_per_sm / 4 + 1024));
   if (smem > 48 * 1024)
-    NIB_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-                                    "skinny_qkv_rope_store: shared memory"));
+    NIB_RETURN_IF_ERROR(
+        cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                    "skinny_qkv_rope_store: shared memory"));
   const unsigned ranks = unsigned(out.layout.head_dim / TILE_ROWS);
-  return cuda_status(launch_pdl_cluster(kernel, dim3(unsigned(tiles)), dim3(unsigned(warps * 32)), smem, ranks, stream,
-                                        p, r),
-                     "skinny_qkv_rope_store");
+  return cuda_status(
+      launch_pdl_cluster(kernel, dim3(unsigned(tiles)), dim3(unsigned(warps * 32)), smem, ranks, stream, p, r),
+      "skinny_qkv_rope_store");
 }
 
 }  // namespace
