@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda/gemm/skinny_gemm.cuh"
@@ -117,6 +118,27 @@ TEST(CudaQkvRope, RefusesWhatItCannotTake) {  // host-only
   EXPECT_FALSE(cuda::skinny_qkv_rope_supported(1, 2048, 256));   // a head wider than a portable cluster
   EXPECT_FALSE(cuda::skinny_qkv_rope_supported(1, 2000, 128));   // k not whole 128-blocks
   EXPECT_TRUE(cuda::skinny_qkv_rope_supported(1, 2048, 128));
+  // Errors name what was wrong before anything reaches the device (the pointers are never read).
+  alignas(16) static uint8_t fake[64];
+  const cuda::DeviceNvfp4Weight q{fake, fake, 32 * 128, 2048, 1.0f}, kv{fake, fake, 4 * 128, 2048, 1.0f};
+  const cuda::DeviceNvfp4Weight* qkv[3] = {&q, &kv, &kv};
+  const int32_t* positions = reinterpret_cast<const int32_t*>(fake);
+  const int64_t* slots = reinterpret_cast<const int64_t*>(fake);
+  const float* freq = reinterpret_cast<const float*>(fake);
+  cuda::QkvRopeStore out{{1, 32, 4, 128, positions, slots, freq}, nullptr, nullptr, 1e-6f,
+                         reinterpret_cast<uint16_t*>(fake), fake, fake};
+  const uint16_t* x = reinterpret_cast<const uint16_t*>(fake);
+  EXPECT_TRUE(cuda::skinny_qkv_rope_store(x, 2, qkv, nullptr, out, nullptr).message().find("layout has 1") !=
+              std::string::npos);
+  out.layout.n_kv_heads = 8;
+  EXPECT_TRUE(cuda::skinny_qkv_rope_store(x, 1, qkv, nullptr, out, nullptr).message().find("rows") !=
+              std::string::npos);
+  out.layout.n_kv_heads = 4, out.q_out_bf16 = reinterpret_cast<uint16_t*>(fake + 2);
+  EXPECT_TRUE(cuda::skinny_qkv_rope_store(x, 1, qkv, nullptr, out, nullptr).message().find("aligned") !=
+              std::string::npos);
+  out.q_out_bf16 = nullptr;
+  EXPECT_TRUE(cuda::skinny_qkv_rope_store(x, 1, qkv, nullptr, out, nullptr).message().find("null") !=
+              std::string::npos);
 }
 
 }  // namespace

@@ -154,13 +154,24 @@ Status skinny_qkv_rope_store(const uint16_t* x, int64_t M, const DeviceNvfp4Weig
     return Status::error("skinny_qkv_rope_store: needs 1-" + std::to_string(QKV_ROPE_MAX_M) +
                          " tokens, head_dim 64 or 128 and in_features a multiple of 128 up to " +
                          std::to_string(SKINNY_MAX_K));
-  if (l.tokens != M || qkv[0]->rows != l.n_heads * l.head_dim || qkv[1]->rows != l.n_kv_heads * l.head_dim ||
+  if (l.tokens != M)
+    return Status::error("skinny_qkv_rope_store: " + std::to_string(M) + " tokens, the layout has " +
+                         std::to_string(l.tokens));
+  if (qkv[0]->rows != l.n_heads * l.head_dim || qkv[1]->rows != l.n_kv_heads * l.head_dim ||
       qkv[2]->rows != l.n_kv_heads * l.head_dim)
     return Status::error("skinny_qkv_rope_store: the weights' rows are not the layout's heads · head_dim");
   if (!out.q_out_bf16 || !out.k_cache || !out.v_cache || !l.inv_freq || !l.positions || !l.slots)
     return Status::error("skinny_qkv_rope_store: null pointer");
   if (out.kv_format == KvFormat::FP8 && !(out.k_scale > 0.0f && out.v_scale > 0.0f))
     return Status::error("skinny_qkv_rope_store: an FP8 cache's k_scale and v_scale must be > 0");
+  // store_pairs writes runs of 2 · PAIRS values (PAIRS = head_dim / 64), as qk_norm_rope_store checks.
+  const size_t run = size_t(l.head_dim / 32), kv_element = out.kv_format == KvFormat::FP8 ? 1 : 2;
+  const auto aligned = [&](const void* ptr, size_t element) {
+    return reinterpret_cast<uintptr_t>(ptr) % (run * element) == 0;
+  };
+  if (!aligned(out.q_out_bf16, 2) || !aligned(out.k_cache, kv_element) || !aligned(out.v_cache, kv_element))
+    return Status::error("skinny_qkv_rope_store: q and the caches must be aligned to " + std::to_string(run) +
+                         " elements");
   DenseParams p{};
   int tiles = 0;
   NIB_RETURN_IF_ERROR(skinny_dense::fill_segments(x, qkv, nullptr, 3, 0.0f, "skinny_qkv_rope_store", p, tiles));
