@@ -109,7 +109,7 @@ TEST(CudaQkvRope, EqualsTheSkinnyGemmThenQkNormRopeStore) {
   check({1, 32, 4, 128, 2048, false, true, true, false}, seed + n++);    // W4A4: x̂'s row scale
   check({2, 32, 4, 128, 2048, false, true, false, true}, seed + n++);    // FP8 cache
   check({3, 16, 2, 128, 1024, true, false, true, false}, seed + n++);    // ERNIE-like: interleaved, no q/k norm
-  check({1, 8, 2, 64, 512, false, true, false, false}, seed + n++);      // head_dim 64 (4-CTA clusters, 2 k-blocks a warp)
+  check({1, 8, 2, 64, 512, false, true, false, false}, seed + n++);  // head_dim 64: 4-CTA clusters, 2 blocks a warp
   check({8, 8, 2, 64, 4096, true, true, true, true}, seed + n++);
 }
 
