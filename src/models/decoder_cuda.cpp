@@ -265,7 +265,8 @@ Status CudaDecoder::attention_chain(const DeviceLayer& w, int64_t T, void* kc, v
   const cudaStream_t s = stream();
   const ActQuant dense = options.act_quant_dense;
   const cuda::KvFormat kv_format = options.kv_fp8 ? cuda::KvFormat::FP8 : cuda::KvFormat::BF16;
-  if (qkv_rope_in_gemm(w, T, dense, qkv_quantized)) {
+  const bool rope_in_gemm = qkv_rope_in_gemm(w, T, dense, qkv_quantized);
+  if (rope_in_gemm) {
     const cuda::DeviceNvfp4Weight* weights[3] = {&w.q.q, &w.k.q, &w.v.q};
     const bool w4a4 = dense != ActQuant::NONE;  // x̂ and its row scales from the norm (qkv_quant)
     const cuda::QkvRopeStore out{qkv, w.q_norm, w.k_norm, eps, q_bf16, kc, vc, kv_format, w.k.kv_scale, w.v.kv_scale};
@@ -280,7 +281,7 @@ Status CudaDecoder::attention_chain(const DeviceLayer& w, int64_t T, void* kc, v
   const bool o_quantized =
       flashinfer && step.staged().one_launch && dense == ActQuant::STATIC && w.o.nvfp4 && gemm.act_workspace;
   if (flashinfer) {
-    if (!qkv_rope_in_gemm(w, T, dense, qkv_quantized)) {
+    if (!rope_in_gemm) {
       for (int i = 0; i < cuda::op_repeats("qk_rope_store"); ++i)
         NIB_RETURN_IF_ERROR(cuda::qk_norm_rope_store(qkv_out, qkv, w.q_norm, w.k_norm, eps, nullptr, kc, vc, s, q_bf16,
                                                      kv_format, w.k.kv_scale, w.v.kv_scale));

@@ -268,9 +268,9 @@ namespace skinny_dense {
 
 // p's segments, one a weight of the launch (checked: 1 to MAX_SEGMENTS of them sharing in_features,
 // aligned, x too; outputs null where the kernel writes no y), the m-tiles of all of them into
-// `tiles`. input_scale > 0 (static W4A4) is folded
-// into each alpha in linear_nvfp4's order: weight_scale_2 · input_scale, then × 2⁸, which restores
-// the decoded weights' 2⁻⁸ exactly (nvfp4_layout.h).
+// `tiles`. input_scale > 0 (static W4A4) is folded into each alpha in linear_nvfp4's order:
+// weight_scale_2 · input_scale, then × 2⁸, which restores the decoded weights' 2⁻⁸ exactly
+// (nvfp4_layout.h).
 Status fill_segments(const uint16_t* x, const DeviceNvfp4Weight* const* weights, float* const* outputs, int count,
                      float input_scale, const char* what, DenseParams& p, int& tiles) {
   const std::string name(what);
