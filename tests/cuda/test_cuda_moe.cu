@@ -296,7 +296,7 @@ TEST(CudaMoe, MatchesReferenceOnQwen3Shapes) {
   NIB_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::test_seed("CudaMoe.Qwen3");
   const Problem p = make_problem(QWEN3_30B, seed);
-  for (int64_t tokens : {1, 3, 17, 64, 255, 1000, 4099}) check(p, tokens, false, seed + tokens);  // every tiling
+  for (int64_t tokens : {1, 3, 4, 17, 64, 255, 1000, 4099}) check(p, tokens, false, seed + tokens);  // every tiling
 }
 
 TEST(CudaMoe, AllTokensOnTheSameExperts) {
@@ -313,6 +313,9 @@ TEST(CudaMoe, SmallOddConfig) {
   const uint64_t seed = test::test_seed("CudaMoe.Small");
   const Problem p = make_problem({16, 2, 128, 192}, seed);  // I = 192: uneven gate_up tiles, k-step 64 only
   for (int64_t tokens : {1, 33, 1000}) check(p, tokens, false, seed + tokens);
+  // hidden > 2,048 (the small router's 16-chunk rows) and a cluster of two: its second CTA writes every x̂ row
+  const Problem wide = make_problem({32, 4, 2560, 256}, seed + 7);
+  check(wide, 4, false, seed + 8);
 }
 
 // The one-launch block (moe_decode.cuh) against the kernel chain (SKINNY) at T = 1 on Qwen3-30B-A3B

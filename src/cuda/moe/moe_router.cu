@@ -51,11 +51,12 @@ struct SmallRouterShared {
 };
 
 // NORM: x = the input norm of norm.residual + norm.delta, row by row, into x_stage (as BF16; every
-// CTA) and norm.out with its x̂ (the first CTA). The first NORM_THREADS threads hold a row as
-// add_rmsnorm's threads do (rmsnorm_row.cuh), so the bits are add_rmsnorm's.
+// CTA). The first NORM_THREADS threads hold a row as add_rmsnorm's threads do (rmsnorm_row.cuh), so
+// the bits are add_rmsnorm's. (All rows' loads at once with one barrier for their sums took 128
+// registers and lost 4–6% at 2–4 sequences, H100: docs/lab/2026-12-07-router-norm.md.)
 template <int CHUNKS>
 __device__ __forceinline__ void norm_rows_to_stage(const InputNorm& norm, int T, int H, const float (&weight)[CHUNKS],
-                                                   bool first, uint16_t* x_stage, float* partial) {
+                                                   uint16_t* x_stage, float* partial) {
   const bool active = threadIdx.x < NORM_THREADS;
   for (int j = 0; j < T; ++j) {
     float v[CHUNKS];
@@ -65,13 +66,27 @@ __device__ __forceinline__ void norm_rows_to_stage(const InputNorm& norm, int T,
 #pragma unroll
     for (int k = 0; k < CHUNKS; ++k) {
       const int i = int(threadIdx.x) + k * NORM_THREADS;
-      if (!active || i >= H) continue;
-      const uint16_t bits = uint16_t(__float_as_uint(v[k]) >> 16);  // v holds exact BF16 values
-      x_stage[j * H + i] = bits;
-      if (first) norm.out[size_t(j) * H + i] = bits;
+      if (active && i < H) x_stage[j * H + i] = uint16_t(__float_as_uint(v[k]) >> 16);  // v holds exact BF16 values
     }
-    if (first && norm.quant.x_hat) quantize_row(v, H, norm.quant, j, partial);
   }
+}
+
+// NORM: row j of the staged x into norm.out, with its x̂ — the next launch's inputs, which the rows'
+// owners (ranks 1, 2, … of the cluster; rank 0 where it is alone) write after the cluster barrier,
+// beside rank 0's top-k. Rank 0 writing them before its logits cost W4A4 4–7% at 2–4 sequences.
+template <int CHUNKS>
+__device__ __forceinline__ void write_norm_row(const InputNorm& norm, int j, int H, const uint16_t* x_stage,
+                                               float* partial) {
+  const bool active = threadIdx.x < NORM_THREADS;
+  float v[CHUNKS];
+#pragma unroll
+  for (int k = 0; k < CHUNKS; ++k) {
+    const int i = int(threadIdx.x) + k * NORM_THREADS;
+    const uint16_t bits = active && i < H ? x_stage[j * H + i] : 0;
+    v[k] = __uint_as_float(uint32_t(bits) << 16);
+    if (active && i < H) norm.out[size_t(j) * H + i] = bits;
+  }
+  if (norm.quant.x_hat) quantize_row(v, H, norm.quant, j, partial);
 }
 
 // One thread-block cluster: a warp per expert computes the logits (its row in registers, loaded
@@ -82,7 +97,8 @@ __device__ __forceinline__ void norm_rows_to_stage(const InputNorm& norm, int T,
 // is read from global memory in the dot loop instead: its rows would need twice the registers.
 // CHUNKS: 256-wide chunks of a row a lane may hold (hidden ≤ 256 · CHUNKS), sized to the row:
 // 8 for hidden ≤ 2,048 (Qwen3-30B-A3B: 85 registers); 16 meets the 128 registers 512 threads allow
-// and spills ~90 bytes. NORM: the block's input norm computed here first (norm_rows_to_stage).
+// and spills ~90 bytes. NORM: the block's input norm computed here first (norm_rows_to_stage), its
+// BF16 rows and x̂ written by the other ranks while rank 0 runs the top-k (write_norm_row).
 template <bool F32, int CHUNKS, bool NORM>
 __global__ void __launch_bounds__(SMALL_THREADS)
     route_group_small_kernel(const RouterArgs a, int tile_rows, ExpertGroups groups, InputNorm norm) {
@@ -105,8 +121,7 @@ __global__ void __launch_bounds__(SMALL_THREADS)
   pdl_wait();
   pdl_launch_dependents();
   if constexpr (NORM) {
-    norm_rows_to_stage(norm, T, H, norm_weight, cluster.block_rank() == 0, reinterpret_cast<uint16_t*>(x_stage),
-                       sm.partial);
+    norm_rows_to_stage(norm, T, H, norm_weight, reinterpret_cast<uint16_t*>(x_stage), sm.partial);
   } else {
     // The x rows → shared memory with cp.async: every copy in flight at once, none through registers
     // (register staging took two round trips at 3–4 tokens: ptxas put the second load after the first store).
@@ -135,7 +150,13 @@ __global__ void __launch_bounds__(SMALL_THREADS)
       if (lane == 0) first_logits[j * E + expert] = acc;
     }
   cluster.sync();  // release / acquire: every CTA's logits are in the first CTA's shared memory
-  if (cluster.block_rank() != 0) return;
+  const int rank = int(cluster.block_rank()), ctas = int(cluster.num_blocks());
+  if (rank != 0) {
+    if constexpr (NORM)
+      for (int j = rank - 1; j < T; j += ctas - 1)
+        write_norm_row<CHUNKS>(norm, j, H, reinterpret_cast<const uint16_t*>(x_stage), sm.partial);
+    return;
+  }
   for (int t = warp; t < T; t += SMALL_WARPS)
     warp_softmax_topk<true>(sm.logits + t * E, E, int(a.top_k), a.norm_topk_prob, a.score_bias, a.norm_min,
                             a.expert_ids + size_t(t) * a.top_k, a.weights + size_t(t) * a.top_k);
@@ -143,6 +164,10 @@ __global__ void __launch_bounds__(SMALL_THREADS)
   // At most 4 tokens · 32 = 128 pairs: one a thread.
   group_rows<SMALL_THREADS, 1>(a.expert_ids, T * int(a.top_k), int(a.group_first),
                                a.group_count ? int(a.group_count) : E, tile_rows, groups, sm.grouping);
+  if constexpr (NORM)
+    if (ctas == 1)
+      for (int j = 0; j < T; ++j)
+        write_norm_row<CHUNKS>(norm, j, H, reinterpret_cast<const uint16_t*>(x_stage), sm.partial);
 }
 
 // Mid-size batches: one cluster splits hidden into 128-wide k-blocks, KBS a CTA. A warp's m16 tile is

@@ -76,8 +76,8 @@ struct InputNorm {
   const float* delta_row_scales = nullptr;
 };
 
-// norm: the router's input computed in its own launch (each CTA normalizes the rows it reads, the
-// first also writes them), which saves a decode step the norm's launch.
+// norm: the router's input computed in its own launch (each CTA normalizes the rows it reads; the
+// ranks past the first write them and their x̂), which saves a decode step the norm's launch.
 Status route_and_group_small(const RouterArgs& args, int tile_rows, const ExpertGroups& groups, cudaStream_t stream,
                              const InputNorm* norm = nullptr);
 
