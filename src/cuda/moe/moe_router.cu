@@ -52,8 +52,8 @@ struct SmallRouterShared {
 
 // NORM: x = the input norm of norm.residual + norm.delta, row by row, into x_stage (as BF16; every
 // CTA). The first NORM_THREADS threads hold a row as add_rmsnorm's threads do (rmsnorm_row.cuh), so
-// the bits are add_rmsnorm's. (All rows' loads at once with one barrier for their sums took 128
-// registers and lost 4–6% at 2–4 sequences, H100: docs/lab/2026-12-07-router-norm.md.)
+// the bits are add_rmsnorm's. (All rows' loads at once with one barrier for their sums lost 4–7% at
+// 2–4 sequences, H100, at 107 registers as at 128: docs/lab/2026-12-07-router-norm.md.)
 template <int CHUNKS>
 __device__ __forceinline__ void norm_rows_to_stage(const InputNorm& norm, int T, int H, const float (&weight)[CHUNKS],
                                                    uint16_t* x_stage, float* partial) {
