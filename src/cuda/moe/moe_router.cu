@@ -73,7 +73,7 @@ __device__ __forceinline__ void norm_rows_to_stage(const InputNorm& norm, int T,
 
 // NORM: row j of the staged x into norm.out, with its x̂ — the next launch's inputs, which the rows'
 // owners (ranks 1, 2, … of the cluster; rank 0 where it is alone) write after the cluster barrier,
-// beside rank 0's top-k. Rank 0 writing them before its logits cost W4A4 4–7% at 2–4 sequences.
+// beside rank 0's top-k. Rank 0 writing them before its logits cost W4A4 2–7% at 2–4 sequences.
 template <int CHUNKS>
 __device__ __forceinline__ void write_norm_row(const InputNorm& norm, int j, int H, const uint16_t* x_stage,
                                                float* partial) {
