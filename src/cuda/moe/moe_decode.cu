@@ -39,7 +39,7 @@ constexpr int MAX_TOP_K = DECODE_BLOCK_MAX_TOP_K;
 constexpr int MAX_GATE_TILES = 16;  // gate_up m-tiles a CTA (shared memory holds fewer at Qwen3's sizes)
 constexpr int DOWN_BLOCKS = 3;      // down k-blocks a warp holds decoded (I ≤ 128 · 3 · WARPS / top_k)
 constexpr int MAX_CHUNKS = 16;      // hidden ≤ 256 · 16
-// The kernels' __shared__ arrays (ptxas: 896 bytes in W4A16, 1,408 in W4A4), with room: the dynamic
+// The kernels' __shared__ arrays (ptxas: 1,024 bytes in W4A16, 1,664 in W4A4), with room: the dynamic
 // part they opt into is the rest of what a CTA may have (a 1,024 reserve fell short of W4A4's arrays
 // and the attribute call failed on the device).
 constexpr int STATIC_SMEM = 2048;
@@ -191,6 +191,11 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   __shared__ int32_t ids[MAX_TOP_K];
   __shared__ float route_w[MAX_TOP_K];
   __shared__ float ys[MAX_TOP_K][FEATURES];
+  // Brought in by cp.async long before their use after the grid barrier (loaded there, each put an L2
+  // or HBM round trip on the block's critical path): each slot's down weight scale, and the combine's
+  // residual and delta of the CTA's features.
+  __shared__ float down_scale[MAX_TOP_K];
+  __shared__ float kept_in[2][FEATURES];
   __shared__ uint64_t landed[MAX_GATE_TILES + 1];  // each gate_up tile's weights, then all the down tiles'
   __shared__ float x_scale;  // W4A4: x̂'s row scale
   // Per-token W4A4: the CTA's share of its first and next SwiGLU rows' amaxes; each warp's of the input
@@ -228,6 +233,11 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   // The last launch's final generation (read after the wait: its writes are visible only then).
   // The launch's tag: the generation its one barrier will publish (unique to the launch).
   if (threadIdx.x == 0) generation = first_generation(p.barrier), amax_set = generation & 1, tag = generation + 1;
+  if (p.has_next && threadIdx.x < FEATURES) {  // warp 0's lanes 0-15: the combine's inputs (o's output is here now)
+    cp_async<4>(&kept_in[0][threadIdx.x], p.next.residual + cta * FEATURES + threadIdx.x, 4);
+    if (p.has_in) cp_async<4>(&kept_in[1][threadIdx.x], p.in.delta + cta * FEATURES + threadIdx.x, 4);
+    cp_async_commit();
+  }
 
   // The router's input: the block's input norm (the same bits as add_rmsnorm), or x. Per-token W4A4:
   // each warp's amax of it too, so x̂'s row amax needs no reduction of its own.
@@ -287,6 +297,9 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
     float logits[ROUTER_MAX_PER_LANE];
     poll_tagged(p.logits, E, tag, logits, "the router logits");
     warp_softmax_topk_values(logits, E, K, p.renormalize, p.score_bias, p.norm_min, ids, route_w);
+    __syncwarp();  // ids from the lanes that wrote them
+    if (lane < K) cp_async<4>(&down_scale[lane], p.down_global + ids[lane], 4);
+    cp_async_commit();
   }
   __syncthreads();
   stamp(p, 4);
@@ -365,6 +378,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   // decodes its down fragments (slot s, k-blocks kb0 …), which landed while gate_up computed.
   // Per-token W4A4: thread 0 first meets its CTA's row amaxes with the other CTAs' in L2 (atomics
   // released by its arrival).
+  if (warp == 0) cp_async_wait<0>();  // the down scales (issued ~10 µs ago), for every warp after the barrier
   __syncthreads();
   if (threadIdx.x == 0) {
     if (W4A4 && p.act_input_scale == 0.0f)
@@ -416,7 +430,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   }
   sum_split(acc, split, active, split_sums);
   if (active && part == 0 && c == 0) {  // BF16 as the chain's y rows: acc[0] feature f0 + g, acc[2] f0 + g + 8
-    const float scale = p.down_global[ids[s]] * WEIGHT_DECODE_EPILOGUE;  // (× 1 is exact: W4A16's bits unchanged)
+    const float scale = down_scale[s] * WEIGHT_DECODE_EPILOGUE;  // (× 1 is exact: W4A16's bits unchanged)
     ys[s][g] = __bfloat162float(__float2bfloat16_rn(acc[0][0] * scale * act_row_scale));
     ys[s][g + 8] = __bfloat162float(__float2bfloat16_rn(acc[0][2] * scale * act_row_scale));
   }
@@ -434,8 +448,10 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
     if (!p.has_next) {
       if (lane < FEATURES) p.out[f] = sum;
     } else {
-      const float residual = p.next.residual[f];
-      const float kept = (p.has_in ? residual + p.in.delta[f] : residual) + sum;
+      cp_async_wait<0>();  // (done long ago) lanes 0-15's copies, which lanes 16-31 read too
+      __syncwarp();
+      const float residual = kept_in[0][i];
+      const float kept = (p.has_in ? residual + kept_in[1][i] : residual) + sum;
       if (lane < FEATURES) p.next.residual[f] = kept;
       float sum_sq = lane < FEATURES ? kept * kept : 0.0f;
       for (int offset = 16; offset > 0; offset >>= 1) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, offset);
