@@ -378,7 +378,8 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
   // decodes its down fragments (slot s, k-blocks kb0 …), which landed while gate_up computed.
   // Per-token W4A4: thread 0 first meets its CTA's row amaxes with the other CTAs' in L2 (atomics
   // released by its arrival).
-  if (warp == 0) cp_async_wait<0>();  // the down scales (issued ~10 µs ago), for every warp after the barrier
+  // Warp 0's copies (the combine's inputs and the down scales, issued ~10 µs ago), for every warp after it.
+  if (warp == 0) cp_async_wait<0>();
   __syncthreads();
   if (threadIdx.x == 0) {
     if (W4A4 && p.act_input_scale == 0.0f)
@@ -448,9 +449,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_decode_kernel(const DecodePara
     if (!p.has_next) {
       if (lane < FEATURES) p.out[f] = sum;
     } else {
-      cp_async_wait<0>();  // (done long ago) lanes 0-15's copies, which lanes 16-31 read too
-      __syncwarp();
-      const float residual = kept_in[0][i];
+      const float residual = kept_in[0][i];  // (landed before the grid barrier: lanes 16-31 read them too)
       const float kept = (p.has_in ? residual + kept_in[1][i] : residual) + sum;
       if (lane < FEATURES) p.next.residual[f] = kept;
       float sum_sq = lane < FEATURES ? kept * kept : 0.0f;
