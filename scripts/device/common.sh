@@ -1,6 +1,6 @@
 # What every GPU subcommand of scripts/device.sh shares (sourced once, on the GPU machine, from the
 # repo root, build-device/ carried): $OUT for logs, the carried libraries and the tokenizer data, the
-# full-size synthetic Qwen3-30B-A3B checkpoint written once per machine (synth_qwen3_full), the
+# full-size synthetic checkpoint written once per machine (synth_full: Qwen3-30B-A3B unless SYNTH_PRESET), the
 # baseline binaries, the openai-client wheels, and Nsight Compute's helpers.
 OUT=${OUT:-/tmp/nibble-device}
 # `scripts/device.sh bundle` and `baseline` carry their binaries xz-compressed (DIR/bins.tar.xz, 5x
@@ -30,7 +30,10 @@ nccl_lib=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nc
 export NCCL_NVLS_ENABLE=0
 # SYNTH_ROUTER_SKEW=S: the full-size checkpoint's routers placed for Zipf S (`synth --router-skew`, ~50 s
 # more): every subcommand then measures at trained-like expert loads (docs/perf.md "Expert loads").
-SYNTH_DIR=${SYNTH_DIR:-/tmp/qwen3-30b-a3b-synth${SYNTH_ROUTER_SKEW:+-skew-$SYNTH_ROUTER_SKEW}}
+# SYNTH_PRESET: another `nibble synth --preset` for every subcommand (issue 68's rows: qwen3-235b-a22b,
+# ~130 GB: a machine whose disk cannot hold it takes SYNTH_DIR=/dev/shm/…, in host memory).
+SYNTH_PRESET=${SYNTH_PRESET:-qwen3-30b-a3b}
+SYNTH_DIR=${SYNTH_DIR:-/tmp/$SYNTH_PRESET-synth${SYNTH_ROUTER_SKEW:+-skew-$SYNTH_ROUTER_SKEW}}
 
 # build-base/'s binaries (`scripts/device.sh baseline`), unpacked once.
 unpack_baseline() { [ -e build-base/nibble ] || unpack_bins build-base; }
@@ -43,9 +46,9 @@ bench_run_args() {
   case " $1 " in *" --modes "*) ;; *) args+=(--modes "${MODES:-none}") ;; esac
 }
 
-synth_qwen3_full() {
+synth_full() {
   [ -f "$SYNTH_DIR/config.json" ] ||
-    build-device/nibble synth --preset qwen3-30b-a3b --out "$SYNTH_DIR" --seed 0 \
+    build-device/nibble synth --preset "$SYNTH_PRESET" --out "$SYNTH_DIR" --seed 0 \
       ${SYNTH_ROUTER_SKEW:+--router-skew "$SYNTH_ROUTER_SKEW"} > "$OUT/synth.log" 2>&1
 }
 

@@ -7,7 +7,7 @@
 # by side last (scripts/latency_compare.py), each against the first.
 LATENCY=${LATENCY:---modes none --pp 512,2048 --tg 128 --batches 64}
 eval "latency=($LATENCY)"  # shell words, so an empty list can be given as '' (--pp '')
-synth_qwen3_full
+synth_full
 results=()
 compare_args=()
 # run_latency TAG BIN [VARIANT]: a variant's comma-separated items are NAME=VALUE settings for its

@@ -11,7 +11,7 @@
 #            batches), and each row's KV bytes a step against the HBM floor (HBM_TB_S)
 PARTS=${PARTS:-prefill torch server decode}
 PP=${PP:-32768,131072}
-synth_qwen3_full
+synth_full
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 results=()
 bench_long() {  # bench_long TAG ARGS...: one `bench latency` run with the YaRN config

@@ -15,7 +15,7 @@
 #   repeat   each op of OPS run twice a layer (NIBBLE_DIAG_REPEAT_OP) against none: its cost inside the
 #            decode graph, PDL overlap included; MODES, BATCH (64), MIXED=P
 # On the full-size synthetic Qwen3-30B-A3B (written once per machine).
-synth_qwen3_full
+synth_full
 case "${WHAT:-kernel}" in
 kernel)
 KERNEL=${KERNEL:-nvfp4_wgmma}

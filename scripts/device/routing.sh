@@ -16,7 +16,7 @@ for s in $SKEWS; do
     --moe-tokens "$MOE_TOKENS" "${skew[@]}" --json "$OUT/kernels_$s.json" > "$OUT/kernels_$s.txt" 2>&1
   echo "== bench kernels --ops moe, routing $s (rc $?)"
   dir=/tmp/qwen3-30b-a3b-skew-$s
-  [ "$s" = random ] && { dir=/tmp/qwen3-30b-a3b-synth; SYNTH_ROUTER_SKEW='' SYNTH_DIR=$dir synth_qwen3_full; }
+  [ "$s" = random ] && { dir=/tmp/qwen3-30b-a3b-synth; SYNTH_ROUTER_SKEW='' SYNTH_DIR=$dir synth_full; }
   if [ "$s" != random ]; then
     /usr/bin/time -f "synth %e s" build-device/nibble synth --preset qwen3-30b-a3b --out "$dir" --seed 0 "${skew[@]}" \
       --router-tokens "${ROUTER_TOKENS:-1024}" > "$OUT/synth_$s.log" 2>&1

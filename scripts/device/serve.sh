@@ -1,7 +1,7 @@
 # `scripts/device.sh serve`: serving workloads on the GPU machine. Workload 1: FastDeploy's NVFP4 MoE PR
 # benchmark shape — chat requests of ShareGPT's lengths (~1136 input / ~200 output tokens, spread
-# ±50%), 64 at a time, --ignore-eos — against nibble serve --backend cuda on the full-size synthetic
-# Qwen3-30B-A3B, with vLLM's client-side and FastDeploy's server-side metrics, then the engine's step
+# ±50%), MAX_CONCURRENCY (64) at a time, --ignore-eos — against nibble serve --backend cuda on the
+# full-size synthetic Qwen3-30B-A3B, with vLLM's client-side and FastDeploy's server-side metrics, then the engine's step
 # timers and a summary of its steps (--step-log). NUM_PROMPTS (1000); CONFIGS: the serve configurations
 # to run it under, one server each — "default" or serve flags joined by commas, e.g.
 # "--max-num-batched-tokens=4096,--scheduler-delay-factor=2" (default: "default"); SERVE_ARGS: flags
@@ -12,7 +12,7 @@
 # under `--structured json-schema`, STRUCTURED_ROUNDS (2) times each (issue 67's 0.95× target, the
 # GPU's idle share, the mask time a row); WORKLOAD1=0 skips workload 1. Overlapped scheduling on
 # and off, for one: CONFIGS="default --disable-overlap-schedule".
-synth_qwen3_full
+synth_full
 
 start_server() {  # start_server LOG [serve flags...]
   local log=$1; shift
@@ -45,7 +45,7 @@ for i in "${!configs[@]}"; do
   if [ "${WORKLOAD1:-1}" = 1 ]; then
     timeout "${BENCH_TIMEOUT:-420}" build-device/nibble bench serve --port 8766 --backend openai-chat \
       --tokenizer "$SYNTH_DIR" --dataset-name random --num-prompts "${NUM_PROMPTS:-1000}" \
-      --random-input-len 1136 --random-output-len 200 --random-range-ratio 0.5 --max-concurrency 64 --ignore-eos \
+      --random-input-len 1136 --random-output-len 200 --random-range-ratio 0.5 --max-concurrency "${MAX_CONCURRENCY:-64}" --ignore-eos \
       --seed 0 --percentile-metrics ttft,tpot,itl,e2el,s_ttft,s_itl,s_e2el,s_decode,input_len,s_input_len,output_len \
       --metric-percentiles 50,90,99 --save-result --result-dir "$OUT" --result-filename "workload1_$b.json" \
       --disable-tqdm > "$OUT/workload1_$b.txt" 2> "$OUT/workload1_$b.err"

@@ -47,7 +47,7 @@ if [ "${SERVER:-1}" = 1 ] || [ "${LOAD:-0}" = 1 ]; then
   if ! test_wheels; then
     verdicts+=("server tests: skipped (no openai/pytest/requests: run 'scripts/device.sh wheels' here and carry .whl)")
   else
-    synth_qwen3_full
+    synth_full
     if [ "${SERVER:-1}" = 1 ]; then
       # shellcheck disable=SC2086
       # Once per SERVE_VARIANTS entry: extra `nibble serve` flags, comma-separated ("base": none;
@@ -67,7 +67,7 @@ if [ "${SERVER:-1}" = 1 ] || [ "${LOAD:-0}" = 1 ]; then
         grep -E "^(FAILED|ERROR)" "$OUT/pytest_server_cuda_$tag.log" | head -8
       done
     fi
-        # Two GPUs or more: tensor parallelism over NCCL in one process (--tp 2), and over two processes
+    # Two GPUs or more: tensor parallelism over NCCL in one process (--tp 2), and over two processes
     # (--nnodes 2), on the 4-layer slice.
     gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
     if [ "$gpus" -ge 2 ] && [ "${SERVER:-1}" = 1 ]; then

@@ -4,7 +4,7 @@
 # separated by ";" (default: decode at 64 sequences with 1000-token contexts, single-stream decode);
 # each runs once untraced (its tok/s, against the traced run's: CUPTI's own cost) and once traced.
 # Bundle with BUNDLE_CUPTI=1 (`scripts/device.sh bundle`) unless the machine has libcupti.so.13.
-synth_qwen3_full
+synth_full
 cupti=$(ls build-device/lib/libcupti.so.13 /usr/local/cuda/lib64/libcupti.so.13 /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13 \
   /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib/libcupti.so.13 2>/dev/null | head -1)
 echo "CUPTI: ${cupti:-none found}"
