@@ -141,6 +141,9 @@ CommandRunner register_serve(CLI::App& root) {
   option(cmd, "--disable-overlap-schedule", o->disable_overlap_schedule,
          "Build each step after the last one's tokens are back (default: the next step is built and queued "
          "while the GPU runs the current one)");
+  option(cmd, "--skip-server-warmup", o->skip_server_warmup,
+         "Serve without the warm-up (GPU backend: a 16- and a 2,048-token prompt run before the server is ready, "
+         "so that a first request does not wait while CUDA loads the kernels it uses)");
   option(cmd, "--step-log", o->step_log,
          "Write a CSV row per step to this file: its tokens, sequences, prefill tokens, device ms and the device's "
          "idle ms before it (tuning --max-num-batched-tokens)");

@@ -42,6 +42,7 @@ class BlockManager {
 
   int64_t prefix_queries() const { return queried_tokens_; }  // tokens looked up
   int64_t prefix_hits() const { return hit_tokens_; }         // tokens found
+  void reset_counters() { queried_tokens_ = hit_tokens_ = 0; }
 
  private:
   struct Block {

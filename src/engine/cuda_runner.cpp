@@ -72,6 +72,7 @@ class CudaRunner : public ModelRunner {
     return "cuda:" + std::to_string(ctx_->device) + " (" + ctx_->name + (split.empty() ? "" : "; " + split) + ")";
   }
   void bind_thread() override { cudaSetDevice(ctx_->device); }
+  bool loads_kernels_lazily() const override { return true; }  // CUDA_MODULE_LOADING's default, LAZY
 
   Status forward_logits(const models::Batch& batch, std::vector<float>& logits) override {
     NIB_RETURN_IF_ERROR(model_->forward(batch));

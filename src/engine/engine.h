@@ -43,6 +43,17 @@ struct EngineConfig {
   bool out_of_service_on_failure = false;
 };
 
+// The warm-up (Engine::warm_up): prompts of up to these lengths, each drawing WARM_UP_TOKENS tokens.
+// 2,048 tokens take the prefill kernels of long prompts (wgmma GEMMs, the grouped MoE, FlashInfer's
+// prefill), 16 those of short ones.
+inline constexpr int64_t WARM_UP_SHORT_PROMPT = 16, WARM_UP_LONG_PROMPT = 2048, WARM_UP_TOKENS = 2;
+// The warm-up's prompt lengths under these limits: each capped by a step's token budget and the
+// context (less the drawn tokens), ascending, none twice.
+std::vector<int64_t> warm_up_prompt_lengths(const SchedulerLimits& limits, int64_t max_model_len);
+// The warm-up's prompt `index` of `length` tokens: ids spread over the vocabulary by a fixed stride
+// (runs alike), no two prompts sharing a first token, so each one's prefill runs whole.
+std::vector<int32_t> warm_up_prompt(int64_t length, int64_t index, int64_t vocab_size);
+
 // EngineConfig::step_log's file, opened for writing (closed with its last owner); null on failure (errno says why).
 std::shared_ptr<std::FILE> open_step_log(const std::string& path);
 
@@ -87,6 +98,11 @@ class Engine {
   void update_weights(WeightUpdate update, std::function<void(WeightUpdateResult)> done);
   // Forgets the prefix cache; refused while any request is running or waiting.
   void flush_cache(std::function<void(Status)> done);
+  // Before serving (blocking; nothing else submitted meanwhile): one request a length of made-up
+  // tokens, in turn (the first greedy, the others sampled with logprobs), so that CUDA loads the
+  // kernels they use now rather than in a client's first request; then the prefix cache is flushed
+  // and the counters start from zero, as if they had not run. An error names the request that failed.
+  Status warm_up(const std::vector<int64_t>& prompt_lengths);
 
   ModelInfo model_info() const;
   // False once a failed step took the engine out of service (out_of_service_on_failure); why.

@@ -3,6 +3,7 @@
 #include "engine/engine_group.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "core/log.h"
 
@@ -206,6 +207,20 @@ void EngineGroup::flush_cache(std::function<void(Status)> done) {
       join->arrive();
     });
   }
+}
+
+Status EngineGroup::warm_up(const std::vector<int64_t>& prompt_lengths) {
+  std::vector<Status> results(replicas_.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < replicas_.size(); ++i)
+    threads.emplace_back([&, i] { results[i] = replicas_[i]->engine->warm_up(prompt_lengths); });
+  for (std::thread& t : threads) t.join();
+  std::string errors;
+  for (size_t i = 0; i < results.size(); ++i)
+    if (!results[i])
+      errors += (errors.empty() ? "" : "; ") + (replicas_.size() > 1 ? "engine " + std::to_string(i) + ": " : "") +
+                results[i].message();
+  return errors.empty() ? Status::ok() : Status::error(errors);
 }
 
 std::vector<MetricsSnapshot> EngineGroup::engine_metrics() const {

@@ -77,6 +77,8 @@ class EngineGroup {
   // On every engine, answered once all have: success when every one succeeded (messages joined).
   void update_weights(WeightUpdate update, std::function<void(WeightUpdateResult)> done);
   void flush_cache(std::function<void(Status)> done);
+  // Engine::warm_up on every engine at once (before serving); the errors joined, each naming its engine.
+  Status warm_up(const std::vector<int64_t>& prompt_lengths);
   ModelInfo model_info() const { return replicas_[0]->engine->model_info(); }
   MetricsSnapshot metrics() const;                      // summed over the engines
   std::vector<MetricsSnapshot> engine_metrics() const;  // each engine's

@@ -27,6 +27,15 @@ Metrics::Metrics() {
   data_.device_idle = Histogram({1e-6, 5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 5e-3, 0.025});
 }
 
+void Metrics::clear_counters() {
+  const Metrics fresh;
+  std::lock_guard<std::mutex> lock(mutex_);
+  MetricsSnapshot kept = fresh.data_;
+  kept.requests_running = data_.requests_running, kept.requests_waiting = data_.requests_waiting;
+  kept.kv_usage = data_.kv_usage, kept.kv_blocks_total = data_.kv_blocks_total;
+  data_ = std::move(kept);
+}
+
 MetricsSnapshot Metrics::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return data_;

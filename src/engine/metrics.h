@@ -54,6 +54,8 @@ class Metrics {
  public:
   Metrics();
   MetricsSnapshot snapshot() const;
+  // Counters and histograms back to zero; the gauges kept.
+  void clear_counters();
   template <typename F>
   void update(F&& f) {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -321,6 +321,7 @@ class FailingRunner final : public ModelRunner {
   }
   Status replace_weights(const std::string& path) override { return inner_->replace_weights(path); }
   void bind_thread() override { inner_->bind_thread(); }
+  bool loads_kernels_lazily() const override { return inner_->loads_kernels_lazily(); }
 
  private:
   std::unique_ptr<ModelRunner> inner_;

@@ -77,6 +77,9 @@ class ModelRunner {
   // Called on the thread that will drive the runner (the engine's) before its first step: the CUDA
   // runner makes its GPU that thread's current device.
   virtual void bind_thread() {}
+  // Whether the first step of a shape loads code (CUDA loads a kernel's module at its first launch):
+  // the server then runs Engine::warm_up before it serves.
+  virtual bool loads_kernels_lazily() const { return false; }
 };
 
 // NIBBLE_DIAG_FAIL_ENGINE="i:n": a runner whose launches fail from its n-th on, for engine i of a

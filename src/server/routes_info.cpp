@@ -65,6 +65,7 @@ void handle_server_info(ServingContext& ctx, const HttpRequest&, Responder respo
                {"dp_size", o.data_parallel_size},
                {"enable_prefix_caching", o.enable_prefix_caching},
                {"disable_overlap_schedule", o.disable_overlap_schedule},
+               {"skip_server_warmup", o.skip_server_warmup},
                {"enforce_eager", o.enforce_eager}};
   if (auto model = ctx.model()) {
     info["max_model_len"] = model->engine->config().max_model_len;

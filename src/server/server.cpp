@@ -149,6 +149,7 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   std::vector<std::unique_ptr<engine::Engine>> engines;
   std::vector<std::string> devices;
   int64_t n_blocks = 0;
+  const bool warm_up = !o.skip_server_warmup && runners[0]->loads_kernels_lazily();
   for (auto& runner : runners) {
     devices.push_back(runner->describe());
     n_blocks += runner->n_kv_blocks();
@@ -158,6 +159,16 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   model->backend = devices[0];
   for (size_t i = 1; i < devices.size(); ++i) model->backend += ", " + devices[i];
   model->engine = std::make_unique<engine::EngineGroup>(std::move(engines), devices);
+  if (warm_up) {
+    const auto warm_up_start = std::chrono::steady_clock::now();
+    const std::vector<int64_t> lengths = engine::warm_up_prompt_lengths(ec.limits, max_model_len);
+    NIB_RETURN_IF_ERROR(model->engine->warm_up(lengths));
+    std::string prompts;
+    for (int64_t n : lengths) prompts += (prompts.empty() ? "" : ", ") + std::to_string(n);
+    log_info("warmed up (prompts of " + prompts + " tokens) in " +
+             std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_up_start).count()) +
+             " s");
+  }
   // Structured output: one compiler (and cache) for every engine of the model.
   const auto vocabulary_start = std::chrono::steady_clock::now();
   model->grammar = std::make_shared<grammar::GrammarCompiler>(

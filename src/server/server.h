@@ -28,6 +28,7 @@ struct ServerOptions {
   bool enforce_eager = false;            // vLLM's flag: no CUDA graphs
   bool enable_prefix_caching = true;
   bool disable_overlap_schedule = false;  // SGLang's flag: collect each step before building the next
+  bool skip_server_warmup = false;        // SGLang's flag: no Engine::warm_up before serving (GPU backend)
   std::string step_log;                   // a CSV row per collected step (tokens, sequences, device time); "": none
   double scheduler_delay_factor = 0.0;    // vLLM's flag: hold new prompts to batch their prefills
   std::string kv_cache_dtype = "auto";    // auto | bf16

@@ -173,7 +173,8 @@ void expect_same_output(const RunResult& plain, const RunResult& overlapped, siz
 }
 
 RunResult run(bool overlap, const std::vector<GenerationRequest>& requests, int64_t blocks,
-              SchedulerLimits limits = {8, 48}, int64_t max_model_len = MAX_MODEL_LEN, std::string step_log = "") {
+              SchedulerLimits limits = {8, 48}, int64_t max_model_len = MAX_MODEL_LEN, std::string step_log = "",
+              const std::vector<int64_t>& warm_up = {}) {
   EngineConfig ec;
   if (!step_log.empty()) ec.step_log = open_step_log(step_log);
   ec.overlap = overlap;
@@ -184,6 +185,17 @@ RunResult run(bool overlap, const std::vector<GenerationRequest>& requests, int6
   EXPECT_TRUE(tokenizer.is_ok()) << tokenizer.status().message();
   Engine engine(ec, cpu_runner(blocks), std::shared_ptr<const text::Tokenizer>(std::move(tokenizer.value())),
                 {model_dir(), "default"});
+  if (!warm_up.empty()) {
+    const Status warmed = engine.warm_up(warm_up);
+    EXPECT_TRUE(warmed.is_ok()) << warmed.message();
+    // As if it had not run: no counter moved, no block is held.
+    const MetricsSnapshot m = engine.metrics();
+    EXPECT_EQ(m.prompt_tokens + m.generation_tokens + m.steps + m.prefix_queries + m.prefix_hits, 0u);
+    EXPECT_TRUE(m.finished.empty());
+    EXPECT_EQ(m.ttft.count + m.e2e.count + m.itl.count, 0u);
+    EXPECT_EQ(m.kv_usage, 0.0);
+    EXPECT_EQ(m.kv_blocks_total, blocks);
+  }
   Sink sink;
   for (size_t i = 0; i < requests.size(); ++i) {
     GenerationRequest r = requests[i];
@@ -229,6 +241,48 @@ TEST(Engine, OverlappedSchedulingDrawsTheSameTokensAsStepByStep) {
   }
   EXPECT_GT(stopped, 3u) << "stop strings, stop tokens and EOS were meant to end some sequences early";
   EXPECT_GT(by_length, 3u);
+}
+
+TEST(Engine, WarmUpPromptsFitTheBudgetAndTheContext) {
+  EXPECT_EQ(warm_up_prompt_lengths({256, 8192}, 40960), (std::vector<int64_t>{16, 2048}));
+  EXPECT_EQ(warm_up_prompt_lengths({256, 1000}, 40960), (std::vector<int64_t>{16, 1000}));
+  EXPECT_EQ(warm_up_prompt_lengths({256, 8192}, 300), (std::vector<int64_t>{16, 298})) << "room for 2 drawn tokens";
+  EXPECT_EQ(warm_up_prompt_lengths({256, 16}, 40960), (std::vector<int64_t>{16})) << "none twice";
+  EXPECT_EQ(warm_up_prompt_lengths({256, 8192}, 10), (std::vector<int64_t>{8}));
+  EXPECT_TRUE(warm_up_prompt_lengths({256, 8192}, 2).empty());
+  const std::vector<int32_t> a = warm_up_prompt(48, 0, 151936), b = warm_up_prompt(48, 1, 151936);
+  EXPECT_EQ(a.size(), 48u);
+  EXPECT_NE(a[0], b[0]) << "no shared prefix";
+  for (int32_t id : a) EXPECT_TRUE(id >= 0 && id < 151936);
+}
+
+// The warm-up (run before serving on the GPU) leaves nothing behind: counters at zero, its blocks out
+// of the prefix cache (its 48-token prompt, asked again, finds none of its 11 full blocks), and the
+// requests after it draw exactly what they draw on an engine that never warmed up, counted alike.
+TEST(Engine, WarmUpLeavesNoTrace) {
+  const uint64_t seed = test::test_seed("Engine.WarmUpLeavesNoTrace");
+  const std::vector<int64_t> lengths = warm_up_prompt_lengths({8, 48}, MAX_MODEL_LEN);
+  ASSERT_EQ(lengths, (std::vector<int64_t>{16, 48}));
+  GenerationRequest again;
+  again.id = "again";
+  again.prompt = warm_up_prompt(48, 1, 151936);
+  again.sampling.temperature = 0.0f;
+  again.stop.max_tokens = 2;
+  const RunResult alone = run(true, {again}, 60, {8, 48}, MAX_MODEL_LEN, "", lengths);
+  EXPECT_GE(alone.metrics.prefix_queries, 44u);
+  EXPECT_EQ(alone.metrics.prefix_hits, 0u) << "the warm-up's blocks were left in the prefix cache";
+  // 200 blocks hold every request at once: no preemption, so the counters do not depend on timing.
+  const std::vector<GenerationRequest> requests = make_requests(seed);
+  const RunResult cold = run(true, requests, 200);
+  const RunResult warmed = run(true, requests, 200, {8, 48}, MAX_MODEL_LEN, "", lengths);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    expect_same_output(cold, warmed, i);
+  }
+  EXPECT_EQ(warmed.metrics.prompt_tokens, cold.metrics.prompt_tokens);
+  EXPECT_EQ(warmed.metrics.generation_tokens, cold.metrics.generation_tokens);
+  EXPECT_EQ(warmed.metrics.finished, cold.metrics.finished);
+  EXPECT_EQ(warmed.metrics.e2e.count, requests.size());
 }
 
 // Structured output: the masks of a step depend on the tokens of the step before, which overlapped
