@@ -8,7 +8,7 @@ if [ ! -f build-fuzz/build.ninja ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DNIBBLE_CUDA=off -DNIBBLE_FUZZ=ON \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
-for target in safetensors jinja chat_request tokenizer; do
+for target in safetensors jinja chat_request tokenizer grammar; do
   cmake --build build-fuzz --target "fuzz_$target"
   mkdir -p "build-fuzz/corpus/$target"
   # Work corpus in build-fuzz/, seeded from the committed tests/fuzz/corpus.

@@ -50,7 +50,8 @@ Status Engine::warm_up(const std::vector<int64_t>& prompt_lengths) {
     };
     std::future<std::string> result = finished->get_future();
     const std::string what = "the warm-up request of " + std::to_string(prompt_lengths[i]) + " prompt tokens";
-    if (Status submitted = submit(std::move(request)); !submitted) return Status::error(what + ": " + submitted.message());
+    if (Status submitted = submit(std::move(request)); !submitted)
+      return Status::error(what + ": " + submitted.message());
     if (std::string error = result.get(); !error.empty()) return Status::error(what + ": " + error);
   }
   // Forgotten: its blocks leave the prefix cache, and the counters start from zero (the request has

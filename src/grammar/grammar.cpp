@@ -2,6 +2,7 @@
 // each token's decoded bytes, so byte-level BPE and SentencePiece vocabularies look alike), the
 // compile cache with one compilation per key, and the matcher.
 #include "grammar/grammar.h"
+#include "grammar/constraint_budget.h"
 #include "grammar/json_strings.h"
 
 #include <dlpack/dlpack.h>
@@ -87,9 +88,11 @@ std::string error_message(const std::exception& e) {
   return m;
 }
 
-// The grammar with its JSON strings fixed (json_strings.h), parsed again.
-xgrammar::Grammar with_json_strings_fixed(const xgrammar::Grammar& g) {
-  return xgrammar::Grammar::FromEBNF(json_strings_fixed(g.ToString()), "root");
+// The grammar with its JSON strings fixed (json_strings.h), parsed again, within the repetition budget.
+Result<xgrammar::Grammar> with_json_strings_fixed(const xgrammar::Grammar& g, const char* what) {
+  const std::string text = json_strings_fixed(g.ToString());
+  NIB_RETURN_IF_ERROR(check_repetitions(text, GrammarSyntax::EBNF, what));
+  return xgrammar::Grammar::FromEBNF(text, "root");
 }
 
 }  // namespace
@@ -157,11 +160,13 @@ struct GrammarCompiler::Impl {
                  threads, /*cache_enabled=*/false),
         capacity(cache_entries) {}
 
-  std::shared_ptr<const CompiledGrammar> compile_grammar(const xgrammar::Grammar& g) {
-    return std::make_shared<const CompiledGrammar>(compiler.CompileGrammar(g), vocab_size);
+  Result<std::shared_ptr<const CompiledGrammar>> compile_grammar(const Result<xgrammar::Grammar>& g) {
+    if (!g) return g.status();
+    return std::make_shared<const CompiledGrammar>(compiler.CompileGrammar(g.value()), vocab_size);
   }
 
   Result<std::shared_ptr<const CompiledGrammar>> build(const Constraint& c) {
+    NIB_RETURN_IF_ERROR(check_budget(c));
     try {
       switch (c.kind) {
         case ConstraintKind::JSON_SCHEMA:
@@ -169,13 +174,16 @@ struct GrammarCompiler::Impl {
           // as vLLM and SGLang ask it; strict_mode: properties the schema does not name are not
           // generated (OpenAI's strict outputs).
           return compile_grammar(with_json_strings_fixed(
-              xgrammar::Grammar::FromJSONSchema(c.text, /*any_whitespace=*/false, std::nullopt, std::nullopt, true)));
+              xgrammar::Grammar::FromJSONSchema(c.text, /*any_whitespace=*/false, std::nullopt, std::nullopt, true),
+              "the JSON schema"));
         case ConstraintKind::JSON_OBJECT:
           return compile_grammar(
               xgrammar::Grammar::FromJSONSchema(R"({"type": "object"})", false, std::nullopt, std::nullopt, false));
         case ConstraintKind::REGEX:
+          NIB_RETURN_IF_ERROR(check_repetitions(c.text, GrammarSyntax::REGEX, "the regex"));
           return std::make_shared<const CompiledGrammar>(compiler.CompileRegex(c.text), vocab_size);
         case ConstraintKind::EBNF:
+          NIB_RETURN_IF_ERROR(check_repetitions(c.text, GrammarSyntax::EBNF, "the EBNF grammar"));
           return std::make_shared<const CompiledGrammar>(compiler.CompileGrammar(c.text, "root"), vocab_size);
         case ConstraintKind::TOOL_CALLS: {
           // The call's JSON grammar (root rule `root`) with the calls' rules beside it, under names
@@ -186,13 +194,14 @@ struct GrammarCompiler::Impl {
           ebnf += "\nnibble_call ::= " + ebnf_literal(c.call_begin) + " root " + ebnf_literal(c.call_end) + "\n";
           ebnf += "nibble_calls ::= nibble_call";
           ebnf += c.repeated_calls ? " (\"\\n\" nibble_call)*\n" : "\n";
+          NIB_RETURN_IF_ERROR(check_repetitions(ebnf, GrammarSyntax::EBNF, "the JSON schema"));
           return std::make_shared<const CompiledGrammar>(compiler.CompileGrammar(ebnf, "nibble_calls"), vocab_size);
         }
         case ConstraintKind::STRUCTURAL_TAG: {
           auto tag = xgrammar::Grammar::FromStructuralTag(c.text);
           if (const auto* e = std::get_if<xgrammar::StructuralTagError>(&tag))
             std::visit([](const auto& x) { throw x; }, *e);  // the message as the catch below gives it
-          return compile_grammar(with_json_strings_fixed(std::get<xgrammar::Grammar>(tag)));
+          return compile_grammar(with_json_strings_fixed(std::get<xgrammar::Grammar>(tag), "the structural tag"));
         }
         case ConstraintKind::CHOICE:
           if (c.choices.empty()) return Status::error("the choice list is empty");

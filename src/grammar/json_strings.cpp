@@ -32,7 +32,7 @@ bool read_literal(const std::string& text, size_t& at, const std::string& litera
 // has consumed i characters; it closes the string once i >= min, and takes another character while
 // i < max (the last rule of an unbounded one loops on itself).
 std::string chain_rules(long min, long max) {
-  const std::string base = "nibble_string_" + std::to_string(min) + "_" + (max < 0 ? "n" : std::to_string(max));
+  const std::string base = CHAINED_STRING_RULE + std::to_string(min) + "_" + (max < 0 ? "n" : std::to_string(max));
   const long last = max < 0 ? min : max;
   std::string rules;
   for (long i = 0; i <= last; ++i) {
@@ -75,7 +75,7 @@ std::string json_strings_fixed(const std::string& input) {
     if (min < 0 || min > MAX_CHAINED_STRING_LENGTH || max > MAX_CHAINED_STRING_LENGTH || (max >= 0 && max < min))
       continue;
     chains.insert({min, max});
-    out += text.substr(copied, at - copied) + QUOTE + " nibble_string_" + std::to_string(min) + "_" +
+    out += text.substr(copied, at - copied) + QUOTE + " " + CHAINED_STRING_RULE + std::to_string(min) + "_" +
            (max < 0 ? "n" : std::to_string(max)) + "_0";
     copied = p;
   }

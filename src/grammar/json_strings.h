@@ -9,6 +9,8 @@ namespace nibble::grammar {
 // The longest maxLength (or minLength) whose string becomes a chain of rules; longer ones keep the
 // converter's bounded repetition (correct, but each mask inside it scans most of the vocabulary).
 inline constexpr int MAX_CHAINED_STRING_LENGTH = 256;
+// The name every rule of such a chain starts with.
+inline const std::string CHAINED_STRING_RULE = "nibble_string_";
 
 // `text` with (1) the converter's character class of a length-bounded string, [^"\\\r\n], made JSON's
 // unescaped character [^\0-\x1f"\\] (a raw tab or \x01 is not JSON: RFC 8259 section 7), and (2)
