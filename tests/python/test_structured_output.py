@@ -278,6 +278,33 @@ def test_bad_constraints_are_400s_naming_the_field_and_the_server_keeps_serving(
     assert r.status_code == 200
 
 
+def nested_arrays(levels):
+    schema = {"type": "integer"}
+    for _ in range(levels):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
+OVER_BUDGET = [  # past src/grammar/constraint_budget.h's bounds: refused before any compile
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": nested_arrays(100)}}},
+     "response_format", "nests 101 levels deep"),
+    ({"structured_outputs": {"json": {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(300)}}}},
+     "structured_outputs.json", "300 optional properties"),
+    ({"structured_outputs": {"regex": "([a-z]{1,100}[0-9]{1,100}){1,9}"}}, "structured_outputs.regex",
+     "bounds repetitions of"),
+    ({"guided_grammar": "root ::= " + " | ".join(f'"w{i}"' for i in range(12000))}, "guided_grammar", "bytes long"),
+]
+
+
+def test_constraints_past_the_compile_budget_are_400s_naming_the_bound(server):
+    for body, field, bound in OVER_BUDGET:
+        r = chat(server, {"max_tokens": 5, **body})
+        assert r.status_code == 400, (field, r.text)
+        error = r.json()["error"]
+        assert error["param"] == field and bound in error["message"], (field, error)
+    assert chat(server, {"max_tokens": 5}).status_code == 200
+
+
 def test_constrained_and_unconstrained_requests_mixed(server, seed):
     """Unconstrained greedy outputs are the same beside constrained requests as alone: the masks touch
     only their own rows. Compared up to the first token whose lead over the runner-up (alone) is under
