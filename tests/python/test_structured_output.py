@@ -288,7 +288,8 @@ def nested_arrays(levels):
 OVER_BUDGET = [  # past src/grammar/constraint_budget.h's bounds: refused before any compile
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": nested_arrays(100)}}},
      "response_format", "nests 101 levels deep"),
-    ({"structured_outputs": {"json": {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(300)}}}},
+    ({"structured_outputs": {"json": {"type": "object",
+                                      "properties": {f"p{i}": {"type": "string"} for i in range(300)}}}},
      "structured_outputs.json", "300 optional properties"),
     ({"structured_outputs": {"regex": "([a-z]{1,100}[0-9]{1,100}){1,9}"}}, "structured_outputs.regex",
      "bounds repetitions of"),
