@@ -41,7 +41,10 @@ double yarn_mscale(double scale, double mscale) { return scale <= 1.0 ? 1.0 : 0.
 // _compute_linear_scaling_rope_parameters and _compute_yarn_parameters (with standardize_rope_params'
 // defaults) read them.
 void read_rope_scaling(const json& root, const json& rope, JsonFields& rf, ModelConfig& c) {
-  const std::string type = rope.value("rope_type", rope.value("type", std::string("default")));
+  const char* type_key = rope.contains("rope_type") ? "rope_type" : "type";  // "type": the older spelling
+  const json type_field = rope.value(type_key, json("default"));
+  if (!type_field.is_string()) return rf.fail(std::string("'") + type_key + "' must be a string, e.g. \"yarn\"");
+  const std::string type = type_field.get<std::string>();
   if (type == "default") return;  // (rope_parameters' plain rope_theta leaves rope_scaling's scaling)
   RopeScaling& s = c.rope_scaling;
   s = RopeScaling{};

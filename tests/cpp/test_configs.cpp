@@ -226,6 +226,8 @@ TEST(ModelConfig, ErrorsNameTheProblem) {
       << error_of(c);
   c["rope_scaling"] = {{"rope_type", "linear"}};
   EXPECT_NE(error_of(c).find("missing 'factor'"), std::string::npos) << error_of(c);
+  c["rope_scaling"] = {{"type", 4}};
+  EXPECT_NE(error_of(c).find("rope_scaling: 'type' must be a string"), std::string::npos) << error_of(c);
   c = qwen3_moe_config();
   c["num_experts_per_tok"] = 200;
   EXPECT_NE(error_of(c).find("exceeds num_experts"), std::string::npos);
