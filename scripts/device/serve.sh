@@ -11,13 +11,18 @@
 # then 64 chats at a time (random 1,000 in / 200 out, STRUCTURED_PROMPTS of them) unconstrained and
 # under `--structured json-schema`, STRUCTURED_ROUNDS (2) times each (issue 67's 0.95× target, the
 # GPU's idle share, the mask time a row); WORKLOAD1=0 skips workload 1. Overlapped scheduling on
-# and off, for one: CONFIGS="default --disable-overlap-schedule".
+# and off, for one: CONFIGS="default --disable-overlap-schedule". A configuration's NAME=VALUE items
+# are its server's environment. FIRST=1: each server's first four requests (16 to 3,000 prompt
+# tokens, one at a time) timed, e.g. CONFIGS="default --skip-server-warmup CUDA_MODULE_LOADING=EAGER".
 synth_full
 
-start_server() {  # start_server LOG [serve flags...]
-  local log=$1; shift
-  build-device/nibble serve --backend cuda --model "$SYNTH_DIR" --port 8766 --max-num-seqs "${MAX_NUM_SEQS:-256}" \
-    ${SERVE_ARGS:-} "$@" > "$log" 2>&1 &
+start_server() {  # start_server LOG [NAME=VALUE settings and serve flags...]
+  local log=$1 item vars=() flags=(); shift
+  for item in "$@"; do
+    if [[ $item =~ ^[A-Z_][A-Z0-9_]*= ]]; then vars+=("$item"); else flags+=("$item"); fi
+  done
+  env "${vars[@]}" build-device/nibble serve --backend cuda --model "$SYNTH_DIR" --port 8766 \
+    --max-num-seqs "${MAX_NUM_SEQS:-256}" ${SERVE_ARGS:-} "${flags[@]}" > "$log" 2>&1 &
   pid=$!
   for _ in $(seq 1 180); do curl -sf localhost:8766/health >/dev/null && break; sleep 1; done
 }
@@ -42,6 +47,16 @@ for i in "${!configs[@]}"; do
   flags=()
   [ "$c" != default ] && IFS=, read -r -a flags <<< "$c"
   start_server "$OUT/serve_bench_server_$b.log" "${flags[@]}" --step-log "$OUT/steps_$b.csv"
+  if [ "${FIRST:-0}" = 1 ]; then  # the server's first requests, one at a time: lazy kernel loads show here
+    first=""
+    for n in 16 300 1000 3000; do
+      ids=$(python3 -c "import sys; n = int(sys.argv[1]); print(','.join(str(1000 + 37 * i % 90000) for i in range(n)))" "$n")
+      ms=$(curl -s -o /dev/null -w '%{time_total}' localhost:8766/v1/completions -H 'Content-Type: application/json' \
+        -d "{\"prompt\": [$ids], \"max_tokens\": 1}" | awk '{printf "%.1f", 1000 * $1}')
+      first+="$n: $ms ms; "
+    done
+    summary+=("| $c | first requests (prompt tokens: ms) | $first |")
+  fi
   if [ "${WORKLOAD1:-1}" = 1 ]; then
     timeout "${BENCH_TIMEOUT:-420}" build-device/nibble bench serve --port 8766 --backend openai-chat \
       --tokenizer "$SYNTH_DIR" --dataset-name random --num-prompts "${NUM_PROMPTS:-1000}" \
