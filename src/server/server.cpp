@@ -162,7 +162,12 @@ Result<std::shared_ptr<LoadedModel>> load_model(const ServerOptions& o) {
   if (warm_up) {
     const auto warm_up_start = std::chrono::steady_clock::now();
     const std::vector<int64_t> lengths = engine::warm_up_prompt_lengths(ec.limits, max_model_len);
-    NIB_RETURN_IF_ERROR(model->engine->warm_up(lengths));
+    // A step that fails here would fail a client's request: the server does not start, unless other
+    // data-parallel engines are still in service (the failed one is out of it, as it would be later).
+    if (Status warmed = model->engine->warm_up(lengths); !warmed) {
+      if (dp == 1 || !model->engine->any_in_service()) return Status::error("the warm-up failed: " + warmed.message());
+      log_warn("the warm-up failed (serving on the other engines): " + warmed.message());
+    }
     std::string prompts;
     for (int64_t n : lengths) prompts += (prompts.empty() ? "" : ", ") + std::to_string(n);
     log_info("warmed up (prompts of " + prompts + " tokens) in " +

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -283,6 +284,24 @@ TEST(Engine, WarmUpLeavesNoTrace) {
   EXPECT_EQ(warmed.metrics.generation_tokens, cold.metrics.generation_tokens);
   EXPECT_EQ(warmed.metrics.finished, cold.metrics.finished);
   EXPECT_EQ(warmed.metrics.e2e.count, requests.size());
+}
+
+// A warm-up whose step fails is an error naming the request (the server then does not start).
+TEST(Engine, AFailedWarmUpIsAnErrorNamingItsRequest) {
+  setenv("NIBBLE_DIAG_FAIL_ENGINE", "0:1", 1);
+  std::unique_ptr<ModelRunner> failing = inject_engine_failure(cpu_runner(60), 0);
+  unsetenv("NIBBLE_DIAG_FAIL_ENGINE");
+  EngineConfig ec;
+  ec.max_model_len = MAX_MODEL_LEN;
+  ec.limits = {8, 48};
+  auto tokenizer = text::Tokenizer::load(model_dir());
+  ASSERT_TRUE(tokenizer.is_ok()) << tokenizer.status().message();
+  Engine engine(ec, std::move(failing), std::shared_ptr<const text::Tokenizer>(std::move(tokenizer.value())),
+                {model_dir(), "default"});
+  const Status warmed = engine.warm_up({16, 48});
+  ASSERT_FALSE(warmed.is_ok());
+  EXPECT_NE(warmed.message().find("the warm-up request of 16 prompt tokens: "), std::string::npos) << warmed.message();
+  EXPECT_NE(warmed.message().find("injected failure"), std::string::npos) << warmed.message();
 }
 
 // Structured output: the masks of a step depend on the tokens of the step before, which overlapped
