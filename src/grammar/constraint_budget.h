@@ -21,7 +21,7 @@ struct ConstraintBudget {
   int64_t max_text_bytes = 65536;  // a regex's, an EBNF grammar's or a choice list's text
   // Characters the grammar's bounded repetitions count, in all (bounded_repetitions): each costs
   // the compiler a pass over the vocabulary (a maxLength of 256: 14.6 s on one thread, Qwen3's).
-  int64_t max_repeated_chars = 512;
+  int64_t max_repeated_chars = 1024;
 };
 
 // Ok within `budget`, else an error naming the first bound `c` exceeds and its limit. Text that is

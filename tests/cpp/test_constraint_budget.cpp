@@ -84,7 +84,8 @@ TEST(ConstraintBudget, RepetitionsCountWhatXgrammarUnrolls) {
 }
 
 // Through the compiler: refused constraints are errors before any compile; what the budget admits
-// compiles (a maxLength of 256 on two strings shares one chain; a large maxItems is a counted repeat).
+// compiles (a maxLength of 256 on two strings shares one chain; a large maxItems is a counted repeat;
+// a form of six bounded strings).
 TEST(ConstraintBudget, TheCompilerRefusesPastTheBudget) {
   Vocabulary v;
   for (int c = 0; c < 128; ++c) v.token_bytes.push_back(std::string(1, static_cast<char>(c)));
@@ -107,6 +108,10 @@ TEST(ConstraintBudget, TheCompilerRefusesPastTheBudget) {
       {R"({"type":"object","properties":{"a":{"type":"string","maxLength":256},"b":{"type":"string","maxLength":256}},)"
        R"("required":["a","b"]})",
        R"({"type":"array","items":{"type":"integer"},"maxItems":100000})",
+       // a form's bounds, 21 + 51 + 101 + 201 + 256 + 129 = 759 characters
+       R"({"type":"object","properties":{"a":{"type":"string","maxLength":20},"b":{"type":"string","maxLength":50},)"
+       R"("c":{"type":"string","maxLength":100},"d":{"type":"string","maxLength":200},)"
+       R"("e":{"type":"string","maxLength":255},"f":{"type":"string","maxLength":500}}})",
        R"({"type":"string","pattern":"^[a-z]{1,64}(-[0-9]{1,8}){0,4}$"})"}) {
     const auto g = compiler.compile({ConstraintKind::JSON_SCHEMA, admitted});
     EXPECT_TRUE(g.is_ok()) << admitted << ": " << g.status().message();
