@@ -280,7 +280,20 @@ Status check_repetitions(const std::string& text, GrammarSyntax syntax, const ch
                        " are compiled)");
 }
 
+// xgrammar reads a \x escape's hex digits into an int however many there are (signed overflow from
+// the ninth: undefined behaviour, found by fuzz_grammar under UBSan); a code point has at most six.
+static Status check_hex_escapes(const std::string& text) {
+  for (size_t at = text.find("\\x"); at != std::string::npos; at = text.find("\\x", at + 2)) {
+    size_t digits = 0;
+    while (at + 2 + digits < text.size() && std::isxdigit(static_cast<unsigned char>(text[at + 2 + digits]))) ++digits;
+    if (digits > 8)
+      return Status::error("a \\x escape has " + std::to_string(digits) + " hex digits (a code point has at most 6)");
+  }
+  return Status::ok();
+}
+
 Status check_budget(const Constraint& c, const ConstraintBudget& budget) {
+  NIB_RETURN_IF_ERROR(check_hex_escapes(c.text));
   switch (c.kind) {
     case ConstraintKind::JSON_SCHEMA:
     case ConstraintKind::TOOL_CALLS:

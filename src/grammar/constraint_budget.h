@@ -24,8 +24,9 @@ struct ConstraintBudget {
   int64_t max_repeated_chars = 1024;
 };
 
-// Ok within `budget`, else an error naming the first bound `c` exceeds and its limit. Text that is
-// not JSON where JSON is expected passes: the compiler's own error says what is wrong with it.
+// Ok within `budget`, else an error naming the first bound `c` exceeds and its limit (or a \x escape
+// of more than 8 hex digits, which xgrammar would overflow). Text that is not JSON where JSON is
+// expected passes: the compiler's own error says what is wrong with it.
 Status check_budget(const Constraint& c, const ConstraintBudget& budget = ConstraintBudget());
 
 // The characters a grammar's bounded repetitions count: each {m,n} adds n times what it repeats ({m}

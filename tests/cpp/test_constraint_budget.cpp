@@ -61,6 +61,10 @@ TEST(ConstraintBudget, EachBoundAdmitsItsLimitAndRefusesPastIt) {
   EXPECT_NE(long_regex.message().find("the regex is 65537 bytes long"), std::string::npos) << long_regex.message();
   EXPECT_FALSE(check_budget({ConstraintKind::CHOICE, "", {std::string(40000, 'x'), std::string(30000, 'y')}}).is_ok());
   EXPECT_TRUE(schema("not json {{{").is_ok()) << "left to the compiler, which names what is wrong";
+  EXPECT_TRUE(check_budget({ConstraintKind::REGEX, R"(\x41\x0010FFFF)"}).is_ok());
+  const Status hex = check_budget({ConstraintKind::EBNF, R"(root ::= "\x1234567890")"});
+  EXPECT_NE(hex.message().find("10 hex digits"), std::string::npos) << hex.message();
+  EXPECT_FALSE(schema(R"({"type":"string","pattern":"\\x4142434445464748494a"})").is_ok()) << "inside a pattern";
 }
 
 TEST(ConstraintBudget, RepetitionsCountWhatXgrammarUnrolls) {
