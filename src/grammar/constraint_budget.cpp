@@ -49,6 +49,23 @@ int64_t optional_properties(const nlohmann::json& object) {
   return optional;
 }
 
+// xgrammar reads the hex digits of a \x escape (however many) or a \U escape (eight) into an int:
+// signed overflow (undefined behaviour, found by fuzz_grammar under UBSan) from the eighth digit
+// after the leading zeros. A code point has at most six.
+Status check_hex_escapes(const std::string& text) {
+  for (size_t at = text.find('\\'); at != std::string::npos; at = text.find('\\', at + 2)) {
+    if (at + 1 >= text.size() || (text[at + 1] != 'x' && text[at + 1] != 'U')) continue;  // (\\: skipped whole)
+    const size_t end = text[at + 1] == 'U' ? std::min(text.size(), at + 10) : text.size();
+    size_t p = at + 2, significant = 0;
+    while (p < end && text[p] == '0') ++p;
+    while (p < end && std::isxdigit(static_cast<unsigned char>(text[p]))) ++p, ++significant;
+    if (significant > 7)
+      return Status::error(std::string("a \\") + text[at + 1] + " escape has " + std::to_string(significant) +
+                           " significant hex digits (a code point has at most 6)");
+  }
+  return Status::ok();
+}
+
 Status check_document(const std::string& text, const char* what, const ConstraintBudget& b) {
   const int64_t depth = json_depth(text);
   if (depth > b.max_depth)
@@ -75,6 +92,7 @@ Status check_document(const std::string& text, const char* what, const Constrain
                              " optional properties in all (named in \"properties\", not in \"required\"), the most "
                              "that is compiled");
     }
+    if (v.is_string()) NIB_RETURN_IF_ERROR(check_hex_escapes(v.get_ref<const std::string&>()));  // as decoded
     if (v.is_structured())
       for (const nlohmann::json& child : v) stack.push_back(&child);
   }
@@ -278,18 +296,6 @@ Status check_repetitions(const std::string& text, GrammarSyntax syntax, const ch
   return Status::error(std::string(what) + " bounds repetitions of " + std::to_string(chars) +
                        " characters in all (maxLength, {m,n}; at most " + std::to_string(budget.max_repeated_chars) +
                        " are compiled)");
-}
-
-// xgrammar reads a \x escape's hex digits into an int however many there are (signed overflow from
-// the ninth: undefined behaviour, found by fuzz_grammar under UBSan); a code point has at most six.
-static Status check_hex_escapes(const std::string& text) {
-  for (size_t at = text.find("\\x"); at != std::string::npos; at = text.find("\\x", at + 2)) {
-    size_t digits = 0;
-    while (at + 2 + digits < text.size() && std::isxdigit(static_cast<unsigned char>(text[at + 2 + digits]))) ++digits;
-    if (digits > 8)
-      return Status::error("a \\x escape has " + std::to_string(digits) + " hex digits (a code point has at most 6)");
-  }
-  return Status::ok();
 }
 
 Status check_budget(const Constraint& c, const ConstraintBudget& budget) {

@@ -61,10 +61,15 @@ TEST(ConstraintBudget, EachBoundAdmitsItsLimitAndRefusesPastIt) {
   EXPECT_NE(long_regex.message().find("the regex is 65537 bytes long"), std::string::npos) << long_regex.message();
   EXPECT_FALSE(check_budget({ConstraintKind::CHOICE, "", {std::string(40000, 'x'), std::string(30000, 'y')}}).is_ok());
   EXPECT_TRUE(schema("not json {{{").is_ok()) << "left to the compiler, which names what is wrong";
-  EXPECT_TRUE(check_budget({ConstraintKind::REGEX, R"(\x41\x0010FFFF)"}).is_ok());
+  EXPECT_TRUE(check_budget({ConstraintKind::REGEX, R"(\x41\x0010FFFF\x00000000041\xFFFFFFF)"}).is_ok());
+  EXPECT_FALSE(check_budget({ConstraintKind::EBNF, R"(root ::= [^V\0-\x88888894])"}).is_ok()) << "fuzz_grammar's";
+  EXPECT_TRUE(check_budget({ConstraintKind::EBNF, R"(root ::= "\U0010FFFF\\x123456789")"}).is_ok())
+      << "\\\\x is an escaped backslash, then text";
+  EXPECT_FALSE(check_budget({ConstraintKind::EBNF, R"(root ::= "\U88888888")"}).is_ok());
   const Status hex = check_budget({ConstraintKind::EBNF, R"(root ::= "\x1234567890")"});
-  EXPECT_NE(hex.message().find("10 hex digits"), std::string::npos) << hex.message();
+  EXPECT_NE(hex.message().find("10 significant hex digits"), std::string::npos) << hex.message();
   EXPECT_FALSE(schema(R"({"type":"string","pattern":"\\x4142434445464748494a"})").is_ok()) << "inside a pattern";
+  EXPECT_FALSE(schema(R"({"type":"string","pattern":"\u005cx4142434445464748494a"})").is_ok()) << "a JSON escape";
 }
 
 TEST(ConstraintBudget, RepetitionsCountWhatXgrammarUnrolls) {
