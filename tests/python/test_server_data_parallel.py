@@ -106,6 +106,9 @@ def test_engines_answer_as_one_engine_does(dp2, build_dir, tiny_models, tmp_path
         expected = [complete(single, p, 8).json()["choices"][0]["text"] for p in prompts]
     finally:
         assert single.stop() == 0
+    # The routing tables level (earlier tests left them uneven, timing-dependently): one at a time, a
+    # prompt of 20 words (a full block or more) then goes to the engine whose table is smaller.
+    assert requests.post(dp2.url + "/flush_cache").status_code == 200
     before = [e["routed_requests"] for e in engines(dp2)]
     got = [complete(dp2, p, 8).json()["choices"][0]["text"] for p in prompts]
     assert got == expected
