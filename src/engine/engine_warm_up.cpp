@@ -54,22 +54,18 @@ Status Engine::warm_up(const std::vector<int64_t>& prompt_lengths) {
       return Status::error(what + ": " + submitted.message());
     if (std::string error = result.get(); !error.empty()) return Status::error(what + ": " + error);
   }
-  // Forgotten: its blocks leave the prefix cache, and the counters start from zero (the request has
-  // ended, so the flush is not refused).
+  // Forgotten: its blocks leave the prefix cache (flush_cache: the requests have ended, so it is not
+  // refused), then, on the engine thread, the counters start from zero.
   auto flushed = std::make_shared<std::promise<Status>>();
   std::future<Status> flush = flushed->get_future();
-  const bool posted = post([this, flushed] {
-    if (!requests_.empty()) {
-      flushed->set_value(Status::error("requests arrived during the warm-up"));
-      return;
+  flush_cache([this, flushed](Status status) {
+    if (status) {
+      blocks_.reset_counters();
+      metrics_.clear_counters();
+      publish_gauges();
     }
-    blocks_.reset_prefix_cache();
-    blocks_.reset_counters();
-    metrics_.clear_counters();
-    publish_gauges();
-    flushed->set_value(Status::ok());
+    flushed->set_value(std::move(status));
   });
-  if (!posted) return Status::error("the engine stopped during the warm-up");
   return flush.get();
 }
 

@@ -117,9 +117,9 @@ int64_t saturating_mul(int64_t a, int64_t b) {
 // bounded_repetitions' scan. Each atom (a character, a class, a literal, a group, an EBNF rule whose
 // body is one character class) has a size — its characters, its repeated ones included — and the
 // part of it that bounded repetitions make; an atom followed by {m,n} makes n times its size (at most
-// UNROLLED_REPEATS times). Other
-// rules' references are size 0 (their own definitions are counted where they stand), so a repeated
-// rule of many characters (an array's items) costs what its definition does, as it does xgrammar.
+// UNROLLED_REPEATS times). Other rules' references are size 0 (their own definitions are counted where
+// they stand), so a repeated rule of many characters (an array's items) costs what its definition
+// does, as it does xgrammar.
 class RepetitionCount {
  public:
   RepetitionCount(const std::string& text, GrammarSyntax syntax) : text_(text), syntax_(syntax) {
@@ -283,6 +283,7 @@ class RepetitionCount {
   Atom atom_;
   int64_t total_ = 0;
 };
+
 }  // namespace
 
 int64_t bounded_repetitions(const std::string& text, GrammarSyntax syntax) {
@@ -299,7 +300,6 @@ Status check_repetitions(const std::string& text, GrammarSyntax syntax, const ch
 }
 
 Status check_budget(const Constraint& c, const ConstraintBudget& budget) {
-  NIB_RETURN_IF_ERROR(check_hex_escapes(c.text));
   switch (c.kind) {
     case ConstraintKind::JSON_SCHEMA:
     case ConstraintKind::TOOL_CALLS:
@@ -307,8 +307,10 @@ Status check_budget(const Constraint& c, const ConstraintBudget& budget) {
     case ConstraintKind::STRUCTURAL_TAG:
       return check_document(c.text, "the structural tag", budget);
     case ConstraintKind::REGEX:
+      NIB_RETURN_IF_ERROR(check_hex_escapes(c.text));
       return check_text(c.text.size(), "the regex", budget);
     case ConstraintKind::EBNF:
+      NIB_RETURN_IF_ERROR(check_hex_escapes(c.text));
       return check_text(c.text.size(), "the EBNF grammar", budget);
     case ConstraintKind::CHOICE: {
       size_t bytes = 0;

@@ -20,12 +20,12 @@ struct ConstraintBudget {
   int64_t max_optional_properties = 256, max_total_optional_properties = 1024;
   int64_t max_text_bytes = 65536;  // a regex's, an EBNF grammar's or a choice list's text
   // Characters the grammar's bounded repetitions count, in all (bounded_repetitions): each costs
-  // the compiler a pass over the vocabulary (a maxLength of 256: 14.6 s on one thread, Qwen3's).
+  // the compiler a pass over the vocabulary (a maxLength of 256: ~9 s on one thread, Qwen3's).
   int64_t max_repeated_chars = 1024;
 };
 
-// Ok within `budget`, else an error naming the first bound `c` exceeds and its limit (or a \x escape
-// of more than 8 hex digits, which xgrammar would overflow). Text that is not JSON where JSON is
+// Ok within `budget`, else an error naming the first bound `c` exceeds and its limit (or a \x or \U
+// escape of more than 7 significant hex digits, which xgrammar would overflow). Text that is not JSON where JSON is
 // expected passes: the compiler's own error says what is wrong with it.
 Status check_budget(const Constraint& c, const ConstraintBudget& budget = ConstraintBudget());
 
