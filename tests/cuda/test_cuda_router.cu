@@ -139,6 +139,49 @@ TEST(CudaRouter, MatchesReference) {
   check(12, 64, 4, 1920, false, seed);  // 8 ranks of two k-blocks, the last with one
 }
 
+// The top-k alone on given logits with many exact ties (values on a 0.25 grid, so distinct logits
+// keep distinct probabilities): ids must be torch.topk's — larger logit first, the lower expert
+// among equal ones — exactly, for experts on both sides of 128 (a lane's four or eight experts) and
+// k up to 32; weights within 1e-6 of the softmax in double (their sums are in another order).
+TEST(CudaRouter, TopKBreaksTiesToTheLowerExpert) {
+  NIB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::test_seed("CudaRouter.TopKBreaksTiesToTheLowerExpert");
+  std::mt19937_64 rng(seed);
+  const int64_t tokens = 64;
+  for (const int64_t experts : {8, 64, 100, 128, 129, 160, 256})
+    for (const int64_t top_k : {1, 2, 8, 32}) {
+      if (top_k > experts) continue;
+      for (const bool renormalize : {false, true}) {
+        const int levels = rng() % 2 ? 4 : 33;  // 4: nearly every pick breaks a tie
+        std::vector<float> logits(static_cast<size_t>(tokens * experts));
+        for (float& v : logits) v = -4.0f + 0.25f * float(rng() % levels);
+        test::DeviceBuffer<float> d_logits(logits), d_w(static_cast<size_t>(tokens * top_k));
+        test::DeviceBuffer<int32_t> d_ids(static_cast<size_t>(tokens * top_k));
+        ASSERT_TRUE(cuda::route_topk(d_logits.get(), tokens, experts, top_k, renormalize, d_ids.get(), d_w.get(),
+                                     nullptr)
+                        .is_ok());
+        NIB_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got_ids = d_ids.to_host();
+        const auto got_w = d_w.to_host();
+        for (int64_t t = 0; t < tokens; ++t) {
+          const float* row = logits.data() + t * experts;
+          std::vector<int32_t> order(static_cast<size_t>(experts));
+          for (int32_t e = 0; e < experts; ++e) order[e] = e;
+          std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+          double z = 0, chosen = 0;
+          for (int64_t e = 0; e < experts; ++e) z += std::exp(double(row[e]) - 4.0);
+          for (int64_t k = 0; k < top_k; ++k) chosen += std::exp(double(row[order[k]]) - 4.0) / z;
+          for (int64_t k = 0; k < top_k; ++k) {
+            ASSERT_EQ(got_ids[t * top_k + k], order[k]) << "E=" << experts << " k=" << top_k << " token " << t
+                                                        << " slot " << k << " (seed " << seed << ")";
+            const double p = std::exp(double(row[order[k]]) - 4.0) / z;
+            EXPECT_NEAR(got_w[t * top_k + k], renormalize ? p / chosen : p, 1e-6) << "E=" << experts << " slot " << k;
+          }
+        }
+      }
+    }
+}
+
 // ERNIE-4.5's router (E = 64, k = 6, H = 2560; fp32 weights, a correction bias that chooses, the
 // renormalization floor) through both GPU paths: route() (fp32 cuBLAS GEMM + top-k) and the one-launch
 // route_and_group_small, against ref::route, weights within check()'s 2e-5 (a near-tie swap of ids
