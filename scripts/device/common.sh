@@ -46,6 +46,16 @@ bench_run_args() {
   case " $1 " in *" --modes "*) ;; *) args+=(--modes "${MODES:-none}") ;; esac
 }
 
+# split_settings ITEMS…: a variant's NAME=VALUE items (its environment) into the caller's array
+# `vars`, the rest (flags and their values) into `flags`.
+split_settings() {
+  local item
+  vars=() flags=()
+  for item in "$@"; do
+    if [[ $item =~ ^[A-Z_][A-Z0-9_]*= ]]; then vars+=("$item"); else flags+=("$item"); fi
+  done
+}
+
 synth_full() {
   [ -f "$SYNTH_DIR/config.json" ] ||
     build-device/nibble synth --preset "$SYNTH_PRESET" --out "$SYNTH_DIR" --seed 0 \

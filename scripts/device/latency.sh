@@ -13,11 +13,9 @@ compare_args=()
 # run_latency TAG BIN [VARIANT]: a variant's comma-separated items are NAME=VALUE settings for its
 # environment or flags and their values for `bench latency` ("--moe-backend,skinny").
 run_latency() {
-  local tag=$1 bin=$2 item vars=() flags=() items=()
+  local tag=$1 bin=$2 vars flags items=()
   [ -n "${3:-}" ] && [ "$3" != base ] && IFS=, read -r -a items <<< "$3"
-  for item in "${items[@]}"; do
-    if [[ $item =~ ^[A-Z_][A-Z0-9_]*= ]]; then vars+=("$item"); else flags+=("$item"); fi
-  done
+  split_settings "${items[@]}"
   env "${vars[@]}" timeout 300 "$bin" bench latency --model "$SYNTH_DIR" --backend cuda --batch-prompt 1000 --batch-gen 32 \
     "${latency[@]}" "${flags[@]}" > "$OUT/latency_$tag.log" 2>&1
   results+=("$(printf '%-36s rc=%d  %s' "latency $tag" "$?" "$(latency_summary "$OUT/latency_$tag.log")")")

@@ -17,10 +17,8 @@
 synth_full
 
 start_server() {  # start_server LOG [NAME=VALUE settings and serve flags...]
-  local log=$1 item vars=() flags=(); shift
-  for item in "$@"; do
-    if [[ $item =~ ^[A-Z_][A-Z0-9_]*= ]]; then vars+=("$item"); else flags+=("$item"); fi
-  done
+  local log=$1 vars flags; shift
+  split_settings "$@"
   env "${vars[@]}" build-device/nibble serve --backend cuda --model "$SYNTH_DIR" --port 8766 \
     --max-num-seqs "${MAX_NUM_SEQS:-256}" ${SERVE_ARGS:-} "${flags[@]}" > "$log" 2>&1 &
   pid=$!

@@ -307,11 +307,13 @@ Status check_budget(const Constraint& c, const ConstraintBudget& budget) {
     case ConstraintKind::STRUCTURAL_TAG:
       return check_document(c.text, "the structural tag", budget);
     case ConstraintKind::REGEX:
+    case ConstraintKind::EBNF: {
+      const bool regex = c.kind == ConstraintKind::REGEX;
+      const char* what = regex ? "the regex" : "the EBNF grammar";
       NIB_RETURN_IF_ERROR(check_hex_escapes(c.text));
-      return check_text(c.text.size(), "the regex", budget);
-    case ConstraintKind::EBNF:
-      NIB_RETURN_IF_ERROR(check_hex_escapes(c.text));
-      return check_text(c.text.size(), "the EBNF grammar", budget);
+      NIB_RETURN_IF_ERROR(check_text(c.text.size(), what, budget));
+      return check_repetitions(c.text, regex ? GrammarSyntax::REGEX : GrammarSyntax::EBNF, what, budget);
+    }
     case ConstraintKind::CHOICE: {
       size_t bytes = 0;
       for (const std::string& s : c.choices) bytes += s.size();

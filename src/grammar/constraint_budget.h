@@ -25,8 +25,10 @@ struct ConstraintBudget {
 };
 
 // Ok within `budget`, else an error naming the first bound `c` exceeds and its limit (or a \x or \U
-// escape of more than 7 significant hex digits, which xgrammar would overflow). Text that is not JSON where JSON is
-// expected passes: the compiler's own error says what is wrong with it.
+// escape of more than 7 significant hex digits, which xgrammar would overflow). A regex's or EBNF
+// grammar's bounded repetitions count here; a schema's, a tool call's or a structural tag's are
+// counted in the grammar they convert to (check_repetitions, when it is built). Text that is not JSON
+// where JSON is expected passes: the compiler's own error says what is wrong with it.
 Status check_budget(const Constraint& c, const ConstraintBudget& budget = ConstraintBudget());
 
 // The characters a grammar's bounded repetitions count: each {m,n} adds n times what it repeats ({m}

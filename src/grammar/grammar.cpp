@@ -180,10 +180,8 @@ struct GrammarCompiler::Impl {
           return compile_grammar(
               xgrammar::Grammar::FromJSONSchema(R"({"type": "object"})", false, std::nullopt, std::nullopt, false));
         case ConstraintKind::REGEX:
-          NIB_RETURN_IF_ERROR(check_repetitions(c.text, GrammarSyntax::REGEX, "the regex"));
           return std::make_shared<const CompiledGrammar>(compiler.CompileRegex(c.text), vocab_size);
         case ConstraintKind::EBNF:
-          NIB_RETURN_IF_ERROR(check_repetitions(c.text, GrammarSyntax::EBNF, "the EBNF grammar"));
           return std::make_shared<const CompiledGrammar>(compiler.CompileGrammar(c.text, "root"), vocab_size);
         case ConstraintKind::TOOL_CALLS: {
           // The call's JSON grammar (root rule `root`) with the calls' rules beside it, under names

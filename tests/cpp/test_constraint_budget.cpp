@@ -60,6 +60,10 @@ TEST(ConstraintBudget, EachBoundAdmitsItsLimitAndRefusesPastIt) {
   const Status long_regex = check_budget({ConstraintKind::REGEX, std::string(b.max_text_bytes + 1, 'a')});
   EXPECT_NE(long_regex.message().find("the regex is 65537 bytes long"), std::string::npos) << long_regex.message();
   EXPECT_FALSE(check_budget({ConstraintKind::CHOICE, "", {std::string(40000, 'x'), std::string(30000, 'y')}}).is_ok());
+  const Status repeated = check_budget({ConstraintKind::REGEX, "(a{100}){100}"});
+  EXPECT_NE(repeated.message().find("the regex bounds repetitions of 10000 characters"), std::string::npos)
+      << repeated.message();
+  EXPECT_FALSE(check_budget({ConstraintKind::EBNF, "root ::= (\"a\"{100}){100}\n"}).is_ok());
   EXPECT_TRUE(schema("not json {{{").is_ok()) << "left to the compiler, which names what is wrong";
   EXPECT_TRUE(check_budget({ConstraintKind::REGEX, R"(\x41\x0010FFFF\x00000000041\xFFFFFFF)"}).is_ok());
   EXPECT_FALSE(check_budget({ConstraintKind::EBNF, R"(root ::= [^V\0-\x88888894])"}).is_ok()) << "fuzz_grammar's";
